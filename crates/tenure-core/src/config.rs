@@ -1,0 +1,168 @@
+//! Configuration of one device's core. Every timing constant of seed 000 §2 is a named
+//! setting with a default; the driver (server or simulator) fills it from TOML or the seed.
+
+use crate::ids::{ChunkId, DeviceId, StoreId};
+use crate::rng::mix64;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Timing constants (seed 000 §2 and the commit/ack windows Tenure adds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Timing {
+    /// `d_l`: the length of a lease granted by a renewal or an acquire.
+    pub lease: Duration,
+    /// How long after a grant a chunk asks for renewal (must be well below `lease`).
+    pub renewal_period: Duration,
+    /// Lease extension after an epoch transition commits (`> ctc_end`).
+    pub commit_window: Duration,
+    /// Lease extension after an epoch transition aborts (`> cta_end`).
+    pub abort_window: Duration,
+    /// `δ_c`: bound on the difference between any two clocks. A device never trusts a
+    /// lease for longer than `expiry - δ_c`.
+    pub clock_drift: Duration,
+    /// "A reasonable message timeout": acquire replies, transfer acks, chunk creation.
+    pub msg_timeout: Duration,
+    /// How long a chunk in the no-lease state waits for a director to answer `help`.
+    pub help_wait: Duration,
+    /// How long a commit coordinator waits for every vote before aborting.
+    pub transition_timeout: Duration,
+    /// How long a chunk in a transition state waits for commit/abort before giving up on
+    /// its manager (it then behaves as on lease expiry, keeping its prepared record).
+    pub transition_wait: Duration,
+    /// How long a manager waits for a chunk's ACCEPTED before marking it failed.
+    pub ack_timeout: Duration,
+    /// Gathering rounds a regenerating manager tries before releasing its chunks.
+    pub gather_rounds_max: u32,
+    /// A manager migrates back to a store's preferred device only after the store has been
+    /// stable this long and the device was heard from within `liveness_window`.
+    pub migrate_after: Duration,
+    /// How recently a device must have been heard from to count as live for policies.
+    pub liveness_window: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease: Duration::from_millis(2000),
+            renewal_period: Duration::from_millis(600),
+            commit_window: Duration::from_millis(2000),
+            abort_window: Duration::from_millis(2000),
+            clock_drift: Duration::from_millis(50),
+            msg_timeout: Duration::from_millis(200),
+            help_wait: Duration::from_millis(300),
+            transition_timeout: Duration::from_millis(600),
+            transition_wait: Duration::from_millis(1500),
+            ack_timeout: Duration::from_millis(300),
+            gather_rounds_max: 6,
+            migrate_after: Duration::from_millis(5000),
+            liveness_window: Duration::from_millis(1500),
+        }
+    }
+}
+
+/// Test-only switches that plant known bugs, so the simulator's checkers can be shown to
+/// catch them. All off by default; nothing outside tests turns them on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlantedBugs {
+    /// The quorum predicate accepts any non-empty set of chunks.
+    pub broken_quorum: bool,
+    /// A chunk applies operations whatever its lease state.
+    pub serve_without_lease: bool,
+}
+
+/// The static shape of a cluster, fixed at bootstrap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterConfig {
+    /// Every device of the cluster (the directors a chunk may ask for help).
+    pub devices: Vec<DeviceId>,
+    /// Number of stores (DESIGN §1, default 64).
+    pub stores: u32,
+    /// Chunks per store at bootstrap.
+    pub replication: usize,
+}
+
+impl ClusterConfig {
+    /// A cluster of devices `1..=n`.
+    pub fn new(n: u64, stores: u32, replication: usize) -> ClusterConfig {
+        ClusterConfig {
+            devices: (1..=n).map(DeviceId).collect(),
+            stores,
+            replication,
+        }
+    }
+
+    /// The stores, in order.
+    pub fn store_ids(&self) -> impl Iterator<Item = StoreId> + use<> {
+        (0..self.stores).map(StoreId)
+    }
+
+    /// Bootstrap layout of a store: `replication` devices chosen by rendezvous hashing.
+    /// Bootstrap chunk serials are the store index (serials below `stores` are reserved).
+    pub fn bootstrap_chunks(&self, store: StoreId) -> Vec<ChunkId> {
+        let mut ranked = self.ranked_devices(store);
+        ranked.truncate(self.replication.min(self.devices.len()));
+        ranked
+            .into_iter()
+            .map(|device| ChunkId {
+                device,
+                serial: store.0 as u64,
+            })
+            .collect()
+    }
+
+    /// Devices ranked by precedence for managing `store` (highest first). This is the
+    /// well-known precedence relation of seed 000 §5.3.10 (nack arbitration).
+    pub fn ranked_devices(&self, store: StoreId) -> Vec<DeviceId> {
+        let mut ds = self.devices.clone();
+        ds.sort_by_key(|d| std::cmp::Reverse(precedence(store, *d)));
+        ds
+    }
+
+    /// The device that bootstraps as a store's manager and that policies prefer.
+    pub fn preferred_manager(&self, store: StoreId) -> DeviceId {
+        self.ranked_devices(store)[0]
+    }
+
+    /// First serial a device may allocate for new chunks.
+    pub fn first_free_serial(&self) -> u64 {
+        self.stores as u64
+    }
+}
+
+/// Precedence of a device as manager of a store: larger wins.
+pub fn precedence(store: StoreId, device: DeviceId) -> (u64, u64) {
+    (
+        mix64(mix64(store.0 as u64 ^ 0x5741_5245) ^ device.0),
+        device.0,
+    )
+}
+
+/// Everything a device's core is configured with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceConfig {
+    /// This device.
+    pub id: DeviceId,
+    /// The cluster's shape.
+    pub cluster: ClusterConfig,
+    /// Timing constants.
+    pub timing: Timing,
+    /// Whether this device runs the outside policies (relayout, migration).
+    pub run_policies: bool,
+    /// Planted bugs (tests only).
+    pub planted: PlantedBugs,
+}
+
+impl DeviceConfig {
+    /// Defaults for device `id` in `cluster`.
+    pub fn new(id: DeviceId, cluster: ClusterConfig) -> DeviceConfig {
+        DeviceConfig {
+            id,
+            cluster,
+            timing: Timing::default(),
+            run_policies: true,
+            planted: PlantedBugs::default(),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! What goes into and comes out of a [`crate::Device`]: inputs, outputs, the persistent
+//! state and the operations that change it, observations for checkers, client requests.
+
+use crate::data::{StoreData, Version};
+use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
+use crate::layout::{Metadata, Prepared};
+use crate::msg::Msg;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One input to a device.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// A message from another device (or from itself).
+    Message {
+        /// Sender.
+        from: DeviceId,
+        /// The message.
+        msg: Msg,
+    },
+    /// Time has advanced; fire every timer due at `now`.
+    Tick,
+    /// A client request.
+    Request {
+        /// Client.
+        client: ClientId,
+        /// The client's request id (echoed in the reply).
+        req_id: u64,
+        /// The request.
+        req: Request,
+    },
+    /// A command from an outside policy (an operator or the simulator's workload).
+    Policy(PolicyCommand),
+}
+
+/// Outside-policy commands (seed 000 §3: the interface the policies use).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyCommand {
+    /// `migrate(node)`: move management of `store` to `to`.
+    Migrate {
+        /// Store.
+        store: StoreId,
+        /// Destination device.
+        to: DeviceId,
+    },
+    /// `relayout(new metadata)`.
+    Relayout {
+        /// Store.
+        store: StoreId,
+        /// New layout.
+        metadata: Metadata,
+    },
+    /// Replace one chunk of `store` with a new chunk on `device` (allocates the chunk,
+    /// then relayouts).
+    ReplaceChunk {
+        /// Store.
+        store: StoreId,
+        /// Chunk to drop from the layout.
+        old: ChunkId,
+        /// Device to put the new chunk on.
+        device: DeviceId,
+    },
+}
+
+/// Client requests the core understands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Write a test register (exercises the store access protocol).
+    Write {
+        /// Store.
+        store: StoreId,
+        /// Key.
+        key: u64,
+        /// Value.
+        value: u64,
+    },
+}
+
+/// Successful replies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// The write is durable on every live chunk of the store.
+    Written {
+        /// Version assigned.
+        version: Version,
+    },
+}
+
+/// Typed client errors (DESIGN §8).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ClientError {
+    /// This device does not manage the store; try `hint`.
+    #[error("not the manager of this store (try {hint:?})")]
+    NotManager {
+        /// Where the manager may be.
+        hint: Option<DeviceId>,
+    },
+    /// The store has no quorum or coverage reachable here.
+    #[error("store {store} is unavailable")]
+    Unavailable {
+        /// The store.
+        store: StoreId,
+    },
+    /// Unknown store.
+    #[error("unknown store {0}")]
+    UnknownStore(StoreId),
+}
+
+/// One output of a device. Outputs are ordered: a `Persist` must be durable before any
+/// later `Send` or `Reply` of the same batch leaves the device.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub enum Output {
+    /// Send a message.
+    Send {
+        /// Destination.
+        to: DeviceId,
+        /// Message.
+        msg: Msg,
+    },
+    /// Make a change to persistent state durable.
+    Persist(PersistOp),
+    /// Answer a client.
+    Reply {
+        /// Client.
+        client: ClientId,
+        /// Request id.
+        req_id: u64,
+        /// Result.
+        result: Result<Response, ClientError>,
+    },
+    /// The earliest timer is now at this instant (call `handle(now, Tick)` then).
+    SetTimer(Instant),
+    /// Something checkers and metrics want to know about (no effect on the protocol).
+    Observe(Observation),
+}
+
+/// Persistent state of one chunk (the bold-face variables of seed 000 §4.1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkPersist {
+    /// Identity.
+    pub id: ChunkId,
+    /// The store it replicates.
+    pub store: StoreId,
+    /// Current epoch.
+    pub epoch: Epoch,
+    /// Metadata of that epoch.
+    pub metadata: Metadata,
+    /// The manager that granted the last lease (seeds the regeneration queue on restart).
+    pub lease_mgr: Option<DeviceId>,
+    /// The uncommitted epoch transition this chunk voted for (SafeTalk prepare log).
+    pub prepared: Option<Prepared>,
+    /// The store's contents.
+    pub data: StoreData,
+}
+
+/// A durable change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PersistOp {
+    /// Write (create or replace) a chunk's persistent state.
+    PutChunk(Box<ChunkPersist>),
+    /// Delete a chunk (garbage collect).
+    RemoveChunk(ChunkId),
+    /// Advance the device's chunk serial counter (before the serial is used).
+    SetNextSerial(u64),
+}
+
+/// All persistent state of a device: what survives a crash.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DevicePersist {
+    /// Next chunk serial to hand out.
+    pub next_serial: u64,
+    /// The device's chunks.
+    pub chunks: BTreeMap<ChunkId, ChunkPersist>,
+}
+
+impl DevicePersist {
+    /// Apply a durable change.
+    pub fn apply(&mut self, op: &PersistOp) {
+        match op {
+            PersistOp::PutChunk(c) => {
+                self.chunks.insert(c.id, (**c).clone());
+            }
+            PersistOp::RemoveChunk(id) => {
+                self.chunks.remove(id);
+            }
+            PersistOp::SetNextSerial(n) => self.next_serial = *n,
+        }
+    }
+}
+
+/// Observations for checkers, traces and metrics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Observation {
+    /// This device became the manager of `store` in `epoch` (a commit completed).
+    BecameManager {
+        /// Store.
+        store: StoreId,
+        /// Epoch.
+        epoch: Epoch,
+        /// Layout of the epoch.
+        metadata: Metadata,
+        /// How the epoch came to be.
+        cause: EpochCause,
+    },
+    /// This device stopped managing `store`.
+    StoppedManaging {
+        /// Store.
+        store: StoreId,
+        /// Epoch it was managing.
+        epoch: Epoch,
+    },
+    /// A chunk applied an operation (the access protocol served it).
+    ChunkServed {
+        /// Chunk.
+        chunk: ChunkId,
+        /// Epoch of the operation.
+        epoch: Epoch,
+    },
+    /// A chunk committed a new epoch.
+    ChunkCommitted {
+        /// Chunk.
+        chunk: ChunkId,
+        /// New epoch.
+        epoch: Epoch,
+    },
+    /// A chunk garbage-collected itself.
+    ChunkCollected {
+        /// Chunk.
+        chunk: ChunkId,
+    },
+    /// A write was acknowledged to its client.
+    WriteAcked {
+        /// Store.
+        store: StoreId,
+        /// Key.
+        key: u64,
+        /// Version.
+        version: Version,
+        /// Value.
+        value: u64,
+    },
+    /// A manager marked a chunk failed (reported to the outside policy).
+    ChunkFailed {
+        /// Store.
+        store: StoreId,
+        /// Chunk.
+        chunk: ChunkId,
+    },
+    /// A relayout committed or aborted.
+    Relayout {
+        /// Store.
+        store: StoreId,
+        /// Whether it committed.
+        committed: bool,
+    },
+    /// A migration committed or aborted (reported by the incoming manager).
+    Migration {
+        /// Store.
+        store: StoreId,
+        /// Whether it committed.
+        committed: bool,
+    },
+}
+
+/// Why a manager's epoch began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EpochCause {
+    /// Manager regeneration (recovery transition).
+    Regeneration,
+    /// Manager migration (handoff).
+    Migration,
+    /// Relayout.
+    Relayout,
+}

@@ -1,0 +1,269 @@
+//! Messages between devices. Names follow the seeds: seed 000 §4–§5 for layout control,
+//! and the SafeTalk commit Tenure uses for epoch transitions (DESIGN §3–4).
+//!
+//! Messages addressed to a chunk carry its [`ChunkId`] (the device holding it is
+//! `chunk.device`); messages addressed to a store's manager carry the [`StoreId`] and the
+//! sending chunk.
+
+use crate::data::{StoreData, Version};
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
+use crate::layout::{LeaseType, Metadata, Prepared};
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+
+/// Every message a device sends to another.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Msg {
+    /// Seed 000 messages from a manager to a chunk.
+    ToChunk {
+        /// The chunk's store.
+        store: StoreId,
+        /// Addressed chunk.
+        chunk: ChunkId,
+        /// The message.
+        msg: ToChunk,
+    },
+    /// Seed 000 messages from a chunk to a (would-be) manager of its store.
+    ToManager {
+        /// The store being managed.
+        store: StoreId,
+        /// The chunk that sent it.
+        chunk: ChunkId,
+        /// The message.
+        msg: ToManager,
+    },
+    /// Manager-to-manager messages (migration).
+    Mgr {
+        /// The store being managed.
+        store: StoreId,
+        /// The message.
+        msg: MgrMsg,
+    },
+    /// Outside-policy requests between devices.
+    Policy(PolicyMsg),
+}
+
+/// Messages a chunk receives (seed 000 §4.2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToChunk {
+    /// `renewal(mgr epoch, new expiry time)`. `expiry` is on the manager's clock.
+    Renewal {
+        /// The manager's epoch.
+        epoch: Epoch,
+        /// New expiry (manager clock).
+        expiry: Instant,
+    },
+    /// `epoch transition(old epoch, new epoch, new metadata, new mgr id)`: the SafeTalk
+    /// prepare. The chunk logs it durably and votes to `coordinator`.
+    EpochTransition {
+        /// Epoch the transition starts from.
+        old_epoch: Epoch,
+        /// Epoch it commits to.
+        new_epoch: Epoch,
+        /// Layout of the new epoch.
+        metadata: Metadata,
+        /// Manager of the new epoch (also the commit coordinator).
+        new_mgr: DeviceId,
+    },
+    /// `commit tx`: SafeTalk confirm, carrying the reconciled store state.
+    Commit {
+        /// Epoch being committed.
+        new_epoch: Epoch,
+        /// Merged store state.
+        data: StoreData,
+        /// Lease expiry after the commit (commit lease window, manager clock).
+        expiry: Instant,
+    },
+    /// `abort tx`.
+    Abort {
+        /// Epoch whose transition aborted.
+        new_epoch: Epoch,
+        /// Lease expiry after the abort (abort lease window, manager clock).
+        expiry: Instant,
+    },
+    /// `acquire(new lease expiry, new mgr, new epoch number)`.
+    Acquire {
+        /// Recovery lease expiry (manager clock).
+        expiry: Instant,
+        /// The acquiring manager.
+        mgr: DeviceId,
+        /// The epoch the manager is recovering.
+        epoch: Epoch,
+    },
+    /// `lose`: the chunk is no longer in the layout and should garbage-collect itself.
+    Lose,
+    /// `release(epoch number, new mgr hint set)`.
+    Release {
+        /// Epoch of the abandoned regeneration.
+        epoch: Epoch,
+        /// Managers with higher precedence to try next.
+        hints: Vec<DeviceId>,
+    },
+    /// `transfer lease(epoch number, new mgr, expiry)`.
+    TransferLease {
+        /// Epoch being recovered.
+        epoch: Epoch,
+        /// The winning manager.
+        new_mgr: DeviceId,
+        /// New recovery lease expiry (manager clock).
+        expiry: Instant,
+    },
+    /// `redirect(new mgr)`: try this manager next.
+    Redirect {
+        /// Where the manager may be found.
+        new_mgr: DeviceId,
+    },
+    /// Test payload write (the store access protocol; served only under a regular lease).
+    Write {
+        /// Epoch the manager ordered it in.
+        epoch: Epoch,
+        /// Version assigned by the manager.
+        version: Version,
+        /// Register key.
+        key: u64,
+        /// Value.
+        value: u64,
+    },
+}
+
+/// Messages a manager receives from chunks (seed 000 §5.3).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToManager {
+    /// `renewal request(chunk epoch)`.
+    RenewalRequest {
+        /// The chunk's epoch.
+        epoch: Epoch,
+    },
+    /// `recovery renewal request(chunk epoch)`.
+    RecoveryRenewalRequest {
+        /// The chunk's epoch.
+        epoch: Epoch,
+    },
+    /// `help(epoch number, metadata)`.
+    Help {
+        /// The chunk's epoch.
+        epoch: Epoch,
+        /// The chunk's metadata for that epoch.
+        metadata: Metadata,
+    },
+    /// `ack(epoch)`: the chunk accepts the recovery lease.
+    Ack {
+        /// The chunk's epoch (equal to the manager's).
+        epoch: Epoch,
+        /// An uncommitted epoch transition the chunk voted for, if any.
+        prepared: Option<Prepared>,
+    },
+    /// `ack-conditional(mgr epoch, chunk epoch, chunk metadata)`.
+    AckConditional {
+        /// The epoch the manager asked for.
+        mgr_epoch: Epoch,
+        /// The chunk's epoch.
+        chunk_epoch: Epoch,
+        /// The chunk's metadata.
+        metadata: Metadata,
+        /// An uncommitted epoch transition the chunk voted for, if any.
+        prepared: Option<Prepared>,
+    },
+    /// `nack(chunk epoch, chunk mgr, lease type)`.
+    Nack {
+        /// The chunk's epoch.
+        epoch: Epoch,
+        /// The manager the chunk is leased to (none under no lease).
+        mgr: Option<DeviceId>,
+        /// The chunk's lease type.
+        lease: LeaseType,
+    },
+    /// `nochunk(chunk)`: the device does not hold (or has garbage-collected) the chunk.
+    NoChunk,
+    /// `transfer ack(chunk epoch number, chunk mgr)`.
+    TransferAck {
+        /// Epoch.
+        epoch: Epoch,
+        /// The manager the lease now belongs to.
+        mgr: DeviceId,
+    },
+    /// `transfernotice(chunk epoch number, chunk mgr)`: sent to the manager a chunk leaves.
+    TransferNotice {
+        /// Epoch.
+        epoch: Epoch,
+        /// The manager that won.
+        mgr: DeviceId,
+    },
+    /// `done` + vote commit: the chunk's reconciliation input for an epoch transition
+    /// (SafeTalk ACCEPTED), sent after the prepare is durable.
+    Vote {
+        /// The epoch being prepared.
+        new_epoch: Epoch,
+        /// The chunk's store state.
+        data: StoreData,
+    },
+    /// The chunk cannot take part in the epoch transition (wrong state or epoch).
+    VoteAbort {
+        /// The epoch being prepared.
+        new_epoch: Epoch,
+    },
+    /// A test payload write was applied durably.
+    WriteAck {
+        /// Version applied.
+        version: Version,
+    },
+    /// A test payload write was refused (no regular lease for that epoch).
+    WriteReject {
+        /// Version refused.
+        version: Version,
+    },
+}
+
+/// Manager-to-manager messages of manager migration (seed 000 §5.3.1, §5.3.3–§5.3.7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum MgrMsg {
+    /// `handoff(old epoch number, new metadata, failed chunks)`.
+    Handoff {
+        /// The old manager's epoch.
+        old_epoch: Epoch,
+        /// Layout.
+        metadata: Metadata,
+        /// Chunks the old manager believes failed.
+        failed: Vec<ChunkId>,
+        /// The old manager's copy of the store state.
+        data: StoreData,
+    },
+    /// The outgoing manager's vote (it has reconciled: `done`).
+    HandoffVote {
+        /// Epoch being prepared.
+        new_epoch: Epoch,
+    },
+    /// Commit of the migration, from the incoming manager to the outgoing one.
+    HandoffCommit {
+        /// Epoch committed.
+        new_epoch: Epoch,
+    },
+    /// Abort of the migration.
+    HandoffAbort {
+        /// Epoch aborted.
+        new_epoch: Epoch,
+    },
+}
+
+/// Requests between devices on behalf of the outside policies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PolicyMsg {
+    /// Allocate a new chunk for `store` (policy: replace a failed chunk).
+    CreateChunk {
+        /// Store the chunk will belong to.
+        store: StoreId,
+        /// The manager asking (the chunk's first lease manager).
+        mgr: DeviceId,
+        /// The manager's current epoch.
+        epoch: Epoch,
+        /// Recovery lease expiry for the new chunk (manager clock).
+        expiry: Instant,
+    },
+    /// The chunk was created and persisted.
+    ChunkCreated {
+        /// Store.
+        store: StoreId,
+        /// The new chunk.
+        chunk: ChunkId,
+    },
+}
