@@ -1,62 +1,400 @@
 //! The device: every protocol state machine of one node behind one entry point.
-//! (Implementation in progress; the public surface below is stable.)
+//!
+//! A device holds its chunks (seed 000 §4) and one manager role per store it is or may
+//! become manager of (§5). [`Device::handle`] routes an input to the right machine and
+//! returns the outputs in order; [`Device::poll_timeout`] is the earliest deadline of
+//! any machine. Persistent state lives in the chunks' [`ChunkPersist`] records and the
+//! serial counter; everything else is volatile and is lost on a crash (`Device::new`
+//! from the persisted state is a restart: every chunk is newly awake, §4.2.5).
 
 use crate::config::DeviceConfig;
-use crate::ids::{ChunkId, DeviceId, StoreId};
-use crate::io::{DevicePersist, Input, Output};
-use crate::layout::{ChunkView, ManagerView};
+use crate::ctx::Ctx;
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
+use crate::io::{
+    ChunkPersist, ClientError, DevicePersist, Input, Output, PersistOp, PolicyCommand, Request,
+};
+use crate::layout::chunk::Chunk;
+use crate::layout::manager::Manager;
+use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
+use crate::msg::{Msg, PolicyMsg, ToChunk, ToManager};
+use crate::rng::Rng;
 use crate::time::Instant;
+use std::collections::BTreeMap;
 
 /// One device's protocol core.
 pub struct Device {
     cfg: DeviceConfig,
-    disk: DevicePersist,
+    next_serial: u64,
+    chunks: BTreeMap<ChunkId, Chunk>,
+    managers: BTreeMap<StoreId, Manager>,
+    heard: BTreeMap<DeviceId, Instant>,
+    rng: Rng,
+    last_timer: Option<Instant>,
 }
 
 impl Device {
-    /// Boot a device from its persistent state (empty on first boot: bootstrap).
+    /// Boot a device from its persistent state. An empty state with serial 0 is a first
+    /// boot: the device creates its bootstrap chunks (epoch 1, the store's preferred
+    /// device as last manager) and persists them before anything else happens.
     pub fn new(
         cfg: DeviceConfig,
         disk: DevicePersist,
-        _now: Instant,
-        _rng_seed: u64,
+        now: Instant,
+        rng_seed: u64,
     ) -> (Device, Vec<Output>) {
-        (Device { cfg, disk }, Vec::new())
+        let mut dev = Device {
+            next_serial: disk.next_serial,
+            cfg,
+            chunks: BTreeMap::new(),
+            managers: BTreeMap::new(),
+            heard: BTreeMap::new(),
+            rng: Rng::new(rng_seed),
+            last_timer: None,
+        };
+        let mut out = Vec::new();
+        let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
+        if dev.next_serial == 0 && records.is_empty() {
+            records = dev.bootstrap(&mut out);
+        }
+        for p in records {
+            let id = p.id;
+            let chunk = {
+                let mut ctx = dev.ctx_parts(now, &mut out);
+                Chunk::boot(&mut ctx, p)
+            };
+            dev.chunks.insert(id, chunk);
+        }
+        dev.finish(&mut out);
+        (dev, out)
     }
-    /// Handle one input at local time `now`.
-    pub fn handle(&mut self, _now: Instant, _input: Input) -> Vec<Output> {
-        Vec::new()
+
+    fn bootstrap(&mut self, out: &mut Vec<Output>) -> Vec<ChunkPersist> {
+        let cluster = &self.cfg.cluster;
+        let mut records = Vec::new();
+        for store in cluster.store_ids() {
+            let chunks = cluster.bootstrap_chunks(store);
+            if let Some(id) = chunks.iter().find(|c| c.device == self.cfg.id).copied() {
+                let p = ChunkPersist {
+                    id,
+                    store,
+                    epoch: Epoch(1),
+                    metadata: Metadata::new(chunks),
+                    lease_mgr: Some(cluster.preferred_manager(store)),
+                    prepared: None,
+                    data: Default::default(),
+                };
+                out.push(Output::Persist(PersistOp::PutChunk(Box::new(p.clone()))));
+                records.push(p);
+            }
+        }
+        self.next_serial = cluster.first_free_serial();
+        out.push(Output::Persist(PersistOp::SetNextSerial(self.next_serial)));
+        records
     }
+
+    fn ctx_parts<'a>(&'a mut self, now: Instant, out: &'a mut Vec<Output>) -> Ctx<'a> {
+        Ctx {
+            now,
+            cfg: &self.cfg,
+            rng: &mut self.rng,
+            out,
+            heard: &self.heard,
+        }
+    }
+
+    /// Handle one input at local time `now`; returns the outputs in order.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Output> {
+        let mut out = Vec::new();
+        match input {
+            Input::Message { from, msg } => {
+                self.heard.insert(from, now);
+                self.on_message(now, from, msg, &mut out);
+            }
+            Input::Tick => self.on_tick(now, &mut out),
+            Input::Request {
+                client,
+                req_id,
+                req,
+            } => match req {
+                Request::Write { store, key, value } => {
+                    if store.0 >= self.cfg.cluster.stores {
+                        out.push(Output::Reply {
+                            client,
+                            req_id,
+                            result: Err(ClientError::UnknownStore(store)),
+                        });
+                    } else {
+                        let Device {
+                            cfg,
+                            rng,
+                            heard,
+                            managers,
+                            ..
+                        } = self;
+                        let mut ctx = Ctx {
+                            now,
+                            cfg,
+                            rng,
+                            out: &mut out,
+                            heard,
+                        };
+                        managers
+                            .entry(store)
+                            .or_insert_with(|| Manager::new(store))
+                            .write(&mut ctx, client, req_id, key, value);
+                    }
+                }
+            },
+            Input::Policy(cmd) => self.on_policy(now, cmd, &mut out),
+        }
+        self.finish(&mut out);
+        out
+    }
+
+    fn finish(&mut self, out: &mut Vec<Output>) {
+        let t = self.poll_timeout();
+        if t != self.last_timer {
+            self.last_timer = t;
+            if let Some(t) = t {
+                out.push(Output::SetTimer(t));
+            }
+        }
+    }
+
+    fn on_message(&mut self, now: Instant, from: DeviceId, msg: Msg, out: &mut Vec<Output>) {
+        let Device {
+            cfg,
+            rng,
+            heard,
+            managers,
+            chunks,
+            next_serial,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            now,
+            cfg,
+            rng,
+            out,
+            heard,
+        };
+        match msg {
+            Msg::ToChunk { store, chunk, msg } => match chunks.get_mut(&chunk) {
+                Some(c) if chunk.device == ctx.me() => c.on_msg(&mut ctx, from, msg),
+                _ => {
+                    // §4.2.4: a device answers acquire for a chunk it no longer has.
+                    if matches!(msg, ToChunk::Acquire { .. }) {
+                        ctx.send(
+                            from,
+                            Msg::ToManager {
+                                store,
+                                chunk,
+                                msg: ToManager::NoChunk,
+                            },
+                        );
+                    }
+                }
+            },
+            Msg::ToManager { store, chunk, msg } => {
+                if store.0 < ctx.cfg.cluster.stores {
+                    managers
+                        .entry(store)
+                        .or_insert_with(|| Manager::new(store))
+                        .on_msg(&mut ctx, from, chunk, msg);
+                }
+            }
+            Msg::Mgr { store, msg } => {
+                if store.0 < ctx.cfg.cluster.stores {
+                    managers
+                        .entry(store)
+                        .or_insert_with(|| Manager::new(store))
+                        .on_mgr_msg(&mut ctx, from, msg);
+                }
+            }
+            Msg::Policy(PolicyMsg::CreateChunk {
+                store,
+                mgr,
+                epoch,
+                expiry,
+            }) => {
+                if store.0 < ctx.cfg.cluster.stores {
+                    // The serial is durable before the chunk id leaves the device.
+                    let id = ChunkId {
+                        device: ctx.me(),
+                        serial: *next_serial,
+                    };
+                    *next_serial += 1;
+                    ctx.persist(PersistOp::SetNextSerial(*next_serial));
+                    let c = Chunk::created(&mut ctx, id, store, mgr, epoch, expiry);
+                    chunks.insert(id, c);
+                    ctx.send(
+                        from,
+                        Msg::Policy(PolicyMsg::ChunkCreated { store, chunk: id }),
+                    );
+                }
+            }
+            Msg::Policy(PolicyMsg::ChunkCreated { store, chunk }) => {
+                if let Some(m) = managers.get_mut(&store) {
+                    m.chunk_created(&mut ctx, chunk);
+                }
+            }
+        }
+        self.collect_garbage();
+    }
+
+    fn on_policy(&mut self, now: Instant, cmd: PolicyCommand, out: &mut Vec<Output>) {
+        let Device {
+            cfg,
+            rng,
+            heard,
+            managers,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            now,
+            cfg,
+            rng,
+            out,
+            heard,
+        };
+        match cmd {
+            PolicyCommand::Migrate { store, to } => {
+                if let Some(m) = managers.get_mut(&store) {
+                    let _ = m.migrate(&mut ctx, to);
+                }
+            }
+            PolicyCommand::Relayout { store, metadata } => {
+                if let Some(m) = managers.get_mut(&store) {
+                    let _ = m.relayout(&mut ctx, metadata);
+                }
+            }
+            PolicyCommand::ReplaceChunk { store, old, device } => {
+                if let Some(m) = managers.get_mut(&store)
+                    && m.state == MgrState::Manager
+                    && m.metadata.contains(old)
+                    && m.policy.creating.is_none()
+                    && !m.metadata.chunks.iter().any(|c| c.device == device)
+                {
+                    m.request_chunk(&mut ctx, old, device);
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let drift = self.cfg.timing.clock_drift;
+        let Device {
+            cfg,
+            rng,
+            heard,
+            managers,
+            chunks,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            now,
+            cfg,
+            rng,
+            out,
+            heard,
+        };
+        for c in chunks.values_mut() {
+            if c.next_timeout(drift).is_some_and(|t| t <= now) {
+                c.on_tick(&mut ctx);
+            }
+        }
+        for m in managers.values_mut() {
+            if m.next_timeout().is_some_and(|t| t <= now) {
+                m.on_tick(&mut ctx);
+            }
+        }
+        self.collect_garbage();
+    }
+
+    /// Drop chunks that garbage-collected themselves and manager roles with nothing in
+    /// them. A garbage-collected chunk's id is answered with `nochunk` from then on.
+    fn collect_garbage(&mut self) {
+        self.chunks
+            .retain(|_, c| c.state != crate::layout::ChunkState::GarbageCollect);
+        self.managers
+            .retain(|_, m| m.state != MgrState::None || m.forwarding.is_some());
+    }
+
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        let drift = self.cfg.timing.clock_drift;
+        let c = self
+            .chunks
+            .values()
+            .filter_map(|c| c.next_timeout(drift))
+            .min();
+        let m = self
+            .managers
+            .values()
+            .filter_map(|m| m.next_timeout())
+            .min();
+        crate::time::earliest(c, m)
     }
+
     /// This device.
     pub fn id(&self) -> DeviceId {
         self.cfg.id
     }
+
     /// Configuration.
     pub fn config(&self) -> &DeviceConfig {
         &self.cfg
     }
-    /// Current persistent state.
+
+    /// Current persistent state (what a crash keeps).
     pub fn persistent(&self) -> DevicePersist {
-        self.disk.clone()
+        DevicePersist {
+            next_serial: self.next_serial,
+            chunks: self.chunks.iter().map(|(k, c)| (*k, c.p.clone())).collect(),
+        }
     }
+
     /// View of one chunk.
-    pub fn chunk_view(&self, _id: ChunkId) -> Option<ChunkView> {
-        None
+    pub fn chunk_view(&self, id: ChunkId) -> Option<ChunkView> {
+        self.chunks.get(&id).map(Chunk::view)
     }
+
     /// Views of all chunks.
     pub fn chunk_views(&self) -> Vec<ChunkView> {
-        Vec::new()
+        self.chunks.values().map(Chunk::view).collect()
     }
+
     /// View of this device's manager role for a store (None if it has none).
-    pub fn manager_view(&self, _store: StoreId) -> Option<ManagerView> {
-        None
+    pub fn manager_view(&self, store: StoreId) -> Option<ManagerView> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state != MgrState::None)
+            .map(Manager::view)
     }
+
     /// Views of all manager roles that are not in the `None` state.
     pub fn manager_views(&self) -> Vec<ManagerView> {
-        Vec::new()
+        self.managers
+            .values()
+            .filter(|m| m.state != MgrState::None)
+            .map(Manager::view)
+            .collect()
+    }
+
+    /// A chunk's persistent record (checkers compare stored data).
+    pub fn chunk_record(&self, id: ChunkId) -> Option<&ChunkPersist> {
+        self.chunks.get(&id).map(|c| &c.p)
+    }
+
+    /// Direct access to a chunk's state machine (tests).
+    pub fn chunk_mut(&mut self, id: ChunkId) -> Option<&mut Chunk> {
+        self.chunks.get_mut(&id)
+    }
+
+    /// Direct access to a manager role (tests).
+    pub fn manager_mut(&mut self, store: StoreId) -> &mut Manager {
+        self.managers
+            .entry(store)
+            .or_insert_with(|| Manager::new(store))
     }
 }

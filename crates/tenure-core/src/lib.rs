@@ -15,6 +15,7 @@
 //! - **getters**: views of chunks and manager roles for status and checkers.
 
 pub mod config;
+pub mod ctx;
 pub mod data;
 pub mod device;
 pub mod ids;
@@ -22,6 +23,7 @@ pub mod io;
 pub mod layout;
 pub mod msg;
 pub mod rng;
+pub mod testkit;
 pub mod time;
 
 pub use config::{ClusterConfig, DeviceConfig, PlantedBugs, Timing};

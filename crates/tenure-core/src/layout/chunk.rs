@@ -1,0 +1,636 @@
+//! The chunk state machine (seed 000 §4).
+//!
+//! A chunk holds a store's persistent state ([`ChunkPersist`]) and one of the nine states
+//! of §4.1. It serves the access protocol only under a regular lease for its current
+//! epoch, and never trusts a lease past `expiry - δ_c` on its own clock. When its lease
+//! expires it asks directors for `help` until some manager acquires it (§4.2.6).
+//!
+//! Where the seed leaves room, Tenure decides (each marked `Tenure:` below):
+//! - the epoch transition is the SafeTalk prepare: the chunk votes only for its current
+//!   lease manager, only for an epoch above any it already voted for, and logs the vote
+//!   durably (`prepared`) before sending it; the log is reported in `ack`s so a later
+//!   regeneration never reuses an epoch number that may have committed;
+//! - a chunk waiting in a transition state for longer than `transition_wait` gives up on
+//!   its manager and enters the no-lease state (the seed assumes the commit protocol
+//!   terminates; this is how it terminates when the coordinator dies);
+//! - a recovery lease belongs to the epoch it was granted in (`lease_epoch`), which differs
+//!   from the chunk's epoch after an `ack-conditional`; its manager may renew, re-acquire
+//!   or release it at that epoch or a later one (it moves forward during regeneration).
+
+use crate::config::precedence;
+use crate::ctx::Ctx;
+use crate::data::Version;
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
+use crate::io::{ChunkPersist, Observation, PersistOp};
+use crate::layout::{ChunkState, ChunkView, LeaseType, Metadata, Prepared};
+use crate::msg::{Msg, ToChunk, ToManager};
+use crate::time::Instant;
+
+/// The transient epoch transition log of §4.1 (`epoch transition log`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransitionLog {
+    /// Epoch the transition starts from.
+    pub old_epoch: Epoch,
+    /// Epoch it commits to.
+    pub new_epoch: Epoch,
+    /// Layout of the new epoch.
+    pub metadata: Metadata,
+    /// Manager of the new epoch and commit coordinator.
+    pub new_mgr: DeviceId,
+}
+
+/// One chunk: persistent state plus the volatile variables of §4.1.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// Persistent state (bold face in the seed); changed only together with a `Persist`.
+    pub p: ChunkPersist,
+    /// State (volatile; reset to newly awake at restart).
+    pub state: ChunkState,
+    /// When the current lease expires (lease manager's clock).
+    pub lease_expiry: Option<Instant>,
+    /// When to ask for renewal.
+    pub lease_renewal: Option<Instant>,
+    /// The manager that granted the current lease.
+    pub lease_mgr: Option<DeviceId>,
+    /// Tenure: the epoch the current lease was granted in.
+    pub lease_epoch: Epoch,
+    /// Epoch transition log.
+    pub log: Option<TransitionLog>,
+    /// Managers to try during regeneration (popped in decreasing precedence).
+    pub mgr_attempt_queue: Vec<DeviceId>,
+    /// No lease: when to send the next `help`.
+    pub help_at: Option<Instant>,
+    /// Tenure: transition states give up on the coordinator at this time.
+    pub transition_deadline: Option<Instant>,
+}
+
+impl Chunk {
+    /// A chunk loaded from stable storage after a (re)boot: newly awake (§4.2.5), which
+    /// immediately moves on to no lease.
+    pub fn boot(ctx: &mut Ctx<'_>, p: ChunkPersist) -> Chunk {
+        let mut c = Chunk {
+            lease_mgr: p.lease_mgr,
+            lease_epoch: p.epoch,
+            p,
+            state: ChunkState::NewlyAwake,
+            lease_expiry: None,
+            lease_renewal: None,
+            log: None,
+            mgr_attempt_queue: Vec::new(),
+            help_at: None,
+            transition_deadline: None,
+        };
+        c.newly_awake(ctx);
+        c
+    }
+
+    /// A chunk just created for `store` by an outside policy, already holding a recovery
+    /// lease from `mgr` at `epoch` so the relayout that adds it can reach it.
+    pub fn created(
+        ctx: &mut Ctx<'_>,
+        id: ChunkId,
+        store: StoreId,
+        mgr: DeviceId,
+        epoch: Epoch,
+        expiry: Instant,
+    ) -> Chunk {
+        let p = ChunkPersist {
+            id,
+            store,
+            epoch,
+            metadata: Metadata::default(),
+            lease_mgr: Some(mgr),
+            prepared: None,
+            data: Default::default(),
+        };
+        ctx.persist(PersistOp::PutChunk(Box::new(p.clone())));
+        let mut c = Chunk {
+            lease_mgr: Some(mgr),
+            lease_epoch: epoch,
+            p,
+            state: ChunkState::RecoveryLease,
+            lease_expiry: Some(expiry),
+            lease_renewal: None,
+            log: None,
+            mgr_attempt_queue: Vec::new(),
+            help_at: None,
+            transition_deadline: None,
+        };
+        c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+        c
+    }
+
+    /// This chunk's id.
+    pub fn id(&self) -> ChunkId {
+        self.p.id
+    }
+
+    /// Read-only view.
+    pub fn view(&self) -> ChunkView {
+        ChunkView {
+            id: self.p.id,
+            store: self.p.store,
+            state: self.state,
+            epoch: self.p.epoch,
+            lease_expiry: self.lease_expiry,
+            lease_mgr: self.lease_mgr,
+        }
+    }
+
+    /// Whether the lease may still be trusted at `now` (never past `expiry - δ_c`).
+    pub fn lease_valid(&self, ctx: &Ctx<'_>) -> bool {
+        self.lease_expiry
+            .is_some_and(|e| ctx.now < e.saturating_sub(ctx.cfg.timing.clock_drift))
+    }
+
+    fn persist(&self, ctx: &mut Ctx<'_>) {
+        ctx.persist(PersistOp::PutChunk(Box::new(self.p.clone())));
+    }
+
+    fn to_mgr(&self, ctx: &mut Ctx<'_>, to: DeviceId, msg: ToManager) {
+        ctx.send(
+            to,
+            Msg::ToManager {
+                store: self.p.store,
+                chunk: self.p.id,
+                msg,
+            },
+        );
+    }
+
+    fn clear_lease(&mut self) {
+        self.lease_expiry = None;
+        self.lease_renewal = None;
+    }
+
+    // ---- state entries -------------------------------------------------------------
+
+    /// §4.2.5 newly awake: clear the log and transient data, queue the last lease
+    /// manager, and go to no lease.
+    pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = ChunkState::NewlyAwake;
+        self.log = None;
+        self.clear_lease();
+        self.transition_deadline = None;
+        self.mgr_attempt_queue = self.p.lease_mgr.into_iter().collect();
+        self.enter_no_lease(ctx);
+    }
+
+    /// §4.2.6 no lease: on entry, start the help loop.
+    fn enter_no_lease(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = ChunkState::NoLease;
+        self.clear_lease();
+        self.log = None;
+        self.transition_deadline = None;
+        self.send_help(ctx);
+    }
+
+    /// One iteration of the help loop: pop the best queued manager or pick a random
+    /// director, send `help(epoch, metadata)`, and wait long enough for an answer.
+    fn send_help(&mut self, ctx: &mut Ctx<'_>) {
+        let store = self.p.store;
+        let d = if let Some(i) = (0..self.mgr_attempt_queue.len())
+            .max_by_key(|&i| precedence(store, self.mgr_attempt_queue[i]))
+        {
+            self.mgr_attempt_queue.swap_remove(i)
+        } else {
+            let devices = &ctx.cfg.cluster.devices;
+            devices[ctx.rng.below(devices.len() as u64) as usize]
+        };
+        let msg = ToManager::Help {
+            epoch: self.p.epoch,
+            metadata: self.p.metadata.clone(),
+        };
+        self.to_mgr(ctx, d, msg);
+        self.help_at = Some(ctx.now + ctx.cfg.timing.help_wait);
+    }
+
+    fn garbage_collect(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = ChunkState::GarbageCollect;
+        self.clear_lease();
+        self.log = None;
+        self.help_at = None;
+        self.transition_deadline = None;
+        ctx.persist(PersistOp::RemoveChunk(self.p.id));
+        ctx.observe(Observation::ChunkCollected { chunk: self.p.id });
+    }
+
+    fn send_ack(&mut self, ctx: &mut Ctx<'_>, mgr: DeviceId, epoch: Epoch) {
+        let prepared = self.p.prepared.clone();
+        let msg = if epoch == self.p.epoch {
+            ToManager::Ack {
+                epoch: self.p.epoch,
+                prepared,
+            }
+        } else {
+            ToManager::AckConditional {
+                mgr_epoch: epoch,
+                chunk_epoch: self.p.epoch,
+                metadata: self.p.metadata.clone(),
+                prepared,
+            }
+        };
+        self.to_mgr(ctx, mgr, msg);
+    }
+
+    // ---- events ------------------------------------------------------------------
+
+    /// Deliver a message addressed to this chunk.
+    pub fn on_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, msg: ToChunk) {
+        use ChunkState as S;
+        match (self.state, msg) {
+            // §4.2.1 regular lease: renewal
+            (S::RegularLease, ToChunk::Renewal { epoch, expiry }) => {
+                if epoch == self.p.epoch {
+                    self.lease_expiry = Some(expiry);
+                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                }
+            }
+            // §4.2.7 recovery lease: renewal (for the epoch the lease was granted in)
+            (S::RecoveryLease, ToChunk::Renewal { epoch, expiry }) => {
+                if epoch >= self.lease_epoch && Some(from) == self.lease_mgr {
+                    self.lease_epoch = epoch;
+                    self.lease_expiry = Some(expiry);
+                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                }
+            }
+            // §4.2.1 / §4.2.7: epoch transition
+            (
+                s @ (S::RegularLease | S::RecoveryLease),
+                ToChunk::EpochTransition {
+                    old_epoch,
+                    new_epoch,
+                    metadata,
+                    new_mgr,
+                },
+            ) => {
+                let log = TransitionLog {
+                    old_epoch,
+                    new_epoch,
+                    metadata,
+                    new_mgr,
+                };
+                self.epoch_transition(ctx, from, log, s == S::RecoveryLease);
+            }
+            // §4.2.1: acquire while regularly leased → nack
+            (S::RegularLease, ToChunk::Acquire { .. }) => {
+                let msg = ToManager::Nack {
+                    epoch: self.p.epoch,
+                    mgr: self.lease_mgr,
+                    lease: LeaseType::Regular,
+                };
+                self.to_mgr(ctx, from, msg);
+            }
+            // §4.2.1 lose / release: not expected under an active lease; ignored.
+            (S::RegularLease, ToChunk::Lose | ToChunk::Release { .. }) => {}
+            // the access protocol
+            (
+                _,
+                ToChunk::Write {
+                    epoch,
+                    version,
+                    key,
+                    value,
+                },
+            ) => self.write(ctx, from, epoch, version, key, value),
+            // §4.2.3 / §4.2.8: commit tx
+            (
+                S::RegularTransition | S::RecoveryTransition,
+                ToChunk::Commit {
+                    new_epoch,
+                    data,
+                    expiry,
+                },
+            ) => self.commit(ctx, from, new_epoch, data, expiry),
+            // §4.2.3: abort tx → regular lease extended by the abort window
+            (S::RegularTransition, ToChunk::Abort { new_epoch, expiry }) => {
+                if self.is_coordinator(from, new_epoch) {
+                    self.log = None;
+                    self.transition_deadline = None;
+                    self.p.prepared = None;
+                    self.persist(ctx);
+                    self.lease_expiry = Some(expiry);
+                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                    self.state = S::RegularLease;
+                }
+            }
+            // §4.2.8: abort tx → no lease
+            (S::RecoveryTransition, ToChunk::Abort { new_epoch, .. }) => {
+                if self.is_coordinator(from, new_epoch) {
+                    self.p.prepared = None;
+                    self.persist(ctx);
+                    self.enter_no_lease(ctx);
+                }
+            }
+            // §4.2.3: release while in transition is ignored.
+            (S::RegularTransition, ToChunk::Release { .. }) => {}
+            // §4.2.4 garbage collect: answer acquire with nochunk, ignore the rest.
+            (S::GarbageCollect, ToChunk::Acquire { .. }) => {
+                self.to_mgr(ctx, from, ToManager::NoChunk);
+            }
+            (S::GarbageCollect, _) => {}
+            // §4.2.6 no lease: lose → garbage collect
+            (S::NoLease, ToChunk::Lose) => self.garbage_collect(ctx),
+            // §4.2.6 no lease: acquire
+            (S::NoLease, ToChunk::Acquire { expiry, mgr, epoch }) => {
+                if epoch < self.p.epoch {
+                    let msg = ToManager::Nack {
+                        epoch: self.p.epoch,
+                        mgr: None,
+                        lease: LeaseType::None,
+                    };
+                    self.to_mgr(ctx, from, msg);
+                } else {
+                    self.send_ack(ctx, mgr, epoch);
+                    self.lease_expiry = Some(expiry);
+                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                    self.lease_mgr = Some(mgr);
+                    self.lease_epoch = epoch;
+                    self.mgr_attempt_queue.clear();
+                    self.help_at = None;
+                    self.state = S::RecoveryLease;
+                }
+            }
+            // §4.2.6 no lease: redirect
+            (S::NoLease, ToChunk::Redirect { new_mgr }) => {
+                if !self.mgr_attempt_queue.contains(&new_mgr) {
+                    self.mgr_attempt_queue.push(new_mgr);
+                }
+            }
+            // §4.2.7 recovery lease: release
+            (S::RecoveryLease, ToChunk::Release { epoch, hints }) => {
+                if epoch >= self.lease_epoch && Some(from) == self.lease_mgr {
+                    for h in hints {
+                        if !self.mgr_attempt_queue.contains(&h) {
+                            self.mgr_attempt_queue.push(h);
+                        }
+                    }
+                    self.enter_no_lease(ctx);
+                }
+            }
+            // §4.2.7 recovery lease: lose → garbage collect
+            (S::RecoveryLease, ToChunk::Lose) => self.garbage_collect(ctx),
+            // §4.2.7 recovery lease: acquire by another manager → nack
+            (S::RecoveryLease, ToChunk::Acquire { mgr, epoch, .. }) => {
+                if Some(mgr) != self.lease_mgr || epoch < self.lease_epoch {
+                    let msg = ToManager::Nack {
+                        epoch: self.p.epoch,
+                        mgr: self.lease_mgr,
+                        lease: LeaseType::Recovery,
+                    };
+                    self.to_mgr(ctx, from, msg);
+                } else {
+                    // Tenure: the same manager re-acquiring (it lost our ack, or moved its
+                    // recovery forward to a newer epoch) gets it again.
+                    self.lease_epoch = epoch;
+                    self.send_ack(ctx, mgr, epoch);
+                }
+            }
+            // §4.2.7 recovery lease: transfer lease
+            (
+                S::RecoveryLease,
+                ToChunk::TransferLease {
+                    epoch,
+                    new_mgr,
+                    expiry,
+                },
+            ) => {
+                if epoch != self.lease_epoch {
+                    let msg = ToManager::Nack {
+                        epoch: self.p.epoch,
+                        mgr: self.lease_mgr,
+                        lease: LeaseType::Recovery,
+                    };
+                    self.to_mgr(ctx, from, msg);
+                } else {
+                    if let Some(old) = self.lease_mgr.filter(|m| *m != new_mgr) {
+                        self.to_mgr(
+                            ctx,
+                            old,
+                            ToManager::TransferNotice {
+                                epoch,
+                                mgr: new_mgr,
+                            },
+                        );
+                    }
+                    self.to_mgr(
+                        ctx,
+                        from,
+                        ToManager::TransferAck {
+                            epoch,
+                            mgr: new_mgr,
+                        },
+                    );
+                    self.lease_mgr = Some(new_mgr);
+                    self.lease_expiry = Some(expiry);
+                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                }
+            }
+            // Anything else is not a transition of this state: ignored.
+            _ => {}
+        }
+    }
+
+    fn is_coordinator(&self, from: DeviceId, new_epoch: Epoch) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|l| l.new_mgr == from && l.new_epoch == new_epoch)
+    }
+
+    /// §4.2.1 / §4.2.7 epoch transition, then §4.2.2 / §4.2.9 reconciling and `done`.
+    fn epoch_transition(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        log: TransitionLog,
+        recovery: bool,
+    ) {
+        // Tenure: vote only for the lease manager, and never twice for an epoch number.
+        let fresh = self
+            .p
+            .prepared
+            .as_ref()
+            .is_none_or(|p| log.new_epoch > p.new_epoch);
+        let acceptable = log.old_epoch >= self.p.epoch
+            && log.new_epoch > self.p.epoch
+            && Some(from) == self.lease_mgr
+            && fresh;
+        if !acceptable {
+            self.to_mgr(
+                ctx,
+                log.new_mgr,
+                ToManager::VoteAbort {
+                    new_epoch: log.new_epoch,
+                },
+            );
+            return;
+        }
+        self.state = if recovery {
+            ChunkState::RecoveryReconciling
+        } else {
+            ChunkState::Reconciling
+        };
+        self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        self.log = Some(log);
+        self.done(ctx);
+    }
+
+    /// `done`: reconciliation input is ready. Initiate the commit protocol voting commit:
+    /// the prepare is made durable, then the vote (carrying this chunk's state) is sent.
+    pub fn done(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(log) = self.log.clone() else { return };
+        self.p.prepared = Some(Prepared {
+            new_epoch: log.new_epoch,
+            metadata: log.metadata.clone(),
+            new_mgr: log.new_mgr,
+        });
+        self.persist(ctx);
+        let vote = ToManager::Vote {
+            new_epoch: log.new_epoch,
+            data: self.p.data.clone(),
+        };
+        self.to_mgr(ctx, log.new_mgr, vote);
+        self.state = match self.state {
+            ChunkState::RecoveryReconciling => ChunkState::RecoveryTransition,
+            _ => ChunkState::RegularTransition,
+        };
+    }
+
+    /// §4.2.3 / §4.2.8 commit tx.
+    fn commit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        new_epoch: Epoch,
+        data: crate::data::StoreData,
+        expiry: Instant,
+    ) {
+        if !self.is_coordinator(from, new_epoch) {
+            return;
+        }
+        let log = self.log.take().expect("coordinator checked");
+        self.transition_deadline = None;
+        if log.metadata.contains(self.p.id) {
+            self.p.epoch = log.new_epoch;
+            self.p.metadata = log.metadata;
+            self.p.data = data;
+            self.p.lease_mgr = Some(log.new_mgr);
+            self.p.prepared = None;
+            self.persist(ctx);
+            self.lease_expiry = Some(expiry);
+            self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+            self.lease_mgr = Some(log.new_mgr);
+            self.lease_epoch = log.new_epoch;
+            self.state = ChunkState::RegularLease;
+            ctx.observe(Observation::ChunkCommitted {
+                chunk: self.p.id,
+                epoch: log.new_epoch,
+            });
+        } else {
+            self.garbage_collect(ctx);
+        }
+    }
+
+    /// The store access protocol: a write is applied only under a regular lease for the
+    /// chunk's current epoch, granted by the sender (seed 000 §4.1: "the access protocol
+    /// blocks unless the state is regular").
+    fn write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        epoch: Epoch,
+        version: Version,
+        key: u64,
+        value: u64,
+    ) {
+        let serving = self.state == ChunkState::RegularLease
+            && epoch == self.p.epoch
+            && Some(from) == self.lease_mgr
+            && self.lease_valid(ctx);
+        if serving || ctx.cfg.planted.serve_without_lease {
+            if self.p.data.registers.apply(key, version, value) {
+                self.persist(ctx);
+            }
+            ctx.observe(Observation::ChunkServed {
+                chunk: self.p.id,
+                epoch,
+            });
+            self.to_mgr(ctx, from, ToManager::WriteAck { version });
+        } else {
+            self.to_mgr(ctx, from, ToManager::WriteReject { version });
+        }
+    }
+
+    // ---- timers ------------------------------------------------------------------
+
+    /// Earliest timer of this chunk.
+    pub fn next_timeout(&self, ctx_drift: std::time::Duration) -> Option<Instant> {
+        use ChunkState as S;
+        match self.state {
+            S::RegularLease | S::RecoveryLease => crate::time::earliest(
+                self.lease_renewal,
+                self.lease_expiry.map(|e| e.saturating_sub(ctx_drift)),
+            ),
+            S::NoLease => self.help_at,
+            S::Reconciling
+            | S::RegularTransition
+            | S::RecoveryReconciling
+            | S::RecoveryTransition => self.transition_deadline,
+            S::GarbageCollect | S::NewlyAwake => None,
+        }
+    }
+
+    /// Fire due timers: lease expiry, lease renewal, the help loop, transition wait.
+    pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
+        use ChunkState as S;
+        let now = ctx.now;
+        match self.state {
+            S::RegularLease | S::RecoveryLease => {
+                if !self.lease_valid(ctx) {
+                    // lease expiry: the manager is suspected failed.
+                    self.mgr_attempt_queue = self.lease_mgr.into_iter().collect();
+                    self.enter_no_lease(ctx);
+                } else if self.lease_renewal.is_some_and(|t| t <= now) {
+                    // lease renewal: ask the lease manager (again, until renewed).
+                    let msg = if self.state == S::RegularLease {
+                        ToManager::RenewalRequest {
+                            epoch: self.p.epoch,
+                        }
+                    } else {
+                        ToManager::RecoveryRenewalRequest {
+                            epoch: self.p.epoch,
+                        }
+                    };
+                    if let Some(m) = self.lease_mgr {
+                        self.to_mgr(ctx, m, msg);
+                    }
+                    self.lease_renewal = Some(now + ctx.cfg.timing.renewal_period / 2);
+                }
+            }
+            S::NoLease => {
+                if self.help_at.is_some_and(|t| t <= now) {
+                    self.send_help(ctx);
+                }
+            }
+            S::Reconciling
+            | S::RegularTransition
+            | S::RecoveryReconciling
+            | S::RecoveryTransition => {
+                if self.transition_deadline.is_some_and(|t| t <= now) {
+                    // Tenure: the coordinator is gone; regenerate, keeping `prepared`.
+                    let mut q: Vec<DeviceId> = self.lease_mgr.into_iter().collect();
+                    if let Some(l) = self
+                        .log
+                        .as_ref()
+                        .filter(|l| Some(l.new_mgr) != self.lease_mgr)
+                    {
+                        q.push(l.new_mgr);
+                    }
+                    self.mgr_attempt_queue = q;
+                    self.enter_no_lease(ctx);
+                }
+            }
+            S::GarbageCollect | S::NewlyAwake => {}
+        }
+    }
+}

@@ -1,0 +1,1309 @@
+//! The manager state machine (seed 000 §5), including the outside policies a manager runs
+//! for its own store (seed 000 §3: replace a failed chunk by relayout, migrate the manager
+//! to the store's preferred device).
+//!
+//! A manager keeps no persistent state: a crash erases it (§5.3.2) and the chunks
+//! regenerate a manager through `help`. Regeneration is the sequence gathering chunks →
+//! gathered → gathering leases → recovery reconciling → recovery transition → manager.
+//!
+//! Where the seed leaves room, Tenure decides (each marked `Tenure:` below):
+//! - **commit protocol**: the coordinator (the new epoch's manager) sends `epoch
+//!   transition` (prepare), collects every participant's `Vote` (ACCEPTED, carrying its
+//!   store state: the reconciliation input), merges them, and commits by sending the
+//!   merged state; any `VoteAbort` or a missing vote by `transition_timeout` aborts;
+//! - **prepared records**: a regenerating manager that learns of an uncommitted prepare
+//!   for a newer epoch needs a quorum of *both* layouts (joint quorum) and commits to an
+//!   epoch above it, so no epoch number is ever committed twice and no acknowledged write
+//!   is lost whether or not that prepare committed somewhere;
+//! - **failed accounting**: after a recovery commit the chunks that did not take part are
+//!   `failed` (the seed clears the set), so the quorum predicate in the manager state
+//!   counts only chunks that really hold leases;
+//! - **bounded contention**: after `gather_rounds_max` rounds without quorum a manager
+//!   releases its chunks and gives up, so a minority partition never holds chunks forever;
+//! - a `lose` goes only to chunks from an older epoch that are not in the layout.
+
+use crate::config::precedence;
+use crate::ctx::Ctx;
+use crate::data::{Reconcile, StoreData, Version};
+use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
+use crate::io::{ClientError, EpochCause, Observation, Output, Response};
+use crate::layout::{LeaseType, ManagerView, Metadata, MgrState, Prepared};
+use crate::msg::{MgrMsg, Msg, PolicyMsg, ToChunk, ToManager};
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What kind of epoch transition a [`Tx`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxKind {
+    /// End of regeneration (§5.3.13–14).
+    Recovery,
+    /// Relayout (§5.3.8–9).
+    Relayout,
+    /// Migration into this node (§5.3.3–4).
+    Into,
+}
+
+/// An epoch transition this manager coordinates (SafeTalk).
+#[derive(Clone, Debug)]
+pub struct Tx {
+    /// Kind.
+    pub kind: TxKind,
+    /// The epoch being committed.
+    pub new_epoch: Epoch,
+    /// Its layout.
+    pub metadata: Metadata,
+    /// Chunks that must vote.
+    pub participants: BTreeSet<ChunkId>,
+    /// Chunks that voted.
+    pub votes: BTreeSet<ChunkId>,
+    /// Reconciled state so far.
+    pub merged: StoreData,
+    /// Migration: the outgoing manager's vote is still awaited.
+    pub await_mgr: Option<DeviceId>,
+    /// Abort if not complete by then.
+    pub deadline: Instant,
+}
+
+/// A write waiting for its chunks.
+#[derive(Clone, Debug)]
+pub struct PendingWrite {
+    client: ClientId,
+    req_id: u64,
+    key: u64,
+    value: u64,
+    waiting: BTreeSet<ChunkId>,
+    deadline: Instant,
+}
+
+/// Outside-policy work in progress for this store.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyState {
+    /// A chunk creation is outstanding: (chunk it replaces, device asked, deadline).
+    pub creating: Option<(ChunkId, DeviceId, Instant)>,
+    /// Devices already tried for the replacement of a chunk.
+    pub tried: BTreeSet<DeviceId>,
+    /// When each failed chunk was first marked failed.
+    pub failed_at: BTreeMap<ChunkId, Instant>,
+}
+
+/// One device's manager role for one store: the variables of §5.1.
+#[derive(Clone, Debug)]
+pub struct Manager {
+    /// The store.
+    pub store: StoreId,
+    /// State.
+    pub state: MgrState,
+    /// Epoch number.
+    pub epoch: Epoch,
+    /// Metadata.
+    pub metadata: Metadata,
+    /// Failed chunks.
+    pub failed: BTreeSet<ChunkId>,
+    /// Failed chunks that have since recovered (hold a recovery lease from us).
+    pub recovered: BTreeSet<ChunkId>,
+    /// Forwarding address (after migrating out).
+    pub forwarding: Option<DeviceId>,
+    /// Migration destination.
+    pub new_mgr: Option<DeviceId>,
+    /// Better managers seen while gathering.
+    pub better: BTreeSet<DeviceId>,
+    /// Lesser managers seen while gathering.
+    pub lesser: BTreeSet<DeviceId>,
+    /// New metadata log (relayout).
+    pub new_metadata_log: Option<Metadata>,
+    /// Chunks not yet heard from while gathering.
+    pub outstanding: BTreeSet<ChunkId>,
+    /// Chunks won while gathering.
+    pub won: BTreeSet<ChunkId>,
+    /// Lease transfers not yet acknowledged.
+    pub renewal_iffy: BTreeSet<ChunkId>,
+    /// chunkfail(c) timers.
+    pub chunkfail: BTreeMap<ChunkId, Instant>,
+    /// timeout(c) timers.
+    pub timeout: BTreeMap<ChunkId, Instant>,
+    /// Previous manager (migration).
+    pub old_mgr: Option<DeviceId>,
+    /// Tenure: a newer prepared epoch learned while gathering (joint quorum).
+    pub joint: Option<Prepared>,
+    /// Tenure: gathering rounds so far.
+    pub rounds: u32,
+    /// Tenure: the epoch transition this manager coordinates.
+    pub tx: Option<Tx>,
+    /// Tenure: out-of-transition gives up at this time.
+    pub out_deadline: Option<Instant>,
+    /// The store's state as this manager knows it.
+    pub data: StoreData,
+    /// Sequence number of the last write ordered in this epoch.
+    pub seq: u64,
+    /// Writes waiting for acknowledgements.
+    pub writes: BTreeMap<Version, PendingWrite>,
+    /// When the outside policies next run.
+    pub stable_since: Instant,
+    /// When this manager last entered the manager state (or its layout last changed).
+    pub entered_at: Instant,
+    /// Outside policies.
+    pub policy: PolicyState,
+}
+
+impl Manager {
+    /// A role in the none state.
+    pub fn new(store: StoreId) -> Manager {
+        Manager {
+            store,
+            state: MgrState::None,
+            epoch: Epoch(0),
+            metadata: Metadata::default(),
+            failed: BTreeSet::new(),
+            recovered: BTreeSet::new(),
+            forwarding: None,
+            new_mgr: None,
+            better: BTreeSet::new(),
+            lesser: BTreeSet::new(),
+            new_metadata_log: None,
+            outstanding: BTreeSet::new(),
+            won: BTreeSet::new(),
+            renewal_iffy: BTreeSet::new(),
+            chunkfail: BTreeMap::new(),
+            timeout: BTreeMap::new(),
+            old_mgr: None,
+            joint: None,
+            rounds: 0,
+            tx: None,
+            out_deadline: None,
+            data: StoreData::default(),
+            seq: 0,
+            writes: BTreeMap::new(),
+            stable_since: Instant(0),
+            entered_at: Instant(0),
+            policy: PolicyState::default(),
+        }
+    }
+
+    /// Read-only view.
+    pub fn view(&self) -> ManagerView {
+        ManagerView {
+            store: self.store,
+            state: self.state,
+            epoch: self.epoch,
+            metadata: self.metadata.clone(),
+            failed: self.failed.clone(),
+        }
+    }
+
+    /// §5.3.2 newly awake: erase all state and go to none. Any writes still waiting
+    /// are answered `Unavailable` (they were not acknowledged).
+    pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
+        if matches!(
+            self.state,
+            MgrState::Manager
+                | MgrState::RelayoutReconciling
+                | MgrState::RelayoutTransition
+                | MgrState::OutOfReconciling
+                | MgrState::OutOfTransition
+        ) {
+            ctx.observe(Observation::StoppedManaging {
+                store: self.store,
+                epoch: self.epoch,
+            });
+        }
+        self.fail_writes(ctx);
+        let forwarding = self.forwarding;
+        *self = Manager::new(self.store);
+        self.forwarding = forwarding;
+    }
+
+    fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
+        let store = self.store;
+        for (_, w) in std::mem::take(&mut self.writes) {
+            ctx.out.push(Output::Reply {
+                client: w.client,
+                req_id: w.req_id,
+                result: Err(ClientError::Unavailable { store }),
+            });
+        }
+    }
+
+    // ---- helpers -----------------------------------------------------------------
+
+    fn to_chunk(&self, ctx: &mut Ctx<'_>, chunk: ChunkId, msg: ToChunk) {
+        ctx.send(
+            chunk.device,
+            Msg::ToChunk {
+                store: self.store,
+                chunk,
+                msg,
+            },
+        );
+    }
+
+    /// Every chunk regeneration must consider: the layout, plus a newer prepared layout.
+    fn all_chunks(&self) -> BTreeSet<ChunkId> {
+        let mut s = self.metadata.chunks.clone();
+        if let Some(j) = &self.joint {
+            s.extend(j.metadata.chunks.iter().copied());
+        }
+        s
+    }
+
+    /// Quorum and coverage of `set` (joint with a newer prepared layout, if any).
+    fn quorum_and_coverage(&self, ctx: &Ctx<'_>, set: &BTreeSet<ChunkId>) -> bool {
+        if ctx.cfg.planted.broken_quorum {
+            return !set.is_empty();
+        }
+        let ok = |m: &Metadata| m.quorum(set) && m.coverage(set);
+        ok(&self.metadata) && self.joint.as_ref().is_none_or(|j| ok(&j.metadata))
+    }
+
+    fn live(&self) -> BTreeSet<ChunkId> {
+        self.metadata
+            .chunks
+            .difference(&self.failed)
+            .copied()
+            .collect()
+    }
+
+    fn acquire(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        let msg = ToChunk::Acquire {
+            expiry: ctx.now + ctx.cfg.timing.lease,
+            mgr: ctx.me(),
+            epoch: self.epoch,
+        };
+        self.to_chunk(ctx, c, msg);
+        self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
+        self.outstanding.insert(c);
+    }
+
+    fn renew(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        let t = ctx.now + ctx.cfg.timing.lease;
+        let epoch = self.epoch;
+        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, expiry: t });
+        self.chunkfail.insert(c, t);
+    }
+
+    fn enter_manager(&mut self, ctx: &mut Ctx<'_>, cause: EpochCause) {
+        self.state = MgrState::Manager;
+        self.stable_since = ctx.now;
+        self.entered_at = ctx.now;
+        self.seq = 0;
+        ctx.observe(Observation::BecameManager {
+            store: self.store,
+            epoch: self.epoch,
+            metadata: self.metadata.clone(),
+            cause,
+        });
+    }
+
+    /// A chunk is newly failed: report it to the outside policy; step down (suicide)
+    /// if quorum or coverage is lost. Returns whether this manager is still manager.
+    fn mark_failed(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) -> bool {
+        self.failed.insert(c);
+        self.policy.failed_at.entry(c).or_insert(ctx.now);
+        ctx.observe(Observation::ChunkFailed {
+            store: self.store,
+            chunk: c,
+        });
+        if self.quorum_and_coverage(ctx, &self.live()) {
+            // Writes no longer wait for a chunk whose lease has expired.
+            self.settle_writes(ctx, Some(c));
+            true
+        } else {
+            self.newly_awake(ctx);
+            false
+        }
+    }
+
+    // ---- events ------------------------------------------------------------------
+
+    /// A message from a chunk of this store.
+    pub fn on_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, c: ChunkId, msg: ToManager) {
+        use MgrState as S;
+        if from != c.device {
+            // A device speaks only for its own chunks.
+            return;
+        }
+        match (self.state, msg) {
+            // §5.3.1 none: help → start regenerating.
+            (S::None, ToManager::Help { epoch, metadata }) => {
+                if !metadata.contains(c) {
+                    // Tenure: an orphan (a created chunk whose relayout never committed).
+                    self.to_chunk(ctx, c, ToChunk::Lose);
+                } else if let Some(f) = self.forwarding.take() {
+                    // Tenure: we migrated out; point the chunk at the new manager once.
+                    self.to_chunk(ctx, c, ToChunk::Redirect { new_mgr: f });
+                } else {
+                    self.start_gathering(ctx, epoch, metadata);
+                }
+            }
+            // §5.3.7 manager: renewal request
+            (S::Manager, ToManager::RenewalRequest { epoch }) => {
+                if !self.failed.contains(&c) && epoch == self.epoch {
+                    self.renew(ctx, c);
+                }
+            }
+            // §5.3.7 manager: help
+            (S::Manager, ToManager::Help { epoch, .. }) => {
+                if self.metadata.contains(c) {
+                    if !self.failed.contains(&c) && !self.mark_failed(ctx, c) {
+                        return;
+                    }
+                    let msg = ToChunk::Acquire {
+                        expiry: ctx.now + ctx.cfg.timing.lease,
+                        mgr: ctx.me(),
+                        epoch: self.epoch,
+                    };
+                    self.to_chunk(ctx, c, msg);
+                } else if epoch <= self.epoch {
+                    self.to_chunk(ctx, c, ToChunk::Lose);
+                }
+            }
+            // §5.3.7 manager: ack / ack-conditional from a failed chunk → recovered
+            (S::Manager, ToManager::Ack { .. } | ToManager::AckConditional { .. }) => {
+                if self.failed.contains(&c) {
+                    self.recovered.insert(c);
+                    self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+                }
+            }
+            // §5.3.7 manager: nack → do nothing
+            (S::Manager, ToManager::Nack { .. }) => {}
+            // §5.3.7 manager: recovery renewal request
+            (S::Manager, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.recovered.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            (S::Manager, ToManager::WriteAck { version }) => {
+                if let Some(w) = self.writes.get_mut(&version) {
+                    w.waiting.remove(&c);
+                }
+                self.settle_writes(ctx, None);
+            }
+            (S::Manager, ToManager::WriteReject { version }) => {
+                if let Some(w) = self.writes.remove(&version) {
+                    ctx.out.push(Output::Reply {
+                        client: w.client,
+                        req_id: w.req_id,
+                        result: Err(ClientError::Unavailable { store: self.store }),
+                    });
+                }
+            }
+            // §5.3.10 gathering chunks: ack
+            (S::GatheringChunks, ToManager::Ack { prepared, .. }) => {
+                self.won_chunk(ctx, c);
+                self.note_prepared(ctx, prepared);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: ack-conditional
+            (
+                S::GatheringChunks,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                self.won_chunk(ctx, c);
+                if chunk_epoch > self.epoch {
+                    // Move the recovery attempt forward to the chunk's epoch.
+                    self.epoch = chunk_epoch;
+                    let cnew: Vec<ChunkId> = metadata
+                        .chunks
+                        .difference(&self.metadata.chunks)
+                        .copied()
+                        .collect();
+                    self.metadata = metadata;
+                    if self
+                        .joint
+                        .as_ref()
+                        .is_some_and(|j| j.new_epoch <= chunk_epoch)
+                    {
+                        self.joint = None;
+                    }
+                    for n in cnew {
+                        if !self.won.contains(&n) {
+                            self.acquire(ctx, n);
+                        }
+                    }
+                }
+                self.note_prepared(ctx, prepared);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: nochunk
+            (S::GatheringChunks, ToManager::NoChunk) => {
+                self.outstanding.remove(&c);
+                self.timeout.remove(&c);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 / §5.3.12: recovery renewal request
+            (S::GatheringChunks, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.won.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            (S::GatheringLeases, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.won.contains(&c) || self.renewal_iffy.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            // §5.3.10 gathering chunks: help
+            (S::GatheringChunks, ToManager::Help { epoch, .. }) => {
+                if epoch < self.epoch && !self.all_chunks().contains(&c) {
+                    self.to_chunk(ctx, c, ToChunk::Lose);
+                } else if !self.outstanding.contains(&c) {
+                    self.won.remove(&c);
+                    self.acquire(ctx, c);
+                }
+            }
+            // §5.3.10 gathering chunks: nack (precedence arbitration)
+            (S::GatheringChunks, ToManager::Nack { mgr, lease, .. }) => {
+                self.outstanding.remove(&c);
+                self.timeout.remove(&c);
+                let me = ctx.me();
+                match (lease, mgr) {
+                    (_, Some(m)) if m == me => {}
+                    (LeaseType::Regular, Some(m)) => {
+                        self.better.insert(m);
+                    }
+                    (_, Some(m)) => {
+                        if precedence(self.store, m) > precedence(self.store, me) {
+                            self.better.insert(m);
+                        } else {
+                            self.lesser.insert(m);
+                        }
+                    }
+                    (_, None) => {}
+                }
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: transfernotice
+            (S::GatheringChunks, ToManager::TransferNotice { epoch, .. }) => {
+                if epoch == self.epoch {
+                    self.newly_awake(ctx);
+                }
+            }
+            // §5.3.12 gathering leases: transfer ack
+            (S::GatheringLeases, ToManager::TransferAck { epoch, mgr }) => {
+                if epoch == self.epoch && mgr == ctx.me() && self.renewal_iffy.remove(&c) {
+                    self.timeout.remove(&c);
+                    self.won.insert(c);
+                    self.check_leases_gathered(ctx);
+                }
+            }
+            // Tenure: a refused transfer, or a late ack, while gathering leases.
+            (S::GatheringLeases, ToManager::Nack { .. }) => {
+                if self.renewal_iffy.remove(&c) {
+                    self.timeout.remove(&c);
+                    self.chunkfail.remove(&c);
+                    self.check_leases_gathered(ctx);
+                }
+            }
+            (S::GatheringLeases, ToManager::Ack { .. } | ToManager::AckConditional { .. }) => {
+                self.renewal_iffy.remove(&c);
+                self.timeout.remove(&c);
+                self.won.insert(c);
+                self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+                self.check_leases_gathered(ctx);
+            }
+            // Votes (done + vote commit) in any reconciling state.
+            (
+                S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
+                ToManager::Vote { new_epoch, data },
+            ) => {
+                if let Some(tx) = self.tx.as_mut().filter(|t| t.new_epoch == new_epoch)
+                    && tx.participants.contains(&c)
+                    && tx.votes.insert(c)
+                {
+                    tx.merged.reconcile(&data);
+                    self.check_votes(ctx);
+                }
+            }
+            (
+                S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
+                ToManager::VoteAbort { new_epoch },
+            ) => {
+                if self.tx.as_ref().is_some_and(|t| t.new_epoch == new_epoch) {
+                    self.abort_tx(ctx);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- regeneration ------------------------------------------------------------
+
+    /// §5.3.1 help: begin regenerating at the chunk's epoch and metadata.
+    fn start_gathering(&mut self, ctx: &mut Ctx<'_>, epoch: Epoch, metadata: Metadata) {
+        let forwarding = self.forwarding;
+        *self = Manager::new(self.store);
+        self.forwarding = forwarding;
+        self.epoch = epoch;
+        self.metadata = metadata;
+        self.rounds = 1;
+        self.state = MgrState::GatheringChunks;
+        for c in self.metadata.chunks.clone() {
+            self.acquire(ctx, c);
+        }
+    }
+
+    fn won_chunk(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        self.outstanding.remove(&c);
+        self.won.insert(c);
+        self.timeout.remove(&c);
+        self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+    }
+
+    /// Tenure: a chunk voted for a newer epoch that may have committed elsewhere. Require
+    /// a quorum of its layout too, and acquire its chunks.
+    fn note_prepared(&mut self, ctx: &mut Ctx<'_>, prepared: Option<Prepared>) {
+        let Some(p) = prepared else { return };
+        if p.new_epoch <= self.epoch
+            || self
+                .joint
+                .as_ref()
+                .is_some_and(|j| j.new_epoch >= p.new_epoch)
+        {
+            return;
+        }
+        let fresh: Vec<ChunkId> = p
+            .metadata
+            .chunks
+            .iter()
+            .filter(|c| {
+                !self.metadata.contains(**c)
+                    && !self.won.contains(c)
+                    && !self.outstanding.contains(c)
+            })
+            .copied()
+            .collect();
+        self.joint = Some(p);
+        for c in fresh {
+            self.acquire(ctx, c);
+        }
+    }
+
+    fn check_gathered(&mut self, ctx: &mut Ctx<'_>) {
+        if self.outstanding.is_empty() {
+            self.gathered(ctx);
+        }
+    }
+
+    /// §5.3.11 gathered: decide on entry.
+    fn gathered(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = MgrState::Gathered;
+        if self.quorum_and_coverage(ctx, &self.won) {
+            self.gathering_leases(ctx);
+        } else if self.better.is_empty() && self.rounds < ctx.cfg.timing.gather_rounds_max {
+            // Not clearly lost: another round of acquisitions.
+            self.rounds += 1;
+            self.state = MgrState::GatheringChunks;
+            let rest: Vec<ChunkId> = self.all_chunks().difference(&self.won).copied().collect();
+            for c in rest {
+                self.acquire(ctx, c);
+            }
+            if self.outstanding.is_empty() {
+                self.newly_awake(ctx);
+            }
+        } else {
+            let hints: Vec<DeviceId> = self.better.iter().copied().collect();
+            let epoch = self.epoch;
+            for c in self.won.clone() {
+                self.to_chunk(
+                    ctx,
+                    c,
+                    ToChunk::Release {
+                        epoch,
+                        hints: hints.clone(),
+                    },
+                );
+            }
+            self.newly_awake(ctx);
+        }
+    }
+
+    /// §5.3.12 gathering leases: on entry, transfer every remaining lease to us.
+    fn gathering_leases(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = MgrState::GatheringLeases;
+        self.renewal_iffy.clear();
+        let t: Vec<ChunkId> = self
+            .all_chunks()
+            .into_iter()
+            .filter(|c| !self.failed.contains(c) && !self.won.contains(c))
+            .collect();
+        let me = ctx.me();
+        for c in t {
+            let expiry = ctx.now + ctx.cfg.timing.lease;
+            let epoch = self.epoch;
+            self.to_chunk(
+                ctx,
+                c,
+                ToChunk::TransferLease {
+                    epoch,
+                    new_mgr: me,
+                    expiry,
+                },
+            );
+            self.renewal_iffy.insert(c);
+            self.chunkfail.insert(c, expiry);
+            // Tenure: a transfer not acknowledged within a message timeout is given up.
+            self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
+        }
+        self.check_leases_gathered(ctx);
+    }
+
+    fn check_leases_gathered(&mut self, ctx: &mut Ctx<'_>) {
+        if self.renewal_iffy.is_empty() && self.state == MgrState::GatheringLeases {
+            self.start_recovery_transition(ctx);
+        }
+    }
+
+    /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
+    fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
+        let (new_epoch, metadata) = match &self.joint {
+            Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
+            None => (self.epoch.next(), self.metadata.clone()),
+        };
+        self.begin_tx(ctx, TxKind::Recovery, new_epoch, metadata, self.won.clone());
+        self.state = MgrState::RecoveryReconciling;
+    }
+
+    fn begin_tx(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        kind: TxKind,
+        new_epoch: Epoch,
+        metadata: Metadata,
+        participants: BTreeSet<ChunkId>,
+    ) {
+        let me = ctx.me();
+        let old_epoch = self.epoch;
+        for c in &participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::EpochTransition {
+                    old_epoch,
+                    new_epoch,
+                    metadata: metadata.clone(),
+                    new_mgr: me,
+                },
+            );
+        }
+        self.tx = Some(Tx {
+            kind,
+            new_epoch,
+            metadata,
+            participants,
+            votes: BTreeSet::new(),
+            merged: self.data.clone(),
+            await_mgr: None,
+            deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+        });
+    }
+
+    /// `done`: every participant has reconciled and voted; commit.
+    fn check_votes(&mut self, ctx: &mut Ctx<'_>) {
+        let complete = self
+            .tx
+            .as_ref()
+            .is_some_and(|t| t.await_mgr.is_none() && t.votes == t.participants);
+        if !complete {
+            return;
+        }
+        // initiate commit, voting commit → * transition; as coordinator, commit at once.
+        self.state = match self.state {
+            MgrState::RecoveryReconciling => MgrState::RecoveryTransition,
+            MgrState::RelayoutReconciling => MgrState::RelayoutTransition,
+            _ => MgrState::IntoTransition,
+        };
+        self.commit_tx(ctx);
+    }
+
+    /// commit tx (§5.3.4, §5.3.9, §5.3.14).
+    fn commit_tx(&mut self, ctx: &mut Ctx<'_>) {
+        let tx = self.tx.take().expect("commit without a transaction");
+        let expiry = ctx.now + ctx.cfg.timing.commit_window;
+        for c in &tx.participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::Commit {
+                    new_epoch: tx.new_epoch,
+                    data: tx.merged.clone(),
+                    expiry,
+                },
+            );
+        }
+        self.epoch = tx.new_epoch;
+        self.metadata = tx.metadata;
+        self.data = tx.merged;
+        self.joint = None;
+        self.chunkfail.clear();
+        self.timeout.clear();
+        for c in tx
+            .participants
+            .iter()
+            .filter(|c| self.metadata.contains(**c))
+        {
+            self.chunkfail.insert(*c, expiry);
+        }
+        // Chunks of the new layout that did not take part hold no lease from us.
+        self.failed = self
+            .metadata
+            .chunks
+            .difference(&tx.participants)
+            .copied()
+            .collect();
+        self.recovered.clear();
+        self.policy = PolicyState {
+            failed_at: self.failed.iter().map(|c| (*c, ctx.now)).collect(),
+            ..PolicyState::default()
+        };
+        match tx.kind {
+            TxKind::Recovery => {
+                self.won.clear();
+                self.enter_manager(ctx, EpochCause::Regeneration);
+            }
+            TxKind::Relayout => {
+                self.new_metadata_log = None;
+                self.enter_manager(ctx, EpochCause::Relayout);
+                ctx.observe(Observation::Relayout {
+                    store: self.store,
+                    committed: true,
+                });
+            }
+            TxKind::Into => {
+                if let Some(old) = self.old_mgr.take() {
+                    let new_epoch = self.epoch;
+                    ctx.send(
+                        old,
+                        Msg::Mgr {
+                            store: self.store,
+                            msg: MgrMsg::HandoffCommit { new_epoch },
+                        },
+                    );
+                }
+                self.enter_manager(ctx, EpochCause::Migration);
+                ctx.observe(Observation::Migration {
+                    store: self.store,
+                    committed: true,
+                });
+            }
+        }
+    }
+
+    /// abort tx (§5.3.4, §5.3.9, §5.3.14).
+    fn abort_tx(&mut self, ctx: &mut Ctx<'_>) {
+        let tx = self.tx.take().expect("abort without a transaction");
+        let expiry = ctx.now + ctx.cfg.timing.abort_window;
+        for c in &tx.participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::Abort {
+                    new_epoch: tx.new_epoch,
+                    expiry,
+                },
+            );
+        }
+        match tx.kind {
+            TxKind::Recovery => self.newly_awake(ctx),
+            TxKind::Relayout => {
+                self.new_metadata_log = None;
+                for c in self.live() {
+                    self.chunkfail.insert(c, expiry);
+                }
+                // Recovered chunks fall back to no lease on abort (§4.2.8).
+                for c in std::mem::take(&mut self.recovered) {
+                    self.chunkfail.remove(&c);
+                }
+                self.state = MgrState::Manager;
+                self.stable_since = ctx.now;
+                ctx.observe(Observation::Relayout {
+                    store: self.store,
+                    committed: false,
+                });
+            }
+            TxKind::Into => {
+                if let Some(old) = self.old_mgr.take() {
+                    ctx.send(
+                        old,
+                        Msg::Mgr {
+                            store: self.store,
+                            msg: MgrMsg::HandoffAbort {
+                                new_epoch: tx.new_epoch,
+                            },
+                        },
+                    );
+                }
+                ctx.observe(Observation::Migration {
+                    store: self.store,
+                    committed: false,
+                });
+                // erase epoch number, metadata → none
+                let forwarding = self.forwarding;
+                *self = Manager::new(self.store);
+                self.forwarding = forwarding;
+            }
+        }
+    }
+
+    // ---- migration and relayout ----------------------------------------------------
+
+    /// §5.3.7 migrate(node).
+    pub fn migrate(&mut self, ctx: &mut Ctx<'_>, node: DeviceId) -> bool {
+        if self.state != MgrState::Manager || node == ctx.me() {
+            return false;
+        }
+        self.fail_writes(ctx);
+        let new_epoch = self.epoch.next();
+        ctx.send(
+            node,
+            Msg::Mgr {
+                store: self.store,
+                msg: MgrMsg::Handoff {
+                    old_epoch: self.epoch,
+                    metadata: self.metadata.clone(),
+                    failed: self.failed.iter().copied().collect(),
+                    data: self.data.clone(),
+                },
+            },
+        );
+        for c in self.live() {
+            self.to_chunk(
+                ctx,
+                c,
+                ToChunk::EpochTransition {
+                    old_epoch: self.epoch,
+                    new_epoch,
+                    metadata: self.metadata.clone(),
+                    new_mgr: node,
+                },
+            );
+        }
+        self.new_mgr = Some(node);
+        self.state = MgrState::OutOfReconciling;
+        // done: our state travelled in the handoff; vote commit.
+        ctx.send(
+            node,
+            Msg::Mgr {
+                store: self.store,
+                msg: MgrMsg::HandoffVote { new_epoch },
+            },
+        );
+        self.state = MgrState::OutOfTransition;
+        self.out_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        true
+    }
+
+    /// §5.3.7 relayout(new metadata).
+    pub fn relayout(&mut self, ctx: &mut Ctx<'_>, new: Metadata) -> bool {
+        if self.state != MgrState::Manager || new.chunks.is_empty() {
+            return false;
+        }
+        // Participants: every live chunk, and every chunk of the new layout except those
+        // failed and not recovered. They must hold a quorum of the new layout, or a
+        // later regeneration could find a quorum that never received the state.
+        let unreachable: BTreeSet<ChunkId> =
+            self.failed.difference(&self.recovered).copied().collect();
+        let mut participants = self.live();
+        participants.extend(new.chunks.difference(&unreachable).copied());
+        if !(new.quorum(&participants) && new.coverage(&participants)) {
+            return false;
+        }
+        self.fail_writes(ctx);
+        self.new_metadata_log = Some(new.clone());
+        let new_epoch = self.epoch.next();
+        self.begin_tx(ctx, TxKind::Relayout, new_epoch, new, participants);
+        self.state = MgrState::RelayoutReconciling;
+        true
+    }
+
+    /// Manager-to-manager messages (§5.3.1 handoff, and the migration commit).
+    pub fn on_mgr_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, msg: MgrMsg) {
+        use MgrState as S;
+        match (self.state, msg) {
+            (
+                S::None,
+                MgrMsg::Handoff {
+                    old_epoch,
+                    metadata,
+                    failed,
+                    data,
+                },
+            ) => {
+                *self = Manager::new(self.store);
+                self.epoch = old_epoch.next();
+                self.metadata = metadata.clone();
+                self.old_mgr = Some(from);
+                self.failed = failed.into_iter().collect();
+                self.data = data;
+                self.state = S::IntoReconciling;
+                let participants = self.live();
+                self.tx = Some(Tx {
+                    kind: TxKind::Into,
+                    new_epoch: self.epoch,
+                    metadata,
+                    participants,
+                    votes: BTreeSet::new(),
+                    merged: self.data.clone(),
+                    await_mgr: Some(from),
+                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+                });
+            }
+            (_, MgrMsg::Handoff { old_epoch, .. }) => {
+                // Tenure: busy with this store; refuse so the old manager resumes.
+                ctx.send(
+                    from,
+                    Msg::Mgr {
+                        store: self.store,
+                        msg: MgrMsg::HandoffAbort {
+                            new_epoch: old_epoch.next(),
+                        },
+                    },
+                );
+            }
+            (S::IntoReconciling, MgrMsg::HandoffVote { new_epoch }) => {
+                if let Some(tx) = self
+                    .tx
+                    .as_mut()
+                    .filter(|t| t.new_epoch == new_epoch && t.await_mgr == Some(from))
+                {
+                    tx.await_mgr = None;
+                    self.check_votes(ctx);
+                }
+            }
+            // §5.3.6 out of transition: commit tx
+            (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch }) => {
+                if Some(from) == self.new_mgr && new_epoch == self.epoch.next() {
+                    self.newly_awake(ctx);
+                    self.forwarding = Some(from);
+                }
+            }
+            // §5.3.6 out of transition: abort tx
+            (S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch }) => {
+                if Some(from) == self.new_mgr && new_epoch == self.epoch.next() {
+                    self.new_mgr = None;
+                    self.out_deadline = None;
+                    let expiry = ctx.now + ctx.cfg.timing.abort_window;
+                    for c in self.live() {
+                        self.chunkfail.insert(c, expiry);
+                    }
+                    self.state = S::Manager;
+                    self.stable_since = ctx.now;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- the access protocol (test payload) ---------------------------------------
+
+    /// A client write: order it, send it to every live chunk, answer when all applied it.
+    pub fn write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientId,
+        req_id: u64,
+        key: u64,
+        value: u64,
+    ) {
+        let result = match self.state {
+            MgrState::Manager => None,
+            MgrState::None => Some(ClientError::NotManager {
+                hint: self.forwarding,
+            }),
+            _ => Some(ClientError::Unavailable { store: self.store }),
+        };
+        if let Some(e) = result {
+            ctx.out.push(Output::Reply {
+                client,
+                req_id,
+                result: Err(e),
+            });
+            return;
+        }
+        self.seq += 1;
+        let version = Version {
+            epoch: self.epoch,
+            seq: self.seq,
+        };
+        let live = self.live();
+        for c in &live {
+            let epoch = self.epoch;
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::Write {
+                    epoch,
+                    version,
+                    key,
+                    value,
+                },
+            );
+        }
+        self.writes.insert(
+            version,
+            PendingWrite {
+                client,
+                req_id,
+                key,
+                value,
+                waiting: live,
+                deadline: ctx.now + ctx.cfg.timing.ack_timeout,
+            },
+        );
+    }
+
+    /// Acknowledge every write all of whose live chunks have applied it.
+    fn settle_writes(&mut self, ctx: &mut Ctx<'_>, failed: Option<ChunkId>) {
+        let done: Vec<Version> = self
+            .writes
+            .iter_mut()
+            .filter_map(|(v, w)| {
+                if let Some(f) = failed {
+                    w.waiting.remove(&f);
+                }
+                w.waiting.is_empty().then_some(*v)
+            })
+            .collect();
+        for v in done {
+            let w = self.writes.remove(&v).expect("listed");
+            self.data.registers.apply(w.key, v, w.value);
+            ctx.observe(Observation::WriteAcked {
+                store: self.store,
+                key: w.key,
+                version: v,
+                value: w.value,
+            });
+            ctx.out.push(Output::Reply {
+                client: w.client,
+                req_id: w.req_id,
+                result: Ok(Response::Written { version: v }),
+            });
+        }
+    }
+
+    // ---- timers ------------------------------------------------------------------
+
+    /// Earliest timer.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        use crate::time::earliest;
+        let mut t = None;
+        match self.state {
+            MgrState::Manager | MgrState::GatheringChunks | MgrState::GatheringLeases => {
+                t = earliest(t, self.chunkfail.values().min().copied());
+                t = earliest(t, self.timeout.values().min().copied());
+            }
+            _ => {}
+        }
+        t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
+        t = earliest(t, self.out_deadline);
+        t = earliest(t, self.writes.values().map(|w| w.deadline).min());
+        if self.state == MgrState::Manager {
+            // outside policies run periodically while managing
+            t = earliest(t, Some(self.stable_since));
+        }
+        t
+    }
+
+    /// Fire due timers.
+    pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        if self.tx.as_ref().is_some_and(|t| t.deadline <= now) {
+            self.abort_tx(ctx);
+        }
+        if self.state == MgrState::OutOfTransition && self.out_deadline.is_some_and(|t| t <= now) {
+            // Tenure: the incoming manager never answered; step down and let the chunks
+            // regenerate (resuming could run beside a committed successor).
+            let fwd = self.new_mgr;
+            self.newly_awake(ctx);
+            self.forwarding = fwd;
+        }
+        let expired: Vec<Version> = self
+            .writes
+            .iter()
+            .filter(|(_, w)| w.deadline <= now)
+            .map(|(v, _)| *v)
+            .collect();
+        for v in expired {
+            let w = self.writes.remove(&v).expect("listed");
+            ctx.out.push(Output::Reply {
+                client: w.client,
+                req_id: w.req_id,
+                result: Err(ClientError::Unavailable { store: self.store }),
+            });
+        }
+        let due_timeouts: Vec<ChunkId> = self
+            .timeout
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in due_timeouts {
+            self.timeout.remove(&c);
+            match self.state {
+                // §5.3.10 timeout(chunk)
+                MgrState::GatheringChunks => {
+                    self.outstanding.remove(&c);
+                    self.check_gathered(ctx);
+                }
+                // Tenure: transfer never acknowledged
+                MgrState::GatheringLeases => {
+                    self.renewal_iffy.remove(&c);
+                    self.check_leases_gathered(ctx);
+                }
+                _ => {}
+            }
+        }
+        let due_fails: Vec<ChunkId> = self
+            .chunkfail
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in due_fails {
+            if !self.chunkfail.get(&c).is_some_and(|t| *t <= now) {
+                continue;
+            }
+            match self.state {
+                // §5.3.7 chunkfail(chunk)
+                MgrState::Manager => {
+                    self.chunkfail.remove(&c);
+                    if !self.failed.contains(&c) {
+                        if !self.mark_failed(ctx, c) {
+                            return;
+                        }
+                    } else {
+                        self.recovered.remove(&c);
+                    }
+                }
+                // §5.3.10 chunkfail(c)
+                MgrState::GatheringChunks => {
+                    self.chunkfail.remove(&c);
+                    self.won.remove(&c);
+                }
+                // §5.3.12 chunkfail(chunk)
+                MgrState::GatheringLeases => {
+                    self.chunkfail.remove(&c);
+                    self.renewal_iffy.remove(&c);
+                    self.won.remove(&c);
+                    if !self.quorum_and_coverage(ctx, &self.won) {
+                        self.newly_awake(ctx);
+                        return;
+                    }
+                    self.check_leases_gathered(ctx);
+                }
+                _ => {}
+            }
+        }
+        if self.state == MgrState::Manager && self.stable_since <= now {
+            self.run_policies(ctx);
+        }
+    }
+
+    // ---- outside policies (seed 000 §3) -------------------------------------------
+
+    fn run_policies(&mut self, ctx: &mut Ctx<'_>) {
+        let t = &ctx.cfg.timing;
+        let now = ctx.now;
+        // Check again after a while.
+        self.stable_since = now + t.renewal_period;
+        if !ctx.cfg.run_policies {
+            return;
+        }
+        let heard_recently = |d: DeviceId, ctx: &Ctx<'_>| {
+            d == ctx.me()
+                || ctx
+                    .heard
+                    .get(&d)
+                    .is_some_and(|h| now.saturating_since(*h) <= t.liveness_window)
+        };
+        if let Some((_, _, deadline)) = self.policy.creating
+            && deadline <= now
+        {
+            self.policy.creating = None;
+        }
+        // A recovered chunk rejoins through a relayout onto the same layout.
+        if !self.recovered.is_empty() && self.policy.creating.is_none() {
+            let md = self.metadata.clone();
+            self.relayout(ctx, md);
+            return;
+        }
+        // Replace a chunk that has stayed failed for two lease lengths.
+        let replace_after = t.lease * 2;
+        if self.policy.creating.is_none()
+            && let Some(f) = self
+                .failed
+                .iter()
+                .find(|c| {
+                    self.policy
+                        .failed_at
+                        .get(c)
+                        .is_some_and(|at| now.saturating_since(*at) >= replace_after)
+                })
+                .copied()
+        {
+            let holders: BTreeSet<DeviceId> =
+                self.metadata.chunks.iter().map(|c| c.device).collect();
+            let candidate = ctx
+                .cfg
+                .cluster
+                .ranked_devices(self.store)
+                .into_iter()
+                .find(|d| {
+                    !holders.contains(d)
+                        && !self.policy.tried.contains(d)
+                        && heard_recently(*d, ctx)
+                });
+            match candidate {
+                Some(d) => self.request_chunk(ctx, f, d),
+                None => self.policy.tried.clear(),
+            }
+            return;
+        }
+        // Migrate back to the store's preferred device once things are quiet.
+        let preferred = ctx.cfg.cluster.preferred_manager(self.store);
+        if self.failed.is_empty()
+            && self.policy.creating.is_none()
+            && preferred != ctx.me()
+            && heard_recently(preferred, ctx)
+            && now.saturating_since(self.entered_at) >= t.migrate_after
+        {
+            self.migrate(ctx, preferred);
+        }
+    }
+
+    /// Ask `device` for a new chunk to replace `old`.
+    pub fn request_chunk(&mut self, ctx: &mut Ctx<'_>, old: ChunkId, device: DeviceId) {
+        if self.state != MgrState::Manager {
+            return;
+        }
+        self.policy.tried.insert(device);
+        self.policy.creating = Some((old, device, ctx.now + ctx.cfg.timing.msg_timeout * 4));
+        let msg = Msg::Policy(PolicyMsg::CreateChunk {
+            store: self.store,
+            mgr: ctx.me(),
+            epoch: self.epoch,
+            expiry: ctx.now + ctx.cfg.timing.lease,
+        });
+        ctx.send(device, msg);
+    }
+
+    /// A chunk requested by [`Manager::request_chunk`] exists: relayout onto it.
+    pub fn chunk_created(&mut self, ctx: &mut Ctx<'_>, chunk: ChunkId) {
+        let Some((old, device, _)) = self.policy.creating else {
+            return;
+        };
+        if device != chunk.device || self.state != MgrState::Manager {
+            return;
+        }
+        self.policy.creating = None;
+        self.policy.tried.clear();
+        self.recovered.insert(chunk);
+        self.chunkfail.insert(chunk, ctx.now + ctx.cfg.timing.lease);
+        let mut md = self.metadata.clone();
+        md.chunks.remove(&old);
+        md.chunks.insert(chunk);
+        self.relayout(ctx, md);
+    }
+}

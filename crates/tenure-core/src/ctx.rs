@@ -1,0 +1,43 @@
+//! The context a state machine handler runs in: local time, configuration, the device's
+//! deterministic random generator, and the output queue.
+
+use crate::config::DeviceConfig;
+use crate::ids::DeviceId;
+use crate::io::{Observation, Output, PersistOp};
+use crate::msg::Msg;
+use crate::rng::Rng;
+use crate::time::Instant;
+use std::collections::BTreeMap;
+
+/// Handler context.
+pub struct Ctx<'a> {
+    /// Local time.
+    pub now: Instant,
+    /// Device configuration.
+    pub cfg: &'a DeviceConfig,
+    /// The device's random generator.
+    pub rng: &'a mut Rng,
+    /// Outputs produced so far (in order).
+    pub out: &'a mut Vec<Output>,
+    /// When each other device was last heard from (local clock), for outside policies.
+    pub heard: &'a BTreeMap<DeviceId, Instant>,
+}
+
+impl Ctx<'_> {
+    /// This device.
+    pub fn me(&self) -> DeviceId {
+        self.cfg.id
+    }
+    /// Queue a message.
+    pub fn send(&mut self, to: DeviceId, msg: Msg) {
+        self.out.push(Output::Send { to, msg });
+    }
+    /// Queue a durable change (durable before any later send of the batch).
+    pub fn persist(&mut self, op: PersistOp) {
+        self.out.push(Output::Persist(op));
+    }
+    /// Queue an observation.
+    pub fn observe(&mut self, o: Observation) {
+        self.out.push(Output::Observe(o));
+    }
+}
