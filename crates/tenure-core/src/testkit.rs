@@ -37,7 +37,14 @@ pub struct Cluster {
     pub replies: BTreeMap<u64, Result<Response, ClientError>>,
     next_req: u64,
     boots: u64,
+    /// Every message delivered: (time, from, to, msg).
+    pub delivered: Vec<(Instant, DeviceId, DeviceId, Msg)>,
+    /// Messages for which this returns true are dropped.
+    pub drop: Option<DropFn>,
 }
+
+/// A message filter: `(from, to, msg) -> drop?`.
+pub type DropFn = Box<dyn FnMut(DeviceId, DeviceId, &Msg) -> bool>;
 
 impl Cluster {
     /// `n` devices, `stores` stores, 3-way replication, default timing.
@@ -61,6 +68,8 @@ impl Cluster {
             replies: BTreeMap::new(),
             next_req: 0,
             boots: 0,
+            delivered: Vec::new(),
+            drop: None,
         };
         for d in cluster.devices.clone() {
             let mut cfg = DeviceConfig::new(d, cluster.clone());
@@ -158,7 +167,9 @@ impl Cluster {
                     if next_msg == Some(t) {
                         let (k, (from, to, msg)) = self.queue.pop_first().expect("msg");
                         let _ = k;
-                        if self.devices.contains_key(&to) && self.connected(from, to) {
+                        let dropped = self.drop.as_mut().is_some_and(|f| f(from, to, &msg));
+                        if !dropped && self.devices.contains_key(&to) && self.connected(from, to) {
+                            self.delivered.push((self.now, from, to, msg.clone()));
                             self.input(to, Input::Message { from, msg });
                         }
                     } else {
@@ -215,6 +226,20 @@ impl Cluster {
                 .count();
             serving >= 2
         })
+    }
+
+    /// Messages delivered, by predicate.
+    pub fn count_delivered(&self, f: impl Fn(&Msg) -> bool) -> usize {
+        self.delivered.iter().filter(|(_, _, _, m)| f(m)).count()
+    }
+
+    /// The chunks of `store` across live devices.
+    pub fn chunks_of(&self, store: StoreId) -> Vec<crate::layout::ChunkView> {
+        self.devices
+            .values()
+            .flat_map(|d| d.chunk_views())
+            .filter(|c| c.store == store)
+            .collect()
     }
 
     /// Observations of one kind, by predicate.

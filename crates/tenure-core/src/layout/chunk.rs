@@ -13,6 +13,8 @@
 //! - a chunk waiting in a transition state for longer than `transition_wait` gives up on
 //!   its manager and enters the no-lease state (the seed assumes the commit protocol
 //!   terminates; this is how it terminates when the coordinator dies);
+//! - a no-lease chunk acquired for an older epoch answers `ack-conditional` with its
+//!   newer epoch instead of `nack`, so the manager can move forward (§5.3.10);
 //! - a recovery lease belongs to the epoch it was granted in (`lease_epoch`), which differs
 //!   from the chunk's epoch after an `ack-conditional`; its manager may renew, re-acquire
 //!   or release it at that epoch or a later one (it moves forward during regeneration).
@@ -331,25 +333,20 @@ impl Chunk {
             (S::GarbageCollect, _) => {}
             // §4.2.6 no lease: lose → garbage collect
             (S::NoLease, ToChunk::Lose) => self.garbage_collect(ctx),
-            // §4.2.6 no lease: acquire
+            // §4.2.6 no lease: acquire. Tenure: an acquire for an *older* epoch is
+            // answered with ack-conditional carrying this chunk's newer epoch and
+            // metadata (not nack), so the recovering manager moves forward as §5.3.10's
+            // ack-conditional and help texts intend; a nack without metadata would leave
+            // it unable to learn of the newer epoch.
             (S::NoLease, ToChunk::Acquire { expiry, mgr, epoch }) => {
-                if epoch < self.p.epoch {
-                    let msg = ToManager::Nack {
-                        epoch: self.p.epoch,
-                        mgr: None,
-                        lease: LeaseType::None,
-                    };
-                    self.to_mgr(ctx, from, msg);
-                } else {
-                    self.send_ack(ctx, mgr, epoch);
-                    self.lease_expiry = Some(expiry);
-                    self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
-                    self.lease_mgr = Some(mgr);
-                    self.lease_epoch = epoch;
-                    self.mgr_attempt_queue.clear();
-                    self.help_at = None;
-                    self.state = S::RecoveryLease;
-                }
+                self.send_ack(ctx, mgr, epoch);
+                self.lease_expiry = Some(expiry);
+                self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                self.lease_mgr = Some(mgr);
+                self.lease_epoch = epoch.max(self.p.epoch);
+                self.mgr_attempt_queue.clear();
+                self.help_at = None;
+                self.state = S::RecoveryLease;
             }
             // §4.2.6 no lease: redirect
             (S::NoLease, ToChunk::Redirect { new_mgr }) => {

@@ -356,6 +356,13 @@ impl Manager {
                     self.to_chunk(ctx, c, ToChunk::Lose);
                 }
             }
+            // Tenure: an ack-conditional from a newer epoch means this manager is stale
+            // (a successor committed while it was cut off): step down.
+            (S::Manager, ToManager::AckConditional { chunk_epoch, .. })
+                if chunk_epoch > self.epoch =>
+            {
+                self.newly_awake(ctx);
+            }
             // §5.3.7 manager: ack / ack-conditional from a failed chunk → recovered
             (S::Manager, ToManager::Ack { .. } | ToManager::AckConditional { .. }) => {
                 if self.failed.contains(&c) {
@@ -1245,16 +1252,17 @@ impl Manager {
         {
             let holders: BTreeSet<DeviceId> =
                 self.metadata.chunks.iter().map(|c| c.device).collect();
-            let candidate = ctx
+            // Prefer devices heard from recently; an unanswered request times out and the
+            // next candidate is tried.
+            let mut candidates: Vec<DeviceId> = ctx
                 .cfg
                 .cluster
                 .ranked_devices(self.store)
                 .into_iter()
-                .find(|d| {
-                    !holders.contains(d)
-                        && !self.policy.tried.contains(d)
-                        && heard_recently(*d, ctx)
-                });
+                .filter(|d| !holders.contains(d) && !self.policy.tried.contains(d))
+                .collect();
+            candidates.sort_by_key(|d| !heard_recently(*d, ctx));
+            let candidate = candidates.first().copied();
             match candidate {
                 Some(d) => self.request_chunk(ctx, f, d),
                 None => self.policy.tried.clear(),
