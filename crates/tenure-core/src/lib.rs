@@ -23,6 +23,7 @@ pub mod io;
 pub mod layout;
 pub mod msg;
 pub mod rng;
+pub mod safetalk;
 pub mod testkit;
 pub mod time;
 

@@ -1,0 +1,298 @@
+//! SafeTalk replication of a store's state changes (seed 004 §2–§3, Appendix A) and the
+//! recovery merge with maximum forward progress (seed 004 §4.1, Appendix B Table II).
+//!
+//! The manager (Menasce's LC) tags every state change with the next sequence number and
+//! sends ACCEPT to every live chunk (LLC). A chunk keeps the change in its pending lists —
+//! the **L-list** for grants (AL), the **R-list** for releases (AR) — durably, and answers
+//! ACCEPTED (LA/RA). When every live chunk has answered, the manager applies the change,
+//! answers the client, and CONFIRMs it (CL/CR), piggybacked on its next message; the
+//! chunk then moves the change from its pending list into its LOCK table. Many changes
+//! travel in one ACCEPT (group commit), so one fsync covers a batch.
+//!
+//! Recovery (a new manager after a crash): each chunk of the quorum ships its
+//! [`Replica`]; [`merge`] builds Menasce's sets L and R by sequence number and applies
+//! them, so that a change accepted by at least one chunk is applied and one confirmed is
+//! never lost (Assertion 4). Per single lock, the eleven global states of Table II reduce
+//! to: grants pending anywhere are installed, releases pending anywhere are applied, and
+//! when both are pending the later sequence number decides.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A replicated state that changes are applied to in sequence order.
+pub trait Apply<Op> {
+    /// Apply one confirmed change.
+    fn apply(&mut self, seq: Seq, op: &Op);
+}
+
+/// A store-wide sequence number: the epoch it was assigned in, then a counter. Ordered,
+/// and strictly increasing across manager changes.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Seq {
+    /// Epoch of the manager that assigned it.
+    pub epoch: u64,
+    /// Counter within the epoch.
+    pub n: u64,
+}
+
+/// Whether a change is a grant (kept in the L-list) or a release (the R-list).
+pub trait Kind {
+    /// True for releases (R-list), false for grants and everything else (L-list).
+    fn is_release(&self) -> bool;
+}
+
+/// One chunk's copy: the LOCK table (confirmed changes applied) and the pending lists.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replica<Op, T> {
+    /// The LOCK table: every confirmed change applied, in order.
+    pub table: T,
+    /// Highest sequence number applied to `table`.
+    pub confirmed: Seq,
+    /// L-list: accepted, unconfirmed grants.
+    pub l_list: BTreeMap<Seq, Op>,
+    /// R-list: accepted, unconfirmed releases.
+    pub r_list: BTreeMap<Seq, Op>,
+}
+
+impl<Op, T: Default> Default for Replica<Op, T> {
+    fn default() -> Self {
+        Replica {
+            table: T::default(),
+            confirmed: Seq::default(),
+            l_list: BTreeMap::new(),
+            r_list: BTreeMap::new(),
+        }
+    }
+}
+
+impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
+    /// ACCEPT (AL/AR): keep the change pending. Idempotent; stale changes are ignored.
+    pub fn accept(&mut self, seq: Seq, op: Op) -> bool {
+        if seq <= self.confirmed {
+            return false;
+        }
+        let list = if op.is_release() {
+            &mut self.r_list
+        } else {
+            &mut self.l_list
+        };
+        list.insert(seq, op);
+        true
+    }
+
+    /// CONFIRM (CL/CR) of every change up to `upto`: move it into the LOCK table.
+    pub fn confirm(&mut self, upto: Seq) {
+        let mut pending: Vec<(Seq, Op)> = Vec::new();
+        for list in [&mut self.l_list, &mut self.r_list] {
+            let rest = list.split_off(&Seq {
+                epoch: upto.epoch,
+                n: upto.n + 1,
+            });
+            pending.extend(std::mem::replace(list, rest));
+        }
+        pending.sort_by_key(|(s, _)| *s);
+        for (s, op) in pending {
+            self.table.apply(s, &op);
+            self.confirmed = self.confirmed.max(s);
+        }
+        self.confirmed = self.confirmed.max(upto);
+    }
+
+    /// Every pending change, in sequence order.
+    pub fn pending(&self) -> Vec<(Seq, Op)> {
+        let mut v: Vec<(Seq, Op)> = self
+            .l_list
+            .iter()
+            .chain(self.r_list.iter())
+            .map(|(s, o)| (*s, o.clone()))
+            .collect();
+        v.sort_by_key(|(s, _)| *s);
+        v
+    }
+}
+
+/// Menasce's recovery merge (LCR, seed 004 §4.1): start from the most advanced LOCK table
+/// (the highest confirmed sequence number — every other table is a prefix of it), then
+/// apply, in sequence order, every change pending at any chunk beyond it (the sets L and
+/// R with maximum forward progress). The result has empty pending lists: it is what the
+/// UPDATE TABLE message installs everywhere.
+pub fn merge<Op: Clone + Kind, T: Apply<Op> + Clone>(replicas: &[Replica<Op, T>]) -> Replica<Op, T>
+where
+    T: Default,
+{
+    let Some(base) = replicas.iter().max_by_key(|r| r.confirmed) else {
+        return Replica::default();
+    };
+    let mut table = base.table.clone();
+    let mut confirmed = base.confirmed;
+    let mut pending: BTreeMap<Seq, Op> = BTreeMap::new();
+    for r in replicas {
+        for (s, op) in r.pending() {
+            if s > base.confirmed {
+                pending.insert(s, op);
+            }
+        }
+    }
+    for (s, op) in pending {
+        table.apply(s, &op);
+        confirmed = s;
+    }
+    Replica {
+        table,
+        confirmed,
+        l_list: BTreeMap::new(),
+        r_list: BTreeMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! One test per case of seed 004 Appendix B, Table II. Each case is the set Q of
+    //! LLC states (LOCK table, L-list, R-list) for one lock x at the chunks of the quorum
+    //! when the LC crashed; the merge must take Table II's action.
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum LockOp {
+        Grant(u32),
+        Release(u32),
+    }
+    impl Kind for LockOp {
+        fn is_release(&self) -> bool {
+            matches!(self, LockOp::Release(_))
+        }
+    }
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    struct Locks(BTreeSet<u32>);
+    impl Apply<LockOp> for Locks {
+        fn apply(&mut self, _: Seq, op: &LockOp) {
+            match op {
+                LockOp::Grant(x) => self.0.insert(*x),
+                LockOp::Release(x) => self.0.remove(x),
+            };
+        }
+    }
+
+    const X: u32 = 7;
+    const GRANT: Seq = Seq { epoch: 1, n: 10 };
+    const RELEASE: Seq = Seq { epoch: 1, n: 11 };
+
+    /// An LLC in state (a, b, c) for lock x, as Table I allows it to be reached: the
+    /// grant was sequenced GRANT, the release (if any) RELEASE.
+    fn llc(a: u8, b: u8, c: u8) -> Replica<LockOp, Locks> {
+        let mut r = Replica::<LockOp, Locks>::default();
+        r.confirm(Seq { epoch: 1, n: 9 });
+        match (a, b, c) {
+            (0, 0, 0) => {}
+            (0, 1, 0) => {
+                r.accept(GRANT, LockOp::Grant(X));
+            }
+            (1, 0, 0) => {
+                r.accept(GRANT, LockOp::Grant(X));
+                r.confirm(GRANT);
+            }
+            (1, 0, 1) => {
+                r.accept(GRANT, LockOp::Grant(X));
+                r.confirm(GRANT);
+                r.accept(RELEASE, LockOp::Release(X));
+            }
+            _ => unreachable!("not an LLC state of Table I"),
+        }
+        assert_eq!(
+            (
+                r.table.0.contains(&X) as u8,
+                r.l_list.values().any(|o| *o == LockOp::Grant(X)) as u8,
+                r.r_list.values().any(|o| *o == LockOp::Release(X)) as u8
+            ),
+            (a, b, c)
+        );
+        r
+    }
+
+    fn held_after(q: &[(u8, u8, u8)]) -> bool {
+        let replicas: Vec<_> = q.iter().map(|&(a, b, c)| llc(a, b, c)).collect();
+        let m = merge(&replicas);
+        assert!(m.l_list.is_empty() && m.r_list.is_empty());
+        m.table.0.contains(&X)
+    }
+
+    // seed 004 Table II, case 1 (0,0,0): no action — x was never granted.
+    #[test]
+    fn table_ii_case_1_no_action() {
+        assert!(!held_after(&[(0, 0, 0), (0, 0, 0)]));
+    }
+    // case 2 (1,0,0): no action — x stays granted everywhere.
+    #[test]
+    fn table_ii_case_2_no_action() {
+        assert!(held_after(&[(1, 0, 0), (1, 0, 0)]));
+    }
+    // case 3 (0,1,0): add to L — accepted everywhere, install it.
+    #[test]
+    fn table_ii_case_3_add_to_l() {
+        assert!(held_after(&[(0, 1, 0), (0, 1, 0)]));
+    }
+    // case 4 (1,0,1): add to R — release accepted everywhere, apply it.
+    #[test]
+    fn table_ii_case_4_add_to_r() {
+        assert!(!held_after(&[(1, 0, 1), (1, 0, 1)]));
+    }
+    // case 5 (0,0,0; 0,1,0): add to L — accepted by at least one (forward progress).
+    #[test]
+    fn table_ii_case_5_add_to_l() {
+        assert!(held_after(&[(0, 0, 0), (0, 1, 0)]));
+    }
+    // case 6 (0,1,0; 1,0,0): add to L — confirmed at one, pending at another.
+    #[test]
+    fn table_ii_case_6_add_to_l() {
+        assert!(held_after(&[(0, 1, 0), (1, 0, 0)]));
+    }
+    // case 7 (0,0,0; 1,0,1): add to R.
+    #[test]
+    fn table_ii_case_7_add_to_r() {
+        assert!(!held_after(&[(0, 0, 0), (1, 0, 1)]));
+    }
+    // case 8 (1,0,0; 1,0,1): add to R — release accepted by one.
+    #[test]
+    fn table_ii_case_8_add_to_r() {
+        assert!(!held_after(&[(1, 0, 0), (1, 0, 1)]));
+    }
+    // case 9 (0,1,0; 1,0,1): seq(0,1,0) < seq(1,0,1) → add to R.
+    #[test]
+    fn table_ii_case_9_later_sequence_wins() {
+        assert!(!held_after(&[(0, 1, 0), (1, 0, 1)]));
+    }
+    // case 10 (0,0,0; 0,1,0; 1,0,1): the release is later → add to R.
+    #[test]
+    fn table_ii_case_10_later_sequence_wins() {
+        assert!(!held_after(&[(0, 0, 0), (0, 1, 0), (1, 0, 1)]));
+    }
+    // case 11 (0,1,0; 1,0,0; 1,0,1): the release is later → add to R.
+    #[test]
+    fn table_ii_case_11_later_sequence_wins() {
+        assert!(!held_after(&[(0, 1, 0), (1, 0, 0), (1, 0, 1)]));
+    }
+    // cases 9–11 with a re-grant sequenced after the release (the L entry is later).
+    #[test]
+    fn table_ii_cases_9_to_11_regrant_after_release_adds_to_l() {
+        let mut a = llc(1, 0, 1);
+        let mut b = llc(1, 0, 1);
+        b.confirm(RELEASE);
+        let regrant = Seq { epoch: 1, n: 12 };
+        b.accept(regrant, LockOp::Grant(X));
+        a.accept(regrant, LockOp::Grant(X));
+        assert!(merge(&[a, b]).table.0.contains(&X));
+    }
+    // §2: ACCEPT then CONFIRM moves a change from the L-list into the LOCK table; a
+    // replayed ACCEPT of a confirmed change is ignored.
+    #[test]
+    fn accept_then_confirm_applies_once() {
+        let mut r = Replica::<LockOp, Locks>::default();
+        assert!(r.accept(GRANT, LockOp::Grant(X)));
+        r.confirm(GRANT);
+        assert!(r.table.0.contains(&X) && r.l_list.is_empty());
+        assert!(!r.accept(GRANT, LockOp::Grant(X)));
+    }
+}
