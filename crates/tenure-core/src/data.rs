@@ -63,18 +63,45 @@ impl Reconcile for VersionedMap {
     }
 }
 
-/// Everything a store holds. Grows a field per subsystem (locks, sessions, objects).
+/// One replicated change to a store (a SafeTalk message M, seed 004 §2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreOp {
+    /// Write a test register.
+    Register {
+        /// Key.
+        key: u64,
+        /// Value.
+        value: u64,
+    },
+}
+
+impl crate::safetalk::Kind for StoreOp {
+    fn is_release(&self) -> bool {
+        false
+    }
+}
+
+/// The confirmed contents of a store (Menasce's LOCK table, generalised): one field per
+/// subsystem.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoreData {
-    /// Versioned test registers (exercises the reconciliation path).
+pub struct Tables {
+    /// Versioned test registers (exercise the store access protocol).
     pub registers: VersionedMap,
 }
 
-impl Reconcile for StoreData {
-    fn reconcile(&mut self, other: &Self) {
-        self.registers.reconcile(&other.registers);
+impl crate::safetalk::Apply<StoreOp> for Tables {
+    fn apply(&mut self, seq: Version, op: &StoreOp) {
+        match op {
+            StoreOp::Register { key, value } => {
+                self.registers.apply(*key, seq, *value);
+            }
+        }
     }
 }
+
+/// Everything a store holds at one chunk: the confirmed tables and the pending L- and
+/// R-lists of SafeTalk.
+pub type StoreData = crate::safetalk::Replica<StoreOp, Tables>;
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 //! `chunk.device`); messages addressed to a store's manager carry the [`StoreId`] and the
 //! sending chunk.
 
-use crate::data::{StoreData, Version};
+use crate::data::{StoreData, StoreOp, Version};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::layout::{LeaseType, Metadata, Prepared};
 use crate::time::Instant;
@@ -113,16 +113,22 @@ pub enum ToChunk {
         /// Where the manager may be found.
         new_mgr: DeviceId,
     },
-    /// Test payload write (the store access protocol; served only under a regular lease).
-    Write {
-        /// Epoch the manager ordered it in.
+    /// SafeTalk ACCEPT (AL/AR) of a batch of changes, with a piggybacked CONFIRM (CL/CR)
+    /// of everything up to `confirm`. Served only under a regular lease.
+    Accept {
+        /// The manager's epoch.
         epoch: Epoch,
-        /// Version assigned by the manager.
-        version: Version,
-        /// Register key.
-        key: u64,
-        /// Value.
-        value: u64,
+        /// Consecutive changes with their sequence numbers.
+        ops: Vec<(Version, StoreOp)>,
+        /// Everything up to here is confirmed.
+        confirm: Version,
+    },
+    /// A standalone CONFIRM (CL/CR), when no ACCEPT is going out to carry it.
+    Confirm {
+        /// The manager's epoch.
+        epoch: Epoch,
+        /// Everything up to here is confirmed.
+        upto: Version,
     },
 }
 
@@ -202,15 +208,18 @@ pub enum ToManager {
         /// The epoch being prepared.
         new_epoch: Epoch,
     },
-    /// A test payload write was applied durably.
-    WriteAck {
-        /// Version applied.
-        version: Version,
+    /// SafeTalk ACCEPTED (LA/RA): every change up to `upto` is durable in the L/R-lists.
+    Accepted {
+        /// The manager's epoch.
+        epoch: Epoch,
+        /// Highest sequence number accepted.
+        upto: Version,
     },
-    /// A test payload write was refused (no regular lease for that epoch).
-    WriteReject {
-        /// Version refused.
-        version: Version,
+    /// The chunk cannot accept changes for this epoch (no regular lease from the sender,
+    /// or a gap in the sequence): the manager treats it as failed.
+    Refused {
+        /// The manager's epoch.
+        epoch: Epoch,
     },
 }
 

@@ -25,17 +25,9 @@ pub trait Apply<Op> {
     fn apply(&mut self, seq: Seq, op: &Op);
 }
 
-/// A store-wide sequence number: the epoch it was assigned in, then a counter. Ordered,
-/// and strictly increasing across manager changes.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub struct Seq {
-    /// Epoch of the manager that assigned it.
-    pub epoch: u64,
-    /// Counter within the epoch.
-    pub n: u64,
-}
+/// A store-wide sequence number: the epoch it was assigned in, then a counter within the
+/// epoch. Ordered, and strictly increasing across manager changes.
+pub use crate::data::Version as Seq;
 
 /// Whether a change is a grant (kept in the L-list) or a release (the R-list).
 pub trait Kind {
@@ -88,7 +80,7 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
         for list in [&mut self.l_list, &mut self.r_list] {
             let rest = list.split_off(&Seq {
                 epoch: upto.epoch,
-                n: upto.n + 1,
+                seq: upto.seq + 1,
             });
             pending.extend(std::mem::replace(list, rest));
         }
@@ -118,9 +110,10 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
 /// apply, in sequence order, every change pending at any chunk beyond it (the sets L and
 /// R with maximum forward progress). The result has empty pending lists: it is what the
 /// UPDATE TABLE message installs everywhere.
-pub fn merge<Op: Clone + Kind, T: Apply<Op> + Clone>(replicas: &[Replica<Op, T>]) -> Replica<Op, T>
+pub fn merge<Op, T>(replicas: &[Replica<Op, T>]) -> Replica<Op, T>
 where
-    T: Default,
+    Op: Clone + Kind,
+    T: Apply<Op> + Clone + Default,
 {
     let Some(base) = replicas.iter().max_by_key(|r| r.confirmed) else {
         return Replica::default();
@@ -153,6 +146,7 @@ mod tests {
     //! LLC states (LOCK table, L-list, R-list) for one lock x at the chunks of the quorum
     //! when the LC crashed; the merge must take Table II's action.
     use super::*;
+    use crate::ids::Epoch;
     use std::collections::BTreeSet;
 
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,14 +171,23 @@ mod tests {
     }
 
     const X: u32 = 7;
-    const GRANT: Seq = Seq { epoch: 1, n: 10 };
-    const RELEASE: Seq = Seq { epoch: 1, n: 11 };
+    const GRANT: Seq = Seq {
+        epoch: Epoch(1),
+        seq: 10,
+    };
+    const RELEASE: Seq = Seq {
+        epoch: Epoch(1),
+        seq: 11,
+    };
 
     /// An LLC in state (a, b, c) for lock x, as Table I allows it to be reached: the
     /// grant was sequenced GRANT, the release (if any) RELEASE.
     fn llc(a: u8, b: u8, c: u8) -> Replica<LockOp, Locks> {
         let mut r = Replica::<LockOp, Locks>::default();
-        r.confirm(Seq { epoch: 1, n: 9 });
+        r.confirm(Seq {
+            epoch: Epoch(1),
+            seq: 9,
+        });
         match (a, b, c) {
             (0, 0, 0) => {}
             (0, 1, 0) => {
@@ -280,7 +283,10 @@ mod tests {
         let mut a = llc(1, 0, 1);
         let mut b = llc(1, 0, 1);
         b.confirm(RELEASE);
-        let regrant = Seq { epoch: 1, n: 12 };
+        let regrant = Seq {
+            epoch: Epoch(1),
+            seq: 12,
+        };
         b.accept(regrant, LockOp::Grant(X));
         a.accept(regrant, LockOp::Grant(X));
         assert!(merge(&[a, b]).table.0.contains(&X));

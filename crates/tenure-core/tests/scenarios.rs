@@ -43,7 +43,7 @@ fn chunks_hold(c: &Cluster, epoch: Epoch, key: u64, value: u64) {
         {
             let rec = d.chunk_record(v.id).expect("record");
             assert_eq!(
-                rec.data.registers.entries.get(&key).map(|e| e.1),
+                rec.data.table.registers.entries.get(&key).map(|e| e.1),
                 Some(value)
             );
             n += 1;
@@ -499,4 +499,80 @@ fn crash_during_epoch_transition_regenerates_past_prepared_epoch() {
         0
     );
     chunks_hold(&c, e2, 9, 90);
+}
+
+// seed 004 §2 SafeTalk with group commit (DESIGN §4): many changes share one ACCEPT, so
+// chunks persist once per batch, not once per change.
+#[test]
+fn safetalk_group_commit_batches_concurrent_writes() {
+    let mut c = settled(5, 1, false);
+    let (m, _) = c.manager_of(S).expect("manager");
+    let before = c.count_delivered(|m| {
+        matches!(
+            m,
+            Msg::ToChunk {
+                msg: ToChunk::Accept { .. },
+                ..
+            }
+        )
+    });
+    let reqs: Vec<u64> = (0..20).map(|k| c.write(m, S, k, k * 10)).collect();
+    c.run_for(Duration::from_millis(50));
+    for r in &reqs {
+        assert!(matches!(
+            c.replies.get(r),
+            Some(Ok(Response::Written { .. }))
+        ));
+    }
+    let accepts = c.count_delivered(|m| {
+        matches!(
+            m,
+            Msg::ToChunk {
+                msg: ToChunk::Accept { .. },
+                ..
+            }
+        )
+    }) - before;
+    // first write alone, the other 19 in the second batch: 2 batches x 3 chunks
+    assert_eq!(accepts, 6, "20 writes must travel in 2 batches to 3 chunks");
+    let e = c.manager_of(S).expect("manager").1;
+    for k in 0..20 {
+        chunks_hold(&c, e, k, k * 10);
+    }
+}
+
+// seed 004 §2 (up list): a chunk that does not answer ACCEPT within the ack timeout is
+// marked failed; the manager goes on with quorum, and the write is acknowledged.
+#[test]
+fn safetalk_silent_chunk_is_marked_failed_and_manager_continues() {
+    let mut c = settled(5, 1, false);
+    let (m, _) = c.manager_of(S).expect("manager");
+    let silent = c
+        .chunks_of(S)
+        .into_iter()
+        .find(|v| v.id.device != m)
+        .expect("chunk")
+        .id;
+    c.drop = Some(Box::new(move |from, _, msg| {
+        from == silent.device
+            && matches!(
+                msg,
+                Msg::ToManager {
+                    msg: ToManager::Accepted { .. },
+                    ..
+                }
+            )
+    }));
+    let r = c.write(m, S, 1, 1);
+    c.run_for(Duration::from_millis(400));
+    assert!(matches!(
+        c.replies.get(&r),
+        Some(Ok(Response::Written { .. }))
+    ));
+    assert!(
+        c.observed(|o| matches!(o, Observation::ChunkFailed { chunk, .. } if *chunk == silent))
+            >= 1
+    );
+    let view = c.devices[&m].manager_view(S).expect("still manager");
+    assert!(view.failed.contains(&silent));
 }

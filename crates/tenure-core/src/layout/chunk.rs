@@ -19,9 +19,13 @@
 //!   from the chunk's epoch after an `ack-conditional`; its manager may renew, re-acquire
 //!   or release it at that epoch or a later one (it moves forward during regeneration).
 
+// Each match arm is one (state, event) row of the seed; a row's condition stays inside
+// its arm so the code reads like the seed's pseudo-code.
+#![allow(clippy::collapsible_match)]
+
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::data::Version;
+use crate::data::{StoreOp, Version};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{ChunkPersist, Observation, PersistOp};
 use crate::layout::{ChunkState, ChunkView, LeaseType, Metadata, Prepared};
@@ -285,16 +289,16 @@ impl Chunk {
             }
             // §4.2.1 lose / release: not expected under an active lease; ignored.
             (S::RegularLease, ToChunk::Lose | ToChunk::Release { .. }) => {}
-            // the access protocol
+            // the access protocol (SafeTalk)
             (
                 _,
-                ToChunk::Write {
+                ToChunk::Accept {
                     epoch,
-                    version,
-                    key,
-                    value,
+                    ops,
+                    confirm,
                 },
-            ) => self.write(ctx, from, epoch, version, key, value),
+            ) => self.accept(ctx, from, epoch, ops, confirm),
+            (_, ToChunk::Confirm { epoch, upto }) => self.confirm(ctx, from, epoch, upto),
             // §4.2.3 / §4.2.8: commit tx
             (
                 S::RegularTransition | S::RecoveryTransition,
@@ -528,33 +532,86 @@ impl Chunk {
         }
     }
 
-    /// The store access protocol: a write is applied only under a regular lease for the
-    /// chunk's current epoch, granted by the sender (seed 000 §4.1: "the access protocol
-    /// blocks unless the state is regular").
-    fn write(
+    /// Whether this chunk serves the access protocol for `from` in `epoch` now: only
+    /// under a regular lease for its current epoch, granted by the sender, and trusted
+    /// only until `expiry - δ_c` (seed 000 §4.1: "the access protocol blocks unless the
+    /// state is regular").
+    fn serving(&self, ctx: &Ctx<'_>, from: DeviceId, epoch: Epoch) -> bool {
+        (self.state == ChunkState::RegularLease
+            && epoch == self.p.epoch
+            && Some(from) == self.lease_mgr
+            && self.lease_valid(ctx))
+            || ctx.cfg.planted.serve_without_lease
+    }
+
+    /// The highest sequence number this chunk holds (confirmed or pending).
+    fn last_accepted(&self) -> Version {
+        let d = &self.p.data;
+        let l = d.l_list.keys().next_back().copied().unwrap_or_default();
+        let r = d.r_list.keys().next_back().copied().unwrap_or_default();
+        d.confirmed.max(l).max(r)
+    }
+
+    /// SafeTalk ACCEPT (seed 004 §2, Appendix A: AL/AR): keep the batch in the L/R-lists
+    /// durably, apply the piggybacked CONFIRM, then answer ACCEPTED. A batch that does
+    /// not follow the last accepted change without a gap is refused (a lost ACCEPT).
+    fn accept(
         &mut self,
         ctx: &mut Ctx<'_>,
         from: DeviceId,
         epoch: Epoch,
-        version: Version,
-        key: u64,
-        value: u64,
+        ops: Vec<(Version, StoreOp)>,
+        confirm: Version,
     ) {
-        let serving = self.state == ChunkState::RegularLease
-            && epoch == self.p.epoch
-            && Some(from) == self.lease_mgr
-            && self.lease_valid(ctx);
-        if serving || ctx.cfg.planted.serve_without_lease {
-            if self.p.data.registers.apply(key, version, value) {
-                self.persist(ctx);
-            }
-            ctx.observe(Observation::ChunkServed {
-                chunk: self.p.id,
-                epoch,
-            });
-            self.to_mgr(ctx, from, ToManager::WriteAck { version });
+        let Some(first) = ops.first().map(|o| o.0) else {
+            return;
+        };
+        let last_op = ops.last().map(|o| o.0).unwrap_or(first);
+        let last = self.last_accepted();
+        let expected = if last.epoch == first.epoch {
+            last.seq + 1
         } else {
-            self.to_mgr(ctx, from, ToManager::WriteReject { version });
+            1
+        };
+        if !self.serving(ctx, from, epoch) || first.epoch != epoch {
+            self.to_mgr(ctx, from, ToManager::Refused { epoch });
+            return;
+        }
+        if last_op <= last {
+            // A duplicate of a batch already accepted: answer again, change nothing.
+            self.to_mgr(ctx, from, ToManager::Accepted { epoch, upto: last });
+            return;
+        }
+        if first.seq != expected {
+            self.to_mgr(ctx, from, ToManager::Refused { epoch });
+            return;
+        }
+        for (v, op) in ops {
+            self.p.data.accept(v, op);
+        }
+        if confirm > self.p.data.confirmed {
+            self.p.data.confirm(confirm);
+        }
+        self.persist(ctx);
+        ctx.observe(Observation::ChunkServed {
+            chunk: self.p.id,
+            epoch,
+        });
+        self.to_mgr(
+            ctx,
+            from,
+            ToManager::Accepted {
+                epoch,
+                upto: last_op,
+            },
+        );
+    }
+
+    /// SafeTalk CONFIRM (CL/CR): move confirmed changes into the tables.
+    fn confirm(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, epoch: Epoch, upto: Version) {
+        if self.serving(ctx, from, epoch) && upto > self.p.data.confirmed {
+            self.p.data.confirm(upto.min(self.last_accepted()));
+            self.persist(ctx);
         }
     }
 

@@ -22,9 +22,13 @@
 //!   releases its chunks and gives up, so a minority partition never holds chunks forever;
 //! - a `lose` goes only to chunks from an older epoch that are not in the layout.
 
+// Each match arm is one (state, event) row of the seed; a row's condition stays inside
+// its arm so the code reads like the seed's pseudo-code.
+#![allow(clippy::collapsible_match)]
+
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::data::{Reconcile, StoreData, Version};
+use crate::data::{StoreData, StoreOp, Version};
 use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
 use crate::io::{ClientError, EpochCause, Observation, Output, Response};
 use crate::layout::{LeaseType, ManagerView, Metadata, MgrState, Prepared};
@@ -56,23 +60,33 @@ pub struct Tx {
     pub participants: BTreeSet<ChunkId>,
     /// Chunks that voted.
     pub votes: BTreeSet<ChunkId>,
-    /// Reconciled state so far.
-    pub merged: StoreData,
+    /// Reconciliation inputs so far (the voters' replicas, and this manager's own).
+    pub inputs: Vec<StoreData>,
     /// Migration: the outgoing manager's vote is still awaited.
     pub await_mgr: Option<DeviceId>,
     /// Abort if not complete by then.
     pub deadline: Instant,
 }
 
-/// A write waiting for its chunks.
+/// A change waiting to be sent, with the client to answer.
 #[derive(Clone, Debug)]
-pub struct PendingWrite {
+pub struct Queued {
+    op: StoreOp,
     client: ClientId,
     req_id: u64,
-    key: u64,
-    value: u64,
-    waiting: BTreeSet<ChunkId>,
-    deadline: Instant,
+}
+
+/// A SafeTalk batch in flight: ACCEPT sent, waiting for every live chunk's ACCEPTED.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// The changes with their sequence numbers.
+    pub ops: Vec<(Version, StoreOp)>,
+    /// Clients to answer, one per change.
+    replies: Vec<(ClientId, u64)>,
+    /// Chunks whose ACCEPTED is still missing.
+    pub waiting: BTreeSet<ChunkId>,
+    /// Chunks that do not answer by then are marked failed.
+    pub deadline: Instant,
 }
 
 /// Outside-policy work in progress for this store.
@@ -135,8 +149,10 @@ pub struct Manager {
     pub data: StoreData,
     /// Sequence number of the last write ordered in this epoch.
     pub seq: u64,
-    /// Writes waiting for acknowledgements.
-    pub writes: BTreeMap<Version, PendingWrite>,
+    /// Changes waiting for the batch in flight to finish (group commit).
+    pub queue: Vec<Queued>,
+    /// The batch in flight.
+    pub inflight: Option<Batch>,
     /// When the outside policies next run.
     pub stable_since: Instant,
     /// When this manager last entered the manager state (or its layout last changed).
@@ -172,7 +188,8 @@ impl Manager {
             out_deadline: None,
             data: StoreData::default(),
             seq: 0,
-            writes: BTreeMap::new(),
+            queue: Vec::new(),
+            inflight: None,
             stable_since: Instant(0),
             entered_at: Instant(0),
             policy: PolicyState::default(),
@@ -214,10 +231,17 @@ impl Manager {
 
     fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
         let store = self.store;
-        for (_, w) in std::mem::take(&mut self.writes) {
+        let mut waiting: Vec<(ClientId, u64)> =
+            self.inflight.take().map(|b| b.replies).unwrap_or_default();
+        waiting.extend(
+            std::mem::take(&mut self.queue)
+                .into_iter()
+                .map(|q| (q.client, q.req_id)),
+        );
+        for (client, req_id) in waiting {
             ctx.out.push(Output::Reply {
-                client: w.client,
-                req_id: w.req_id,
+                client,
+                req_id,
                 result: Err(ClientError::Unavailable { store }),
             });
         }
@@ -303,8 +327,11 @@ impl Manager {
             chunk: c,
         });
         if self.quorum_and_coverage(ctx, &self.live()) {
-            // Writes no longer wait for a chunk whose lease has expired.
-            self.settle_writes(ctx, Some(c));
+            // Batches no longer wait for a chunk whose lease has expired.
+            if let Some(b) = self.inflight.as_mut() {
+                b.waiting.remove(&c);
+            }
+            self.try_complete(ctx);
             true
         } else {
             self.newly_awake(ctx);
@@ -378,19 +405,20 @@ impl Manager {
                     self.renew(ctx, c);
                 }
             }
-            (S::Manager, ToManager::WriteAck { version }) => {
-                if let Some(w) = self.writes.get_mut(&version) {
-                    w.waiting.remove(&c);
+            // SafeTalk ACCEPTED (LA/RA).
+            (S::Manager, ToManager::Accepted { epoch, upto }) => {
+                if epoch == self.epoch
+                    && let Some(b) = self.inflight.as_mut()
+                    && b.ops.last().is_some_and(|(v, _)| *v <= upto)
+                {
+                    b.waiting.remove(&c);
+                    self.try_complete(ctx);
                 }
-                self.settle_writes(ctx, None);
             }
-            (S::Manager, ToManager::WriteReject { version }) => {
-                if let Some(w) = self.writes.remove(&version) {
-                    ctx.out.push(Output::Reply {
-                        client: w.client,
-                        req_id: w.req_id,
-                        result: Err(ClientError::Unavailable { store: self.store }),
-                    });
+            // A chunk that cannot accept is failed (Menasce's up list, seed 004 §2).
+            (S::Manager, ToManager::Refused { epoch }) => {
+                if epoch == self.epoch && !self.failed.contains(&c) && self.metadata.contains(c) {
+                    self.mark_failed(ctx, c);
                 }
             }
             // §5.3.10 gathering chunks: ack
@@ -520,7 +548,7 @@ impl Manager {
                     && tx.participants.contains(&c)
                     && tx.votes.insert(c)
                 {
-                    tx.merged.reconcile(&data);
+                    tx.inputs.push(data);
                     self.check_votes(ctx);
                 }
             }
@@ -701,7 +729,7 @@ impl Manager {
             metadata,
             participants,
             votes: BTreeSet::new(),
-            merged: self.data.clone(),
+            inputs: vec![self.data.clone()],
             await_mgr: None,
             deadline: ctx.now + ctx.cfg.timing.transition_timeout,
         });
@@ -729,20 +757,22 @@ impl Manager {
     fn commit_tx(&mut self, ctx: &mut Ctx<'_>) {
         let tx = self.tx.take().expect("commit without a transaction");
         let expiry = ctx.now + ctx.cfg.timing.commit_window;
+        // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1).
+        let merged = crate::safetalk::merge(&tx.inputs);
         for c in &tx.participants {
             self.to_chunk(
                 ctx,
                 *c,
                 ToChunk::Commit {
                     new_epoch: tx.new_epoch,
-                    data: tx.merged.clone(),
+                    data: merged.clone(),
                     expiry,
                 },
             );
         }
         self.epoch = tx.new_epoch;
         self.metadata = tx.metadata;
-        self.data = tx.merged;
+        self.data = merged;
         self.joint = None;
         self.chunkfail.clear();
         self.timeout.clear();
@@ -952,7 +982,7 @@ impl Manager {
                     metadata,
                     participants,
                     votes: BTreeSet::new(),
-                    merged: self.data.clone(),
+                    inputs: vec![self.data.clone()],
                     await_mgr: Some(from),
                     deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                 });
@@ -1005,7 +1035,7 @@ impl Manager {
 
     // ---- the access protocol (test payload) ---------------------------------------
 
-    /// A client write: order it, send it to every live chunk, answer when all applied it.
+    /// A client write: queue it; it goes out in the next SafeTalk batch.
     pub fn write(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -1014,14 +1044,19 @@ impl Manager {
         key: u64,
         value: u64,
     ) {
-        let result = match self.state {
+        self.submit(ctx, StoreOp::Register { key, value }, client, req_id);
+    }
+
+    /// Submit a change for replication. Answered once every live chunk has it durably.
+    pub fn submit(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, client: ClientId, req_id: u64) {
+        let refused = match self.state {
             MgrState::Manager => None,
             MgrState::None => Some(ClientError::NotManager {
                 hint: self.forwarding,
             }),
             _ => Some(ClientError::Unavailable { store: self.store }),
         };
-        if let Some(e) = result {
+        if let Some(e) = refused {
             ctx.out.push(Output::Reply {
                 client,
                 req_id,
@@ -1029,64 +1064,80 @@ impl Manager {
             });
             return;
         }
-        self.seq += 1;
-        let version = Version {
-            epoch: self.epoch,
-            seq: self.seq,
-        };
+        self.queue.push(Queued { op, client, req_id });
+        if self.inflight.is_none() {
+            self.flush(ctx);
+        }
+    }
+
+    /// Group commit: send every queued change in one ACCEPT, with a piggybacked CONFIRM.
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        if self.queue.is_empty() || self.inflight.is_some() {
+            return;
+        }
+        let queued = std::mem::take(&mut self.queue);
+        let mut ops = Vec::with_capacity(queued.len());
+        let mut replies = Vec::with_capacity(queued.len());
+        for q in queued {
+            self.seq += 1;
+            let v = Version {
+                epoch: self.epoch,
+                seq: self.seq,
+            };
+            ops.push((v, q.op));
+            replies.push((q.client, q.req_id));
+        }
         let live = self.live();
+        let (epoch, confirm) = (self.epoch, self.data.confirmed);
         for c in &live {
-            let epoch = self.epoch;
             self.to_chunk(
                 ctx,
                 *c,
-                ToChunk::Write {
+                ToChunk::Accept {
                     epoch,
-                    version,
-                    key,
-                    value,
+                    ops: ops.clone(),
+                    confirm,
                 },
             );
         }
-        self.writes.insert(
-            version,
-            PendingWrite {
-                client,
-                req_id,
-                key,
-                value,
-                waiting: live,
-                deadline: ctx.now + ctx.cfg.timing.ack_timeout,
-            },
-        );
+        self.inflight = Some(Batch {
+            ops,
+            replies,
+            waiting: live,
+            deadline: ctx.now + ctx.cfg.timing.ack_timeout,
+        });
     }
 
-    /// Acknowledge every write all of whose live chunks have applied it.
-    fn settle_writes(&mut self, ctx: &mut Ctx<'_>, failed: Option<ChunkId>) {
-        let done: Vec<Version> = self
-            .writes
-            .iter_mut()
-            .filter_map(|(v, w)| {
-                if let Some(f) = failed {
-                    w.waiting.remove(&f);
-                }
-                w.waiting.is_empty().then_some(*v)
-            })
-            .collect();
-        for v in done {
-            let w = self.writes.remove(&v).expect("listed");
-            self.data.registers.apply(w.key, v, w.value);
+    /// When every live chunk has accepted the batch: apply it, answer the clients, and
+    /// confirm (piggybacked on the next batch, or on its own if nothing is queued).
+    fn try_complete(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.inflight.as_ref().is_some_and(|b| b.waiting.is_empty()) {
+            return;
+        }
+        let b = self.inflight.take().expect("checked");
+        for ((v, op), (client, req_id)) in b.ops.into_iter().zip(b.replies) {
+            self.data.accept(v, op.clone());
+            self.data.confirm(v);
+            let StoreOp::Register { key, value } = op;
             ctx.observe(Observation::WriteAcked {
                 store: self.store,
-                key: w.key,
+                key,
                 version: v,
-                value: w.value,
+                value,
             });
             ctx.out.push(Output::Reply {
-                client: w.client,
-                req_id: w.req_id,
+                client,
+                req_id,
                 result: Ok(Response::Written { version: v }),
             });
+        }
+        if self.queue.is_empty() {
+            let (epoch, upto) = (self.epoch, self.data.confirmed);
+            for c in self.live() {
+                self.to_chunk(ctx, c, ToChunk::Confirm { epoch, upto });
+            }
+        } else {
+            self.flush(ctx);
         }
     }
 
@@ -1105,7 +1156,7 @@ impl Manager {
         }
         t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
         t = earliest(t, self.out_deadline);
-        t = earliest(t, self.writes.values().map(|w| w.deadline).min());
+        t = earliest(t, self.inflight.as_ref().map(|b| b.deadline));
         if self.state == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
@@ -1126,19 +1177,14 @@ impl Manager {
             self.newly_awake(ctx);
             self.forwarding = fwd;
         }
-        let expired: Vec<Version> = self
-            .writes
-            .iter()
-            .filter(|(_, w)| w.deadline <= now)
-            .map(|(v, _)| *v)
-            .collect();
-        for v in expired {
-            let w = self.writes.remove(&v).expect("listed");
-            ctx.out.push(Output::Reply {
-                client: w.client,
-                req_id: w.req_id,
-                result: Err(ClientError::Unavailable { store: self.store }),
-            });
+        // SafeTalk: chunks that did not answer within the ack timeout are failed; the
+        // manager goes on only while quorum and coverage hold (mark_failed).
+        if let Some(b) = self.inflight.as_ref().filter(|b| b.deadline <= now) {
+            for c in b.waiting.clone() {
+                if self.state != MgrState::Manager || !self.mark_failed(ctx, c) {
+                    return;
+                }
+            }
         }
         let due_timeouts: Vec<ChunkId> = self
             .timeout
@@ -1169,7 +1215,7 @@ impl Manager {
             .map(|(c, _)| *c)
             .collect();
         for c in due_fails {
-            if !self.chunkfail.get(&c).is_some_and(|t| *t <= now) {
+            if self.chunkfail.get(&c).is_none_or(|t| *t > now) {
                 continue;
             }
             match self.state {
