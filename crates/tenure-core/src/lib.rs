@@ -24,6 +24,7 @@ pub mod layout;
 pub mod msg;
 pub mod rng;
 pub mod safetalk;
+pub mod session;
 pub mod testkit;
 pub mod time;
 

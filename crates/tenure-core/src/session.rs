@@ -1,0 +1,235 @@
+//! Sessions (Chubby, seed 002 §14.4.5; DESIGN §4): a client's lease in one store.
+//!
+//! A session's existence and TTL are replicated store state ([`Sessions`], changed only
+//! through SafeTalk). Its liveness is the manager's volatile business ([`Liveness`]):
+//! keep-alives extend a deadline on the manager's clock; when it passes, the manager
+//! replicates an expiry, which releases the session's locks. After a manager change the
+//! new manager extends every session by a grace period before expiring any, so clients
+//! whose keep-alives went to the old manager are not cut off by the failover.
+//!
+//! The client keeps its own conservative deadline, [`client_deadline`]: the local time
+//! at which it *sent* the keep-alive that was answered, plus the TTL, minus `δ_c`. The
+//! manager's deadline is set on receipt (later than the send) on a clock at most `δ_c`
+//! away, so the client's deadline never falls after the manager's in real time: a client
+//! that stops using its locks at its deadline never overlaps a successor holder.
+
+use crate::data::Version;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A session id: unique per store forever (it is the sequence number of its open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// The id of the session opened by the change sequenced `v`.
+    pub fn from_version(v: Version) -> SessionId {
+        SessionId((v.epoch.0 << 32) | (v.seq & 0xFFFF_FFFF))
+    }
+}
+
+/// Replicated record of one session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Time to live between keep-alives.
+    pub ttl: Duration,
+}
+
+/// The replicated session table of a store.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sessions {
+    /// Open sessions.
+    pub open: BTreeMap<SessionId, SessionRecord>,
+}
+
+/// Typed session errors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum SessionError {
+    /// The session expired (or never existed in this store).
+    #[error("session {0:?} expired")]
+    Expired(SessionId),
+    /// The requested TTL is outside the allowed range.
+    #[error("ttl {0:?} out of range")]
+    BadTtl(Duration),
+}
+
+/// Smallest and largest TTL a session may ask for.
+pub const TTL_MIN: Duration = Duration::from_millis(500);
+/// Largest TTL.
+pub const TTL_MAX: Duration = Duration::from_secs(3600);
+
+/// Check a requested TTL.
+pub fn check_ttl(ttl: Duration) -> Result<(), SessionError> {
+    if (TTL_MIN..=TTL_MAX).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(SessionError::BadTtl(ttl))
+    }
+}
+
+/// The client-side deadline rule: `local send time + TTL − δ_c`.
+pub fn client_deadline(sent_at: Instant, ttl: Duration, clock_drift: Duration) -> Instant {
+    (sent_at + ttl).saturating_sub(clock_drift)
+}
+
+/// The manager's volatile view of session liveness.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Liveness {
+    /// Deadline of each session on the manager's clock.
+    pub deadline: BTreeMap<SessionId, Instant>,
+    /// Expiries already submitted for replication (not submitted twice).
+    pub expiring: std::collections::BTreeSet<SessionId>,
+}
+
+impl Liveness {
+    /// A manager took over: every session gets its TTL plus the grace period, before any
+    /// is expired.
+    pub fn take_over(sessions: &Sessions, now: Instant, grace: Duration) -> Liveness {
+        Liveness {
+            deadline: sessions
+                .open
+                .iter()
+                .map(|(id, r)| (*id, now + r.ttl + grace))
+                .collect(),
+            expiring: Default::default(),
+        }
+    }
+
+    /// A session was opened (its open was applied).
+    pub fn opened(&mut self, id: SessionId, ttl: Duration, now: Instant) {
+        self.deadline.insert(id, now + ttl);
+    }
+
+    /// A keep-alive arrived: extend the deadline. Expired or expiring sessions stay dead.
+    pub fn keep_alive(
+        &mut self,
+        sessions: &Sessions,
+        id: SessionId,
+        now: Instant,
+    ) -> Result<Instant, SessionError> {
+        let rec = sessions.open.get(&id).ok_or(SessionError::Expired(id))?;
+        if self.expiring.contains(&id) {
+            return Err(SessionError::Expired(id));
+        }
+        let d = self.deadline.entry(id).or_insert(now);
+        if *d < now {
+            // Past its deadline: the expiry is due even if not yet replicated.
+            return Err(SessionError::Expired(id));
+        }
+        *d = (*d).max(now + rec.ttl);
+        Ok(*d)
+    }
+
+    /// Whether a session is alive at `now` (for grants: a wait that ends after the
+    /// session's deadline is not a grant).
+    pub fn alive(&self, id: SessionId, now: Instant) -> bool {
+        !self.expiring.contains(&id) && self.deadline.get(&id).is_some_and(|d| *d >= now)
+    }
+
+    /// Sessions whose deadline has passed and whose expiry is not yet submitted; marks
+    /// them as expiring.
+    pub fn due(&mut self, now: Instant) -> Vec<SessionId> {
+        let due: Vec<SessionId> = self
+            .deadline
+            .iter()
+            .filter(|(id, d)| **d < now && !self.expiring.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        self.expiring.extend(due.iter().copied());
+        due
+    }
+
+    /// The session's expiry was applied.
+    pub fn expired(&mut self, id: SessionId) {
+        self.deadline.remove(&id);
+        self.expiring.remove(&id);
+    }
+
+    /// Earliest deadline not yet handled.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadline
+            .iter()
+            .filter(|(id, _)| !self.expiring.contains(id))
+            .map(|(_, d)| *d)
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Epoch;
+
+    fn table(ids: &[u64]) -> Sessions {
+        Sessions {
+            open: ids
+                .iter()
+                .map(|i| {
+                    (
+                        SessionId(*i),
+                        SessionRecord {
+                            ttl: Duration::from_secs(10),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    // seed 002 §14.4.5 (Chubby): keep-alives extend a session; without them it expires.
+    #[test]
+    fn keep_alive_extends_and_silence_expires() {
+        let s = table(&[1]);
+        let mut l = Liveness::default();
+        l.opened(SessionId(1), Duration::from_secs(10), Instant(0));
+        let d = l.keep_alive(&s, SessionId(1), Instant(5_000_000)).unwrap();
+        assert_eq!(d, Instant(15_000_000));
+        assert!(l.due(Instant(14_000_000)).is_empty());
+        assert_eq!(l.due(Instant(15_000_001)), vec![SessionId(1)]);
+        assert!(l.due(Instant(16_000_000)).is_empty(), "not submitted twice");
+        assert_eq!(
+            l.keep_alive(&s, SessionId(1), Instant(16_000_000)),
+            Err(SessionError::Expired(SessionId(1)))
+        );
+    }
+
+    // DESIGN §4: a new manager extends every session by the grace period first.
+    #[test]
+    fn take_over_grants_grace_before_any_expiry() {
+        let s = table(&[1, 2]);
+        let mut l = Liveness::take_over(&s, Instant(100_000_000), Duration::from_secs(5));
+        assert!(l.due(Instant(114_000_000)).is_empty());
+        assert_eq!(l.due(Instant(115_000_001)).len(), 2);
+    }
+
+    // DESIGN §4: the client's deadline (send time + TTL − δ_c) is never after the
+    // manager's (receipt time + TTL on a clock at most δ_c behind).
+    #[test]
+    fn client_deadline_is_conservative() {
+        let drift = Duration::from_millis(50);
+        let ttl = Duration::from_secs(10);
+        for (send, delay, skew) in [(0u64, 0u64, 0i64), (1000, 30_000, 50_000), (7, 1, -50_000)] {
+            let client = client_deadline(Instant(send), ttl, drift);
+            // manager clock = client clock + skew, |skew| <= drift; receipt after delay
+            let mgr_now = (send + delay) as i64 + skew;
+            let mgr_deadline_in_client_time = mgr_now + ttl.as_micros() as i64 - skew;
+            assert!(client.0 as i64 <= mgr_deadline_in_client_time);
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_per_version() {
+        let a = SessionId::from_version(Version {
+            epoch: Epoch(2),
+            seq: 1,
+        });
+        let b = SessionId::from_version(Version {
+            epoch: Epoch(3),
+            seq: 1,
+        });
+        assert_ne!(a, b);
+        assert!(check_ttl(Duration::from_millis(10)).is_err());
+    }
+}
