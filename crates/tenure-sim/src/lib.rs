@@ -1,0 +1,13 @@
+//! # tenure-sim
+//!
+//! The deterministic simulator for Tenure: the real `tenure-core` devices under a virtual
+//! clock, a faulty network, crashes, pauses and partitions, with invariant checkers on
+//! every event. One seed replays a run exactly. See [`world`] for the model, [`checks`]
+//! for the invariants and [`sweep`] for running many seeds.
+
+pub mod checks;
+pub mod knobs;
+pub mod sweep;
+pub mod world;
+
+pub use world::{RunReport, SimConfig, run};
