@@ -1,0 +1,4 @@
+//! tenure-client
+pub mod proto {
+    tonic::include_proto!("tenure.v1");
+}

@@ -1,0 +1,234 @@
+//! # tenure-server
+//!
+//! The tokio shell that hosts one device's sans-IO core (`tenure-core`) as a real server
+//! process (DESIGN §2, §8, §10):
+//!
+//! - [`storage`]: durable state on redb, one durable commit per driver batch;
+//! - [`wire`] and [`transport`]: one ordered TCP connection per device pair, versioned
+//!   length-delimited frames, handshake, reconnect with backoff;
+//! - [`driver`]: the task that owns the [`tenure_core::Device`] and enforces "durable before
+//!   sent" for every batch of outputs;
+//! - [`grpc`]: the client API of `proto/tenure.proto`;
+//! - [`config`]: the TOML configuration;
+//! - metrics on a Prometheus endpoint, logs through `tracing`.
+//!
+//! [`start`] binds the configured addresses and runs a device until
+//! [`ServerHandle::shutdown`] (or a fatal storage error).
+
+pub mod config;
+pub mod driver;
+pub mod grpc;
+pub mod storage;
+pub mod transport;
+pub mod wire;
+
+use crate::config::ServerConfig;
+use crate::driver::Driver;
+use crate::storage::Storage;
+use crate::transport::{Transport, TransportConfig};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tenure_client::proto::tenure_server::TenureServer;
+use tenure_core::ids::DeviceId;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+pub use config::ConfigError;
+
+/// Server failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    /// The driver stopped on a fatal error.
+    #[error(transparent)]
+    Driver(#[from] driver::DriverError),
+    /// Binding a listener failed.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    /// A server task panicked.
+    #[error("server task failed: {0}")]
+    Task(String),
+}
+
+/// A running device.
+#[derive(Debug)]
+pub struct ServerHandle {
+    /// Where the peer transport listens.
+    pub peer_addr: SocketAddr,
+    /// Where the gRPC API listens.
+    pub client_addr: SocketAddr,
+    stop: CancellationToken,
+    driver: JoinHandle<Result<(), ServerError>>,
+}
+
+impl ServerHandle {
+    /// Stop serving and wait for the device to stop.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        self.stop.cancel();
+        self.wait().await
+    }
+
+    /// Wait until the device stops (a fatal error, or shutdown from elsewhere).
+    pub async fn wait(self) -> Result<(), ServerError> {
+        let r = self
+            .driver
+            .await
+            .map_err(|e| ServerError::Task(e.to_string()))?;
+        self.stop.cancel();
+        r
+    }
+
+    /// A token that stops the server when cancelled.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}
+
+/// Bind the configured addresses and start the device.
+pub async fn start(cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
+    let peer = TcpListener::bind(cfg.peer_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.peer_listen,
+            source,
+        })?;
+    let client = TcpListener::bind(cfg.client_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.client_listen,
+            source,
+        })?;
+    start_with_listeners(cfg, peer, client).await
+}
+
+/// Start the device on listeners the caller bound (tests bind port 0 first).
+pub async fn start_with_listeners(
+    cfg: ServerConfig,
+    peer_listener: TcpListener,
+    client_listener: TcpListener,
+) -> Result<ServerHandle, ServerError> {
+    cfg.validate()?;
+    let me = DeviceId(cfg.id);
+    let peer_addr = peer_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.peer_listen,
+            source,
+        })?;
+    let client_addr = client_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: cfg.client_listen,
+            source,
+        })?;
+    if let Some(addr) = cfg.metrics_listen {
+        install_metrics(addr);
+    }
+
+    let dir = cfg.data_dir.clone();
+    let (storage, state) = tokio::task::spawn_blocking(move || Storage::open(&dir, me))
+        .await
+        .map_err(|e| ServerError::Task(e.to_string()))??;
+    info!(device = %me, path = %storage.path().display(), chunks = state.chunks.len(), "storage opened");
+
+    let stop = CancellationToken::new();
+    let (inbox_tx, inbox_rx) = mpsc::channel(16 * 1024);
+    let (calls_tx, calls_rx) = mpsc::channel(16 * 1024);
+    let peers: Vec<(DeviceId, SocketAddr)> = cfg
+        .peers
+        .iter()
+        .map(|p| (DeviceId(p.id), p.peer_addr))
+        .collect();
+    let mut tcfg = TransportConfig::new(me, peers);
+    tcfg.max_frame_bytes = cfg.max_frame_bytes;
+    let transport = Transport::start(tcfg, peer_listener, inbox_tx, stop.clone());
+
+    let seed = cfg.rng_seed.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        t ^ cfg.id.rotate_left(32)
+    });
+    let driver = Driver::boot(
+        cfg.device_config(),
+        storage,
+        state,
+        seed,
+        transport,
+        inbox_rx,
+        calls_rx,
+    )
+    .await?;
+
+    let endpoints: HashMap<DeviceId, SocketAddr> = cfg
+        .peers
+        .iter()
+        .map(|p| (DeviceId(p.id), p.client_addr))
+        .collect();
+    let api = grpc::Api::new(
+        calls_tx,
+        endpoints,
+        Duration::from_millis(cfg.request_timeout_ms),
+    );
+    let grpc_stop = stop.clone();
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener);
+        let r = tonic::transport::Server::builder()
+            .add_service(TenureServer::new(api))
+            .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
+            .await;
+        if let Err(e) = r {
+            error!("gRPC server stopped: {e}");
+            grpc_stop.cancel();
+        }
+    });
+
+    let driver_stop = stop.clone();
+    let driver = tokio::spawn(async move {
+        let r = tokio::select! {
+            r = driver.run() => r.map_err(ServerError::from),
+            _ = driver_stop.cancelled() => Ok(()),
+        };
+        driver_stop.cancel();
+        r
+    });
+    info!(device = %me, %peer_addr, %client_addr, "device serving");
+    Ok(ServerHandle {
+        peer_addr,
+        client_addr,
+        stop,
+        driver,
+    })
+}
+
+/// Install the Prometheus exporter (once per process).
+fn install_metrics(addr: SocketAddr) {
+    let buckets = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ];
+    let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&buckets);
+    match builder.and_then(|b| b.install()) {
+        Ok(()) => info!(%addr, "metrics endpoint listening"),
+        Err(e) => warn!(%addr, "metrics endpoint not started: {e}"),
+    }
+}

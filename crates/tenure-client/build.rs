@@ -1,0 +1,14 @@
+//! Generates the gRPC code from `proto/tenure.proto` with `protox` (a pure-Rust protobuf
+//! compiler), so building needs no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let file = root.join("tenure.proto");
+    println!("cargo:rerun-if-changed={}", file.display());
+    let fds = protox::compile([&file], [&root])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! Server configuration: a TOML file, optionally overridden by command-line flags.
+//!
+//! ```toml
+//! id = 1
+//! data_dir = "tenure-data/d1"
+//! peer_listen = "127.0.0.1:7101"
+//! client_listen = "127.0.0.1:7201"
+//! metrics_listen = "127.0.0.1:7301"   # optional
+//!
+//! [cluster]
+//! stores = 64
+//! replication = 3
+//!
+//! [[peers]]                             # every device, this one included
+//! id = 1
+//! peer_addr = "127.0.0.1:7101"
+//! client_addr = "127.0.0.1:7201"
+//!
+//! [timing]                              # optional overrides of seed 000 §2 constants
+//! lease_ms = 2000
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tenure_core::config::{ClusterConfig, DeviceConfig, Timing};
+use tenure_core::ids::DeviceId;
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// Path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("parsing {path}: {source}")]
+    Parse {
+        /// Path.
+        path: PathBuf,
+        /// Why.
+        source: Box<toml::de::Error>,
+    },
+    /// The configuration is inconsistent.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// One device of the cluster as every device sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// Device id.
+    pub id: u64,
+    /// Where its peer transport listens.
+    pub peer_addr: SocketAddr,
+    /// Where its gRPC API listens (used for redirect hints).
+    pub client_addr: SocketAddr,
+}
+
+/// The cluster's shape, fixed at bootstrap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterShape {
+    /// Number of stores.
+    pub stores: u32,
+    /// Chunks per store.
+    pub replication: usize,
+}
+
+impl Default for ClusterShape {
+    fn default() -> Self {
+        ClusterShape {
+            stores: 64,
+            replication: 3,
+        }
+    }
+}
+
+/// Overrides of the core's timing constants, in milliseconds (unset = core default).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[allow(missing_docs)]
+pub struct TimingOverrides {
+    pub lease_ms: Option<u64>,
+    pub renewal_period_ms: Option<u64>,
+    pub commit_window_ms: Option<u64>,
+    pub abort_window_ms: Option<u64>,
+    pub clock_drift_ms: Option<u64>,
+    pub msg_timeout_ms: Option<u64>,
+    pub help_wait_ms: Option<u64>,
+    pub transition_timeout_ms: Option<u64>,
+    pub transition_wait_ms: Option<u64>,
+    pub ack_timeout_ms: Option<u64>,
+    pub gather_rounds_max: Option<u32>,
+    pub migrate_after_ms: Option<u64>,
+    pub liveness_window_ms: Option<u64>,
+}
+
+impl TimingOverrides {
+    /// The core's timing with these overrides applied.
+    pub fn apply(&self, mut t: Timing) -> Timing {
+        let ms = Duration::from_millis;
+        macro_rules! set {
+            ($($field:ident <- $o:ident),*) => {$( if let Some(v) = self.$o { t.$field = ms(v); } )*};
+        }
+        set!(lease <- lease_ms, renewal_period <- renewal_period_ms,
+             commit_window <- commit_window_ms, abort_window <- abort_window_ms,
+             clock_drift <- clock_drift_ms, msg_timeout <- msg_timeout_ms,
+             help_wait <- help_wait_ms, transition_timeout <- transition_timeout_ms,
+             transition_wait <- transition_wait_ms, ack_timeout <- ack_timeout_ms,
+             migrate_after <- migrate_after_ms, liveness_window <- liveness_window_ms);
+        if let Some(n) = self.gather_rounds_max {
+            t.gather_rounds_max = n;
+        }
+        t
+    }
+}
+
+/// Everything one `tenure server` process is configured with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// This device's id.
+    pub id: u64,
+    /// Data directory (created if missing).
+    pub data_dir: PathBuf,
+    /// Peer transport listen address.
+    pub peer_listen: SocketAddr,
+    /// gRPC listen address.
+    pub client_listen: SocketAddr,
+    /// Prometheus metrics listen address (none = no endpoint).
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Cluster shape.
+    #[serde(default)]
+    pub cluster: ClusterShape,
+    /// Every device of the cluster, this one included.
+    pub peers: Vec<PeerConfig>,
+    /// Timing overrides.
+    #[serde(default)]
+    pub timing: TimingOverrides,
+    /// Whether this device runs the outside policies.
+    #[serde(default = "yes")]
+    pub run_policies: bool,
+    /// Seed of the core's PRNG (default: derived from the id and the boot time).
+    #[serde(default)]
+    pub rng_seed: Option<u64>,
+    /// How long a client request may wait for the core's answer.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Largest peer frame accepted.
+    #[serde(default = "default_max_frame")]
+    pub max_frame_bytes: usize,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_request_timeout_ms() -> u64 {
+    5000
+}
+fn default_max_frame() -> usize {
+    crate::wire::MAX_FRAME_BYTES
+}
+
+impl ServerConfig {
+    /// Read and validate a TOML file.
+    pub fn load(path: &Path) -> Result<ServerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let cfg: ServerConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?;
+        Ok(cfg)
+    }
+
+    /// Render as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serializes")
+    }
+
+    /// Check consistency.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.peers.iter().any(|p| p.id == self.id) {
+            return Err(ConfigError::Invalid(format!(
+                "peers must list this device ({})",
+                self.id
+            )));
+        }
+        let mut ids: Vec<u64> = self.peers.iter().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != self.peers.len() {
+            return Err(ConfigError::Invalid("duplicate device id in peers".into()));
+        }
+        if self.cluster.stores == 0 {
+            return Err(ConfigError::Invalid("cluster.stores must be > 0".into()));
+        }
+        if self.cluster.replication == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.replication must be > 0".into(),
+            ));
+        }
+        if self.max_frame_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "max_frame_bytes must be >= 1024".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The core's configuration for this device.
+    pub fn device_config(&self) -> DeviceConfig {
+        let mut devices: Vec<DeviceId> = self.peers.iter().map(|p| DeviceId(p.id)).collect();
+        devices.sort();
+        let cluster = ClusterConfig {
+            devices,
+            stores: self.cluster.stores,
+            replication: self.cluster.replication,
+        };
+        let mut cfg = DeviceConfig::new(DeviceId(self.id), cluster);
+        cfg.timing = self.timing.apply(cfg.timing);
+        cfg.run_policies = self.run_policies;
+        cfg
+    }
+
+    /// Client endpoint of a device, if configured.
+    pub fn client_endpoint(&self, id: DeviceId) -> Option<SocketAddr> {
+        self.peers
+            .iter()
+            .find(|p| p.id == id.0)
+            .map(|p| p.client_addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let text = r#"
+            id = 1
+            data_dir = "tenure-data/d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [cluster]
+            stores = 8
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+            [timing]
+            lease_ms = 1000
+        "#;
+        let cfg: ServerConfig = toml::from_str(text).unwrap();
+        cfg.validate().unwrap();
+        let dc = cfg.device_config();
+        assert_eq!(dc.cluster.stores, 8);
+        assert_eq!(dc.cluster.replication, 3);
+        assert_eq!(dc.timing.lease, Duration::from_millis(1000));
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+    }
+
+    #[test]
+    fn unknown_fields_and_missing_self_are_errors() {
+        assert!(toml::from_str::<ServerConfig>("id = 1\nbogus = 2").is_err());
+        let cfg = ServerConfig {
+            id: 2,
+            data_dir: "x".into(),
+            peer_listen: "127.0.0.1:1".parse().unwrap(),
+            client_listen: "127.0.0.1:2".parse().unwrap(),
+            metrics_listen: None,
+            cluster: ClusterShape::default(),
+            peers: vec![],
+            timing: TimingOverrides::default(),
+            run_policies: true,
+            rng_seed: None,
+            request_timeout_ms: 5000,
+            max_frame_bytes: 1 << 20,
+        };
+        assert!(cfg.validate().is_err());
+    }
+}
