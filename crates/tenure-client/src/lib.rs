@@ -1,4 +1,443 @@
-//! tenure-client
+//! # tenure-client
+//!
+//! The Rust client library for Tenure, and the gRPC code generated from
+//! `proto/tenure.proto` ([`proto`], used by the server too).
+//!
+//! A [`Client`] is built from a list of device endpoints. Every request is routed by store:
+//! the client remembers which endpoint managed each store last, follows `NotManager`
+//! redirects (the hint names the manager's endpoint), and on `Unavailable` or a transport
+//! failure tries the other endpoints with exponential backoff, within a bounded number of
+//! attempts and a deadline. Errors are typed ([`Error`]), mirroring the protocol's.
+//!
+//! Every routed RPC goes through one generic loop ([`Client::routed`]), so adding an RPC
+//! (locks, sessions) is one call with a closure that issues it and unpacks its
+//! `oneof result`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, Endpoint};
+use tracing::debug;
+
+/// Code generated from `proto/tenure.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("tenure.v1");
+}
+
+use proto::error::Kind;
+use proto::tenure_client::TenureClient;
+
+/// Client errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No endpoint was given.
+    #[error("no endpoints given")]
+    NoEndpoints,
+    /// An endpoint string is not a valid address.
+    #[error("invalid endpoint {0:?}")]
+    InvalidEndpoint(String),
+    /// The contacted device does not manage the store (after following redirects).
+    #[error("device is not the manager of store {store} (hint: {hint:?})")]
+    NotManager {
+        /// Store.
+        store: u32,
+        /// Hinted endpoint.
+        hint: Option<String>,
+    },
+    /// The store has no reachable quorum/coverage.
+    #[error("store {store} is unavailable")]
+    Unavailable {
+        /// Store.
+        store: u32,
+    },
+    /// The session expired.
+    #[error("session {0} expired")]
+    SessionExpired(u64),
+    /// The request was the youngest in a deadlock cycle.
+    #[error("deadlock on {0}")]
+    Deadlock(String),
+    /// The lock was not granted in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    /// The name is not a valid path.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// Name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A value is larger than the limit.
+    #[error("too large: {size} bytes, limit {limit}")]
+    TooLarge {
+        /// Size.
+        size: u64,
+        /// Limit.
+        limit: u64,
+    },
+    /// A fencing token is stale.
+    #[error("stale fencing token")]
+    StaleToken,
+    /// The store does not exist.
+    #[error("unknown store {0}")]
+    UnknownStore(u32),
+    /// The server does not serve this operation yet.
+    #[error("not implemented by the server: {0}")]
+    Unimplemented(String),
+    /// A gRPC failure that is not one of the above.
+    #[error("rpc failed: {0}")]
+    Rpc(Box<tonic::Status>),
+    /// The server answered with an empty `oneof`.
+    #[error("malformed answer from the server")]
+    Malformed,
+    /// Retries ran out.
+    #[error("gave up after {attempts} attempts in {elapsed:?}; last error: {last}")]
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
+        /// Time spent.
+        elapsed: Duration,
+        /// The last error seen.
+        last: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Convert a protocol error.
+    pub fn from_proto(e: proto::Error) -> Error {
+        match e.kind {
+            Some(Kind::NotManager(n)) => Error::NotManager {
+                store: n.store,
+                hint: (!n.hint_endpoint.is_empty()).then_some(n.hint_endpoint),
+            },
+            Some(Kind::Unavailable(u)) => Error::Unavailable { store: u.store },
+            Some(Kind::SessionExpired(s)) => Error::SessionExpired(s.session),
+            Some(Kind::Deadlock(d)) => Error::Deadlock(d.name),
+            Some(Kind::Timeout(t)) => Error::Timeout(t.name),
+            Some(Kind::InvalidName(n)) => Error::InvalidName {
+                name: n.name,
+                reason: n.reason,
+            },
+            Some(Kind::TooLarge(t)) => Error::TooLarge {
+                size: t.size,
+                limit: t.limit,
+            },
+            Some(Kind::StaleToken(_)) => Error::StaleToken,
+            Some(Kind::UnknownStore(u)) => Error::UnknownStore(u.store),
+            None => Error::Malformed,
+        }
+    }
+
+    fn from_status(s: tonic::Status) -> Error {
+        match s.code() {
+            tonic::Code::Unimplemented => Error::Unimplemented(s.message().to_string()),
+            _ => Error::Rpc(Box::new(s)),
+        }
+    }
+
+    /// Whether another endpoint (or a later try) may succeed.
+    fn retryable(&self) -> bool {
+        match self {
+            Error::NotManager { .. } | Error::Unavailable { .. } => true,
+            Error::Rpc(s) => matches!(
+                s.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Unknown
+                    | tonic::Code::Cancelled
+                    | tonic::Code::Aborted
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Retry and timeout settings.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Connecting to one endpoint.
+    pub connect_timeout: Duration,
+    /// One RPC.
+    pub request_timeout: Duration,
+    /// Most attempts of one routed request.
+    pub max_attempts: u32,
+    /// Total time one routed request may take.
+    pub retry_deadline: Duration,
+    /// First backoff; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Largest backoff.
+    pub backoff_max: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(6),
+            max_attempts: 60,
+            retry_deadline: Duration::from_secs(20),
+            backoff_min: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A write's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Epoch of the manager that ordered it.
+    pub epoch: u64,
+    /// Sequence number in the epoch.
+    pub seq: u64,
+}
+
+/// A Tenure client (cheap to share behind an `Arc`; all methods take `&self`).
+#[derive(Debug)]
+pub struct Client {
+    opts: ClientOptions,
+    endpoints: Mutex<Vec<String>>,
+    channels: Mutex<HashMap<String, TenureClient<Channel>>>,
+    routes: Mutex<HashMap<u32, String>>,
+}
+
+impl Client {
+    /// A client for these endpoints (`host:port`, or `http://host:port`). Connections are
+    /// made lazily; call this inside a tokio runtime.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Result<Client> {
+        Client::with_options(endpoints, ClientOptions::default())
+    }
+
+    /// A client with explicit options.
+    pub fn with_options(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        opts: ClientOptions,
+    ) -> Result<Client> {
+        let endpoints: Vec<String> = endpoints.into_iter().map(|e| normalize(e.into())).collect();
+        if endpoints.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let c = Client {
+            opts,
+            endpoints: Mutex::new(Vec::new()),
+            channels: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+        };
+        for e in endpoints {
+            c.channel(&e)?;
+        }
+        Ok(c)
+    }
+
+    /// The endpoints known (configured plus learned from redirects).
+    pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints.lock().unwrap().clone()
+    }
+
+    fn channel(&self, endpoint: &str) -> Result<TenureClient<Channel>> {
+        if let Some(c) = self.channels.lock().unwrap().get(endpoint) {
+            return Ok(c.clone());
+        }
+        let ch = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|_| Error::InvalidEndpoint(endpoint.to_string()))?
+            .connect_timeout(self.opts.connect_timeout)
+            .timeout(self.opts.request_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        let client = TenureClient::new(ch);
+        self.channels
+            .lock()
+            .unwrap()
+            .insert(endpoint.to_string(), client.clone());
+        let mut eps = self.endpoints.lock().unwrap();
+        if !eps.iter().any(|e| e == endpoint) {
+            eps.push(endpoint.to_string());
+        }
+        Ok(client)
+    }
+
+    /// Write a test register in `store`.
+    pub async fn write(&self, store: u32, key: u64, value: u64) -> Result<Version> {
+        self.routed(store, |mut c| async move {
+            let r = c
+                .write(proto::WriteRequest { store, key, value })
+                .await?
+                .into_inner();
+            Ok(match r.result {
+                Some(proto::write_response::Result::Ok(w)) => {
+                    let v = w.version.unwrap_or_default();
+                    Ok(Version {
+                        epoch: v.epoch,
+                        seq: v.seq,
+                    })
+                }
+                Some(proto::write_response::Result::Error(e)) => Err(Error::from_proto(e)),
+                None => Err(Error::Malformed),
+            })
+        })
+        .await
+    }
+
+    /// Status of the device at `endpoint`.
+    pub async fn status_of(&self, endpoint: &str) -> Result<proto::StatusResponse> {
+        let endpoint = normalize(endpoint.to_string());
+        let mut c = self.channel(&endpoint)?;
+        c.status(proto::StatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(Error::from_status)
+    }
+
+    /// Status of every known endpoint, in order.
+    pub async fn status_all(&self) -> Vec<(String, Result<proto::StatusResponse>)> {
+        let eps = self.endpoints();
+        let mut out = Vec::with_capacity(eps.len());
+        for e in eps {
+            let r = self.status_of(&e).await;
+            out.push((e, r));
+        }
+        out
+    }
+
+    /// Run one request against the manager of `store`: `call` issues the RPC on a channel
+    /// and returns the protocol outcome; gRPC failures and retryable protocol errors move
+    /// to the hinted or next endpoint, with backoff, within the configured bounds.
+    pub async fn routed<T, F, Fut>(&self, store: u32, mut call: F) -> Result<T>
+    where
+        F: FnMut(TenureClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Result<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let mut backoff = self.opts.backoff_min;
+        let mut attempts = 0u32;
+        let mut target = self.route(store, 0);
+        let mut rotate = 0usize;
+        loop {
+            attempts += 1;
+            let client = self.channel(&target)?;
+            let err = match call(client).await {
+                Ok(Ok(v)) => {
+                    self.routes.lock().unwrap().insert(store, target);
+                    return Ok(v);
+                }
+                Ok(Err(e)) => e,
+                Err(s) => Error::from_status(s),
+            };
+            if !err.retryable() {
+                return Err(err);
+            }
+            if attempts >= self.opts.max_attempts || started.elapsed() >= self.opts.retry_deadline {
+                return Err(Error::GaveUp {
+                    attempts,
+                    elapsed: started.elapsed(),
+                    last: Box::new(err),
+                });
+            }
+            debug!(store, %target, "retrying: {err}");
+            match &err {
+                Error::NotManager {
+                    hint: Some(hint), ..
+                } if *hint != target => {
+                    // A redirect: follow it at once.
+                    target = normalize(hint.clone());
+                    continue;
+                }
+                _ => {
+                    self.routes.lock().unwrap().remove(&store);
+                    rotate += 1;
+                    target = self.route(store, rotate);
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.opts.backoff_max);
+        }
+    }
+
+    /// The endpoint to try for `store`: the remembered manager, or the endpoints in turn.
+    fn route(&self, store: u32, rotate: usize) -> String {
+        if rotate == 0
+            && let Some(e) = self.routes.lock().unwrap().get(&store)
+        {
+            return e.clone();
+        }
+        let eps = self.endpoints.lock().unwrap();
+        eps[(store as usize + rotate) % eps.len()].clone()
+    }
+}
+
+fn normalize(e: String) -> String {
+    if e.starts_with("http://") || e.starts_with("https://") {
+        e
+    } else {
+        format!("http://{e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_normalized_and_required() {
+        assert!(matches!(
+            Client::new(Vec::<String>::new()),
+            Err(Error::NoEndpoints)
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let c = Client::new(["127.0.0.1:1", "http://127.0.0.1:2"]).unwrap();
+            assert_eq!(
+                c.endpoints(),
+                vec!["http://127.0.0.1:1", "http://127.0.0.1:2"]
+            );
+        });
+    }
+
+    #[test]
+    fn protocol_errors_map_to_typed_errors() {
+        let e = Error::from_proto(proto::Error {
+            kind: Some(Kind::NotManager(proto::NotManager {
+                store: 3,
+                hint_device: Some(2),
+                hint_endpoint: "127.0.0.1:9".into(),
+            })),
+            message: String::new(),
+        });
+        assert!(
+            matches!(e, Error::NotManager { store: 3, hint: Some(ref h) } if h == "127.0.0.1:9")
+        );
+        assert!(e.retryable());
+        let e = Error::from_proto(proto::Error {
+            kind: Some(Kind::UnknownStore(proto::UnknownStore { store: 99 })),
+            message: String::new(),
+        });
+        assert!(matches!(e, Error::UnknownStore(99)));
+        assert!(!e.retryable());
+    }
+
+    #[test]
+    fn unreachable_endpoints_give_up_within_bounds() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Port 1 on loopback: nothing listens, connections are refused at once.
+            let opts = ClientOptions {
+                max_attempts: 4,
+                retry_deadline: Duration::from_secs(5),
+                ..Default::default()
+            };
+            let c = Client::with_options(["127.0.0.1:1"], opts).unwrap();
+            let err = c.write(0, 1, 1).await.unwrap_err();
+            assert!(matches!(err, Error::GaveUp { attempts: 4, .. }), "{err}");
+        });
+    }
 }

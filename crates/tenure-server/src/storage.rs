@@ -242,23 +242,28 @@ enum Encoded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tenure_core::ids::{Epoch, StoreId};
-    use tenure_core::layout::Metadata;
+    use tenure_core::ids::Epoch;
+    use tenure_core::{ClusterConfig, Device, DeviceConfig, Instant, Output};
 
-    fn chunk(device: u64, serial: u64, epoch: u64) -> ChunkPersist {
-        let id = ChunkId {
-            device: DeviceId(device),
-            serial,
-        };
-        ChunkPersist {
-            id,
-            store: StoreId(serial as u32),
-            epoch: Epoch(epoch),
-            metadata: Metadata::new([id]),
-            lease_mgr: Some(DeviceId(device)),
-            prepared: None,
-            data: Default::default(),
-        }
+    /// Real chunk records, as a booting device's core produces them (serials 0..4).
+    fn boot_records() -> Vec<ChunkPersist> {
+        let cfg = DeviceConfig::new(DeviceId(1), ClusterConfig::new(1, 4, 1));
+        let (_dev, out) = Device::new(cfg, DevicePersist::default(), Instant(0), 1);
+        out.into_iter()
+            .filter_map(|o| match o {
+                Output::Persist(PersistOp::PutChunk(c)) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn chunk(serial: u64, epoch: u64) -> ChunkPersist {
+        let mut c = boot_records()
+            .into_iter()
+            .find(|c| c.id.serial == serial)
+            .expect("bootstrap chunk");
+        c.epoch = Epoch(epoch);
+        c
     }
 
     #[test]
@@ -272,10 +277,10 @@ mod tests {
     fn batch_survives_reopen_and_matches_apply() {
         let dir = tempfile::tempdir().unwrap();
         let ops = vec![
-            PersistOp::PutChunk(Box::new(chunk(1, 0, 1))),
-            PersistOp::PutChunk(Box::new(chunk(1, 1, 1))),
+            PersistOp::PutChunk(Box::new(chunk(0, 1))),
+            PersistOp::PutChunk(Box::new(chunk(1, 1))),
             PersistOp::SetNextSerial(64),
-            PersistOp::PutChunk(Box::new(chunk(1, 0, 2))),
+            PersistOp::PutChunk(Box::new(chunk(0, 2))),
             PersistOp::RemoveChunk(ChunkId {
                 device: DeviceId(1),
                 serial: 1,

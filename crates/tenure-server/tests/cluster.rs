@@ -1,0 +1,384 @@
+//! In-process clusters on 127.0.0.1 with ephemeral ports. Each device runs on its own
+//! tokio runtime, so "crash" is dropping that runtime without any shutdown step (what
+//! `kill -9` does to a process: no flush, no goodbye); the process-level tests live in
+//! `crates/tenure/tests`. Every wait is bounded.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tenure_client::{Client, ClientOptions};
+use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
+use tenure_server::{ServerHandle, start_with_listeners};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const STORES: u32 = 8;
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+struct Node {
+    cfg: ServerConfig,
+    rt: Option<tokio::runtime::Runtime>,
+    handle: Option<ServerHandle>,
+}
+
+impl Node {
+    fn start(cfg: ServerConfig) -> Node {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let handle = loop {
+            let c = cfg.clone();
+            let r = rt.block_on(async move {
+                let p = tokio::net::TcpListener::bind(c.peer_listen).await;
+                let l = tokio::net::TcpListener::bind(c.client_listen).await;
+                match (p, l) {
+                    (Ok(p), Ok(l)) => start_with_listeners(c, p, l)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    (p, l) => Err(format!("bind: {:?} {:?}", p.err(), l.err())),
+                }
+            });
+            match r {
+                Ok(h) => break h,
+                // The previous incarnation's database may still be closing.
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("retrying start of d{}: {e}", cfg.id);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("device {} did not start: {e}", cfg.id),
+            }
+        };
+        Node {
+            cfg,
+            rt: Some(rt),
+            handle: Some(handle),
+        }
+    }
+
+    /// Crash: drop the runtime and every task on it, with no shutdown step.
+    fn crash(&mut self) {
+        self.handle.take();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_millis(500));
+        }
+    }
+
+    fn client_endpoint(&self) -> String {
+        self.cfg.client_listen.to_string()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+    cfgs: Vec<ServerConfig>,
+}
+
+fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
+    let peers: Vec<PeerConfig> = (1..=n)
+        .map(|id| PeerConfig {
+            id,
+            peer_addr: free_addr(),
+            client_addr: free_addr(),
+        })
+        .collect();
+    peers
+        .iter()
+        .map(|p| ServerConfig {
+            id: p.id,
+            data_dir: root.join(format!("d{}", p.id)),
+            peer_listen: p.peer_addr,
+            client_listen: p.client_addr,
+            metrics_listen: None,
+            cluster: ClusterShape {
+                stores: STORES,
+                replication: 3,
+            },
+            peers: peers.clone(),
+            timing: TimingOverrides::default(),
+            run_policies: true,
+            rng_seed: Some(p.id),
+            request_timeout_ms: 5000,
+            max_frame_bytes: 1 << 20,
+        })
+        .collect()
+}
+
+impl Cluster {
+    fn start(n: u64) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let cfgs = configs(n, dir.path());
+        let nodes = cfgs.iter().cloned().map(Node::start).collect();
+        Cluster {
+            _dir: dir,
+            nodes,
+            cfgs,
+        }
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.cfgs
+            .iter()
+            .map(|c| c.client_listen.to_string())
+            .collect()
+    }
+
+    fn data_dir(&self, i: usize) -> PathBuf {
+        self.cfgs[i].data_dir.clone()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn client(endpoints: Vec<String>) -> Client {
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(3),
+        retry_deadline: Duration::from_secs(30),
+        max_attempts: 200,
+        ..Default::default()
+    };
+    Client::with_options(endpoints, opts).unwrap()
+}
+
+/// store → (device, epoch) of every device that reports itself `Manager`.
+async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, Vec<(u64, u64)>> {
+    let mut out: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in endpoints {
+        if let Ok(s) = c.status_of(e).await {
+            for m in s.managers.iter().filter(|m| m.state == "Manager") {
+                out.entry(m.store).or_default().push((s.device, m.epoch));
+            }
+        }
+    }
+    out
+}
+
+/// Wait (bounded) until every store has exactly one manager among `endpoints`.
+async fn wait_all_managed(
+    c: &Client,
+    endpoints: &[String],
+    limit: Duration,
+) -> BTreeMap<u32, (u64, u64)> {
+    let start = Instant::now();
+    loop {
+        let m = managers(c, endpoints).await;
+        if m.len() == STORES as usize && m.values().all(|v| v.len() == 1) {
+            return m.into_iter().map(|(s, v)| (s, v[0])).collect();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "stores without exactly one manager after {limit:?}: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn three_devices_elect_managers_and_serve_writes() {
+    let cluster = Cluster::start(3);
+    rt().block_on(async {
+        let eps = cluster.endpoints();
+        let c = client(eps.clone());
+        let m = wait_all_managed(&c, &eps, Duration::from_secs(30)).await;
+        assert_eq!(m.len(), STORES as usize);
+        for store in 0..STORES {
+            let v = c.write(store, 1, 100 + store as u64).await.unwrap();
+            assert!(v.epoch >= 1);
+            let v2 = c.write(store, 1, 200).await.unwrap();
+            assert!(v2 > v, "versions increase: {v:?} then {v2:?}");
+        }
+    });
+}
+
+#[test]
+fn crashed_manager_is_replaced_and_writes_continue() {
+    let mut cluster = Cluster::start(3);
+    let r = rt();
+    let _in_runtime = r.enter();
+    let eps = cluster.endpoints();
+    let c = client(eps.clone());
+    let before = r.block_on(wait_all_managed(&c, &eps, Duration::from_secs(30)));
+    let (victim, old_epoch) = before[&0];
+    r.block_on(async { c.write(0, 7, 1).await.unwrap() });
+    let idx = cluster
+        .nodes
+        .iter()
+        .position(|n| n.cfg.id == victim)
+        .unwrap();
+    cluster.nodes[idx].crash();
+    let survivors: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.cfg.id != victim)
+        .map(Node::client_endpoint)
+        .collect();
+    let started = Instant::now();
+    let after = r.block_on(wait_all_managed(&c, &survivors, Duration::from_secs(40)));
+    eprintln!("failover of store 0 took {:?}", started.elapsed());
+    let (new_mgr, new_epoch) = after[&0];
+    assert_ne!(new_mgr, victim);
+    assert!(new_epoch > old_epoch, "epoch {old_epoch} → {new_epoch}");
+    r.block_on(async {
+        let v = c.write(0, 7, 2).await.unwrap();
+        assert!(v.epoch >= new_epoch);
+        for store in 0..STORES {
+            c.write(store, 9, 9).await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn persisted_state_survives_a_full_restart() {
+    let mut cluster = Cluster::start(3);
+    let r = rt();
+    let _in_runtime = r.enter();
+    let eps = cluster.endpoints();
+    let c = client(eps.clone());
+    r.block_on(wait_all_managed(&c, &eps, Duration::from_secs(30)));
+    let mut acked = BTreeMap::new();
+    r.block_on(async {
+        for store in 0..STORES {
+            acked.insert(store, c.write(store, 5, 55).await.unwrap());
+        }
+    });
+    for n in &mut cluster.nodes {
+        n.crash();
+    }
+    // Every acknowledged write's epoch is durable on a majority of its store's chunks.
+    let mut chunk_epochs: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for i in 0..cluster.nodes.len() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let state = loop {
+            match tenure_server::storage::Storage::open(
+                &cluster.data_dir(i),
+                tenure_core::DeviceId(cluster.cfgs[i].id),
+            ) {
+                Ok((_, s)) => break s,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("reopen: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("reopen: {e}"),
+            }
+        };
+        for ch in state.chunks.values() {
+            chunk_epochs.entry(ch.store.0).or_default().push(ch.epoch.0);
+        }
+    }
+    for (store, v) in &acked {
+        let eps = &chunk_epochs[store];
+        let at_least = eps.iter().filter(|e| **e >= v.epoch).count();
+        assert!(
+            2 * at_least > eps.len(),
+            "store {store}: acked {v:?}, chunks {eps:?}"
+        );
+    }
+    let cfgs = cluster.cfgs.clone();
+    cluster.nodes = cfgs.into_iter().map(Node::start).collect();
+    r.block_on(async {
+        let after = wait_all_managed(&c, &eps, Duration::from_secs(40)).await;
+        for (store, v) in &acked {
+            assert!(after[store].1 >= v.epoch, "epochs never go back");
+            let w = c.write(*store, 5, 56).await.unwrap();
+            assert!(w > *v, "store {store}: {v:?} then {w:?}");
+        }
+    });
+}
+
+#[test]
+fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
+    let cluster = Cluster::start(3);
+    let r = rt();
+    let _in_runtime = r.enter();
+    let eps = cluster.endpoints();
+    let c = client(eps.clone());
+    r.block_on(async {
+        wait_all_managed(&c, &eps, Duration::from_secs(30)).await;
+        let peer = cluster.cfgs[0].peer_listen;
+        // A frame whose body is not a valid frame: the connection is closed.
+        let mut s = tokio::net::TcpStream::connect(peer).await.unwrap();
+        s.write_all(&[0, 0, 0, 4, 0xde, 0xad, 0xbe, 0xef])
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("server closes a garbage connection");
+        assert!(matches!(n, Ok(0) | Err(_)), "got {n:?}");
+        // An oversized frame header: closed too.
+        let mut s = tokio::net::TcpStream::connect(peer).await.unwrap();
+        s.write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3])
+            .await
+            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("server closes an oversized frame");
+        assert!(matches!(n, Ok(0) | Err(_)), "got {n:?}");
+        // A Hello claiming to be a device that does not exist.
+        let hello = tenure_server::wire::encode(&tenure_server::wire::Frame::Hello {
+            from: tenure_core::DeviceId(99),
+            to: tenure_core::DeviceId(1),
+        })
+        .unwrap();
+        let mut s = tokio::net::TcpStream::connect(peer).await.unwrap();
+        s.write_all(&(hello.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        s.write_all(&hello).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("server closes an unknown device");
+        assert!(matches!(n, Ok(0) | Err(_)), "got {n:?}");
+
+        // Not HTTP/2 at all on the client port.
+        let mut s = tokio::net::TcpStream::connect(cluster.cfgs[1].client_listen)
+            .await
+            .unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\ngarbage\x00\x01")
+            .await
+            .unwrap();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        // A well-formed request for a store that does not exist: a typed error.
+        let err = c.write(STORES + 5, 1, 1).await.unwrap_err();
+        assert!(
+            matches!(err, tenure_client::Error::UnknownStore(s) if s == STORES + 5),
+            "{err}"
+        );
+        // Lock RPCs are defined but not served yet: a clear Unimplemented.
+        let mut raw = tenure_client::proto::tenure_client::TenureClient::connect(format!(
+            "http://{}",
+            cluster.cfgs[0].client_listen
+        ))
+        .await
+        .unwrap();
+        let st = raw
+            .acquire(tenure_client::proto::AcquireRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), tonic::Code::Unimplemented);
+
+        // The cluster still serves.
+        for store in 0..STORES {
+            c.write(store, 3, 3).await.unwrap();
+        }
+    });
+}
