@@ -21,6 +21,7 @@ pub mod device;
 pub mod ids;
 pub mod io;
 pub mod layout;
+pub mod lockctl;
 pub mod msg;
 pub mod rng;
 pub mod safetalk;
