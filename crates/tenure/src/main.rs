@@ -1,1 +1,48 @@
-fn main() {}
+//! The `tenure` command. `main` only parses the command line and dispatches: each
+//! subcommand lives in its own module with its own `clap::Args` struct, so new
+//! subcommands are one enum variant and one module.
+
+mod bench;
+mod client_cmds;
+mod cluster;
+mod server_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Tenure: a fault-tolerant coordination service.
+#[derive(Parser)]
+#[command(name = "tenure", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one device (server process) from a TOML configuration.
+    Server(server_cmd::ServerArgs),
+    /// A local cluster of device processes on 127.0.0.1: up, down, status.
+    Cluster(cluster::ClusterArgs),
+    /// Write a test register in a store (checks a store end to end).
+    Write(client_cmds::WriteArgs),
+    /// Benchmarks against a running cluster.
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server(args) => server_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Cluster(args) => cluster::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Write(args) => client_cmds::write(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! `tenure cluster up|down|status`: a local cluster of `tenure server` processes on
+//! 127.0.0.1, each with its own data directory and generated configuration under the
+//! cluster's data directory (default `./tenure-data`):
+//!
+//! ```text
+//! tenure-data/cluster.json      pids and addresses of the running devices
+//! tenure-data/d1/server.toml    device 1's configuration (reused on the next `up`)
+//! tenure-data/d1/server.log     device 1's log
+//! tenure-data/d1/tenure.redb    device 1's durable state
+//! ```
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tenure_client::Client;
+use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
+
+/// Arguments of `tenure cluster`.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    cmd: ClusterCmd,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ClusterCmd {
+    /// Start a local cluster (or restart the one whose data is in --data).
+    Up(UpArgs),
+    /// Stop the local cluster.
+    Down(CommonArgs),
+    /// Show every store's manager and epoch.
+    Status(CommonArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CommonArgs {
+    /// The cluster's data directory.
+    #[arg(long, default_value = "tenure-data")]
+    data: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct UpArgs {
+    /// Number of devices (ignored when restarting an existing cluster).
+    #[arg(long, default_value_t = 3)]
+    devices: u64,
+    /// Number of stores (new clusters only).
+    #[arg(long, default_value_t = 64)]
+    stores: u32,
+    /// Chunks per store (new clusters only).
+    #[arg(long, default_value_t = 3)]
+    replication: usize,
+    /// First port: device i uses base+i (peer), base+100+i (client), base+200+i (metrics).
+    /// 0 picks free ports.
+    #[arg(long, default_value_t = 0)]
+    base_port: u16,
+    /// How long to wait for every store to have a manager.
+    #[arg(long, default_value_t = 60)]
+    wait_secs: u64,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// What `cluster.json` records about one device.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeviceEntry {
+    /// Device id.
+    pub id: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Peer address.
+    pub peer_addr: SocketAddr,
+    /// gRPC address.
+    pub client_addr: SocketAddr,
+    /// Metrics address.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Log file.
+    pub log: PathBuf,
+}
+
+/// `cluster.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterFile {
+    /// Number of stores.
+    pub stores: u32,
+    /// Devices.
+    pub devices: Vec<DeviceEntry>,
+}
+
+impl ClusterFile {
+    /// Read `<data>/cluster.json`.
+    pub fn load(data: &Path) -> anyhow::Result<ClusterFile> {
+        let p = data.join("cluster.json");
+        let text = std::fs::read_to_string(&p)
+            .with_context(|| format!("no cluster at {} (run `tenure cluster up`)", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    }
+
+    /// Client endpoints of every device.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .map(|d| d.client_addr.to_string())
+            .collect()
+    }
+}
+
+/// Run `tenure cluster ...`.
+pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        ClusterCmd::Up(a) => up(a),
+        ClusterCmd::Down(a) => down(a),
+        ClusterCmd::Status(a) => status(a),
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie has no cmdline; a live process has a /proc entry with a state other than Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
+    if a.devices == 0 {
+        bail!("--devices must be at least 1");
+    }
+    let port = |offset: u64, id: u64| -> anyhow::Result<u16> {
+        if a.base_port == 0 {
+            free_port()
+        } else {
+            u16::try_from(a.base_port as u64 + offset + id).context("port out of range")
+        }
+    };
+    let mut peers = Vec::new();
+    let mut metrics = Vec::new();
+    for id in 1..=a.devices {
+        peers.push(PeerConfig {
+            id,
+            peer_addr: SocketAddr::from(([127, 0, 0, 1], port(0, id)?)),
+            client_addr: SocketAddr::from(([127, 0, 0, 1], port(100, id)?)),
+        });
+        metrics.push(SocketAddr::from(([127, 0, 0, 1], port(200, id)?)));
+    }
+    let data = std::path::absolute(data)?;
+    Ok(peers
+        .iter()
+        .zip(metrics)
+        .map(|(p, m)| ServerConfig {
+            id: p.id,
+            data_dir: data.join(format!("d{}", p.id)),
+            peer_listen: p.peer_addr,
+            client_listen: p.client_addr,
+            metrics_listen: Some(m),
+            cluster: ClusterShape {
+                stores: a.stores,
+                replication: a.replication,
+            },
+            peers: peers.clone(),
+            timing: TimingOverrides::default(),
+            run_policies: true,
+            rng_seed: None,
+            request_timeout_ms: 5000,
+            max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
+        })
+        .collect())
+}
+
+fn existing_configs(data: &Path) -> anyhow::Result<Option<Vec<ServerConfig>>> {
+    let mut cfgs = Vec::new();
+    for id in 1.. {
+        let p = data.join(format!("d{id}")).join("server.toml");
+        if !p.exists() {
+            break;
+        }
+        cfgs.push(ServerConfig::load(&p)?);
+    }
+    Ok((!cfgs.is_empty()).then_some(cfgs))
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    let data = a.common.data.clone();
+    if let Ok(f) = ClusterFile::load(&data) {
+        let alive: Vec<u64> = f
+            .devices
+            .iter()
+            .filter(|d| pid_alive(d.pid))
+            .map(|d| d.id)
+            .collect();
+        if !alive.is_empty() {
+            bail!(
+                "a cluster is already running from {} (devices {alive:?}); run `tenure cluster down --data {}` first",
+                data.display(),
+                data.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+    let (cfgs, restarted) = match existing_configs(&data)? {
+        Some(c) => (c, true),
+        None => (new_configs(&a, &data)?, false),
+    };
+    let exe = std::env::current_exe().context("locating the tenure binary")?;
+    let started = Instant::now();
+    let mut entries = Vec::new();
+    for cfg in &cfgs {
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        let cfg_path = cfg.data_dir.join("server.toml");
+        if !restarted {
+            std::fs::write(&cfg_path, cfg.to_toml())?;
+        }
+        let log = cfg.data_dir.join("server.log");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("server")
+            .arg("--config")
+            .arg(&cfg_path)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        {
+            use std::os::unix::process::CommandExt;
+            // Own process group: a Ctrl-C meant for the shell does not stop the cluster.
+            cmd.process_group(0);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting device {}", cfg.id))?;
+        entries.push(DeviceEntry {
+            id: cfg.id,
+            pid: child.id(),
+            peer_addr: cfg.peer_listen,
+            client_addr: cfg.client_listen,
+            metrics_addr: cfg.metrics_listen,
+            data_dir: cfg.data_dir.clone(),
+            log,
+        });
+    }
+    let file = ClusterFile {
+        stores: cfgs[0].cluster.stores,
+        devices: entries,
+    };
+    std::fs::write(
+        data.join("cluster.json"),
+        serde_json::to_string_pretty(&file)?,
+    )?;
+
+    let rt = runtime()?;
+    let managers = rt.block_on(wait_managed(
+        &file,
+        Duration::from_secs(a.wait_secs),
+        !a.common.json,
+    ))?;
+    let elapsed = started.elapsed();
+    if a.common.json {
+        let out = serde_json::json!({
+            "data": std::path::absolute(&data)?,
+            "restarted": restarted,
+            "elapsed_ms": elapsed.as_millis() as u64,
+            "stores": file.stores,
+            "devices": file.devices,
+            "managers": managers.iter().map(|(s, (d, e))| serde_json::json!({"store": s, "device": d, "epoch": e})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "{} cluster of {} devices in {:.1}s: all {} stores have a manager",
+            if restarted { "restarted" } else { "started" },
+            file.devices.len(),
+            elapsed.as_secs_f64(),
+            file.stores
+        );
+        println!(
+            "{:>6} {:>8} {:>22} {:>22} {:>8}",
+            "device", "pid", "client", "metrics", "manages"
+        );
+        for d in &file.devices {
+            let n = managers.values().filter(|(m, _)| *m == d.id).count();
+            println!(
+                "{:>6} {:>8} {:>22} {:>22} {:>8}",
+                d.id,
+                d.pid,
+                d.client_addr,
+                d.metrics_addr.map(|m| m.to_string()).unwrap_or_default(),
+                n
+            );
+        }
+        println!("data in {}; logs in dN/server.log", data.display());
+        println!("stop with: tenure cluster down --data {}", data.display());
+    }
+    Ok(())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// store → (device, epoch) for every store some device reports managing, and the per
+/// device errors.
+async fn managers(
+    client: &Client,
+    file: &ClusterFile,
+) -> (BTreeMap<u32, (u64, u64)>, Vec<(u64, String)>) {
+    let mut out = BTreeMap::new();
+    let mut errors = Vec::new();
+    for d in &file.devices {
+        match client.status_of(&d.client_addr.to_string()).await {
+            Ok(s) => {
+                for m in s.managers.iter().filter(|m| m.state == "Manager") {
+                    let e = out.entry(m.store).or_insert((s.device, m.epoch));
+                    if m.epoch > e.1 {
+                        *e = (s.device, m.epoch);
+                    }
+                }
+            }
+            Err(e) => errors.push((d.id, e.to_string())),
+        }
+    }
+    (out, errors)
+}
+
+async fn wait_managed(
+    file: &ClusterFile,
+    limit: Duration,
+    progress: bool,
+) -> anyhow::Result<BTreeMap<u32, (u64, u64)>> {
+    let client = Client::new(file.endpoints())?;
+    let bar = if progress {
+        indicatif::ProgressBar::new(file.stores as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} waiting for managers {bar:30} {pos}/{len} stores {msg}",
+        )
+        .expect("template"),
+    );
+    let started = Instant::now();
+    loop {
+        let (m, errors) = managers(&client, file).await;
+        bar.set_position(m.len() as u64);
+        bar.set_message(format!("({:.0}s)", started.elapsed().as_secs_f64()));
+        if m.len() == file.stores as usize {
+            bar.finish_and_clear();
+            return Ok(m);
+        }
+        for d in &file.devices {
+            if !pid_alive(d.pid) {
+                bar.finish_and_clear();
+                bail!(
+                    "device {} (pid {}) exited; see {}",
+                    d.id,
+                    d.pid,
+                    d.log.display()
+                );
+            }
+        }
+        if started.elapsed() > limit {
+            bar.finish_and_clear();
+            bail!(
+                "only {}/{} stores have a manager after {:?} (unreachable: {errors:?}); see the logs in dN/server.log",
+                m.len(),
+                file.stores,
+                limit
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn down(a: CommonArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::load(&a.data)?;
+    let signal = |sig: &str, pid: u32| {
+        let _ = std::process::Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status();
+    };
+    for d in &file.devices {
+        if pid_alive(d.pid) {
+            signal("-TERM", d.pid);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && file.devices.iter().any(|d| pid_alive(d.pid)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut killed = Vec::new();
+    for d in &file.devices {
+        if pid_alive(d.pid) {
+            signal("-KILL", d.pid);
+            killed.push(d.id);
+        }
+    }
+    std::fs::remove_file(a.data.join("cluster.json"))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"stopped": file.devices.iter().map(|d| d.id).collect::<Vec<_>>(), "killed": killed})
+        );
+    } else {
+        println!(
+            "stopped {} devices{}; data kept in {}",
+            file.devices.len(),
+            if killed.is_empty() {
+                String::new()
+            } else {
+                format!(" ({killed:?} needed SIGKILL)")
+            },
+            a.data.display()
+        );
+    }
+    Ok(())
+}
+
+fn status(a: CommonArgs) -> anyhow::Result<()> {
+    let file = ClusterFile::load(&a.data)?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let client = Client::new(file.endpoints())?;
+        let mut devices = Vec::new();
+        let mut stores: BTreeMap<u32, Vec<serde_json::Value>> = BTreeMap::new();
+        for d in &file.devices {
+            match client.status_of(&d.client_addr.to_string()).await {
+                Ok(s) => {
+                    for m in &s.managers {
+                        stores.entry(m.store).or_default().push(serde_json::json!({
+                            "device": s.device, "state": m.state, "epoch": m.epoch,
+                            "chunks": m.chunks.iter().map(|c| format!("c{}.{}", c.device, c.serial)).collect::<Vec<_>>(),
+                            "failed": m.failed.iter().map(|c| format!("c{}.{}", c.device, c.serial)).collect::<Vec<_>>(),
+                        }));
+                    }
+                    devices.push(serde_json::json!({
+                        "id": d.id, "pid": d.pid, "up": true, "client": d.client_addr,
+                        "chunks": s.chunks.len(),
+                        "managing": s.managers.iter().filter(|m| m.state == "Manager").count(),
+                    }));
+                }
+                Err(e) => devices.push(serde_json::json!({
+                    "id": d.id, "pid": d.pid, "up": false, "client": d.client_addr, "error": e.to_string(),
+                })),
+            }
+        }
+        if a.json {
+            let stores: Vec<_> = (0..file.stores)
+                .map(|s| serde_json::json!({"store": s, "managers": stores.get(&s).cloned().unwrap_or_default()}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({"devices": devices, "stores": stores}))?
+            );
+            return anyhow::Ok(());
+        }
+        println!("devices:");
+        for d in &devices {
+            if d["up"] == true {
+                println!(
+                    "  d{} pid {} at {}: up, {} chunks, manages {} stores",
+                    d["id"], d["pid"], d["client"].as_str().unwrap_or(""), d["chunks"], d["managing"]
+                );
+            } else {
+                println!(
+                    "  d{} pid {} at {}: DOWN ({})",
+                    d["id"], d["pid"], d["client"].as_str().unwrap_or(""), d["error"].as_str().unwrap_or("")
+                );
+            }
+        }
+        println!("stores:");
+        let mut unmanaged = 0;
+        for s in 0..file.stores {
+            let roles = stores.get(&s).cloned().unwrap_or_default();
+            let managers: Vec<_> = roles.iter().filter(|r| r["state"] == "Manager").collect();
+            match managers.as_slice() {
+                [m] => println!(
+                    "  s{s:<4} manager d{} epoch {:<4} chunks {}{}",
+                    m["device"],
+                    m["epoch"],
+                    m["chunks"].as_array().map(|c| c.iter().map(|x| x.as_str().unwrap_or("")).collect::<Vec<_>>().join(",")).unwrap_or_default(),
+                    match m["failed"].as_array() {
+                        Some(f) if !f.is_empty() => format!(" (failed: {})", f.iter().map(|x| x.as_str().unwrap_or("")).collect::<Vec<_>>().join(",")),
+                        _ => String::new(),
+                    }
+                ),
+                [] => {
+                    unmanaged += 1;
+                    let other: Vec<String> = roles.iter().map(|r| format!("d{} {}", r["device"], r["state"].as_str().unwrap_or(""))).collect();
+                    println!("  s{s:<4} NO MANAGER {}", other.join(", "));
+                }
+                many => println!(
+                    "  s{s:<4} {} devices claim it: {}",
+                    many.len(),
+                    many.iter().map(|m| format!("d{} e{}", m["device"], m["epoch"])).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+        println!(
+            "{} of {} stores have a manager",
+            file.stores - unmanaged,
+            file.stores
+        );
+        anyhow::Ok(())
+    })
+}
