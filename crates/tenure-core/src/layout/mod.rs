@@ -160,3 +160,10 @@ pub struct ManagerView {
     /// Chunks believed failed.
     pub failed: BTreeSet<ChunkId>,
 }
+
+#[cfg(test)]
+mod chunk_tests;
+#[cfg(test)]
+mod manager_tests;
+#[cfg(test)]
+pub(crate) mod test_support;
