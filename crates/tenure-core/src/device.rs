@@ -81,6 +81,7 @@ impl Device {
                     metadata: Metadata::new(chunks),
                     lease_mgr: Some(cluster.preferred_manager(store)),
                     prepared: None,
+                    known: None,
                     data: Default::default(),
                 };
                 out.push(Output::Persist(PersistOp::PutChunk(Box::new(p.clone()))));

@@ -151,6 +151,11 @@ pub struct ChunkPersist {
     pub lease_mgr: Option<DeviceId>,
     /// The uncommitted epoch transition this chunk voted for (SafeTalk prepare log).
     pub prepared: Option<Prepared>,
+    /// The highest earlier transition it voted for and never saw committed: a vote for a
+    /// newer one, later aborted, must not make the chunk forget that this one may have
+    /// committed elsewhere.
+    #[serde(default)]
+    pub known: Option<Prepared>,
     /// The store's contents.
     pub data: StoreData,
 }

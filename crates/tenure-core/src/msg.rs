@@ -60,6 +60,8 @@ pub enum ToChunk {
         old_epoch: Epoch,
         /// Epoch it commits to.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
         /// Layout of the new epoch.
         metadata: Metadata,
         /// Manager of the new epoch (also the commit coordinator).
@@ -69,6 +71,8 @@ pub enum ToChunk {
     Commit {
         /// Epoch being committed.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
         /// Merged store state.
         data: StoreData,
         /// Lease expiry after the commit (commit lease window, manager clock).
@@ -78,6 +82,8 @@ pub enum ToChunk {
     Abort {
         /// Epoch whose transition aborted.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
         /// Lease expiry after the abort (abort lease window, manager clock).
         expiry: Instant,
     },
@@ -200,6 +206,8 @@ pub enum ToManager {
     Vote {
         /// The epoch being prepared.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
         /// The chunk's store state.
         data: StoreData,
     },
@@ -207,6 +215,8 @@ pub enum ToManager {
     VoteAbort {
         /// The epoch being prepared.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
     },
     /// SafeTalk ACCEPTED (LA/RA): every change up to `upto` is durable in the L/R-lists.
     Accepted {
@@ -228,6 +238,8 @@ pub enum ToManager {
 pub enum MgrMsg {
     /// `handoff(old epoch number, new metadata, failed chunks)`.
     Handoff {
+        /// Identity of this migration attempt.
+        tx: u64,
         /// The old manager's epoch.
         old_epoch: Epoch,
         /// Layout.
@@ -241,16 +253,22 @@ pub enum MgrMsg {
     HandoffVote {
         /// Epoch being prepared.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
     },
     /// Commit of the migration, from the incoming manager to the outgoing one.
     HandoffCommit {
         /// Epoch committed.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
     },
     /// Abort of the migration.
     HandoffAbort {
         /// Epoch aborted.
         new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
     },
 }
 

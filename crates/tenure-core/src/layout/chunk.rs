@@ -43,6 +43,8 @@ pub struct TransitionLog {
     pub metadata: Metadata,
     /// Manager of the new epoch and commit coordinator.
     pub new_mgr: DeviceId,
+    /// Identity of the transition attempt.
+    pub tx: u64,
 }
 
 /// One chunk: persistent state plus the volatile variables of §4.1.
@@ -68,6 +70,8 @@ pub struct Chunk {
     pub help_at: Option<Instant>,
     /// Tenure: transition states give up on the coordinator at this time.
     pub transition_deadline: Option<Instant>,
+    /// Tenure: recently finished transition attempts (a replayed prepare is refused).
+    pub finished: Vec<u64>,
 }
 
 impl Chunk {
@@ -85,6 +89,7 @@ impl Chunk {
             mgr_attempt_queue: Vec::new(),
             help_at: None,
             transition_deadline: None,
+            finished: Vec::new(),
         };
         c.newly_awake(ctx);
         c
@@ -107,6 +112,7 @@ impl Chunk {
             metadata: Metadata::default(),
             lease_mgr: Some(mgr),
             prepared: None,
+            known: None,
             data: Default::default(),
         };
         ctx.persist(PersistOp::PutChunk(Box::new(p.clone())));
@@ -121,6 +127,7 @@ impl Chunk {
             mgr_attempt_queue: Vec::new(),
             help_at: None,
             transition_deadline: None,
+            finished: Vec::new(),
         };
         c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
         c
@@ -221,8 +228,16 @@ impl Chunk {
         ctx.observe(Observation::ChunkCollected { chunk: self.p.id });
     }
 
+    /// The highest transition this chunk voted for and has not seen committed.
+    pub fn highest_prepared(&self) -> Option<Prepared> {
+        match (&self.p.prepared, &self.p.known) {
+            (Some(a), Some(b)) => Some(if a.new_epoch >= b.new_epoch { a } else { b }.clone()),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        }
+    }
+
     fn send_ack(&mut self, ctx: &mut Ctx<'_>, mgr: DeviceId, epoch: Epoch) {
-        let prepared = self.p.prepared.clone();
+        let prepared = self.highest_prepared();
         let msg = if epoch == self.p.epoch {
             ToManager::Ack {
                 epoch: self.p.epoch,
@@ -268,6 +283,7 @@ impl Chunk {
                     new_epoch,
                     metadata,
                     new_mgr,
+                    tx,
                 },
             ) => {
                 let log = TransitionLog {
@@ -275,6 +291,7 @@ impl Chunk {
                     new_epoch,
                     metadata,
                     new_mgr,
+                    tx,
                 };
                 self.epoch_transition(ctx, from, log, s == S::RecoveryLease);
             }
@@ -304,13 +321,22 @@ impl Chunk {
                 S::RegularTransition | S::RecoveryTransition,
                 ToChunk::Commit {
                     new_epoch,
+                    tx,
                     data,
                     expiry,
                 },
-            ) => self.commit(ctx, from, new_epoch, data, expiry),
+            ) => self.commit(ctx, from, new_epoch, tx, data, expiry),
             // §4.2.3: abort tx → regular lease extended by the abort window
-            (S::RegularTransition, ToChunk::Abort { new_epoch, expiry }) => {
-                if self.is_coordinator(from, new_epoch) {
+            (
+                S::RegularTransition,
+                ToChunk::Abort {
+                    new_epoch,
+                    tx,
+                    expiry,
+                },
+            ) => {
+                if self.is_coordinator(from, new_epoch, tx) {
+                    self.finished_tx(tx);
                     self.log = None;
                     self.transition_deadline = None;
                     self.p.prepared = None;
@@ -321,8 +347,9 @@ impl Chunk {
                 }
             }
             // §4.2.8: abort tx → no lease
-            (S::RecoveryTransition, ToChunk::Abort { new_epoch, .. }) => {
-                if self.is_coordinator(from, new_epoch) {
+            (S::RecoveryTransition, ToChunk::Abort { new_epoch, tx, .. }) => {
+                if self.is_coordinator(from, new_epoch, tx) {
+                    self.finished_tx(tx);
                     self.p.prepared = None;
                     self.persist(ctx);
                     self.enter_no_lease(ctx);
@@ -373,7 +400,7 @@ impl Chunk {
             (S::RecoveryLease, ToChunk::Lose) => self.garbage_collect(ctx),
             // §4.2.7 recovery lease: acquire by another manager → nack
             (S::RecoveryLease, ToChunk::Acquire { mgr, epoch, .. }) => {
-                if Some(mgr) != self.lease_mgr || epoch < self.lease_epoch {
+                if Some(mgr) != self.lease_mgr {
                     let msg = ToManager::Nack {
                         epoch: self.p.epoch,
                         mgr: self.lease_mgr,
@@ -381,9 +408,9 @@ impl Chunk {
                     };
                     self.to_mgr(ctx, from, msg);
                 } else {
-                    // Tenure: the same manager re-acquiring (it lost our ack, or moved its
-                    // recovery forward to a newer epoch) gets it again.
-                    self.lease_epoch = epoch;
+                    // Tenure: the same manager re-acquiring (it lost our ack, moved its
+                    // recovery forward, or gave up and started over) gets it again.
+                    self.lease_epoch = epoch.max(self.p.epoch);
                     self.send_ack(ctx, mgr, epoch);
                 }
             }
@@ -432,10 +459,18 @@ impl Chunk {
         }
     }
 
-    fn is_coordinator(&self, from: DeviceId, new_epoch: Epoch) -> bool {
+    fn is_coordinator(&self, from: DeviceId, new_epoch: Epoch, tx: u64) -> bool {
         self.log
             .as_ref()
-            .is_some_and(|l| l.new_mgr == from && l.new_epoch == new_epoch)
+            .is_some_and(|l| l.new_mgr == from && l.new_epoch == new_epoch && l.tx == tx)
+    }
+
+    /// Remember a finished transition attempt, so a replay of its prepare is refused.
+    fn finished_tx(&mut self, tx: u64) {
+        if self.finished.len() >= 16 {
+            self.finished.remove(0);
+        }
+        self.finished.push(tx);
     }
 
     /// §4.2.1 / §4.2.7 epoch transition, then §4.2.2 / §4.2.9 reconciling and `done`.
@@ -448,11 +483,10 @@ impl Chunk {
     ) {
         // Tenure: vote only for the lease manager, and never twice for an epoch number.
         let fresh = self
-            .p
-            .prepared
-            .as_ref()
+            .highest_prepared()
             .is_none_or(|p| log.new_epoch > p.new_epoch);
-        let acceptable = log.old_epoch >= self.p.epoch
+        let acceptable = !self.finished.contains(&log.tx)
+            && log.old_epoch >= self.p.epoch
             && log.new_epoch > self.p.epoch
             && Some(from) == self.lease_mgr
             && fresh;
@@ -462,6 +496,7 @@ impl Chunk {
                 log.new_mgr,
                 ToManager::VoteAbort {
                     new_epoch: log.new_epoch,
+                    tx: log.tx,
                 },
             );
             return;
@@ -480,6 +515,17 @@ impl Chunk {
     /// the prepare is made durable, then the vote (carrying this chunk's state) is sent.
     pub fn done(&mut self, ctx: &mut Ctx<'_>) {
         let Some(log) = self.log.clone() else { return };
+        // Remember the earlier vote: if this one aborts, that one may still have
+        // committed somewhere.
+        if let Some(prev) = self.p.prepared.take()
+            && self
+                .p
+                .known
+                .as_ref()
+                .is_none_or(|k| k.new_epoch < prev.new_epoch)
+        {
+            self.p.known = Some(prev);
+        }
         self.p.prepared = Some(Prepared {
             new_epoch: log.new_epoch,
             metadata: log.metadata.clone(),
@@ -488,6 +534,7 @@ impl Chunk {
         self.persist(ctx);
         let vote = ToManager::Vote {
             new_epoch: log.new_epoch,
+            tx: log.tx,
             data: self.p.data.clone(),
         };
         self.to_mgr(ctx, log.new_mgr, vote);
@@ -503,12 +550,14 @@ impl Chunk {
         ctx: &mut Ctx<'_>,
         from: DeviceId,
         new_epoch: Epoch,
+        tx: u64,
         data: crate::data::StoreData,
         expiry: Instant,
     ) {
-        if !self.is_coordinator(from, new_epoch) {
+        if !self.is_coordinator(from, new_epoch, tx) {
             return;
         }
+        self.finished_tx(tx);
         let log = self.log.take().expect("coordinator checked");
         self.transition_deadline = None;
         if log.metadata.contains(self.p.id) {
@@ -517,6 +566,14 @@ impl Chunk {
             self.p.data = data;
             self.p.lease_mgr = Some(log.new_mgr);
             self.p.prepared = None;
+            if self
+                .p
+                .known
+                .as_ref()
+                .is_some_and(|k| k.new_epoch <= log.new_epoch)
+            {
+                self.p.known = None;
+            }
             self.persist(ctx);
             self.lease_expiry = Some(expiry);
             self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);

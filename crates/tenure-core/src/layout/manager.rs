@@ -50,6 +50,8 @@ pub enum TxKind {
 /// An epoch transition this manager coordinates (SafeTalk).
 #[derive(Clone, Debug)]
 pub struct Tx {
+    /// Identity of this attempt (carried by every message of it).
+    pub id: u64,
     /// Kind.
     pub kind: TxKind,
     /// The epoch being committed.
@@ -145,6 +147,11 @@ pub struct Manager {
     pub tx: Option<Tx>,
     /// Tenure: out-of-transition gives up at this time.
     pub out_deadline: Option<Instant>,
+    /// Tenure: the migration attempt this manager is handing off.
+    pub out_tx: Option<u64>,
+    /// Tenure: transition attempts already committed or aborted here (replays of their
+    /// messages change nothing). Survives state resets; lost on a crash.
+    pub finished: BTreeSet<u64>,
     /// The store's state as this manager knows it.
     pub data: StoreData,
     /// Sequence number of the last write ordered in this epoch.
@@ -186,6 +193,8 @@ impl Manager {
             rounds: 0,
             tx: None,
             out_deadline: None,
+            out_tx: None,
+            finished: BTreeSet::new(),
             data: StoreData::default(),
             seq: 0,
             queue: Vec::new(),
@@ -224,9 +233,7 @@ impl Manager {
             });
         }
         self.fail_writes(ctx);
-        let forwarding = self.forwarding;
-        *self = Manager::new(self.store);
-        self.forwarding = forwarding;
+        self.reset();
     }
 
     fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
@@ -245,6 +252,23 @@ impl Manager {
                 result: Err(ClientError::Unavailable { store }),
             });
         }
+    }
+
+    /// Erase all state (→ none), keeping only the forwarding address and the memory of
+    /// finished transition attempts.
+    fn reset(&mut self) {
+        let forwarding = self.forwarding;
+        let finished = std::mem::take(&mut self.finished);
+        *self = Manager::new(self.store);
+        self.forwarding = forwarding;
+        self.finished = finished;
+    }
+
+    fn remember(&mut self, tx: u64) {
+        if self.finished.len() >= 256 {
+            self.finished.pop_first();
+        }
+        self.finished.insert(tx);
     }
 
     // ---- helpers -----------------------------------------------------------------
@@ -542,9 +566,16 @@ impl Manager {
             // Votes (done + vote commit) in any reconciling state.
             (
                 S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
-                ToManager::Vote { new_epoch, data },
+                ToManager::Vote {
+                    new_epoch,
+                    tx: id,
+                    data,
+                },
             ) => {
-                if let Some(tx) = self.tx.as_mut().filter(|t| t.new_epoch == new_epoch)
+                if let Some(tx) = self
+                    .tx
+                    .as_mut()
+                    .filter(|t| t.new_epoch == new_epoch && t.id == id)
                     && tx.participants.contains(&c)
                     && tx.votes.insert(c)
                 {
@@ -554,9 +585,13 @@ impl Manager {
             }
             (
                 S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
-                ToManager::VoteAbort { new_epoch },
+                ToManager::VoteAbort { new_epoch, tx: id },
             ) => {
-                if self.tx.as_ref().is_some_and(|t| t.new_epoch == new_epoch) {
+                if self
+                    .tx
+                    .as_ref()
+                    .is_some_and(|t| t.new_epoch == new_epoch && t.id == id)
+                {
                     self.abort_tx(ctx);
                 }
             }
@@ -568,9 +603,7 @@ impl Manager {
 
     /// §5.3.1 help: begin regenerating at the chunk's epoch and metadata.
     fn start_gathering(&mut self, ctx: &mut Ctx<'_>, epoch: Epoch, metadata: Metadata) {
-        let forwarding = self.forwarding;
-        *self = Manager::new(self.store);
-        self.forwarding = forwarding;
+        self.reset();
         self.epoch = epoch;
         self.metadata = metadata;
         self.rounds = 1;
@@ -711,6 +744,7 @@ impl Manager {
     ) {
         let me = ctx.me();
         let old_epoch = self.epoch;
+        let id = ctx.rng.next_u64();
         for c in &participants {
             self.to_chunk(
                 ctx,
@@ -720,10 +754,12 @@ impl Manager {
                     new_epoch,
                     metadata: metadata.clone(),
                     new_mgr: me,
+                    tx: id,
                 },
             );
         }
         self.tx = Some(Tx {
+            id,
             kind,
             new_epoch,
             metadata,
@@ -756,6 +792,7 @@ impl Manager {
     /// commit tx (§5.3.4, §5.3.9, §5.3.14).
     fn commit_tx(&mut self, ctx: &mut Ctx<'_>) {
         let tx = self.tx.take().expect("commit without a transaction");
+        self.remember(tx.id);
         let expiry = ctx.now + ctx.cfg.timing.commit_window;
         // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1).
         let merged = crate::safetalk::merge(&tx.inputs);
@@ -765,6 +802,7 @@ impl Manager {
                 *c,
                 ToChunk::Commit {
                     new_epoch: tx.new_epoch,
+                    tx: tx.id,
                     data: merged.clone(),
                     expiry,
                 },
@@ -815,7 +853,10 @@ impl Manager {
                         old,
                         Msg::Mgr {
                             store: self.store,
-                            msg: MgrMsg::HandoffCommit { new_epoch },
+                            msg: MgrMsg::HandoffCommit {
+                                new_epoch,
+                                tx: tx.id,
+                            },
                         },
                     );
                 }
@@ -831,6 +872,7 @@ impl Manager {
     /// abort tx (§5.3.4, §5.3.9, §5.3.14).
     fn abort_tx(&mut self, ctx: &mut Ctx<'_>) {
         let tx = self.tx.take().expect("abort without a transaction");
+        self.remember(tx.id);
         let expiry = ctx.now + ctx.cfg.timing.abort_window;
         for c in &tx.participants {
             self.to_chunk(
@@ -838,6 +880,7 @@ impl Manager {
                 *c,
                 ToChunk::Abort {
                     new_epoch: tx.new_epoch,
+                    tx: tx.id,
                     expiry,
                 },
             );
@@ -868,6 +911,7 @@ impl Manager {
                             store: self.store,
                             msg: MgrMsg::HandoffAbort {
                                 new_epoch: tx.new_epoch,
+                                tx: tx.id,
                             },
                         },
                     );
@@ -877,9 +921,7 @@ impl Manager {
                     committed: false,
                 });
                 // erase epoch number, metadata → none
-                let forwarding = self.forwarding;
-                *self = Manager::new(self.store);
-                self.forwarding = forwarding;
+                self.reset();
             }
         }
     }
@@ -893,11 +935,14 @@ impl Manager {
         }
         self.fail_writes(ctx);
         let new_epoch = self.epoch.next();
+        let tx = ctx.rng.next_u64();
+        self.out_tx = Some(tx);
         ctx.send(
             node,
             Msg::Mgr {
                 store: self.store,
                 msg: MgrMsg::Handoff {
+                    tx,
                     old_epoch: self.epoch,
                     metadata: self.metadata.clone(),
                     failed: self.failed.iter().copied().collect(),
@@ -914,6 +959,7 @@ impl Manager {
                     new_epoch,
                     metadata: self.metadata.clone(),
                     new_mgr: node,
+                    tx,
                 },
             );
         }
@@ -924,7 +970,7 @@ impl Manager {
             node,
             Msg::Mgr {
                 store: self.store,
-                msg: MgrMsg::HandoffVote { new_epoch },
+                msg: MgrMsg::HandoffVote { new_epoch, tx },
             },
         );
         self.state = MgrState::OutOfTransition;
@@ -962,13 +1008,14 @@ impl Manager {
             (
                 S::None,
                 MgrMsg::Handoff {
+                    tx: id,
                     old_epoch,
                     metadata,
                     failed,
                     data,
                 },
-            ) => {
-                *self = Manager::new(self.store);
+            ) if !self.finished.contains(&id) => {
+                self.reset();
                 self.epoch = old_epoch.next();
                 self.metadata = metadata.clone();
                 self.old_mgr = Some(from);
@@ -977,6 +1024,7 @@ impl Manager {
                 self.state = S::IntoReconciling;
                 let participants = self.live();
                 self.tx = Some(Tx {
+                    id,
                     kind: TxKind::Into,
                     new_epoch: self.epoch,
                     metadata,
@@ -987,38 +1035,47 @@ impl Manager {
                     deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                 });
             }
-            (_, MgrMsg::Handoff { old_epoch, .. }) => {
-                // Tenure: busy with this store; refuse so the old manager resumes.
+            (_, MgrMsg::Handoff { tx, old_epoch, .. }) => {
+                // Tenure: busy with this store, or a replay of a finished attempt;
+                // refuse so the old manager resumes.
                 ctx.send(
                     from,
                     Msg::Mgr {
                         store: self.store,
                         msg: MgrMsg::HandoffAbort {
                             new_epoch: old_epoch.next(),
+                            tx,
                         },
                     },
                 );
             }
-            (S::IntoReconciling, MgrMsg::HandoffVote { new_epoch }) => {
+            (S::IntoReconciling, MgrMsg::HandoffVote { new_epoch, tx: id }) => {
                 if let Some(tx) = self
                     .tx
                     .as_mut()
-                    .filter(|t| t.new_epoch == new_epoch && t.await_mgr == Some(from))
+                    .filter(|t| t.new_epoch == new_epoch && t.id == id && t.await_mgr == Some(from))
                 {
                     tx.await_mgr = None;
                     self.check_votes(ctx);
                 }
             }
             // §5.3.6 out of transition: commit tx
-            (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch }) => {
-                if Some(from) == self.new_mgr && new_epoch == self.epoch.next() {
+            (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch, tx }) => {
+                if Some(from) == self.new_mgr
+                    && new_epoch == self.epoch.next()
+                    && self.out_tx == Some(tx)
+                {
                     self.newly_awake(ctx);
                     self.forwarding = Some(from);
                 }
             }
             // §5.3.6 out of transition: abort tx
-            (S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch }) => {
-                if Some(from) == self.new_mgr && new_epoch == self.epoch.next() {
+            (S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
+                if Some(from) == self.new_mgr
+                    && new_epoch == self.epoch.next()
+                    && self.out_tx == Some(tx)
+                {
+                    self.out_tx = None;
                     self.new_mgr = None;
                     self.out_deadline = None;
                     let expiry = ctx.now + ctx.cfg.timing.abort_window;
