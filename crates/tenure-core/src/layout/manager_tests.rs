@@ -1,1 +1,1902 @@
-//! placeholder
+//! One test per (state, event) row of the manager transitions of seed 000 §5.3, plus one
+//! per `Tenure:` rule of `manager.rs`. Each test builds a [`Manager`] for store 0 on
+//! device `M` directly in the state under test (layout `c(1), c(2), c(3)`), delivers one
+//! event, and checks the state, the variables and the outputs.
+//!
+//! The manager is the SafeTalk coordinator of every epoch transition it starts, so the
+//! seed's `done` (every participant reconciled and voted) is the last vote arriving, and
+//! `commit tx` follows at once: the into/relayout/recovery *transition* states are passed
+//! through within that event. `abort tx` is a vote to abort or the vote deadline.
+
+use super::manager::{Manager, TxKind};
+use super::test_support::*;
+use super::{LeaseType, MgrState as S, Prepared};
+use crate::data::StoreData;
+use crate::ids::{ChunkId, ClientId, DeviceId};
+use crate::io::{ClientError, EpochCause, Observation, Output};
+use crate::msg::{MgrMsg, ToChunk, ToManager};
+use crate::time::Instant;
+use std::collections::BTreeSet;
+
+fn acquire(now: Instant, epoch: u64) -> ToChunk {
+    ToChunk::Acquire {
+        expiry: now + timing().lease,
+        mgr: M,
+        epoch: e(epoch),
+    }
+}
+
+fn renewal(now: Instant, epoch: u64) -> ToChunk {
+    ToChunk::Renewal {
+        epoch: e(epoch),
+        expiry: now + timing().lease,
+    }
+}
+
+fn help(epoch: u64) -> ToManager {
+    ToManager::Help {
+        epoch: e(epoch),
+        metadata: layout(),
+    }
+}
+
+fn ack(epoch: u64) -> ToManager {
+    ToManager::Ack {
+        epoch: e(epoch),
+        prepared: None,
+    }
+}
+
+fn ack_conditional(mgr_epoch: u64, chunk_epoch: u64, metadata: super::Metadata) -> ToManager {
+    ToManager::AckConditional {
+        mgr_epoch: e(mgr_epoch),
+        chunk_epoch: e(chunk_epoch),
+        metadata,
+        prepared: None,
+    }
+}
+
+fn nack(mgr: Option<DeviceId>, lease: LeaseType) -> ToManager {
+    ToManager::Nack {
+        epoch: e(3),
+        mgr,
+        lease,
+    }
+}
+
+fn stopped(epoch: u64) -> Observation {
+    Observation::StoppedManaging {
+        store: STORE,
+        epoch: e(epoch),
+    }
+}
+
+fn chunk_failed(n: u64) -> Observation {
+    Observation::ChunkFailed {
+        store: STORE,
+        chunk: c(n),
+    }
+}
+
+/// The role is in the none state with all state erased.
+fn assert_erased(m: &Manager) {
+    assert_eq!(m.state, S::None);
+    assert_eq!(m.epoch, e(0));
+    assert_eq!(m.metadata, super::Metadata::default());
+    assert!(m.failed.is_empty());
+    assert!(m.recovered.is_empty());
+    assert!(m.outstanding.is_empty());
+    assert!(m.won.is_empty());
+    assert!(m.renewal_iffy.is_empty());
+    assert!(m.better.is_empty() && m.lesser.is_empty());
+    assert!(m.chunkfail.is_empty() && m.timeout.is_empty());
+    assert!(m.tx.is_none());
+    assert_eq!(m.new_mgr, None);
+    assert_eq!(m.next_timeout(), None);
+}
+
+/// The transition's id, read from the epoch transitions sent (all must agree).
+fn sent_tx_id(out: &[Output]) -> u64 {
+    let ids: BTreeSet<u64> = to_chunks(out)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ToChunk::EpochTransition { tx, .. } => Some(tx),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "{out:?}");
+    ids.into_iter().next().expect("one id")
+}
+
+/// Epoch transitions sent, as (chunk, old, new, metadata, new mgr).
+fn epoch_transitions(out: &[Output]) -> Vec<(ChunkId, u64, u64, super::Metadata, DeviceId)> {
+    to_chunks(out)
+        .into_iter()
+        .filter_map(|(k, m)| match m {
+            ToChunk::EpochTransition {
+                old_epoch,
+                new_epoch,
+                metadata,
+                new_mgr,
+                ..
+            } => Some((k, old_epoch.0, new_epoch.0, metadata, new_mgr)),
+            _ => None,
+        })
+        .collect()
+}
+
+// ---- fail (every state), §5.3.2 newly awake ------------------------------------------
+
+#[test]
+fn manager_fail_erases_state_and_reports_stopped_managing() {
+    // seed 000 §5.3 fail → newly awake (§5.3.2: erase all state → none). Writes waiting
+    // for a batch are answered unavailable; checkers learn the role stopped managing.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed.insert(c(3));
+    m.write(&mut env.ctx(T0), ClientId(1), 9, 1, 1);
+    let accepts = chunks_sent(&env.take(), |x| matches!(x, ToChunk::Accept { .. }));
+    assert_eq!(accepts, set(&[1, 2]));
+    m.newly_awake(&mut env.ctx(T0 + ms(1)));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(observations(&out), vec![stopped(3)]);
+    assert_eq!(
+        out.iter()
+            .filter(|o| matches!(o, Output::Reply { .. }))
+            .collect::<Vec<_>>(),
+        vec![&Output::Reply {
+            client: ClientId(1),
+            req_id: 9,
+            result: Err(ClientError::Unavailable { store: STORE })
+        }]
+    );
+    assert!(sends(&out).is_empty());
+}
+
+#[test]
+fn gathering_chunks_fail_erases_state_keeping_forwarding_address() {
+    // seed 000 §5.3 fail → newly awake → none. The forwarding address (§5.1: "where a
+    // manager can be found (if none or newly awake)") is kept.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    m.forwarding = Some(N);
+    m.newly_awake(&mut env.ctx(T0));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(m.forwarding, Some(N));
+    assert!(
+        out.is_empty(),
+        "a regenerating role was not managing: {out:?}"
+    );
+}
+
+#[test]
+fn newly_awake_erases_all_state_and_goes_to_none() {
+    // seed 000 §5.3.2 newly awake: erase all state, state ← none.
+    let mut env = Env::new(M);
+    let mut m = manager(S::NewlyAwake, 3);
+    m.failed.insert(c(2));
+    m.won.insert(c(1));
+    m.newly_awake(&mut env.ctx(T0));
+    assert_erased(&m);
+    assert!(env.take().is_empty());
+}
+
+// ---- §5.3.1 none -----------------------------------------------------------------------
+
+#[test]
+fn none_handoff_enters_into_reconciling() {
+    // seed 000 §5.3.1 none: handoff(old epoch, new metadata, failed chunks) → epoch ←
+    // old + 1, metadata, old mgr ← sender, failed, into reconciling. Tenure: the incoming
+    // manager coordinates the commit, awaiting every live chunk's vote and the old
+    // manager's.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    let data = data_with(3, 1, 5);
+    let handoff = MgrMsg::Handoff {
+        tx: TX,
+        old_epoch: e(3),
+        metadata: layout(),
+        failed: vec![c(3)],
+        data: data.clone(),
+    };
+    m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
+    assert!(env.take().is_empty());
+    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.epoch, e(4));
+    assert_eq!(m.metadata, layout());
+    assert_eq!(m.old_mgr, Some(N));
+    assert_eq!(m.failed, set(&[3]));
+    assert_eq!(m.data, data);
+    let tx = m.tx.as_ref().expect("a transition");
+    assert_eq!(tx.kind, TxKind::Into);
+    assert_eq!(tx.id, TX);
+    assert_eq!(tx.new_epoch, e(4));
+    assert_eq!(tx.participants, set(&[1, 2]));
+    assert_eq!(tx.await_mgr, Some(N));
+    assert_eq!(tx.deadline, T0 + timing().transition_timeout);
+}
+
+#[test]
+fn none_handoff_replay_of_finished_attempt_is_refused() {
+    // seed 000 §5.3.1 none: handoff. Tenure: a replayed handoff of an attempt already
+    // finished here is refused, so the old manager resumes.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    m.finished.insert(TX);
+    let handoff = MgrMsg::Handoff {
+        tx: TX,
+        old_epoch: e(3),
+        metadata: layout(),
+        failed: vec![],
+        data: StoreData::default(),
+    };
+    m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
+    assert_eq!(m.state, S::None);
+    assert_eq!(
+        mgr_msgs(&env.take()),
+        vec![(
+            N,
+            MgrMsg::HandoffAbort {
+                new_epoch: e(4),
+                tx: TX
+            }
+        )]
+    );
+}
+
+#[test]
+fn manager_handoff_while_busy_is_refused() {
+    // seed 000 §5.3.1: handoff is a transition of the none state only. Tenure: a role
+    // busy with the store refuses it so the old manager resumes.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let handoff = MgrMsg::Handoff {
+        tx: TX,
+        old_epoch: e(5),
+        metadata: layout(),
+        failed: vec![],
+        data: StoreData::default(),
+    };
+    m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(
+        mgr_msgs(&env.take()),
+        vec![(
+            N,
+            MgrMsg::HandoffAbort {
+                new_epoch: e(6),
+                tx: TX
+            }
+        )]
+    );
+}
+
+#[test]
+fn none_help_starts_gathering_chunks() {
+    // seed 000 §5.3.1 none: help(epoch, metadata) → outstanding ← chunks(metadata), won ←
+    // nil, acquire(expiry, me, epoch) to each with a timeout, better/lesser ← nil, epoch
+    // and metadata from the help, gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    let now = T0 + ms(3);
+    from_chunk(&mut m, &mut env, now, 2, help(3));
+    let out = env.take();
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(m.metadata, layout());
+    assert_eq!(m.outstanding, set(&[1, 2, 3]));
+    assert!(m.won.is_empty() && m.better.is_empty() && m.lesser.is_empty());
+    assert_eq!(m.rounds, 1);
+    for k in layout().chunks {
+        assert_eq!(m.timeout.get(&k), Some(&(now + timing().msg_timeout)));
+    }
+    assert_eq!(
+        to_chunks(&out),
+        vec![
+            (c(1), acquire(now, 3)),
+            (c(2), acquire(now, 3)),
+            (c(3), acquire(now, 3)),
+        ]
+    );
+}
+
+#[test]
+fn none_help_from_orphan_chunk_sends_lose() {
+    // seed 000 §5.3.1 none: help. Tenure: a chunk not in its own metadata (a created
+    // chunk whose relayout never committed) is told to lose.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    let orphan = ToManager::Help {
+        epoch: e(3),
+        metadata: md(&[2, 3]),
+    };
+    from_chunk(&mut m, &mut env, T0, 1, orphan);
+    assert_eq!(m.state, S::None);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), ToChunk::Lose)]);
+}
+
+#[test]
+fn none_help_after_migrating_out_redirects_once() {
+    // seed 000 §5.3.1 none: help. Tenure: a role that migrated out points the chunk at
+    // the new manager (§4.2.6 redirect) once, then regenerates on the next help.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    m.forwarding = Some(N);
+    from_chunk(&mut m, &mut env, T0, 1, help(3));
+    assert_eq!(m.state, S::None);
+    assert_eq!(m.forwarding, None);
+    assert_eq!(
+        to_chunks(&env.take()),
+        vec![(c(1), ToChunk::Redirect { new_mgr: N })]
+    );
+    from_chunk(&mut m, &mut env, T0, 1, help(3));
+    assert_eq!(m.state, S::GatheringChunks);
+}
+
+#[test]
+fn none_help_from_another_device_for_chunk_is_ignored() {
+    // seed 000 §5.3.1 none: help. A device speaks only for its own chunks.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    m.on_msg(&mut env.ctx(T0), d(2), c(1), help(3));
+    assert_eq!(m.state, S::None);
+    assert!(env.take().is_empty());
+}
+
+// ---- §5.3.3 into reconciling, §5.3.4 into transition -------------------------------
+
+fn migrating_in() -> Manager {
+    let mut m = manager(S::IntoReconciling, 4);
+    m.failed = set(&[3]);
+    m.old_mgr = Some(N);
+    let mut t = tx(TxKind::Into, 4, layout(), set(&[1, 2]));
+    t.await_mgr = Some(N);
+    m.tx = Some(t);
+    m
+}
+
+#[test]
+fn into_reconciling_done_waits_for_every_vote_and_the_old_manager() {
+    // seed 000 §5.3.3 into reconciling: done (reconciliation complete) needs every live
+    // chunk's vote and the outgoing manager's; until then nothing is committed.
+    let mut env = Env::new(M);
+    let mut m = migrating_in();
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    from_chunk(&mut m, &mut env, T0, 3, vote(4)); // not a participant
+    let other_attempt = ToManager::Vote {
+        new_epoch: e(4),
+        tx: TX + 1,
+        data: StoreData::default(),
+    };
+    from_chunk(&mut m, &mut env, T0, 2, other_attempt);
+    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));
+    from_chunk(&mut m, &mut env, T0, 2, vote(4));
+    assert_eq!(m.state, S::IntoReconciling, "the old manager has not voted");
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn into_transition_commit_enters_manager_and_tells_old_manager() {
+    // seed 000 §5.3.3 done → §5.3.4 into transition: commit tx → failed ← nil (Tenure:
+    // the chunks that took no part stay failed), manager. The commit goes to the chunks
+    // and the old manager.
+    let mut env = Env::new(M);
+    let mut m = migrating_in();
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    from_chunk(&mut m, &mut env, T0, 2, vote(4));
+    let now = T0 + ms(40);
+    let hv = MgrMsg::HandoffVote {
+        new_epoch: e(4),
+        tx: TX,
+    };
+    m.on_mgr_msg(&mut env.ctx(now), N, hv);
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(4));
+    assert_eq!(m.metadata, layout());
+    assert_eq!(m.failed, set(&[3]));
+    assert!(m.tx.is_none());
+    assert_eq!(m.old_mgr, None);
+    assert!(m.finished.contains(&TX));
+    let expiry = now + timing().commit_window;
+    assert_eq!(
+        to_chunks(&out),
+        vec![
+            (c(1), commit_msg(4, StoreData::default(), expiry)),
+            (c(2), commit_msg(4, StoreData::default(), expiry)),
+        ]
+    );
+    assert_eq!(
+        mgr_msgs(&out),
+        vec![(
+            N,
+            MgrMsg::HandoffCommit {
+                new_epoch: e(4),
+                tx: TX
+            }
+        )]
+    );
+    assert_eq!(
+        observations(&out),
+        vec![
+            Observation::BecameManager {
+                store: STORE,
+                epoch: e(4),
+                metadata: layout(),
+                cause: EpochCause::Migration
+            },
+            Observation::Migration {
+                store: STORE,
+                committed: true
+            }
+        ]
+    );
+    assert_eq!(
+        m.chunkfail.keys().copied().collect::<BTreeSet<_>>(),
+        set(&[1, 2])
+    );
+}
+
+#[test]
+fn into_transition_abort_erases_epoch_and_goes_to_none() {
+    // seed 000 §5.3.4 into transition: abort tx → erase epoch and metadata, none. The
+    // abort goes to the chunks and the old manager.
+    let mut env = Env::new(M);
+    let mut m = migrating_in();
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let now = T0 + ms(10);
+    from_chunk(&mut m, &mut env, now, 2, vote_abort(4));
+    let out = env.take();
+    assert_erased(&m);
+    assert!(m.finished.contains(&TX));
+    let expiry = now + timing().abort_window;
+    assert_eq!(
+        to_chunks(&out),
+        vec![(c(1), abort_msg(4, expiry)), (c(2), abort_msg(4, expiry))]
+    );
+    assert_eq!(
+        mgr_msgs(&out),
+        vec![(
+            N,
+            MgrMsg::HandoffAbort {
+                new_epoch: e(4),
+                tx: TX
+            }
+        )]
+    );
+    assert_eq!(
+        observations(&out),
+        vec![Observation::Migration {
+            store: STORE,
+            committed: false
+        }]
+    );
+}
+
+#[test]
+fn into_transition_abort_on_vote_timeout() {
+    // seed 000 §5.3.4 into transition: abort tx. Tenure: a vote missing at the
+    // transition deadline aborts.
+    let mut env = Env::new(M);
+    let mut m = migrating_in();
+    let deadline = T0 + timing().transition_timeout;
+    assert_eq!(m.next_timeout(), Some(deadline));
+    m.on_tick(&mut env.ctx(deadline - ms(1)));
+    assert_eq!(m.state, S::IntoReconciling);
+    m.on_tick(&mut env.ctx(deadline));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(mgr_msgs(&out).len(), 1);
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
+        set(&[1, 2])
+    );
+}
+
+// ---- §5.3.5 out of reconciling, §5.3.6 out of transition ---------------------------
+
+fn migrating_out() -> Manager {
+    let mut m = managing(3);
+    m.state = S::OutOfTransition;
+    m.new_mgr = Some(N);
+    m.out_tx = Some(TX);
+    m.out_deadline = Some(T0 + timing().transition_wait);
+    m
+}
+
+#[test]
+fn out_of_reconciling_done_votes_and_enters_out_of_transition() {
+    // seed 000 §5.3.5 out of reconciling: done → initiate commit voting commit, out of
+    // transition. The outgoing manager's state travelled in the handoff, so it is
+    // reconciled at once and votes to the incoming manager.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    assert!(m.migrate(&mut env.ctx(T0), N));
+    let out = env.take();
+    let id = sent_tx_id(&out);
+    assert_eq!(m.state, S::OutOfTransition);
+    assert_eq!(m.out_tx, Some(id));
+    assert_eq!(m.out_deadline, Some(T0 + timing().transition_wait));
+    let msgs = mgr_msgs(&out);
+    assert_eq!(
+        msgs.last(),
+        Some(&(
+            N,
+            MgrMsg::HandoffVote {
+                new_epoch: e(4),
+                tx: id
+            }
+        ))
+    );
+}
+
+#[test]
+fn out_of_transition_commit_forwards_and_goes_to_none() {
+    // seed 000 §5.3.6 out of transition: commit tx → erase epoch and metadata,
+    // forwarding address ← new mgr id, none.
+    let mut env = Env::new(M);
+    let mut m = migrating_out();
+    let commit = MgrMsg::HandoffCommit {
+        new_epoch: e(4),
+        tx: TX,
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(30)), N, commit);
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(m.forwarding, Some(N));
+    assert_eq!(observations(&out), vec![stopped(3)]);
+    assert!(sends(&out).is_empty());
+}
+
+#[test]
+fn out_of_transition_commit_of_another_attempt_is_ignored() {
+    // seed 000 §5.3.6 out of transition: commit tx. Only the incoming manager's commit of
+    // this attempt (Tenure: by id) for the next epoch counts.
+    let mut env = Env::new(M);
+    let msgs = [
+        (
+            d(2),
+            MgrMsg::HandoffCommit {
+                new_epoch: e(4),
+                tx: TX,
+            },
+        ),
+        (
+            N,
+            MgrMsg::HandoffCommit {
+                new_epoch: e(5),
+                tx: TX,
+            },
+        ),
+        (
+            N,
+            MgrMsg::HandoffCommit {
+                new_epoch: e(4),
+                tx: TX + 1,
+            },
+        ),
+        (
+            N,
+            MgrMsg::HandoffAbort {
+                new_epoch: e(4),
+                tx: TX + 1,
+            },
+        ),
+    ];
+    for (from, msg) in msgs {
+        let mut m = migrating_out();
+        m.on_mgr_msg(&mut env.ctx(T0), from, msg.clone());
+        assert_eq!(m.state, S::OutOfTransition, "{msg:?}");
+        assert_eq!(m.epoch, e(3));
+        assert!(env.take().is_empty());
+    }
+}
+
+#[test]
+fn out_of_transition_abort_returns_to_manager() {
+    // seed 000 §5.3.6 out of transition: abort tx → erase new mgr id, manager. The chunks'
+    // leases run for the abort window (§4.2.3 abort tx).
+    let mut env = Env::new(M);
+    let mut m = migrating_out();
+    let now = T0 + ms(30);
+    let abort = MgrMsg::HandoffAbort {
+        new_epoch: e(4),
+        tx: TX,
+    };
+    m.on_mgr_msg(&mut env.ctx(now), N, abort);
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(m.new_mgr, None);
+    assert_eq!(m.out_tx, None);
+    assert_eq!(m.out_deadline, None);
+    for k in layout().chunks {
+        assert_eq!(m.chunkfail.get(&k), Some(&(now + timing().abort_window)));
+    }
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn out_of_transition_without_answer_steps_down() {
+    // seed 000 §5.3.6 out of transition. Tenure: if the incoming manager never answers
+    // within `transition_wait`, step down (resuming could run beside a committed
+    // successor) and let the chunks regenerate, forwarding to the incoming manager.
+    let mut env = Env::new(M);
+    let mut m = migrating_out();
+    let deadline = T0 + timing().transition_wait;
+    m.on_tick(&mut env.ctx(deadline - ms(1)));
+    assert_eq!(m.state, S::OutOfTransition);
+    m.on_tick(&mut env.ctx(deadline));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(m.forwarding, Some(N));
+    assert_eq!(observations(&out), vec![stopped(3)]);
+}
+
+// ---- §5.3.7 manager --------------------------------------------------------------------
+
+#[test]
+fn manager_migrate_sends_handoff_and_epoch_transitions() {
+    // seed 000 §5.3.7 manager: migrate(node) → handoff(epoch, metadata, failed) to node,
+    // epoch transition(epoch, epoch + 1, metadata, node) to all chunks ∈ metadata −
+    // failed, new mgr id ← node, out of transition.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    m.data = data_with(3, 1, 4);
+    let now = T0 + ms(7);
+    assert!(m.migrate(&mut env.ctx(now), N));
+    let out = env.take();
+    let id = sent_tx_id(&out);
+    assert_eq!(m.new_mgr, Some(N));
+    assert_eq!(m.state, S::OutOfTransition);
+    assert_eq!(
+        mgr_msgs(&out)[0],
+        (
+            N,
+            MgrMsg::Handoff {
+                tx: id,
+                old_epoch: e(3),
+                metadata: layout(),
+                failed: vec![c(3)],
+                data: data_with(3, 1, 4),
+            }
+        )
+    );
+    assert_eq!(
+        epoch_transitions(&out),
+        vec![(c(1), 3, 4, layout(), N), (c(2), 3, 4, layout(), N)]
+    );
+    assert_eq!(m.epoch, e(3), "the epoch changes only at commit");
+}
+
+#[test]
+fn manager_migrate_to_self_or_when_not_manager_is_refused() {
+    // seed 000 §5.3.7: migrate is a transition of the manager state only (and to another
+    // node).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    assert!(!m.migrate(&mut env.ctx(T0), M));
+    assert_eq!(m.state, S::Manager);
+    let mut g = gathering(3, &[1], &[2, 3]);
+    assert!(!g.migrate(&mut env.ctx(T0), N));
+    assert_eq!(g.state, S::GatheringChunks);
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_chunkfail_new_failure_keeping_quorum_stays_manager() {
+    // seed 000 §5.3.7 manager: chunkfail(chunk ∉ failed) → failed += chunk, chunkfail to
+    // the outside policy; coverage and quorum hold → manager.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let at = T0 + ms(100);
+    m.chunkfail.insert(c(3), at);
+    assert_eq!(m.next_timeout(), Some(T0), "policies are due; harmless");
+    m.on_tick(&mut env.ctx(at));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.failed, set(&[3]));
+    assert!(!m.chunkfail.contains_key(&c(3)));
+    assert_eq!(m.policy.failed_at.get(&c(3)), Some(&at));
+    assert_eq!(observations(&out), vec![chunk_failed(3)]);
+    assert!(sends(&out).is_empty());
+}
+
+#[test]
+fn manager_chunkfail_new_failure_losing_quorum_suicides() {
+    // seed 000 §5.3.7 manager: chunkfail(chunk ∉ failed) without coverage and quorum →
+    // newly awake (suicide).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[2]);
+    m.chunkfail.remove(&c(2));
+    m.chunkfail.insert(c(3), T0 + ms(100));
+    m.on_tick(&mut env.ctx(T0 + ms(100)));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(observations(&out), vec![chunk_failed(3), stopped(3)]);
+}
+
+#[test]
+fn manager_chunkfail_of_recovered_chunk_drops_it_from_recovered() {
+    // seed 000 §5.3.7 manager: chunkfail(chunk ∈ failed) — failure of a recovered chunk →
+    // recovered -= chunk, manager.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    m.recovered = set(&[3]);
+    m.chunkfail.insert(c(3), T0 + ms(100));
+    m.on_tick(&mut env.ctx(T0 + ms(100)));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert!(m.recovered.is_empty());
+    assert_eq!(m.failed, set(&[3]));
+    assert!(!m.chunkfail.contains_key(&c(3)));
+    assert!(observations(&out).is_empty());
+}
+
+#[test]
+fn manager_renewal_request_renews_lease() {
+    // seed 000 §5.3.7 manager: renewal request(chunk epoch == epoch) from a chunk ∉
+    // failed → renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let now = T0 + ms(600);
+    from_chunk(
+        &mut m,
+        &mut env,
+        now,
+        1,
+        ToManager::RenewalRequest { epoch: e(3) },
+    );
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(now, 3))]);
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
+    assert_eq!(m.state, S::Manager);
+}
+
+#[test]
+fn manager_renewal_request_from_failed_chunk_or_other_epoch_is_ignored() {
+    // seed 000 §5.3.7 manager: renewal request from a failed chunk, or for another epoch
+    // → ignore.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    from_chunk(
+        &mut m,
+        &mut env,
+        T0,
+        3,
+        ToManager::RenewalRequest { epoch: e(3) },
+    );
+    from_chunk(
+        &mut m,
+        &mut env,
+        T0,
+        1,
+        ToManager::RenewalRequest { epoch: e(2) },
+    );
+    assert!(env.take().is_empty());
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(T0 + timing().lease)));
+    assert!(m.recovered.is_empty());
+}
+
+#[test]
+fn manager_relayout_sends_epoch_transition_and_enters_relayout_reconciling() {
+    // seed 000 §5.3.7 manager: relayout(new metadata) → epoch transition(epoch, epoch +
+    // 1, new metadata, me) to (chunks ∈ metadata − failed) ∪ (chunks ∈ new metadata),
+    // new metadata log ← new metadata, relayout reconciling.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let new = md(&[1, 2, 5]);
+    assert!(m.relayout(&mut env.ctx(T0), new.clone()));
+    let out = env.take();
+    let id = sent_tx_id(&out);
+    assert_eq!(m.state, S::RelayoutReconciling);
+    assert_eq!(m.new_metadata_log, Some(new.clone()));
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(
+        epoch_transitions(&out),
+        vec![
+            (c(1), 3, 4, new.clone(), M),
+            (c(2), 3, 4, new.clone(), M),
+            (c(3), 3, 4, new.clone(), M),
+            (c(5), 3, 4, new.clone(), M),
+        ]
+    );
+    let tx = m.tx.as_ref().expect("a transition");
+    assert_eq!((tx.id, tx.kind, tx.new_epoch), (id, TxKind::Relayout, e(4)));
+    assert_eq!(tx.participants, set(&[1, 2, 3, 5]));
+}
+
+#[test]
+fn manager_relayout_leaves_out_failed_unrecovered_chunks() {
+    // seed 000 §5.3.7 manager: relayout sends to (metadata − failed) ∪ new metadata. A
+    // failed chunk that is also in the new layout would be sent the transition by the
+    // seed; the implementation leaves it out unless it has recovered, since the commit
+    // waits for every participant's vote.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[2, 3]);
+    m.recovered = set(&[2]);
+    let new = md(&[1, 2, 3, 5]);
+    assert!(m.relayout(&mut env.ctx(T0), new));
+    let out = env.take();
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::EpochTransition { .. })),
+        set(&[1, 2, 5])
+    );
+}
+
+#[test]
+fn manager_relayout_without_quorum_of_new_layout_is_refused() {
+    // seed 000 §5.3.7 manager: relayout. Tenure (relayout's comment): the participants
+    // must hold quorum and coverage of the new layout, or a later regeneration could find
+    // a quorum that never received the state; an empty layout and a relayout outside the
+    // manager state are refused too.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    assert!(!m.relayout(&mut env.ctx(T0), md(&[2, 3])));
+    assert!(!m.relayout(&mut env.ctx(T0), md(&[])));
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.new_metadata_log, None);
+    let mut g = gathering(3, &[1], &[2, 3]);
+    assert!(!g.relayout(&mut env.ctx(T0), md(&[1, 2, 5])));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_help_from_live_chunk_marks_failed_and_acquires() {
+    // seed 000 §5.3.7 manager: help from a chunk ∈ chunks(metadata), ∉ failed → failed
+    // += sender, chunkfail to the outside policy, acquire(now + d_l, me, epoch) to it.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let now = T0 + ms(5);
+    from_chunk(&mut m, &mut env, now, 1, help(3));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.failed, set(&[1]));
+    assert_eq!(observations(&out), vec![chunk_failed(1)]);
+    assert_eq!(to_chunks(&out), vec![(c(1), acquire(now, 3))]);
+}
+
+#[test]
+fn manager_help_losing_quorum_suicides() {
+    // seed 000 §5.3.7 manager: help from a live chunk when, with it failed, coverage and
+    // quorum no longer hold → newly awake (suicide).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    from_chunk(&mut m, &mut env, T0, 1, help(3));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(observations(&out), vec![chunk_failed(1), stopped(3)]);
+    assert!(sends(&out).is_empty());
+}
+
+#[test]
+fn manager_help_from_failed_chunk_acquires_again() {
+    // seed 000 §5.3.7 manager: help from a chunk ∈ chunks(metadata) already failed →
+    // acquire it (no new failure).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    from_chunk(&mut m, &mut env, T0, 3, help(3));
+    let out = env.take();
+    assert_eq!(m.failed, set(&[3]));
+    assert!(observations(&out).is_empty());
+    assert_eq!(to_chunks(&out), vec![(c(3), acquire(T0, 3))]);
+}
+
+#[test]
+fn manager_help_from_chunk_not_in_layout_sends_lose() {
+    // seed 000 §5.3.7 manager: help from a chunk ∉ chunks(metadata) → lose, manager.
+    let mut env = Env::new(M);
+    for epoch in [2, 3] {
+        let mut m = managing(3);
+        from_chunk(&mut m, &mut env, T0, 5, help(epoch));
+        assert_eq!(m.state, S::Manager);
+        assert!(m.failed.is_empty());
+        assert_eq!(to_chunks(&env.take()), vec![(c(5), ToChunk::Lose)]);
+    }
+}
+
+#[test]
+fn manager_help_from_newer_chunk_not_in_layout_is_ignored() {
+    // seed 000 §5.3.7 manager: help from a chunk ∉ chunks(metadata). Tenure: lose goes only
+    // to chunks from an older epoch; a chunk from a newer epoch is not ours to delete.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    from_chunk(&mut m, &mut env, T0, 5, help(4));
+    assert_eq!(m.state, S::Manager);
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_ack_from_failed_chunk_marks_recovered() {
+    // seed 000 §5.3.7 manager: ack from a sender ∈ failed → recovered += sender,
+    // chunkfail(sender) ← now + d_l.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    m.chunkfail.remove(&c(3));
+    let now = T0 + ms(9);
+    from_chunk(&mut m, &mut env, now, 3, ack(3));
+    assert_eq!(m.recovered, set(&[3]));
+    assert_eq!(m.failed, set(&[3]));
+    assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
+    assert_eq!(m.state, S::Manager);
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_ack_from_live_chunk_changes_nothing() {
+    // seed 000 §5.3.7 manager: ack from a sender ∉ failed → nothing.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    from_chunk(&mut m, &mut env, T0 + ms(9), 1, ack(3));
+    assert!(m.recovered.is_empty());
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(T0 + timing().lease)));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_ack_conditional_from_failed_chunk_marks_recovered() {
+    // seed 000 §5.3.7 manager: ack-conditional (chunk from a previous epoch) from a sender
+    // ∈ failed → as ack: recovered += sender, chunkfail(sender) ← now + d_l.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    let now = T0 + ms(9);
+    from_chunk(&mut m, &mut env, now, 3, ack_conditional(3, 2, md(&[3, 4])));
+    assert_eq!(m.recovered, set(&[3]));
+    assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(m.metadata, layout());
+}
+
+#[test]
+fn manager_ack_conditional_from_newer_epoch_steps_down() {
+    // seed 000 §5.3.7 manager: ack-conditional. Tenure: a chunk from a *newer* epoch
+    // means a successor committed while this manager was cut off: step down.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    from_chunk(&mut m, &mut env, T0, 3, ack_conditional(3, 5, layout()));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(observations(&out), vec![stopped(3)]);
+}
+
+#[test]
+fn manager_nack_does_nothing() {
+    // seed 000 §5.3.7 manager: nack(chunk epoch, chunk mgr, lease type) → do nothing.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Recovery));
+    assert_eq!(m.state, S::Manager);
+    assert!(m.recovered.is_empty());
+    assert_eq!(m.failed, set(&[3]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn manager_recovery_renewal_request_from_recovered_chunk_renews() {
+    // seed 000 §5.3.7 manager: recovery renewal request from a sender ∈ recovered →
+    // renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    m.recovered = set(&[3]);
+    let now = T0 + ms(600);
+    let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
+    from_chunk(&mut m, &mut env, now, 3, req);
+    assert_eq!(to_chunks(&env.take()), vec![(c(3), renewal(now, 3))]);
+    assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
+}
+
+#[test]
+fn manager_recovery_renewal_request_from_unrecovered_chunk_is_ignored() {
+    // seed 000 §5.3.7 manager: recovery renewal request from a sender ∉ recovered →
+    // ignore.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
+    from_chunk(&mut m, &mut env, T0, 3, req.clone());
+    from_chunk(&mut m, &mut env, T0, 1, req);
+    assert!(env.take().is_empty());
+}
+
+// ---- §5.3.8 relayout reconciling, §5.3.9 relayout transition -----------------------
+
+fn relayouting() -> Manager {
+    let mut m = managing(3);
+    m.state = S::RelayoutReconciling;
+    m.new_metadata_log = Some(md(&[1, 2, 5]));
+    m.tx = Some(tx(TxKind::Relayout, 4, md(&[1, 2, 5]), set(&[1, 2, 3, 5])));
+    m
+}
+
+#[test]
+fn relayout_reconciling_done_waits_for_every_vote() {
+    // seed 000 §5.3.8 relayout reconciling: done (every participant reconciled) — until
+    // the last vote, nothing is committed.
+    let mut env = Env::new(M);
+    let mut m = relayouting();
+    for n in [1, 2, 3] {
+        from_chunk(&mut m, &mut env, T0, n, vote(4));
+    }
+    from_chunk(&mut m, &mut env, T0, 1, vote(4)); // a duplicate
+    assert_eq!(m.state, S::RelayoutReconciling);
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.votes.clone()),
+        Some(set(&[1, 2, 3]))
+    );
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn relayout_transition_commit_installs_new_metadata_and_increments_epoch() {
+    // seed 000 §5.3.8 done → §5.3.9 relayout transition: commit tx → metadata ← new
+    // metadata, erase the log, increment epoch, relayout commit to the outside policy,
+    // manager.
+    let mut env = Env::new(M);
+    let mut m = relayouting();
+    for n in [1, 2, 3] {
+        from_chunk(&mut m, &mut env, T0, n, vote(4));
+    }
+    let now = T0 + ms(50);
+    from_chunk(&mut m, &mut env, now, 5, vote(4));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(4));
+    assert_eq!(m.metadata, md(&[1, 2, 5]));
+    assert_eq!(m.new_metadata_log, None);
+    assert!(m.failed.is_empty());
+    assert!(m.tx.is_none());
+    let expiry = now + timing().commit_window;
+    assert_eq!(
+        chunks_sent(&out, |x| *x == commit_msg(4, StoreData::default(), expiry)),
+        set(&[1, 2, 3, 5]),
+        "c(3) learns it is out of the layout from the commit"
+    );
+    assert_eq!(
+        m.chunkfail.keys().copied().collect::<BTreeSet<_>>(),
+        set(&[1, 2, 5])
+    );
+    assert_eq!(
+        observations(&out),
+        vec![
+            Observation::BecameManager {
+                store: STORE,
+                epoch: e(4),
+                metadata: md(&[1, 2, 5]),
+                cause: EpochCause::Relayout
+            },
+            Observation::Relayout {
+                store: STORE,
+                committed: true
+            }
+        ]
+    );
+}
+
+#[test]
+fn relayout_transition_abort_returns_to_manager() {
+    // seed 000 §5.3.9 relayout transition: abort tx → erase the log, relayout abort to
+    // the outside policy, manager (same epoch and layout).
+    let mut env = Env::new(M);
+    let mut m = relayouting();
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let now = T0 + ms(50);
+    from_chunk(&mut m, &mut env, now, 5, vote_abort(4));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(m.metadata, layout());
+    assert_eq!(m.new_metadata_log, None);
+    assert!(m.tx.is_none());
+    let expiry = now + timing().abort_window;
+    assert_eq!(
+        chunks_sent(&out, |x| *x == abort_msg(4, expiry)),
+        set(&[1, 2, 3, 5])
+    );
+    for k in layout().chunks {
+        assert_eq!(m.chunkfail.get(&k), Some(&expiry));
+    }
+    assert_eq!(
+        observations(&out),
+        vec![Observation::Relayout {
+            store: STORE,
+            committed: false
+        }]
+    );
+}
+
+#[test]
+fn relayout_transition_abort_on_vote_timeout() {
+    // seed 000 §5.3.9 relayout transition: abort tx. Tenure: a vote missing at the
+    // transition deadline aborts.
+    let mut env = Env::new(M);
+    let mut m = relayouting();
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let deadline = T0 + timing().transition_timeout;
+    m.on_tick(&mut env.ctx(deadline));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
+        set(&[1, 2, 3, 5])
+    );
+}
+
+#[test]
+fn relayout_transition_abort_drops_recovered_chunks() {
+    // seed 000 §5.3.9 relayout transition: abort tx. Recovered chunks that took part fall
+    // back to no lease on abort (§4.2.8), so the manager stops counting them recovered.
+    let mut env = Env::new(M);
+    let mut m = relayouting();
+    m.failed = set(&[3]);
+    m.recovered = set(&[3]);
+    from_chunk(&mut m, &mut env, T0, 3, vote_abort(4));
+    assert!(m.recovered.is_empty());
+    assert!(!m.chunkfail.contains_key(&c(3)));
+    assert_eq!(m.failed, set(&[3]));
+}
+
+// ---- §5.3.10 gathering chunks ------------------------------------------------------
+
+#[test]
+fn gathering_chunks_ack_with_more_outstanding_stays() {
+    // seed 000 §5.3.10 gathering chunks: ack → outstanding -= sender, won += sender,
+    // cancel timeout(sender), chunkfail(sender) ← now + d_l; outstanding ≠ nil →
+    // gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2, 3], &[]);
+    let now = T0 + ms(2);
+    from_chunk(&mut m, &mut env, now, 1, ack(3));
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.outstanding, set(&[2, 3]));
+    assert!(!m.timeout.contains_key(&c(1)));
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_ack_last_outstanding_enters_gathered() {
+    // seed 000 §5.3.10 gathering chunks: ack, outstanding = nil → gathered (§5.3.11),
+    // which, with coverage and quorum, goes on to gathering leases.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1]);
+    from_chunk(&mut m, &mut env, T0, 3, ack(3));
+    let out = env.take();
+    assert_eq!(m.won, set(&[1, 3]));
+    assert!(m.outstanding.is_empty());
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::TransferLease { .. })),
+        set(&[2])
+    );
+}
+
+#[test]
+fn gathering_chunks_ack_conditional_newer_epoch_moves_recovery_forward() {
+    // seed 000 §5.3.10 gathering chunks: ack-conditional(old epoch, chunk epoch > epoch,
+    // chunk metadata) → won += sender; acquire the chunks of the chunk's metadata not in
+    // ours at the chunk's epoch; metadata, epoch ← the chunk's.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2, 3], &[]);
+    let now = T0 + ms(4);
+    from_chunk(
+        &mut m,
+        &mut env,
+        now,
+        1,
+        ack_conditional(3, 5, md(&[1, 2, 5])),
+    );
+    let out = env.take();
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.epoch, e(5));
+    assert_eq!(m.metadata, md(&[1, 2, 5]));
+    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.outstanding, set(&[2, 3, 5]));
+    assert_eq!(to_chunks(&out), vec![(c(5), acquire(now, 5))]);
+    assert_eq!(m.timeout.get(&c(5)), Some(&(now + timing().msg_timeout)));
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
+}
+
+#[test]
+fn gathering_chunks_ack_conditional_older_epoch_counts_as_ack() {
+    // seed 000 §5.3.10 gathering chunks: ack-conditional(.., chunk epoch <= epoch, ..) →
+    // as ack; epoch and metadata unchanged.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2], &[3]);
+    from_chunk(&mut m, &mut env, T0, 1, ack_conditional(3, 2, md(&[1, 4])));
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.epoch, e(3));
+    assert_eq!(m.metadata, layout());
+    assert_eq!(m.won, set(&[1, 3]));
+    assert_eq!(m.outstanding, set(&[2]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_timeout_drops_outstanding() {
+    // seed 000 §5.3.10 gathering chunks: timeout(chunk) → outstanding -= chunk;
+    // outstanding ≠ nil → gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    let at = T0 + ms(100);
+    m.timeout.insert(c(3), at);
+    assert_eq!(m.next_timeout(), Some(at));
+    m.on_tick(&mut env.ctx(at));
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.outstanding, set(&[2]));
+    assert!(!m.timeout.contains_key(&c(3)));
+    assert_eq!(m.won, set(&[1]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_nochunk_drops_outstanding() {
+    // seed 000 §5.3.10 gathering chunks: nochunk(chunk) → outstanding -= chunk, cancel
+    // timeout; outstanding ≠ nil → gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.outstanding, set(&[2]));
+    assert!(!m.timeout.contains_key(&c(3)));
+    assert_eq!(m.won, set(&[1]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_recovery_renewal_request_from_won_chunk_renews() {
+    // seed 000 §5.3.10 gathering chunks: recovery renewal request from a sender ∈ won →
+    // renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let now = T0 + ms(600);
+    let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
+    from_chunk(&mut m, &mut env, now, 1, req);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(now, 3))]);
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
+    assert_eq!(m.state, S::GatheringChunks);
+}
+
+#[test]
+fn gathering_chunks_recovery_renewal_request_from_unwon_chunk_is_ignored() {
+    // seed 000 §5.3.10 gathering chunks: recovery renewal request from a sender ∉ won →
+    // nothing.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
+    from_chunk(&mut m, &mut env, T0, 3, req);
+    assert!(env.take().is_empty());
+    assert_eq!(m.state, S::GatheringChunks);
+}
+
+#[test]
+fn gathering_chunks_chunkfail_drops_won() {
+    // seed 000 §5.3.10 gathering chunks: chunkfail(c) → won -= c, gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    m.chunkfail.insert(c(2), T0 + ms(50));
+    m.on_tick(&mut env.ctx(T0 + ms(50)));
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.outstanding, set(&[3]));
+    assert!(!m.chunkfail.contains_key(&c(2)));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_help_from_removed_older_chunk_sends_lose() {
+    // seed 000 §5.3.10 gathering chunks: help(chunk epoch < epoch) from a sender ∉
+    // chunks(metadata) → lose.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 5, help(2));
+    assert_eq!(to_chunks(&env.take()), vec![(c(5), ToChunk::Lose)]);
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.outstanding, set(&[3]));
+}
+
+#[test]
+fn gathering_chunks_help_from_won_chunk_reacquires() {
+    // seed 000 §5.3.10 gathering chunks: help from a sender ∉ outstanding (here ∈ won: it
+    // failed since) → won -= sender, acquire(now + d_l, me, epoch), timeout, outstanding
+    // += sender.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let now = T0 + ms(8);
+    from_chunk(&mut m, &mut env, now, 1, help(3));
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), acquire(now, 3))]);
+    assert_eq!(m.won, set(&[2]));
+    assert_eq!(m.outstanding, set(&[1, 3]));
+    assert_eq!(m.timeout.get(&c(1)), Some(&(now + timing().msg_timeout)));
+    assert_eq!(m.state, S::GatheringChunks);
+}
+
+#[test]
+fn gathering_chunks_help_from_newer_chunk_acquires_it() {
+    // seed 000 §5.3.10 gathering chunks: help from a chunk of another (newer) epoch, even
+    // one not in our metadata → acquire it (its ack-conditional may move us forward).
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 5, help(4));
+    assert_eq!(to_chunks(&env.take()), vec![(c(5), acquire(T0, 3))]);
+    assert_eq!(m.outstanding, set(&[3, 5]));
+}
+
+#[test]
+fn gathering_chunks_help_from_outstanding_chunk_is_ignored() {
+    // seed 000 §5.3.10 gathering chunks: help from a sender ∈ outstanding (an acquire is
+    // on its way) → nothing.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    from_chunk(&mut m, &mut env, T0 + ms(8), 3, help(3));
+    assert!(env.take().is_empty());
+    assert_eq!(m.timeout.get(&c(3)), Some(&(T0 + timing().msg_timeout)));
+    assert_eq!(m.outstanding, set(&[3]));
+}
+
+#[test]
+fn gathering_chunks_nack_regular_lease_adds_better_manager() {
+    // seed 000 §5.3.10 gathering chunks: nack(.., chunk mgr ≠ me, regular lease) →
+    // outstanding -= sender, cancel timeout, better mgr id += chunk mgr.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Regular));
+    assert_eq!(m.better, BTreeSet::from([N]));
+    assert!(m.lesser.is_empty());
+    assert_eq!(m.outstanding, set(&[2]));
+    assert!(!m.timeout.contains_key(&c(3)));
+    assert_eq!(m.state, S::GatheringChunks);
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_nack_regular_lease_from_this_manager_does_nothing() {
+    // seed 000 §5.3.10 gathering chunks: nack(.., chunk mgr = this mgr, regular lease) →
+    // (do nothing) beyond outstanding -= sender.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    from_chunk(&mut m, &mut env, T0, 3, nack(Some(M), LeaseType::Regular));
+    assert!(m.better.is_empty() && m.lesser.is_empty());
+    assert_eq!(m.outstanding, set(&[2]));
+    assert_eq!(m.won, set(&[1]));
+}
+
+#[test]
+fn gathering_chunks_nack_recovery_or_no_lease_arbitrates_by_precedence() {
+    // seed 000 §5.3.10 gathering chunks: nack(.., chunk mgr, recovery lease or no lease) →
+    // better mgr id += chunk mgr if it has precedence over this manager, else lesser mgr
+    // id += chunk mgr.
+    let ranked = Env::new(M).cfg.cluster.ranked_devices(STORE);
+    let (higher, me, lower) = (ranked[0], ranked[2], ranked[4]);
+    let mut env = Env::new(me);
+    for lease in [LeaseType::Recovery, LeaseType::None] {
+        // (c(5) stays outstanding so the round does not end.)
+        let mut m = gathering(3, &[1, 2, 3, 5], &[]);
+        from_chunk(&mut m, &mut env, T0, 1, nack(Some(higher), lease));
+        from_chunk(&mut m, &mut env, T0, 2, nack(Some(lower), lease));
+        assert_eq!(m.better, BTreeSet::from([higher]), "{lease:?}");
+        assert_eq!(m.lesser, BTreeSet::from([lower]), "{lease:?}");
+        assert_eq!(m.outstanding, set(&[3, 5]));
+        assert_eq!(m.state, S::GatheringChunks);
+        // The same manager on a recovery lease: "shouldn't happen"; nothing recorded.
+        from_chunk(&mut m, &mut env, T0, 3, nack(Some(me), lease));
+        assert_eq!(m.better.len() + m.lesser.len(), 2);
+    }
+}
+
+#[test]
+fn gathering_chunks_nack_no_lease_without_manager_only_drops_outstanding() {
+    // seed 000 §5.3.10 gathering chunks: nack(.., nil, no lease) (§4.2.6's nack names no
+    // manager) → outstanding -= sender; nothing to arbitrate.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[2, 3], &[1]);
+    from_chunk(&mut m, &mut env, T0, 3, nack(None, LeaseType::None));
+    assert!(m.better.is_empty() && m.lesser.is_empty());
+    assert_eq!(m.outstanding, set(&[2]));
+}
+
+#[test]
+fn gathering_chunks_transfernotice_same_epoch_goes_newly_awake() {
+    // seed 000 §5.3.10 gathering chunks: transfernotice(chunk epoch == epoch, ..) →
+    // newly awake (another manager won).
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let notice = ToManager::TransferNotice {
+        epoch: e(3),
+        mgr: N,
+    };
+    from_chunk(&mut m, &mut env, T0, 1, notice);
+    assert_erased(&m);
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_transfernotice_other_epoch_is_ignored() {
+    // seed 000 §5.3.10 gathering chunks: transfernotice(chunk epoch != epoch, ..) →
+    // gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let notice = ToManager::TransferNotice {
+        epoch: e(2),
+        mgr: N,
+    };
+    from_chunk(&mut m, &mut env, T0, 1, notice);
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.won, set(&[1, 2]));
+}
+
+#[test]
+fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
+    // seed 000 §5.3.10–11. Tenure (joint quorum): a chunk that voted for an uncommitted
+    // transition to a newer epoch reports it; the manager then acquires that layout's
+    // chunks too and needs quorum and coverage of both layouts.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2, 3], &[]);
+    let p = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[1, 4, 5]),
+        new_mgr: N,
+    };
+    let now = T0 + ms(1);
+    let with_prepared = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(p.clone()),
+    };
+    from_chunk(&mut m, &mut env, now, 1, with_prepared);
+    assert_eq!(m.joint, Some(p));
+    assert_eq!(
+        to_chunks(&env.take()),
+        vec![(c(4), acquire(now, 3)), (c(5), acquire(now, 3))]
+    );
+    assert_eq!(m.outstanding, set(&[2, 3, 4, 5]));
+    from_chunk(&mut m, &mut env, now, 2, ack(3));
+    from_chunk(&mut m, &mut env, now, 3, ack(3));
+    from_chunk(&mut m, &mut env, now, 4, ToManager::NoChunk);
+    env.take();
+    from_chunk(&mut m, &mut env, now, 5, ToManager::NoChunk);
+    // A quorum of the old layout but not of the prepared one: another round.
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.rounds, 2);
+    assert_eq!(m.outstanding, set(&[4, 5]));
+    env.take();
+    from_chunk(&mut m, &mut env, now, 4, ack(3));
+    from_chunk(&mut m, &mut env, now, 5, ack(3));
+    // Quorum of both: the recovery transition goes to an epoch above the prepared one,
+    // with the prepared layout.
+    let out = env.take();
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        epoch_transitions(&out),
+        [1, 2, 3, 4, 5]
+            .iter()
+            .map(|n| (c(*n), 3, 5, md(&[1, 4, 5]), M))
+            .collect::<Vec<_>>()
+    );
+}
+
+// ---- §5.3.11 gathered --------------------------------------------------------------
+
+#[test]
+fn gathered_quorum_and_coverage_enters_gathering_leases() {
+    // seed 000 §5.3.11 gathered: coverage and quorum → gathering leases.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.renewal_iffy, set(&[3]));
+}
+
+#[test]
+fn gathered_no_quorum_no_better_starts_new_round() {
+    // seed 000 §5.3.11 gathered: no coverage and quorum, |better| = 0 → acquire every
+    // chunk ∈ chunks(metadata) − won (outstanding, timeouts), gathering chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1]);
+    let now = T0 + ms(20);
+    from_chunk(&mut m, &mut env, now, 3, ToManager::NoChunk);
+    let out = env.take();
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.rounds, 2);
+    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.outstanding, set(&[2, 3]));
+    assert_eq!(
+        to_chunks(&out),
+        vec![(c(2), acquire(now, 3)), (c(3), acquire(now, 3))]
+    );
+    assert_eq!(m.timeout.get(&c(2)), Some(&(now + timing().msg_timeout)));
+}
+
+#[test]
+fn gathered_no_quorum_with_better_manager_releases_and_goes_newly_awake() {
+    // seed 000 §5.3.11 gathered: otherwise (a better manager exists) → release(better mgr
+    // ids, epoch) to all chunks ∈ won, newly awake.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1]);
+    m.better.insert(N);
+    from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(
+        to_chunks(&out),
+        vec![(
+            c(1),
+            ToChunk::Release {
+                epoch: e(3),
+                hints: vec![N]
+            }
+        )]
+    );
+}
+
+#[test]
+fn gathered_after_max_rounds_releases_and_gives_up() {
+    // seed 000 §5.3.11 gathered. Tenure (bounded contention): after `gather_rounds_max`
+    // rounds without quorum, release the won chunks and give up, so a minority partition
+    // never holds chunks forever.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1]);
+    m.rounds = timing().gather_rounds_max;
+    from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(
+        to_chunks(&out),
+        vec![(
+            c(1),
+            ToChunk::Release {
+                epoch: e(3),
+                hints: vec![]
+            }
+        )]
+    );
+}
+
+// ---- §5.3.12 gathering leases ------------------------------------------------------
+
+#[test]
+fn gathering_leases_entry_transfers_remaining_leases() {
+    // seed 000 §5.3.12 gathering leases, on entry: for each chunk ∈ metadata − (failed ∪
+    // won): transfer lease(epoch, me, now + d_l), renewal iffy += c, chunkfail(c) ← that
+    // time; gathering leases. Tenure: a transfer not acknowledged within a message
+    // timeout is given up.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    let now = T0 + timing().msg_timeout;
+    m.on_tick(&mut env.ctx(now));
+    let out = env.take();
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(
+        to_chunks(&out),
+        vec![(
+            c(3),
+            ToChunk::TransferLease {
+                epoch: e(3),
+                new_mgr: M,
+                expiry: now + timing().lease
+            }
+        )]
+    );
+    assert_eq!(m.renewal_iffy, set(&[3]));
+    assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
+    assert_eq!(m.timeout.get(&c(3)), Some(&(now + timing().msg_timeout)));
+}
+
+#[test]
+fn gathering_leases_entry_with_nothing_to_transfer_starts_recovery_transition() {
+    // seed 000 §5.3.12 gathering leases, on entry, nothing left to transfer → epoch
+    // transition(epoch, epoch + 1, metadata, me) to all chunks in won → recovery
+    // reconciling (§5.3.13; the seed names recovery transition here).
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[3], &[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 3, ack(3));
+    let out = env.take();
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        epoch_transitions(&out),
+        vec![
+            (c(1), 3, 4, layout(), M),
+            (c(2), 3, 4, layout(), M),
+            (c(3), 3, 4, layout(), M)
+        ]
+    );
+    let tx = m.tx.as_ref().expect("a transition");
+    assert_eq!(tx.kind, TxKind::Recovery);
+    assert_eq!(tx.participants, set(&[1, 2, 3]));
+    assert_eq!(tx.id, sent_tx_id(&out));
+}
+
+#[test]
+fn gathering_leases_recovery_renewal_request_renews() {
+    // seed 000 §5.3.12 gathering leases: recovery renewal request(chunk epoch) from a
+    // sender ∉ failed → renewal(epoch, now + d_l), chunkfail; stay in gathering leases
+    // (the seed's "state ← gathering chunks" is a slip: "the same as ... gathering
+    // chunks"). The implementation renews only chunks won or being transferred.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let now = T0 + ms(600);
+    let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
+    from_chunk(&mut m, &mut env, now, 1, req.clone());
+    from_chunk(&mut m, &mut env, now, 3, req.clone());
+    from_chunk(&mut m, &mut env, now, 5, req);
+    assert_eq!(
+        to_chunks(&env.take()),
+        vec![(c(1), renewal(now, 3)), (c(3), renewal(now, 3))]
+    );
+    assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
+    assert_eq!(m.state, S::GatheringLeases);
+}
+
+#[test]
+fn gathering_leases_chunkfail_keeping_quorum_stays() {
+    // seed 000 §5.3.12 gathering leases: chunkfail(chunk) → renewal iffy -= chunk, won -=
+    // chunk; coverage and quorum hold → gathering leases.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[4, 5]);
+    m.chunkfail.insert(c(5), T0 + ms(50));
+    m.on_tick(&mut env.ctx(T0 + ms(50)));
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.renewal_iffy, set(&[4]));
+    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_leases_chunkfail_losing_quorum_goes_newly_awake() {
+    // seed 000 §5.3.12 gathering leases: chunkfail(chunk) without coverage and quorum →
+    // newly awake.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[4, 5]);
+    m.chunkfail.insert(c(1), T0 + ms(50));
+    m.on_tick(&mut env.ctx(T0 + ms(50)));
+    assert_erased(&m);
+}
+
+#[test]
+fn gathering_leases_chunkfail_of_last_transfer_starts_recovery_transition() {
+    // seed 000 §5.3.12 gathering leases: chunkfail of the last chunk in renewal iffy. The
+    // seed stays in gathering leases (and would wait forever); the implementation goes on
+    // as after the last transfer ack.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    m.timeout.clear();
+    m.chunkfail.insert(c(3), T0 + ms(50));
+    m.on_tick(&mut env.ctx(T0 + ms(50)));
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.participants.clone()),
+        Some(set(&[1, 2]))
+    );
+}
+
+#[test]
+fn gathering_leases_transfer_ack_last_starts_recovery_transition() {
+    // seed 000 §5.3.12 gathering leases: transfer ack(epoch, me) → renewal iffy -=
+    // sender, won += sender; renewal iffy = nil → epoch transition(epoch, epoch + 1,
+    // metadata, me) to all chunks in won → recovery transition (via reconciling).
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let tack = ToManager::TransferAck {
+        epoch: e(3),
+        mgr: M,
+    };
+    from_chunk(&mut m, &mut env, T0, 3, tack);
+    let out = env.take();
+    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert!(m.renewal_iffy.is_empty());
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        epoch_transitions(&out),
+        vec![
+            (c(1), 3, 4, layout(), M),
+            (c(2), 3, 4, layout(), M),
+            (c(3), 3, 4, layout(), M)
+        ]
+    );
+}
+
+#[test]
+fn gathering_leases_transfer_ack_with_more_outstanding_stays() {
+    // seed 000 §5.3.12 gathering leases: transfer ack, renewal iffy ≠ nil → gathering
+    // leases.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[4, 5]);
+    let tack = ToManager::TransferAck {
+        epoch: e(3),
+        mgr: M,
+    };
+    from_chunk(&mut m, &mut env, T0, 5, tack);
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.renewal_iffy, set(&[4]));
+    assert_eq!(m.won, set(&[1, 2, 3, 5]));
+    assert!(!m.timeout.contains_key(&c(5)));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_leases_transfer_ack_for_other_epoch_or_manager_is_ignored() {
+    // seed 000 §5.3.12 gathering leases: transfer ack — "assert that epoch number and mgr
+    // match this mgr": a mismatching one is ignored.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    for (epoch, mgr) in [(2, M), (3, N)] {
+        let tack = ToManager::TransferAck {
+            epoch: e(epoch),
+            mgr,
+        };
+        from_chunk(&mut m, &mut env, T0, 3, tack);
+    }
+    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.renewal_iffy, set(&[3]));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_leases_nack_gives_up_the_transfer() {
+    // seed 000 §5.3.12 gathering leases. Tenure: a refused transfer (nack from §4.2.7
+    // transfer lease) is given up; the chunk is not won.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Recovery));
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.won, set(&[1, 2]));
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.participants.clone()),
+        Some(set(&[1, 2]))
+    );
+}
+
+#[test]
+fn gathering_leases_transfer_timeout_gives_up_the_transfer() {
+    // seed 000 §5.3.12 gathering leases. Tenure: a transfer not acknowledged within a
+    // message timeout is given up.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    m.on_tick(&mut env.ctx(T0 + timing().msg_timeout - ms(1)));
+    assert_eq!(m.state, S::GatheringLeases);
+    m.on_tick(&mut env.ctx(T0 + timing().msg_timeout));
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.participants.clone()),
+        Some(set(&[1, 2]))
+    );
+}
+
+#[test]
+fn gathering_leases_late_ack_wins_the_chunk() {
+    // seed 000 §5.3.12 gathering leases. Tenure: a late ack (to an earlier acquire) while
+    // gathering leases wins the chunk.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    from_chunk(&mut m, &mut env, T0, 3, ack(3));
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.participants.clone()),
+        Some(set(&[1, 2, 3]))
+    );
+}
+
+// ---- §5.3.13 recovery reconciling, §5.3.14 recovery transition ---------------------
+
+fn recovering(participants: &[u64]) -> Manager {
+    let mut m = manager(S::RecoveryReconciling, 3);
+    m.rounds = 1;
+    m.won = set(participants);
+    m.tx = Some(tx(TxKind::Recovery, 4, layout(), set(participants)));
+    m
+}
+
+#[test]
+fn recovery_reconciling_done_waits_for_every_vote() {
+    // seed 000 §5.3.13 recovery reconciling: done (reconciliation complete) needs every
+    // participant's vote; votes for another epoch or attempt do not count.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2, 3]);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    from_chunk(&mut m, &mut env, T0, 2, vote(4));
+    from_chunk(&mut m, &mut env, T0, 3, vote(5));
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1, 2])));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn recovery_transition_commit_enters_manager_in_next_epoch() {
+    // seed 000 §5.3.13 done → §5.3.14 recovery transition: commit tx → increment epoch,
+    // failed ← nil, manager.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2, 3]);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    from_chunk(&mut m, &mut env, T0, 2, vote(4));
+    let now = T0 + ms(30);
+    from_chunk(&mut m, &mut env, now, 3, vote(4));
+    let out = env.take();
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.epoch, e(4));
+    assert!(m.failed.is_empty());
+    assert!(m.won.is_empty());
+    assert!(m.tx.is_none());
+    let expiry = now + timing().commit_window;
+    assert_eq!(
+        chunks_sent(&out, |x| *x == commit_msg(4, StoreData::default(), expiry)),
+        set(&[1, 2, 3])
+    );
+    for k in layout().chunks {
+        assert_eq!(m.chunkfail.get(&k), Some(&expiry));
+    }
+    assert_eq!(
+        observations(&out),
+        vec![Observation::BecameManager {
+            store: STORE,
+            epoch: e(4),
+            metadata: layout(),
+            cause: EpochCause::Regeneration
+        }]
+    );
+}
+
+#[test]
+fn recovery_transition_commit_marks_non_participants_failed() {
+    // seed 000 §5.3.14 recovery transition: commit tx → failed ← nil. Tenure (failed
+    // accounting): the layout's chunks that took no part hold no lease from this
+    // manager, so they are failed, and the quorum predicate counts only leased chunks.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    from_chunk(&mut m, &mut env, T0, 2, vote(4));
+    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.failed, set(&[3]));
+    assert!(!m.chunkfail.contains_key(&c(3)));
+}
+
+#[test]
+fn recovery_transition_abort_goes_newly_awake() {
+    // seed 000 §5.3.14 recovery transition: abort tx → newly awake. The abort goes to
+    // every participant (which falls back to no lease, §4.2.8).
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2, 3]);
+    let now = T0 + ms(30);
+    from_chunk(&mut m, &mut env, now, 2, vote_abort(4));
+    let out = env.take();
+    assert_erased(&m);
+    assert!(m.finished.contains(&TX));
+    let expiry = now + timing().abort_window;
+    assert_eq!(
+        chunks_sent(&out, |x| *x == abort_msg(4, expiry)),
+        set(&[1, 2, 3])
+    );
+}
+
+#[test]
+fn recovery_transition_abort_on_vote_timeout() {
+    // seed 000 §5.3.14 recovery transition: abort tx. Tenure: a vote missing at the
+    // transition deadline aborts.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2, 3]);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let deadline = T0 + timing().transition_timeout;
+    assert_eq!(m.next_timeout(), Some(deadline));
+    m.on_tick(&mut env.ctx(deadline));
+    let out = env.take();
+    assert_erased(&m);
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
+        set(&[1, 2, 3])
+    );
+}
