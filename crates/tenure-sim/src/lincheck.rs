@@ -1065,6 +1065,9 @@ mod tests {
             }
             let v = check(&LockModel::default(), &h, &Limits::default()).unwrap();
             assert_eq!(v, Verdict::Linearizable, "{h:#?}");
+            // The table ships between replicas: it survives a serde round trip.
+            let json = serde_json::to_string(&table).unwrap();
+            assert_eq!(serde_json::from_str::<LockTable>(&json).unwrap(), table);
         }
     }
 }
