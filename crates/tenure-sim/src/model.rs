@@ -1,0 +1,768 @@
+//! Exhaustive (depth-bounded) model check of Palladio layout control (seed 000 §4–§5,
+//! DESIGN §3 and §9 invariants 1–2) with [stateright].
+//!
+//! **Configuration.** One store ([`STORE`]) with three chunks, one on each of devices 1–3
+//! ([`CHUNK_HOSTS`]), and two directors, devices 4 and 5 ([`DIRECTORS`]), which are the
+//! only would-be managers: `ClusterConfig.devices` lists just the directors, so every
+//! chunk's `help` goes to one of them and they contend for the store (precedence order,
+//! better/lesser sets, `release`, `transfer lease`, `ack-conditional`). Persistent
+//! records are built by hand (epoch 1, the directors' preferred device as last lease
+//! manager) rather than by the rendezvous bootstrap, so the placement is exactly this.
+//! Outside policies are off (`run_policies = false`): no relayout or migration.
+//!
+//! **What runs.** The real `tenure-core` [`Device`]s, unmodified. A model state holds, per
+//! device, a snapshot of its chunk and manager state machines (`Chunk` and `Manager` are
+//! `Clone + Debug`), its disk ([`DevicePersist`]) and whether it is up. Each step rebuilds
+//! the one device it touches: `Device::new` from the snapshot's chunk records, then the
+//! snapshot's `Chunk`s and `Manager` are put back in place through `chunk_mut` /
+//! `manager_mut`; the device handles one input; its new state is snapshotted again. The
+//! device's remaining private fields do not matter here: `heard` is read only by the
+//! outside policies (off), `last_timer` only decides whether a `SetTimer` is emitted
+//! (ignored: the model asks `poll_timeout`), `next_serial` is on the disk, and the random
+//! generator only picks which director a `help` goes to — which the model makes an
+//! explicit nondeterministic choice instead (below). A test
+//! (`rebuild_is_faithful` in `tests/model_check.rs`) runs the same schedule on
+//! long-lived devices and on rebuilt ones and compares every output.
+//!
+//! **Nondeterminism (the actions).**
+//! - `Deliver`: any in-flight message may be delivered next — the network is *unordered*
+//!   (no per-pair FIFO) with unbounded delay. A `help` is *anycast*: it may be delivered
+//!   to either live director, whichever the chunk's generator would have picked (this
+//!   over-approximates the chunk's choice, so every safety result covers every seed).
+//! - `Drop`: any in-flight message may be lost. Messages to a device that is down are
+//!   discarded (a crash resets its connections), including those in flight at the crash.
+//! - `Tick`: time is one global virtual clock (perfect clocks, so `δ_c` is slack). A
+//!   device whose `poll_timeout` is the earliest deadline of all live devices may fire:
+//!   the clock moves forward to that deadline (never back) and the device handles `Tick`.
+//!   Timers therefore fire in deadline order while messages may be delayed across any
+//!   number of them; time only takes the finitely many values deadlines produce.
+//! - `Crash` (volatile state lost, disk kept; at most [`ModelConfig::max_crashes`]),
+//!   `Restart` (boot from the disk: every chunk newly awake), and `Write` (a client write
+//!   at a director, at most [`ModelConfig::max_writes`]) so the access protocol runs.
+//!
+//! **State identity.** stateright needs `State: Clone + Debug + Hash`; the core's types
+//! are not `Hash`, so a state carries a 64-bit digest of the `Debug` rendering of
+//! everything in it (clock, every device's snapshot and disk, the in-flight multiset in a
+//! canonical order, the observation history the properties read, the fault budgets),
+//! computed once when the state is made; `Hash` and `Eq` use the digest. The maps in the
+//! core are `BTreeMap`s, so the rendering is deterministic.
+//!
+//! **Initial states.** [`Start::Bootstrap`]: every chunk has just booted (newly awake →
+//! no lease) with its `help` in flight, so the directors contend for epoch 2.
+//! [`Start::Managed`]: the state a deterministic fault-free run from bootstrap reaches
+//! once a director manages the store at epoch 2 with all three chunks regularly leased
+//! (renewals, writes, crashes and regeneration to epoch 3 are explored from there).
+//!
+//! **Properties.** `always` at most one manager per (store, epoch) — from every
+//! `BecameManager` observed on the path and from the live manager roles; `always` epochs
+//! of successive `BecameManager`s strictly increase; `always` a chunk serves (emits
+//! `ChunkServed`) only in the regular-lease state, for its current epoch, with a lease
+//! still trusted (`now < expiry − δ_c`); `sometimes` a manager is regenerated (a
+//! `BecameManager` at an epoch > 2 after the first manager crashed) and `sometimes` a
+//! chunk serves a write, so neither `always` passes vacuously.
+//!
+//! **Bounds.** Depth (`target_max_depth`), crash and write budgets, and optionally a drop
+//! budget. See `tests/model_check.rs` for the bounds CI uses and the states they explore.
+
+use stateright::{Model, Property};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::{self, Write as _};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+use tenure_core::io::{DevicePersist, Request};
+use tenure_core::layout::chunk::Chunk;
+use tenure_core::layout::manager::Manager;
+use tenure_core::layout::{ChunkState, MgrState};
+use tenure_core::msg::{Msg, ToManager};
+use tenure_core::{
+    ChunkId, ClientId, ClusterConfig, Device, DeviceConfig, DeviceId, Epoch, Input, Instant,
+    Observation, Output, PlantedBugs, StoreId, Timing,
+};
+
+/// The one store of the model.
+pub const STORE: StoreId = StoreId(0);
+/// Devices holding the store's three chunks (one each).
+pub const CHUNK_HOSTS: [DeviceId; 3] = [DeviceId(1), DeviceId(2), DeviceId(3)];
+/// The two directors: the only devices chunks ask for help, hence the would-be managers.
+pub const DIRECTORS: [DeviceId; 2] = [DeviceId(4), DeviceId(5)];
+const N_DEVICES: usize = 5;
+
+fn idx(d: DeviceId) -> usize {
+    (d.0 - 1) as usize
+}
+fn dev_id(i: usize) -> DeviceId {
+    DeviceId(i as u64 + 1)
+}
+
+/// Where the model starts exploring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Every chunk just booted at epoch 1; the directors contend for epoch 2.
+    Bootstrap,
+    /// A director manages the store at epoch 2, all chunks regularly leased (reached by a
+    /// deterministic fault-free run from `Bootstrap`).
+    Managed,
+}
+
+/// The model's bounds and switches.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// Timing of every device (small values keep the clock's range small).
+    pub timing: Timing,
+    /// Planted bugs (for the checker's own test).
+    pub planted: PlantedBugs,
+    /// Crashes allowed on a path.
+    pub max_crashes: u8,
+    /// Client writes allowed on a path.
+    pub max_writes: u8,
+    /// Network glitches allowed on a path: each loss of a message, each delivery of a
+    /// message other than the oldest deliverable one, and each clock advance while a
+    /// deliverable message is in flight (delaying it past a timer) costs one.
+    pub max_glitches: u8,
+    /// Devices that may crash.
+    pub crashable: Vec<DeviceId>,
+    /// Initial states.
+    pub starts: Vec<Start>,
+}
+
+impl ModelConfig {
+    /// Small timing: leases of 10 ms renewed after 6 ms, message timeouts of 2 ms; the
+    /// help loop (5 ms) is slower than a manager's acquire timeout so contention settles.
+    pub fn small_timing() -> Timing {
+        let ms = Duration::from_millis;
+        Timing {
+            lease: ms(10),
+            renewal_period: ms(6),
+            commit_window: ms(10),
+            abort_window: ms(10),
+            clock_drift: ms(1),
+            msg_timeout: ms(2),
+            help_wait: ms(5),
+            transition_timeout: ms(4),
+            transition_wait: ms(8),
+            ack_timeout: ms(3),
+            gather_rounds_max: 2,
+            migrate_after: ms(1_000_000),
+            liveness_window: ms(1_000_000),
+        }
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            timing: Self::small_timing(),
+            planted: PlantedBugs::default(),
+            max_crashes: 1,
+            max_writes: 1,
+            max_glitches: 2,
+            crashable: CHUNK_HOSTS.iter().chain(&DIRECTORS).copied().collect(),
+            starts: vec![Start::Bootstrap, Start::Managed],
+        }
+    }
+}
+
+/// Destination of an in-flight message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dest {
+    /// One device.
+    Device(DeviceId),
+    /// A `help`: whichever live director the model chooses.
+    AnyDirector,
+}
+
+/// A message in flight.
+#[derive(Clone, Debug)]
+pub struct Envelope {
+    /// Digest of the rest (the canonical order of the in-flight multiset).
+    key: u64,
+    /// Sender.
+    pub from: DeviceId,
+    /// Destination.
+    pub to: Dest,
+    /// The message.
+    pub msg: Msg,
+}
+
+impl fmt::Debug for DeviceSnap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("up", &self.up)
+            .field("chunks", &self.chunks)
+            .field("manager", &self.manager)
+            .field("disk", &self.disk)
+            .finish()
+    }
+}
+
+/// One device's state between steps.
+#[derive(Clone)]
+pub struct DeviceSnap {
+    /// Whether the device is running.
+    pub up: bool,
+    /// Its chunks' state machines (empty while down).
+    pub chunks: Vec<Chunk>,
+    /// Its manager role for [`STORE`] (`None`: none, equivalent to `Manager::new`).
+    pub manager: Option<Manager>,
+    /// Its stable storage (survives a crash).
+    pub disk: DevicePersist,
+    /// `poll_timeout()` (derived; cached for `actions`).
+    pub deadline: Option<Instant>,
+    /// Digest of the rest (derived; cached so a step re-renders only the device it ran).
+    digest: u64,
+}
+
+impl DeviceSnap {
+    fn reseal(&mut self) {
+        let mut h = DefaultHasher::new();
+        debug_digest(&mut h, self);
+        self.digest = h.finish();
+    }
+}
+
+/// A state of the model.
+#[derive(Clone, Debug)]
+pub struct State {
+    /// The global virtual clock.
+    pub now: Instant,
+    /// Devices 1..=5 (index = id − 1).
+    pub devices: Vec<DeviceSnap>,
+    /// Messages in flight, in canonical order.
+    pub net: Vec<Envelope>,
+    /// Every `BecameManager` observed on the path: epoch → devices.
+    pub became: BTreeMap<Epoch, BTreeSet<DeviceId>>,
+    /// Highest epoch a `BecameManager` has reported.
+    pub max_epoch: Epoch,
+    /// A `BecameManager` did not increase the epoch.
+    pub epoch_regressed: bool,
+    /// The first device observed (or set up) as manager.
+    pub first_mgr: Option<DeviceId>,
+    /// Whether it has crashed.
+    pub first_mgr_crashed: bool,
+    /// A `BecameManager` at epoch > 2 after the first manager crashed.
+    pub regenerated: bool,
+    /// A chunk emitted `ChunkServed`.
+    pub served: bool,
+    /// A chunk served outside a trusted regular lease for its epoch (description).
+    pub bad_serve: Option<String>,
+    /// Faults and writes so far.
+    pub crashes: u8,
+    /// Network glitches so far (see [`ModelConfig::max_glitches`]).
+    pub glitches: u8,
+    /// Writes submitted so far.
+    pub writes: u8,
+    digest: u64,
+}
+
+impl Hash for State {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.digest.hash(h);
+    }
+}
+impl PartialEq for State {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+    }
+}
+impl Eq for State {}
+
+/// Feeds a `Debug` rendering into a hasher without allocating it.
+struct HashWriter<'a>(&'a mut DefaultHasher);
+impl fmt::Write for HashWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+fn debug_digest(h: &mut DefaultHasher, v: &impl fmt::Debug) {
+    write!(HashWriter(h), "{v:?}").expect("hash writer");
+}
+
+impl State {
+    fn seal(mut self) -> State {
+        let mut h = DefaultHasher::new();
+        self.now.hash(&mut h);
+        for d in &self.devices {
+            d.digest.hash(&mut h);
+        }
+        for e in &self.net {
+            e.key.hash(&mut h);
+        }
+        debug_digest(
+            &mut h,
+            &(
+                &self.became,
+                self.max_epoch,
+                self.epoch_regressed,
+                self.first_mgr,
+                self.first_mgr_crashed,
+                self.regenerated,
+                self.served,
+                &self.bad_serve,
+            ),
+        );
+        (self.crashes, self.glitches, self.writes).hash(&mut h);
+        self.digest = h.finish();
+        self
+    }
+
+    /// Live devices in the manager state at each epoch.
+    pub fn live_managers(&self) -> BTreeMap<Epoch, BTreeSet<DeviceId>> {
+        let mut m: BTreeMap<Epoch, BTreeSet<DeviceId>> = BTreeMap::new();
+        for (i, d) in self.devices.iter().enumerate() {
+            if let Some(r) = d
+                .manager
+                .as_ref()
+                .filter(|r| d.up && r.state == MgrState::Manager)
+            {
+                m.entry(r.epoch).or_default().insert(dev_id(i));
+            }
+        }
+        m
+    }
+
+    /// The devices an in-flight message may be delivered to now.
+    fn receivers(&self, e: &Envelope) -> Vec<DeviceId> {
+        let cands: &[DeviceId] = match &e.to {
+            Dest::Device(d) => std::slice::from_ref(d),
+            Dest::AnyDirector => &DIRECTORS,
+        };
+        cands
+            .iter()
+            .copied()
+            .filter(|d| self.devices[idx(*d)].up)
+            .collect()
+    }
+
+    /// The oldest in-flight message that some live device can receive.
+    fn first_deliverable(&self) -> Option<usize> {
+        self.net.iter().position(|e| !self.receivers(e).is_empty())
+    }
+
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.devices
+            .iter()
+            .filter(|d| d.up)
+            .filter_map(|d| d.deadline)
+            .min()
+    }
+}
+
+/// Nondeterministic steps.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Deliver in-flight message `msg` (an index into `State::net`) to `to`.
+    Deliver {
+        /// Index into `State::net`.
+        msg: usize,
+        /// Sender (for reading paths).
+        from: DeviceId,
+        /// Receiver.
+        to: DeviceId,
+    },
+    /// Lose in-flight message `msg`.
+    Drop {
+        /// Index into `State::net`.
+        msg: usize,
+    },
+    /// Move the clock forward to the earliest deadline of the live devices and fire the
+    /// timers of every device due then (in device order).
+    Advance,
+    /// Crash a device (volatile state lost, disk kept).
+    Crash(DeviceId),
+    /// Restart a crashed device from its disk.
+    Restart(DeviceId),
+    /// A client write submitted at a director.
+    Write(DeviceId),
+}
+
+/// The model: configuration plus the precomputed initial states.
+pub struct PalladioModel {
+    /// Bounds and switches.
+    pub cfg: ModelConfig,
+    dev_cfgs: Vec<DeviceConfig>,
+    init: Vec<State>,
+}
+
+impl PalladioModel {
+    /// Build the model (runs the deterministic prefix for [`Start::Managed`]).
+    pub fn new(cfg: ModelConfig) -> PalladioModel {
+        let cluster = ClusterConfig {
+            devices: DIRECTORS.to_vec(),
+            stores: 1,
+            replication: 3,
+        };
+        let dev_cfgs = (0..N_DEVICES)
+            .map(|i| {
+                let mut c = DeviceConfig::new(dev_id(i), cluster.clone());
+                c.timing = cfg.timing.clone();
+                c.run_policies = false;
+                c.planted = cfg.planted.clone();
+                c
+            })
+            .collect();
+        let mut m = PalladioModel {
+            cfg,
+            dev_cfgs,
+            init: Vec::new(),
+        };
+        let boot = m.bootstrap_state();
+        let mut init = Vec::new();
+        for s in m.cfg.starts.clone() {
+            match s {
+                Start::Bootstrap => init.push(boot.clone()),
+                Start::Managed => init.push(m.managed_state(&boot)),
+            }
+        }
+        m.init = init;
+        m
+    }
+
+    fn seed(d: DeviceId) -> u64 {
+        0x5eed_0000 + d.0
+    }
+
+    /// Every device's first boot at time 0 (plus one origin offset so nothing is at 0).
+    fn bootstrap_state(&self) -> State {
+        let director = self.dev_cfgs[0].cluster.preferred_manager(STORE);
+        let mut s = State {
+            now: Instant(1_000_000),
+            devices: Vec::new(),
+            net: Vec::new(),
+            became: BTreeMap::new(),
+            max_epoch: Epoch(0),
+            epoch_regressed: false,
+            first_mgr: None,
+            first_mgr_crashed: false,
+            regenerated: false,
+            served: false,
+            bad_serve: None,
+            crashes: 0,
+            glitches: 0,
+            writes: 0,
+            digest: 0,
+        };
+        // The chunk records come from the core's own first boot on a cluster of just the
+        // chunk hosts (one chunk each, epoch 1); only the last lease manager is changed to
+        // the preferred director. Directors boot with an empty disk past its first boot.
+        let hosts = ClusterConfig::new(CHUNK_HOSTS.len() as u64, 1, CHUNK_HOSTS.len());
+        for i in 0..N_DEVICES {
+            let d = dev_id(i);
+            let mut disk = if CHUNK_HOSTS.contains(&d) {
+                let cfg = DeviceConfig::new(d, hosts.clone());
+                let (dev, _) = Device::new(cfg, DevicePersist::default(), s.now, 0);
+                dev.persistent()
+            } else {
+                DevicePersist {
+                    next_serial: hosts.first_free_serial(),
+                    chunks: BTreeMap::new(),
+                }
+            };
+            for c in disk.chunks.values_mut() {
+                c.lease_mgr = Some(director);
+            }
+            s.devices.push(DeviceSnap {
+                up: false,
+                chunks: Vec::new(),
+                manager: None,
+                disk,
+                deadline: None,
+                digest: 0,
+            });
+        }
+        for i in 0..N_DEVICES {
+            self.boot(&mut s, dev_id(i));
+        }
+        s.seal()
+    }
+
+    /// Deterministic, fault-free run from bootstrap until a director manages the store at
+    /// epoch 2 with every chunk regularly leased and nothing in flight.
+    fn managed_state(&self, boot: &State) -> State {
+        let mut s = boot.clone();
+        for _ in 0..10_000 {
+            let mgr = s.live_managers();
+            let leased = s
+                .devices
+                .iter()
+                .flat_map(|d| &d.chunks)
+                .filter(|c| c.state == ChunkState::RegularLease)
+                .count();
+            if mgr.len() == 1 && leased == CHUNK_HOSTS.len() && s.net.is_empty() {
+                return s;
+            }
+            let mut acts = Vec::new();
+            self.actions(&s, &mut acts);
+            let a = acts
+                .iter()
+                .find(|a| matches!(a, Action::Deliver { .. }))
+                .or_else(|| acts.iter().find(|a| matches!(a, Action::Advance)))
+                .expect("the fault-free prefix got stuck")
+                .clone();
+            s = self.next_state(&s, a).expect("step");
+        }
+        panic!("no manager after the deterministic prefix");
+    }
+
+    fn cfg_of(&self, d: DeviceId) -> DeviceConfig {
+        self.dev_cfgs[idx(d)].clone()
+    }
+
+    /// Boot `d` from its disk (first boot or restart).
+    fn boot(&self, s: &mut State, d: DeviceId) {
+        let disk = s.devices[idx(d)].disk.clone();
+        let (mut dev, out) = Device::new(self.cfg_of(d), disk, s.now, Self::seed(d));
+        s.devices[idx(d)].up = true;
+        self.absorb(s, d, out, &[]);
+        self.snapshot(s, d, &mut dev);
+    }
+
+    /// Rebuild a live device from its snapshot.
+    fn rebuild(&self, s: &State, d: DeviceId) -> Device {
+        let snap = &s.devices[idx(d)];
+        let disk = DevicePersist {
+            next_serial: snap.disk.next_serial,
+            chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
+        };
+        let (mut dev, _) = Device::new(self.cfg_of(d), disk, s.now, Self::seed(d));
+        for c in &snap.chunks {
+            *dev.chunk_mut(c.p.id).expect("chunk rebuilt") = c.clone();
+        }
+        if let Some(m) = &snap.manager {
+            *dev.manager_mut(STORE) = m.clone();
+        }
+        dev
+    }
+
+    fn snapshot(&self, s: &mut State, d: DeviceId, dev: &mut Device) {
+        let ids: Vec<ChunkId> = dev.chunk_views().iter().map(|v| v.id).collect();
+        let chunks = ids
+            .iter()
+            .map(|id| dev.chunk_mut(*id).expect("chunk").clone())
+            .collect();
+        let deadline = dev.poll_timeout();
+        let m = dev.manager_mut(STORE).clone();
+        let manager = (m.state != MgrState::None || m.forwarding.is_some()).then_some(m);
+        let snap = &mut s.devices[idx(d)];
+        snap.chunks = chunks;
+        snap.manager = manager;
+        snap.deadline = deadline;
+        snap.reseal();
+    }
+
+    /// One input to a live device.
+    fn step(&self, s: &mut State, d: DeviceId, input: Input) {
+        let mut dev = self.rebuild(s, d);
+        let before = s.devices[idx(d)].chunks.clone();
+        let out = dev.handle(s.now, input);
+        self.absorb(s, d, out, &before);
+        self.snapshot(s, d, &mut dev);
+    }
+
+    /// Apply a device's outputs to the model: sends, persists, observations.
+    fn absorb(&self, s: &mut State, d: DeviceId, out: Vec<Output>, before: &[Chunk]) {
+        for o in out {
+            match o {
+                Output::Send { to, msg } => {
+                    let to = match &msg {
+                        Msg::ToManager {
+                            msg: ToManager::Help { .. },
+                            ..
+                        } => Dest::AnyDirector,
+                        _ => Dest::Device(to),
+                    };
+                    if let Dest::Device(t) = to
+                        && !s.devices[idx(t)].up
+                    {
+                        continue;
+                    }
+                    let mut h = DefaultHasher::new();
+                    debug_digest(&mut h, &(d, to, &msg));
+                    let e = Envelope {
+                        key: h.finish(),
+                        from: d,
+                        to,
+                        msg,
+                    };
+                    s.net.push(e);
+                }
+                Output::Persist(op) => s.devices[idx(d)].disk.apply(&op),
+                Output::Observe(Observation::BecameManager { store, epoch, .. }) => {
+                    debug_assert_eq!(store, STORE);
+                    s.became.entry(epoch).or_default().insert(d);
+                    if epoch <= s.max_epoch {
+                        s.epoch_regressed = true;
+                    }
+                    s.max_epoch = s.max_epoch.max(epoch);
+                    if s.first_mgr.is_none() {
+                        s.first_mgr = Some(d);
+                    }
+                    if s.first_mgr_crashed && epoch > Epoch(2) {
+                        s.regenerated = true;
+                    }
+                }
+                Output::Observe(Observation::ChunkServed { chunk, epoch }) => {
+                    s.served = true;
+                    let drift = self.cfg.timing.clock_drift;
+                    let ok = before.iter().find(|c| c.p.id == chunk).is_some_and(|c| {
+                        c.state == ChunkState::RegularLease
+                            && c.p.epoch == epoch
+                            && c.lease_expiry.is_some_and(|e| s.now < e - drift)
+                    });
+                    if !ok && s.bad_serve.is_none() {
+                        let st = before.iter().find(|c| c.p.id == chunk).map(|c| c.view());
+                        s.bad_serve = Some(format!("{chunk} served {epoch} while {st:?}"));
+                    }
+                }
+                Output::Observe(_) | Output::Reply { .. } | Output::SetTimer(_) => {}
+            }
+        }
+    }
+
+    /// Path-independent checks of a state (used by the properties).
+    pub fn one_manager_per_epoch(s: &State) -> bool {
+        s.became.values().all(|ds| ds.len() <= 1)
+            && s.live_managers().values().all(|ds| ds.len() <= 1)
+    }
+}
+
+impl Model for PalladioModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        self.init.clone()
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let can_glitch = s.glitches < self.cfg.max_glitches;
+        let first = s.first_deliverable();
+        for (i, e) in s.net.iter().enumerate() {
+            if Some(i) == first || can_glitch {
+                for to in s.receivers(e) {
+                    actions.push(Action::Deliver {
+                        msg: i,
+                        from: e.from,
+                        to,
+                    });
+                }
+            }
+            if can_glitch {
+                actions.push(Action::Drop { msg: i });
+            }
+        }
+        if s.earliest_deadline().is_some() && (first.is_none() || can_glitch) {
+            actions.push(Action::Advance);
+        }
+        for (i, d) in s.devices.iter().enumerate() {
+            let id = dev_id(i);
+            if d.up && s.crashes < self.cfg.max_crashes && self.cfg.crashable.contains(&id) {
+                actions.push(Action::Crash(id));
+            }
+            if !d.up {
+                actions.push(Action::Restart(id));
+            }
+        }
+        if s.writes < self.cfg.max_writes {
+            // A write at a device that is not the manager is only answered `NotManager`.
+            for (i, d) in s.devices.iter().enumerate() {
+                if d.up
+                    && d.manager
+                        .as_ref()
+                        .is_some_and(|m| m.state == MgrState::Manager)
+                {
+                    actions.push(Action::Write(dev_id(i)));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Deliver { msg, to, .. } => {
+                if s.first_deliverable() != Some(msg) {
+                    s.glitches += 1;
+                }
+                let e = s.net.remove(msg);
+                self.step(
+                    &mut s,
+                    to,
+                    Input::Message {
+                        from: e.from,
+                        msg: e.msg,
+                    },
+                );
+            }
+            Action::Drop { msg } => {
+                s.net.remove(msg);
+                s.glitches += 1;
+            }
+            Action::Advance => {
+                let t = s.earliest_deadline()?;
+                if s.first_deliverable().is_some() {
+                    s.glitches += 1;
+                }
+                s.now = s.now.max(t);
+                for i in 0..N_DEVICES {
+                    if s.devices[i].up && s.devices[i].deadline.is_some_and(|x| x <= t) {
+                        self.step(&mut s, dev_id(i), Input::Tick);
+                    }
+                }
+            }
+            Action::Crash(d) => {
+                let snap = &mut s.devices[idx(d)];
+                snap.up = false;
+                snap.chunks.clear();
+                snap.manager = None;
+                snap.deadline = None;
+                snap.reseal();
+                s.net.retain(|e| e.to != Dest::Device(d));
+                s.crashes += 1;
+                if s.first_mgr == Some(d) {
+                    s.first_mgr_crashed = true;
+                }
+            }
+            Action::Restart(d) => self.boot(&mut s, d),
+            Action::Write(d) => {
+                s.writes += 1;
+                let n = s.writes as u64;
+                let req = Request::Write {
+                    store: STORE,
+                    key: 1,
+                    value: n,
+                };
+                self.step(
+                    &mut s,
+                    d,
+                    Input::Request {
+                        client: ClientId(0),
+                        req_id: n,
+                        req,
+                    },
+                );
+            }
+        }
+        Some(s.seal())
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("at most one manager per (store, epoch)", |_, s: &State| {
+                PalladioModel::one_manager_per_epoch(s)
+            }),
+            Property::always("manager epochs strictly increase", |_, s: &State| {
+                !s.epoch_regressed
+            }),
+            Property::always(
+                "a chunk serves only in regular lease for its epoch",
+                |_, s: &State| s.bad_serve.is_none(),
+            ),
+            Property::sometimes(
+                "a manager is regenerated after the first crashed",
+                |_, s: &State| s.regenerated,
+            ),
+            Property::sometimes("a chunk serves a write", |_, s: &State| s.served),
+        ]
+    }
+}
