@@ -106,6 +106,12 @@ impl Device {
     /// Handle one input at local time `now`; returns the outputs in order.
     pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
+        // Time passes before anything new happens: timers already due at `now` fire
+        // first, so a device that was paused acts on its expired deadlines (an expired
+        // commit window, a lapsed lease) before the messages that queued up meanwhile.
+        if !matches!(input, Input::Tick) && self.poll_timeout().is_some_and(|t| t <= now) {
+            self.on_tick(now, &mut out);
+        }
         match input {
             Input::Message { from, msg } => {
                 self.heard.insert(from, now);

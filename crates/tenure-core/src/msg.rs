@@ -240,6 +240,9 @@ pub enum MgrMsg {
     Handoff {
         /// Identity of this migration attempt.
         tx: u64,
+        /// The attempt must be decided by then (outgoing manager's clock): the chunks'
+        /// prepares left at the same time, and they will not wait forever.
+        deadline: Instant,
         /// The old manager's epoch.
         old_epoch: Epoch,
         /// Layout.

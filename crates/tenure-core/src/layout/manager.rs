@@ -100,6 +100,9 @@ pub struct PolicyState {
     pub tried: BTreeSet<DeviceId>,
     /// When each failed chunk was first marked failed.
     pub failed_at: BTreeMap<ChunkId, Instant>,
+    /// No new policy action before this time (set when one aborts, so a change that
+    /// keeps failing does not turn into a storm of epoch transitions).
+    pub backoff_until: Instant,
 }
 
 /// One device's manager role for one store: the variables of §5.1.
@@ -898,6 +901,7 @@ impl Manager {
                 }
                 self.state = MgrState::Manager;
                 self.stable_since = ctx.now;
+                self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;
                 ctx.observe(Observation::Relayout {
                     store: self.store,
                     committed: false,
@@ -943,6 +947,7 @@ impl Manager {
                 store: self.store,
                 msg: MgrMsg::Handoff {
                     tx,
+                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                     old_epoch: self.epoch,
                     metadata: self.metadata.clone(),
                     failed: self.failed.iter().copied().collect(),
@@ -1009,6 +1014,7 @@ impl Manager {
                 S::None,
                 MgrMsg::Handoff {
                     tx: id,
+                    deadline,
                     old_epoch,
                     metadata,
                     failed,
@@ -1032,7 +1038,9 @@ impl Manager {
                     votes: BTreeSet::new(),
                     inputs: vec![self.data.clone()],
                     await_mgr: Some(from),
-                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+                    // The outgoing manager's deadline, made conservative for clock skew.
+                    deadline: (ctx.now + ctx.cfg.timing.transition_timeout)
+                        .min(deadline.saturating_sub(ctx.cfg.timing.clock_drift)),
                 });
             }
             (_, MgrMsg::Handoff { tx, old_epoch, .. }) => {
@@ -1084,6 +1092,7 @@ impl Manager {
                     }
                     self.state = S::Manager;
                     self.stable_since = ctx.now;
+                    self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;
                 }
             }
             _ => {}
@@ -1318,7 +1327,7 @@ impl Manager {
         let now = ctx.now;
         // Check again after a while.
         self.stable_since = now + t.renewal_period;
-        if !ctx.cfg.run_policies {
+        if !ctx.cfg.run_policies || now < self.policy.backoff_until {
             return;
         }
         let heard_recently = |d: DeviceId, ctx: &Ctx<'_>| {

@@ -196,6 +196,7 @@ fn none_handoff_enters_into_reconciling() {
     let data = data_with(3, 1, 5);
     let handoff = MgrMsg::Handoff {
         tx: TX,
+        deadline: Instant(u64::MAX),
         old_epoch: e(3),
         metadata: layout(),
         failed: vec![c(3)],
@@ -227,6 +228,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     m.finished.insert(TX);
     let handoff = MgrMsg::Handoff {
         tx: TX,
+        deadline: Instant(u64::MAX),
         old_epoch: e(3),
         metadata: layout(),
         failed: vec![],
@@ -254,6 +256,7 @@ fn manager_handoff_while_busy_is_refused() {
     let mut m = managing(3);
     let handoff = MgrMsg::Handoff {
         tx: TX,
+        deadline: Instant(u64::MAX),
         old_epoch: e(5),
         metadata: layout(),
         failed: vec![],
@@ -659,6 +662,8 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
             N,
             MgrMsg::Handoff {
                 tx: id,
+                // Tenure: the attempt's deadline travels with the handoff.
+                deadline: now + env.cfg.timing.transition_timeout,
                 old_epoch: e(3),
                 metadata: layout(),
                 failed: vec![c(3)],
