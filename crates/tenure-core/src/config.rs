@@ -39,6 +39,8 @@ pub struct Timing {
     pub migrate_after: Duration,
     /// How recently a device must have been heard from to count as live for policies.
     pub liveness_window: Duration,
+    /// After a manager change, every session is extended by this before any expires.
+    pub session_grace: Duration,
 }
 
 impl Default for Timing {
@@ -57,6 +59,7 @@ impl Default for Timing {
             gather_rounds_max: 6,
             migrate_after: Duration::from_millis(5000),
             liveness_window: Duration::from_millis(1500),
+            session_grace: Duration::from_millis(3000),
         }
     }
 }
@@ -129,6 +132,19 @@ impl ClusterConfig {
     pub fn first_free_serial(&self) -> u64 {
         self.stores as u64
     }
+}
+
+/// The store a name lives in: a hash of its first path segment, so a name and all its
+/// descendants share a store (DESIGN §1).
+pub fn store_of(name: &str, stores: u32) -> StoreId {
+    let first = name.trim_start_matches('/').split('/').next().unwrap_or("");
+    // FNV-1a: fixed, so every client and server agrees.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in first.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    StoreId((mix64(h) % stores.max(1) as u64) as u32)
 }
 
 /// Precedence of a device as manager of a store: larger wins.

@@ -4,6 +4,8 @@
 //! transition and ships the merged state in the commit (DESIGN §3).
 
 use crate::ids::Epoch;
+use crate::lockctl::{LockOp, LockOpResult, LockTable, LockTableConfig, SessionRelease};
+use crate::session::{SessionId, Sessions};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -63,7 +65,9 @@ impl Reconcile for VersionedMap {
     }
 }
 
-/// One replicated change to a store (a SafeTalk message M, seed 004 §2).
+/// One replicated change to a store (a SafeTalk message M, seed 004 §2). Changes that
+/// depend on time carry the manager's clock reading, so every replica applies them to
+/// the same result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StoreOp {
     /// Write a test register.
@@ -73,29 +77,127 @@ pub enum StoreOp {
         /// Value.
         value: u64,
     },
+    /// Open a session; its id is derived from this change's sequence number.
+    SessionOpen {
+        /// Time to live between keep-alives.
+        ttl: std::time::Duration,
+    },
+    /// End a session: expiry (its locks released with lock-delay) or close (without).
+    SessionEnd {
+        /// The session.
+        session: SessionId,
+        /// Expired (true) or closed by its client (false).
+        expired: bool,
+        /// Manager time.
+        at: crate::time::Instant,
+    },
+    /// A lock table operation.
+    Lock {
+        /// The operation.
+        op: LockOp,
+        /// Manager time.
+        at: crate::time::Instant,
+    },
 }
 
 impl crate::safetalk::Kind for StoreOp {
+    /// Releases travel in the R-list, everything else in the L-list (seed 004 §3).
     fn is_release(&self) -> bool {
-        false
+        matches!(
+            self,
+            StoreOp::SessionEnd { .. }
+                | StoreOp::Lock {
+                    op: LockOp::Release { .. }
+                        | LockOp::ReleaseSession(_)
+                        | LockOp::CloseSession(_),
+                    ..
+                }
+        )
     }
 }
 
 /// The confirmed contents of a store (Menasce's LOCK table, generalised): one field per
 /// subsystem.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tables {
     /// Versioned test registers (exercise the store access protocol).
     pub registers: VersionedMap,
+    /// Open sessions.
+    pub sessions: Sessions,
+    /// The LOCK table.
+    pub locks: LockTable,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Tables {
+            registers: VersionedMap::default(),
+            sessions: Sessions::default(),
+            locks: LockTable::new(LockTableConfig::default(), Epoch(0)),
+        }
+    }
+}
+
+/// What applying one change produced (the manager answers clients from it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpResult {
+    /// A register was written.
+    Written,
+    /// A session was opened.
+    SessionOpened(SessionId),
+    /// A session ended (unknown sessions end with nothing released).
+    SessionEnded(SessionRelease),
+    /// A lock operation's result.
+    Lock(LockOpResult),
+}
+
+impl Tables {
+    /// Apply one change and return what it did. Deterministic: every replica that applies
+    /// the same changes in the same order holds the same tables.
+    pub fn execute(&mut self, seq: Version, op: &StoreOp) -> OpResult {
+        match op {
+            StoreOp::Register { key, value } => {
+                self.registers.apply(*key, seq, *value);
+                OpResult::Written
+            }
+            StoreOp::SessionOpen { ttl } => {
+                let id = SessionId::from_version(seq);
+                self.sessions
+                    .open
+                    .insert(id, crate::session::SessionRecord { ttl: *ttl });
+                OpResult::SessionOpened(id)
+            }
+            StoreOp::SessionEnd {
+                session,
+                expired,
+                at,
+            } => {
+                self.sessions.open.remove(session);
+                OpResult::SessionEnded(if *expired {
+                    self.locks.release_session(*session, *at)
+                } else {
+                    self.locks.close_session(*session, *at)
+                })
+            }
+            StoreOp::Lock { op, at } => {
+                // A request from a session that is not open is refused, identically
+                // everywhere, without touching the table.
+                if let LockOp::Acquire(a) = op
+                    && !self.sessions.open.contains_key(&a.session)
+                {
+                    return OpResult::Lock(LockOpResult::Acquire(Err(
+                        crate::lockctl::AcquireError::SessionEnded,
+                    )));
+                }
+                OpResult::Lock(self.locks.apply(op, *at))
+            }
+        }
+    }
 }
 
 impl crate::safetalk::Apply<StoreOp> for Tables {
     fn apply(&mut self, seq: Version, op: &StoreOp) {
-        match op {
-            StoreOp::Register { key, value } => {
-                self.registers.apply(*key, seq, *value);
-            }
-        }
+        let _ = self.execute(seq, op);
     }
 }
 

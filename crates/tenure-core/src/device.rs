@@ -11,7 +11,7 @@ use crate::config::DeviceConfig;
 use crate::ctx::Ctx;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{
-    ChunkPersist, ClientError, DevicePersist, Input, Output, PersistOp, PolicyCommand, Request,
+    ChunkPersist, ClientError, DevicePersist, Input, Output, PersistOp, PolicyCommand,
 };
 use crate::layout::chunk::Chunk;
 use crate::layout::manager::Manager;
@@ -122,36 +122,35 @@ impl Device {
                 client,
                 req_id,
                 req,
-            } => match req {
-                Request::Write { store, key, value } => {
-                    if store.0 >= self.cfg.cluster.stores {
-                        out.push(Output::Reply {
-                            client,
-                            req_id,
-                            result: Err(ClientError::UnknownStore(store)),
-                        });
-                    } else {
-                        let Device {
-                            cfg,
-                            rng,
-                            heard,
-                            managers,
-                            ..
-                        } = self;
-                        let mut ctx = Ctx {
-                            now,
-                            cfg,
-                            rng,
-                            out: &mut out,
-                            heard,
-                        };
-                        managers
-                            .entry(store)
-                            .or_insert_with(|| Manager::new(store))
-                            .write(&mut ctx, client, req_id, key, value);
-                    }
+            } => {
+                let store = req.store();
+                if store.0 >= self.cfg.cluster.stores {
+                    out.push(Output::Reply {
+                        client,
+                        req_id,
+                        result: Err(ClientError::UnknownStore(store)),
+                    });
+                } else {
+                    let Device {
+                        cfg,
+                        rng,
+                        heard,
+                        managers,
+                        ..
+                    } = self;
+                    let mut ctx = Ctx {
+                        now,
+                        cfg,
+                        rng,
+                        out: &mut out,
+                        heard,
+                    };
+                    managers
+                        .entry(store)
+                        .or_insert_with(|| Manager::new(store))
+                        .request(&mut ctx, client, req_id, req);
                 }
-            },
+            }
             Input::Policy(cmd) => self.on_policy(now, cmd, &mut out),
         }
         self.finish(&mut out);

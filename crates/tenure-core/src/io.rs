@@ -4,7 +4,9 @@
 use crate::data::{StoreData, Version};
 use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
 use crate::layout::{Metadata, Prepared};
+use crate::lockctl::{FencingToken, HolderInfo, LockInfo, LockMode};
 use crate::msg::Msg;
+use crate::session::SessionId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -63,7 +65,19 @@ pub enum PolicyCommand {
     },
 }
 
-/// Client requests the core understands.
+/// How long an acquire may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitSpec {
+    /// Grant now or fail with `WouldBlock`.
+    Try,
+    /// Wait at most this long.
+    Timeout(std::time::Duration),
+    /// Wait until granted, the session ends, or a deadlock is detected.
+    Forever,
+}
+
+/// Client requests the core understands. Every request names its store; lock names must
+/// belong to it ([`crate::config::store_of`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// Write a test register (exercises the store access protocol).
@@ -75,6 +89,81 @@ pub enum Request {
         /// Value.
         value: u64,
     },
+    /// Open a session in a store.
+    OpenSession {
+        /// Store.
+        store: StoreId,
+        /// Time to live between keep-alives.
+        ttl: std::time::Duration,
+    },
+    /// Keep a session alive.
+    KeepAlive {
+        /// Store.
+        store: StoreId,
+        /// Session.
+        session: SessionId,
+    },
+    /// Close a session, releasing its locks without lock-delay.
+    CloseSession {
+        /// Store.
+        store: StoreId,
+        /// Session.
+        session: SessionId,
+    },
+    /// Acquire a lock.
+    Acquire {
+        /// Store.
+        store: StoreId,
+        /// Holder session.
+        session: SessionId,
+        /// Idempotency key: a retry with the same id returns the same outcome.
+        request_id: u64,
+        /// Lock name (a path).
+        name: String,
+        /// Mode.
+        mode: LockMode,
+        /// Try, wait with a timeout, or wait.
+        wait: WaitSpec,
+    },
+    /// Release a lock.
+    Release {
+        /// Store.
+        store: StoreId,
+        /// Holder session.
+        session: SessionId,
+        /// Lock name.
+        name: String,
+    },
+    /// Who holds a lock (linearizable).
+    Holders {
+        /// Store.
+        store: StoreId,
+        /// Lock name.
+        name: String,
+    },
+    /// Locks held under a prefix (linearizable).
+    LocksUnder {
+        /// Store.
+        store: StoreId,
+        /// Prefix path.
+        prefix: String,
+    },
+}
+
+impl Request {
+    /// The store the request is for.
+    pub fn store(&self) -> StoreId {
+        match self {
+            Request::Write { store, .. }
+            | Request::OpenSession { store, .. }
+            | Request::KeepAlive { store, .. }
+            | Request::CloseSession { store, .. }
+            | Request::Acquire { store, .. }
+            | Request::Release { store, .. }
+            | Request::Holders { store, .. }
+            | Request::LocksUnder { store, .. } => *store,
+        }
+    }
 }
 
 /// Successful replies.
@@ -85,6 +174,32 @@ pub enum Response {
         /// Version assigned.
         version: Version,
     },
+    /// A session was opened.
+    SessionOpened {
+        /// Its id.
+        session: SessionId,
+        /// Its time to live.
+        ttl: std::time::Duration,
+    },
+    /// A keep-alive was accepted: the session lives at least `ttl` past the request's
+    /// arrival (the client's deadline is its send time + ttl − δ_c).
+    KeptAlive {
+        /// The session's time to live.
+        ttl: std::time::Duration,
+    },
+    /// The session was closed.
+    SessionClosed,
+    /// The lock is held; resources should reject requests with an older token.
+    Granted {
+        /// The fencing token of this grant.
+        token: FencingToken,
+    },
+    /// The lock was released.
+    Released,
+    /// Holders of a lock.
+    Holders(Vec<HolderInfo>),
+    /// Locks under a prefix.
+    Locks(Vec<LockInfo>),
 }
 
 /// Typed client errors (DESIGN §8).
@@ -96,7 +211,7 @@ pub enum ClientError {
         /// Where the manager may be.
         hint: Option<DeviceId>,
     },
-    /// The store has no quorum or coverage reachable here.
+    /// The store has no quorum or coverage reachable here, or is changing layout.
     #[error("store {store} is unavailable")]
     Unavailable {
         /// The store.
@@ -105,6 +220,27 @@ pub enum ClientError {
     /// Unknown store.
     #[error("unknown store {0}")]
     UnknownStore(StoreId),
+    /// The session expired (or never existed in this store).
+    #[error("session expired")]
+    SessionExpired,
+    /// The lock cannot be granted now (a `try` acquire).
+    #[error("lock is held")]
+    WouldBlock,
+    /// This wait would close a cycle in the waits-for graph; it was refused.
+    #[error("deadlock")]
+    Deadlock,
+    /// The wait timed out.
+    #[error("timed out")]
+    Timeout,
+    /// Malformed lock name, or a name that does not belong to the store.
+    #[error("invalid name: {0}")]
+    InvalidName(String),
+    /// The session does not hold the lock.
+    #[error("lock not held")]
+    NotHeld,
+    /// The request conflicts with what the session already holds or asked for.
+    #[error("rejected: {0}")]
+    Rejected(String),
 }
 
 /// One output of a device. Outputs are ordered: a `Persist` must be durable before any

@@ -28,11 +28,14 @@
 
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::data::{StoreData, StoreOp, Version};
+use crate::data::{OpResult, StoreData, StoreOp, Tables, Version};
 use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
 use crate::io::{ClientError, EpochCause, Observation, Output, Response};
+use crate::io::{Request, WaitSpec};
 use crate::layout::{LeaseType, ManagerView, Metadata, MgrState, Prepared};
+use crate::lockctl::{Acquire, AcquireError, Acquired, LockOp, LockOpResult, RequestId, Wait};
 use crate::msg::{MgrMsg, Msg, PolicyMsg, ToChunk, ToManager};
+use crate::session::{Liveness, SessionId};
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,12 +73,12 @@ pub struct Tx {
     pub deadline: Instant,
 }
 
-/// A change waiting to be sent, with the client to answer.
+/// A change waiting to be sent: its sequence number and the replies it releases.
 #[derive(Clone, Debug)]
 pub struct Queued {
+    version: Version,
     op: StoreOp,
-    client: ClientId,
-    req_id: u64,
+    replies: Vec<Output>,
 }
 
 /// A SafeTalk batch in flight: ACCEPT sent, waiting for every live chunk's ACCEPTED.
@@ -83,8 +86,9 @@ pub struct Queued {
 pub struct Batch {
     /// The changes with their sequence numbers.
     pub ops: Vec<(Version, StoreOp)>,
-    /// Clients to answer, one per change.
-    replies: Vec<(ClientId, u64)>,
+    /// Replies released when the batch is accepted everywhere (durable before
+    /// acknowledged).
+    replies: Vec<Output>,
     /// Chunks whose ACCEPTED is still missing.
     pub waiting: BTreeSet<ChunkId>,
     /// Chunks that do not answer by then are marked failed.
@@ -161,6 +165,13 @@ pub struct Manager {
     pub seq: u64,
     /// Changes waiting for the batch in flight to finish (group commit).
     pub queue: Vec<Queued>,
+    /// The tables with every submitted change applied (the controller decides on this
+    /// copy; `data` holds only what every live chunk has accepted).
+    pub spec: Tables,
+    /// Session liveness (volatile; rebuilt with a grace period by a new manager).
+    pub liveness: Liveness,
+    /// Clients waiting for a queued acquire: (session, request) → reply address.
+    pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
     /// The batch in flight.
     pub inflight: Option<Batch>,
     /// When the outside policies next run.
@@ -201,6 +212,9 @@ impl Manager {
             data: StoreData::default(),
             seq: 0,
             queue: Vec::new(),
+            spec: Tables::default(),
+            liveness: Liveness::default(),
+            waiters: BTreeMap::new(),
             inflight: None,
             stable_since: Instant(0),
             entered_at: Instant(0),
@@ -241,19 +255,25 @@ impl Manager {
 
     fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
         let store = self.store;
-        let mut waiting: Vec<(ClientId, u64)> =
-            self.inflight.take().map(|b| b.replies).unwrap_or_default();
-        waiting.extend(
-            std::mem::take(&mut self.queue)
-                .into_iter()
-                .map(|q| (q.client, q.req_id)),
-        );
-        for (client, req_id) in waiting {
-            ctx.out.push(Output::Reply {
+        let mut pending: Vec<Output> = self.inflight.take().map(|b| b.replies).unwrap_or_default();
+        for q in std::mem::take(&mut self.queue) {
+            pending.extend(q.replies);
+        }
+        for (_, (client, req_id)) in std::mem::take(&mut self.waiters) {
+            pending.push(Output::Reply {
                 client,
                 req_id,
                 result: Err(ClientError::Unavailable { store }),
             });
+        }
+        for r in pending {
+            if let Output::Reply { client, req_id, .. } = r {
+                ctx.out.push(Output::Reply {
+                    client,
+                    req_id,
+                    result: Err(ClientError::Unavailable { store }),
+                });
+            }
         }
     }
 
@@ -336,6 +356,16 @@ impl Manager {
         self.stable_since = ctx.now;
         self.entered_at = ctx.now;
         self.seq = 0;
+        self.spec = self.data.table.clone();
+        self.liveness =
+            Liveness::take_over(&self.spec.sessions, ctx.now, ctx.cfg.timing.session_grace);
+        self.waiters.clear();
+        // Fencing tokens of this epoch's grants carry the epoch.
+        let op = StoreOp::Lock {
+            op: LockOp::BeginEpoch(self.epoch),
+            at: ctx.now,
+        };
+        self.submit_op(ctx, op, Vec::new());
         ctx.observe(Observation::BecameManager {
             store: self.store,
             epoch: self.epoch,
@@ -934,7 +964,7 @@ impl Manager {
 
     /// §5.3.7 migrate(node).
     pub fn migrate(&mut self, ctx: &mut Ctx<'_>, node: DeviceId) -> bool {
-        if self.state != MgrState::Manager || node == ctx.me() {
+        if self.state != MgrState::Manager || node == ctx.me() || self.busy() {
             return false;
         }
         self.fail_writes(ctx);
@@ -985,7 +1015,7 @@ impl Manager {
 
     /// §5.3.7 relayout(new metadata).
     pub fn relayout(&mut self, ctx: &mut Ctx<'_>, new: Metadata) -> bool {
-        if self.state != MgrState::Manager || new.chunks.is_empty() {
+        if self.state != MgrState::Manager || new.chunks.is_empty() || self.busy() {
             return false;
         }
         // Participants: every live chunk, and every chunk of the new layout except those
@@ -1101,6 +1131,11 @@ impl Manager {
 
     // ---- the access protocol (test payload) ---------------------------------------
 
+    /// Whether changes are in flight or queued (layout changes wait for quiet).
+    fn busy(&self) -> bool {
+        self.inflight.is_some() || !self.queue.is_empty()
+    }
+
     /// A client write: queue it; it goes out in the next SafeTalk batch.
     pub fn write(
         &mut self,
@@ -1110,12 +1145,40 @@ impl Manager {
         key: u64,
         value: u64,
     ) {
-        self.submit(ctx, StoreOp::Register { key, value }, client, req_id);
+        let req = Request::Write {
+            store: self.store,
+            key,
+            value,
+        };
+        self.request(ctx, client, req_id, req);
     }
 
-    /// Submit a change for replication. Answered once every live chunk has it durably.
-    pub fn submit(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, client: ClientId, req_id: u64) {
+    /// Whether this manager may answer from its own state: it holds unexpired leases, by
+    /// its clock with a margin of 2·δ_c, on a quorum of the store's chunks — no other
+    /// manager can exist before they expire (DESIGN §4, reads).
+    pub fn leases_valid(&self, ctx: &Ctx<'_>) -> bool {
+        let margin = ctx.cfg.timing.clock_drift * 2;
+        let held: BTreeSet<ChunkId> = self
+            .live()
+            .into_iter()
+            .filter(|c| self.chunkfail.get(c).is_some_and(|t| ctx.now + margin < *t))
+            .collect();
+        self.metadata.quorum(&held)
+    }
+
+    /// A client request for this store.
+    pub fn request(&mut self, ctx: &mut Ctx<'_>, client: ClientId, req_id: u64, req: Request) {
+        let reply = |ctx: &mut Ctx<'_>, result| {
+            ctx.out.push(Output::Reply {
+                client,
+                req_id,
+                result,
+            })
+        };
         let refused = match self.state {
+            MgrState::Manager if !self.leases_valid(ctx) => {
+                Some(ClientError::Unavailable { store: self.store })
+            }
             MgrState::Manager => None,
             MgrState::None => Some(ClientError::NotManager {
                 hint: self.forwarding,
@@ -1123,14 +1186,218 @@ impl Manager {
             _ => Some(ClientError::Unavailable { store: self.store }),
         };
         if let Some(e) = refused {
-            ctx.out.push(Output::Reply {
+            return reply(ctx, Err(e));
+        }
+        let now = ctx.now;
+        let op = match req {
+            Request::Write { key, value, .. } => StoreOp::Register { key, value },
+            Request::OpenSession { ttl, .. } => {
+                if let Err(e) = crate::session::check_ttl(ttl) {
+                    return reply(ctx, Err(ClientError::Rejected(e.to_string())));
+                }
+                StoreOp::SessionOpen { ttl }
+            }
+            Request::KeepAlive { session, .. } => {
+                let r = self
+                    .liveness
+                    .keep_alive(&self.spec.sessions, session, now)
+                    .map(|_| Response::KeptAlive {
+                        ttl: self.spec.sessions.open[&session].ttl,
+                    })
+                    .map_err(|_| ClientError::SessionExpired);
+                return reply(ctx, r);
+            }
+            Request::CloseSession { session, .. } => {
+                if !self.spec.sessions.open.contains_key(&session) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                self.liveness.expiring.insert(session);
+                StoreOp::SessionEnd {
+                    session,
+                    expired: false,
+                    at: now,
+                }
+            }
+            Request::Acquire {
+                session,
+                request_id,
+                name,
+                mode,
+                wait,
+                ..
+            } => {
+                if crate::config::store_of(&name, ctx.cfg.cluster.stores) != self.store {
+                    return reply(
+                        ctx,
+                        Err(ClientError::InvalidName(format!(
+                            "{name} does not belong to store {}",
+                            self.store
+                        ))),
+                    );
+                }
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                let wait = match wait {
+                    WaitSpec::Try => Wait::Try,
+                    WaitSpec::Timeout(d) => Wait::Until(now + d),
+                    WaitSpec::Forever => Wait::Forever,
+                };
+                StoreOp::Lock {
+                    op: LockOp::Acquire(Acquire {
+                        session,
+                        request_id: RequestId(request_id),
+                        name,
+                        mode,
+                        wait,
+                    }),
+                    at: now,
+                }
+            }
+            Request::Release { session, name, .. } => {
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                StoreOp::Lock {
+                    op: LockOp::Release { name, session },
+                    at: now,
+                }
+            }
+            Request::Holders { name, .. } => {
+                let r = self
+                    .data
+                    .table
+                    .locks
+                    .holders(&name)
+                    .map(Response::Holders)
+                    .map_err(|e| ClientError::InvalidName(e.to_string()));
+                return reply(ctx, r);
+            }
+            Request::LocksUnder { prefix, .. } => {
+                let r = self
+                    .data
+                    .table
+                    .locks
+                    .locks_under(&prefix)
+                    .map(Response::Locks)
+                    .map_err(|e| ClientError::InvalidName(e.to_string()));
+                return reply(ctx, r);
+            }
+        };
+        self.submit(ctx, op, client, req_id);
+    }
+
+    /// Submit a change for a client: decided now on the speculative tables, answered
+    /// once every live chunk has it durably.
+    pub fn submit(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, client: ClientId, req_id: u64) {
+        self.submit_op(
+            ctx,
+            op,
+            vec![Output::Reply {
                 client,
                 req_id,
-                result: Err(e),
-            });
-            return;
+                result: Err(ClientError::Unavailable { store: self.store }),
+            }],
+        );
+    }
+
+    /// Sequence a change, decide it on the speculative tables, and queue it with the
+    /// replies it releases (the first placeholder reply, if any, is filled in with the
+    /// change's own result; waiters it grants or ends are answered too).
+    fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, mut replies: Vec<Output>) {
+        self.seq += 1;
+        let version = Version {
+            epoch: self.epoch,
+            seq: self.seq,
+        };
+        let result = self.spec.execute(version, &op);
+        let store = self.store;
+        let (own, grants, ended) = match result {
+            OpResult::Written => (Ok(Response::Written { version }), vec![], vec![]),
+            OpResult::SessionOpened(session) => {
+                let StoreOp::SessionOpen { ttl } = op else {
+                    unreachable!("session opened by its op")
+                };
+                self.liveness.opened(session, ttl, ctx.now);
+                (Ok(Response::SessionOpened { session, ttl }), vec![], vec![])
+            }
+            OpResult::SessionEnded(r) => {
+                if let StoreOp::SessionEnd { session, .. } = &op {
+                    self.liveness.expired(*session);
+                }
+                (Ok(Response::SessionClosed), r.granted, r.cancelled)
+            }
+            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Granted(g)))) => {
+                (Ok(Response::Granted { token: g.token }), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Queued { .. }))) => {
+                // Answered when granted (or when the wait ends).
+                if let (
+                    StoreOp::Lock {
+                        op: LockOp::Acquire(a),
+                        ..
+                    },
+                    Some(Output::Reply { client, req_id, .. }),
+                ) = (&op, replies.first())
+                {
+                    self.waiters
+                        .insert((a.session, a.request_id.0), (*client, *req_id));
+                }
+                replies.clear();
+                (Err(ClientError::Unavailable { store }), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Acquire(Err(e))) => (Err(lock_error(&e)), vec![], vec![]),
+            OpResult::Lock(LockOpResult::Release(Ok(grants))) => {
+                (Ok(Response::Released), grants, vec![])
+            }
+            OpResult::Lock(LockOpResult::Release(Err(_))) => {
+                (Err(ClientError::NotHeld), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Wakeups(w)) => {
+                (Err(ClientError::Unavailable { store }), w.granted, w.ended)
+            }
+            OpResult::Lock(LockOpResult::Session(r)) => (
+                Err(ClientError::Unavailable { store }),
+                r.granted,
+                r.cancelled,
+            ),
+            OpResult::Lock(LockOpResult::Epoch(_)) => {
+                (Err(ClientError::Unavailable { store }), vec![], vec![])
+            }
+        };
+        if let Some(Output::Reply { result, .. }) = replies.first_mut() {
+            *result = own;
         }
-        self.queue.push(Queued { op, client, req_id });
+        let now = ctx.now;
+        for g in grants {
+            if let Some((client, req_id)) = self.waiters.remove(&(g.session, g.request_id.0)) {
+                // A wait that ends after the session's deadline is not a grant.
+                let result = if self.liveness.alive(g.session, now) {
+                    Ok(Response::Granted { token: g.token })
+                } else {
+                    Err(ClientError::SessionExpired)
+                };
+                replies.push(Output::Reply {
+                    client,
+                    req_id,
+                    result,
+                });
+            }
+        }
+        for e in ended {
+            if let Some((client, req_id)) = self.waiters.remove(&(e.session, e.request_id.0)) {
+                replies.push(Output::Reply {
+                    client,
+                    req_id,
+                    result: Err(lock_error(&e.error)),
+                });
+            }
+        }
+        self.queue.push(Queued {
+            version,
+            op,
+            replies,
+        });
         if self.inflight.is_none() {
             self.flush(ctx);
         }
@@ -1143,15 +1410,10 @@ impl Manager {
         }
         let queued = std::mem::take(&mut self.queue);
         let mut ops = Vec::with_capacity(queued.len());
-        let mut replies = Vec::with_capacity(queued.len());
+        let mut replies = Vec::new();
         for q in queued {
-            self.seq += 1;
-            let v = Version {
-                epoch: self.epoch,
-                seq: self.seq,
-            };
-            ops.push((v, q.op));
-            replies.push((q.client, q.req_id));
+            ops.push((q.version, q.op));
+            replies.extend(q.replies);
         }
         let live = self.live();
         let (epoch, confirm) = (self.epoch, self.data.confirmed);
@@ -1181,22 +1443,19 @@ impl Manager {
             return;
         }
         let b = self.inflight.take().expect("checked");
-        for ((v, op), (client, req_id)) in b.ops.into_iter().zip(b.replies) {
-            self.data.accept(v, op.clone());
+        for (v, op) in b.ops {
+            if let StoreOp::Register { key, value } = op {
+                ctx.observe(Observation::WriteAcked {
+                    store: self.store,
+                    key,
+                    version: v,
+                    value,
+                });
+            }
+            self.data.accept(v, op);
             self.data.confirm(v);
-            let StoreOp::Register { key, value } = op;
-            ctx.observe(Observation::WriteAcked {
-                store: self.store,
-                key,
-                version: v,
-                value,
-            });
-            ctx.out.push(Output::Reply {
-                client,
-                req_id,
-                result: Ok(Response::Written { version: v }),
-            });
         }
+        ctx.out.extend(b.replies);
         if self.queue.is_empty() {
             let (epoch, upto) = (self.epoch, self.data.confirmed);
             for c in self.live() {
@@ -1204,6 +1463,27 @@ impl Manager {
             }
         } else {
             self.flush(ctx);
+        }
+    }
+
+    /// Time-driven changes: expire sessions past their deadline, and let the lock table
+    /// act on its deadlines (wait timeouts, lock-delays).
+    fn lock_timers(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        for session in self.liveness.due(now) {
+            let op = StoreOp::SessionEnd {
+                session,
+                expired: true,
+                at: now,
+            };
+            self.submit_op(ctx, op, Vec::new());
+        }
+        if self.spec.locks.next_deadline().is_some_and(|t| t <= now) {
+            let op = StoreOp::Lock {
+                op: LockOp::Tick,
+                at: now,
+            };
+            self.submit_op(ctx, op, Vec::new());
         }
     }
 
@@ -1226,6 +1506,8 @@ impl Manager {
         if self.state == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
+            t = earliest(t, self.liveness.next_deadline());
+            t = earliest(t, self.spec.locks.next_deadline());
         }
         t
     }
@@ -1314,6 +1596,9 @@ impl Manager {
                 }
                 _ => {}
             }
+        }
+        if self.state == MgrState::Manager {
+            self.lock_timers(ctx);
         }
         if self.state == MgrState::Manager && self.stable_since <= now {
             self.run_policies(ctx);
@@ -1425,5 +1710,17 @@ impl Manager {
         md.chunks.remove(&old);
         md.chunks.insert(chunk);
         self.relayout(ctx, md);
+    }
+}
+
+/// The client-facing error for a lock table refusal.
+fn lock_error(e: &AcquireError) -> ClientError {
+    match e {
+        AcquireError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
+        AcquireError::WouldBlock => ClientError::WouldBlock,
+        AcquireError::Deadlock { .. } => ClientError::Deadlock,
+        AcquireError::Timeout => ClientError::Timeout,
+        AcquireError::SessionEnded => ClientError::SessionExpired,
+        other => ClientError::Rejected(other.to_string()),
     }
 }
