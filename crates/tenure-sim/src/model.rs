@@ -123,6 +123,9 @@ pub struct ModelConfig {
     pub crashable: Vec<DeviceId>,
     /// Initial states.
     pub starts: Vec<Start>,
+    /// A permanent partition: devices in different groups never hear each other (their
+    /// messages are lost when sent). Empty: fully connected.
+    pub partition: Vec<BTreeSet<DeviceId>>,
 }
 
 impl ModelConfig {
@@ -158,6 +161,7 @@ impl Default for ModelConfig {
             max_glitches: 2,
             crashable: CHUNK_HOSTS.iter().chain(&DIRECTORS).copied().collect(),
             starts: vec![Start::Bootstrap, Start::Managed],
+            partition: Vec::new(),
         }
     }
 }
@@ -321,24 +325,6 @@ impl State {
         m
     }
 
-    /// The devices an in-flight message may be delivered to now.
-    fn receivers(&self, e: &Envelope) -> Vec<DeviceId> {
-        let cands: &[DeviceId] = match &e.to {
-            Dest::Device(d) => std::slice::from_ref(d),
-            Dest::AnyDirector => &DIRECTORS,
-        };
-        cands
-            .iter()
-            .copied()
-            .filter(|d| self.devices[idx(*d)].up)
-            .collect()
-    }
-
-    /// The oldest in-flight message that some live device can receive.
-    fn first_deliverable(&self) -> Option<usize> {
-        self.net.iter().position(|e| !self.receivers(e).is_empty())
-    }
-
     fn earliest_deadline(&self) -> Option<Instant> {
         self.devices
             .iter()
@@ -471,7 +457,7 @@ impl PalladioModel {
             });
         }
         for i in 0..N_DEVICES {
-            self.boot(&mut s, dev_id(i));
+            self.boot(&mut s, dev_id(i), &mut None);
         }
         s.seal()
     }
@@ -504,14 +490,42 @@ impl PalladioModel {
         panic!("no manager after the deterministic prefix");
     }
 
+    /// Whether `a` and `b` can talk under the configured partition.
+    pub fn connected(&self, a: DeviceId, b: DeviceId) -> bool {
+        let p = &self.cfg.partition;
+        p.is_empty() || p.iter().any(|g| g.contains(&a) && g.contains(&b))
+    }
+
+    /// The devices an in-flight message may be delivered to now.
+    fn receivers(&self, s: &State, e: &Envelope) -> Vec<DeviceId> {
+        let cands: &[DeviceId] = match &e.to {
+            Dest::Device(d) => std::slice::from_ref(d),
+            Dest::AnyDirector => &DIRECTORS,
+        };
+        cands
+            .iter()
+            .copied()
+            .filter(|d| s.devices[idx(*d)].up && self.connected(e.from, *d))
+            .collect()
+    }
+
+    /// The oldest in-flight message that some live device can receive.
+    fn first_deliverable(&self, s: &State) -> Option<usize> {
+        s.net.iter().position(|e| !self.receivers(s, e).is_empty())
+    }
+
     fn cfg_of(&self, d: DeviceId) -> DeviceConfig {
         self.dev_cfgs[idx(d)].clone()
     }
 
     /// Boot `d` from its disk (first boot or restart).
-    fn boot(&self, s: &mut State, d: DeviceId) {
+    fn boot(&self, s: &mut State, d: DeviceId, mirror: &mut Option<&mut Mirror>) {
         let disk = s.devices[idx(d)].disk.clone();
-        let (mut dev, out) = Device::new(self.cfg_of(d), disk, s.now, Self::seed(d));
+        let (mut dev, out) = Device::new(self.cfg_of(d), disk.clone(), s.now, Self::seed(d));
+        if let Some(m) = mirror {
+            let (live, _) = Device::new(self.cfg_of(d), disk, s.now, Self::seed(d));
+            m.devs[idx(d)] = Some(live);
+        }
         s.devices[idx(d)].up = true;
         self.absorb(s, d, out, &[]);
         self.snapshot(s, d, &mut dev);
@@ -551,10 +565,17 @@ impl PalladioModel {
     }
 
     /// One input to a live device.
-    fn step(&self, s: &mut State, d: DeviceId, input: Input) {
+    fn step(&self, s: &mut State, d: DeviceId, input: Input, mirror: &mut Option<&mut Mirror>) {
         let mut dev = self.rebuild(s, d);
         let before = s.devices[idx(d)].chunks.clone();
+        let live_out = mirror.as_mut().map(|m| {
+            let live = m.devs[idx(d)].as_mut().expect("mirror device up");
+            live.handle(s.now, input.clone())
+        });
         let out = dev.handle(s.now, input);
+        if let (Some(m), Some(lo)) = (mirror.as_mut(), live_out) {
+            m.compare(d, &dev, &out, &lo);
+        }
         self.absorb(s, d, out, &before);
         self.snapshot(s, d, &mut dev);
     }
@@ -572,7 +593,7 @@ impl PalladioModel {
                         _ => Dest::Device(to),
                     };
                     if let Dest::Device(t) = to
-                        && !s.devices[idx(t)].up
+                        && (!s.devices[idx(t)].up || !self.connected(d, t))
                     {
                         continue;
                     }
@@ -636,10 +657,10 @@ impl Model for PalladioModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let can_glitch = s.glitches < self.cfg.max_glitches;
-        let first = s.first_deliverable();
+        let first = self.first_deliverable(s);
         for (i, e) in s.net.iter().enumerate() {
             if Some(i) == first || can_glitch {
-                for to in s.receivers(e) {
+                for to in self.receivers(s, e) {
                     actions.push(Action::Deliver {
                         msg: i,
                         from: e.from,
@@ -678,72 +699,7 @@ impl Model for PalladioModel {
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut s = last.clone();
-        match action {
-            Action::Deliver { msg, to, .. } => {
-                if s.first_deliverable() != Some(msg) {
-                    s.glitches += 1;
-                }
-                let e = s.net.remove(msg);
-                self.step(
-                    &mut s,
-                    to,
-                    Input::Message {
-                        from: e.from,
-                        msg: e.msg,
-                    },
-                );
-            }
-            Action::Drop { msg } => {
-                s.net.remove(msg);
-                s.glitches += 1;
-            }
-            Action::Advance => {
-                let t = s.earliest_deadline()?;
-                if s.first_deliverable().is_some() {
-                    s.glitches += 1;
-                }
-                s.now = s.now.max(t);
-                for i in 0..N_DEVICES {
-                    if s.devices[i].up && s.devices[i].deadline.is_some_and(|x| x <= t) {
-                        self.step(&mut s, dev_id(i), Input::Tick);
-                    }
-                }
-            }
-            Action::Crash(d) => {
-                let snap = &mut s.devices[idx(d)];
-                snap.up = false;
-                snap.chunks.clear();
-                snap.manager = None;
-                snap.deadline = None;
-                snap.reseal();
-                s.net.retain(|e| e.to != Dest::Device(d));
-                s.crashes += 1;
-                if s.first_mgr == Some(d) {
-                    s.first_mgr_crashed = true;
-                }
-            }
-            Action::Restart(d) => self.boot(&mut s, d),
-            Action::Write(d) => {
-                s.writes += 1;
-                let n = s.writes as u64;
-                let req = Request::Write {
-                    store: STORE,
-                    key: 1,
-                    value: n,
-                };
-                self.step(
-                    &mut s,
-                    d,
-                    Input::Request {
-                        client: ClientId(0),
-                        req_id: n,
-                        req,
-                    },
-                );
-            }
-        }
-        Some(s.seal())
+        self.apply(last, action, &mut None)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -763,6 +719,174 @@ impl Model for PalladioModel {
                 |_, s: &State| s.regenerated,
             ),
             Property::sometimes("a chunk serves a write", |_, s: &State| s.served),
+            Property::sometimes("a store gets a manager", |_, s: &State| {
+                !s.became.is_empty()
+            }),
         ]
+    }
+}
+
+impl PalladioModel {
+    fn apply(
+        &self,
+        last: &State,
+        action: Action,
+        mirror: &mut Option<&mut Mirror>,
+    ) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Deliver { msg, to, .. } => {
+                if self.first_deliverable(&s) != Some(msg) {
+                    s.glitches += 1;
+                }
+                let e = s.net.remove(msg);
+                self.step(
+                    &mut s,
+                    to,
+                    Input::Message {
+                        from: e.from,
+                        msg: e.msg,
+                    },
+                    mirror,
+                );
+            }
+            Action::Drop { msg } => {
+                s.net.remove(msg);
+                s.glitches += 1;
+            }
+            Action::Advance => {
+                let t = s.earliest_deadline()?;
+                if self.first_deliverable(&s).is_some() {
+                    s.glitches += 1;
+                }
+                s.now = s.now.max(t);
+                for i in 0..N_DEVICES {
+                    if s.devices[i].up && s.devices[i].deadline.is_some_and(|x| x <= t) {
+                        self.step(&mut s, dev_id(i), Input::Tick, mirror);
+                    }
+                }
+            }
+            Action::Crash(d) => {
+                let snap = &mut s.devices[idx(d)];
+                snap.up = false;
+                snap.chunks.clear();
+                snap.manager = None;
+                snap.deadline = None;
+                snap.reseal();
+                s.net.retain(|e| e.to != Dest::Device(d));
+                s.crashes += 1;
+                if let Some(m) = mirror {
+                    m.devs[idx(d)] = None;
+                }
+                if s.first_mgr == Some(d) {
+                    s.first_mgr_crashed = true;
+                }
+            }
+            Action::Restart(d) => self.boot(&mut s, d, mirror),
+            Action::Write(d) => {
+                s.writes += 1;
+                let n = s.writes as u64;
+                let req = Request::Write {
+                    store: STORE,
+                    key: 1,
+                    value: n,
+                };
+                self.step(
+                    &mut s,
+                    d,
+                    Input::Request {
+                        client: ClientId(0),
+                        req_id: n,
+                        req,
+                    },
+                    mirror,
+                );
+            }
+        }
+        Some(s.seal())
+    }
+
+    /// Fidelity check of the snapshot/rebuild scheme: a pseudo-random walk of `steps`
+    /// model actions from every initial state, with long-lived devices run beside the
+    /// rebuilt ones. After every input the outputs must match (`SetTimer` aside, and a
+    /// `help`'s destination, which the model chooses) and so must the chunk and manager
+    /// views and `poll_timeout`. Returns the number of inputs compared.
+    pub fn fidelity_walk(&self, steps: usize, seed: u64) -> Result<usize, String> {
+        let mut compared = 0;
+        let mut rng = seed | 1;
+        for init in &self.init {
+            let mut mirror = Mirror {
+                devs: (0..N_DEVICES).map(|_| None).collect(),
+                err: None,
+                compared: 0,
+            };
+            // Long-lived twins of the initial devices: boot them where the model did, then
+            // replay the state into them (their first inputs are compared from there on).
+            for i in 0..N_DEVICES {
+                if init.devices[i].up {
+                    mirror.devs[i] = Some(self.rebuild(init, dev_id(i)));
+                }
+            }
+            let mut s = init.clone();
+            for _ in 0..steps {
+                let mut acts = Vec::new();
+                self.actions(&s, &mut acts);
+                if acts.is_empty() {
+                    break;
+                }
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let a = acts[(rng % acts.len() as u64) as usize].clone();
+                s = self.apply(&s, a, &mut Some(&mut mirror)).expect("step");
+                if let Some(e) = mirror.err.take() {
+                    return Err(e);
+                }
+            }
+            compared += mirror.compared;
+        }
+        Ok(compared)
+    }
+}
+
+/// Long-lived devices run beside the rebuilt ones ([`PalladioModel::fidelity_walk`]).
+struct Mirror {
+    devs: Vec<Option<Device>>,
+    err: Option<String>,
+    compared: usize,
+}
+
+impl Mirror {
+    fn normalize(out: &[Output]) -> Vec<String> {
+        out.iter()
+            .filter(|o| !matches!(o, Output::SetTimer(_)))
+            .map(|o| match o {
+                Output::Send {
+                    msg:
+                        m @ Msg::ToManager {
+                            msg: ToManager::Help { .. },
+                            ..
+                        },
+                    ..
+                } => format!("help {m:?}"),
+                o => format!("{o:?}"),
+            })
+            .collect()
+    }
+
+    fn compare(&mut self, d: DeviceId, rebuilt: &Device, out: &[Output], live_out: &[Output]) {
+        self.compared += 1;
+        let live = self.devs[idx(d)].as_ref().expect("mirror device up");
+        let same = Self::normalize(out) == Self::normalize(live_out)
+            && rebuilt.chunk_views() == live.chunk_views()
+            && rebuilt.manager_views() == live.manager_views()
+            && rebuilt.poll_timeout() == live.poll_timeout();
+        if !same && self.err.is_none() {
+            self.err = Some(format!(
+                "{d}: rebuilt device diverged\nrebuilt: {:?}\nlive:    {:?}",
+                Self::normalize(out),
+                Self::normalize(live_out)
+            ));
+        }
     }
 }
