@@ -5,8 +5,18 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tenure_core::data::{StoreData, Version};
+use tenure_core::io::{ChunkPersist, DevicePersist};
 use tenure_core::layout::{ChunkState, ChunkView};
 use tenure_core::{ChunkId, DeviceId, Epoch, Instant, StoreId};
+
+/// Whether a violation is of safety (a correctness failure) or of liveness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ViolationKind {
+    /// A safety invariant broke: the run is wrong whatever happens next.
+    Correctness,
+    /// The system did not converge after faults stopped.
+    Liveness,
+}
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -50,39 +60,108 @@ pub enum Violation {
         version: Version,
         /// Chunk that lacks it.
         chunk: ChunkId,
-        /// The chunk's epoch.
+        /// The epoch that chunk committed.
         epoch: Epoch,
+        /// What the chunk holds for the key.
+        held: Option<Version>,
     },
-    /// Liveness: a store had no manager at the end of the liveness phase.
+    /// Durable before acknowledged (DESIGN §10): at a crash, a device's in-memory
+    /// persistent records differ from what its `Persist` outputs made durable.
+    PersistDivergence {
+        /// Device.
+        device: DeviceId,
+        /// First differing chunk, if the chunks differ.
+        chunk: Option<ChunkId>,
+    },
+    /// Liveness: a store had no working manager at the end of the liveness phase.
     NoManager {
         /// Store.
         store: StoreId,
+        /// Why it does not count as managed.
+        why: String,
     },
+}
+
+impl Violation {
+    /// Safety or liveness.
+    pub fn kind(&self) -> ViolationKind {
+        match self {
+            Violation::NoManager { .. } => ViolationKind::Liveness,
+            _ => ViolationKind::Correctness,
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::TwoManagers {
+                store,
+                epoch,
+                first,
+                second,
+            } => write!(
+                f,
+                "two managers of {store} in {epoch}: {first} and {second}"
+            ),
+            Violation::EpochNotIncreasing {
+                store,
+                previous,
+                epoch,
+            } => write!(f, "{store}: manager epoch {epoch} after {previous}"),
+            Violation::ServedWithoutLease { chunk, epoch, why } => {
+                write!(
+                    f,
+                    "{chunk} served an operation of {epoch} without a lease: {why}"
+                )
+            }
+            Violation::LostWrite {
+                store,
+                key,
+                version,
+                chunk,
+                epoch,
+                held,
+            } => write!(
+                f,
+                "{store} key {key}: write acked at {version:?} missing from {chunk} in {epoch} (holds {held:?})"
+            ),
+            Violation::PersistDivergence { device, chunk } => {
+                write!(
+                    f,
+                    "{device}: volatile persistent state not on disk (chunk {chunk:?})"
+                )
+            }
+            Violation::NoManager { store, why } => {
+                write!(
+                    f,
+                    "{store} has no working manager after the liveness bound: {why}"
+                )
+            }
+        }
+    }
 }
 
 /// The checkers' memory of a run.
 #[derive(Clone, Debug, Default)]
 pub struct Checker {
+    /// (store, epoch) → the device that managed it.
     managers: BTreeMap<(StoreId, Epoch), DeviceId>,
+    /// Highest epoch a `BecameManager` announced per store.
     last_epoch: BTreeMap<StoreId, Epoch>,
+    /// Highest acknowledged version per (store, key).
     acked: BTreeMap<StoreId, BTreeMap<u64, Version>>,
+    /// The epoch each chunk last reached through a commit.
+    committed: BTreeMap<ChunkId, Epoch>,
     /// Violations found so far.
     pub violations: Vec<Violation>,
 }
 
 impl Checker {
-    /// Invariant 1, from a `BecameManager` observation.
+    /// Invariant 1, from a `BecameManager` observation: first manager of (store, epoch)
+    /// wins, any other is a violation; and epochs announced per store strictly increase.
     pub fn became_manager(&mut self, device: DeviceId, store: StoreId, epoch: Epoch) {
-        if let Some(first) = self.managers.insert((store, epoch), device)
-            && first != device
-        {
-            self.violations.push(Violation::TwoManagers {
-                store,
-                epoch,
-                first,
-                second: device,
-            });
-        }
+        self.manager_role(device, store, epoch);
         let prev = self.last_epoch.entry(store).or_default();
         if epoch <= *prev {
             self.violations.push(Violation::EpochNotIncreasing {
@@ -94,8 +173,25 @@ impl Checker {
         *prev = (*prev).max(epoch);
     }
 
-    /// Invariant 2, from a `ChunkServed` observation: the chunk's own view at that instant,
-    /// on its own clock.
+    /// Invariant 1, from a manager view in the `Manager` state after an event.
+    pub fn manager_role(&mut self, device: DeviceId, store: StoreId, epoch: Epoch) {
+        let first = *self.managers.entry((store, epoch)).or_insert(device);
+        if first != device {
+            let v = Violation::TwoManagers {
+                store,
+                epoch,
+                first,
+                second: device,
+            };
+            if !self.violations.contains(&v) {
+                self.violations.push(v);
+            }
+        }
+    }
+
+    /// Invariant 2, from a `ChunkServed` observation: the chunk's own view right after
+    /// it served, on its own clock. Serving needs the regular-lease state, the
+    /// operation's epoch equal to the chunk's, and `local_now < expiry − δ_c`.
     pub fn chunk_served(
         &mut self,
         chunk: ChunkId,
@@ -107,38 +203,55 @@ impl Checker {
         let why = match view {
             None => Some("chunk does not exist".to_string()),
             Some(v) if v.state != ChunkState::RegularLease => Some(format!("state {:?}", v.state)),
-            Some(v) if v.epoch != epoch => Some(format!("chunk epoch {} op epoch {epoch}", v.epoch)),
+            Some(v) if v.epoch != epoch => {
+                Some(format!("chunk epoch {} op epoch {epoch}", v.epoch))
+            }
             Some(v) => match v.lease_expiry {
                 Some(e) if local_now < e.saturating_sub(clock_drift) => None,
                 e => Some(format!("lease expiry {e:?} at local time {local_now:?}")),
             },
         };
         if let Some(why) = why {
-            self.violations.push(Violation::ServedWithoutLease { chunk, epoch, why });
+            self.violations
+                .push(Violation::ServedWithoutLease { chunk, epoch, why });
         }
     }
 
-    /// Invariant 4: a write was acknowledged. Every chunk already in a later epoch must
-    /// hold it (else the acknowledging manager was stale).
+    /// Invariant 4: a write was acknowledged by the manager of `version.epoch`. Remember
+    /// it, and check every chunk that already committed a later epoch: it must hold it
+    /// (else the acknowledging manager was stale). `chunks` are the persisted records of
+    /// every device, up or down.
     pub fn write_acked<'a>(
         &mut self,
         store: StoreId,
         key: u64,
         version: Version,
-        chunks: impl Iterator<Item = (ChunkId, StoreId, Epoch, &'a StoreData)>,
+        chunks: impl Iterator<Item = &'a ChunkPersist>,
     ) {
         let e = self.acked.entry(store).or_default().entry(key).or_default();
         *e = (*e).max(version);
-        for (chunk, s, epoch, data) in chunks {
-            if s == store && epoch > version.epoch {
-                self.check_holds(store, key, version, chunk, epoch, data);
+        for rec in chunks {
+            if rec.store != store {
+                continue;
+            }
+            if let Some(epoch) = self.committed.get(&rec.id).copied()
+                && epoch > version.epoch
+            {
+                self.check_holds(store, key, version, rec.id, epoch, &rec.data);
             }
         }
     }
 
-    /// Invariant 4: a chunk committed `epoch`: it must hold every write acknowledged in
-    /// an earlier epoch.
-    pub fn chunk_committed(&mut self, chunk: ChunkId, store: StoreId, epoch: Epoch, data: &StoreData) {
+    /// Invariant 4: a chunk committed `epoch` and persisted `data`: it must hold every
+    /// write acknowledged in an earlier epoch.
+    pub fn chunk_committed(
+        &mut self,
+        chunk: ChunkId,
+        store: StoreId,
+        epoch: Epoch,
+        data: &StoreData,
+    ) {
+        self.committed.insert(chunk, epoch);
         let acked: Vec<(u64, Version)> = self
             .acked
             .get(&store)
@@ -151,6 +264,31 @@ impl Checker {
         }
     }
 
+    /// A chunk was garbage-collected: forget it.
+    pub fn chunk_collected(&mut self, chunk: ChunkId) {
+        self.committed.remove(&chunk);
+    }
+
+    /// Durable before acknowledged: compare a device's in-memory persistent records with
+    /// its disk at a crash.
+    pub fn persisted(&mut self, device: DeviceId, memory: &DevicePersist, disk: &DevicePersist) {
+        if memory != disk {
+            let chunk = memory
+                .chunks
+                .iter()
+                .find(|(id, c)| disk.chunks.get(id) != Some(c))
+                .map(|(id, _)| *id)
+                .or_else(|| {
+                    disk.chunks
+                        .keys()
+                        .find(|id| !memory.chunks.contains_key(id))
+                        .copied()
+                });
+            self.violations
+                .push(Violation::PersistDivergence { device, chunk });
+        }
+    }
+
     fn check_holds(
         &mut self,
         store: StoreId,
@@ -160,19 +298,15 @@ impl Checker {
         epoch: Epoch,
         data: &StoreData,
     ) {
-        let held = data
-            .table
-            .registers
-            .entries
-            .get(&key)
-            .is_some_and(|(v, _)| *v >= version);
-        if !held {
+        let held = data.table.registers.entries.get(&key).map(|(v, _)| *v);
+        if held.is_none_or(|h| h < version) {
             self.violations.push(Violation::LostWrite {
                 store,
                 key,
                 version,
                 chunk,
                 epoch,
+                held,
             });
         }
     }
@@ -208,7 +342,10 @@ mod tests {
         let mut c = Checker::default();
         c.became_manager(DeviceId(1), S, Epoch(4));
         c.became_manager(DeviceId(1), S, Epoch(3));
-        assert!(matches!(c.violations[0], Violation::EpochNotIncreasing { .. }));
+        assert!(matches!(
+            c.violations[0],
+            Violation::EpochNotIncreasing { .. }
+        ));
     }
 
     fn view(state: ChunkState, epoch: u64, expiry: u64) -> ChunkView {
@@ -228,16 +365,54 @@ mod tests {
     fn serving_without_lease_fires() {
         let d = Duration::from_millis(50);
         let mut c = Checker::default();
-        c.chunk_served(chunk(), Epoch(2), Some(view(ChunkState::RegularLease, 2, 1_000_000)), Instant(900_000), d);
+        c.chunk_served(
+            chunk(),
+            Epoch(2),
+            Some(view(ChunkState::RegularLease, 2, 1_000_000)),
+            Instant(900_000),
+            d,
+        );
         assert!(c.violations.is_empty());
-        c.chunk_served(chunk(), Epoch(2), Some(view(ChunkState::NoLease, 2, 1_000_000)), Instant(900_000), d);
-        c.chunk_served(chunk(), Epoch(3), Some(view(ChunkState::RegularLease, 2, 1_000_000)), Instant(900_000), d);
-        c.chunk_served(chunk(), Epoch(2), Some(view(ChunkState::RegularLease, 2, 1_000_000)), Instant(960_000), d);
+        c.chunk_served(
+            chunk(),
+            Epoch(2),
+            Some(view(ChunkState::NoLease, 2, 1_000_000)),
+            Instant(900_000),
+            d,
+        );
+        c.chunk_served(
+            chunk(),
+            Epoch(3),
+            Some(view(ChunkState::RegularLease, 2, 1_000_000)),
+            Instant(900_000),
+            d,
+        );
+        c.chunk_served(
+            chunk(),
+            Epoch(2),
+            Some(view(ChunkState::RegularLease, 2, 1_000_000)),
+            Instant(960_000),
+            d,
+        );
         assert_eq!(c.violations.len(), 3);
     }
 
-    // DESIGN §9.4: an acknowledged write missing from a later epoch is caught, both when
-    // the later epoch commits after the ack and when it already existed.
+    fn record(epoch: u64, data: StoreData) -> ChunkPersist {
+        ChunkPersist {
+            id: chunk(),
+            store: S,
+            epoch: Epoch(epoch),
+            metadata: Default::default(),
+            lease_mgr: None,
+            prepared: None,
+            known: None,
+            data,
+        }
+    }
+
+    // DESIGN §9.4 (seed 004 §4.1, maximum forward progress): a write acked by the manager
+    // of epoch e must be in every chunk that commits an epoch > e — whether the commit
+    // comes after the ack, or came before it (then the acking manager was stale).
     #[test]
     fn lost_acknowledged_write_fires() {
         let v = Version {
@@ -248,13 +423,68 @@ mod tests {
         holding.table.registers.apply(7, v, 70);
         let empty = StoreData::default();
         let mut c = Checker::default();
-        c.write_acked(S, 7, v, std::iter::once((chunk(), S, Epoch(2), &empty)));
+        c.chunk_committed(chunk(), S, Epoch(2), &empty);
+        c.write_acked(S, 7, v, std::iter::once(&record(2, empty.clone())));
         assert!(c.violations.is_empty(), "same epoch: not yet required");
         c.chunk_committed(chunk(), S, Epoch(3), &holding);
         assert!(c.violations.is_empty());
         c.chunk_committed(chunk(), S, Epoch(3), &empty);
         assert_eq!(c.violations.len(), 1);
-        c.write_acked(S, 7, v, std::iter::once((chunk(), S, Epoch(4), &empty)));
-        assert_eq!(c.violations.len(), 2);
+        // A stale manager of epoch 2 acks a write after a chunk committed epoch 4.
+        let mut c = Checker::default();
+        c.chunk_committed(chunk(), S, Epoch(4), &empty);
+        c.write_acked(S, 7, v, std::iter::once(&record(4, empty.clone())));
+        assert!(matches!(c.violations[0], Violation::LostWrite { .. }));
+        // A newer version of the key satisfies an older ack.
+        let mut newer = StoreData::default();
+        newer.table.registers.apply(
+            7,
+            Version {
+                epoch: Epoch(3),
+                seq: 9,
+            },
+            1,
+        );
+        let mut c = Checker::default();
+        c.write_acked(S, 7, v, std::iter::empty());
+        c.chunk_committed(chunk(), S, Epoch(4), &newer);
+        assert!(c.violations.is_empty());
+    }
+
+    // DESIGN §10 durable before acknowledged: volatile "persistent" state that never
+    // reached the disk is caught at a crash.
+    #[test]
+    fn persist_divergence_fires() {
+        let mut c = Checker::default();
+        let mut disk = DevicePersist::default();
+        disk.apply(&tenure_core::PersistOp::PutChunk(Box::new(record(
+            2,
+            StoreData::default(),
+        ))));
+        let mut memory = disk.clone();
+        c.persisted(DeviceId(1), &memory, &disk);
+        assert!(c.violations.is_empty());
+        memory.chunks.get_mut(&chunk()).expect("chunk").epoch = Epoch(3);
+        c.persisted(DeviceId(1), &memory, &disk);
+        assert_eq!(
+            c.violations,
+            vec![Violation::PersistDivergence {
+                device: DeviceId(1),
+                chunk: Some(chunk())
+            }]
+        );
+    }
+
+    // DESIGN §9.1 from manager roles: a second device in the Manager state for an
+    // (store, epoch) already managed elsewhere is caught even without an announcement.
+    #[test]
+    fn two_manager_roles_fire() {
+        let mut c = Checker::default();
+        c.became_manager(DeviceId(1), S, Epoch(5));
+        c.manager_role(DeviceId(1), S, Epoch(5));
+        assert!(c.violations.is_empty());
+        c.manager_role(DeviceId(2), S, Epoch(5));
+        assert!(matches!(c.violations[0], Violation::TwoManagers { .. }));
+        assert_eq!(c.violations[0].kind(), ViolationKind::Correctness);
     }
 }

@@ -1,5 +1,8 @@
 //! Every simulator knob, drawn from one seed (TigerBeetle's VOPR: one seed → one PRNG →
-//! every fault probability and workload rate; printed at start so a run can be read).
+//! every fault probability and workload rate; printed at the start of a trace so a run
+//! can be read). Ranges are chosen so that, across seeds, runs range from calm to
+//! brutal: pauses and partitions long enough to outlast leases (2 s), loss up to 5 %,
+//! duplication in some seeds only.
 
 use serde::Serialize;
 use tenure_core::rng::Rng;
@@ -7,57 +10,71 @@ use tenure_core::rng::Rng;
 /// Fault and workload parameters of one run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Knobs {
-    /// One-way latency bounds (µs).
+    /// Lower bound of one-way latency (µs).
     pub latency_min_us: u64,
-    /// Upper latency bound (µs).
+    /// Upper bound of one-way latency, slow path aside (µs).
     pub latency_max_us: u64,
+    /// Probability a message takes the slow path.
+    pub slow_p: f64,
+    /// Extra delay bound on the slow path (µs).
+    pub slow_us: u64,
     /// Probability a message is lost.
     pub loss: f64,
     /// Probability a message is duplicated (0 unless the seed allows it).
     pub duplicate: f64,
     /// Mean time between nemesis actions (µs).
     pub nemesis_mean_us: u64,
-    /// Probability weights of nemesis actions: partition, crash, pause, heal.
-    pub weights: [u32; 4],
-    /// Whether partitions may be one-way.
-    pub one_way: bool,
-    /// Minimum time a partition stays (µs).
-    pub partition_min_us: u64,
-    /// Restart delay bounds after a crash (µs).
+    /// Weights of the nemesis actions, in [`crate::world::NemesisAction`] order:
+    /// partition (random halves), partition (isolate one), heal, crash, pause.
+    pub nemesis_weights: [u32; 5],
+    /// Probability that a partition is one-way (0 unless the seed allows it).
+    pub one_way_p: f64,
+    /// Minimum time a partition stays before it may be healed or replaced (µs).
+    pub partition_stability_min_us: u64,
+    /// A partition heals by itself after at most this long (µs).
+    pub partition_max_us: u64,
+    /// Restart delay bound after a crash (µs).
     pub restart_max_us: u64,
     /// Pause length bound (µs); pauses may outlast leases.
     pub pause_max_us: u64,
+    /// At most this many devices down (crashed or paused) at once.
+    pub down_max: u64,
     /// Mean time between client writes (µs).
     pub write_mean_us: u64,
+    /// Keys per store the workload writes (small: keys are overwritten often).
+    pub keys_per_store: u64,
     /// Mean time between outside-policy commands (µs).
     pub policy_mean_us: u64,
-    /// Per-device clock drift bound (parts per million).
-    pub drift_ppm_max: u64,
 }
 
 impl Knobs {
     /// Draw the knobs from the run's generator.
-    pub fn draw(rng: &mut Rng) -> Knobs {
-        let latency_min_us = 100 + rng.below(900);
+    pub fn draw(rng: &mut Rng, devices: u64) -> Knobs {
+        let latency_min_us = 50 + rng.below(950);
         Knobs {
             latency_min_us,
-            latency_max_us: latency_min_us + rng.below(20_000),
+            latency_max_us: latency_min_us + [500, 5_000, 30_000][rng.below(3) as usize],
+            slow_p: [0.0, 0.001, 0.01][rng.below(3) as usize],
+            slow_us: 50_000 + rng.below(500_000),
             loss: [0.0, 0.001, 0.01, 0.05][rng.below(4) as usize],
             duplicate: if rng.chance(0.3) { 0.01 } else { 0.0 },
-            nemesis_mean_us: 300_000 + rng.below(2_000_000),
-            weights: [
+            nemesis_mean_us: 200_000 + rng.below(1_500_000),
+            nemesis_weights: [
                 rng.below(4) as u32 + 1,
                 rng.below(4) as u32 + 1,
-                rng.below(3) as u32,
-                2,
+                rng.below(3) as u32 + 1,
+                rng.below(4) as u32,
+                rng.below(4) as u32,
             ],
-            one_way: rng.chance(0.3),
-            partition_min_us: 200_000 + rng.below(3_000_000),
+            one_way_p: if rng.chance(0.4) { 0.5 } else { 0.0 },
+            partition_stability_min_us: 200_000 + rng.below(1_500_000),
+            partition_max_us: 2_000_000 + rng.below(6_000_000),
             restart_max_us: 100_000 + rng.below(5_000_000),
             pause_max_us: 100_000 + rng.below(5_000_000),
-            write_mean_us: 5_000 + rng.below(100_000),
-            policy_mean_us: 500_000 + rng.below(3_000_000),
-            drift_ppm_max: rng.below(400),
+            down_max: 1 + rng.below(devices.max(1)),
+            write_mean_us: 2_000 + rng.below(50_000),
+            keys_per_store: 1 + rng.below(16),
+            policy_mean_us: 300_000 + rng.below(3_000_000),
         }
     }
 }

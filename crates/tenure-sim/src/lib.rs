@@ -6,8 +6,14 @@
 //! for the invariants and [`sweep`] for running many seeds.
 
 pub mod checks;
+pub mod clock;
 pub mod knobs;
+pub mod lincheck;
+pub mod model;
+pub mod net;
 pub mod sweep;
 pub mod world;
 
-pub use world::{RunReport, SimConfig, run};
+pub use checks::{Violation, ViolationKind};
+pub use sweep::{Summary, sweep};
+pub use world::{Outcome, RunReport, SimConfig, SimError, run};

@@ -1,10 +1,26 @@
-//! Sweeps: many seeds on worker threads, summarised.
+//! Sweeps: many seeds on worker threads (each run is independent and deterministic, so
+//! the order in which workers finish does not matter), summarised.
 
 use crate::checks::Violation;
-use crate::world::{RunReport, SimConfig, run};
+use crate::world::{Faults, Outcome, RunReport, SimConfig, run};
 use serde::Serialize;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+/// One failing seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// The seed.
+    pub seed: u64,
+    /// Correctness or liveness.
+    pub outcome: Outcome,
+    /// Simulated time of the failure (µs since the start).
+    pub at_us: u64,
+    /// The first violation.
+    pub violation: Violation,
+    /// Its human rendering.
+    pub message: String,
+}
 
 /// Summary of a sweep.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -16,84 +32,116 @@ pub struct Summary {
     /// Total events.
     pub events: u64,
     /// Faults by kind.
-    pub faults: crate::world::Faults,
-    /// Regenerations.
+    pub faults: Faults,
+    /// Manager regenerations.
     pub regenerations: u64,
-    /// Migrations.
+    /// Committed migrations.
     pub migrations: u64,
-    /// Relayouts.
+    /// Committed relayouts.
     pub relayouts: u64,
+    /// Operator policy commands sent.
+    pub policy_commands: u64,
+    /// Client writes issued.
+    pub writes_issued: u64,
     /// Writes acknowledged.
     pub writes_acked: u64,
     /// Longest failover seen (µs).
     pub max_failover_us: u64,
     /// Longest liveness convergence (µs).
     pub max_liveness_us: u64,
-    /// Failing seeds with their first violation.
-    pub failures: Vec<(u64, Violation)>,
+    /// Runs with a correctness violation.
+    pub correctness_failures: u64,
+    /// Runs with a liveness failure.
+    pub liveness_failures: u64,
+    /// Failing seeds with their first violation, by seed.
+    pub failures: Vec<Failure>,
 }
 
 impl Summary {
-    fn add(&mut self, r: &RunReport) {
+    /// Add one run.
+    pub fn add(&mut self, r: &RunReport) {
         self.runs += 1;
         self.sim_us += r.sim_us;
         self.events += r.events;
-        let f = &mut self.faults;
-        f.partitions += r.faults.partitions;
-        f.one_way += r.faults.one_way;
-        f.crashes += r.faults.crashes;
-        f.pauses += r.faults.pauses;
-        f.lost += r.faults.lost;
-        f.duplicated += r.faults.duplicated;
+        self.faults.add(&r.faults);
         self.regenerations += r.regenerations;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;
+        self.policy_commands += r.policy_commands;
+        self.writes_issued += r.writes_issued;
         self.writes_acked += r.writes_acked;
         self.max_failover_us = self.max_failover_us.max(r.max_failover_us);
-        self.max_liveness_us = self.max_liveness_us.max(r.liveness_converged_us.unwrap_or(0));
+        self.max_liveness_us = self
+            .max_liveness_us
+            .max(r.liveness_converged_us.unwrap_or(0));
+        match r.outcome {
+            Outcome::Passed => {}
+            Outcome::Correctness => self.correctness_failures += 1,
+            Outcome::Liveness => self.liveness_failures += 1,
+        }
         if let Some(v) = r.violations.first() {
-            self.failures.push((r.seed, v.clone()));
+            self.failures.push(Failure {
+                seed: r.seed,
+                outcome: r.outcome,
+                at_us: r.failed_at_us.unwrap_or(r.sim_us),
+                violation: v.clone(),
+                message: v.to_string(),
+            });
+        }
+    }
+
+    /// The overall outcome: correctness failures dominate liveness failures.
+    pub fn outcome(&self) -> Outcome {
+        if self.correctness_failures > 0 {
+            Outcome::Correctness
+        } else if self.liveness_failures > 0 {
+            Outcome::Liveness
+        } else {
+            Outcome::Passed
         }
     }
 }
 
-/// Run seeds `from..from+count` on `threads` workers; `progress` is called after each run
-/// with the number done. Stops early after `stop_after` failures (0 = never).
+/// Run seeds `from..from + count` on `threads` workers with `template`'s other settings.
+/// `progress` is called after each run with the number done and that run's report.
+/// Stops handing out seeds after `stop_after` failures (0 = never).
 pub fn sweep(
     from: u64,
     count: u64,
     threads: usize,
-    template: SimConfig,
+    template: &SimConfig,
     stop_after: usize,
-    progress: impl Fn(u64) + Sync,
+    progress: impl Fn(u64, &RunReport) + Sync,
 ) -> Summary {
     let next = AtomicU64::new(from);
     let done = AtomicU64::new(0);
-    let summary = Arc::new(Mutex::new(Summary::default()));
+    let failures = AtomicU64::new(0);
+    let summary = Mutex::new(Summary::default());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| {
                 loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= from + count {
+                    if stop_after > 0 && failures.load(Ordering::Relaxed) >= stop_after as u64 {
                         break;
                     }
-                    if stop_after > 0
-                        && summary.lock().expect("summary").failures.len() >= stop_after
-                    {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= from.saturating_add(count) {
                         break;
                     }
                     let mut cfg = template.clone();
                     cfg.seed = seed;
                     cfg.trace = false;
                     let r = run(cfg);
+                    if r.outcome != Outcome::Passed {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
                     summary.lock().expect("summary").add(&r);
-                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1, &r);
                 }
             });
         }
     });
-    let mut s = Arc::try_unwrap(summary).expect("threads joined").into_inner().expect("summary");
-    s.failures.sort_by_key(|f| f.0);
+    let mut s = summary.into_inner().expect("summary");
+    s.failures.sort_by_key(|f| f.seed);
     s
 }

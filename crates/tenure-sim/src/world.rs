@@ -1,39 +1,88 @@
 //! The deterministic simulator: devices running the real `tenure-core` under a virtual
-//! clock, a faulty network, and a nemesis, with the checkers run on every event.
+//! clock, a faulty network and a nemesis, with the checkers run on every event.
 //!
 //! One `u64` seed drives everything (TigerBeetle's VOPR): the knobs, the network, the
-//! nemesis, the workload and every device's own generator are forks of one PRNG, and the
-//! event queue is ordered by (time, sequence), so `run(seed)` is a pure function.
+//! nemesis, the workload, every clock and every device's own generator are forks of one
+//! PRNG, and the event queue is a `BTreeMap` ordered by (real time, sequence number), so
+//! [`run`] is a pure function of its [`SimConfig`]. No `HashMap` anywhere.
 //!
-//! - **Clocks**: each device has its own clock, `local = real·(1+drift) + offset`, with
-//!   offset and drift bounded so any two clocks stay within `δ_c` over the run; clocks
-//!   run on while a device is down or paused.
-//! - **Network**: per-pair FIFO channels (a message never overtakes an earlier one on the
-//!   same pair, even when delayed), latency drawn per message, loss, duplication where
-//!   the seed allows it, symmetric and one-way partitions.
-//! - **Nemesis**: partitions (random halves, isolate one), crash (volatile state lost, the
-//!   simulated disk kept) with restart after a delay, process pause (no input handled,
-//!   clock running, possibly past every lease), heal.
-//! - **Workload**: client writes through random devices (following `NotManager` hints),
-//!   and outside-policy commands (migrations, chunk replacements).
-//! - **Phases**: a safety phase with faults, then a liveness phase (heal, restart, resume,
-//!   faults off) in which every store must regain a manager within a bound.
+//! - **Time**: virtual real time in µs, starting at [`START_US`]. Each device reads its
+//!   own [`Clock`] (offset plus a linear, periodic or step drift model), all within `δ_c`
+//!   of each other; clocks run on while a device is down or paused. A device's timer
+//!   (`poll_timeout`, a local instant) is converted back to real time to schedule it.
+//! - **Devices**: `Device::new` boots from the simulated disk — the `Persist` outputs
+//!   applied in order — so a crash loses exactly the volatile state. A pause freezes a
+//!   device: every input addressed to it waits, in order, until it resumes.
+//! - **Network**: see [`crate::net`] (per-pair FIFO, latency, loss, duplication,
+//!   partitions, connections that die with a crash).
+//! - **Nemesis**: a Poisson process of actions drawn with the seed's weights: partition
+//!   (random halves or isolate one; symmetric or one-way; healed after a stability time),
+//!   heal, crash (restart after a delay), pause (long enough to outlast leases).
+//! - **Workload**: clients write random keys of random stores through random devices and
+//!   follow `NotManager` hints (a few hops, then retry elsewhere after a timeout); an
+//!   operator sends outside-policy commands (migrate, replace a chunk, relayout) to a
+//!   store's manager at random times.
+//! - **Checkers** ([`crate::checks`]) run on every observation and after every device
+//!   event: one manager per (store, epoch) and increasing epochs, serving only under a
+//!   valid regular lease, no acknowledged write lost, durable before acknowledged.
+//! - **Phases**: a safety phase with faults, then a liveness phase — partitions healed,
+//!   crashed devices restarted, paused ones resumed, faults and operator commands off —
+//!   in which every store must regain a working manager within `liveness_us`.
 
-use crate::checks::{Checker, Violation};
+use crate::checks::{Checker, Violation, ViolationKind};
+use crate::clock::Clock;
 use crate::knobs::Knobs;
+use crate::net::{Fate, Network, PartitionMode};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use tenure_core::io::{
     ClientError, DevicePersist, EpochCause, Input, Observation, Output, PolicyCommand, Request,
+    Response,
 };
-use tenure_core::layout::{ChunkState, MgrState};
+use tenure_core::layout::{ChunkState, Metadata, MgrState};
 use tenure_core::msg::Msg;
-use tenure_core::rng::Rng;
-use tenure_core::{ClientId, ClusterConfig, Device, DeviceConfig, DeviceId, Epoch, Instant, PlantedBugs, StoreId};
+use tenure_core::rng::{Rng, mix64};
+use tenure_core::{
+    ClientId, ClusterConfig, Device, DeviceConfig, DeviceId, Epoch, PlantedBugs, StoreId,
+};
+
+/// Virtual real time at which a run starts (µs). Starting above zero keeps every clock's
+/// reading positive whatever its (negative) skew.
+pub const START_US: u64 = 1_000_000;
+/// How often the failover/liveness sampler looks at the cluster (µs).
+const SAMPLE_US: u64 = 100_000;
+/// A client follows at most this many redirects or retries per write.
+const CLIENT_HOPS_MAX: u32 = 6;
+/// A client gives up waiting for a reply after this long and retries elsewhere (µs).
+const CLIENT_TIMEOUT_US: u64 = 1_500_000;
+/// A run that processes more events than this is stuck in an event storm.
+const EVENTS_MAX: u64 = 20_000_000;
+
+/// Invalid simulator configuration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// Fewer than one device.
+    #[error("a cluster needs at least one device")]
+    NoDevices,
+    /// No stores.
+    #[error("a cluster needs at least one store")]
+    NoStores,
+    /// Replication factor out of range.
+    #[error("replication {replication} must be between 1 and the number of devices ({devices})")]
+    Replication {
+        /// Requested replication.
+        replication: usize,
+        /// Devices.
+        devices: u64,
+    },
+    /// The liveness phase must have room to converge.
+    #[error("the liveness phase must last at least one second")]
+    LivenessTooShort,
+}
 
 /// What a run is asked to do.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct SimConfig {
     /// The seed.
     pub seed: u64,
@@ -41,6 +90,8 @@ pub struct SimConfig {
     pub devices: u64,
     /// Stores.
     pub stores: u32,
+    /// Chunks per store at bootstrap.
+    pub replication: usize,
     /// Length of the safety phase (µs of simulated time).
     pub safety_us: u64,
     /// Bound on the liveness phase (µs).
@@ -48,39 +99,92 @@ pub struct SimConfig {
     /// Planted bugs.
     pub planted: PlantedBugs,
     /// Record an event trace.
+    #[serde(skip)]
     pub trace: bool,
 }
 
 impl SimConfig {
-    /// Defaults for one seed.
+    /// Defaults for one seed: 5 devices, 16 stores of 3 chunks, 20 s of faults, then at
+    /// most 30 s to converge.
     pub fn new(seed: u64) -> SimConfig {
         SimConfig {
             seed,
             devices: 5,
             stores: 16,
+            replication: 3,
             safety_us: 20_000_000,
             liveness_us: 30_000_000,
             planted: PlantedBugs::default(),
             trace: false,
         }
     }
+
+    /// Check the configuration.
+    pub fn validate(&self) -> Result<(), SimError> {
+        if self.devices == 0 {
+            return Err(SimError::NoDevices);
+        }
+        if self.stores == 0 {
+            return Err(SimError::NoStores);
+        }
+        if self.replication == 0 || self.replication as u64 > self.devices {
+            return Err(SimError::Replication {
+                replication: self.replication,
+                devices: self.devices,
+            });
+        }
+        if self.liveness_us < 1_000_000 {
+            return Err(SimError::LivenessTooShort);
+        }
+        Ok(())
+    }
 }
 
 /// Faults injected, by kind.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Faults {
-    /// Partitions started.
-    pub partitions: u64,
+    /// Partitions into random halves.
+    pub partitions_halves: u64,
+    /// Partitions isolating one device.
+    pub partitions_isolate: u64,
     /// One-way partitions among them.
     pub one_way: u64,
+    /// Heals by the nemesis (not counting partitions that ended by themselves).
+    pub heals: u64,
     /// Crashes.
     pub crashes: u64,
     /// Pauses.
     pub pauses: u64,
-    /// Messages lost.
+    /// Messages lost (random loss and partitions).
     pub lost: u64,
     /// Messages duplicated.
     pub duplicated: u64,
+}
+
+impl Faults {
+    /// Add another run's counts.
+    pub fn add(&mut self, o: &Faults) {
+        self.partitions_halves += o.partitions_halves;
+        self.partitions_isolate += o.partitions_isolate;
+        self.one_way += o.one_way;
+        self.heals += o.heals;
+        self.crashes += o.crashes;
+        self.pauses += o.pauses;
+        self.lost += o.lost;
+        self.duplicated += o.duplicated;
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Outcome {
+    /// Every invariant held and every store converged.
+    #[default]
+    Passed,
+    /// A safety invariant broke.
+    Correctness,
+    /// A store did not regain a manager within the liveness bound.
+    Liveness,
 }
 
 /// What one run did.
@@ -88,123 +192,208 @@ pub struct Faults {
 pub struct RunReport {
     /// The seed.
     pub seed: u64,
+    /// How it ended.
+    pub outcome: Outcome,
     /// Simulated time (µs).
     pub sim_us: u64,
     /// Events processed.
     pub events: u64,
     /// Faults injected.
     pub faults: Faults,
-    /// Manager regenerations.
+    /// Manager regenerations (`BecameManager` with cause `Regeneration`).
     pub regenerations: u64,
     /// Committed migrations.
     pub migrations: u64,
     /// Committed relayouts.
     pub relayouts: u64,
-    /// Writes acknowledged.
+    /// Operator policy commands sent.
+    pub policy_commands: u64,
+    /// Client writes issued.
+    pub writes_issued: u64,
+    /// Writes acknowledged (observed at managers).
     pub writes_acked: u64,
-    /// Longest time a store was without a manager, ended by a regained manager (µs).
+    /// Longest time a store was without a working manager, ended by regaining one (µs).
     pub max_failover_us: u64,
     /// Time the liveness phase took to converge (µs).
     pub liveness_converged_us: Option<u64>,
     /// Violations (empty on success).
     pub violations: Vec<Violation>,
+    /// Simulated time of the first violation (µs since the start).
+    pub failed_at_us: Option<u64>,
     /// The event trace, if asked for.
     #[serde(skip)]
     pub trace: String,
-    /// A hash of the trace of events (determinism check).
+    /// A hash of every event and observation (determinism check).
     pub fingerprint: u64,
 }
 
 #[derive(Clone, Debug)]
 enum Event {
-    Deliver { from: DeviceId, to: DeviceId, msg: Msg },
-    Timer { device: DeviceId, generation: u64 },
+    Deliver {
+        from: DeviceId,
+        to: DeviceId,
+        boot: u64,
+        msg: Box<Msg>,
+    },
+    ClientArrive {
+        req: u64,
+        to: DeviceId,
+        boot: u64,
+    },
+    ClientTimeout {
+        req: u64,
+        attempt: u32,
+    },
+    PolicyArrive {
+        to: DeviceId,
+        boot: u64,
+        cmd: PolicyCommand,
+    },
+    Timer {
+        device: DeviceId,
+        generation: u64,
+    },
     Nemesis,
     Workload,
     Policy,
     Restart(DeviceId),
     Resume(DeviceId),
-    EndPartition(u64),
+    HealPartition(u64),
     Sample,
 }
+
+impl Event {
+    /// The device an event is an input to (paused devices defer these).
+    fn target(&self) -> Option<DeviceId> {
+        match self {
+            Event::Deliver { to, .. }
+            | Event::ClientArrive { to, .. }
+            | Event::PolicyArrive { to, .. } => Some(*to),
+            Event::Timer { device, .. } => Some(*device),
+            _ => None,
+        }
+    }
+
+    fn tag(&self) -> u64 {
+        match self {
+            Event::Deliver { from, to, .. } => 1 | from.0 << 8 | to.0 << 24,
+            Event::ClientArrive { req, to, .. } => 2 | to.0 << 8 | req << 24,
+            Event::ClientTimeout { req, .. } => 3 | req << 8,
+            Event::PolicyArrive { to, .. } => 4 | to.0 << 8,
+            Event::Timer { device, .. } => 5 | device.0 << 8,
+            Event::Nemesis => 6,
+            Event::Workload => 7,
+            Event::Policy => 8,
+            Event::Restart(d) => 9 | d.0 << 8,
+            Event::Resume(d) => 10 | d.0 << 8,
+            Event::HealPartition(id) => 11 | id << 8,
+            Event::Sample => 12,
+        }
+    }
+}
+
+/// The nemesis' repertoire (weights in [`Knobs::nemesis_weights`], in this order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NemesisAction {
+    /// Cut the cluster into random halves.
+    PartitionHalves,
+    /// Cut one device off.
+    PartitionIsolate,
+    /// End the partition in force (once it has been stable long enough).
+    Heal,
+    /// Crash a device; it restarts after a delay.
+    Crash,
+    /// Pause a device's process; it resumes after a delay.
+    Pause,
+}
+
+const NEMESIS_ACTIONS: [NemesisAction; 5] = [
+    NemesisAction::PartitionHalves,
+    NemesisAction::PartitionIsolate,
+    NemesisAction::Heal,
+    NemesisAction::Crash,
+    NemesisAction::Pause,
+];
 
 struct Node {
     device: Option<Device>,
     disk: DevicePersist,
     cfg: DeviceConfig,
-    offset_us: i64,
-    drift_ppm: i64,
+    clock: Clock,
+    /// Real time until which the process is paused.
     paused_until: Option<u64>,
-    generation: u64,
-    boots: u64,
+    /// Bumped whenever a timer is armed or the device crashes; stale timers are ignored.
+    timer_generation: u64,
+    /// Incarnation: bumped at every boot; messages to an older one are dropped.
+    boot: u64,
+    /// Seeds for the device's generator at each boot.
+    rng: Rng,
 }
 
-impl Node {
-    fn local(&self, real: u64) -> Instant {
-        let skew = (real as i128 * self.drift_ppm as i128 / 1_000_000) as i64 + self.offset_us;
-        Instant((real as i64 + skew).max(0) as u64)
-    }
-    /// Earliest real time at which the local clock reads at least `local`.
-    fn real_at(&self, local: Instant) -> u64 {
-        let l = local.0 as f64 - self.offset_us as f64;
-        let r = (l / (1.0 + self.drift_ppm as f64 / 1e6)).ceil().max(0.0) as u64;
-        let mut r = r.saturating_sub(2);
-        while self.local(r) < local {
-            r += 1;
-        }
-        r
-    }
+struct ClientWrite {
+    store: StoreId,
+    key: u64,
+    value: u64,
+    attempt: u32,
 }
 
 /// The simulated world.
 pub struct World {
     cfg: SimConfig,
     knobs: Knobs,
-    rng: Rng,
-    net_rng: Rng,
+    nemesis_rng: Rng,
+    workload_rng: Rng,
+    policy_rng: Rng,
+    net: Network,
+    skew_max_us: u64,
+    clock_drift: std::time::Duration,
     now: u64,
     seq: u64,
     queue: BTreeMap<(u64, u64), Event>,
     nodes: BTreeMap<DeviceId, Node>,
-    fifo: BTreeMap<(DeviceId, DeviceId), u64>,
-    blocked: BTreeSet<(DeviceId, DeviceId)>,
-    partition_id: u64,
     faults_on: bool,
     checker: Checker,
     report: RunReport,
     next_req: u64,
-    /// store → real time it lost its manager (while without one).
+    writes: BTreeMap<u64, ClientWrite>,
+    /// Stores that have had a working manager at least once.
+    ever_managed: BTreeSet<StoreId>,
+    /// store → real time it lost its working manager (while without one).
     unmanaged_since: BTreeMap<StoreId, u64>,
-    hasher: u64,
+    hash: u64,
 }
 
 impl World {
-    /// Build the world for a configuration.
+    /// Build the world for a configuration (which must be valid, see
+    /// [`SimConfig::validate`]).
     pub fn new(cfg: SimConfig) -> World {
-        let mut rng = Rng::new(cfg.seed ^ 0x7e4e_5e1d_0000_0001);
-        let knobs = Knobs::draw(&mut rng);
-        let net_rng = rng.fork();
-        let cluster = ClusterConfig::new(cfg.devices, cfg.stores, 3);
-        let drift = tenure_core::Timing::default().clock_drift.as_micros() as u64;
-        let horizon = cfg.safety_us + cfg.liveness_us + 1;
-        // |offset| ≤ δ/4 and drift·horizon ≤ δ/4, so any two clocks differ by ≤ δ.
-        let drift_ppm_cap = ((drift / 4) as u128 * 1_000_000 / horizon as u128) as u64;
+        let mut root = Rng::new(mix64(cfg.seed ^ 0x7e4e_5e1d_0000_0001));
+        let knobs = Knobs::draw(&mut root, cfg.devices);
+        let net = Network::new(root.fork(), &knobs);
+        let nemesis_rng = root.fork();
+        let workload_rng = root.fork();
+        let policy_rng = root.fork();
+        let mut clock_rng = root.fork();
+        let mut device_rng = root.fork();
+        let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
+        let timing = tenure_core::Timing::default();
+        let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
+        let horizon = START_US + cfg.safety_us + cfg.liveness_us + 1_000_000;
         let mut nodes = BTreeMap::new();
         for d in cluster.devices.clone() {
             let mut dc = DeviceConfig::new(d, cluster.clone());
             dc.planted = cfg.planted.clone();
-            let ppm = knobs.drift_ppm_max.min(drift_ppm_cap);
             nodes.insert(
                 d,
                 Node {
                     device: None,
                     disk: DevicePersist::default(),
                     cfg: dc,
-                    offset_us: rng.below(drift / 2 + 1) as i64 - (drift / 4) as i64,
-                    drift_ppm: if ppm == 0 { 0 } else { rng.below(2 * ppm + 1) as i64 - ppm as i64 },
+                    clock: Clock::draw(&mut clock_rng, skew_max_us, horizon),
                     paused_until: None,
-                    generation: 0,
-                    boots: 0,
+                    timer_generation: 0,
+                    boot: 0,
+                    rng: device_rng.fork(),
                 },
             );
         }
@@ -213,36 +402,51 @@ impl World {
                 seed: cfg.seed,
                 ..RunReport::default()
             },
+            clock_drift: timing.clock_drift,
             cfg,
             knobs,
-            rng,
-            net_rng,
-            now: 0,
+            nemesis_rng,
+            workload_rng,
+            policy_rng,
+            net,
+            skew_max_us,
+            now: START_US,
             seq: 0,
             queue: BTreeMap::new(),
             nodes,
-            fifo: BTreeMap::new(),
-            blocked: BTreeSet::new(),
-            partition_id: 0,
             faults_on: true,
             checker: Checker::default(),
             next_req: 0,
+            writes: BTreeMap::new(),
+            ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
-            hasher: 0xcbf2_9ce4_8422_2325,
+            hash: 0xcbf2_9ce4_8422_2325,
         };
+        if w.cfg.trace {
+            let line = format!("config {:?}", w.cfg);
+            w.trace(|| line);
+            let line = format!("knobs {:?}", w.knobs);
+            w.trace(|| line);
+            let clocks: Vec<String> = w
+                .nodes
+                .iter()
+                .map(|(d, n)| format!("{d} {:?}", n.clock))
+                .collect();
+            for c in clocks {
+                w.trace(|| format!("clock {c}"));
+            }
+        }
         let ids: Vec<DeviceId> = w.nodes.keys().copied().collect();
         for d in ids {
             w.boot(d);
         }
-        let knobs = format!("knobs {:?}", w.knobs);
-        w.trace(|| knobs);
-        let t = w.exp(w.knobs.nemesis_mean_us);
+        let t = w.exp_nemesis();
         w.schedule(t, Event::Nemesis);
-        let t = w.exp(w.knobs.write_mean_us);
+        let t = w.exp_workload();
         w.schedule(t, Event::Workload);
-        let t = w.exp(w.knobs.policy_mean_us);
+        let t = w.now + exp(&mut w.policy_rng, w.knobs.policy_mean_us);
         w.schedule(t, Event::Policy);
-        w.schedule(100_000, Event::Sample);
+        w.schedule(w.now + SAMPLE_US, Event::Sample);
         w
     }
 
@@ -251,16 +455,33 @@ impl World {
         &self.knobs
     }
 
+    fn since_start(&self) -> u64 {
+        self.now - START_US
+    }
+
     fn trace(&mut self, f: impl FnOnce() -> String) {
         if self.cfg.trace {
             let line = f();
-            let _ = writeln!(self.report.trace, "{:>12} {line}", self.now);
+            let t = self.since_start();
+            let _ = writeln!(
+                self.report.trace,
+                "{:>6}.{:06} {line}",
+                t / 1_000_000,
+                t % 1_000_000
+            );
         }
     }
 
-    fn exp(&mut self, mean: u64) -> u64 {
-        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        self.now + (-(1.0 - u).ln() * mean as f64) as u64 + 1
+    fn mix(&mut self, x: u64) {
+        self.hash = mix64(self.hash ^ x);
+    }
+
+    fn exp_nemesis(&mut self) -> u64 {
+        self.now + exp(&mut self.nemesis_rng, self.knobs.nemesis_mean_us)
+    }
+
+    fn exp_workload(&mut self) -> u64 {
+        self.now + exp(&mut self.workload_rng, self.knobs.write_mean_us)
     }
 
     fn schedule(&mut self, at: u64, ev: Event) {
@@ -268,72 +489,111 @@ impl World {
         self.queue.insert((at.max(self.now), self.seq), ev);
     }
 
+    fn running(&self, d: DeviceId) -> bool {
+        let n = &self.nodes[&d];
+        n.device.is_some() && n.paused_until.is_none()
+    }
+
+    fn down_count(&self) -> u64 {
+        self.nodes
+            .values()
+            .filter(|n| n.device.is_none() || n.paused_until.is_some())
+            .count() as u64
+    }
+
     fn boot(&mut self, d: DeviceId) {
         let now = self.now;
-        let seed = self.rng.next_u64();
         let node = self.nodes.get_mut(&d).expect("node");
-        node.boots += 1;
-        let local = node.local(now);
+        node.boot += 1;
+        node.paused_until = None;
+        let seed = node.rng.next_u64();
+        let local = node.clock.local(now);
         let (dev, out) = Device::new(node.cfg.clone(), node.disk.clone(), local, seed);
         node.device = Some(dev);
-        node.paused_until = None;
-        self.trace(|| format!("{d} boot"));
+        let boot = node.boot;
+        self.trace(|| format!("{d} boot #{boot}"));
+        self.mix(0xb007 ^ d.0);
         self.process(d, out);
     }
 
     fn crash(&mut self, d: DeviceId) {
         let node = self.nodes.get_mut(&d).expect("node");
-        if node.device.take().is_some() {
-            node.generation += 1;
+        if let Some(dev) = node.device.take() {
+            node.timer_generation += 1;
+            node.paused_until = None;
+            let memory = dev.persistent();
+            self.checker.persisted(d, &memory, &self.nodes[&d].disk);
             self.report.faults.crashes += 1;
             self.trace(|| format!("{d} crash"));
         }
     }
 
-    fn reachable(&self, from: DeviceId, to: DeviceId) -> bool {
-        !self.blocked.contains(&(from, to))
+    /// One input to a running device, then its outputs.
+    fn input(&mut self, d: DeviceId, input: Input) {
+        let node = self.nodes.get_mut(&d).expect("node");
+        let local = node.clock.local(self.now);
+        let Some(dev) = node.device.as_mut() else {
+            return;
+        };
+        let out = dev.handle(local, input);
+        self.process(d, out);
     }
 
-    /// Handle one device's outputs: persist, send, reply, observe (and check), timers.
+    /// Apply one device's outputs in order (persist to its disk, send, reply), then run
+    /// the checkers on its observations — after the whole batch, so they see what it made
+    /// durable — and on its manager roles, then re-arm its timer.
     fn process(&mut self, d: DeviceId, out: Vec<Output>) {
+        let mut observed = Vec::new();
         for o in out {
             match o {
-                Output::Persist(op) => {
-                    self.nodes.get_mut(&d).expect("node").disk.apply(&op);
-                }
+                Output::Persist(op) => self.nodes.get_mut(&d).expect("node").disk.apply(&op),
                 Output::Send { to, msg } => self.send(d, to, msg),
-                Output::Reply { req_id, result, .. } => {
-                    if let Err(ClientError::NotManager { hint: Some(h) }) = &result {
-                        // The client follows the hint once, to exercise redirects.
-                        if req_id % 2 == 0 {
-                            let store = StoreId((req_id / 2 % self.cfg.stores as u64) as u32);
-                            self.request(*h, store, req_id + 1);
-                        }
-                    }
-                }
+                Output::Reply { req_id, result, .. } => self.reply(d, req_id, result),
                 Output::SetTimer(_) => {}
-                Output::Observe(ob) => self.observe(d, ob),
+                Output::Observe(ob) => observed.push(ob),
+            }
+        }
+        for ob in observed {
+            self.observe(d, ob);
+        }
+        if let Some(dev) = self.nodes[&d].device.as_ref() {
+            for v in dev.manager_views() {
+                if v.state == MgrState::Manager {
+                    self.checker.manager_role(d, v.store, v.epoch);
+                }
             }
         }
         self.arm_timer(d);
     }
 
     fn arm_timer(&mut self, d: DeviceId) {
+        let skew = self.skew_max_us;
         let node = self.nodes.get_mut(&d).expect("node");
-        node.generation += 1;
-        let generation = node.generation;
-        let Some(dev) = node.device.as_ref() else { return };
-        if let Some(t) = dev.poll_timeout() {
-            let at = node.real_at(t).max(self.now + 1);
-            self.schedule(at, Event::Timer { device: d, generation });
-        }
+        node.timer_generation += 1;
+        let generation = node.timer_generation;
+        let Some(t) = node.device.as_ref().and_then(Device::poll_timeout) else {
+            return;
+        };
+        let at = node.clock.real_at(t, skew).max(self.now + 1);
+        self.schedule(
+            at,
+            Event::Timer {
+                device: d,
+                generation,
+            },
+        );
     }
 
     fn observe(&mut self, d: DeviceId, ob: Observation) {
-        self.trace(|| format!("{d} {ob:?}"));
-        let drift = tenure_core::Timing::default().clock_drift;
+        self.trace(|| format!("{d} observe {ob:?}"));
         match ob {
-            Observation::BecameManager { store, epoch, cause, .. } => {
+            Observation::BecameManager {
+                store,
+                epoch,
+                cause,
+                ..
+            } => {
+                self.mix(0x1000 ^ d.0 ^ (store.0 as u64) << 8 ^ epoch.0 << 32);
                 self.checker.became_manager(d, store, epoch);
                 match cause {
                     EpochCause::Regeneration => self.report.regenerations += 1,
@@ -342,80 +602,134 @@ impl World {
                 }
             }
             Observation::ChunkServed { chunk, epoch } => {
+                self.mix(0x2000 ^ chunk.serial << 8 ^ epoch.0 << 32);
                 let node = &self.nodes[&d];
                 let view = node.device.as_ref().and_then(|x| x.chunk_view(chunk));
-                let local = node.local(self.now);
-                self.checker.chunk_served(chunk, epoch, view, local, drift);
+                let local = node.clock.local(self.now);
+                self.checker
+                    .chunk_served(chunk, epoch, view, local, self.clock_drift);
             }
-            Observation::WriteAcked { store, key, version, .. } => {
+            Observation::WriteAcked {
+                store,
+                key,
+                version,
+                ..
+            } => {
+                self.mix(0x3000 ^ key << 8 ^ version.seq << 24 ^ version.epoch.0 << 48);
                 self.report.writes_acked += 1;
-                let chunks = self.nodes.values().filter_map(|n| n.device.as_ref()).flat_map(|dev| {
-                    dev.chunk_views().into_iter().filter_map(move |v| {
-                        dev.chunk_record(v.id).map(|r| (v.id, r.store, r.epoch, &r.data))
-                    })
-                });
-                let chunks: Vec<_> = chunks.collect();
-                self.checker.write_acked(store, key, version, chunks.into_iter());
+                let chunks = self.nodes.values().flat_map(|n| n.disk.chunks.values());
+                self.checker.write_acked(store, key, version, chunks);
             }
             Observation::ChunkCommitted { chunk, epoch } => {
-                if let Some(rec) = self.nodes[&d].device.as_ref().and_then(|x| x.chunk_record(chunk)) {
-                    let (store, data) = (rec.store, rec.data.clone());
-                    self.checker.chunk_committed(chunk, store, epoch, &data);
+                self.mix(0x4000 ^ chunk.serial << 8 ^ epoch.0 << 32);
+                if let Some(rec) = self.nodes[&d].disk.chunks.get(&chunk) {
+                    self.checker
+                        .chunk_committed(chunk, rec.store, epoch, &rec.data);
                 }
             }
-            _ => {}
+            Observation::ChunkCollected { chunk } => {
+                self.mix(0x5000 ^ chunk.serial);
+                self.checker.chunk_collected(chunk);
+            }
+            _ => self.mix(0x6000),
         }
     }
 
     fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
-        if !self.nodes.contains_key(&to) {
+        let msg = Box::new(msg);
+        let Some(boot) = self.nodes.get(&to).map(|n| n.boot) else {
             return;
-        }
-        if self.faults_on && self.net_rng.chance(self.knobs.loss) {
-            self.report.faults.lost += 1;
-            return;
-        }
-        let k = &self.knobs;
-        let lat = k.latency_min_us + self.net_rng.below(k.latency_max_us - k.latency_min_us + 1);
-        // FIFO per pair: never deliver before an earlier message on the same channel.
-        let last = self.fifo.get(&(from, to)).copied().unwrap_or(0);
-        let at = (self.now + lat).max(last);
-        self.fifo.insert((from, to), at);
-        let dup = self.faults_on && self.net_rng.chance(self.knobs.duplicate);
-        self.schedule(at, Event::Deliver { from, to, msg: msg.clone() });
-        if dup {
-            self.report.faults.duplicated += 1;
-            self.schedule(at, Event::Deliver { from, to, msg });
+        };
+        match self.net.send(self.now, from, to) {
+            Fate::Lost => self.report.faults.lost += 1,
+            Fate::Deliver(times) => {
+                if times.len() > 1 {
+                    self.report.faults.duplicated += 1;
+                }
+                for at in times {
+                    self.schedule(
+                        at,
+                        Event::Deliver {
+                            from,
+                            to,
+                            boot,
+                            msg: msg.clone(),
+                        },
+                    );
+                }
+            }
         }
     }
 
-    fn request(&mut self, via: DeviceId, store: StoreId, req_id: u64) {
-        let key = self.rng.below(64);
-        let value = self.rng.next_u64();
-        self.input(
-            via,
-            Input::Request {
-                client: ClientId(0),
-                req_id,
-                req: Request::Write { store, key, value },
+    // ---- clients ------------------------------------------------------------------
+
+    fn new_write(&mut self) {
+        self.next_req += 1;
+        let req = self.next_req;
+        let r = &mut self.workload_rng;
+        let store = StoreId(r.below(self.cfg.stores as u64) as u32);
+        let key = r.below(self.knobs.keys_per_store);
+        let via = DeviceId(1 + r.below(self.cfg.devices));
+        self.writes.insert(
+            req,
+            ClientWrite {
+                store,
+                key,
+                value: req,
+                attempt: 0,
             },
+        );
+        self.report.writes_issued += 1;
+        self.client_send(req, via);
+    }
+
+    /// Send (or resend) a write to `via`, with a client-side timeout.
+    fn client_send(&mut self, req: u64, via: DeviceId) {
+        let Some(w) = self.writes.get_mut(&req) else {
+            return;
+        };
+        w.attempt += 1;
+        let attempt = w.attempt;
+        let boot = self.nodes[&via].boot;
+        let lat = self.knobs.latency_min_us;
+        self.schedule(self.now + lat, Event::ClientArrive { req, to: via, boot });
+        self.schedule(
+            self.now + CLIENT_TIMEOUT_US,
+            Event::ClientTimeout { req, attempt },
         );
     }
 
-    fn input(&mut self, d: DeviceId, input: Input) {
-        let node = self.nodes.get_mut(&d).expect("node");
-        let local = node.local(self.now);
-        let Some(dev) = node.device.as_mut() else { return };
-        let out = dev.handle(local, input);
-        self.process(d, out);
+    fn client_retry(&mut self, req: u64, hint: Option<DeviceId>) {
+        let Some(w) = self.writes.get(&req) else {
+            return;
+        };
+        if w.attempt >= CLIENT_HOPS_MAX {
+            self.writes.remove(&req);
+            return;
+        }
+        let via = match hint {
+            Some(h) if self.nodes.contains_key(&h) => h,
+            _ => DeviceId(1 + self.workload_rng.below(self.cfg.devices)),
+        };
+        self.client_send(req, via);
     }
 
-    fn fingerprint(&mut self, a: u64, b: u64) {
-        for x in [a, b] {
-            self.hasher ^= x;
-            self.hasher = self.hasher.wrapping_mul(0x0100_0000_01b3);
+    fn reply(&mut self, d: DeviceId, req: u64, result: Result<Response, ClientError>) {
+        self.trace(|| format!("{d} reply req {req}: {result:?}"));
+        match result {
+            Ok(_) => {
+                self.writes.remove(&req);
+            }
+            Err(ClientError::NotManager { hint }) => self.client_retry(req, hint),
+            Err(ClientError::Unavailable { .. }) => self.client_retry(req, None),
+            // Unknown store, and the lock service's errors (not a write's): give up.
+            Err(_) => {
+                self.writes.remove(&req);
+            }
         }
     }
+
+    // ---- the event loop -----------------------------------------------------------
 
     /// Process one event. Returns false when the queue is empty.
     fn step(&mut self) -> bool {
@@ -423,53 +737,88 @@ impl World {
             return false;
         };
         self.now = at;
-        self.report.events += 1;
-        self.fingerprint(at, seq);
         // A paused device handles nothing until it resumes: defer its inputs, in order.
-        let target = match &ev {
-            Event::Deliver { to, .. } => Some(*to),
-            Event::Timer { device, .. } => Some(*device),
-            _ => None,
-        };
-        if let Some(t) = target
+        if let Some(t) = ev.target()
             && let Some(until) = self.nodes[&t].paused_until
             && until > self.now
         {
             self.queue.insert((until, seq), ev);
             return true;
         }
+        self.report.events += 1;
+        self.mix(at ^ ev.tag().rotate_left(17));
         match ev {
-            Event::Deliver { from, to, msg } => {
-                if self.reachable(from, to) && self.nodes[&to].device.is_some() {
+            Event::Deliver {
+                from,
+                to,
+                boot,
+                msg,
+            } => {
+                let node = &self.nodes[&to];
+                if node.boot != boot || node.device.is_none() {
+                    self.trace(|| format!("{from}->{to} dropped (receiver restarted or down)"));
+                } else if !self.net.open(from, to) {
+                    self.report.faults.lost += 1;
+                    self.trace(|| format!("{from}->{to} dropped (partition)"));
+                } else {
                     self.trace(|| format!("{from}->{to} {msg:?}"));
-                    self.input(to, Input::Message { from, msg });
+                    self.input(to, Input::Message { from, msg: *msg });
+                }
+            }
+            Event::ClientArrive { req, to, boot } => {
+                let node = &self.nodes[&to];
+                if node.boot == boot
+                    && node.device.is_some()
+                    && let Some(w) = self.writes.get(&req)
+                {
+                    let req_in = Request::Write {
+                        store: w.store,
+                        key: w.key,
+                        value: w.value,
+                    };
+                    self.trace(|| format!("client -> {to} req {req} {req_in:?}"));
+                    self.input(
+                        to,
+                        Input::Request {
+                            client: ClientId(1),
+                            req_id: req,
+                            req: req_in,
+                        },
+                    );
+                }
+            }
+            Event::ClientTimeout { req, attempt } => {
+                if self.writes.get(&req).is_some_and(|w| w.attempt == attempt) {
+                    self.client_retry(req, None);
+                }
+            }
+            Event::PolicyArrive { to, boot, cmd } => {
+                if self.nodes[&to].boot == boot {
+                    self.trace(|| format!("operator -> {to} {cmd:?}"));
+                    self.input(to, Input::Policy(cmd));
                 }
             }
             Event::Timer { device, generation } => {
-                if self.nodes[&device].generation == generation {
+                if self.nodes[&device].timer_generation == generation {
                     self.input(device, Input::Tick);
                 }
             }
             Event::Nemesis => {
                 if self.faults_on {
                     self.nemesis();
-                    let t = self.exp(self.knobs.nemesis_mean_us);
+                    let t = self.exp_nemesis();
                     self.schedule(t, Event::Nemesis);
                 }
             }
             Event::Workload => {
-                self.next_req += 2;
-                let req_id = self.next_req;
-                let store = StoreId((req_id / 2 % self.cfg.stores as u64) as u32);
-                let via = DeviceId(1 + self.rng.below(self.cfg.devices));
-                self.request(via, store, req_id);
-                let t = self.exp(self.knobs.write_mean_us);
+                self.new_write();
+                let t = self.exp_workload();
                 self.schedule(t, Event::Workload);
             }
             Event::Policy => {
                 if self.faults_on {
                     self.policy();
-                    let t = self.exp(self.knobs.policy_mean_us);
+                    let t = self.now + exp(&mut self.policy_rng, self.knobs.policy_mean_us);
                     self.schedule(t, Event::Policy);
                 }
             }
@@ -478,118 +827,173 @@ impl World {
                     self.boot(d);
                 }
             }
-            Event::Resume(d) => {
-                let node = self.nodes.get_mut(&d).expect("node");
-                if node.paused_until.is_some_and(|u| u <= self.now) {
-                    node.paused_until = None;
-                    self.trace(|| format!("{d} resume"));
-                    // Let it notice how much time passed.
-                    self.input(d, Input::Tick);
-                }
-            }
-            Event::EndPartition(id) => {
-                if id == self.partition_id {
-                    self.blocked.clear();
-                    self.trace(|| "heal".to_string());
+            Event::Resume(d) => self.resume(d),
+            Event::HealPartition(id) => {
+                if self.net.partition.as_ref().is_some_and(|p| p.id == id) {
+                    self.net.heal();
+                    self.trace(|| format!("partition #{id} ends"));
                 }
             }
             Event::Sample => {
                 self.sample();
-                self.schedule(self.now + 100_000, Event::Sample);
+                self.schedule(self.now + SAMPLE_US, Event::Sample);
             }
         }
         true
     }
 
+    fn resume(&mut self, d: DeviceId) {
+        let node = self.nodes.get_mut(&d).expect("node");
+        if node.paused_until.is_some_and(|u| u <= self.now) {
+            node.paused_until = None;
+            self.trace(|| format!("{d} resumes"));
+            // Let it notice how much time passed.
+            if self.nodes[&d].device.is_some() {
+                self.input(d, Input::Tick);
+            }
+        }
+    }
+
     fn nemesis(&mut self) {
-        let w = self.knobs.weights;
+        let w = self.knobs.nemesis_weights;
         let total: u32 = w.iter().sum();
-        let mut pick = self.rng.below(total as u64) as u32;
-        let mut action = 0;
-        while pick >= w[action] {
-            pick -= w[action];
-            action += 1;
+        if total == 0 {
+            return;
+        }
+        let mut pick = self.nemesis_rng.below(total as u64) as u32;
+        let mut i = 0;
+        while pick >= w[i] {
+            pick -= w[i];
+            i += 1;
         }
         let ids: Vec<DeviceId> = self.nodes.keys().copied().collect();
         let n = ids.len() as u64;
-        match action {
-            0 => {
-                // partition: isolate one device, or random halves; maybe one-way
-                let mut side: BTreeSet<DeviceId> = BTreeSet::new();
-                if self.rng.chance(0.5) {
-                    side.insert(ids[self.rng.below(n) as usize]);
+        let stable = self
+            .net
+            .partition
+            .as_ref()
+            .is_none_or(|p| self.now >= p.since_us + self.knobs.partition_stability_min_us);
+        match NEMESIS_ACTIONS[i] {
+            a @ (NemesisAction::PartitionHalves | NemesisAction::PartitionIsolate) => {
+                if !stable || n < 2 {
+                    return;
+                }
+                let (mode, count) = if a == NemesisAction::PartitionHalves {
+                    (
+                        PartitionMode::RandomHalves,
+                        &mut self.report.faults.partitions_halves,
+                    )
                 } else {
-                    for d in &ids {
-                        if self.rng.chance(0.5) {
-                            side.insert(*d);
-                        }
-                    }
-                }
-                let one_way = self.knobs.one_way && self.rng.chance(0.5);
-                self.blocked.clear();
-                for a in &ids {
-                    for b in &ids {
-                        if side.contains(a) != side.contains(b) && (!one_way || side.contains(a)) {
-                            self.blocked.insert((*a, *b));
-                        }
-                    }
-                }
-                self.partition_id += 1;
-                self.report.faults.partitions += 1;
+                    (
+                        PartitionMode::IsolateOne,
+                        &mut self.report.faults.partitions_isolate,
+                    )
+                };
+                *count += 1;
+                let one_way = self.nemesis_rng.chance(self.knobs.one_way_p);
                 if one_way {
                     self.report.faults.one_way += 1;
                 }
-                let id = self.partition_id;
-                let dur = self.knobs.partition_min_us + self.rng.below(4_000_000);
-                self.schedule(self.now + dur, Event::EndPartition(id));
-                self.trace(|| format!("partition {side:?} one_way={one_way}"));
+                let p = self
+                    .net
+                    .partition(&mut self.nemesis_rng, self.now, &ids, mode, one_way)
+                    .clone();
+                let dur = self.knobs.partition_stability_min_us
+                    + self.nemesis_rng.below(self.knobs.partition_max_us);
+                self.schedule(self.now + dur, Event::HealPartition(p.id));
+                self.trace(|| {
+                    format!(
+                        "partition #{} {mode:?} side {:?} one_way={one_way} for {dur}us",
+                        p.id, p.side
+                    )
+                });
             }
-            1 => {
-                let d = ids[self.rng.below(n) as usize];
-                self.crash(d);
-                let delay = 1 + self.rng.below(self.knobs.restart_max_us);
-                self.schedule(self.now + delay, Event::Restart(d));
-            }
-            2 => {
-                let d = ids[self.rng.below(n) as usize];
-                let dur = 1 + self.rng.below(self.knobs.pause_max_us);
-                let node = self.nodes.get_mut(&d).expect("node");
-                if node.device.is_some() && node.paused_until.is_none() {
-                    node.paused_until = Some(self.now + dur);
-                    self.report.faults.pauses += 1;
-                    self.schedule(self.now + dur, Event::Resume(d));
-                    self.trace(|| format!("{d} pause {dur}"));
+            NemesisAction::Heal => {
+                if stable && self.net.partition.is_some() {
+                    self.net.heal();
+                    self.report.faults.heals += 1;
+                    self.trace(|| "heal".to_string());
                 }
             }
-            _ => {
-                self.blocked.clear();
-                self.trace(|| "heal".to_string());
+            NemesisAction::Crash => {
+                let d = ids[self.nemesis_rng.below(n) as usize];
+                if self.nodes[&d].device.is_none()
+                    || (self.nodes[&d].paused_until.is_none()
+                        && self.down_count() >= self.knobs.down_max)
+                {
+                    return;
+                }
+                self.crash(d);
+                let delay = 1 + self.nemesis_rng.below(self.knobs.restart_max_us);
+                self.schedule(self.now + delay, Event::Restart(d));
+            }
+            NemesisAction::Pause => {
+                let d = ids[self.nemesis_rng.below(n) as usize];
+                if !self.running(d) || self.down_count() >= self.knobs.down_max {
+                    return;
+                }
+                let dur = 1 + self.nemesis_rng.below(self.knobs.pause_max_us);
+                self.nodes.get_mut(&d).expect("node").paused_until = Some(self.now + dur);
+                self.report.faults.pauses += 1;
+                self.schedule(self.now + dur, Event::Resume(d));
+                self.trace(|| format!("{d} pauses for {dur}us"));
             }
         }
     }
 
-    /// Outside-policy commands from an operator: migrate a store, or replace a chunk.
+    /// An operator's outside-policy command to a store's manager: migrate it to a random
+    /// device, replace one of its chunks with a new one on a random device, or relayout
+    /// (same chunks, or one fewer when it has more than the bootstrap replication).
     fn policy(&mut self) {
-        let store = StoreId(self.rng.below(self.cfg.stores as u64) as u32);
-        let Some((mgr, _)) = self.manager_of(store) else { return };
-        let target = DeviceId(1 + self.rng.below(self.cfg.devices));
-        let cmd = if self.rng.chance(0.5) {
-            PolicyCommand::Migrate { store, to: target }
-        } else {
-            let md = self.nodes[&mgr].device.as_ref().and_then(|d| d.manager_view(store));
-            let Some(md) = md else { return };
-            let chunks: Vec<_> = md.metadata.chunks.iter().copied().collect();
-            let old = chunks[self.rng.below(chunks.len() as u64) as usize];
-            PolicyCommand::ReplaceChunk { store, old, device: target }
+        let r = &mut self.policy_rng;
+        let store = StoreId(r.below(self.cfg.stores as u64) as u32);
+        let target = DeviceId(1 + r.below(self.cfg.devices));
+        let kind = r.below(3);
+        let pick = r.next_u64();
+        let Some((mgr, _)) = self.manager_of(store) else {
+            return;
         };
-        self.trace(|| format!("policy {mgr} {cmd:?}"));
-        self.input(mgr, Input::Policy(cmd));
+        let Some(view) = self.nodes[&mgr]
+            .device
+            .as_ref()
+            .and_then(|d| d.manager_view(store))
+        else {
+            return;
+        };
+        let chunks: Vec<_> = view.metadata.chunks.iter().copied().collect();
+        if chunks.is_empty() {
+            return;
+        }
+        let cmd = match kind {
+            0 => PolicyCommand::Migrate { store, to: target },
+            1 => PolicyCommand::ReplaceChunk {
+                store,
+                old: chunks[(pick % chunks.len() as u64) as usize],
+                device: target,
+            },
+            _ => {
+                let mut md: Metadata = view.metadata.clone();
+                if chunks.len() > self.cfg.replication {
+                    md.chunks
+                        .remove(&chunks[(pick % chunks.len() as u64) as usize]);
+                }
+                PolicyCommand::Relayout {
+                    store,
+                    metadata: md,
+                }
+            }
+        };
+        self.report.policy_commands += 1;
+        let boot = self.nodes[&mgr].boot;
+        let lat = self.knobs.latency_min_us;
+        self.schedule(self.now + lat, Event::PolicyArrive { to: mgr, boot, cmd });
     }
 
-    /// The device managing `store` with the highest epoch (Manager state), if any.
+    /// The running device in the `Manager` state for `store` with the highest epoch.
     pub fn manager_of(&self, store: StoreId) -> Option<(DeviceId, Epoch)> {
         self.nodes
             .iter()
+            .filter(|(id, _)| self.running(**id))
             .filter_map(|(id, n)| {
                 n.device
                     .as_ref()
@@ -600,120 +1004,203 @@ impl World {
             .max_by_key(|(_, e)| *e)
     }
 
-    /// Stores that have a working manager: in the manager state, at the newest epoch any
-    /// chunk holds, with a quorum of that epoch's chunks regularly leased to it.
-    fn managed(&self) -> BTreeSet<StoreId> {
-        let mut best: BTreeMap<StoreId, (Epoch, usize, usize)> = BTreeMap::new();
-        for n in self.nodes.values() {
-            let Some(d) = n.device.as_ref() else { continue };
-            if n.paused_until.is_some() {
+    /// Which stores have a working manager, and why the others do not: a running device
+    /// in the `Manager` state whose epoch is the highest epoch any running chunk of the
+    /// store holds, with a quorum of its layout in the regular-lease state for that epoch
+    /// under it.
+    pub fn managed(&self) -> BTreeMap<StoreId, Result<(), String>> {
+        // store → highest epoch among running chunks, and per chunk (state, epoch, mgr).
+        let mut top: BTreeMap<StoreId, Epoch> = BTreeMap::new();
+        let mut chunks = BTreeMap::new();
+        let mut managers: BTreeMap<StoreId, Vec<(DeviceId, Epoch, Metadata)>> = BTreeMap::new();
+        for (id, n) in &self.nodes {
+            if !self.running(*id) {
                 continue;
             }
-            for v in d.chunk_views() {
-                let e = best.entry(v.store).or_insert((v.epoch, 0, 0));
-                if v.epoch > e.0 {
-                    *e = (v.epoch, 0, 0);
-                }
-                if v.epoch == e.0 && v.state == ChunkState::RegularLease {
-                    e.1 += 1;
+            let dev = n.device.as_ref().expect("running");
+            for v in dev.chunk_views() {
+                let e = top.entry(v.store).or_default();
+                *e = (*e).max(v.epoch);
+                chunks.insert(v.id, (v.state, v.epoch, v.lease_mgr));
+            }
+            for m in dev.manager_views() {
+                if m.state == MgrState::Manager {
+                    managers
+                        .entry(m.store)
+                        .or_default()
+                        .push((*id, m.epoch, m.metadata));
                 }
             }
         }
-        let mut out = BTreeSet::new();
-        for (store, (epoch, serving, _)) in best {
-            if let Some((m, e)) = self.manager_of(store)
-                && e == epoch
-                && self.nodes[&m].paused_until.is_none()
+        let mut out = BTreeMap::new();
+        for s in 0..self.cfg.stores {
+            let store = StoreId(s);
+            let epoch = top.get(&store).copied().unwrap_or_default();
+            let verdict = match managers
+                .get(&store)
+                .and_then(|ms| ms.iter().find(|m| m.1 == epoch))
             {
-                let size = self.nodes[&m]
-                    .device
-                    .as_ref()
-                    .and_then(|d| d.manager_view(store))
-                    .map(|v| v.metadata.chunks.len())
-                    .unwrap_or(3);
-                if 2 * serving > size {
-                    out.insert(store);
+                None => Err(format!("no running device manages it at {epoch}")),
+                Some((mgr, _, md)) => {
+                    let leased = md
+                        .chunks
+                        .iter()
+                        .filter(|c| {
+                            chunks.get(*c).is_some_and(|(st, e, m)| {
+                                *st == ChunkState::RegularLease && *e == epoch && *m == Some(*mgr)
+                            })
+                        })
+                        .count();
+                    if 2 * leased > md.chunks.len() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{mgr} manages {epoch} but only {leased} of {} chunks are leased",
+                            md.chunks.len()
+                        ))
+                    }
                 }
-            }
+            };
+            out.insert(store, verdict);
         }
         out
     }
 
-    fn sample(&mut self) {
+    /// Failover accounting (and, in the liveness phase, convergence): returns whether
+    /// every store has a working manager.
+    fn sample(&mut self) -> bool {
+        let skews: Vec<i64> = self
+            .nodes
+            .values()
+            .map(|n| n.clock.skew_us(self.now))
+            .collect();
+        let spread = skews.iter().max().unwrap_or(&0) - skews.iter().min().unwrap_or(&0);
+        assert!(
+            spread.unsigned_abs() <= self.clock_drift.as_micros() as u64,
+            "simulator bug: clocks {spread}us apart, more than δ_c"
+        );
         let managed = self.managed();
-        for s in 0..self.cfg.stores {
-            let store = StoreId(s);
-            if managed.contains(&store) {
+        let mut all = true;
+        for (store, verdict) in managed {
+            if verdict.is_ok() {
+                self.ever_managed.insert(store);
                 if let Some(since) = self.unmanaged_since.remove(&store) {
                     self.report.max_failover_us = self.report.max_failover_us.max(self.now - since);
                 }
             } else {
-                self.unmanaged_since.entry(store).or_insert(self.now);
+                all = false;
+                if self.ever_managed.contains(&store) {
+                    self.unmanaged_since.entry(store).or_insert(self.now);
+                }
             }
         }
+        all
+    }
+
+    fn failed(&self) -> bool {
+        !self.checker.violations.is_empty()
     }
 
     /// Run both phases and return the report.
     pub fn run(mut self) -> RunReport {
         // Safety phase: faults on.
-        while self.queue.first_key_value().is_some_and(|((t, _), _)| *t <= self.cfg.safety_us) {
+        let safety_end = START_US + self.cfg.safety_us;
+        while self
+            .queue
+            .first_key_value()
+            .is_some_and(|((t, _), _)| *t <= safety_end)
+        {
             self.step();
-            if !self.checker.violations.is_empty() {
+            if self.failed() || self.report.events > EVENTS_MAX {
                 return self.finish();
             }
         }
         // Liveness phase: heal, restart, resume, faults off.
-        self.now = self.now.max(self.cfg.safety_us);
+        self.now = self.now.max(safety_end);
         self.faults_on = false;
-        self.blocked.clear();
-        self.trace(|| "liveness phase".to_string());
+        self.net.faults_on = false;
+        self.net.heal();
+        self.trace(|| "liveness phase: heal, restart, resume; faults off".to_string());
         let ids: Vec<DeviceId> = self.nodes.keys().copied().collect();
         for d in ids {
             if self.nodes[&d].device.is_none() {
                 self.boot(d);
             } else if self.nodes[&d].paused_until.is_some() {
                 self.nodes.get_mut(&d).expect("node").paused_until = Some(self.now);
-                self.schedule(self.now, Event::Resume(d));
+                self.resume(d);
             }
         }
         let start = self.now;
         let deadline = start + self.cfg.liveness_us;
-        let stores = self.cfg.stores as usize;
-        let mut converged = None;
-        while self.now < deadline {
-            if !self.step() {
+        while self.now < deadline && !self.failed() && self.report.events <= EVENTS_MAX {
+            let Some(((t, _), ev)) = self.queue.first_key_value() else {
                 break;
-            }
-            if !self.checker.violations.is_empty() {
-                return self.finish();
-            }
-            if self.now >= start + 1_000_000 && self.report.events % 64 == 0 && self.managed().len() == stores {
-                converged = Some(self.now - start);
-                break;
-            }
-        }
-        self.report.liveness_converged_us = converged;
-        if converged.is_none() {
-            let managed = self.managed();
-            for s in 0..self.cfg.stores {
-                if !managed.contains(&StoreId(s)) {
-                    self.checker.violations.push(Violation::NoManager { store: StoreId(s) });
+            };
+            let is_sample = matches!(ev, Event::Sample);
+            let t = *t;
+            if is_sample && t <= deadline {
+                self.queue.pop_first();
+                self.now = t;
+                self.report.events += 1;
+                if self.sample() {
+                    self.report.liveness_converged_us = Some(self.now - start);
+                    self.trace(|| "liveness: every store has a working manager".to_string());
+                    return self.finish();
                 }
+                self.schedule(self.now + SAMPLE_US, Event::Sample);
+                continue;
+            }
+            self.step();
+        }
+        if !self.failed() {
+            for (store, verdict) in self.managed() {
+                if let Err(why) = verdict {
+                    self.checker
+                        .violations
+                        .push(Violation::NoManager { store, why });
+                }
+            }
+            if self.report.events > EVENTS_MAX {
+                self.checker.violations.push(Violation::NoManager {
+                    store: StoreId(0),
+                    why: format!("event storm: more than {EVENTS_MAX} events"),
+                });
             }
         }
         self.finish()
     }
 
     fn finish(mut self) -> RunReport {
-        self.sample();
-        self.report.sim_us = self.now;
+        self.report.sim_us = self.since_start();
         self.report.violations = std::mem::take(&mut self.checker.violations);
-        self.report.fingerprint = self.hasher;
+        if let Some(v) = self.report.violations.first() {
+            self.report.failed_at_us = Some(self.now - START_US);
+            self.report.outcome = match v.kind() {
+                ViolationKind::Correctness => Outcome::Correctness,
+                ViolationKind::Liveness => Outcome::Liveness,
+            };
+            let vs: Vec<String> = self
+                .report
+                .violations
+                .iter()
+                .map(|v| v.to_string())
+                .collect();
+            for v in vs {
+                self.trace(|| format!("VIOLATION {v}"));
+            }
+        }
+        self.report.fingerprint = self.hash;
         self.report
     }
 }
 
-/// Run one seed.
+/// An exponentially distributed delay with mean `mean` (µs), at least 1.
+fn exp(rng: &mut Rng, mean: u64) -> u64 {
+    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    (-(1.0 - u).ln() * mean as f64) as u64 + 1
+}
+
+/// Run one seed. The configuration must be valid ([`SimConfig::validate`]).
 pub fn run(cfg: SimConfig) -> RunReport {
     World::new(cfg).run()
 }

@@ -6,6 +6,7 @@ mod bench;
 mod client_cmds;
 mod cluster;
 mod server_cmd;
+mod sim_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the deterministic simulator: replay one seed, or sweep many.
+    Sim(sim_cmd::SimArgs),
     /// Run one device (server process) from a TOML configuration.
     Server(server_cmd::ServerArgs),
     /// A local cluster of device processes on 127.0.0.1: up, down, status.
@@ -33,6 +36,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Sim(args) => sim_cmd::run(args),
         Command::Server(args) => server_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cluster(args) => cluster::run(args).map(|()| ExitCode::SUCCESS),
         Command::Write(args) => client_cmds::write(args).map(|()| ExitCode::SUCCESS),

@@ -1,0 +1,194 @@
+//! Per-device clocks (TigerBeetle's `testing/time.zig`: every replica has its own clock
+//! with a drift model, and the clock ticks on while the replica is down or paused).
+//!
+//! A device's local clock reads `real + offset + model(real)` microseconds, where `real`
+//! is the simulator's virtual real time. The skew `offset + model(real)` is kept within
+//! `±skew_max_us` for the whole run, with `skew_max_us = δ_c / 2`, so any two devices'
+//! clocks differ by at most `δ_c` — the bound the protocol is configured to trust (DESIGN
+//! §3: a device never trusts a lease past `expiry - δ_c`). Inside that bound the
+//! simulator is as unkind as it can be:
+//!
+//! - [`Drift::Linear`]: a constant rate error, sized so that it uses its share of the
+//!   bound exactly at the end of the run;
+//! - [`Drift::Periodic`]: a triangle wave (integer arithmetic only, so no platform
+//!   floating-point differences can break replay);
+//! - [`Drift::Step`]: the clock jumps forward once (an NTP correction), never backwards.
+//!
+//! Every model is monotonic non-decreasing: a protocol core may assume its `now` never
+//! goes back.
+
+use serde::Serialize;
+use tenure_core::Instant;
+use tenure_core::rng::Rng;
+
+/// How a clock's rate error behaves over time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Drift {
+    /// No rate error.
+    None,
+    /// `model(t) = t · ppm / 10⁶`.
+    Linear {
+        /// Parts per million, signed.
+        ppm: i64,
+    },
+    /// A triangle wave of amplitude `amplitude_us` and period `period_us`.
+    Periodic {
+        /// Peak deviation.
+        amplitude_us: i64,
+        /// Full period.
+        period_us: u64,
+        /// Phase shift.
+        phase_us: u64,
+    },
+    /// One forward jump of `jump_us` at real time `at_us`.
+    Step {
+        /// When.
+        at_us: u64,
+        /// How far.
+        jump_us: i64,
+    },
+}
+
+/// One device's clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Clock {
+    /// Constant offset from real time.
+    pub offset_us: i64,
+    /// Rate model.
+    pub drift: Drift,
+}
+
+impl Clock {
+    /// A perfect clock.
+    pub fn perfect() -> Clock {
+        Clock {
+            offset_us: 0,
+            drift: Drift::None,
+        }
+    }
+
+    /// Draw a clock whose skew stays within `±skew_max_us` over `horizon_us` of real time.
+    /// The offset takes up to half the bound and the drift model the other half.
+    pub fn draw(rng: &mut Rng, skew_max_us: u64, horizon_us: u64) -> Clock {
+        let half = (skew_max_us / 2) as i64;
+        let offset_us = rng.below(2 * half as u64 + 1) as i64 - half;
+        let drift = match rng.below(4) {
+            0 => Drift::None,
+            1 => {
+                // |ppm| · horizon / 10⁶ ≤ half.
+                let ppm_max = (half as u128 * 1_000_000 / horizon_us.max(1) as u128) as i64;
+                Drift::Linear {
+                    ppm: rng.below(2 * ppm_max as u64 + 1) as i64 - ppm_max,
+                }
+            }
+            2 => Drift::Periodic {
+                amplitude_us: rng.below(half as u64 + 1) as i64,
+                period_us: 1_000_000 + rng.below(20_000_000),
+                phase_us: rng.below(20_000_000),
+            },
+            _ => Drift::Step {
+                at_us: rng.below(horizon_us.max(1)),
+                // From the bottom of the band to at most its top.
+                jump_us: rng.below(half as u64 + 1) as i64,
+            },
+        };
+        let mut c = Clock { offset_us, drift };
+        if let Drift::Step { jump_us, .. } = c.drift {
+            // Start low enough that the jump stays in the band.
+            c.offset_us = c.offset_us.min(half - jump_us);
+        }
+        c
+    }
+
+    /// The model's contribution at real time `real`.
+    fn model(&self, real: u64) -> i64 {
+        match self.drift {
+            Drift::None => 0,
+            Drift::Linear { ppm } => (real as i128 * ppm as i128 / 1_000_000) as i64,
+            Drift::Periodic {
+                amplitude_us,
+                period_us,
+                phase_us,
+            } => {
+                // Triangle wave in [-a, a]: up for half a period, down for the other.
+                let p = period_us.max(2) as i128;
+                let x = ((real + phase_us) as i128) % p;
+                let a = amplitude_us as i128;
+                let half = p / 2;
+                let v = if x < half {
+                    -a + 2 * a * x / half
+                } else {
+                    a - 2 * a * (x - half) / (p - half)
+                };
+                v as i64
+            }
+            Drift::Step { at_us, jump_us } => {
+                if real >= at_us {
+                    jump_us
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// Skew from real time at `real` (local − real).
+    pub fn skew_us(&self, real: u64) -> i64 {
+        self.offset_us + self.model(real)
+    }
+
+    /// The local reading at real time `real`. The simulator starts real time at a base
+    /// well above any skew, so the reading never saturates at zero.
+    pub fn local(&self, real: u64) -> Instant {
+        Instant((real as i64 + self.skew_us(real)).max(0) as u64)
+    }
+
+    /// The earliest real time at which the local clock reads at least `local`
+    /// (binary search: every model is monotonic and its skew is bounded).
+    pub fn real_at(&self, local: Instant, skew_max_us: u64) -> u64 {
+        let l = local.0;
+        let mut lo = l.saturating_sub(skew_max_us + 2);
+        let mut hi = l + skew_max_us + 2;
+        while self.local(hi) < local {
+            hi += skew_max_us + 2; // only if the band was violated; keeps it total
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.local(mid) >= local {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // DESIGN §3: the clock-drift bound δ_c. Every drawn clock stays within ±δ_c/2 of real
+    // time (so two clocks within δ_c), is monotonic, and `real_at` inverts `local`.
+    #[test]
+    fn clocks_stay_in_band_and_are_monotonic() {
+        let skew = 25_000;
+        let horizon = 60_000_000;
+        let mut rng = Rng::new(7);
+        for _ in 0..200 {
+            let c = Clock::draw(&mut rng, skew, horizon);
+            let mut last = c.local(1_000_000);
+            for t in (1_000_000..horizon).step_by(99_991) {
+                assert!(c.skew_us(t).unsigned_abs() <= skew, "{c:?} at {t}");
+                let l = c.local(t);
+                assert!(l >= last, "{c:?} went back at {t}");
+                last = l;
+                let r = c.real_at(l, skew);
+                assert!(
+                    r <= t && c.local(r) >= l,
+                    "{c:?}: real_at({l:?}) = {r}, t = {t}"
+                );
+            }
+        }
+    }
+}

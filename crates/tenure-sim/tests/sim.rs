@@ -1,0 +1,142 @@
+//! Simulator sweeps (DESIGN §9–10): a bounded sweep of the real core under faults finds no
+//! violation; one seed replays exactly; and each planted bug is caught — which shows the
+//! nemesis creates partitions, pauses and lease expiries often enough for the checkers
+//! to bite. Runs are shortened (10 s of faults, at most 30 s to converge) to keep the
+//! sweep well under a minute in `--release` on two cores.
+
+use tenure_core::PlantedBugs;
+use tenure_core::rng::mix64;
+use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
+
+fn short(seed: u64) -> SimConfig {
+    let mut c = SimConfig::new(seed);
+    c.safety_us = 10_000_000;
+    c
+}
+
+/// Seeds swept by `bounded_sweep_finds_no_violation` (override with `SIM_SEEDS`).
+fn seeds() -> u64 {
+    std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
+// DESIGN §9 (invariants 1, 2, 4) and the liveness rule: no seed of a bounded sweep breaks
+// an invariant or fails to converge.
+#[test]
+fn bounded_sweep_finds_no_violation() {
+    let s = sweep(0, seeds(), 2, &short(0), 0, |_, _| {});
+    for f in &s.failures {
+        eprintln!("seed {} {:?}: {}", f.seed, f.outcome, f.message);
+    }
+    assert!(
+        s.regenerations > 0 && s.writes_acked > 0,
+        "the sweep exercised nothing: {s:?}"
+    );
+    assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
+    assert_eq!(
+        s.failures.len(),
+        0,
+        "failing seeds: {:?}",
+        s.failures.iter().map(|f| f.seed).collect::<Vec<_>>()
+    );
+}
+
+// DESIGN §10: `tenure sim --seed N` replays a run exactly — same trace, same fingerprint.
+#[test]
+fn same_seed_same_trace() {
+    let once = |seed| {
+        let mut c = short(seed);
+        c.trace = true;
+        let r = run(c);
+        let mut h = 0u64;
+        for b in r.trace.as_bytes().chunks(8) {
+            let mut w = [0u8; 8];
+            w[..b.len()].copy_from_slice(b);
+            h = mix64(h ^ u64::from_le_bytes(w));
+        }
+        (r.fingerprint, h, r.events, r.trace.len())
+    };
+    for seed in [1, 77] {
+        let a = once(seed);
+        assert_eq!(a, once(seed), "seed {seed} did not replay");
+        assert!(a.2 > 1000, "a run should do something");
+    }
+    assert_ne!(once(1).0, once(2).0, "different seeds, different runs");
+}
+
+/// Sweep seeds with a planted bug until a correctness violation; return it.
+fn first_violation(planted: PlantedBugs, limit: u64) -> Option<(u64, Violation)> {
+    let mut c = short(0);
+    c.planted = planted;
+    let s = sweep(0, limit, 2, &c, 1, |_, _| {});
+    s.failures
+        .into_iter()
+        .find(|f| f.outcome == Outcome::Correctness)
+        .map(|f| (f.seed, f.violation))
+}
+
+// DESIGN §9.1 planted bug: with a quorum predicate that accepts any non-empty set, two
+// sides of a partition each regenerate a manager; the checkers must see it.
+#[test]
+fn planted_broken_quorum_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            broken_quorum: true,
+            ..PlantedBugs::default()
+        },
+        200,
+    );
+    let (seed, v) = found.expect("broken quorum not caught within 200 seeds");
+    eprintln!("broken quorum caught at seed {seed}: {v}");
+    assert!(matches!(
+        v,
+        Violation::TwoManagers { .. }
+            | Violation::EpochNotIncreasing { .. }
+            | Violation::LostWrite { .. }
+    ));
+}
+
+// DESIGN §9.2 planted bug: chunks that serve whatever their lease state are caught as soon
+// as a stale manager's ACCEPT reaches a chunk whose lease expired or that moved epochs.
+#[test]
+fn planted_serve_without_lease_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            serve_without_lease: true,
+            ..PlantedBugs::default()
+        },
+        200,
+    );
+    let (seed, v) = found.expect("serving without a lease not caught within 200 seeds");
+    eprintln!("serve-without-lease caught at seed {seed}: {v}");
+    assert!(matches!(
+        v,
+        Violation::ServedWithoutLease { .. } | Violation::LostWrite { .. }
+    ));
+}
+
+// The liveness phase is a real check: with no time to converge a run fails as a
+// liveness failure, not a correctness one.
+#[test]
+fn liveness_failure_is_reported_as_such() {
+    let mut c = short(3);
+    c.liveness_us = 1_000_000;
+    c.safety_us = 3_000_000;
+    // Enough faults that one second after healing some store is still regenerating:
+    // try a few seeds and require the kind to be liveness whenever a run fails.
+    let mut saw = false;
+    for seed in 0..20 {
+        c.seed = seed;
+        let r = run(c.clone());
+        assert_ne!(
+            r.outcome,
+            Outcome::Correctness,
+            "seed {seed}: {:?}",
+            r.violations
+        );
+        saw |= r.outcome == Outcome::Liveness;
+    }
+    assert!(saw, "no run failed to converge within 1 s");
+}
