@@ -83,6 +83,15 @@ pub enum Error {
     /// The store does not exist.
     #[error("unknown store {0}")]
     UnknownStore(u32),
+    /// A `try` acquire found the lock held.
+    #[error("lock {0:?} is held")]
+    WouldBlock(String),
+    /// The session does not hold the lock.
+    #[error("lock {0:?} not held")]
+    NotHeld(String),
+    /// The request conflicts with the session's other requests.
+    #[error("rejected: {0}")]
+    Rejected(String),
     /// The server does not serve this operation yet.
     #[error("not implemented by the server: {0}")]
     Unimplemented(String),
@@ -126,6 +135,9 @@ impl Error {
             },
             Some(Kind::StaleToken(_)) => Error::StaleToken,
             Some(Kind::UnknownStore(u)) => Error::UnknownStore(u.store),
+            Some(Kind::WouldBlock(w)) => Error::WouldBlock(w.name),
+            Some(Kind::NotHeld(n)) => Error::NotHeld(n.name),
+            Some(Kind::Rejected(r)) => Error::Rejected(r.reason),
             None => Error::Malformed,
         }
     }

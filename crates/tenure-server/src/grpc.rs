@@ -81,6 +81,20 @@ impl Api {
                 Kind::Unavailable(proto::Unavailable { store: store.0 })
             }
             ClientError::UnknownStore(s) => Kind::UnknownStore(proto::UnknownStore { store: s.0 }),
+            ClientError::SessionExpired => {
+                Kind::SessionExpired(proto::SessionExpired { session: 0 })
+            }
+            ClientError::WouldBlock => Kind::WouldBlock(proto::WouldBlock::default()),
+            ClientError::Deadlock => Kind::Deadlock(proto::Deadlock::default()),
+            ClientError::Timeout => Kind::Timeout(proto::Timeout::default()),
+            ClientError::InvalidName(reason) => Kind::InvalidName(proto::InvalidName {
+                name: String::new(),
+                reason: reason.clone(),
+            }),
+            ClientError::NotHeld => Kind::NotHeld(proto::NotHeld::default()),
+            ClientError::Rejected(reason) => Kind::Rejected(proto::Rejected {
+                reason: reason.clone(),
+            }),
         };
         proto::Error {
             kind: Some(kind),
@@ -209,6 +223,13 @@ fn error_kind(e: &ClientError) -> &'static str {
         ClientError::NotManager { .. } => "not_manager",
         ClientError::Unavailable { .. } => "unavailable",
         ClientError::UnknownStore(_) => "unknown_store",
+        ClientError::SessionExpired => "session_expired",
+        ClientError::WouldBlock => "would_block",
+        ClientError::Deadlock => "deadlock",
+        ClientError::Timeout => "timeout",
+        ClientError::InvalidName(_) => "invalid_name",
+        ClientError::NotHeld => "not_held",
+        ClientError::Rejected(_) => "rejected",
     }
 }
 

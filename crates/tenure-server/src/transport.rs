@@ -309,7 +309,7 @@ impl PeerTask {
                 };
                 match wire::decode(&body) {
                     Ok(Frame::Msg { from, msg }) if from == peer => {
-                        if inbox.send((from, msg)).await.is_err() {
+                        if inbox.send((from, *msg)).await.is_err() {
                             return;
                         }
                     }
@@ -367,7 +367,11 @@ where
     S: futures::Sink<bytes::Bytes, Error = std::io::Error> + Unpin,
 {
     for msg in batch {
-        let body = wire::encode(&Frame::Msg { from: me, msg }).map_err(|e| e.to_string())?;
+        let body = wire::encode(&Frame::Msg {
+            from: me,
+            msg: Box::new(msg),
+        })
+        .map_err(|e| e.to_string())?;
         if body.len() > max {
             // Never send what the peer would reject: drop this message only.
             warn!(

@@ -28,8 +28,8 @@ pub enum Frame {
     Msg {
         /// Sender.
         from: DeviceId,
-        /// Message.
-        msg: Msg,
+        /// Message (boxed: messages are large; the encoding is the same as unboxed).
+        msg: Box<Msg>,
     },
 }
 
@@ -110,7 +110,7 @@ mod tests {
     fn protocol_message_round_trip() {
         let f = Frame::Msg {
             from: DeviceId(3),
-            msg: Msg::ToChunk {
+            msg: Box::new(Msg::ToChunk {
                 store: StoreId(7),
                 chunk: ChunkId {
                     device: DeviceId(2),
@@ -120,7 +120,7 @@ mod tests {
                     epoch: Epoch(4),
                     expiry: Instant(1_000_000),
                 },
-            },
+            }),
         };
         assert_eq!(decode(&encode(&f).unwrap()).unwrap(), f);
     }
