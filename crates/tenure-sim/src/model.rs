@@ -16,53 +16,64 @@
 //! the one device it touches: `Device::new` from the snapshot's chunk records, then the
 //! snapshot's `Chunk`s and `Manager` are put back in place through `chunk_mut` /
 //! `manager_mut`; the device handles one input; its new state is snapshotted again. The
-//! device's remaining private fields do not matter here: `heard` is read only by the
-//! outside policies (off), `last_timer` only decides whether a `SetTimer` is emitted
+//! device's remaining private fields do not change behaviour here: `heard` is read only
+//! by the outside policies (off), `last_timer` only decides whether a `SetTimer` is emitted
 //! (ignored: the model asks `poll_timeout`), `next_serial` is on the disk, and the random
-//! generator only picks which director a `help` goes to — which the model makes an
-//! explicit nondeterministic choice instead (below). A test
-//! (`rebuild_is_faithful` in `tests/model_check.rs`) runs the same schedule on
-//! long-lived devices and on rebuilt ones and compares every output.
+//! generator draws (a) the director a `help` goes to, which the model makes an explicit
+//! choice instead (below), and (b) transaction nonces (`tx`), for which the rebuilt
+//! device's generator is seeded from a digest of its snapshot and the clock, so nonces
+//! are a function of the state yet differ between the device's transactions. The test
+//! `rebuild_is_faithful` (`tests/model_check.rs`) runs random schedules on long-lived
+//! devices beside the rebuilt ones and compares every output, view and deadline
+//! (nonces paired up, help destinations aside).
 //!
 //! **Nondeterminism (the actions).**
-//! - `Deliver`: any in-flight message may be delivered next — the network is *unordered*
-//!   (no per-pair FIFO) with unbounded delay. A `help` is *anycast*: it may be delivered
-//!   to either live director, whichever the chunk's generator would have picked (this
-//!   over-approximates the chunk's choice, so every safety result covers every seed).
-//! - `Drop`: any in-flight message may be lost. Messages to a device that is down are
-//!   discarded (a crash resets its connections), including those in flight at the crash.
-//! - `Tick`: time is one global virtual clock (perfect clocks, so `δ_c` is slack). A
-//!   device whose `poll_timeout` is the earliest deadline of all live devices may fire:
-//!   the clock moves forward to that deadline (never back) and the device handles `Tick`.
-//!   Timers therefore fire in deadline order while messages may be delayed across any
-//!   number of them; time only takes the finitely many values deadlines produce.
-//! - `Crash` (volatile state lost, disk kept; at most [`ModelConfig::max_crashes`]),
-//!   `Restart` (boot from the disk: every chunk newly awake), and `Write` (a client write
-//!   at a director, at most [`ModelConfig::max_writes`]) so the access protocol runs.
+//! - `Deliver`: the network is *unordered* and *lossy*; every message sent is kept in
+//!   send order. Delivering the oldest deliverable message is free; delivering any other
+//!   (a reordering), dropping any message (`Drop`), or moving the clock on while a
+//!   deliverable message is in flight (a delay past a timer) is a *glitch*, and a path
+//!   may hold at most [`ModelConfig::max_glitches`] of them. This is delay-bounded search
+//!   (as in CHESS's preemption bounding): the fault-free schedule is cheap, so the depth
+//!   bound reaches whole regenerations, and every placement of the glitches along it is
+//!   explored. A `help` is *anycast*: it may go to either live director whatever the
+//!   chunk's generator picked (a free choice that over-approximates every seed), which is
+//!   where the two would-be managers contend. Messages to a device that is down, or
+//!   across the optional [`ModelConfig::partition`], are lost when sent; those in flight
+//!   to a device when it crashes are lost too (its connections reset).
+//! - `Advance`: time is one global virtual clock (perfect clocks, so `δ_c` is slack). The
+//!   clock moves forward (never back) to the earliest `poll_timeout` of the live devices
+//!   and every device due then handles `Tick`, in device order. Timers therefore fire in
+//!   deadline order and time takes only the finitely many values deadlines produce.
+//! - `Crash` (volatile state lost, disk kept; at most [`ModelConfig::max_crashes`], of
+//!   the devices in [`ModelConfig::crashable`]), `Restart` (boot from the disk: every
+//!   chunk newly awake, §4.2.5) and `Write` (a client write at the device managing the
+//!   store, at most [`ModelConfig::max_writes`]) so the access protocol runs.
 //!
 //! **State identity.** stateright needs `State: Clone + Debug + Hash`; the core's types
 //! are not `Hash`, so a state carries a 64-bit digest of the `Debug` rendering of
-//! everything in it (clock, every device's snapshot and disk, the in-flight multiset in a
-//! canonical order, the observation history the properties read, the fault budgets),
-//! computed once when the state is made; `Hash` and `Eq` use the digest. The maps in the
-//! core are `BTreeMap`s, so the rendering is deterministic.
+//! everything in it (clock, every device's snapshot and disk, the in-flight messages in
+//! send order, the observation history the properties read, the budgets used), computed
+//! once when the state is made (a device's part only when that device ran); `Hash` and
+//! `Eq` use the digest. The core's maps are `BTreeMap`s, so the rendering is
+//! deterministic.
 //!
 //! **Initial states.** [`Start::Bootstrap`]: every chunk has just booted (newly awake →
 //! no lease) with its `help` in flight, so the directors contend for epoch 2.
-//! [`Start::Managed`]: the state a deterministic fault-free run from bootstrap reaches
-//! once a director manages the store at epoch 2 with all three chunks regularly leased
+//! [`Start::Managed`]: the state the fault-free schedule from bootstrap reaches once a
+//! director manages the store at epoch 2 with all three chunks regularly leased
 //! (renewals, writes, crashes and regeneration to epoch 3 are explored from there).
 //!
 //! **Properties.** `always` at most one manager per (store, epoch) — from every
-//! `BecameManager` observed on the path and from the live manager roles; `always` epochs
-//! of successive `BecameManager`s strictly increase; `always` a chunk serves (emits
-//! `ChunkServed`) only in the regular-lease state, for its current epoch, with a lease
-//! still trusted (`now < expiry − δ_c`); `sometimes` a manager is regenerated (a
-//! `BecameManager` at an epoch > 2 after the first manager crashed) and `sometimes` a
-//! chunk serves a write, so neither `always` passes vacuously.
+//! `BecameManager` observed on the path and from the live manager roles; `always` the
+//! epochs of successive `BecameManager`s strictly increase; `always` a chunk serves
+//! (emits `ChunkServed`) only in the regular-lease state, for its current epoch, with a
+//! lease still trusted (`now < expiry − δ_c`). `sometimes` a store gets a manager,
+//! `sometimes` a manager is regenerated (a `BecameManager` at an epoch > 2 after the
+//! first manager crashed) and `sometimes` a chunk serves a write, so no `always` passes
+//! vacuously.
 //!
-//! **Bounds.** Depth (`target_max_depth`), crash and write budgets, and optionally a drop
-//! budget. See `tests/model_check.rs` for the bounds CI uses and the states they explore.
+//! **Bounds.** Depth (`target_max_depth`), the glitch, crash and write budgets. See
+//! `tests/model_check.rs` for the bounds CI uses and the states they explore.
 
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, BTreeSet};
@@ -131,6 +142,8 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// Small timing: leases of 10 ms renewed after 6 ms, message timeouts of 2 ms; the
     /// help loop (5 ms) is slower than a manager's acquire timeout so contention settles.
+    // The core's `Timing` grows new settings; those not listed keep their defaults.
+    #[allow(clippy::needless_update)]
     pub fn small_timing() -> Timing {
         let ms = Duration::from_millis;
         Timing {
@@ -147,6 +160,7 @@ impl ModelConfig {
             gather_rounds_max: 2,
             migrate_after: ms(1_000_000),
             liveness_window: ms(1_000_000),
+            ..Timing::default()
         }
     }
 }
@@ -178,7 +192,7 @@ pub enum Dest {
 /// A message in flight.
 #[derive(Clone, Debug)]
 pub struct Envelope {
-    /// Digest of the rest (the canonical order of the in-flight multiset).
+    /// Digest of the rest (hashed, in send order, into the state's digest).
     key: u64,
     /// Sender.
     pub from: DeviceId,
@@ -231,7 +245,7 @@ pub struct State {
     pub now: Instant,
     /// Devices 1..=5 (index = id − 1).
     pub devices: Vec<DeviceSnap>,
-    /// Messages in flight, in canonical order.
+    /// Messages in flight, in send order.
     pub net: Vec<Envelope>,
     /// Every `BecameManager` observed on the path: epoch → devices.
     pub became: BTreeMap<Epoch, BTreeSet<DeviceId>>,
@@ -538,7 +552,11 @@ impl PalladioModel {
             next_serial: snap.disk.next_serial,
             chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
         };
-        let (mut dev, _) = Device::new(self.cfg_of(d), disk, s.now, Self::seed(d));
+        // Transaction ids are nonces drawn from the device's generator: seeding it from the
+        // device's state and the clock keeps them a function of the state (as stateright
+        // needs) and distinct across the device's transactions.
+        let seed = tenure_core::rng::mix64(snap.digest ^ s.now.0.rotate_left(32));
+        let (mut dev, _) = Device::new(self.cfg_of(d), disk, s.now, seed);
         for c in &snap.chunks {
             *dev.chunk_mut(c.p.id).expect("chunk rebuilt") = c.clone();
         }
@@ -569,8 +587,9 @@ impl PalladioModel {
         let mut dev = self.rebuild(s, d);
         let before = s.devices[idx(d)].chunks.clone();
         let live_out = mirror.as_mut().map(|m| {
+            let input = m.translate(input.clone());
             let live = m.devs[idx(d)].as_mut().expect("mirror device up");
-            live.handle(s.now, input.clone())
+            live.handle(s.now, input)
         });
         let out = dev.handle(s.now, input);
         if let (Some(m), Some(lo)) = (mirror.as_mut(), live_out) {
@@ -819,6 +838,7 @@ impl PalladioModel {
                 devs: (0..N_DEVICES).map(|_| None).collect(),
                 err: None,
                 compared: 0,
+                tx_map: BTreeMap::new(),
             };
             // Long-lived twins of the initial devices: boot them where the model did, then
             // replay the state into them (their first inputs are compared from there on).
@@ -854,9 +874,88 @@ struct Mirror {
     devs: Vec<Option<Device>>,
     err: Option<String>,
     compared: usize,
+    /// Transaction nonces: the model's (rebuilt devices') → the long-lived devices'.
+    tx_map: BTreeMap<u64, u64>,
+}
+
+/// The transaction nonce a message carries, if any. (If the core adds a nonce to another
+/// message, the fidelity walk reports a divergence until it is listed here.)
+fn tx_of(msg: &mut Msg) -> Option<&mut u64> {
+    use tenure_core::msg::{MgrMsg, ToChunk};
+    match msg {
+        Msg::ToChunk {
+            msg:
+                ToChunk::EpochTransition { tx, .. }
+                | ToChunk::Commit { tx, .. }
+                | ToChunk::Abort { tx, .. },
+            ..
+        } => Some(tx),
+        Msg::ToManager {
+            msg: ToManager::Vote { tx, .. } | ToManager::VoteAbort { tx, .. },
+            ..
+        } => Some(tx),
+        Msg::Mgr {
+            msg:
+                MgrMsg::Handoff { tx, .. }
+                | MgrMsg::HandoffVote { tx, .. }
+                | MgrMsg::HandoffCommit { tx, .. }
+                | MgrMsg::HandoffAbort { tx, .. },
+            ..
+        } => Some(tx),
+        _ => None,
+    }
 }
 
 impl Mirror {
+    /// A message for a long-lived device, with the model's nonces replaced by its own.
+    fn translate(&self, input: Input) -> Input {
+        let Input::Message { from, mut msg } = input else {
+            return input;
+        };
+        if let Some(tx) = tx_of(&mut msg)
+            && let Some(live) = self.tx_map.get(tx)
+        {
+            *tx = *live;
+        }
+        Input::Message { from, msg }
+    }
+
+    /// Pair up the nonces of matching sends.
+    fn learn(&mut self, out: &[Output], live_out: &[Output]) {
+        let sends = |o: &[Output]| -> Vec<Msg> {
+            o.iter()
+                .filter_map(|o| match o {
+                    Output::Send { msg, .. } => Some(msg.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        for (mut a, mut b) in sends(out).into_iter().zip(sends(live_out)) {
+            if let (Some(x), Some(y)) = (tx_of(&mut a), tx_of(&mut b)) {
+                self.tx_map.entry(*x).or_insert(*y);
+            }
+        }
+    }
+
+    /// `tx: 123` → `tx: _` (nonces differ between the two worlds by construction).
+    fn blank_tx(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(i) = rest.find("tx: ") {
+            out.push_str(&rest[..i + 4]);
+            rest = &rest[i + 4..];
+            let digits = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            if digits > 0 {
+                out.push('_');
+                rest = &rest[digits..];
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
     fn normalize(out: &[Output]) -> Vec<String> {
         out.iter()
             .filter(|o| !matches!(o, Output::SetTimer(_)))
@@ -868,14 +967,15 @@ impl Mirror {
                             ..
                         },
                     ..
-                } => format!("help {m:?}"),
-                o => format!("{o:?}"),
+                } => Self::blank_tx(&format!("help {m:?}")),
+                o => Self::blank_tx(&format!("{o:?}")),
             })
             .collect()
     }
 
     fn compare(&mut self, d: DeviceId, rebuilt: &Device, out: &[Output], live_out: &[Output]) {
         self.compared += 1;
+        self.learn(out, live_out);
         let live = self.devs[idx(d)].as_ref().expect("mirror device up");
         let same = Self::normalize(out) == Self::normalize(live_out)
             && rebuilt.chunk_views() == live.chunk_views()
