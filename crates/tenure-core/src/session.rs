@@ -147,12 +147,13 @@ impl Liveness {
         self.expiring.remove(&id);
     }
 
-    /// Earliest deadline not yet handled.
+    /// The first instant at which a session not yet handled is past its deadline (a
+    /// session is alive *at* its deadline, and due just after it).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.deadline
             .iter()
             .filter(|(id, _)| !self.expiring.contains(id))
-            .map(|(_, d)| *d)
+            .map(|(_, d)| *d + Duration::from_micros(1))
             .min()
     }
 }

@@ -149,6 +149,21 @@ impl Cluster {
         req_id
     }
 
+    /// Submit any request through device `d` as client `client`; returns the request id.
+    pub fn request(&mut self, d: DeviceId, client: u64, req: Request) -> u64 {
+        self.next_req += 1;
+        let req_id = self.next_req;
+        self.input(
+            d,
+            Input::Request {
+                client: ClientId(client),
+                req_id,
+                req,
+            },
+        );
+        req_id
+    }
+
     /// Issue a policy command at device `d`.
     pub fn policy(&mut self, d: DeviceId, cmd: PolicyCommand) {
         self.input(d, Input::Policy(cmd));

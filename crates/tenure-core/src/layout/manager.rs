@@ -170,6 +170,8 @@ pub struct Manager {
     pub spec: Tables,
     /// Session liveness (volatile; rebuilt with a grace period by a new manager).
     pub liveness: Liveness,
+    /// When the lock table was last ticked.
+    pub lock_tick_at: Instant,
     /// Clients waiting for a queued acquire: (session, request) → reply address.
     pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
     /// The batch in flight.
@@ -215,6 +217,7 @@ impl Manager {
             spec: Tables::default(),
             liveness: Liveness::default(),
             waiters: BTreeMap::new(),
+            lock_tick_at: Instant(0),
             inflight: None,
             stable_since: Instant(0),
             entered_at: Instant(0),
@@ -1478,7 +1481,10 @@ impl Manager {
             };
             self.submit_op(ctx, op, Vec::new());
         }
-        if self.spec.locks.next_deadline().is_some_and(|t| t <= now) {
+        // At most one tick per instant: a deadline falling exactly on `now` is handled
+        // by the next tick, a microsecond later.
+        if self.spec.locks.next_deadline().is_some_and(|t| t <= now) && now > self.lock_tick_at {
+            self.lock_tick_at = now;
             let op = StoreOp::Lock {
                 op: LockOp::Tick,
                 at: now,
@@ -1507,7 +1513,13 @@ impl Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
             t = earliest(t, self.liveness.next_deadline());
-            t = earliest(t, self.spec.locks.next_deadline());
+            t = earliest(
+                t,
+                self.spec
+                    .locks
+                    .next_deadline()
+                    .map(|d| d.max(self.lock_tick_at + std::time::Duration::from_micros(1))),
+            );
         }
         t
     }
