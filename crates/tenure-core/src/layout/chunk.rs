@@ -514,6 +514,13 @@ impl Chunk {
     /// `done`: reconciliation input is ready. Initiate the commit protocol voting commit:
     /// the prepare is made durable, then the vote (carrying this chunk's state) is sent.
     pub fn done(&mut self, ctx: &mut Ctx<'_>) {
+        // §4.2.2 / §4.2.9: done is a transition of the reconciling states only.
+        if !matches!(
+            self.state,
+            ChunkState::Reconciling | ChunkState::RecoveryReconciling
+        ) {
+            return;
+        }
         let Some(log) = self.log.clone() else { return };
         // Remember the earlier vote: if this one aborts, that one may still have
         // committed somewhere.
