@@ -1323,3 +1323,76 @@ fn transition_wait_expiry_gives_up_on_coordinator_keeping_prepared() {
         assert_eq!(asked, vec![M, N]);
     }
 }
+
+#[test]
+fn epoch_transition_replay_of_finished_attempt_votes_abort() {
+    // seed 000 §4.2.1 regular lease: epoch transition. Tenure (`finished`): a replayed
+    // prepare of an attempt this chunk already saw committed or aborted is refused.
+    let mut env = Env::new(d(1));
+    let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
+    k.on_msg(
+        &mut env.ctx(T0),
+        M,
+        abort_msg(4, T0 + timing().abort_window),
+    );
+    assert_eq!(k.state, S::RegularLease);
+    env.take();
+    k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 4, M));
+    assert_eq!(k.state, S::RegularLease);
+    assert_eq!(to_mgrs(&env.take()), vec![(M, vote_abort(4))]);
+}
+
+#[test]
+fn aborted_later_vote_does_not_hide_an_earlier_vote() {
+    // seed 000 §4.2.7–§4.2.8 (epoch transition, abort tx, then §4.2.6 acquire). Tenure
+    // (`done` remembers the earlier vote): a chunk that voted for epoch 4 (outcome
+    // unknown), then for epoch 5, which aborted, still reports the vote for 4 in its ack,
+    // since 4 may have committed elsewhere.
+    let mut env = Env::new(d(1));
+    let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
+    k.p.prepared = Some(prepared(4, N));
+    k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 5, M));
+    assert_eq!(k.state, S::RecoveryTransition);
+    k.on_msg(
+        &mut env.ctx(T0),
+        M,
+        abort_msg(5, T0 + timing().abort_window),
+    );
+    assert_eq!(k.state, S::NoLease);
+    env.take();
+    let acquire = ToChunk::Acquire {
+        expiry: T0 + timing().lease,
+        mgr: N,
+        epoch: e(3),
+    };
+    k.on_msg(&mut env.ctx(T0), N, acquire);
+    assert_eq!(
+        to_mgrs(&env.take()),
+        vec![(
+            N,
+            ToManager::Ack {
+                epoch: e(3),
+                prepared: Some(prepared(4, N))
+            }
+        )]
+    );
+}
+
+#[test]
+fn done_outside_the_reconciling_states_is_ignored() {
+    // seed 000 §4.2.2 / §4.2.9: done is a row of the reconciling states only. In a
+    // transition state it must change nothing (it used to turn recovery transition into
+    // regular transition, so a later abort would have left a regular lease).
+    let mut env = Env::new(d(1));
+    for state in [S::RegularTransition, S::RecoveryTransition] {
+        let mut k = in_transition(&mut env, state, 3, M, tlog(4, layout(), M));
+        k.done(&mut env.ctx(T0));
+        assert_eq!(k.state, state);
+        assert!(env.take().is_empty(), "{state:?}");
+    }
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    k.log = Some(tlog(4, layout(), M));
+    k.done(&mut env.ctx(T0));
+    assert_eq!(k.state, S::RegularLease);
+    assert!(env.take().is_empty());
+}
