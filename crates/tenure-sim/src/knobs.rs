@@ -33,6 +33,8 @@ pub struct Knobs {
     pub partition_stability_min_us: u64,
     /// A partition heals by itself after at most this long (µs).
     pub partition_max_us: u64,
+    /// Probability that a crash strikes in the middle of an output batch.
+    pub torn_crash_p: f64,
     /// Restart delay bound after a crash (µs).
     pub restart_max_us: u64,
     /// Pause length bound (µs); pauses may outlast leases.
@@ -69,6 +71,7 @@ impl Knobs {
             one_way_p: if rng.chance(0.4) { 0.5 } else { 0.0 },
             partition_stability_min_us: 200_000 + rng.below(1_500_000),
             partition_max_us: 2_000_000 + rng.below(6_000_000),
+            torn_crash_p: [0.0, 0.5][rng.below(2) as usize],
             restart_max_us: 100_000 + rng.below(5_000_000),
             pause_max_us: 100_000 + rng.below(5_000_000),
             down_max: 1 + rng.below(devices.max(1)),

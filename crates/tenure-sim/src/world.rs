@@ -153,6 +153,9 @@ pub struct Faults {
     pub heals: u64,
     /// Crashes.
     pub crashes: u64,
+    /// Among them, crashes in the middle of an output batch (only a prefix of the
+    /// outputs of the device's last input happened).
+    pub torn_crashes: u64,
     /// Pauses.
     pub pauses: u64,
     /// Messages lost (random loss and partitions).
@@ -169,6 +172,7 @@ impl Faults {
         self.one_way += o.one_way;
         self.heals += o.heals;
         self.crashes += o.crashes;
+        self.torn_crashes += o.torn_crashes;
         self.pauses += o.pauses;
         self.lost += o.lost;
         self.duplicated += o.duplicated;
@@ -194,6 +198,10 @@ pub struct RunReport {
     pub seed: u64,
     /// How it ended.
     pub outcome: Outcome,
+    /// The knobs the seed chose.
+    pub knobs: Option<Knobs>,
+    /// Each device's clock.
+    pub clocks: BTreeMap<u64, Clock>,
     /// Simulated time (µs).
     pub sim_us: u64,
     /// Events processed.
@@ -328,6 +336,9 @@ struct Node {
     boot: u64,
     /// Seeds for the device's generator at each boot.
     rng: Rng,
+    /// A crash armed to strike in the middle of the device's next output batch, with the
+    /// restart delay to use.
+    torn_crash: Option<u64>,
 }
 
 struct ClientWrite {
@@ -394,12 +405,18 @@ impl World {
                     timer_generation: 0,
                     boot: 0,
                     rng: device_rng.fork(),
+                    torn_crash: None,
                 },
             );
         }
         let mut w = World {
             report: RunReport {
                 seed: cfg.seed,
+                knobs: Some(knobs.clone()),
+                clocks: nodes
+                    .iter()
+                    .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
+                    .collect(),
                 ..RunReport::default()
             },
             clock_drift: timing.clock_drift,
@@ -516,15 +533,20 @@ impl World {
         self.process(d, out);
     }
 
-    fn crash(&mut self, d: DeviceId) {
+    /// Crash a device between two inputs (`torn`: in the middle of an output batch, so
+    /// its memory may legitimately be ahead of its disk).
+    fn crash(&mut self, d: DeviceId, torn: bool) {
         let node = self.nodes.get_mut(&d).expect("node");
+        node.torn_crash = None;
         if let Some(dev) = node.device.take() {
             node.timer_generation += 1;
             node.paused_until = None;
-            let memory = dev.persistent();
-            self.checker.persisted(d, &memory, &self.nodes[&d].disk);
+            if !torn {
+                let memory = dev.persistent();
+                self.checker.persisted(d, &memory, &self.nodes[&d].disk);
+            }
             self.report.faults.crashes += 1;
-            self.trace(|| format!("{d} crash"));
+            self.trace(|| format!("{d} crash{}", if torn { " (mid-batch)" } else { "" }));
         }
     }
 
@@ -542,7 +564,18 @@ impl World {
     /// Apply one device's outputs in order (persist to its disk, send, reply), then run
     /// the checkers on its observations — after the whole batch, so they see what it made
     /// durable — and on its manager roles, then re-arm its timer.
-    fn process(&mut self, d: DeviceId, out: Vec<Output>) {
+    fn process(&mut self, d: DeviceId, mut out: Vec<Output>) {
+        // A torn crash: only a prefix of the batch happens (a `Persist` reached the disk
+        // or not, a message left or not), in order — the core promises nothing depends
+        // on a later output.
+        let torn = match self.nodes[&d].torn_crash {
+            Some(delay) if !out.is_empty() => {
+                let k = self.nemesis_rng.below(out.len() as u64 + 1) as usize;
+                out.truncate(k);
+                Some(delay)
+            }
+            _ => None,
+        };
         let mut observed = Vec::new();
         for o in out {
             match o {
@@ -555,6 +588,12 @@ impl World {
         }
         for ob in observed {
             self.observe(d, ob);
+        }
+        if let Some(delay) = torn {
+            self.report.faults.torn_crashes += 1;
+            self.crash(d, true);
+            self.schedule(self.now + delay, Event::Restart(d));
+            return;
         }
         if let Some(dev) = self.nodes[&d].device.as_ref() {
             for v in dev.manager_views() {
@@ -923,9 +962,14 @@ impl World {
                 {
                     return;
                 }
-                self.crash(d);
                 let delay = 1 + self.nemesis_rng.below(self.knobs.restart_max_us);
-                self.schedule(self.now + delay, Event::Restart(d));
+                if self.nemesis_rng.chance(self.knobs.torn_crash_p) {
+                    self.nodes.get_mut(&d).expect("node").torn_crash = Some(delay);
+                    self.trace(|| format!("{d} will crash in its next batch"));
+                } else {
+                    self.crash(d, false);
+                    self.schedule(self.now + delay, Event::Restart(d));
+                }
             }
             NemesisAction::Pause => {
                 let d = ids[self.nemesis_rng.below(n) as usize];
@@ -1123,6 +1167,7 @@ impl World {
         self.trace(|| "liveness phase: heal, restart, resume; faults off".to_string());
         let ids: Vec<DeviceId> = self.nodes.keys().copied().collect();
         for d in ids {
+            self.nodes.get_mut(&d).expect("node").torn_crash = None;
             if self.nodes[&d].device.is_none() {
                 self.boot(d);
             } else if self.nodes[&d].paused_until.is_some() {

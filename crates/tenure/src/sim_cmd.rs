@@ -162,6 +162,12 @@ fn print_run(r: &RunReport, wall_s: f64) {
         wall_s,
         r.events as f64 / wall_s.max(1e-9)
     );
+    if let Some(k) = &r.knobs {
+        println!("  knobs: {k:?}");
+    }
+    for (d, c) in &r.clocks {
+        println!("  clock d{d}: {c:?}");
+    }
     println!("  faults: {:?}", r.faults);
     println!(
         "  regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",
@@ -243,12 +249,13 @@ fn print_summary(s: &Summary, wall_s: f64) {
     );
     let f = &s.faults;
     println!(
-        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {}, pauses {}, messages lost {}, duplicated {}",
+        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}",
         f.partitions_halves,
         f.partitions_isolate,
         f.one_way,
         f.heals,
         f.crashes,
+        f.torn_crashes,
         f.pauses,
         f.lost,
         f.duplicated
