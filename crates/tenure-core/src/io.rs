@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 
 /// One input to a device.
 #[derive(Clone, Debug, PartialEq)]
+// Values are moved, not copied, once each; boxing the large variant would add an
+// allocation per message for no gain.
+#[allow(clippy::large_enum_variant)]
 pub enum Input {
     /// A message from another device (or from itself).
     Message {
@@ -247,6 +250,9 @@ pub enum ClientError {
 /// later `Send` or `Reply` of the same batch leaves the device.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use]
+// Values are moved, not copied, once each; boxing the large variant would add an
+// allocation per message for no gain.
+#[allow(clippy::large_enum_variant)]
 pub enum Output {
     /// Send a message.
     Send {

@@ -235,6 +235,9 @@ pub enum ToManager {
 
 /// Manager-to-manager messages of manager migration (seed 000 §5.3.1, §5.3.3–§5.3.7).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+// Values are moved, not copied, once each; boxing the large variant would add an
+// allocation per message for no gain.
+#[allow(clippy::large_enum_variant)]
 pub enum MgrMsg {
     /// `handoff(old epoch number, new metadata, failed chunks)`.
     Handoff {
