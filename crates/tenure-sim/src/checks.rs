@@ -153,8 +153,31 @@ pub struct Checker {
     acked: BTreeMap<StoreId, BTreeMap<u64, Version>>,
     /// The epoch each chunk last reached through a commit.
     committed: BTreeMap<ChunkId, Epoch>,
+    /// How many times each checker compared something (proof the checks are not
+    /// vacuous).
+    pub counts: CheckCounts,
     /// Violations found so far.
     pub violations: Vec<Violation>,
+}
+
+/// How often the checkers looked (a sweep that never compares is no evidence).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CheckCounts {
+    /// Manager announcements and manager roles checked (invariant 1).
+    pub manager_checks: u64,
+    /// Served operations checked against the chunk's lease (invariant 2).
+    pub served_checks: u64,
+    /// Acknowledged writes looked up in a later epoch's chunk (invariant 4).
+    pub write_checks: u64,
+}
+
+impl CheckCounts {
+    /// Add another run's counts.
+    pub fn add(&mut self, o: &CheckCounts) {
+        self.manager_checks += o.manager_checks;
+        self.served_checks += o.served_checks;
+        self.write_checks += o.write_checks;
+    }
 }
 
 impl Checker {
@@ -175,6 +198,7 @@ impl Checker {
 
     /// Invariant 1, from a manager view in the `Manager` state after an event.
     pub fn manager_role(&mut self, device: DeviceId, store: StoreId, epoch: Epoch) {
+        self.counts.manager_checks += 1;
         let first = *self.managers.entry((store, epoch)).or_insert(device);
         if first != device {
             let v = Violation::TwoManagers {
@@ -200,6 +224,7 @@ impl Checker {
         local_now: Instant,
         clock_drift: std::time::Duration,
     ) {
+        self.counts.served_checks += 1;
         let why = match view {
             None => Some("chunk does not exist".to_string()),
             Some(v) if v.state != ChunkState::RegularLease => Some(format!("state {:?}", v.state)),
@@ -298,6 +323,7 @@ impl Checker {
         epoch: Epoch,
         data: &StoreData,
     ) {
+        self.counts.write_checks += 1;
         let held = data.table.registers.entries.get(&key).map(|(v, _)| *v);
         if held.is_none_or(|h| h < version) {
             self.violations.push(Violation::LostWrite {

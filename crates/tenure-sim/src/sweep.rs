@@ -49,6 +49,8 @@ pub struct Summary {
     pub max_failover_us: u64,
     /// Longest liveness convergence (µs).
     pub max_liveness_us: u64,
+    /// How often each checker compared something.
+    pub checks: crate::checks::CheckCounts,
     /// Runs with a correctness violation.
     pub correctness_failures: u64,
     /// Runs with a liveness failure.
@@ -64,6 +66,7 @@ impl Summary {
         self.sim_us += r.sim_us;
         self.events += r.events;
         self.faults.add(&r.faults);
+        self.checks.add(&r.checks);
         self.regenerations += r.regenerations;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;

@@ -29,7 +29,7 @@
 //!   crashed devices restarted, paused ones resumed, faults and operator commands off —
 //!   in which every store must regain a working manager within `liveness_us`.
 
-use crate::checks::{Checker, Violation, ViolationKind};
+use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
 use crate::knobs::Knobs;
 use crate::net::{Fate, Network, PartitionMode};
@@ -224,6 +224,8 @@ pub struct RunReport {
     pub max_failover_us: u64,
     /// Time the liveness phase took to converge (µs).
     pub liveness_converged_us: Option<u64>,
+    /// How often each checker compared something.
+    pub checks: CheckCounts,
     /// Violations (empty on success).
     pub violations: Vec<Violation>,
     /// Simulated time of the first violation (µs since the start).
@@ -1218,6 +1220,7 @@ impl World {
     fn finish(mut self) -> RunReport {
         self.report.sim_us = self.since_start();
         self.report.violations = std::mem::take(&mut self.checker.violations);
+        self.report.checks = self.checker.counts.clone();
         if let Some(v) = self.report.violations.first() {
             self.report.failed_at_us = Some(self.now - START_US);
             self.report.outcome = match v.kind() {

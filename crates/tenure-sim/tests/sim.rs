@@ -34,6 +34,7 @@ fn bounded_sweep_finds_no_violation() {
         s.regenerations > 0 && s.writes_acked > 0,
         "the sweep exercised nothing: {s:?}"
     );
+    assert!(s.checks.served_checks > 0 && s.checks.write_checks > 0 && s.checks.manager_checks > 0);
     assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
     assert_eq!(
         s.failures.len(),

@@ -185,6 +185,7 @@ fn print_run(r: &RunReport, wall_s: f64) {
             .map(|u| format!("{:.3} s", secs(u)))
             .unwrap_or_else(|| "—".into())
     );
+    println!("  checks: {:?}", r.checks);
     for v in &r.violations {
         println!("  VIOLATION ({:?}): {v}", v.kind());
     }
@@ -273,6 +274,10 @@ fn print_summary(s: &Summary, wall_s: f64) {
         "max failover {:.3} s, max liveness convergence {:.3} s",
         secs(s.max_failover_us),
         secs(s.max_liveness_us)
+    );
+    println!(
+        "checks: {} manager, {} served-under-lease, {} acked-write-present",
+        s.checks.manager_checks, s.checks.served_checks, s.checks.write_checks
     );
     println!(
         "violations: {} correctness, {} liveness",
