@@ -23,13 +23,31 @@ use std::collections::BTreeMap;
 
 /// One device's protocol core.
 pub struct Device {
-    cfg: DeviceConfig,
+    env: Env,
     next_serial: u64,
     chunks: BTreeMap<ChunkId, Chunk>,
     managers: BTreeMap<StoreId, Manager>,
-    heard: BTreeMap<DeviceId, Instant>,
-    rng: Rng,
     last_timer: Option<Instant>,
+}
+
+/// What every handler's [`Ctx`] is made of, kept apart from the state machines so a
+/// context can be borrowed alongside them.
+struct Env {
+    cfg: DeviceConfig,
+    rng: Rng,
+    heard: BTreeMap<DeviceId, Instant>,
+}
+
+impl Env {
+    fn ctx<'a>(&'a mut self, now: Instant, out: &'a mut Vec<Output>) -> Ctx<'a> {
+        Ctx {
+            now,
+            cfg: &self.cfg,
+            rng: &mut self.rng,
+            out,
+            heard: &self.heard,
+        }
+    }
 }
 
 impl Device {
@@ -44,11 +62,13 @@ impl Device {
     ) -> (Device, Vec<Output>) {
         let mut dev = Device {
             next_serial: disk.next_serial,
-            cfg,
+            env: Env {
+                cfg,
+                rng: Rng::new(rng_seed),
+                heard: BTreeMap::new(),
+            },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
-            heard: BTreeMap::new(),
-            rng: Rng::new(rng_seed),
             last_timer: None,
         };
         let mut out = Vec::new();
@@ -59,7 +79,7 @@ impl Device {
         for p in records {
             let id = p.id;
             let chunk = {
-                let mut ctx = dev.ctx_parts(now, &mut out);
+                let mut ctx = dev.env.ctx(now, &mut out);
                 Chunk::boot(&mut ctx, p)
             };
             dev.chunks.insert(id, chunk);
@@ -69,11 +89,11 @@ impl Device {
     }
 
     fn bootstrap(&mut self, out: &mut Vec<Output>) -> Vec<ChunkPersist> {
-        let cluster = &self.cfg.cluster;
+        let cluster = &self.env.cfg.cluster;
         let mut records = Vec::new();
         for store in cluster.store_ids() {
             let chunks = cluster.bootstrap_chunks(store);
-            if let Some(id) = chunks.iter().find(|c| c.device == self.cfg.id).copied() {
+            if let Some(id) = chunks.iter().find(|c| c.device == self.env.cfg.id).copied() {
                 let p = ChunkPersist {
                     id,
                     store,
@@ -93,16 +113,6 @@ impl Device {
         records
     }
 
-    fn ctx_parts<'a>(&'a mut self, now: Instant, out: &'a mut Vec<Output>) -> Ctx<'a> {
-        Ctx {
-            now,
-            cfg: &self.cfg,
-            rng: &mut self.rng,
-            out,
-            heard: &self.heard,
-        }
-    }
-
     /// Handle one input at local time `now`; returns the outputs in order.
     pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
@@ -114,7 +124,7 @@ impl Device {
         }
         match input {
             Input::Message { from, msg } => {
-                self.heard.insert(from, now);
+                self.env.heard.insert(from, now);
                 self.on_message(now, from, msg, &mut out);
             }
             Input::Tick => self.on_tick(now, &mut out),
@@ -124,27 +134,15 @@ impl Device {
                 req,
             } => {
                 let store = req.store();
-                if store.0 >= self.cfg.cluster.stores {
+                if store.0 >= self.env.cfg.cluster.stores {
                     out.push(Output::Reply {
                         client,
                         req_id,
                         result: Err(ClientError::UnknownStore(store)),
                     });
                 } else {
-                    let Device {
-                        cfg,
-                        rng,
-                        heard,
-                        managers,
-                        ..
-                    } = self;
-                    let mut ctx = Ctx {
-                        now,
-                        cfg,
-                        rng,
-                        out: &mut out,
-                        heard,
-                    };
+                    let Device { env, managers, .. } = self;
+                    let mut ctx = env.ctx(now, &mut out);
                     managers
                         .entry(store)
                         .or_insert_with(|| Manager::new(store))
@@ -169,21 +167,13 @@ impl Device {
 
     fn on_message(&mut self, now: Instant, from: DeviceId, msg: Msg, out: &mut Vec<Output>) {
         let Device {
-            cfg,
-            rng,
-            heard,
+            env,
             managers,
             chunks,
             next_serial,
             ..
         } = self;
-        let mut ctx = Ctx {
-            now,
-            cfg,
-            rng,
-            out,
-            heard,
-        };
+        let mut ctx = env.ctx(now, out);
         match msg {
             Msg::ToChunk { store, chunk, msg } => match chunks.get_mut(&chunk) {
                 Some(c) if chunk.device == ctx.me() => c.on_msg(&mut ctx, from, msg),
@@ -249,20 +239,8 @@ impl Device {
     }
 
     fn on_policy(&mut self, now: Instant, cmd: PolicyCommand, out: &mut Vec<Output>) {
-        let Device {
-            cfg,
-            rng,
-            heard,
-            managers,
-            ..
-        } = self;
-        let mut ctx = Ctx {
-            now,
-            cfg,
-            rng,
-            out,
-            heard,
-        };
+        let Device { env, managers, .. } = self;
+        let mut ctx = env.ctx(now, out);
         match cmd {
             PolicyCommand::Migrate { store, to } => {
                 if let Some(m) = managers.get_mut(&store) {
@@ -288,22 +266,14 @@ impl Device {
     }
 
     fn on_tick(&mut self, now: Instant, out: &mut Vec<Output>) {
-        let drift = self.cfg.timing.clock_drift;
+        let drift = self.env.cfg.timing.clock_drift;
         let Device {
-            cfg,
-            rng,
-            heard,
+            env,
             managers,
             chunks,
             ..
         } = self;
-        let mut ctx = Ctx {
-            now,
-            cfg,
-            rng,
-            out,
-            heard,
-        };
+        let mut ctx = env.ctx(now, out);
         for c in chunks.values_mut() {
             if c.next_timeout(drift).is_some_and(|t| t <= now) {
                 c.on_tick(&mut ctx);
@@ -328,7 +298,7 @@ impl Device {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let drift = self.cfg.timing.clock_drift;
+        let drift = self.env.cfg.timing.clock_drift;
         let c = self
             .chunks
             .values()
@@ -344,12 +314,12 @@ impl Device {
 
     /// This device.
     pub fn id(&self) -> DeviceId {
-        self.cfg.id
+        self.env.cfg.id
     }
 
     /// Configuration.
     pub fn config(&self) -> &DeviceConfig {
-        &self.cfg
+        &self.env.cfg
     }
 
     /// Current persistent state (what a crash keeps).

@@ -236,6 +236,16 @@ impl Chunk {
         }
     }
 
+    /// §4.2.7: already held under a recovery lease by another manager (or epoch).
+    fn nack_recovery(&self, ctx: &mut Ctx<'_>, to: DeviceId) {
+        let msg = ToManager::Nack {
+            epoch: self.p.epoch,
+            mgr: self.lease_mgr,
+            lease: LeaseType::Recovery,
+        };
+        self.to_mgr(ctx, to, msg);
+    }
+
     fn send_ack(&mut self, ctx: &mut Ctx<'_>, mgr: DeviceId, epoch: Epoch) {
         let prepared = self.highest_prepared();
         let msg = if epoch == self.p.epoch {
@@ -401,12 +411,7 @@ impl Chunk {
             // §4.2.7 recovery lease: acquire by another manager → nack
             (S::RecoveryLease, ToChunk::Acquire { mgr, epoch, .. }) => {
                 if Some(mgr) != self.lease_mgr {
-                    let msg = ToManager::Nack {
-                        epoch: self.p.epoch,
-                        mgr: self.lease_mgr,
-                        lease: LeaseType::Recovery,
-                    };
-                    self.to_mgr(ctx, from, msg);
+                    self.nack_recovery(ctx, from);
                 } else {
                     // Tenure: the same manager re-acquiring (it lost our ack, moved its
                     // recovery forward, or gave up and started over) gets it again.
@@ -424,12 +429,7 @@ impl Chunk {
                 },
             ) => {
                 if epoch != self.lease_epoch {
-                    let msg = ToManager::Nack {
-                        epoch: self.p.epoch,
-                        mgr: self.lease_mgr,
-                        lease: LeaseType::Recovery,
-                    };
-                    self.to_mgr(ctx, from, msg);
+                    self.nack_recovery(ctx, from);
                 } else {
                     if let Some(old) = self.lease_mgr.filter(|m| *m != new_mgr) {
                         self.to_mgr(
