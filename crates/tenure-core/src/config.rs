@@ -73,6 +73,12 @@ pub struct PlantedBugs {
     pub broken_quorum: bool,
     /// A chunk applies operations whatever its lease state.
     pub serve_without_lease: bool,
+    /// The lock table grants without checking conflicting holders or waiters.
+    pub skip_conflict_check: bool,
+    /// The manager answers a SafeTalk batch after the first ACCEPTED instead of all.
+    pub confirm_before_all_accepted: bool,
+    /// A new manager gives sessions no grace: every session expires at takeover.
+    pub expire_without_grace: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.

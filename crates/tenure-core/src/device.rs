@@ -357,6 +357,15 @@ impl Device {
             .collect()
     }
 
+    /// The confirmed tables of a store this device manages (checkers look for lost
+    /// operations right after a takeover).
+    pub fn managed_tables(&self, store: StoreId) -> Option<&crate::data::Tables> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| &m.data.table)
+    }
+
     /// A chunk's persistent record (checkers compare stored data).
     pub fn chunk_record(&self, id: ChunkId) -> Option<&ChunkPersist> {
         self.chunks.get(&id).map(|c| &c.p)

@@ -388,6 +388,26 @@ pub enum Observation {
         /// Value.
         value: u64,
     },
+    /// A manager decided to end a session (expiry or close) and sequenced the change
+    /// that releases its locks; emitted before the change leaves the device.
+    SessionEnding {
+        /// Store.
+        store: StoreId,
+        /// Session.
+        session: SessionId,
+        /// Expired (true) or closed by its client.
+        expired: bool,
+        /// Names of the locks the change releases.
+        released: Vec<String>,
+    },
+    /// The session end announced by `SessionEnding` is durable on every live chunk and
+    /// applied at the manager.
+    SessionEnded {
+        /// Store.
+        store: StoreId,
+        /// Session.
+        session: SessionId,
+    },
     /// A manager marked a chunk failed (reported to the outside policy).
     ChunkFailed {
         /// Store.

@@ -97,6 +97,14 @@ impl Liveness {
         }
     }
 
+    /// Planted bug (tests only): every session is due now, as if the new manager gave no
+    /// grace and no TTL.
+    pub fn plant_no_grace(&mut self, now: Instant) {
+        for d in self.deadline.values_mut() {
+            *d = now;
+        }
+    }
+
     /// A session was opened (its open was applied).
     pub fn opened(&mut self, id: SessionId, ttl: Duration, now: Instant) {
         self.deadline.insert(id, now + ttl);

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use tenure_core::data::{StoreData, Version};
 use tenure_core::io::{ChunkPersist, DevicePersist};
 use tenure_core::layout::{ChunkState, ChunkView};
+use tenure_core::lockctl::{FencingToken, SessionId};
 use tenure_core::{ChunkId, DeviceId, Epoch, Instant, StoreId};
 
 /// Whether a violation is of safety (a correctness failure) or of liveness.
@@ -73,6 +74,78 @@ pub enum Violation {
         /// First differing chunk, if the chunks differ.
         chunk: Option<ChunkId>,
     },
+    /// Invariant 3: two sessions believed they held conflicting locks at one instant.
+    MutualExclusion {
+        /// The lock.
+        name: String,
+        /// The earlier holder.
+        first: SessionId,
+        /// Its token.
+        first_token: FencingToken,
+        /// Since when it held (µs).
+        first_since_us: u64,
+        /// The later holder.
+        second: SessionId,
+        /// Its token.
+        second_token: FencingToken,
+        /// When the later grant reached its client (µs).
+        at_us: u64,
+    },
+    /// Invariant 3: fencing tokens of a lock did not strictly increase.
+    FencingOrder {
+        /// The lock.
+        name: String,
+        /// Token of the grant answered first.
+        earlier: FencingToken,
+        /// Token of the later grant.
+        later: FencingToken,
+        /// When (µs).
+        at_us: u64,
+    },
+    /// Invariant 4: a new manager lacks a grant a client still believes it holds.
+    LostGrant {
+        /// Store.
+        store: StoreId,
+        /// The new manager.
+        manager: DeviceId,
+        /// The lock.
+        name: String,
+        /// Holder.
+        session: SessionId,
+        /// Token.
+        token: FencingToken,
+        /// When (µs).
+        at_us: u64,
+    },
+    /// Invariant 4: a new manager still holds a grant whose release was acknowledged.
+    LostRelease {
+        /// Store.
+        store: StoreId,
+        /// The new manager.
+        manager: DeviceId,
+        /// The lock.
+        name: String,
+        /// Holder.
+        session: SessionId,
+        /// Token.
+        token: FencingToken,
+        /// When (µs).
+        at_us: u64,
+    },
+    /// Invariant 5: the lock history is not linearizable.
+    NotLinearizable {
+        /// The lock whose history failed.
+        name: String,
+        /// The counterexample.
+        description: String,
+    },
+    /// Liveness: a lock client got no answer from a manager after faults stopped.
+    ClientStuck {
+        /// The client.
+        client: u64,
+        /// What it was waiting for.
+        why: String,
+    },
     /// Liveness: a store had no working manager at the end of the liveness phase.
     NoManager {
         /// Store.
@@ -86,7 +159,7 @@ impl Violation {
     /// Safety or liveness.
     pub fn kind(&self) -> ViolationKind {
         match self {
-            Violation::NoManager { .. } => ViolationKind::Liveness,
+            Violation::NoManager { .. } | Violation::ClientStuck { .. } => ViolationKind::Liveness,
             _ => ViolationKind::Correctness,
         }
     }
@@ -130,6 +203,61 @@ impl std::fmt::Display for Violation {
                 write!(
                     f,
                     "{device}: volatile persistent state not on disk (chunk {chunk:?})"
+                )
+            }
+            Violation::MutualExclusion {
+                name,
+                first,
+                first_token,
+                first_since_us,
+                second,
+                second_token,
+                at_us,
+            } => write!(
+                f,
+                "{name}: {second:?} ({second_token:?}) granted at {at_us}us while {first:?} ({first_token:?}) held it since {first_since_us}us"
+            ),
+            Violation::FencingOrder {
+                name,
+                earlier,
+                later,
+                at_us,
+            } => write!(
+                f,
+                "{name}: token {later:?} at {at_us}us is not above {earlier:?} of an earlier grant"
+            ),
+            Violation::LostGrant {
+                store,
+                manager,
+                name,
+                session,
+                token,
+                at_us,
+            } => write!(
+                f,
+                "{store}: new manager {manager} at {at_us}us lost the grant of {name} to {session:?} ({token:?})"
+            ),
+            Violation::LostRelease {
+                store,
+                manager,
+                name,
+                session,
+                token,
+                at_us,
+            } => write!(
+                f,
+                "{store}: new manager {manager} at {at_us}us still has {name} held by {session:?} ({token:?}) after its release was acknowledged"
+            ),
+            Violation::NotLinearizable { name, description } => {
+                write!(
+                    f,
+                    "lock history of {name} is not linearizable: {description}"
+                )
+            }
+            Violation::ClientStuck { client, why } => {
+                write!(
+                    f,
+                    "lock client {client} got no answer after faults stopped: {why}"
                 )
             }
             Violation::NoManager { store, why } => {

@@ -81,3 +81,54 @@ impl Knobs {
         }
     }
 }
+
+/// The lock workload of one run: clients with sessions acquiring, holding, releasing,
+/// querying, closing, pausing past their TTL and crashing.
+#[derive(Clone, Debug, Serialize)]
+pub struct LockKnobs {
+    /// Lock clients.
+    pub clients: usize,
+    /// The stores they use (few, so that they contend).
+    pub stores_used: u32,
+    /// Lock names per store.
+    pub names_per_store: usize,
+    /// Mean think time between a client's operations (µs).
+    pub think_mean_us: u64,
+    /// Mean time a client holds a lock before releasing it (µs).
+    pub hold_mean_us: u64,
+    /// Session TTLs clients ask for (ms), one per client in turn.
+    pub ttl_ms: u64,
+    /// Probability an acquire is a `try`.
+    pub try_p: f64,
+    /// Probability an acquire is shared.
+    pub shared_p: f64,
+    /// Probability an action is a holders query.
+    pub holders_p: f64,
+    /// Probability an action closes the session.
+    pub close_p: f64,
+    /// Probability, per action in the safety phase, that the client pauses (up to three
+    /// TTLs, so past its deadline).
+    pub pause_p: f64,
+    /// Probability, per action in the safety phase, that the client crashes.
+    pub crash_p: f64,
+}
+
+impl LockKnobs {
+    /// Draw the lock workload from its own generator.
+    pub fn draw(rng: &mut Rng, stores: u32) -> LockKnobs {
+        LockKnobs {
+            clients: 2 + rng.below(7) as usize,
+            stores_used: 1 + rng.below(3.min(stores as u64)) as u32,
+            names_per_store: 1 + rng.below(3) as usize,
+            think_mean_us: 10_000 + rng.below(300_000),
+            hold_mean_us: 10_000 + rng.below(1_000_000),
+            ttl_ms: [1_000, 2_000, 4_000][rng.below(3) as usize],
+            try_p: [0.1, 0.5][rng.below(2) as usize],
+            shared_p: [0.0, 0.2, 0.5][rng.below(3) as usize],
+            holders_p: 0.1 + 0.1 * rng.below(2) as f64,
+            close_p: [0.0, 0.02][rng.below(2) as usize],
+            pause_p: [0.0, 0.01, 0.03][rng.below(3) as usize],
+            crash_p: [0.0, 0.005, 0.02][rng.below(3) as usize],
+        }
+    }
+}

@@ -9,6 +9,7 @@ pub mod checks;
 pub mod clock;
 pub mod knobs;
 pub mod lincheck;
+pub mod lockcheck;
 pub mod model;
 pub mod net;
 pub mod sweep;

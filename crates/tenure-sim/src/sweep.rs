@@ -51,6 +51,12 @@ pub struct Summary {
     pub max_liveness_us: u64,
     /// How often each checker compared something.
     pub checks: crate::checks::CheckCounts,
+    /// What the lock clients did.
+    pub locks: crate::world::LockStats,
+    /// How often the lock checkers compared something.
+    pub lock_checks: crate::lockcheck::LockCheckCounts,
+    /// SafeTalk messages.
+    pub safetalk: crate::world::SafeTalkCost,
     /// Runs with a correctness violation.
     pub correctness_failures: u64,
     /// Runs with a liveness failure.
@@ -67,6 +73,9 @@ impl Summary {
         self.events += r.events;
         self.faults.add(&r.faults);
         self.checks.add(&r.checks);
+        self.locks.add(&r.locks);
+        self.lock_checks.add(&r.lock_checks);
+        self.safetalk.add(&r.safetalk);
         self.regenerations += r.regenerations;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;

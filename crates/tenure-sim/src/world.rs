@@ -29,10 +29,15 @@
 //!   crashed devices restarted, paused ones resumed, faults and operator commands off —
 //!   in which every store must regain a working manager within `liveness_us`.
 
+mod clients;
+
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
 use crate::knobs::Knobs;
+use crate::knobs::LockKnobs;
+use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
+use clients::{LockClient, LockReq};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -41,7 +46,8 @@ use tenure_core::io::{
     Response,
 };
 use tenure_core::layout::{ChunkState, Metadata, MgrState};
-use tenure_core::msg::Msg;
+use tenure_core::lockctl::SessionId;
+use tenure_core::msg::{Msg, ToChunk, ToManager};
 use tenure_core::rng::{Rng, mix64};
 use tenure_core::{
     ClientId, ClusterConfig, Device, DeviceConfig, DeviceId, Epoch, PlantedBugs, StoreId,
@@ -56,6 +62,10 @@ const SAMPLE_US: u64 = 100_000;
 const CLIENT_HOPS_MAX: u32 = 6;
 /// A client gives up waiting for a reply after this long and retries elsewhere (µs).
 const CLIENT_TIMEOUT_US: u64 = 1_500_000;
+/// After every store has a manager again, lock clients get this long to be answered.
+const LOCK_SETTLE_US: u64 = 10_000_000;
+/// Step bound of the linearizability search per lock name.
+const LIN_STEPS_MAX: u64 = 200_000;
 /// A run that processes more events than this is stuck in an event storm.
 const EVENTS_MAX: u64 = 20_000_000;
 
@@ -226,6 +236,14 @@ pub struct RunReport {
     pub liveness_converged_us: Option<u64>,
     /// How often each checker compared something.
     pub checks: CheckCounts,
+    /// The lock workload this seed chose.
+    pub lock_knobs: Option<LockKnobs>,
+    /// What the lock clients did.
+    pub locks: LockStats,
+    /// How often the lock checkers compared something.
+    pub lock_checks: LockCheckCounts,
+    /// SafeTalk messages sent.
+    pub safetalk: SafeTalkCost,
     /// Violations (empty on success).
     pub violations: Vec<Violation>,
     /// Simulated time of the first violation (µs since the start).
@@ -235,6 +253,80 @@ pub struct RunReport {
     pub trace: String,
     /// A hash of every event and observation (determinism check).
     pub fingerprint: u64,
+}
+
+/// What the lock clients did in a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LockStats {
+    /// Sessions opened.
+    pub sessions_opened: u64,
+    /// Grants received.
+    pub grants: u64,
+    /// Acknowledged releases.
+    pub releases: u64,
+    /// Acquires answered without a grant (try, timeout, deadlock...).
+    pub acquire_failures: u64,
+    /// Session ends applied by managers (expiries and closes).
+    pub session_ends: u64,
+    /// Client deadlines that passed (the client dropped its session).
+    pub deadlines_passed: u64,
+    /// Client pauses.
+    pub client_pauses: u64,
+    /// Client crashes.
+    pub client_crashes: u64,
+    /// Operations in the history.
+    pub history_ops: u64,
+}
+
+impl LockStats {
+    /// Add another run's figures.
+    pub fn add(&mut self, o: &LockStats) {
+        self.sessions_opened += o.sessions_opened;
+        self.grants += o.grants;
+        self.releases += o.releases;
+        self.acquire_failures += o.acquire_failures;
+        self.session_ends += o.session_ends;
+        self.deadlines_passed += o.deadlines_passed;
+        self.client_pauses += o.client_pauses;
+        self.client_crashes += o.client_crashes;
+        self.history_ops += o.history_ops;
+    }
+}
+
+/// SafeTalk messages (seed 004 §3): ACCEPT, ACCEPTED and standalone CONFIRM, to or from a
+/// chunk on another device (remote) or on the manager's own device (local).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SafeTalkCost {
+    /// ACCEPT messages to remote chunks.
+    pub accept_remote: u64,
+    /// ACCEPTED messages from remote chunks.
+    pub accepted_remote: u64,
+    /// Standalone CONFIRM messages to remote chunks.
+    pub confirm_remote: u64,
+    /// SafeTalk messages between a manager and its own device's chunk.
+    pub local: u64,
+    /// Batches (ACCEPT rounds), counted once per manager.
+    pub batches: u64,
+    /// Changes carried by those batches.
+    pub ops: u64,
+}
+
+impl SafeTalkCost {
+    /// Add another run's counts.
+    pub fn add(&mut self, o: &SafeTalkCost) {
+        self.accept_remote += o.accept_remote;
+        self.accepted_remote += o.accepted_remote;
+        self.confirm_remote += o.confirm_remote;
+        self.local += o.local;
+        self.batches += o.batches;
+        self.ops += o.ops;
+    }
+
+    /// Remote messages per batch and remote chunk.
+    pub fn per_batch_per_chunk(&self) -> f64 {
+        let m = (self.accept_remote + self.accepted_remote + self.confirm_remote) as f64;
+        m / self.accept_remote.max(1) as f64
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -270,6 +362,19 @@ enum Event {
     Resume(DeviceId),
     HealPartition(u64),
     Sample,
+    LockStep(usize),
+    LockArrive {
+        req: u64,
+        to: DeviceId,
+        boot: u64,
+    },
+    LockTimeout {
+        req: u64,
+        attempt: u32,
+    },
+    KeepAliveDue(usize, SessionId),
+    ClientDeadline(usize, SessionId),
+    ClientResume(usize),
 }
 
 impl Event {
@@ -278,6 +383,7 @@ impl Event {
         match self {
             Event::Deliver { to, .. }
             | Event::ClientArrive { to, .. }
+            | Event::LockArrive { to, .. }
             | Event::PolicyArrive { to, .. } => Some(*to),
             Event::Timer { device, .. } => Some(*device),
             _ => None,
@@ -298,6 +404,12 @@ impl Event {
             Event::Resume(d) => 10 | d.0 << 8,
             Event::HealPartition(id) => 11 | id << 8,
             Event::Sample => 12,
+            Event::LockStep(c) => 13 | (*c as u64) << 8,
+            Event::LockArrive { req, to, .. } => 14 | to.0 << 8 | req << 24,
+            Event::LockTimeout { req, .. } => 15 | req << 8,
+            Event::KeepAliveDue(c, s) => 16 | (*c as u64) << 8 | s.0 << 24,
+            Event::ClientDeadline(c, s) => 17 | (*c as u64) << 8 | s.0 << 24,
+            Event::ClientResume(c) => 18 | (*c as u64) << 8,
         }
     }
 }
@@ -369,6 +481,13 @@ pub struct World {
     report: RunReport,
     next_req: u64,
     writes: BTreeMap<u64, ClientWrite>,
+    lock_knobs: LockKnobs,
+    lock_rng: Rng,
+    lock_clients: Vec<LockClient>,
+    lock_reqs: BTreeMap<u64, LockReq>,
+    locks: LockChecker,
+    /// Per manager device, the last SafeTalk batch counted (epoch, first version).
+    last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
     /// Stores that have had a working manager at least once.
     ever_managed: BTreeSet<StoreId>,
     /// store → real time it lost its working manager (while without one).
@@ -388,6 +507,8 @@ impl World {
         let policy_rng = root.fork();
         let mut clock_rng = root.fork();
         let mut device_rng = root.fork();
+        let mut lock_rng = root.fork();
+        let lock_knobs = LockKnobs::draw(&mut lock_rng, cfg.stores);
         let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         let timing = tenure_core::Timing::default();
         let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
@@ -415,6 +536,7 @@ impl World {
             report: RunReport {
                 seed: cfg.seed,
                 knobs: Some(knobs.clone()),
+                lock_knobs: Some(lock_knobs.clone()),
                 clocks: nodes
                     .iter()
                     .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
@@ -437,6 +559,12 @@ impl World {
             checker: Checker::default(),
             next_req: 0,
             writes: BTreeMap::new(),
+            lock_knobs,
+            lock_rng,
+            lock_clients: Vec::new(),
+            lock_reqs: BTreeMap::new(),
+            locks: LockChecker::default(),
+            last_batch: BTreeMap::new(),
             ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -445,6 +573,8 @@ impl World {
             let line = format!("config {:?}", w.cfg);
             w.trace(|| line);
             let line = format!("knobs {:?}", w.knobs);
+            w.trace(|| line);
+            let line = format!("lock knobs {:?}", w.lock_knobs);
             w.trace(|| line);
             let clocks: Vec<String> = w
                 .nodes
@@ -466,6 +596,7 @@ impl World {
         let t = w.now + exp(&mut w.policy_rng, w.knobs.policy_mean_us);
         w.schedule(t, Event::Policy);
         w.schedule(w.now + SAMPLE_US, Event::Sample);
+        w.start_lock_clients();
         w
     }
 
@@ -636,6 +767,7 @@ impl World {
             } => {
                 self.mix(0x1000 ^ d.0 ^ (store.0 as u64) << 8 ^ epoch.0 << 32);
                 self.checker.became_manager(d, store, epoch);
+                self.lock_takeover(d, store);
                 match cause {
                     EpochCause::Regeneration => self.report.regenerations += 1,
                     EpochCause::Migration => self.report.migrations += 1,
@@ -672,11 +804,23 @@ impl World {
                 self.mix(0x5000 ^ chunk.serial);
                 self.checker.chunk_collected(chunk);
             }
+            Observation::SessionEnding {
+                session, released, ..
+            } => {
+                self.mix(0x7000 ^ session.0 << 8);
+                self.locks.session_ending(session, &released, self.now);
+            }
+            Observation::SessionEnded { session, .. } => {
+                self.mix(0x8000 ^ session.0 << 8);
+                self.report.locks.session_ends += 1;
+                self.locks.session_ended(session, self.now);
+            }
             _ => self.mix(0x6000),
         }
     }
 
     fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
+        self.count_safetalk(from, to, &msg);
         let msg = Box::new(msg);
         let Some(boot) = self.nodes.get(&to).map(|n| n.boot) else {
             return;
@@ -698,6 +842,44 @@ impl World {
                         },
                     );
                 }
+            }
+        }
+    }
+
+    /// Message cost accounting (seed 004 §8): SafeTalk's messages, local or remote.
+    fn count_safetalk(&mut self, from: DeviceId, to: DeviceId, msg: &Msg) {
+        let st = &mut self.report.safetalk;
+        let kind = match msg {
+            Msg::ToChunk {
+                msg: ToChunk::Accept { epoch, ops, .. },
+                ..
+            } => {
+                // One flush sends the same batch to every live chunk in a row: count it
+                // once, by its first sequence number.
+                let first = (*epoch, ops.first().map(|(v, _)| *v));
+                if self.last_batch.insert(from, first) != Some(first) {
+                    st.batches += 1;
+                    st.ops += ops.len() as u64;
+                }
+                1
+            }
+            Msg::ToChunk {
+                msg: ToChunk::Confirm { .. },
+                ..
+            } => 2,
+            Msg::ToManager {
+                msg: ToManager::Accepted { .. },
+                ..
+            } => 3,
+            _ => return,
+        };
+        if from == to {
+            st.local += 1;
+        } else {
+            match kind {
+                1 => st.accept_remote += 1,
+                2 => st.confirm_remote += 1,
+                _ => st.accepted_remote += 1,
             }
         }
     }
@@ -757,6 +939,9 @@ impl World {
 
     fn reply(&mut self, d: DeviceId, req: u64, result: Result<Response, ClientError>) {
         self.trace(|| format!("{d} reply req {req}: {result:?}"));
+        if self.lock_reqs.contains_key(&req) {
+            return self.lock_reply(req, result);
+        }
         match result {
             Ok(_) => {
                 self.writes.remove(&req);
@@ -879,6 +1064,12 @@ impl World {
                 self.sample();
                 self.schedule(self.now + SAMPLE_US, Event::Sample);
             }
+            Event::LockStep(c) => self.lock_step(c),
+            Event::LockArrive { req, to, boot } => self.lock_arrive(req, to, boot),
+            Event::LockTimeout { req, attempt } => self.lock_timeout(req, attempt),
+            Event::KeepAliveDue(c, s) => self.keepalive_due(c, s),
+            Event::ClientDeadline(c, s) => self.client_deadline_event(c, s),
+            Event::ClientResume(c) => self.client_resume(c),
         }
         true
     }
@@ -1144,7 +1335,7 @@ impl World {
     }
 
     fn failed(&self) -> bool {
-        !self.checker.violations.is_empty()
+        !self.checker.violations.is_empty() || !self.locks.violations.is_empty()
     }
 
     /// Run both phases and return the report.
@@ -1177,6 +1368,7 @@ impl World {
                 self.resume(d);
             }
         }
+        self.lock_clients_heal();
         let start = self.now;
         let deadline = start + self.cfg.liveness_us;
         while self.now < deadline && !self.failed() && self.report.events <= EVENTS_MAX {
@@ -1192,6 +1384,7 @@ impl World {
                 if self.sample() {
                     self.report.liveness_converged_us = Some(self.now - start);
                     self.trace(|| "liveness: every store has a working manager".to_string());
+                    self.settle_lock_clients();
                     return self.finish();
                 }
                 self.schedule(self.now + SAMPLE_US, Event::Sample);
@@ -1217,8 +1410,45 @@ impl World {
         self.finish()
     }
 
+    /// Once every store has a manager again, lock clients must be answered within
+    /// [`LOCK_SETTLE_US`]; then the whole lock history must be linearizable.
+    fn settle_lock_clients(&mut self) {
+        let until = self.now + LOCK_SETTLE_US;
+        while !self.failed()
+            && self.report.events <= EVENTS_MAX
+            && self
+                .queue
+                .first_key_value()
+                .is_some_and(|((t, _), _)| *t <= until)
+        {
+            if self.lock_clients.iter().all(|c| c.answered) {
+                break;
+            }
+            self.step();
+        }
+        if self.failed() {
+            return;
+        }
+        for (client, why) in self.lock_clients_stuck() {
+            self.checker
+                .violations
+                .push(Violation::ClientStuck { client, why });
+        }
+        if !self.failed() {
+            self.locks.linearizable(&crate::lincheck::Limits {
+                max_steps: LIN_STEPS_MAX,
+                ..Default::default()
+            });
+        }
+    }
+
     fn finish(mut self) -> RunReport {
         self.report.sim_us = self.since_start();
+        self.checker
+            .violations
+            .extend(std::mem::take(&mut self.locks.violations));
+        self.report.lock_checks = self.locks.counts.clone();
+        self.report.locks.history_ops = self.locks.ops.len() as u64;
         self.report.violations = std::mem::take(&mut self.checker.violations);
         self.report.checks = self.checker.counts.clone();
         if let Some(v) = self.report.violations.first() {

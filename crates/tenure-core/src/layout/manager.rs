@@ -362,6 +362,9 @@ impl Manager {
         self.spec = self.data.table.clone();
         self.liveness =
             Liveness::take_over(&self.spec.sessions, ctx.now, ctx.cfg.timing.session_grace);
+        if ctx.cfg.planted.expire_without_grace {
+            self.liveness.plant_no_grace(ctx.now);
+        }
         self.waiters.clear();
         // Fencing tokens of this epoch's grants carry the epoch.
         let op = StoreOp::Lock {
@@ -472,6 +475,9 @@ impl Manager {
                     && b.ops.last().is_some_and(|(v, _)| *v <= upto)
                 {
                     b.waiting.remove(&c);
+                    if ctx.cfg.planted.confirm_before_all_accepted {
+                        b.waiting.clear();
+                    }
                     self.try_complete(ctx);
                 }
             }
@@ -1313,6 +1319,9 @@ impl Manager {
             epoch: self.epoch,
             seq: self.seq,
         };
+        self.spec
+            .locks
+            .plant_skip_conflicts(ctx.cfg.planted.skip_conflict_check);
         let result = self.spec.execute(version, &op);
         let store = self.store;
         let (own, grants, ended) = match result {
@@ -1325,8 +1334,23 @@ impl Manager {
                 (Ok(Response::SessionOpened { session, ttl }), vec![], vec![])
             }
             OpResult::SessionEnded(r) => {
-                if let StoreOp::SessionEnd { session, .. } = &op {
+                if let StoreOp::SessionEnd {
+                    session, expired, ..
+                } = &op
+                {
                     self.liveness.expired(*session);
+                    // Checkers see the end decided (its locks will be released by this
+                    // change, before any message carries it) and, once durable, applied.
+                    ctx.observe(Observation::SessionEnding {
+                        store,
+                        session: *session,
+                        expired: *expired,
+                        released: r.released.iter().map(|x| x.name.to_string()).collect(),
+                    });
+                    replies.push(Output::Observe(Observation::SessionEnded {
+                        store,
+                        session: *session,
+                    }));
                 }
                 (Ok(Response::SessionClosed), r.granted, r.cancelled)
             }

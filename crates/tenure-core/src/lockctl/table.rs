@@ -411,6 +411,9 @@ pub struct LockTable {
     entries: BTreeMap<LockName, Entry>,
     waiters: BTreeMap<Ticket, Waiter>,
     sessions: BTreeMap<SessionId, SessionState>,
+    /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
+    #[serde(skip)]
+    planted_skip_conflicts: bool,
 }
 
 impl LockTable {
@@ -424,7 +427,14 @@ impl LockTable {
             entries: BTreeMap::new(),
             waiters: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            planted_skip_conflicts: false,
         }
+    }
+
+    /// Plant (or remove) the skip-the-conflict-check bug, so the simulator's mutual
+    /// exclusion and linearizability checkers can be shown to catch it.
+    pub fn plant_skip_conflicts(&mut self, on: bool) {
+        self.planted_skip_conflicts = on;
     }
 
     /// The configuration.
@@ -919,7 +929,7 @@ impl LockTable {
         ticket: Option<Ticket>,
         now: Instant,
     ) -> BTreeSet<SessionId> {
-        if self.covered_by_own(name, mode, session) {
+        if self.planted_skip_conflicts || self.covered_by_own(name, mode, session) {
             return BTreeSet::new();
         }
         let mut out = BTreeSet::new();

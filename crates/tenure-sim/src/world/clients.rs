@@ -1,0 +1,645 @@
+//! The simulator's lock clients (issue: the lock service on stores). Each client opens a
+//! session in one of a few contended stores, keeps it alive, acquires (try or wait with a
+//! timeout, shared or exclusive), holds, releases, asks who holds a lock, sometimes
+//! closes its session, pauses past its TTL, or crashes. It follows `NotManager` hints,
+//! retries on `Unavailable` and client-side timeouts with the same idempotency key, and
+//! keeps its own conservative session deadline (send time of the last answered
+//! keep-alive + TTL − δ_c): a lock counts as held by the client only before it.
+//!
+//! Every operation goes into the [`LockChecker`](crate::lockcheck::LockChecker)'s history
+//! with the output the client can vouch for: an answer that proves the request had no
+//! effect is `Failed` (or left out), an answer that does not (no reply, `Unavailable`
+//! after a retry, `SessionExpired` for a queued wait) is unknown, as Knossos' `:info`.
+
+use super::{CLIENT_HOPS_MAX, CLIENT_TIMEOUT_US, Event, World, exp};
+use crate::lincheck::{LockInput, LockOutput};
+use crate::lockcheck::Interval;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use tenure_core::io::{ClientError, Request, Response, WaitSpec};
+use tenure_core::lockctl::{FencingToken, LockMode, SessionId};
+use tenure_core::session::client_deadline;
+use tenure_core::{DeviceId, Instant, StoreId};
+
+/// Client ids of lock clients start here (write clients use 1).
+pub(super) const LOCK_CLIENT_BASE: u64 = 1_000;
+
+/// A client's session as it sees it.
+#[derive(Clone, Debug)]
+pub(super) struct ClientSession {
+    id: SessionId,
+    ttl: Duration,
+    /// Conservative deadline (real µs): the client stops using its locks here.
+    deadline: u64,
+}
+
+/// One lock client.
+#[derive(Clone, Debug)]
+pub(super) struct LockClient {
+    store: StoreId,
+    names: Vec<String>,
+    target: DeviceId,
+    /// Bumped at every client crash: answers to an older incarnation are ignored.
+    incarnation: u64,
+    session: Option<ClientSession>,
+    held: BTreeMap<String, (LockMode, FencingToken)>,
+    /// Names whose acquire or release outcome this session does not know.
+    tainted: BTreeSet<String>,
+    /// The operation in flight (request id), keep-alive aside.
+    main: Option<u64>,
+    keepalive: Option<u64>,
+    paused_until: Option<u64>,
+    down: bool,
+    next_request_id: u64,
+    /// Answered by a manager since faults stopped (liveness).
+    pub(super) answered: bool,
+}
+
+/// What a request is for.
+#[derive(Clone, Debug)]
+enum Kind {
+    Open,
+    KeepAlive,
+    Close,
+    Acquire { name: String, mode: LockMode },
+    Release { name: String, token: FencingToken },
+    Holders,
+}
+
+/// A request in flight.
+#[derive(Clone, Debug)]
+pub(super) struct LockReq {
+    client: usize,
+    incarnation: u64,
+    req: Request,
+    kind: Kind,
+    attempt: u32,
+    /// First send (real µs): deadlines are computed from it, conservatively.
+    first_sent: u64,
+    /// History operation, if any.
+    op: Option<usize>,
+    /// Some attempt went unanswered (it may have taken effect).
+    lost_attempt: bool,
+    session: Option<SessionId>,
+}
+
+/// A lock name whose first segment hashes to `store`.
+fn names_for(store: StoreId, stores: u32, n: usize) -> Vec<String> {
+    let first = (0u64..)
+        .map(|i| format!("g{i}"))
+        .find(|g| tenure_core::config::store_of(g, stores) == store)
+        .expect("some segment hashes to every store");
+    (0..n).map(|j| format!("/{first}/l{j}")).collect()
+}
+
+impl World {
+    /// Create the lock clients of this run and start them.
+    pub(super) fn start_lock_clients(&mut self) {
+        let k = self.lock_knobs.clone();
+        for c in 0..k.clients {
+            let store = StoreId(self.lock_rng.below(k.stores_used as u64) as u32);
+            let target = DeviceId(1 + self.lock_rng.below(self.cfg.devices));
+            self.lock_clients.push(LockClient {
+                store,
+                names: names_for(store, self.cfg.stores, k.names_per_store),
+                target,
+                incarnation: 0,
+                session: None,
+                held: BTreeMap::new(),
+                tainted: BTreeSet::new(),
+                main: None,
+                keepalive: None,
+                paused_until: None,
+                down: false,
+                next_request_id: 0,
+                answered: false,
+            });
+            let t = self.now + exp(&mut self.lock_rng, k.think_mean_us);
+            self.schedule(t, Event::LockStep(c));
+        }
+    }
+
+    fn think(&mut self, c: usize, mean: u64) {
+        let t = self.now + exp(&mut self.lock_rng, mean);
+        self.schedule(t, Event::LockStep(c));
+    }
+
+    /// A client's next action.
+    pub(super) fn lock_step(&mut self, c: usize) {
+        let cl = &self.lock_clients[c];
+        if cl.down || cl.paused_until.is_some() || cl.main.is_some() {
+            return;
+        }
+        let k = self.lock_knobs.clone();
+        if self.faults_on && self.lock_rng.chance(k.crash_p) {
+            return self.client_crash(c);
+        }
+        if self.faults_on && self.lock_rng.chance(k.pause_p) {
+            let ttl = Duration::from_millis(k.ttl_ms).as_micros() as u64;
+            let len = 1 + self.lock_rng.below(3 * ttl);
+            self.lock_clients[c].paused_until = Some(self.now + len);
+            self.report.locks.client_pauses += 1;
+            self.trace(|| format!("lock client {c} pauses for {len}us"));
+            self.schedule(self.now + len, Event::ClientResume(c));
+            return;
+        }
+        let cl = &self.lock_clients[c];
+        let Some(session) = cl.session.clone() else {
+            let ttl = Duration::from_millis(k.ttl_ms);
+            let store = cl.store;
+            return self.lock_request(c, Request::OpenSession { store, ttl }, Kind::Open, None);
+        };
+        let store = cl.store;
+        let held: Vec<String> = cl.held.keys().cloned().collect();
+        let free: Vec<String> = cl
+            .names
+            .iter()
+            .filter(|n| !cl.held.contains_key(*n) && !cl.tainted.contains(*n))
+            .cloned()
+            .collect();
+        let r = &mut self.lock_rng;
+        if !held.is_empty() && (free.is_empty() || r.chance(0.6)) {
+            let name = held[r.below(held.len() as u64) as usize].clone();
+            return self.release(c, name);
+        }
+        if r.chance(k.holders_p) || free.is_empty() {
+            let names = &self.lock_clients[c].names;
+            let name = names[self.lock_rng.below(names.len() as u64) as usize].clone();
+            let op = self.locks.invoke(
+                LOCK_CLIENT_BASE + c as u64,
+                LockInput::Holders { name: name.clone() },
+                self.now,
+            );
+            return self.lock_request(c, Request::Holders { store, name }, Kind::Holders, Some(op));
+        }
+        if r.chance(k.close_p) {
+            for name in held {
+                self.locks.unhold(&name, session.id, self.now);
+            }
+            let cl = &mut self.lock_clients[c];
+            cl.held.clear();
+            let req = Request::CloseSession {
+                store,
+                session: session.id,
+            };
+            return self.lock_request(c, req, Kind::Close, None);
+        }
+        let name = free[r.below(free.len() as u64) as usize].clone();
+        let mode = if r.chance(k.shared_p) {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
+        let wait = if r.chance(k.try_p) {
+            WaitSpec::Try
+        } else {
+            WaitSpec::Timeout(Duration::from_micros(50_000 + r.below(2_000_000)))
+        };
+        let cl = &mut self.lock_clients[c];
+        cl.next_request_id += 1;
+        let request_id = cl.next_request_id;
+        let op = self.locks.invoke(
+            LOCK_CLIENT_BASE + c as u64,
+            LockInput::Acquire {
+                name: name.clone(),
+                session: session.id,
+                mode,
+            },
+            self.now,
+        );
+        let req = Request::Acquire {
+            store,
+            session: session.id,
+            request_id,
+            name: name.clone(),
+            mode,
+            wait,
+        };
+        self.lock_request(c, req, Kind::Acquire { name, mode }, Some(op));
+    }
+
+    fn release(&mut self, c: usize, name: String) {
+        let cl = &mut self.lock_clients[c];
+        let session = cl.session.as_ref().expect("releases need a session").id;
+        let (_, token) = cl.held.remove(&name).expect("held");
+        let store = cl.store;
+        // The client stops using the lock when it sends the release.
+        self.locks.unhold(&name, session, self.now);
+        let op = self.locks.invoke(
+            LOCK_CLIENT_BASE + c as u64,
+            LockInput::Release {
+                name: name.clone(),
+                session,
+            },
+            self.now,
+        );
+        let req = Request::Release {
+            store,
+            session,
+            name: name.clone(),
+        };
+        self.lock_request(c, req, Kind::Release { name, token }, Some(op));
+    }
+
+    fn lock_request(&mut self, c: usize, req: Request, kind: Kind, op: Option<usize>) {
+        self.next_req += 1;
+        let id = self.next_req;
+        let cl = &mut self.lock_clients[c];
+        let session = cl.session.as_ref().map(|s| s.id);
+        if matches!(kind, Kind::KeepAlive) {
+            cl.keepalive = Some(id);
+        } else {
+            cl.main = Some(id);
+        }
+        self.lock_reqs.insert(
+            id,
+            LockReq {
+                client: c,
+                incarnation: cl.incarnation,
+                req,
+                kind,
+                attempt: 0,
+                first_sent: self.now,
+                op,
+                lost_attempt: false,
+                session,
+            },
+        );
+        self.lock_send(id);
+    }
+
+    fn lock_send(&mut self, id: u64) {
+        let Some(r) = self.lock_reqs.get_mut(&id) else {
+            return;
+        };
+        r.attempt += 1;
+        let attempt = r.attempt;
+        let to = self.lock_clients[r.client].target;
+        let boot = self.nodes[&to].boot;
+        let lat = self.knobs.latency_min_us;
+        self.schedule(self.now + lat, Event::LockArrive { req: id, to, boot });
+        self.schedule(
+            self.now + CLIENT_TIMEOUT_US,
+            Event::LockTimeout { req: id, attempt },
+        );
+    }
+
+    /// A lock request reaches a device.
+    pub(super) fn lock_arrive(&mut self, id: u64, to: DeviceId, boot: u64) {
+        let node = &self.nodes[&to];
+        if node.boot != boot || node.device.is_none() {
+            return;
+        }
+        let Some(r) = self.lock_reqs.get(&id) else {
+            return;
+        };
+        let (client, req) = (r.client, r.req.clone());
+        self.trace(|| format!("lock client {client} -> {to} req {id} {req:?}"));
+        self.input(
+            to,
+            tenure_core::Input::Request {
+                client: tenure_core::ClientId(LOCK_CLIENT_BASE + client as u64),
+                req_id: id,
+                req,
+            },
+        );
+    }
+
+    /// No answer in time: retry elsewhere, same idempotency key.
+    pub(super) fn lock_timeout(&mut self, id: u64, attempt: u32) {
+        let Some(r) = self.lock_reqs.get_mut(&id) else {
+            return;
+        };
+        if r.attempt != attempt {
+            return;
+        }
+        r.lost_attempt = true;
+        let c = r.client;
+        self.retarget(c, None);
+        self.lock_retry(id);
+    }
+
+    fn retarget(&mut self, c: usize, hint: Option<DeviceId>) {
+        let to = match hint {
+            Some(h) if self.nodes.contains_key(&h) => h,
+            _ => DeviceId(1 + self.lock_rng.below(self.cfg.devices)),
+        };
+        self.lock_clients[c].target = to;
+    }
+
+    fn lock_retry(&mut self, id: u64) {
+        let r = &self.lock_reqs[&id];
+        if r.attempt >= CLIENT_HOPS_MAX || r.incarnation != self.lock_clients[r.client].incarnation
+        {
+            return self.lock_give_up(id);
+        }
+        self.lock_send(id);
+    }
+
+    /// The client stops trying: the outcome stays unknown.
+    fn lock_give_up(&mut self, id: u64) {
+        let Some(r) = self.lock_reqs.remove(&id) else {
+            return;
+        };
+        self.lock_done(&r, None);
+    }
+
+    /// An answer to a lock client.
+    pub(super) fn lock_reply(&mut self, id: u64, result: Result<Response, ClientError>) {
+        let Some(r) = self.lock_reqs.get(&id) else {
+            return;
+        };
+        let c = r.client;
+        if r.incarnation != self.lock_clients[c].incarnation {
+            self.lock_reqs.remove(&id);
+            return;
+        }
+        match result {
+            Err(ClientError::NotManager { hint }) => {
+                self.retarget(c, hint);
+                self.lock_retry(id)
+            }
+            Err(ClientError::Unavailable { .. }) => {
+                self.retarget(c, None);
+                self.lock_retry(id)
+            }
+            result => {
+                let r = self.lock_reqs.remove(&id).expect("present");
+                self.lock_clients[c].answered |= !self.faults_on;
+                self.lock_done(&r, Some(result));
+            }
+        }
+    }
+
+    /// Conclude a request: record the history output, update the client, go on.
+    /// `result` is `None` when the client gave up without an answer it can use.
+    fn lock_done(&mut self, r: &LockReq, result: Option<Result<Response, ClientError>>) {
+        let c = r.client;
+        let now = self.now;
+        let drift = self.clock_drift;
+        match (&r.kind, result) {
+            (Kind::Open, Some(Ok(Response::SessionOpened { session, ttl }))) => {
+                let deadline = client_deadline(Instant(r.first_sent), ttl, drift).0;
+                self.report.locks.sessions_opened += 1;
+                let cl = &mut self.lock_clients[c];
+                cl.session = Some(ClientSession {
+                    id: session,
+                    ttl,
+                    deadline,
+                });
+                cl.held.clear();
+                cl.tainted.clear();
+                self.locks.set_deadline(session, deadline);
+                self.schedule(deadline, Event::ClientDeadline(c, session));
+                let ka = ttl.as_micros() as u64 / 3;
+                self.schedule(now + ka, Event::KeepAliveDue(c, session));
+            }
+            (Kind::Open, _) => {}
+            (Kind::KeepAlive, result) => {
+                self.lock_clients[c].keepalive = None;
+                let cl = &mut self.lock_clients[c];
+                let Some(s) = cl.session.as_mut().filter(|s| Some(s.id) == r.session) else {
+                    return;
+                };
+                let sid = s.id;
+                match result {
+                    Some(Ok(Response::KeptAlive { ttl })) if now < s.deadline => {
+                        let d = client_deadline(Instant(r.first_sent), ttl, drift).0;
+                        s.deadline = s.deadline.max(d);
+                        s.ttl = ttl;
+                        let (deadline, ka) = (s.deadline, ttl.as_micros() as u64 / 3);
+                        self.locks.set_deadline(sid, deadline);
+                        self.schedule(deadline, Event::ClientDeadline(c, sid));
+                        self.schedule(now + ka, Event::KeepAliveDue(c, sid));
+                    }
+                    Some(Err(ClientError::SessionExpired)) => self.drop_session(c, now),
+                    _ => self.schedule(now + 50_000, Event::KeepAliveDue(c, sid)),
+                }
+                return;
+            }
+            (Kind::Close, _) => self.drop_session(c, now),
+            (Kind::Acquire { name, mode }, result) => {
+                let op = r.op.expect("acquires are recorded");
+                match result {
+                    Some(Ok(Response::Granted { token })) => {
+                        self.report.locks.grants += 1;
+                        self.locks.respond(op, now, LockOutput::Granted { token });
+                        let cl = &mut self.lock_clients[c];
+                        match cl.session.as_ref() {
+                            Some(s) if Some(s.id) == r.session && now < s.deadline => {
+                                cl.held.insert(name.clone(), (*mode, token));
+                                let iv = Interval {
+                                    client: c as u64,
+                                    session: s.id,
+                                    mode: *mode,
+                                    token,
+                                    start: now,
+                                    end: None,
+                                };
+                                self.locks.hold(name, iv);
+                                self.lock_clients[c].main = None;
+                                let hold = self.lock_knobs.hold_mean_us;
+                                return self.think(c, hold);
+                            }
+                            // Granted after the client's deadline: not a grant it may use.
+                            _ => {
+                                cl.tainted.insert(name.clone());
+                            }
+                        }
+                    }
+                    Some(Err(
+                        ClientError::Timeout
+                        | ClientError::Deadlock
+                        | ClientError::WouldBlock
+                        | ClientError::Rejected(_)
+                        | ClientError::InvalidName(_)
+                        | ClientError::NotHeld,
+                    )) if !r.lost_attempt => {
+                        self.report.locks.acquire_failures += 1;
+                        self.locks.respond(op, now, LockOutput::Failed);
+                    }
+                    // Unknown outcome: the operation stays open in the history.
+                    other => {
+                        self.lock_clients[c].tainted.insert(name.clone());
+                        if matches!(other, Some(Err(ClientError::SessionExpired))) {
+                            self.drop_session(c, now);
+                        }
+                    }
+                }
+            }
+            (Kind::Release { name, token }, result) => {
+                let op = r.op.expect("releases are recorded");
+                let clean = r.attempt == 1 && !r.lost_attempt;
+                match result {
+                    Some(Ok(Response::Released)) => {
+                        self.report.locks.releases += 1;
+                        self.locks.respond(op, now, LockOutput::Released);
+                        if let Some(s) = r.session {
+                            let store = self.lock_clients[c].store;
+                            self.locks.release_acked(store, name, s, *token);
+                        }
+                    }
+                    Some(Err(ClientError::NotHeld)) if clean => {
+                        self.locks.respond(op, now, LockOutput::NotHeld)
+                    }
+                    Some(Err(ClientError::SessionExpired)) => {
+                        if clean {
+                            self.locks.drop_op(op);
+                        }
+                        self.drop_session(c, now);
+                    }
+                    _ => {
+                        self.lock_clients[c].tainted.insert(name.clone());
+                    }
+                }
+            }
+            (Kind::Holders, result) => {
+                let op = r.op.expect("queries are recorded");
+                match result {
+                    Some(Ok(Response::Holders(hs))) => {
+                        let mut seen: Vec<(SessionId, LockMode)> =
+                            hs.iter().map(|h| (h.session, h.mode)).collect();
+                        seen.sort();
+                        self.locks.respond(op, now, LockOutput::Holders(seen));
+                    }
+                    _ => self.locks.drop_op(op),
+                }
+            }
+        }
+        self.lock_clients[c].main = None;
+        let think = self.lock_knobs.think_mean_us;
+        self.think(c, think);
+    }
+
+    /// The client forgets its session: its locks stop counting at its deadline (or now,
+    /// if that is earlier).
+    fn drop_session(&mut self, c: usize, now: u64) {
+        let cl = &mut self.lock_clients[c];
+        let Some(s) = cl.session.take() else {
+            return;
+        };
+        let end = now.min(s.deadline);
+        let held: Vec<String> = std::mem::take(&mut cl.held).into_keys().collect();
+        cl.tainted.clear();
+        for name in held {
+            self.locks.unhold(&name, s.id, end);
+        }
+    }
+
+    /// The client's deadline may have passed.
+    pub(super) fn client_deadline_event(&mut self, c: usize, session: SessionId) {
+        let cl = &self.lock_clients[c];
+        if let Some(s) = cl.session.as_ref().filter(|s| s.id == session)
+            && s.deadline <= self.now
+        {
+            self.report.locks.deadlines_passed += 1;
+            self.drop_session(c, self.now);
+        }
+    }
+
+    pub(super) fn keepalive_due(&mut self, c: usize, session: SessionId) {
+        let cl = &self.lock_clients[c];
+        if cl.down
+            || cl.paused_until.is_some()
+            || cl.keepalive.is_some()
+            || cl.session.as_ref().is_none_or(|s| s.id != session)
+        {
+            return;
+        }
+        let store = cl.store;
+        self.lock_request(
+            c,
+            Request::KeepAlive { store, session },
+            Kind::KeepAlive,
+            None,
+        );
+    }
+
+    fn client_crash(&mut self, c: usize) {
+        self.report.locks.client_crashes += 1;
+        self.trace(|| format!("lock client {c} crashes"));
+        self.drop_session(c, self.now);
+        let cl = &mut self.lock_clients[c];
+        cl.incarnation += 1;
+        cl.main = None;
+        cl.keepalive = None;
+        cl.down = true;
+        let ttl = Duration::from_millis(self.lock_knobs.ttl_ms).as_micros() as u64;
+        let delay = 1 + self.lock_rng.below(2 * ttl);
+        self.schedule(self.now + delay, Event::ClientResume(c));
+    }
+
+    /// A paused client resumes, a crashed one restarts (without a session).
+    pub(super) fn client_resume(&mut self, c: usize) {
+        let cl = &mut self.lock_clients[c];
+        if cl.paused_until.is_some_and(|t| t > self.now) {
+            return;
+        }
+        cl.paused_until = None;
+        cl.down = false;
+        if let Some(s) = cl.session.as_ref().map(|s| s.id) {
+            self.keepalive_due(c, s);
+            // Its deadline may have passed while it slept.
+            self.client_deadline_event(c, s);
+        }
+        if self.lock_clients[c].main.is_none() {
+            self.lock_step(c);
+        }
+    }
+
+    /// The liveness phase begins: clients stop failing and come back.
+    pub(super) fn lock_clients_heal(&mut self) {
+        for c in 0..self.lock_clients.len() {
+            let cl = &mut self.lock_clients[c];
+            cl.answered = false;
+            if cl.down || cl.paused_until.is_some() {
+                cl.paused_until = Some(self.now);
+                self.client_resume(c);
+            }
+        }
+    }
+
+    /// Liveness: every client got an answer from a manager after faults stopped.
+    pub(super) fn lock_clients_stuck(&self) -> Vec<(u64, String)> {
+        self.lock_clients
+            .iter()
+            .enumerate()
+            .filter(|(_, cl)| !cl.answered)
+            .map(|(c, cl)| {
+                (
+                    c as u64,
+                    format!(
+                        "store {} target {} session {:?} in flight {:?}",
+                        cl.store,
+                        cl.target,
+                        cl.session.as_ref().map(|s| s.id),
+                        cl.main
+                            .and_then(|m| self.lock_reqs.get(&m))
+                            .map(|r| &r.kind)
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// A manager took over `store`: it must not have lost an acknowledged lock operation.
+    pub(super) fn lock_takeover(&mut self, d: DeviceId, store: StoreId) {
+        let Some(tables) = self.nodes[&d]
+            .device
+            .as_ref()
+            .and_then(|dev| dev.managed_tables(store))
+        else {
+            return;
+        };
+        let stores = self.cfg.stores;
+        let now = self.now;
+        let locks = tables.locks.clone();
+        self.locks.takeover(
+            store,
+            d,
+            |name| Some(tenure_core::config::store_of(name, stores)),
+            |name| locks.holders(name).unwrap_or_default(),
+            now,
+        );
+    }
+}
