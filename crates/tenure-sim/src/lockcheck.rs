@@ -92,8 +92,12 @@ pub struct LockChecker {
     intervals: BTreeMap<String, Vec<Interval>>,
     /// Each session's current client deadline (µs); intervals of a session end there.
     deadlines: BTreeMap<SessionId, u64>,
-    /// Sessions whose end a manager decided.
-    ending: BTreeMap<SessionId, Vec<usize>>,
+    /// The releases of the last session end each manager decided, per (manager,
+    /// session). An end decided by a manager that lost its role before applying it may
+    /// or may not take effect, so its releases stay unanswered.
+    ending: BTreeMap<(DeviceId, SessionId), Vec<usize>>,
+    /// Sessions whose end some manager decided.
+    ended: std::collections::BTreeSet<SessionId>,
     /// Releases clients were told about.
     released: Vec<AckedRelease>,
     /// Counts.
@@ -227,29 +231,36 @@ impl LockChecker {
         });
     }
 
-    /// A manager decided to end `session`, releasing `names`: one release each, answered
-    /// when [`session_ended`](Self::session_ended) reports it applied.
-    pub fn session_ending(&mut self, session: SessionId, names: &[String], now: u64) {
-        for name in names {
-            let op = self.invoke(
-                u64::MAX,
-                LockInput::Release {
-                    name: name.clone(),
-                    session,
-                },
-                now,
-            );
-            self.ending.entry(session).or_default().push(op);
-        }
-        self.ending.entry(session).or_default();
+    /// `manager` decided to end `session`, releasing `names`: one release each, answered
+    /// when [`session_ended`](Self::session_ended) reports that manager applied it.
+    pub fn session_ending(
+        &mut self,
+        manager: DeviceId,
+        session: SessionId,
+        names: &[String],
+        now: u64,
+    ) {
+        let ops = names
+            .iter()
+            .map(|name| {
+                self.invoke(
+                    u64::MAX,
+                    LockInput::Release {
+                        name: name.clone(),
+                        session,
+                    },
+                    now,
+                )
+            })
+            .collect();
+        self.ending.insert((manager, session), ops);
+        self.ended.insert(session);
     }
 
-    /// The end of `session` was applied.
-    pub fn session_ended(&mut self, session: SessionId, now: u64) {
-        for op in self.ending.get(&session).cloned().unwrap_or_default() {
-            if self.ops[op].response.is_none() {
-                self.respond(op, now, LockOutput::Released);
-            }
+    /// `manager` applied its end of `session`.
+    pub fn session_ended(&mut self, manager: DeviceId, session: SessionId, now: u64) {
+        for op in self.ending.remove(&(manager, session)).unwrap_or_default() {
+            self.respond(op, now, LockOutput::Released);
         }
     }
 
@@ -270,7 +281,7 @@ impl LockChecker {
                 continue;
             }
             for iv in ivs {
-                if self.effective_end(iv) <= now || self.ending.contains_key(&iv.session) {
+                if self.effective_end(iv) <= now || self.ended.contains(&iv.session) {
                     continue;
                 }
                 self.counts.takeover_checks += 1;
@@ -312,15 +323,19 @@ impl LockChecker {
         self.violations.extend(missing);
     }
 
-    /// Check the whole history for linearizability (at the end of a run).
-    pub fn linearizable(&mut self, limits: &lincheck::Limits) {
-        let history: Vec<Operation<LockInput, LockOutput>> = self
-            .ops
+    /// The history to check: every operation not provably without effect.
+    pub fn history(&self) -> Vec<Operation<LockInput, LockOutput>> {
+        self.ops
             .iter()
             .zip(&self.dropped)
             .filter(|(_, d)| !**d)
             .map(|(o, _)| o.clone())
-            .collect();
+            .collect()
+    }
+
+    /// Check the whole history for linearizability (at the end of a run).
+    pub fn linearizable(&mut self, limits: &lincheck::Limits) {
+        let history = self.history();
         match lincheck::check(&LockModel::default(), &history, limits) {
             Ok(Verdict::Linearizable) => self.counts.linearizable_ops += history.len() as u64,
             Ok(Verdict::Unknown { .. }) => self.counts.linearizability_unknown += 1,
@@ -460,7 +475,7 @@ mod tests {
     fn takeover_skips_sessions_whose_end_was_decided() {
         let mut c = LockChecker::default();
         c.hold("/a/x", iv(1, LockMode::Exclusive, 1, 10));
-        c.session_ending(SessionId(1), &["/a/x".to_string()], 15);
+        c.session_ending(DeviceId(1), SessionId(1), &["/a/x".to_string()], 15);
         c.takeover(
             StoreId(0),
             DeviceId(2),
@@ -492,8 +507,8 @@ mod tests {
         // With the expiry recorded, the same answer is fine.
         let mut c = LockChecker::default();
         acquire(&mut c, 1, 0, 10, 1);
-        c.session_ending(SessionId(1), &["/a/x".to_string()], 12);
-        c.session_ended(SessionId(1), 14);
+        c.session_ending(DeviceId(1), SessionId(1), &["/a/x".to_string()], 12);
+        c.session_ended(DeviceId(1), SessionId(1), 14);
         let q = c.invoke(
             2,
             LockInput::Holders {

@@ -108,9 +108,17 @@ pub struct SimConfig {
     pub liveness_us: u64,
     /// Planted bugs.
     pub planted: PlantedBugs,
+    /// Inject faults (nemesis, lossy network, operator commands, client pauses and
+    /// crashes) in the safety phase; without them a run measures the calm path.
+    pub faults: bool,
+    /// Run the register-write workload beside the lock clients.
+    pub writes: bool,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
+    /// Return the lock history in the report.
+    #[serde(skip)]
+    pub keep_history: bool,
 }
 
 impl SimConfig {
@@ -125,7 +133,10 @@ impl SimConfig {
             safety_us: 20_000_000,
             liveness_us: 30_000_000,
             planted: PlantedBugs::default(),
+            faults: true,
+            writes: true,
             trace: false,
+            keep_history: false,
         }
     }
 
@@ -251,6 +262,10 @@ pub struct RunReport {
     /// The event trace, if asked for.
     #[serde(skip)]
     pub trace: String,
+    /// The lock history (operations as clients saw them), if asked for.
+    #[serde(skip)]
+    pub lock_history:
+        Vec<crate::lincheck::Operation<crate::lincheck::LockInput, crate::lincheck::LockOutput>>,
     /// A hash of every event and observation (determinism check).
     pub fingerprint: u64,
 }
@@ -501,7 +516,9 @@ impl World {
     pub fn new(cfg: SimConfig) -> World {
         let mut root = Rng::new(mix64(cfg.seed ^ 0x7e4e_5e1d_0000_0001));
         let knobs = Knobs::draw(&mut root, cfg.devices);
-        let net = Network::new(root.fork(), &knobs);
+        let mut net = Network::new(root.fork(), &knobs);
+        net.faults_on = cfg.faults;
+        let faults_on = cfg.faults;
         let nemesis_rng = root.fork();
         let workload_rng = root.fork();
         let policy_rng = root.fork();
@@ -555,7 +572,7 @@ impl World {
             seq: 0,
             queue: BTreeMap::new(),
             nodes,
-            faults_on: true,
+            faults_on,
             checker: Checker::default(),
             next_req: 0,
             writes: BTreeMap::new(),
@@ -591,8 +608,10 @@ impl World {
         }
         let t = w.exp_nemesis();
         w.schedule(t, Event::Nemesis);
-        let t = w.exp_workload();
-        w.schedule(t, Event::Workload);
+        if w.cfg.writes {
+            let t = w.exp_workload();
+            w.schedule(t, Event::Workload);
+        }
         let t = w.now + exp(&mut w.policy_rng, w.knobs.policy_mean_us);
         w.schedule(t, Event::Policy);
         w.schedule(w.now + SAMPLE_US, Event::Sample);
@@ -808,12 +827,12 @@ impl World {
                 session, released, ..
             } => {
                 self.mix(0x7000 ^ session.0 << 8);
-                self.locks.session_ending(session, &released, self.now);
+                self.locks.session_ending(d, session, &released, self.now);
             }
             Observation::SessionEnded { session, .. } => {
                 self.mix(0x8000 ^ session.0 << 8);
                 self.report.locks.session_ends += 1;
-                self.locks.session_ended(session, self.now);
+                self.locks.session_ended(d, session, self.now);
             }
             _ => self.mix(0x6000),
         }
@@ -1449,6 +1468,9 @@ impl World {
             .extend(std::mem::take(&mut self.locks.violations));
         self.report.lock_checks = self.locks.counts.clone();
         self.report.locks.history_ops = self.locks.ops.len() as u64;
+        if self.cfg.keep_history {
+            self.report.lock_history = self.locks.history();
+        }
         self.report.violations = std::mem::take(&mut self.checker.violations);
         self.report.checks = self.checker.counts.clone();
         if let Some(v) = self.report.violations.first() {

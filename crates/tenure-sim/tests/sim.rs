@@ -6,6 +6,7 @@
 
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
+use tenure_sim::lincheck::{self, LockModel, Verdict};
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
 
 fn short(seed: u64) -> SimConfig {
@@ -36,6 +37,12 @@ fn bounded_sweep_finds_no_violation() {
     );
     assert!(s.checks.served_checks > 0 && s.checks.write_checks > 0 && s.checks.manager_checks > 0);
     assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
+    // DESIGN §9 (invariants 3–5): the lock checkers compared real grants.
+    assert!(s.locks.grants > 0 && s.locks.releases > 0 && s.locks.session_ends > 0);
+    assert!(s.locks.client_pauses > 0 && s.locks.deadlines_passed > 0);
+    let lc = &s.lock_checks;
+    assert!(lc.exclusion_checks > 0 && lc.fencing_checks > 0 && lc.takeover_checks > 0);
+    assert!(lc.linearizable_ops > 0);
     assert_eq!(
         s.failures.len(),
         0,
@@ -71,6 +78,10 @@ fn same_seed_same_trace() {
 fn first_violation(planted: PlantedBugs, limit: u64) -> Option<(u64, Violation)> {
     let mut c = short(0);
     c.planted = planted;
+    first_violation_with(c, limit)
+}
+
+fn first_violation_with(c: SimConfig, limit: u64) -> Option<(u64, Violation)> {
     let s = sweep(0, limit, 2, &c, 1, |_, _| {});
     s.failures
         .into_iter()
@@ -140,4 +151,108 @@ fn liveness_failure_is_reported_as_such() {
         saw |= r.outcome == Outcome::Liveness;
     }
     assert!(saw, "no run failed to converge within 1 s");
+}
+
+// DESIGN §9.3 planted bug: a lock table that grants without checking conflicts gives one
+// exclusive lock to two sessions; the real-time mutual exclusion checker must see it.
+#[test]
+fn planted_skip_conflict_check_is_caught_by_mutual_exclusion() {
+    let found = first_violation(
+        PlantedBugs {
+            skip_conflict_check: true,
+            ..PlantedBugs::default()
+        },
+        50,
+    );
+    let (seed, v) = found.expect("conflicting grants not caught within 50 seeds");
+    eprintln!("skip-conflict-check caught at seed {seed}: {v}");
+    assert!(matches!(v, Violation::MutualExclusion { .. }), "{v}");
+}
+
+// DESIGN §9.5 planted bug: the same run's lock history, handed to the linearizability
+// checker alone, is not linearizable — so that checker catches the bug too.
+#[test]
+fn planted_skip_conflict_check_is_caught_by_linearizability() {
+    let mut caught = None;
+    for seed in 0..50 {
+        let mut c = short(seed);
+        c.planted.skip_conflict_check = true;
+        c.keep_history = true;
+        let r = run(c);
+        if r.outcome != Outcome::Correctness {
+            continue;
+        }
+        let v = lincheck::check(&LockModel::default(), &r.lock_history, &Default::default())
+            .expect("well-formed history");
+        if let Verdict::NotLinearizable(ce) = v {
+            caught = Some((seed, ce));
+            break;
+        }
+    }
+    let (seed, ce) = caught.expect("no non-linearizable history within 50 seeds");
+    eprintln!("seed {seed}: {}", ce.description);
+    assert!(!ce.core.is_empty() || !ce.stuck.is_empty());
+}
+
+// DESIGN §4 and §9.4 planted bug: a manager that answers after the first ACCEPTED loses
+// acknowledged lock operations when it fails; with only lock clients running, the lock
+// checkers (not the register checker) must catch it.
+#[test]
+fn planted_confirm_before_all_accepted_is_caught_by_lock_checkers() {
+    let mut c = short(0);
+    c.planted.confirm_before_all_accepted = true;
+    c.writes = false;
+    let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
+    eprintln!("confirm-before-all-accepted caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::LostRelease { .. }
+                | Violation::LostGrant { .. }
+                | Violation::MutualExclusion { .. }
+                | Violation::NotLinearizable { .. }
+        ),
+        "{v}"
+    );
+}
+
+// DESIGN §4 planted bug: a new manager that gives sessions no grace expires a holder whose
+// keep-alives went to the old manager while its client still holds the lock; mutual
+// exclusion on the client's conservative deadline must catch the successor's grant.
+#[test]
+fn planted_expire_without_grace_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            expire_without_grace: true,
+            ..PlantedBugs::default()
+        },
+        100,
+    );
+    let (seed, v) = found.expect("expiry without grace not caught within 100 seeds");
+    eprintln!("expire-without-grace caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::MutualExclusion { .. } | Violation::NotLinearizable { .. }
+        ),
+        "{v}"
+    );
+}
+
+// Seed 004 §8: on the calm path (no faults, lock clients only) every change costs SafeTalk
+// at most three messages per remote chunk (ACCEPT, ACCEPTED, CONFIRM; two-phase commit
+// needs four), and the batches carry every change.
+#[test]
+fn calm_path_costs_at_most_three_messages_per_remote_chunk() {
+    let mut c = short(5);
+    c.faults = false;
+    c.writes = false;
+    let r = run(c);
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+    let st = &r.safetalk;
+    assert!(r.locks.grants > 10 && st.batches > 10);
+    assert!(st.accepted_remote <= st.accept_remote);
+    assert!(st.confirm_remote <= st.accept_remote);
+    assert!(st.per_batch_per_chunk() <= 3.0, "{st:?}");
+    assert_eq!(r.faults.crashes + r.faults.lost + r.locks.client_crashes, 0);
 }

@@ -55,6 +55,13 @@ pub struct SimArgs {
     /// Plant a known bug (the checkers must catch it). Repeatable.
     #[arg(long, value_enum)]
     plant: Vec<Plant>,
+    /// No faults at all (no nemesis, loss, operator commands or client failures): the
+    /// calm path, for measuring message cost.
+    #[arg(long)]
+    calm: bool,
+    /// Lock clients only (no register-write workload).
+    #[arg(long)]
+    no_writes: bool,
     /// Print the event trace of a single run.
     #[arg(long)]
     trace: bool,
@@ -110,6 +117,8 @@ impl SimArgs {
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
         };
+        c.faults = !self.calm;
+        c.writes = !self.no_writes;
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -121,6 +130,12 @@ impl SimArgs {
             "tenure sim --seed {seed} --devices {} --stores {} --replication {} --safety-secs {} --liveness-secs {}",
             self.devices, self.stores, self.replication, self.safety_secs, self.liveness_secs
         );
+        if self.calm {
+            s.push_str(" --calm");
+        }
+        if self.no_writes {
+            s.push_str(" --no-writes");
+        }
         for p in &self.plant {
             s.push_str(" --plant ");
             s.push_str(p.flag());
@@ -349,13 +364,17 @@ fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64) {
         c.accepted_remote,
         c.confirm_remote
     );
+    let per_change = remote as f64 / c.ops.max(1) as f64;
     println!(
-        "  per batch and remote chunk: {:.2} messages (SafeTalk 3 = ACCEPT/ACCEPTED/CONFIRM, two-phase commit 4); per change: {:.2}; per grant: {:.2}",
-        c.per_batch_per_chunk(),
-        remote as f64 / c.ops.max(1) as f64,
-        remote as f64 / grants.max(1) as f64
+        "  per batch and remote chunk: {:.2} messages (SafeTalk: 3 = ACCEPT, ACCEPTED, CONFIRM; two-phase commit: 4)",
+        c.per_batch_per_chunk()
     );
     println!(
-        "  Menasce C_updt for k = 3: (3k-1)M = 8 with the LC among the k sites, (3k+2)M = 11 otherwise (each counting the request and the answer)"
+        "  per change: {per_change:.2} remote SafeTalk messages + request + answer = {:.2} M; Menasce C_updt for k = 3 chunks: (3k-1)M = 8 M with the LC among the k sites, (3k+2)M = 11 M otherwise",
+        per_change + 2.0
+    );
+    println!(
+        "  per grant (every change a lock client caused, per grant): {:.2} M",
+        remote as f64 / grants.max(1) as f64
     );
 }

@@ -14,7 +14,10 @@
 //! - **prepared records**: a regenerating manager that learns of an uncommitted prepare
 //!   for a newer epoch needs a quorum of *both* layouts (joint quorum) and commits to an
 //!   epoch above it, so no epoch number is ever committed twice and no acknowledged write
-//!   is lost whether or not that prepare committed somewhere;
+//!   is lost whether or not that prepare committed somewhere. Attempts that aborted and
+//!   one that committed can share an epoch number (a chunk that missed an abort keeps the
+//!   stale prepare), so every distinct layout prepared for the newest such epoch is
+//!   joined, not only the first one heard of;
 //! - **failed accounting**: after a recovery commit the chunks that did not take part are
 //!   `failed` (the seed clears the set), so the quorum predicate in the manager state
 //!   counts only chunks that really hold leases;
@@ -146,8 +149,9 @@ pub struct Manager {
     pub timeout: BTreeMap<ChunkId, Instant>,
     /// Previous manager (migration).
     pub old_mgr: Option<DeviceId>,
-    /// Tenure: a newer prepared epoch learned while gathering (joint quorum).
-    pub joint: Option<Prepared>,
+    /// Tenure: the layouts prepared for the newest epoch above ours learned while
+    /// gathering, one entry per distinct layout (joint quorum over all of them).
+    pub joint: Vec<Prepared>,
     /// Tenure: gathering rounds so far.
     pub rounds: u32,
     /// Tenure: the epoch transition this manager coordinates.
@@ -205,7 +209,7 @@ impl Manager {
             chunkfail: BTreeMap::new(),
             timeout: BTreeMap::new(),
             old_mgr: None,
-            joint: None,
+            joint: Vec::new(),
             rounds: 0,
             tx: None,
             out_deadline: None,
@@ -310,22 +314,22 @@ impl Manager {
         );
     }
 
-    /// Every chunk regeneration must consider: the layout, plus a newer prepared layout.
+    /// Every chunk regeneration must consider: the layout, plus the newer prepared ones.
     fn all_chunks(&self) -> BTreeSet<ChunkId> {
         let mut s = self.metadata.chunks.clone();
-        if let Some(j) = &self.joint {
+        for j in &self.joint {
             s.extend(j.metadata.chunks.iter().copied());
         }
         s
     }
 
-    /// Quorum and coverage of `set` (joint with a newer prepared layout, if any).
+    /// Quorum and coverage of `set` (joint with every newer prepared layout, if any).
     fn quorum_and_coverage(&self, ctx: &Ctx<'_>, set: &BTreeSet<ChunkId>) -> bool {
         if ctx.cfg.planted.broken_quorum {
             return !set.is_empty();
         }
         let ok = |m: &Metadata| m.quorum(set) && m.coverage(set);
-        ok(&self.metadata) && self.joint.as_ref().is_none_or(|j| ok(&j.metadata))
+        ok(&self.metadata) && self.joint.iter().all(|j| ok(&j.metadata))
     }
 
     fn live(&self) -> BTreeSet<ChunkId> {
@@ -513,13 +517,7 @@ impl Manager {
                         .copied()
                         .collect();
                     self.metadata = metadata;
-                    if self
-                        .joint
-                        .as_ref()
-                        .is_some_and(|j| j.new_epoch <= chunk_epoch)
-                    {
-                        self.joint = None;
-                    }
+                    self.joint.retain(|j| j.new_epoch > chunk_epoch);
                     for n in cnew {
                         if !self.won.contains(&n) {
                             self.acquire(ctx, n);
@@ -663,29 +661,34 @@ impl Manager {
     }
 
     /// Tenure: a chunk voted for a newer epoch that may have committed elsewhere. Require
-    /// a quorum of its layout too, and acquire its chunks.
+    /// a quorum of its layout too, and acquire its chunks. Several attempts can have
+    /// prepared the same epoch number with different layouts (an aborted one lingers at a
+    /// chunk that missed the abort); any of them may be the one that committed, so each
+    /// distinct layout of the newest prepared epoch is joined.
     fn note_prepared(&mut self, ctx: &mut Ctx<'_>, prepared: Option<Prepared>) {
         let Some(p) = prepared else { return };
-        if p.new_epoch <= self.epoch
-            || self
-                .joint
-                .as_ref()
-                .is_some_and(|j| j.new_epoch >= p.new_epoch)
-        {
+        if p.new_epoch <= self.epoch {
             return;
         }
+        match self.joint.first().map(|j| j.new_epoch) {
+            Some(top) if top > p.new_epoch => return,
+            Some(top) if top < p.new_epoch => self.joint.clear(),
+            _ => {}
+        }
+        if self.joint.iter().any(|j| j.metadata == p.metadata) {
+            return;
+        }
+        let known = self.all_chunks();
         let fresh: Vec<ChunkId> = p
             .metadata
             .chunks
             .iter()
             .filter(|c| {
-                !self.metadata.contains(**c)
-                    && !self.won.contains(c)
-                    && !self.outstanding.contains(c)
+                !known.contains(*c) && !self.won.contains(c) && !self.outstanding.contains(c)
             })
             .copied()
             .collect();
-        self.joint = Some(p);
+        self.joint.push(p);
         for c in fresh {
             self.acquire(ctx, c);
         }
@@ -768,7 +771,7 @@ impl Manager {
 
     /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
     fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
-        let (new_epoch, metadata) = match &self.joint {
+        let (new_epoch, metadata) = match self.joint.first() {
             Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
             None => (self.epoch.next(), self.metadata.clone()),
         };
@@ -853,7 +856,7 @@ impl Manager {
         self.epoch = tx.new_epoch;
         self.metadata = tx.metadata;
         self.data = merged;
-        self.joint = None;
+        self.joint.clear();
         self.chunkfail.clear();
         self.timeout.clear();
         for c in tx

@@ -1470,7 +1470,7 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
         prepared: Some(p.clone()),
     };
     from_chunk(&mut m, &mut env, now, 1, with_prepared);
-    assert_eq!(m.joint, Some(p));
+    assert_eq!(m.joint, vec![p]);
     assert_eq!(
         to_chunks(&env.take()),
         vec![(c(4), acquire(now, 3)), (c(5), acquire(now, 3))]
@@ -1499,6 +1499,83 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
             .map(|n| (c(*n), 3, 5, md(&[1, 4, 5]), M))
             .collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn gathering_chunks_two_prepares_of_one_epoch_require_quorum_of_each_layout() {
+    // seed 000 §5.3.10 gathering chunks: ack / ack-conditional, §5.3.11 gathered.
+    // Tenure (joint quorum). Two relayouts by N prepared the same epoch 4 from epoch 3:
+    // the first, over c(1), c(2), c(3), aborted, but c(3) missed the abort and still
+    // reports its prepare; the second replaced c(3) by c(4) and committed at c(2) and
+    // c(4), while c(1) voted for it and missed the commit. A regenerating manager that
+    // hears of both must need a quorum of the committed layout too: c(1) and c(3) are a
+    // quorum of the old layout and of the aborted one, and must not be enough (simulator
+    // seed 8842: two managers of one store in one epoch).
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2, 3], &[]);
+    let now = T0 + ms(1);
+    let aborted = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[1, 2, 3]),
+        new_mgr: N,
+    };
+    let committed = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[1, 2, 4]),
+        new_mgr: N,
+    };
+    let ack_with = |p: &Prepared| ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(p.clone()),
+    };
+    from_chunk(&mut m, &mut env, now, 3, ack_with(&aborted));
+    assert_eq!(m.joint, vec![aborted.clone()]);
+    assert!(to_chunks(&env.take()).is_empty());
+    from_chunk(&mut m, &mut env, now, 1, ack_with(&committed));
+    // The second layout of epoch 4 is joined and its new chunk acquired.
+    assert_eq!(m.joint, vec![aborted.clone(), committed.clone()]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(4), acquire(now, 3))]);
+    assert_eq!(m.outstanding, set(&[2, 4]));
+    assert_eq!(m.state, S::GatheringChunks);
+    // c(2) and c(4) are regularly leased by the manager of epoch 4.
+    let nack4 = ToManager::Nack {
+        epoch: e(4),
+        mgr: Some(N),
+        lease: LeaseType::Regular,
+    };
+    from_chunk(&mut m, &mut env, now, 2, nack4.clone());
+    from_chunk(&mut m, &mut env, now, 4, nack4);
+    // Won c(1), c(3): no quorum of c(1), c(2), c(4), and a better manager exists →
+    // release the won chunks and go newly awake; no epoch transition is started.
+    let out = env.take();
+    assert!(epoch_transitions(&out).is_empty());
+    assert_erased(&m);
+    assert_eq!(
+        chunks_sent(&out, |k| matches!(k, ToChunk::Release { .. })),
+        set(&[1, 3])
+    );
+}
+
+#[test]
+fn gathering_chunks_prepare_of_a_newer_epoch_replaces_the_joined_ones() {
+    // seed 000 §5.3.10. Tenure (joint quorum): the joined layouts are those of the newest
+    // prepared epoch; an older prepare heard later adds nothing, a newer one replaces them.
+    let mut env = Env::new(M);
+    let mut m = gathering(3, &[1, 2, 3], &[]);
+    let p = |epoch: u64, devices: &[u64]| Prepared {
+        new_epoch: e(epoch),
+        metadata: md(devices),
+        new_mgr: N,
+    };
+    let ack_with = |p: Prepared| ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(p),
+    };
+    from_chunk(&mut m, &mut env, T0, 1, ack_with(p(5, &[1, 2, 4])));
+    from_chunk(&mut m, &mut env, T0, 2, ack_with(p(4, &[1, 2, 5])));
+    assert_eq!(m.joint, vec![p(5, &[1, 2, 4])]);
+    from_chunk(&mut m, &mut env, T0, 3, ack_with(p(6, &[1, 2, 3])));
+    assert_eq!(m.joint, vec![p(6, &[1, 2, 3])]);
 }
 
 // ---- §5.3.11 gathered --------------------------------------------------------------
