@@ -100,6 +100,7 @@ pub struct TimingOverrides {
     pub gather_rounds_max: Option<u32>,
     pub migrate_after_ms: Option<u64>,
     pub liveness_window_ms: Option<u64>,
+    pub session_grace_ms: Option<u64>,
 }
 
 impl TimingOverrides {
@@ -114,7 +115,8 @@ impl TimingOverrides {
              clock_drift <- clock_drift_ms, msg_timeout <- msg_timeout_ms,
              help_wait <- help_wait_ms, transition_timeout <- transition_timeout_ms,
              transition_wait <- transition_wait_ms, ack_timeout <- ack_timeout_ms,
-             migrate_after <- migrate_after_ms, liveness_window <- liveness_window_ms);
+             migrate_after <- migrate_after_ms, liveness_window <- liveness_window_ms,
+             session_grace <- session_grace_ms);
         if let Some(n) = self.gather_rounds_max {
             t.gather_rounds_max = n;
         }

@@ -19,7 +19,7 @@
 
 use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tenure_core::ids::{ClientId, DeviceId, StoreId};
@@ -65,8 +65,19 @@ pub struct StatusSnapshot {
     pub chunks: Vec<ChunkView>,
     /// Manager roles held here.
     pub managers: Vec<ManagerView>,
+    /// Open sessions and held locks of each store managed here.
+    pub tables: BTreeMap<StoreId, TableCounts>,
     /// Local time.
     pub now: Instant,
+}
+
+/// Sizes of a managed store's tables, for status pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Open sessions.
+    pub sessions: u32,
+    /// Locks with at least one holder.
+    pub locks_held: u32,
 }
 
 /// Driver failures (all fatal for the device).
@@ -270,13 +281,33 @@ impl Driver {
     }
 
     fn snapshot(&mut self) -> StatusSnapshot {
+        let managers = self.device.manager_views();
+        let tables = managers
+            .iter()
+            .filter_map(|m| {
+                let t = self.device.managed_tables(m.store)?;
+                let locks_held = t
+                    .locks
+                    .locks_under("/")
+                    .map(|l| l.iter().filter(|i| !i.holders.is_empty()).count())
+                    .unwrap_or(0);
+                Some((
+                    m.store,
+                    TableCounts {
+                        sessions: t.sessions.open.len() as u32,
+                        locks_held: locks_held as u32,
+                    },
+                ))
+            })
+            .collect();
         let cfg = self.device.config();
         StatusSnapshot {
             device: cfg.id,
             devices: cfg.cluster.devices.clone(),
             stores: cfg.cluster.stores,
             chunks: self.device.chunk_views(),
-            managers: self.device.manager_views(),
+            managers,
+            tables,
             now: self.clock.now(),
         }
     }

@@ -1,10 +1,16 @@
 //! The gRPC client API (`proto/tenure.proto`), served with tonic.
 //!
-//! Each handler turns a request into a [`Call`] for the device driver and maps the core's
-//! answer to the response's `oneof result`: the payload, or a typed [`proto::Error`]
-//! (`NotManager` carries the hinted device's client endpoint when this device knows it).
-//! Lock and session RPCs are defined in the protocol but answer `UNIMPLEMENTED` until the
-//! core serves them: no made-up results.
+//! Each handler checks what it can without the core (the lock name is a valid path, the
+//! store exists), turns the request into a [`Call`] for the device driver, and maps the
+//! core's answer to the response's `oneof result`: the payload, or a typed
+//! [`proto::Error`] (`NotManager` carries the hinted device's client endpoint when this
+//! device knows it). Every protocol decision — who is manager, what is granted, when a
+//! session expires — is the core's; this module only translates.
+//!
+//! Waiting acquires get no server-side deadline of their own: the core answers when the
+//! wait ends (grant, timeout, deadlock, session end) or when the manager steps down
+//! (`Unavailable`), and a client whose RPC deadline cuts a long wait retries with the same
+//! `request_id`, which the core replays as the same place in the queue.
 
 use crate::driver::{Answer, Call, StatusSnapshot};
 use std::collections::HashMap;
@@ -12,10 +18,15 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind, tenure_server::Tenure};
+use tenure_core::config::store_of;
 use tenure_core::ids::{DeviceId, StoreId};
-use tenure_core::io::{ClientError, Request, Response};
+use tenure_core::io::{ClientError, Request, Response, WaitSpec};
+use tenure_core::lockctl::{FencingToken, HolderInfo, LockMode, LockName, WaiterInfo};
+use tenure_core::session::SessionId;
 use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request as GrpcRequest, Response as GrpcResponse, Status};
+use tracing::{debug, info};
 
 /// The service.
 #[derive(Clone, Debug)]
@@ -23,6 +34,7 @@ pub struct Api {
     calls: mpsc::Sender<Call>,
     endpoints: HashMap<DeviceId, SocketAddr>,
     request_timeout: Duration,
+    stores: u32,
 }
 
 impl Api {
@@ -31,28 +43,56 @@ impl Api {
         calls: mpsc::Sender<Call>,
         endpoints: HashMap<DeviceId, SocketAddr>,
         request_timeout: Duration,
+        stores: u32,
     ) -> Api {
         Api {
             calls,
             endpoints,
             request_timeout,
+            stores,
         }
     }
 
+    /// A request answered within the configured request timeout.
     async fn request(&self, req: Request) -> Result<Answer, Status> {
+        self.request_within(req, Some(self.request_timeout)).await
+    }
+
+    /// A request answered within `limit` (`None`: whenever the core answers).
+    async fn request_within(
+        &self,
+        req: Request,
+        limit: Option<Duration>,
+    ) -> Result<Answer, Status> {
         let (tx, rx) = oneshot::channel();
         self.calls
             .send(Call::Request { req, reply: tx })
             .await
             .map_err(|_| Status::unavailable("device is shutting down"))?;
-        match tokio::time::timeout(self.request_timeout, rx).await {
-            Ok(Ok(a)) => Ok(a),
-            Ok(Err(_)) => Err(Status::unavailable("device is shutting down")),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "no answer from the device within {:?}",
-                self.request_timeout
-            ))),
-        }
+        let answer = match limit {
+            Some(limit) => tokio::time::timeout(limit, rx).await.map_err(|_| {
+                Status::deadline_exceeded(format!("no answer from the device within {limit:?}"))
+            })?,
+            None => rx.await,
+        };
+        answer.map_err(|_| Status::unavailable("device is shutting down"))
+    }
+
+    /// The store of a session reference, checked.
+    fn session_ref(&self, r: Option<proto::SessionRef>) -> Result<(StoreId, SessionId), Status> {
+        let r = r.ok_or_else(|| Status::invalid_argument("missing session"))?;
+        Ok((StoreId(r.store), SessionId(r.id)))
+    }
+
+    /// A typed error for a store outside the cluster, if it is.
+    fn unknown_store(&self, store: StoreId) -> Option<proto::Error> {
+        (store.0 >= self.stores).then(|| self.error(store, &ClientError::UnknownStore(store)))
+    }
+
+    /// Parse a lock name, or the typed error the client gets.
+    fn name(&self, name: &str) -> Result<(StoreId, LockName), proto::Error> {
+        let n = LockName::parse(name).map_err(|e| invalid_name(name, &e.to_string()))?;
+        Ok((store_of(name, self.stores), n))
     }
 
     /// The device's status snapshot.
@@ -64,6 +104,12 @@ impl Api {
             .map_err(|_| Status::unavailable("device is shutting down"))?;
         rx.await
             .map_err(|_| Status::unavailable("device is shutting down"))
+    }
+
+    /// Map a core error to the wire error, counting it.
+    fn client_error(&self, store: StoreId, e: &ClientError) -> proto::Error {
+        metrics::counter!("tenure_client_errors_total", "kind" => error_kind(e)).increment(1);
+        self.error(store, e)
     }
 
     /// Map a core error to the wire error.
@@ -103,11 +149,59 @@ impl Api {
     }
 }
 
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!(
-        "{what} is defined in the API but not served yet: the protocol core has no lock \
-         controller/session table wired to clients in this version"
-    ))
+fn invalid_name(name: &str, reason: &str) -> proto::Error {
+    proto::Error {
+        message: format!("invalid name {name:?}: {reason}"),
+        kind: Some(Kind::InvalidName(proto::InvalidName {
+            name: name.chars().take(128).collect(),
+            reason: reason.to_string(),
+        })),
+    }
+}
+
+fn mode_from_proto(m: i32) -> Result<LockMode, Status> {
+    match proto::LockMode::try_from(m) {
+        Ok(proto::LockMode::Shared) => Ok(LockMode::Shared),
+        // Unspecified means exclusive: the safe default.
+        Ok(proto::LockMode::Exclusive | proto::LockMode::Unspecified) => Ok(LockMode::Exclusive),
+        Err(_) => Err(Status::invalid_argument(format!("unknown lock mode {m}"))),
+    }
+}
+
+fn mode_to_proto(m: LockMode) -> i32 {
+    match m {
+        LockMode::Shared => proto::LockMode::Shared as i32,
+        LockMode::Exclusive => proto::LockMode::Exclusive as i32,
+    }
+}
+
+fn token_to_proto(t: FencingToken) -> proto::FencingToken {
+    proto::FencingToken {
+        epoch: t.epoch.0,
+        seq: t.seq,
+    }
+}
+
+fn holder_to_proto(store: StoreId, h: &HolderInfo) -> proto::LockHolder {
+    proto::LockHolder {
+        session: Some(proto::SessionRef {
+            store: store.0,
+            id: h.session.0,
+        }),
+        mode: mode_to_proto(h.mode),
+        token: Some(token_to_proto(h.token)),
+    }
+}
+
+fn waiter_to_proto(store: StoreId, w: &WaiterInfo) -> proto::SessionRef {
+    proto::SessionRef {
+        store: store.0,
+        id: w.session.0,
+    }
+}
+
+fn unexpected(what: &str, r: &Response) -> Status {
+    Status::internal(format!("unexpected answer to {what}: {r:?}"))
 }
 
 type KeepAliveStream =
@@ -141,17 +235,8 @@ impl Tenure for Api {
                     }),
                 })
             }
-            Err(e) => {
-                metrics::counter!("tenure_client_errors_total", "kind" => error_kind(&e))
-                    .increment(1);
-                R::Error(self.error(store, &e))
-            }
-            #[allow(unreachable_patterns)]
-            Ok(other) => {
-                return Err(Status::internal(format!(
-                    "unexpected answer to a write: {other:?}"
-                )));
-            }
+            Err(e) => R::Error(self.client_error(store, &e)),
+            Ok(other) => return Err(unexpected("a write", &other)),
         };
         Ok(GrpcResponse::new(proto::WriteResponse {
             result: Some(result),
@@ -168,53 +253,411 @@ impl Tenure for Api {
 
     async fn open_session(
         &self,
-        _request: GrpcRequest<proto::OpenSessionRequest>,
+        request: GrpcRequest<proto::OpenSessionRequest>,
     ) -> Result<GrpcResponse<proto::OpenSessionResponse>, Status> {
-        Err(not_yet("OpenSession"))
+        let r = request.into_inner();
+        let store = StoreId(r.store);
+        use proto::open_session_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::OpenSessionResponse {
+                result: Some(result),
+            }))
+        };
+        if let Some(e) = self.unknown_store(store) {
+            return reply(R::Error(e));
+        }
+        let ttl = Duration::from_millis(r.ttl_ms);
+        let answer = self.request(Request::OpenSession { store, ttl }).await?;
+        match answer {
+            Ok(Response::SessionOpened { session, ttl }) => {
+                metrics::counter!("tenure_sessions_opened_total").increment(1);
+                debug!(%store, session = session.0, client = %r.client_name, request_id = r.request_id, "session opened");
+                reply(R::Ok(proto::SessionOpened {
+                    session: Some(proto::SessionRef {
+                        store: store.0,
+                        id: session.0,
+                    }),
+                    ttl_ms: ttl.as_millis() as u64,
+                }))
+            }
+            Err(e) => reply(R::Error(self.client_error(store, &e))),
+            Ok(other) => Err(unexpected("OpenSession", &other)),
+        }
     }
 
     type KeepAliveStream = KeepAliveStream;
 
     async fn keep_alive(
         &self,
-        _request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
+        request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
     ) -> Result<GrpcResponse<Self::KeepAliveStream>, Status> {
-        Err(not_yet("KeepAlive"))
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(8);
+        let api = self.clone();
+        // Answers go out in the order the keep-alives came in: the client matches each
+        // answer to the send time of its request (its deadline rule needs that time).
+        tokio::spawn(async move {
+            use proto::keep_alive_response::Result as R;
+            loop {
+                let msg = match inbound.message().await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(e) => {
+                        debug!("keep-alive stream ended: {e}");
+                        break;
+                    }
+                };
+                let (store, session) = match api.session_ref(msg.session) {
+                    Ok(x) => x,
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        break;
+                    }
+                };
+                let result = match api.unknown_store(store) {
+                    Some(e) => R::Error(e),
+                    None => match api.request(Request::KeepAlive { store, session }).await {
+                        Ok(Ok(Response::KeptAlive { ttl })) => {
+                            metrics::counter!("tenure_keepalives_total").increment(1);
+                            R::Ok(proto::SessionAlive {
+                                session: Some(proto::SessionRef {
+                                    store: store.0,
+                                    id: session.0,
+                                }),
+                                ttl_ms: ttl.as_millis() as u64,
+                            })
+                        }
+                        Ok(Err(e)) => {
+                            if e == ClientError::SessionExpired {
+                                info!(%store, session = session.0, "keep-alive for an expired session");
+                                metrics::counter!("tenure_keepalive_expired_total").increment(1);
+                            }
+                            R::Error(api.client_error(store, &e))
+                        }
+                        Ok(Ok(other)) => {
+                            let _ = tx.send(Err(unexpected("KeepAlive", &other))).await;
+                            break;
+                        }
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    },
+                };
+                let resp = proto::KeepAliveResponse {
+                    result: Some(result),
+                };
+                if tx.send(Ok(resp)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(GrpcResponse::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn close_session(
         &self,
-        _request: GrpcRequest<proto::CloseSessionRequest>,
+        request: GrpcRequest<proto::CloseSessionRequest>,
     ) -> Result<GrpcResponse<proto::CloseSessionResponse>, Status> {
-        Err(not_yet("CloseSession"))
+        let (store, session) = self.session_ref(request.into_inner().session)?;
+        use proto::close_session_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::CloseSessionResponse {
+                result: Some(result),
+            }))
+        };
+        if let Some(e) = self.unknown_store(store) {
+            return reply(R::Error(e));
+        }
+        match self
+            .request(Request::CloseSession { store, session })
+            .await?
+        {
+            Ok(Response::SessionClosed) => {
+                metrics::counter!("tenure_sessions_closed_total").increment(1);
+                reply(R::Ok(proto::SessionClosed {}))
+            }
+            Err(e) => reply(R::Error(self.client_error(store, &e))),
+            Ok(other) => Err(unexpected("CloseSession", &other)),
+        }
     }
 
     async fn acquire(
         &self,
-        _request: GrpcRequest<proto::AcquireRequest>,
+        request: GrpcRequest<proto::AcquireRequest>,
     ) -> Result<GrpcResponse<proto::AcquireResponse>, Status> {
-        Err(not_yet("Acquire"))
+        let started = std::time::Instant::now();
+        let r = request.into_inner();
+        let (store, session) = self.session_ref(r.session)?;
+        let mode = mode_from_proto(r.mode)?;
+        use proto::acquire_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::AcquireResponse {
+                result: Some(result),
+            }))
+        };
+        if let Some(e) = self.unknown_store(store) {
+            return reply(R::Error(e));
+        }
+        let name_store = match self.name(&r.name) {
+            Ok((s, _)) => s,
+            Err(e) => {
+                metrics::counter!("tenure_client_errors_total", "kind" => "invalid_name")
+                    .increment(1);
+                return reply(R::Error(e));
+            }
+        };
+        if name_store != store {
+            let e = ClientError::InvalidName(format!(
+                "{} belongs to store {name_store}, not {store}",
+                r.name
+            ));
+            return reply(R::Error(self.client_error(store, &e)));
+        }
+        let (wait, limit) = if r.r#try {
+            (WaitSpec::Try, Some(self.request_timeout))
+        } else if r.timeout_ms > 0 {
+            let d = Duration::from_millis(r.timeout_ms);
+            (WaitSpec::Timeout(d), Some(d + self.request_timeout))
+        } else {
+            (WaitSpec::Forever, None)
+        };
+        let answer = self
+            .request_within(
+                Request::Acquire {
+                    store,
+                    session,
+                    request_id: r.request_id,
+                    name: r.name.clone(),
+                    mode,
+                    wait,
+                },
+                limit,
+            )
+            .await?;
+        match answer {
+            Ok(Response::Granted { token }) => {
+                metrics::counter!("tenure_lock_grants_total").increment(1);
+                metrics::histogram!("tenure_acquire_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                debug!(%store, session = session.0, name = %r.name, ?token, "granted");
+                reply(R::Ok(proto::Granted {
+                    name: r.name,
+                    mode: mode_to_proto(mode),
+                    token: Some(token_to_proto(token)),
+                }))
+            }
+            Err(e) => {
+                let mut err = self.client_error(store, &e);
+                fill_name(&mut err, &r.name);
+                reply(R::Error(err))
+            }
+            Ok(other) => Err(unexpected("Acquire", &other)),
+        }
     }
 
     async fn release(
         &self,
-        _request: GrpcRequest<proto::ReleaseRequest>,
+        request: GrpcRequest<proto::ReleaseRequest>,
     ) -> Result<GrpcResponse<proto::ReleaseResponse>, Status> {
-        Err(not_yet("Release"))
+        let r = request.into_inner();
+        let (store, session) = self.session_ref(r.session)?;
+        use proto::release_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::ReleaseResponse {
+                result: Some(result),
+            }))
+        };
+        if let Some(e) = self.unknown_store(store) {
+            return reply(R::Error(e));
+        }
+        match self.name(&r.name) {
+            Ok((s, _)) if s == store => {}
+            Ok((s, _)) => {
+                let e = ClientError::InvalidName(format!(
+                    "{} belongs to store {s}, not {store}",
+                    r.name
+                ));
+                return reply(R::Error(self.client_error(store, &e)));
+            }
+            Err(e) => return reply(R::Error(e)),
+        }
+        if let Some(presented) = r.token {
+            // Server-side fencing of the release: the session's current grant must carry
+            // the presented token.
+            let holders = match self
+                .request(Request::Holders {
+                    store,
+                    name: r.name.clone(),
+                })
+                .await?
+            {
+                Ok(Response::Holders(h)) => h,
+                Err(e) => return reply(R::Error(self.client_error(store, &e))),
+                Ok(other) => return Err(unexpected("Holders", &other)),
+            };
+            match holders.iter().find(|h| h.session == session) {
+                Some(h) if token_to_proto(h.token) != presented => {
+                    return reply(R::Error(proto::Error {
+                        message: format!("stale fencing token for {}", r.name),
+                        kind: Some(Kind::StaleToken(proto::StaleToken {
+                            presented: Some(presented),
+                            current: Some(token_to_proto(h.token)),
+                        })),
+                    }));
+                }
+                _ => {}
+            }
+        }
+        let answer = self
+            .request(Request::Release {
+                store,
+                session,
+                name: r.name.clone(),
+            })
+            .await?;
+        match answer {
+            Ok(Response::Released) => {
+                metrics::counter!("tenure_lock_releases_total").increment(1);
+                debug!(%store, session = session.0, name = %r.name, "released");
+                reply(R::Ok(proto::Released {}))
+            }
+            Err(e) => {
+                let mut err = self.client_error(store, &e);
+                fill_name(&mut err, &r.name);
+                reply(R::Error(err))
+            }
+            Ok(other) => Err(unexpected("Release", &other)),
+        }
     }
 
     async fn holder(
         &self,
-        _request: GrpcRequest<proto::HolderRequest>,
+        request: GrpcRequest<proto::HolderRequest>,
     ) -> Result<GrpcResponse<proto::HolderResponse>, Status> {
-        Err(not_yet("Holder"))
+        let r = request.into_inner();
+        use proto::holder_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::HolderResponse {
+                result: Some(result),
+            }))
+        };
+        let store = match self.name(&r.name) {
+            Ok((s, _)) => s,
+            Err(e) => return reply(R::Error(e)),
+        };
+        // One linearizable read gives the holders and the queue of the name.
+        let answer = self
+            .request(Request::LocksUnder {
+                store,
+                prefix: r.name.clone(),
+            })
+            .await?;
+        match answer {
+            Ok(Response::Locks(locks)) => {
+                let entry = locks.iter().find(|l| l.name.as_str() == r.name);
+                reply(R::Ok(proto::Holders {
+                    name: r.name.clone(),
+                    holders: entry
+                        .map(|l| {
+                            l.holders
+                                .iter()
+                                .map(|h| holder_to_proto(store, h))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    waiters: entry
+                        .map(|l| {
+                            l.waiters
+                                .iter()
+                                .map(|w| waiter_to_proto(store, w))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                }))
+            }
+            Err(e) => reply(R::Error(self.client_error(store, &e))),
+            Ok(other) => Err(unexpected("Holder", &other)),
+        }
     }
 
     async fn list_locks(
         &self,
-        _request: GrpcRequest<proto::ListLocksRequest>,
+        request: GrpcRequest<proto::ListLocksRequest>,
     ) -> Result<GrpcResponse<proto::ListLocksResponse>, Status> {
-        Err(not_yet("ListLocks"))
+        let r = request.into_inner();
+        use proto::list_locks_response::Result as R;
+        let reply = |result| {
+            Ok(GrpcResponse::new(proto::ListLocksResponse {
+                result: Some(result),
+            }))
+        };
+        let store = if r.prefix == "/" {
+            let Some(s) = r.store else {
+                return reply(R::Error(invalid_name(
+                    "/",
+                    "listing '/' spans every store: set `store`",
+                )));
+            };
+            StoreId(s)
+        } else {
+            match self.name(&r.prefix) {
+                Ok((s, _)) => s,
+                Err(e) => return reply(R::Error(e)),
+            }
+        };
+        if let Some(e) = self.unknown_store(store) {
+            return reply(R::Error(e));
+        }
+        let answer = self
+            .request(Request::LocksUnder {
+                store,
+                prefix: r.prefix.clone(),
+            })
+            .await?;
+        match answer {
+            Ok(Response::Locks(locks)) => {
+                let limit = if r.limit == 0 {
+                    usize::MAX
+                } else {
+                    r.limit as usize
+                };
+                reply(R::Ok(proto::LockList {
+                    locks: locks
+                        .iter()
+                        .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
+                        .take(limit)
+                        .map(|l| proto::LockEntry {
+                            name: l.name.to_string(),
+                            holders: l
+                                .holders
+                                .iter()
+                                .map(|h| holder_to_proto(store, h))
+                                .collect(),
+                            waiters: l
+                                .waiters
+                                .iter()
+                                .map(|w| waiter_to_proto(store, w))
+                                .collect(),
+                        })
+                        .collect(),
+                }))
+            }
+            Err(e) => reply(R::Error(self.client_error(store, &e))),
+            Ok(other) => Err(unexpected("ListLocks", &other)),
+        }
+    }
+}
+
+/// Put the lock name into the typed errors that carry one.
+fn fill_name(e: &mut proto::Error, name: &str) {
+    match &mut e.kind {
+        Some(Kind::WouldBlock(x)) => x.name = name.to_string(),
+        Some(Kind::Timeout(x)) => x.name = name.to_string(),
+        Some(Kind::Deadlock(x)) => x.name = name.to_string(),
+        Some(Kind::NotHeld(x)) => x.name = name.to_string(),
+        Some(Kind::InvalidName(x)) => x.name = name.chars().take(128).collect(),
+        _ => {}
     }
 }
 
@@ -264,6 +707,8 @@ pub fn status_to_proto(s: &StatusSnapshot) -> proto::StatusResponse {
                 epoch: m.epoch.0,
                 chunks: m.metadata.chunks.iter().map(cref).collect(),
                 failed: m.failed.iter().map(cref).collect(),
+                sessions: s.tables.get(&m.store).map_or(0, |t| t.sessions),
+                locks_held: s.tables.get(&m.store).map_or(0, |t| t.locks_held),
             })
             .collect(),
         now_micros: s.now.0,

@@ -39,6 +39,12 @@ use tracing::{error, info, warn};
 
 pub use config::ConfigError;
 
+/// Largest client request accepted (a request is a few names and ids; anything larger
+/// is refused with `OUT_OF_RANGE` before it reaches the core).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest answer sent (a lock listing is truncated by its `limit` well below this).
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
 /// Server failures.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -187,12 +193,24 @@ pub async fn start_with_listeners(
         calls_tx,
         endpoints,
         Duration::from_millis(cfg.request_timeout_ms),
+        cfg.cluster.stores,
     );
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener);
+        use futures::StreamExt;
+        // Small request/answer pairs: no Nagle delay on the client connections.
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener).map(
+            |s: std::io::Result<tokio::net::TcpStream>| {
+                s.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+            },
+        );
+        let service = TenureServer::new(api)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_encoding_message_size(MAX_ANSWER_BYTES);
         let r = tonic::transport::Server::builder()
-            .add_service(TenureServer::new(api))
+            .add_service(service)
             .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
             .await;
         if let Err(e) = r {

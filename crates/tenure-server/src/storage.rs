@@ -16,6 +16,7 @@
 //! device keeps data directories simple; see DESIGN §11.
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
@@ -192,9 +193,23 @@ impl Storage {
         if ops.is_empty() {
             return Ok(());
         }
+        // Only the last change of each record in the batch matters (one transaction
+        // applies them all): skip the encoding and writing of superseded ones.
+        let key = |op: &PersistOp| match op {
+            PersistOp::PutChunk(c) => Some((c.id.device.0, c.id.serial)),
+            PersistOp::RemoveChunk(id) => Some((id.device.0, id.serial)),
+            PersistOp::SetNextSerial(_) => None,
+        };
+        let mut last: HashMap<Option<(u64, u64)>, usize> = HashMap::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            last.insert(key(op), i);
+        }
         // Encode first so an encoding failure leaves the database untouched.
-        let mut encoded = Vec::with_capacity(ops.len());
-        for op in ops {
+        let mut encoded = Vec::with_capacity(last.len());
+        for (i, op) in ops.iter().enumerate() {
+            if last.get(&key(op)) != Some(&i) {
+                continue;
+            }
             encoded.push(match op {
                 PersistOp::PutChunk(c) => Encoded::Put(
                     (c.id.device.0, c.id.serial),

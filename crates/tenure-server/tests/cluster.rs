@@ -363,7 +363,7 @@ fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
             matches!(err, tenure_client::Error::UnknownStore(s) if s == STORES + 5),
             "{err}"
         );
-        // Lock RPCs are defined but not served yet: a clear Unimplemented.
+        // Lock RPCs: a request without a session is refused before the core...
         let mut raw = tenure_client::proto::tenure_client::TenureClient::connect(format!(
             "http://{}",
             cluster.cfgs[0].client_listen
@@ -374,7 +374,36 @@ fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
             .acquire(tenure_client::proto::AcquireRequest::default())
             .await
             .unwrap_err();
-        assert_eq!(st.code(), tonic::Code::Unimplemented);
+        assert_eq!(st.code(), tonic::Code::InvalidArgument, "{st}");
+        // ...an invalid lock name gets a typed InvalidName...
+        let bad = tenure_client::proto::AcquireRequest {
+            session: Some(tenure_client::proto::SessionRef { store: 0, id: 1 }),
+            name: "no-leading-slash//x".into(),
+            request_id: 1,
+            ..Default::default()
+        };
+        let r = raw.acquire(bad).await.unwrap().into_inner();
+        assert!(
+            matches!(
+                r.result,
+                Some(tenure_client::proto::acquire_response::Result::Error(
+                    tenure_client::proto::Error {
+                        kind: Some(tenure_client::proto::error::Kind::InvalidName(_)),
+                        ..
+                    }
+                ))
+            ),
+            "{r:?}"
+        );
+        // ...and an oversized request is refused by the transport.
+        let huge = tenure_client::proto::AcquireRequest {
+            session: Some(tenure_client::proto::SessionRef { store: 0, id: 1 }),
+            name: format!("/{}", "x".repeat(200 * 1024)),
+            request_id: 2,
+            ..Default::default()
+        };
+        let st = raw.acquire(huge).await.unwrap_err();
+        assert_eq!(st.code(), tonic::Code::OutOfRange, "{st}");
 
         // The cluster still serves.
         for store in 0..STORES {
