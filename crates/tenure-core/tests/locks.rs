@@ -258,3 +258,68 @@ fn deadlock_between_two_sessions_is_detected() {
         Err(ClientError::Deadlock)
     );
 }
+
+// seed 004 §4.1 (maximum forward progress) + DESIGN §4 (idempotent retries): a waiter
+// queued at a manager that crashes is not silently dropped. Its wait was replicated with
+// the queueing change, so the new manager still has it queued; the client's retry with
+// the same request id reattaches to that wait (no second queue entry), and is granted,
+// with a larger token, when the holder releases.
+#[test]
+fn waiter_queued_at_crashed_manager_is_granted_after_retry() {
+    let mut c = settled();
+    let a = open(&mut c, 1, Duration::from_secs(5));
+    let b = open(&mut c, 2, Duration::from_secs(5));
+    let t1 = token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
+    let old = manager(&c);
+    let first = c.request(old, 2, acquire(NAME, b, 7, WaitSpec::Forever));
+    c.run_for(ms(30));
+    assert!(!c.replies.contains_key(&first), "b waits behind a");
+    c.crash(old);
+    for _ in 0..40 {
+        c.run_for(ms(250));
+        if let Some((m, _)) = c.manager_of(store()) {
+            keep_alive(&mut c, m, 1, a);
+            keep_alive(&mut c, m, 2, b);
+        }
+    }
+    let m = manager(&c);
+    assert_ne!(m, old);
+    assert!(
+        !c.replies.contains_key(&first),
+        "the crashed manager answered nothing"
+    );
+    // The new manager still has b's wait queued.
+    let retry = c.request(m, 2, acquire(NAME, b, 7, WaitSpec::Forever));
+    c.run_for(ms(30));
+    assert!(
+        !c.replies.contains_key(&retry),
+        "still waiting behind a: {:?}",
+        c.replies.get(&retry)
+    );
+    call(
+        &mut c,
+        1,
+        Request::Release {
+            store: store(),
+            session: a,
+            name: NAME.into(),
+        },
+    )
+    .expect("release");
+    let t2 = token(c.replies.get(&retry).expect("b granted after a released"));
+    assert!(t2 > t1 && t2.epoch > t1.epoch, "{t2:?} after {t1:?}");
+    match call(
+        &mut c,
+        9,
+        Request::Holders {
+            store: store(),
+            name: NAME.into(),
+        },
+    ) {
+        Ok(Response::Holders(h)) => {
+            assert_eq!(h.len(), 1, "one grant, not two: {h:?}");
+            assert_eq!(h[0].session, b);
+        }
+        other => panic!("{other:?}"),
+    }
+}
