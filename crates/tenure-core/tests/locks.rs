@@ -323,3 +323,39 @@ fn waiter_queued_at_crashed_manager_is_granted_after_retry() {
         other => panic!("{other:?}"),
     }
 }
+
+// DESIGN §4 group commit: changes submitted while a batch is in flight wait and travel
+// together in the next ACCEPT, so twenty grants cost two SafeTalk rounds, not twenty.
+#[test]
+fn concurrent_acquires_share_one_accept_batch() {
+    use tenure_core::msg::{Msg, ToChunk};
+    let mut c = settled();
+    let s = open(&mut c, 1, Duration::from_secs(10));
+    let m = manager(&c);
+    let is_accept = |msg: &Msg| {
+        matches!(
+            msg,
+            Msg::ToChunk {
+                msg: ToChunk::Accept { .. },
+                ..
+            }
+        )
+    };
+    let before = c.count_delivered(is_accept);
+    let reqs: Vec<u64> = (0..20)
+        .map(|i| {
+            let name = format!("/billing/batch/{i}");
+            c.request(m, 1, acquire(&name, s, 100 + i, WaitSpec::Try))
+        })
+        .collect();
+    c.run_for(ms(50));
+    for r in &reqs {
+        token(c.replies.get(r).expect("answered"));
+    }
+    let accepts = c.count_delivered(is_accept) - before;
+    let chunks = c.chunks_of(store()).len();
+    assert!(
+        accepts <= 2 * chunks,
+        "{accepts} ACCEPTs to {chunks} chunks for 20 grants"
+    );
+}
