@@ -10,15 +10,29 @@
 //! attempts and a deadline. Errors are typed ([`Error`]), mirroring the protocol's.
 //!
 //! Every routed RPC goes through one generic loop ([`Client::routed`]), so adding an RPC
-//! (locks, sessions) is one call with a closure that issues it and unpacks its
-//! `oneof result`.
+//! is one call with a closure that issues it and unpacks its `oneof result`.
+//!
+//! Locks ([`Client::lock`], module [`locks`]): the client opens one session per store it
+//! uses, transparently, and keeps each alive from a background task over a keep-alive
+//! stream. A [`LockGuard`] carries the grant's fencing token and the session's
+//! conservative deadline (the local send time of the last answered keep-alive + TTL −
+//! δ_c, [`tenure_core::session::client_deadline`]); [`LockGuard::lost`] resolves before
+//! that deadline passes unless a keep-alive extends it. Dropping a guard releases the
+//! lock from a spawned task. Acquires are retried with the same request id, which the
+//! store replays as the same outcome, so a retry after a redirect or a failover never
+//! grants twice.
+
+pub mod locks;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
+
+pub use locks::{FencingToken, Holder, LockGuard, LockMode, LockState, Loss, SessionState, Wait};
 
 /// Code generated from `proto/tenure.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -150,7 +164,7 @@ impl Error {
     }
 
     /// Whether another endpoint (or a later try) may succeed.
-    fn retryable(&self) -> bool {
+    pub fn retryable(&self) -> bool {
         match self {
             Error::NotManager { .. } | Error::Unavailable { .. } => true,
             Error::Rpc(s) => matches!(
@@ -184,6 +198,19 @@ pub struct ClientOptions {
     pub backoff_min: Duration,
     /// Largest backoff.
     pub backoff_max: Duration,
+    /// TTL asked for the sessions the client opens.
+    pub session_ttl: Duration,
+    /// `δ_c`: the bound on clock differences the cluster is configured with; the client's
+    /// deadline for a session is this much earlier than the TTL alone would give.
+    pub clock_drift: Duration,
+    /// How long before a session's conservative deadline a guard reports that its lock
+    /// may be lost ([`LockGuard::lost`]) when no keep-alive has extended it.
+    pub loss_warning: Duration,
+    /// Longest single wait RPC of a blocking acquire; the wait continues with a retry of
+    /// the same request (the same place in the queue).
+    pub wait_poll: Duration,
+    /// Name reported to the servers (logs).
+    pub client_name: String,
 }
 
 impl Default for ClientOptions {
@@ -195,6 +222,11 @@ impl Default for ClientOptions {
             retry_deadline: Duration::from_secs(20),
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),
+            session_ttl: Duration::from_secs(10),
+            clock_drift: Duration::from_millis(50),
+            loss_warning: Duration::from_secs(2),
+            wait_poll: Duration::from_secs(30),
+            client_name: format!("tenure-client/{}", std::process::id()),
         }
     }
 }
@@ -208,13 +240,32 @@ pub struct Version {
     pub seq: u64,
 }
 
-/// A Tenure client (cheap to share behind an `Arc`; all methods take `&self`).
-#[derive(Debug)]
+/// A Tenure client. Cheap to clone: clones share connections, routes and sessions. Call
+/// its methods inside a tokio runtime.
+#[derive(Clone, Debug)]
 pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
     opts: ClientOptions,
     endpoints: Mutex<Vec<String>>,
     channels: Mutex<HashMap<String, TenureClient<Channel>>>,
     routes: Mutex<HashMap<u32, String>>,
+    stores: tokio::sync::OnceCell<u32>,
+    sessions: tokio::sync::Mutex<HashMap<u32, Arc<locks::Session>>>,
+    next_request: AtomicU64,
+    /// Origin of the microsecond clock the deadline rule is computed on.
+    origin: Instant,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for s in self.sessions.get_mut().values() {
+            s.stop();
+        }
+    }
 }
 
 impl Client {
@@ -234,10 +285,16 @@ impl Client {
             return Err(Error::NoEndpoints);
         }
         let c = Client {
-            opts,
-            endpoints: Mutex::new(Vec::new()),
-            channels: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
+            inner: Arc::new(Inner {
+                opts,
+                endpoints: Mutex::new(Vec::new()),
+                channels: Mutex::new(HashMap::new()),
+                routes: Mutex::new(HashMap::new()),
+                stores: tokio::sync::OnceCell::new(),
+                sessions: tokio::sync::Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                origin: Instant::now(),
+            }),
         };
         for e in endpoints {
             c.channel(&e)?;
@@ -245,31 +302,58 @@ impl Client {
         Ok(c)
     }
 
+    /// The options the client runs with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+
     /// The endpoints known (configured plus learned from redirects).
     pub fn endpoints(&self) -> Vec<String> {
-        self.endpoints.lock().unwrap().clone()
+        self.inner.endpoints.lock().unwrap().clone()
     }
 
     fn channel(&self, endpoint: &str) -> Result<TenureClient<Channel>> {
-        if let Some(c) = self.channels.lock().unwrap().get(endpoint) {
+        if let Some(c) = self.inner.channels.lock().unwrap().get(endpoint) {
             return Ok(c.clone());
         }
+        // No channel-wide timeout: unary calls are bounded in `routed`, keep-alive
+        // streams live as long as the session.
         let ch = Endpoint::from_shared(endpoint.to_string())
             .map_err(|_| Error::InvalidEndpoint(endpoint.to_string()))?
-            .connect_timeout(self.opts.connect_timeout)
-            .timeout(self.opts.request_timeout)
+            .connect_timeout(self.inner.opts.connect_timeout)
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
             .connect_lazy();
         let client = TenureClient::new(ch);
-        self.channels
+        self.inner
+            .channels
             .lock()
             .unwrap()
             .insert(endpoint.to_string(), client.clone());
-        let mut eps = self.endpoints.lock().unwrap();
+        let mut eps = self.inner.endpoints.lock().unwrap();
         if !eps.iter().any(|e| e == endpoint) {
             eps.push(endpoint.to_string());
         }
         Ok(client)
+    }
+
+    /// The number of stores of the cluster (asked once, from any endpoint).
+    pub async fn stores(&self) -> Result<u32> {
+        self.inner
+            .stores
+            .get_or_try_init(|| async {
+                let mut last = Error::NoEndpoints;
+                for e in self.endpoints() {
+                    match self.status_of(&e).await {
+                        Ok(s) => return Ok(s.stores),
+                        Err(err) => last = err,
+                    }
+                }
+                Err(last)
+            })
+            .await
+            .copied()
     }
 
     /// Write a test register in `store`.
@@ -298,10 +382,17 @@ impl Client {
     pub async fn status_of(&self, endpoint: &str) -> Result<proto::StatusResponse> {
         let endpoint = normalize(endpoint.to_string());
         let mut c = self.channel(&endpoint)?;
-        c.status(proto::StatusRequest {})
-            .await
-            .map(|r| r.into_inner())
-            .map_err(Error::from_status)
+        match tokio::time::timeout(
+            self.inner.opts.request_timeout,
+            c.status(proto::StatusRequest {}),
+        )
+        .await
+        {
+            Ok(r) => r.map(|r| r.into_inner()).map_err(Error::from_status),
+            Err(_) => Err(Error::Rpc(Box::new(tonic::Status::deadline_exceeded(
+                "no answer to Status in time",
+            )))),
+        }
     }
 
     /// Status of every known endpoint, in order.
@@ -318,31 +409,62 @@ impl Client {
     /// Run one request against the manager of `store`: `call` issues the RPC on a channel
     /// and returns the protocol outcome; gRPC failures and retryable protocol errors move
     /// to the hinted or next endpoint, with backoff, within the configured bounds.
-    pub async fn routed<T, F, Fut>(&self, store: u32, mut call: F) -> Result<T>
+    pub async fn routed<T, F, Fut>(&self, store: u32, call: F) -> Result<T>
+    where
+        F: FnMut(TenureClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Result<T>, tonic::Status>>,
+    {
+        let o = &self.inner.opts;
+        let bounds = Bounds {
+            per_call: o.request_timeout,
+            deadline: Some(Instant::now() + o.retry_deadline),
+            max_attempts: Some(o.max_attempts),
+        };
+        self.routed_with(store, bounds, call).await
+    }
+
+    /// [`Client::routed`] with explicit bounds. A call cut by `per_call` is retried on
+    /// the same endpoint at once (a long wait continues); other failures move on.
+    pub(crate) async fn routed_with<T, F, Fut>(
+        &self,
+        store: u32,
+        bounds: Bounds,
+        mut call: F,
+    ) -> Result<T>
     where
         F: FnMut(TenureClient<Channel>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         let started = Instant::now();
-        let mut backoff = self.opts.backoff_min;
+        let o = &self.inner.opts;
+        let mut backoff = o.backoff_min;
         let mut attempts = 0u32;
         let mut target = self.route(store, 0);
         let mut rotate = 0usize;
         loop {
             attempts += 1;
             let client = self.channel(&target)?;
-            let err = match call(client).await {
-                Ok(Ok(v)) => {
-                    self.routes.lock().unwrap().insert(store, target);
+            let mut cut = false;
+            let err = match tokio::time::timeout(bounds.per_call, call(client)).await {
+                Ok(Ok(Ok(v))) => {
+                    self.inner.routes.lock().unwrap().insert(store, target);
                     return Ok(v);
                 }
-                Ok(Err(e)) => e,
-                Err(s) => Error::from_status(s),
+                Ok(Ok(Err(e))) => e,
+                Ok(Err(s)) => Error::from_status(s),
+                Err(_) => {
+                    cut = true;
+                    Error::Rpc(Box::new(tonic::Status::deadline_exceeded(format!(
+                        "no answer within {:?}",
+                        bounds.per_call
+                    ))))
+                }
             };
             if !err.retryable() {
                 return Err(err);
             }
-            if attempts >= self.opts.max_attempts || started.elapsed() >= self.opts.retry_deadline {
+            let out_of_time = bounds.deadline.is_some_and(|d| Instant::now() >= d);
+            if bounds.max_attempts.is_some_and(|m| attempts >= m) || out_of_time {
                 return Err(Error::GaveUp {
                     attempts,
                     elapsed: started.elapsed(),
@@ -353,35 +475,62 @@ impl Client {
             match &err {
                 Error::NotManager {
                     hint: Some(hint), ..
-                } if *hint != target => {
+                } if normalize(hint.clone()) != target => {
                     // A redirect: follow it at once.
                     target = normalize(hint.clone());
                     continue;
                 }
+                // A long call cut by its own bound: the endpoint answered nothing wrong.
+                _ if cut => continue,
                 _ => {
-                    self.routes.lock().unwrap().remove(&store);
+                    self.inner.routes.lock().unwrap().remove(&store);
                     rotate += 1;
                     target = self.route(store, rotate);
                 }
             }
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.opts.backoff_max);
+            backoff = (backoff * 2).min(o.backoff_max);
         }
     }
 
     /// The endpoint to try for `store`: the remembered manager, or the endpoints in turn.
     fn route(&self, store: u32, rotate: usize) -> String {
         if rotate == 0
-            && let Some(e) = self.routes.lock().unwrap().get(&store)
+            && let Some(e) = self.inner.routes.lock().unwrap().get(&store)
         {
             return e.clone();
         }
-        let eps = self.endpoints.lock().unwrap();
+        let eps = self.inner.endpoints.lock().unwrap();
         eps[(store as usize + rotate) % eps.len()].clone()
+    }
+
+    /// Remember that `endpoint` answered for `store` as its manager.
+    pub(crate) fn set_route(&self, store: u32, endpoint: &str) {
+        self.inner
+            .routes
+            .lock()
+            .unwrap()
+            .insert(store, endpoint.to_string());
+    }
+
+    /// Forget the manager of `store`.
+    pub(crate) fn clear_route(&self, store: u32) {
+        self.inner.routes.lock().unwrap().remove(&store);
     }
 }
 
-fn normalize(e: String) -> String {
+/// Retry bounds of one routed request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    /// One attempt.
+    pub per_call: Duration,
+    /// No new attempt after this.
+    pub deadline: Option<Instant>,
+    /// Most attempts.
+    pub max_attempts: Option<u32>,
+}
+
+pub(crate) fn normalize(e: String) -> String {
     if e.starts_with("http://") || e.starts_with("https://") {
         e
     } else {

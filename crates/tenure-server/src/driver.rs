@@ -372,6 +372,21 @@ fn observe(obs: &Observation) {
             metrics::counter!("tenure_migrations_total", "committed" => committed.to_string())
                 .increment(1);
         }
+        Observation::SessionEnding {
+            store,
+            session,
+            expired,
+            released,
+        } => {
+            let how = if *expired { "expired" } else { "closed" };
+            info!(%store, session = session.0, how, locks = released.len(), "session ending");
+            metrics::counter!("tenure_session_ends_total", "how" => how).increment(1);
+            if *expired {
+                metrics::counter!("tenure_session_expiries_total").increment(1);
+                metrics::counter!("tenure_expiry_released_locks_total")
+                    .increment(released.len() as u64);
+            }
+        }
         // Observations the core adds later are logged until they get a metric.
         #[allow(unreachable_patterns)]
         _ => debug!(?obs, "observation"),

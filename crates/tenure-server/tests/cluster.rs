@@ -411,3 +411,111 @@ fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
         }
     });
 }
+
+/// Wait (bounded) until `name`'s queue has `n` sessions.
+async fn wait_queue(c: &Client, name: &str, n: usize) -> tenure_client::LockState {
+    let start = Instant::now();
+    loop {
+        let s = c.holders(name).await.unwrap();
+        if s.waiters.len() == n {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{name}: queue never reached {n}: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// DESIGN §4: one holder at a time, FIFO hand-over, fencing tokens increase, try/timeout
+// fail with typed errors, shared holders coexist, a dropped guard releases.
+#[test]
+fn locks_are_exclusive_fifo_and_fenced_through_the_client() {
+    use tenure_client::{Error, LockMode, Wait};
+    let cluster = Cluster::start(3);
+    let r = rt();
+    let eps = cluster.endpoints();
+    r.block_on(async {
+        let (a, b, c) = (
+            client(eps.clone()),
+            client(eps.clone()),
+            client(eps.clone()),
+        );
+        wait_all_managed(&a, &eps, Duration::from_secs(30)).await;
+        let name = "/jobs/nightly";
+        let ga = a
+            .lock(name, LockMode::Exclusive, Wait::Forever)
+            .await
+            .unwrap();
+        assert!(ga.is_held());
+        assert!(ga.deadline() > Instant::now() + Duration::from_secs(5));
+        let err = b
+            .lock(name, LockMode::Exclusive, Wait::Try)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::WouldBlock(_)), "{err}");
+        let err = b
+            .lock(
+                name,
+                LockMode::Shared,
+                Wait::Timeout(Duration::from_millis(200)),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout(_)), "{err}");
+
+        let bw = tokio::spawn({
+            let b = b.clone();
+            async move { b.lock(name, LockMode::Exclusive, Wait::Forever).await }
+        });
+        let q = wait_queue(&a, name, 1).await;
+        assert_eq!(q.holders.len(), 1);
+        assert_eq!(q.holders[0].session, ga.session());
+        assert_eq!(q.holders[0].token, ga.token());
+        let cw = tokio::spawn({
+            let c = c.clone();
+            async move { c.lock(name, LockMode::Exclusive, Wait::Forever).await }
+        });
+        wait_queue(&a, name, 2).await;
+
+        let t1 = ga.token();
+        drop(ga); // released from a spawned task
+        let gb = tokio::time::timeout(Duration::from_secs(10), bw)
+            .await
+            .expect("B granted after A's release")
+            .unwrap()
+            .unwrap();
+        assert!(gb.token() > t1, "{:?} after {t1:?}", gb.token());
+        assert!(!cw.is_finished(), "C waits behind B");
+        let listed = a.locks("/jobs").await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].holders[0].session, gb.session());
+        assert_eq!(listed[0].waiters.len(), 1);
+        let t2 = gb.token();
+        gb.release().await.unwrap();
+        let gc = tokio::time::timeout(Duration::from_secs(10), cw)
+            .await
+            .expect("C granted after B's release")
+            .unwrap()
+            .unwrap();
+        assert!(gc.token() > t2);
+
+        // Shared holders coexist; an invalid name is a typed error.
+        let s1 = a.lock("/cfg/x", LockMode::Shared, Wait::Try).await.unwrap();
+        let s2 = b.lock("/cfg/x", LockMode::Shared, Wait::Try).await.unwrap();
+        assert_eq!(a.holders("/cfg/x").await.unwrap().holders.len(), 2);
+        drop((s1, s2));
+        let err = a
+            .lock("/bad//name", LockMode::Shared, Wait::Try)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidName { .. }), "{err}");
+
+        // Closing C's sessions releases its lock at once.
+        c.close().await.unwrap();
+        let s = a.holders(name).await.unwrap();
+        assert!(s.holders.is_empty(), "{s:?}");
+        drop(gc);
+    });
+}

@@ -1,0 +1,794 @@
+//! Sessions, keep-alive and lock guards (DESIGN §4).
+//!
+//! A client opens one session per store it takes locks in, on first use, and keeps it
+//! alive from a background task: one keep-alive stream to the store's manager, a request
+//! every TTL/3, each answer extending the session's conservative deadline to the local
+//! *send* time of the answered request + TTL − δ_c
+//! ([`tenure_core::session::client_deadline`]). The manager set its own deadline on
+//! receipt, on a clock at most δ_c away, so the client's deadline never falls after the
+//! manager's: an application that stops using a lock at the client's deadline never
+//! overlaps the next holder. When the manager changes, the stream follows the redirect;
+//! the new manager extended every session by its grace period, so a keep-alive that
+//! reaches it in time finds the session alive.
+//!
+//! [`LockGuard`] is a granted lock: its fencing token, its session's deadline (a
+//! [`tokio::sync::watch`] of [`SessionState`]), [`LockGuard::lost`] — a future that
+//! resolves [`LockGuard::loss_warning`] before the deadline unless a keep-alive extends
+//! it, or at once when the manager reports the session expired — and an explicit
+//! [`LockGuard::release`]; dropping the guard releases from a spawned task.
+//!
+//! Retries: an acquire keeps its request id across every retry (redirect, failover, a
+//! long wait cut by the client's per-call bound); the store replicates the id with the
+//! operation and replays the recorded outcome, so the lock is never granted twice to one
+//! request. A release retried after a lost answer may find the lock already released:
+//! `NotHeld` on a retry counts as released.
+
+use crate::proto::{self, tenure_client::TenureClient};
+use crate::{Bounds, Client, Error, Result};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tenure_core::session::client_deadline;
+use tokio::sync::{Notify, mpsc, watch};
+use tonic::transport::Channel;
+use tracing::{debug, info, warn};
+
+/// Lock modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// Any number of sessions may hold it together.
+    Shared,
+    /// One session holds it alone.
+    Exclusive,
+}
+
+impl LockMode {
+    fn to_proto(self) -> i32 {
+        match self {
+            LockMode::Shared => proto::LockMode::Shared as i32,
+            LockMode::Exclusive => proto::LockMode::Exclusive as i32,
+        }
+    }
+
+    fn from_proto(m: i32) -> LockMode {
+        if m == proto::LockMode::Shared as i32 {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        }
+    }
+}
+
+/// How long an acquire may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Grant now or fail with [`Error::WouldBlock`].
+    Try,
+    /// Wait in the lock's FIFO queue at most this long ([`Error::Timeout`]).
+    Timeout(Duration),
+    /// Wait until granted (or the session ends, or a deadlock picks this request).
+    Forever,
+}
+
+/// A fencing token: strictly increasing per store across failovers. Resources remember
+/// the largest token they saw and refuse requests carrying a smaller one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken {
+    /// Epoch of the manager that granted.
+    pub epoch: u64,
+    /// Grant counter within the store.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.seq)
+    }
+}
+
+impl From<proto::FencingToken> for FencingToken {
+    fn from(t: proto::FencingToken) -> Self {
+        FencingToken {
+            epoch: t.epoch,
+            seq: t.seq,
+        }
+    }
+}
+
+impl From<FencingToken> for proto::FencingToken {
+    fn from(t: FencingToken) -> Self {
+        proto::FencingToken {
+            epoch: t.epoch,
+            seq: t.seq,
+        }
+    }
+}
+
+/// A session's state as the client sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionState {
+    /// The conservative deadline: the session (and every lock it holds) is certainly
+    /// alive until then.
+    pub deadline: Instant,
+    /// The manager reported the session expired: its locks are released.
+    pub expired: bool,
+}
+
+/// Why [`LockGuard::lost`] resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// The session's deadline is near (within the loss warning) and no keep-alive has
+    /// extended it: stop using the lock by [`LockGuard::deadline`].
+    DeadlineNear,
+    /// The manager reported the session expired: the lock is gone.
+    Expired,
+}
+
+/// One holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Store of the session.
+    pub store: u32,
+    /// Holding session.
+    pub session: u64,
+    /// Mode held.
+    pub mode: LockMode,
+    /// Fencing token of the grant.
+    pub token: FencingToken,
+}
+
+/// A lock's holders and queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockState {
+    /// The lock.
+    pub name: String,
+    /// Current holders.
+    pub holders: Vec<Holder>,
+    /// Queued sessions, oldest first.
+    pub waiters: Vec<u64>,
+}
+
+fn holder(h: proto::LockHolder) -> Holder {
+    let s = h.session.unwrap_or_default();
+    Holder {
+        store: s.store,
+        session: s.id,
+        mode: LockMode::from_proto(h.mode),
+        token: h.token.unwrap_or_default().into(),
+    }
+}
+
+/// One open session and its keep-alive task's controls.
+#[derive(Debug)]
+pub(crate) struct Session {
+    store: u32,
+    id: u64,
+    ttl: Duration,
+    state: watch::Sender<SessionState>,
+    stopped: AtomicBool,
+    wake: Notify,
+}
+
+impl Session {
+    /// Stop the keep-alive task.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
+        self.wake.notify_one();
+    }
+
+    fn is_expired(&self) -> bool {
+        self.state.borrow().expired
+    }
+
+    fn expire(&self) {
+        self.state.send_modify(|s| s.expired = true);
+        self.stop();
+    }
+}
+
+/// A granted lock. Dropping it releases the lock (from a spawned task); use
+/// [`LockGuard::release`] to wait for the release and see its outcome.
+#[derive(Debug)]
+pub struct LockGuard {
+    client: Client,
+    session: Arc<Session>,
+    name: String,
+    mode: LockMode,
+    token: FencingToken,
+    state: watch::Receiver<SessionState>,
+    released: bool,
+}
+
+impl LockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mode granted.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The grant's fencing token: pass it to every resource the lock protects.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The holding session's id.
+    pub fn session(&self) -> u64 {
+        self.session.id
+    }
+
+    /// The store of the lock and its session.
+    pub fn store(&self) -> u32 {
+        self.session.store
+    }
+
+    /// The session's TTL.
+    pub fn ttl(&self) -> Duration {
+        self.session.ttl
+    }
+
+    /// The conservative deadline: the lock is certainly held until then. Keep-alives
+    /// move it forward.
+    pub fn deadline(&self) -> Instant {
+        self.state.borrow().deadline
+    }
+
+    /// Whether the lock is certainly held now (before the deadline, session not expired).
+    pub fn is_held(&self) -> bool {
+        let s = *self.state.borrow();
+        !s.expired && Instant::now() < s.deadline
+    }
+
+    /// How long before the deadline [`LockGuard::lost`] resolves when not extended.
+    pub fn loss_warning(&self) -> Duration {
+        self.client.options().loss_warning.min(self.session.ttl / 2)
+    }
+
+    /// A watch of the session's state (deadline moves, expiry).
+    pub fn watch(&self) -> watch::Receiver<SessionState> {
+        self.state.clone()
+    }
+
+    /// Resolves when the lock may be lost: [`LossWarning`](Self::loss_warning) before
+    /// the deadline if no keep-alive has extended it by then, or as soon as the manager
+    /// reports the session expired. Cancel-safe; can be awaited again.
+    pub async fn lost(&self) -> Loss {
+        let mut rx = self.state.clone();
+        let warn = self.loss_warning();
+        loop {
+            let s = *rx.borrow_and_update();
+            if s.expired {
+                return Loss::Expired;
+            }
+            let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
+            if Instant::now() >= at {
+                return Loss::DeadlineNear;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(at.into()) => {}
+                r = rx.changed() => {
+                    if r.is_err() {
+                        // The keep-alive task is gone: nothing will extend the deadline.
+                        let s = *rx.borrow();
+                        if s.expired {
+                            return Loss::Expired;
+                        }
+                        let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
+                        tokio::time::sleep_until(at.into()).await;
+                        return Loss::DeadlineNear;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Release the lock and wait for the answer.
+    pub async fn release(mut self) -> Result<()> {
+        self.released = true;
+        let (store, session, name) = (self.session.store, self.session.id, self.name.clone());
+        self.client.release_raw(store, session, &name, None).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released || self.session.is_expired() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            warn!(name = %self.name, "lock guard dropped outside a runtime: the lock is released when its session ends");
+            return;
+        };
+        let client = self.client.clone();
+        let (store, session, name) = (self.session.store, self.session.id, self.name.clone());
+        rt.spawn(async move {
+            if let Err(e) = client.release_raw(store, session, &name, None).await {
+                debug!(%name, "release on drop failed: {e}");
+            }
+        });
+    }
+}
+
+impl Client {
+    fn micros(&self, t: Instant) -> tenure_core::Instant {
+        tenure_core::Instant(t.saturating_duration_since(self.inner.origin).as_micros() as u64)
+    }
+
+    fn instant_of(&self, t: tenure_core::Instant) -> Instant {
+        self.inner.origin + Duration::from_micros(t.0)
+    }
+
+    /// The conservative deadline of a session whose keep-alive (or open) sent at
+    /// `sent_at` was answered with `ttl`.
+    fn deadline_of(&self, sent_at: Instant, ttl: Duration) -> Instant {
+        let d = client_deadline(self.micros(sent_at), ttl, self.inner.opts.clock_drift);
+        self.instant_of(d)
+    }
+
+    pub(crate) fn next_request_id(&self) -> u64 {
+        self.inner.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The store a lock name lives in.
+    pub async fn store_of(&self, name: &str) -> Result<u32> {
+        let stores = self.stores().await?;
+        Ok(tenure_core::config::store_of(name, stores).0)
+    }
+
+    /// This client's live session in `store`, opened (with its keep-alive task) if there
+    /// is none.
+    pub(crate) async fn session(&self, store: u32) -> Result<Arc<Session>> {
+        let mut sessions = self.inner.sessions.lock().await;
+        if let Some(s) = sessions.get(&store)
+            && !s.is_expired()
+        {
+            return Ok(s.clone());
+        }
+        let ttl_ms = self.inner.opts.session_ttl.as_millis() as u64;
+        let client_name = self.inner.opts.client_name.clone();
+        let request_id = self.next_request_id();
+        let (sent_at, opened) = self
+            .routed(store, |mut c| {
+                let client_name = client_name.clone();
+                async move {
+                    let sent_at = Instant::now();
+                    let r = c
+                        .open_session(proto::OpenSessionRequest {
+                            store,
+                            ttl_ms,
+                            client_name,
+                            request_id,
+                        })
+                        .await?
+                        .into_inner();
+                    use proto::open_session_response::Result as R;
+                    Ok(match r.result {
+                        Some(R::Ok(o)) => Ok((sent_at, o)),
+                        Some(R::Error(e)) => Err(Error::from_proto(e)),
+                        None => Err(Error::Malformed),
+                    })
+                }
+            })
+            .await?;
+        let id = opened.session.map(|s| s.id).ok_or(Error::Malformed)?;
+        let ttl = Duration::from_millis(opened.ttl_ms);
+        let (tx, _) = watch::channel(SessionState {
+            deadline: self.deadline_of(sent_at, ttl),
+            expired: false,
+        });
+        let session = Arc::new(Session {
+            store,
+            id,
+            ttl,
+            state: tx,
+            stopped: AtomicBool::new(false),
+            wake: Notify::new(),
+        });
+        debug!(store, session = id, ?ttl, "session opened");
+        tokio::spawn(keep_alive(
+            Arc::downgrade(&self.inner),
+            session.clone(),
+            sent_at,
+        ));
+        if let Some(old) = sessions.insert(store, session.clone()) {
+            old.stop();
+        }
+        Ok(session)
+    }
+
+    /// The state of this client's session in `store`, if it has one.
+    pub async fn session_state(&self, store: u32) -> Option<(u64, SessionState)> {
+        let sessions = self.inner.sessions.lock().await;
+        sessions.get(&store).map(|s| (s.id, *s.state.borrow()))
+    }
+
+    /// Acquire `name` in `mode`, waiting as `wait` says. The guard carries the fencing
+    /// token; dropping it releases the lock.
+    pub async fn lock(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
+        let store = self.store_of(name).await?;
+        let mut fresh_session_tried = false;
+        loop {
+            let session = self.session(store).await?;
+            match self.acquire(&session, name, mode, wait).await {
+                Ok(token) => {
+                    return Ok(LockGuard {
+                        client: self.clone(),
+                        state: session.state.subscribe(),
+                        session,
+                        name: name.to_string(),
+                        mode,
+                        token,
+                        released: false,
+                    });
+                }
+                Err(Error::SessionExpired(_)) if !fresh_session_tried => {
+                    // The cached session had ended before this request: nothing was
+                    // queued for it, so a new session and a new request are safe.
+                    session.expire();
+                    fresh_session_tried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn acquire(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        mode: LockMode,
+        wait: Wait,
+    ) -> Result<FencingToken> {
+        let o = &self.inner.opts;
+        let request_id = self.next_request_id();
+        let now = Instant::now();
+        let (r#try, timeout_ms, bounds) = match wait {
+            Wait::Try => (
+                true,
+                0,
+                Bounds {
+                    per_call: o.request_timeout,
+                    deadline: Some(now + o.retry_deadline),
+                    max_attempts: Some(o.max_attempts),
+                },
+            ),
+            Wait::Timeout(d) => (
+                false,
+                (d.as_millis() as u64).max(1),
+                Bounds {
+                    per_call: d + o.request_timeout,
+                    deadline: Some(now + d + o.retry_deadline),
+                    max_attempts: None,
+                },
+            ),
+            Wait::Forever => (
+                false,
+                0,
+                Bounds {
+                    per_call: o.wait_poll,
+                    deadline: None,
+                    max_attempts: None,
+                },
+            ),
+        };
+        let req = proto::AcquireRequest {
+            session: Some(proto::SessionRef {
+                store: session.store,
+                id: session.id,
+            }),
+            name: name.to_string(),
+            mode: mode.to_proto(),
+            r#try,
+            timeout_ms,
+            request_id,
+        };
+        let watch = session.state.subscribe();
+        let store = session.store;
+        let call = |mut c: TenureClient<Channel>| {
+            let req = req.clone();
+            let expired = watch.borrow().expired;
+            async move {
+                if expired {
+                    return Ok(Err(Error::SessionExpired(
+                        req.session.unwrap_or_default().id,
+                    )));
+                }
+                let r = c.acquire(req).await?.into_inner();
+                use proto::acquire_response::Result as R;
+                Ok(match r.result {
+                    Some(R::Ok(g)) => Ok(FencingToken::from(g.token.unwrap_or_default())),
+                    Some(R::Error(e)) => Err(Error::from_proto(e)),
+                    None => Err(Error::Malformed),
+                })
+            }
+        };
+        self.routed_with(store, bounds, call).await.map_err(|e| {
+            if matches!(e, Error::SessionExpired(_)) {
+                session.expire();
+            }
+            e
+        })
+    }
+
+    /// Release `name` held by `session` in `store` (the lock of another process too, as
+    /// an operator does with `tenure unlock`). With `token`, the release happens only if
+    /// the session's grant carries it ([`Error::StaleToken`] otherwise).
+    pub async fn release_raw(
+        &self,
+        store: u32,
+        session: u64,
+        name: &str,
+        token: Option<FencingToken>,
+    ) -> Result<()> {
+        let attempts = AtomicU32::new(0);
+        let request_id = self.next_request_id();
+        let req = proto::ReleaseRequest {
+            session: Some(proto::SessionRef { store, id: session }),
+            name: name.to_string(),
+            request_id,
+            token: token.map(Into::into),
+        };
+        let attempts = &attempts;
+        self.routed(store, |mut c| {
+            let req = req.clone();
+            let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
+            async move {
+                let r = c.release(req).await?.into_inner();
+                use proto::release_response::Result as R;
+                Ok(match r.result {
+                    Some(R::Ok(_)) => Ok(()),
+                    // A retry after a lost answer: the first attempt released it.
+                    Some(R::Error(proto::Error {
+                        kind: Some(proto::error::Kind::NotHeld(_)),
+                        ..
+                    })) if retry => Ok(()),
+                    Some(R::Error(e)) => Err(Error::from_proto(e)),
+                    None => Err(Error::Malformed),
+                })
+            }
+        })
+        .await
+    }
+
+    /// Holders and queue of `name` (a linearizable read at the store's manager).
+    pub async fn holders(&self, name: &str) -> Result<LockState> {
+        let store = self.store_of(name).await?;
+        let name = name.to_string();
+        self.routed(store, |mut c| {
+            let name = name.clone();
+            async move {
+                let r = c.holder(proto::HolderRequest { name }).await?.into_inner();
+                use proto::holder_response::Result as R;
+                Ok(match r.result {
+                    Some(R::Ok(h)) => Ok(LockState {
+                        name: h.name,
+                        holders: h.holders.into_iter().map(holder).collect(),
+                        waiters: h.waiters.into_iter().map(|w| w.id).collect(),
+                    }),
+                    Some(R::Error(e)) => Err(Error::from_proto(e)),
+                    None => Err(Error::Malformed),
+                })
+            }
+        })
+        .await
+    }
+
+    /// Locks held or waited for at and under `prefix` (`/` lists every store).
+    pub async fn locks(&self, prefix: &str) -> Result<Vec<LockState>> {
+        let stores: Vec<u32> = if prefix == "/" {
+            (0..self.stores().await?).collect()
+        } else {
+            vec![self.store_of(prefix).await?]
+        };
+        let mut out = Vec::new();
+        for store in stores {
+            let req = proto::ListLocksRequest {
+                prefix: prefix.to_string(),
+                limit: 0,
+                store: Some(store),
+            };
+            let list = self
+                .routed(store, |mut c| {
+                    let req = req.clone();
+                    async move {
+                        let r = c.list_locks(req).await?.into_inner();
+                        use proto::list_locks_response::Result as R;
+                        Ok(match r.result {
+                            Some(R::Ok(l)) => Ok(l.locks),
+                            Some(R::Error(e)) => Err(Error::from_proto(e)),
+                            None => Err(Error::Malformed),
+                        })
+                    }
+                })
+                .await?;
+            out.extend(list.into_iter().map(|l| LockState {
+                name: l.name,
+                holders: l.holders.into_iter().map(holder).collect(),
+                waiters: l.waiters.into_iter().map(|w| w.id).collect(),
+            }));
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Close every session of this client: their locks are released at once (no
+    /// lock-delay) and their keep-alive tasks stop.
+    pub async fn close(&self) -> Result<()> {
+        let sessions: HashMap<u32, Arc<Session>> =
+            std::mem::take(&mut *self.inner.sessions.lock().await);
+        let mut first_err = None;
+        for (store, s) in sessions {
+            s.stop();
+            if s.is_expired() {
+                continue;
+            }
+            let req = proto::CloseSessionRequest {
+                session: Some(proto::SessionRef { store, id: s.id }),
+            };
+            let r = self
+                .routed(store, |mut c| {
+                    async move {
+                        let r = c.close_session(req).await?.into_inner();
+                        use proto::close_session_response::Result as R;
+                        Ok(match r.result {
+                            Some(R::Ok(_)) => Ok(()),
+                            // Already gone: what closing wanted.
+                            Some(R::Error(proto::Error {
+                                kind: Some(proto::error::Kind::SessionExpired(_)),
+                                ..
+                            })) => Ok(()),
+                            Some(R::Error(e)) => Err(Error::from_proto(e)),
+                            None => Err(Error::Malformed),
+                        })
+                    }
+                })
+                .await;
+            s.state.send_modify(|st| st.expired = true);
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// The keep-alive task of one session: a stream to the store's manager, one request
+/// every TTL/3, following redirects, until the session is stopped or expires. Holds the
+/// client weakly: when every handle of the client is gone, the task ends.
+async fn keep_alive(
+    inner: std::sync::Weak<crate::Inner>,
+    session: Arc<Session>,
+    opened_at: Instant,
+) {
+    let period = session.ttl / 3;
+    let retry_min = Duration::from_millis(50);
+    let mut retry = retry_min;
+    let mut next_at = opened_at + period;
+    let mut rotate = 0usize;
+    let store = session.store;
+    'streams: while !session.stopped.load(Ordering::SeqCst) {
+        let Some(client) = inner.upgrade().map(|inner| Client { inner }) else {
+            return;
+        };
+        let target = client.route(store, rotate);
+        let mut channel = match client.channel(&target) {
+            Ok(c) => c,
+            Err(_) => return,
+        };
+        let (req_tx, req_rx) = mpsc::channel(4);
+        let opened = tokio::time::timeout(
+            client.inner.opts.request_timeout,
+            channel.keep_alive(tokio_stream::wrappers::ReceiverStream::new(req_rx)),
+        )
+        .await;
+        let mut answers = match opened {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(e)) => {
+                debug!(store, %target, "keep-alive stream refused: {e}");
+                client.clear_route(store);
+                rotate += 1;
+                drop(client);
+                pause(&session, retry).await;
+                retry = (retry * 2).min(Duration::from_millis(500));
+                continue;
+            }
+            Err(_) => {
+                client.clear_route(store);
+                rotate += 1;
+                drop(client);
+                continue;
+            }
+        };
+        let response_limit = client.inner.opts.request_timeout;
+        drop(client);
+        loop {
+            let wait = next_at.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                pause(&session, wait).await;
+            }
+            if session.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            let sent_at = Instant::now();
+            let req = proto::KeepAliveRequest {
+                session: Some(proto::SessionRef {
+                    store,
+                    id: session.id,
+                }),
+            };
+            if req_tx.send(req).await.is_err() {
+                continue 'streams;
+            }
+            let answer = tokio::time::timeout(response_limit, answers.message()).await;
+            let Some(client) = inner.upgrade().map(|inner| Client { inner }) else {
+                return;
+            };
+            use proto::keep_alive_response::Result as R;
+            match answer {
+                Ok(Ok(Some(proto::KeepAliveResponse {
+                    result: Some(R::Ok(alive)),
+                }))) => {
+                    let ttl = Duration::from_millis(alive.ttl_ms);
+                    let deadline = client.deadline_of(sent_at, ttl);
+                    session
+                        .state
+                        .send_modify(|s| s.deadline = s.deadline.max(deadline));
+                    client.set_route(store, &target);
+                    retry = retry_min;
+                    rotate = 0;
+                    next_at = sent_at + period;
+                }
+                Ok(Ok(Some(proto::KeepAliveResponse {
+                    result: Some(R::Error(e)),
+                }))) => match Error::from_proto(e) {
+                    Error::SessionExpired(_) => {
+                        info!(store, session = session.id, "session expired");
+                        session.expire();
+                        return;
+                    }
+                    Error::NotManager { hint, .. } => {
+                        client.clear_route(store);
+                        match hint {
+                            Some(h) => client.set_route(store, &crate::normalize(h)),
+                            None => rotate += 1,
+                        }
+                        next_at = Instant::now() + retry;
+                        retry = (retry * 2).min(Duration::from_millis(500));
+                        continue 'streams;
+                    }
+                    e => {
+                        debug!(store, %target, "keep-alive refused: {e}");
+                        next_at = Instant::now() + retry;
+                        retry = (retry * 2).min(Duration::from_millis(500));
+                        if !matches!(e, Error::Unavailable { .. }) {
+                            client.clear_route(store);
+                            rotate += 1;
+                            continue 'streams;
+                        }
+                    }
+                },
+                // The stream broke, or the manager did not answer in time: another one.
+                _ => {
+                    client.clear_route(store);
+                    rotate += 1;
+                    next_at = Instant::now() + retry;
+                    retry = (retry * 2).min(Duration::from_millis(500));
+                    continue 'streams;
+                }
+            }
+        }
+    }
+}
+
+/// Sleep `d`, or less if the session is stopped meanwhile.
+async fn pause(session: &Session, d: Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = session.wake.notified() => {}
+    }
+}
