@@ -1,7 +1,9 @@
 //! `tenure bench`: load against a running cluster, with latency percentiles from
 //! hdrhistogram. `bench writes` drives the test register (the store access protocol:
-//! manager ordering, SafeTalk ACCEPT to every chunk, durable commit on each). A lock
-//! benchmark joins when the core serves locks.
+//! manager ordering, SafeTalk ACCEPT to every chunk, durable commit on each).
+//! `bench locks` runs lock+unlock cycles: each simulated client is its own `Client` with
+//! its own sessions, taking exclusive locks on K names (each its own store when K is at
+//! most the number of stores) and releasing them, so contention on a name is real.
 
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
@@ -21,6 +23,26 @@ pub struct BenchArgs {
 enum BenchCmd {
     /// Write cycles: each client writes registers in turn across stores.
     Writes(WritesArgs),
+    /// Lock+unlock cycles: each client locks a name (waiting its turn) and releases it.
+    Locks(LocksArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct LocksArgs {
+    /// Concurrent clients (each with its own sessions).
+    #[arg(long, default_value_t = 16)]
+    clients: u64,
+    /// Number of lock names the clients cycle over.
+    #[arg(long, default_value_t = 16)]
+    names: u64,
+    /// Duration of the measurement.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -45,7 +67,125 @@ struct WritesArgs {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
         BenchCmd::Writes(w) => writes(w),
+        BenchCmd::Locks(l) => locks(l),
     }
+}
+
+fn locks(a: LocksArgs) -> anyhow::Result<()> {
+    use tenure_client::{LockMode, Wait};
+    anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
+    anyhow::ensure!(a.names > 0, "--names must be at least 1");
+    anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let endpoints = a.target.endpoints()?;
+        let names: Vec<String> = (0..a.names).map(|k| format!("/bench-{k}/lock")).collect();
+        let mut clients = Vec::new();
+        // Warm up outside the measurement: sessions opened, managers found.
+        for _ in 0..a.clients {
+            let c = Client::new(endpoints.clone())?;
+            for n in &names {
+                c.lock(n, LockMode::Exclusive, Wait::Forever).await?.release().await?;
+            }
+            clients.push(c);
+        }
+        let done = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(AtomicU64::new(0));
+        let bar = if a.json {
+            indicatif::ProgressBar::hidden()
+        } else {
+            indicatif::ProgressBar::new(a.seconds)
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len}s {msg}")
+                .expect("template"),
+        );
+        let started = Instant::now();
+        let end = started + Duration::from_secs(a.seconds);
+        let mut tasks = Vec::new();
+        for (c, client) in clients.iter().cloned().enumerate() {
+            let done = done.clone();
+            let errors = errors.clone();
+            let names = names.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+                let mut i = 0usize;
+                while Instant::now() < end {
+                    let name = &names[(c * 7 + i) % names.len()];
+                    let t = Instant::now();
+                    let r = match client.lock(name, LockMode::Exclusive, Wait::Forever).await {
+                        Ok(g) => g.release().await,
+                        Err(e) => Err(e),
+                    };
+                    match r {
+                        Ok(()) => {
+                            h.saturating_record(t.elapsed().as_micros() as u64);
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!("lock cycle failed: {e}");
+                        }
+                    }
+                    i += 1;
+                }
+                h
+            }));
+        }
+        let mut last = 0;
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_secs(1).min(end - Instant::now())).await;
+            let n = done.load(Ordering::Relaxed);
+            bar.set_position(started.elapsed().as_secs());
+            bar.set_message(format!("{} cycles/s", n - last));
+            last = n;
+        }
+        let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+        for t in tasks {
+            total.add(t.await?)?;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        for c in &clients {
+            let _ = c.close().await;
+        }
+        let n = total.len();
+        let ms = |us: u64| us as f64 / 1000.0;
+        let report = serde_json::json!({
+            "bench": "locks",
+            "clients": a.clients,
+            "names": a.names,
+            "seconds": elapsed,
+            "cycles": n,
+            "errors": errors.load(Ordering::Relaxed),
+            "cycles_per_sec": n as f64 / elapsed,
+            "p50_ms": ms(total.value_at_quantile(0.5)),
+            "p99_ms": ms(total.value_at_quantile(0.99)),
+            "max_ms": ms(total.max()),
+        });
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!(
+                "locks: {} clients on {} names for {:.1}s: {} lock+unlock cycles ({} errors), {:.0} cycles/s",
+                a.clients,
+                a.names,
+                elapsed,
+                n,
+                errors.load(Ordering::Relaxed),
+                n as f64 / elapsed
+            );
+            println!(
+                "cycle latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                ms(total.value_at_quantile(0.5)),
+                ms(total.value_at_quantile(0.99)),
+                ms(total.max())
+            );
+        }
+        anyhow::Ok(())
+    })
 }
 
 fn writes(a: WritesArgs) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 mod bench;
 mod client_cmds;
 mod cluster;
+mod lock_cmds;
 mod server_cmd;
 mod sim_cmd;
 
@@ -29,6 +30,14 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Write a test register in a store (checks a store end to end).
     Write(client_cmds::WriteArgs),
+    /// Take a lock; hold it while a command runs (after `--`), or until Ctrl-C.
+    Lock(lock_cmds::LockArgs),
+    /// Release a lock on behalf of its holder (operators).
+    Unlock(lock_cmds::UnlockArgs),
+    /// List locks, their holders and queues, under a path.
+    Locks(lock_cmds::LocksArgs),
+    /// Stores, managers, epochs, sessions and held locks of a running cluster.
+    Status(lock_cmds::StatusArgs),
     /// Benchmarks against a running cluster.
     Bench(bench::BenchArgs),
 }
@@ -40,6 +49,10 @@ fn main() -> ExitCode {
         Command::Server(args) => server_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cluster(args) => cluster::run(args).map(|()| ExitCode::SUCCESS),
         Command::Write(args) => client_cmds::write(args).map(|()| ExitCode::SUCCESS),
+        Command::Lock(args) => lock_cmds::lock(args),
+        Command::Unlock(args) => lock_cmds::unlock(args).map(|()| ExitCode::SUCCESS),
+        Command::Locks(args) => lock_cmds::locks(args).map(|()| ExitCode::SUCCESS),
+        Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {

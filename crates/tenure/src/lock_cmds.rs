@@ -1,0 +1,427 @@
+//! Lock commands against a running cluster: `tenure lock`, `tenure unlock`,
+//! `tenure locks`, `tenure status`. Endpoints come from `--endpoints` or the local
+//! cluster's `cluster.json`.
+
+use crate::client_cmds::Target;
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockState, Loss, Wait};
+
+/// Arguments of `tenure lock`.
+#[derive(clap::Args, Debug)]
+pub struct LockArgs {
+    /// Lock name (a path, e.g. /billing/invoices/42).
+    name: String,
+    /// Take the lock shared (default: exclusive).
+    #[arg(long)]
+    shared: bool,
+    /// Fail at once if the lock is not free.
+    #[arg(long = "try", conflicts_with = "timeout")]
+    try_: bool,
+    /// Wait at most this long (e.g. 500ms, 3s, 1m).
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Session TTL.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    ttl: Duration,
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Command to run while holding the lock (after `--`). It sees TENURE_LOCK_NAME,
+    /// TENURE_FENCING_TOKEN (epoch.seq) and TENURE_SESSION; it is killed if the lock may be
+    /// lost. Without a command, hold the lock until Ctrl-C.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+/// Arguments of `tenure unlock`.
+#[derive(clap::Args, Debug)]
+pub struct UnlockArgs {
+    /// Lock name.
+    name: String,
+    /// The holding session (default: the lock's only holder).
+    #[arg(long)]
+    session: Option<u64>,
+    /// Release only if the grant carries this fencing token (epoch.seq).
+    #[arg(long, value_parser = parse_token)]
+    token: Option<FencingToken>,
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `tenure locks`.
+#[derive(clap::Args, Debug)]
+pub struct LocksArgs {
+    /// List locks at and under this path (`/` lists every store).
+    #[arg(default_value = "/")]
+    prefix: String,
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `tenure status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `500ms`, `3s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or((s, ""), |i| s.split_at(i));
+    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m, h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_token(s: &str) -> Result<FencingToken, String> {
+    let (e, q) = s
+        .split_once('.')
+        .ok_or_else(|| format!("token {s:?} is not epoch.seq"))?;
+    Ok(FencingToken {
+        epoch: e.parse().map_err(|_| format!("bad epoch in {s:?}"))?,
+        seq: q.parse().map_err(|_| format!("bad seq in {s:?}"))?,
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn mode_str(m: LockMode) -> &'static str {
+    match m {
+        LockMode::Shared => "shared",
+        LockMode::Exclusive => "exclusive",
+    }
+}
+
+fn state_json(l: &LockState) -> serde_json::Value {
+    serde_json::json!({
+        "name": l.name,
+        "holders": l.holders.iter().map(|h| serde_json::json!({
+            "store": h.store, "session": h.session, "mode": mode_str(h.mode),
+            "token": h.token.to_string(),
+        })).collect::<Vec<_>>(),
+        "waiters": l.waiters,
+    })
+}
+
+/// `tenure lock`.
+pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let opts = ClientOptions {
+            session_ttl: a.ttl,
+            ..Default::default()
+        };
+        let client = Client::with_options(a.target.endpoints()?, opts)?;
+        let mode = if a.shared {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
+        let wait = match (a.try_, a.timeout) {
+            (true, _) => Wait::Try,
+            (false, Some(d)) => Wait::Timeout(d),
+            (false, None) => Wait::Forever,
+        };
+        let started = Instant::now();
+        let guard = tokio::select! {
+            g = client.lock(&a.name, mode, wait) => g.with_context(|| format!("locking {}", a.name))?,
+            _ = tokio::signal::ctrl_c() => bail!("interrupted while waiting for {}", a.name),
+        };
+        let waited = started.elapsed();
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"name": a.name, "mode": mode_str(mode), "token": guard.token().to_string(),
+                    "store": guard.store(), "session": guard.session(), "waited_ms": waited.as_millis() as u64})
+            );
+        } else {
+            println!(
+                "locked {} ({}) token {} session {} in store {} after {:.1?}",
+                a.name,
+                mode_str(mode),
+                guard.token(),
+                guard.session(),
+                guard.store(),
+                waited
+            );
+        }
+        let code = if a.command.is_empty() {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+                loss = guard.lost() => {
+                    eprintln!("the lock may be lost ({loss:?}); stopping");
+                    ExitCode::FAILURE
+                }
+            }
+        } else {
+            let mut child = tokio::process::Command::new(&a.command[0])
+                .args(&a.command[1..])
+                .env("TENURE_LOCK_NAME", &a.name)
+                .env("TENURE_FENCING_TOKEN", guard.token().to_string())
+                .env("TENURE_SESSION", guard.session().to_string())
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {:?}", a.command[0]))?;
+            tokio::select! {
+                st = child.wait() => {
+                    let st = st?;
+                    ExitCode::from(st.code().unwrap_or(1).clamp(0, 255) as u8)
+                }
+                loss = guard.lost() => {
+                    eprintln!("the lock may be lost ({loss:?}); killing the command");
+                    let _ = child.kill().await;
+                    ExitCode::FAILURE
+                }
+            }
+        };
+        let expired = matches!(
+            tokio::time::timeout(Duration::ZERO, guard.lost()).await,
+            Ok(Loss::Expired)
+        );
+        if !expired {
+            guard.release().await.context("releasing")?;
+        }
+        let _ = client.close().await;
+        Ok(code)
+    })
+}
+
+/// `tenure unlock`.
+pub fn unlock(a: UnlockArgs) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let client = Client::new(a.target.endpoints()?)?;
+        let state = client.holders(&a.name).await?;
+        let holder = match a.session {
+            Some(s) => state
+                .holders
+                .iter()
+                .find(|h| h.session == s)
+                .with_context(|| format!("session {s} does not hold {}", a.name))?,
+            None => match state.holders.as_slice() {
+                [h] => h,
+                [] => bail!("{} is not held", a.name),
+                many => bail!(
+                    "{} has {} holders; choose one with --session ({})",
+                    a.name,
+                    many.len(),
+                    many.iter()
+                        .map(|h| h.session.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        };
+        client
+            .release_raw(holder.store, holder.session, &a.name, a.token)
+            .await?;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"name": a.name, "session": holder.session, "token": holder.token.to_string(), "released": true})
+            );
+        } else {
+            println!(
+                "released {} (session {}, token {})",
+                a.name, holder.session, holder.token
+            );
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// `tenure locks`.
+pub fn locks(a: LocksArgs) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let client = Client::new(a.target.endpoints()?)?;
+        let list = client.locks(&a.prefix).await?;
+        if a.json {
+            let v: Vec<_> = list.iter().map(state_json).collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            return anyhow::Ok(());
+        }
+        if list.is_empty() {
+            println!("no locks under {}", a.prefix);
+        }
+        for l in &list {
+            let holders: Vec<String> = l
+                .holders
+                .iter()
+                .map(|h| {
+                    format!(
+                        "session {} {} token {}",
+                        h.session,
+                        mode_str(h.mode),
+                        h.token
+                    )
+                })
+                .collect();
+            println!(
+                "{}  held by {}{}",
+                l.name,
+                if holders.is_empty() {
+                    "nobody".to_string()
+                } else {
+                    holders.join("; ")
+                },
+                if l.waiters.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({} waiting)", l.waiters.len())
+                }
+            );
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// `tenure status`: every device's view, merged per store.
+pub fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let endpoints = a.target.endpoints()?;
+        let client = Client::new(endpoints.clone())?;
+        let mut devices = Vec::new();
+        let mut stores: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
+        let mut n_stores = 0;
+        for e in &endpoints {
+            match client.status_of(e).await {
+                Ok(s) => {
+                    n_stores = s.stores;
+                    for m in s.managers.iter().filter(|m| m.state == "Manager") {
+                        let newer = stores
+                            .get(&m.store)
+                            .is_none_or(|v| v["epoch"].as_u64().unwrap_or(0) < m.epoch);
+                        if newer {
+                            stores.insert(
+                                m.store,
+                                serde_json::json!({"store": m.store, "manager": s.device, "epoch": m.epoch,
+                                    "chunks": m.chunks.len(), "failed": m.failed.len(),
+                                    "sessions": m.sessions, "locks_held": m.locks_held}),
+                            );
+                        }
+                    }
+                    devices.push(serde_json::json!({"device": s.device, "endpoint": e, "up": true,
+                        "chunks": s.chunks.len(),
+                        "manages": s.managers.iter().filter(|m| m.state == "Manager").count()}));
+                }
+                Err(err) => devices.push(
+                    serde_json::json!({"endpoint": e, "up": false, "error": err.to_string()}),
+                ),
+            }
+        }
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "devices": devices, "stores": n_stores,
+                    "managed": stores.values().collect::<Vec<_>>(),
+                }))?
+            );
+            return anyhow::Ok(());
+        }
+        for d in &devices {
+            if d["up"] == true {
+                println!(
+                    "device {} at {}: up, {} chunks, manages {} stores",
+                    d["device"],
+                    d["endpoint"].as_str().unwrap_or(""),
+                    d["chunks"],
+                    d["manages"]
+                );
+            } else {
+                println!(
+                    "{}: DOWN ({})",
+                    d["endpoint"].as_str().unwrap_or(""),
+                    d["error"].as_str().unwrap_or("")
+                );
+            }
+        }
+        println!(
+            "{:>6} {:>8} {:>6} {:>9} {:>6}",
+            "store", "manager", "epoch", "sessions", "locks"
+        );
+        for s in 0..n_stores {
+            match stores.get(&s) {
+                Some(v) => println!(
+                    "{:>6} {:>8} {:>6} {:>9} {:>6}{}",
+                    s,
+                    format!("d{}", v["manager"]),
+                    v["epoch"],
+                    v["sessions"],
+                    v["locks_held"],
+                    if v["failed"].as_u64().unwrap_or(0) > 0 {
+                        format!("  ({} chunks failed)", v["failed"])
+                    } else {
+                        String::new()
+                    }
+                ),
+                None => println!("{s:>6} {:>8}", "none"),
+            }
+        }
+        let sessions: u64 = stores
+            .values()
+            .map(|v| v["sessions"].as_u64().unwrap_or(0))
+            .sum();
+        let locks: u64 = stores
+            .values()
+            .map(|v| v["locks_held"].as_u64().unwrap_or(0))
+            .sum();
+        println!(
+            "{} of {} stores managed; {} sessions, {} locks held",
+            stores.len(),
+            n_stores,
+            sessions,
+            locks
+        );
+        anyhow::Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_tokens_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(parse_token("4.17"), Ok(FencingToken { epoch: 4, seq: 17 }));
+        assert!(parse_token("417").is_err());
+    }
+}
