@@ -359,3 +359,64 @@ fn concurrent_acquires_share_one_accept_batch() {
         "{accepts} ACCEPTs to {chunks} chunks for 20 grants"
     );
 }
+
+// DESIGN §4 (reads) + seed 000 §4.2 commit: a regenerated manager's merged state is
+// durable on a quorum only once the epoch's first change has been accepted by every live
+// chunk (a chunk accepts it only after committing the epoch with that state). Until then
+// it must not answer reads from it: a commit lost on the way to a chunk, then a
+// regeneration from chunks that missed it, would un-happen what the read showed.
+#[test]
+fn new_manager_answers_reads_only_after_its_first_batch_is_accepted() {
+    use tenure_core::msg::{Msg, ToChunk};
+    let mut c = settled();
+    let a = open(&mut c, 1, Duration::from_secs(30));
+    token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
+    let old = manager(&c);
+    // Hold back every ACCEPT (the new epoch's first batch among them).
+    c.drop = Some(Box::new(|_, _, m: &Msg| {
+        matches!(
+            m,
+            Msg::ToChunk {
+                msg: ToChunk::Accept { .. },
+                ..
+            }
+        )
+    }));
+    c.crash(old);
+    let mut m = None;
+    for _ in 0..200 {
+        c.run_for(ms(50));
+        if let Some((d, _)) = c.manager_of(store()) {
+            m = Some(d);
+            break;
+        }
+    }
+    let m = m.expect("a new manager");
+    let holders = Request::Holders {
+        store: store(),
+        name: NAME.into(),
+    };
+    let early = c.request(m, 9, holders.clone());
+    c.run_for(ms(10));
+    assert_eq!(
+        c.replies.get(&early),
+        Some(&Err(ClientError::Unavailable { store: store() })),
+        "a read before the first batch is accepted"
+    );
+    c.drop = None;
+    let mut late = None;
+    for _ in 0..100 {
+        c.run_for(ms(100));
+        if let Some((m, _)) = c.manager_of(store()) {
+            keep_alive(&mut c, m, 1, a);
+            let r = c.request(m, 9, holders.clone());
+            c.run_for(ms(10));
+            if let Some(Ok(Response::Holders(h))) = c.replies.get(&r) {
+                late = Some(h.clone());
+                break;
+            }
+        }
+    }
+    let h = late.expect("reads are answered once the first batch is accepted");
+    assert_eq!(h[0].session, a, "the holder survived");
+}

@@ -1187,8 +1187,17 @@ impl Manager {
                 result,
             })
         };
+        // A read answers from the merged state of this epoch, which is durable on a
+        // quorum only once the epoch's first change (sent right after the commit) has
+        // been accepted by every live chunk: a chunk accepts it only after committing the
+        // epoch with that state. Before, a regeneration that missed the commit could
+        // lose what the read showed.
+        let read = matches!(req, Request::Holders { .. } | Request::LocksUnder { .. });
         let refused = match self.state {
             MgrState::Manager if !self.leases_valid(ctx) => {
+                Some(ClientError::Unavailable { store: self.store })
+            }
+            MgrState::Manager if read && self.data.confirmed.epoch != self.epoch => {
                 Some(ClientError::Unavailable { store: self.store })
             }
             MgrState::Manager => None,
