@@ -17,7 +17,10 @@
 //!   is lost whether or not that prepare committed somewhere. Attempts that aborted and
 //!   one that committed can share an epoch number (a chunk that missed an abort keeps the
 //!   stale prepare), so every distinct layout prepared for the newest such epoch is
-//!   joined, not only the first one heard of;
+//!   joined, not only the first one heard of. A report counts whenever it arrives: a late
+//!   ack while gathering leases sends the manager back to gathering chunks if the won
+//!   chunks lack a quorum of what it reports, and one while the recovery transition is
+//!   being prepared aborts it if it would have changed that transition;
 //! - **failed accounting**: after a recovery commit the chunks that did not take part are
 //!   `failed` (the seed clears the set), so the quorum predicate in the manager state
 //!   counts only chunks that really hold leases;
@@ -509,20 +512,7 @@ impl Manager {
             ) => {
                 self.won_chunk(ctx, c);
                 if chunk_epoch > self.epoch {
-                    // Move the recovery attempt forward to the chunk's epoch.
-                    self.epoch = chunk_epoch;
-                    let cnew: Vec<ChunkId> = metadata
-                        .chunks
-                        .difference(&self.metadata.chunks)
-                        .copied()
-                        .collect();
-                    self.metadata = metadata;
-                    self.joint.retain(|j| j.new_epoch > chunk_epoch);
-                    for n in cnew {
-                        if !self.won.contains(&n) {
-                            self.acquire(ctx, n);
-                        }
-                    }
+                    self.move_forward(ctx, chunk_epoch, metadata);
                 }
                 self.note_prepared(ctx, prepared);
                 self.check_gathered(ctx);
@@ -588,20 +578,55 @@ impl Manager {
                     self.check_leases_gathered(ctx);
                 }
             }
-            // Tenure: a refused transfer, or a late ack, while gathering leases.
-            (S::GatheringLeases, ToManager::Nack { .. }) => {
+            // Tenure: a refused transfer, or a refused acquire of a joined layout's chunk,
+            // while gathering leases.
+            (S::GatheringLeases, ToManager::Nack { .. } | ToManager::NoChunk) => {
                 if self.renewal_iffy.remove(&c) {
                     self.timeout.remove(&c);
                     self.chunkfail.remove(&c);
                     self.check_leases_gathered(ctx);
+                } else if self.outstanding.remove(&c) {
+                    self.timeout.remove(&c);
                 }
             }
-            (S::GatheringLeases, ToManager::Ack { .. } | ToManager::AckConditional { .. }) => {
-                self.renewal_iffy.remove(&c);
-                self.timeout.remove(&c);
-                self.won.insert(c);
-                self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
-                self.check_leases_gathered(ctx);
+            // Tenure: a late ack / ack-conditional (to an acquire of this regeneration)
+            // while gathering leases wins the chunk, and what it reports is weighed as in
+            // §5.3.10: a newer epoch moves the recovery forward, a prepare is joined. The
+            // gathered decision (§5.3.11) stands only if the won chunks still hold a
+            // quorum and coverage of every layout; otherwise back to gathering chunks,
+            // where the joined layouts' chunks are being acquired.
+            (S::GatheringLeases, ToManager::Ack { prepared, .. }) => {
+                self.late_ack_gathering_leases(ctx, c, None, prepared);
+            }
+            (
+                S::GatheringLeases,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                let newer = (chunk_epoch > self.epoch).then_some((chunk_epoch, metadata));
+                self.late_ack_gathering_leases(ctx, c, newer, prepared);
+            }
+            // Tenure: a late ack / ack-conditional from a chunk that is not a participant
+            // while the recovery transition is prepared. Nothing is committed yet; if what
+            // it reports would have changed the gathered decision, abort tx (§5.3.14).
+            (S::RecoveryReconciling, ToManager::Ack { prepared, .. }) => {
+                self.late_ack_recovery(ctx, None, prepared);
+            }
+            (
+                S::RecoveryReconciling,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                let newer = (chunk_epoch > self.epoch).then_some((chunk_epoch, metadata));
+                self.late_ack_recovery(ctx, newer, prepared);
             }
             // Votes (done + vote commit) in any reconciling state.
             (
@@ -666,17 +691,26 @@ impl Manager {
     /// chunk that missed the abort); any of them may be the one that committed, so each
     /// distinct layout of the newest prepared epoch is joined.
     fn note_prepared(&mut self, ctx: &mut Ctx<'_>, prepared: Option<Prepared>) {
-        let Some(p) = prepared else { return };
+        for c in self.join_prepared(prepared).unwrap_or_default() {
+            self.acquire(ctx, c);
+        }
+    }
+
+    /// The bookkeeping of [`Self::note_prepared`] without the acquires: joins the layout
+    /// if it is new for the newest prepared epoch, and returns the chunks of it not yet
+    /// known (`None` if nothing was joined).
+    fn join_prepared(&mut self, prepared: Option<Prepared>) -> Option<Vec<ChunkId>> {
+        let p = prepared?;
         if p.new_epoch <= self.epoch {
-            return;
+            return None;
         }
         match self.joint.first().map(|j| j.new_epoch) {
-            Some(top) if top > p.new_epoch => return,
+            Some(top) if top > p.new_epoch => return None,
             Some(top) if top < p.new_epoch => self.joint.clear(),
             _ => {}
         }
         if self.joint.iter().any(|j| j.metadata == p.metadata) {
-            return;
+            return None;
         }
         let known = self.all_chunks();
         let fresh: Vec<ChunkId> = p
@@ -689,8 +723,95 @@ impl Manager {
             .copied()
             .collect();
         self.joint.push(p);
-        for c in fresh {
-            self.acquire(ctx, c);
+        Some(fresh)
+    }
+
+    /// §5.3.10 ack-conditional from a newer epoch: move the recovery attempt forward to
+    /// the chunk's epoch and metadata, acquiring the chunks new to it.
+    fn move_forward(&mut self, ctx: &mut Ctx<'_>, chunk_epoch: Epoch, metadata: Metadata) {
+        self.epoch = chunk_epoch;
+        let cnew: Vec<ChunkId> = metadata
+            .chunks
+            .difference(&self.metadata.chunks)
+            .copied()
+            .collect();
+        self.metadata = metadata;
+        self.joint.retain(|j| j.new_epoch > chunk_epoch);
+        for n in cnew {
+            if !self.won.contains(&n) {
+                self.acquire(ctx, n);
+            }
+        }
+    }
+
+    /// §5.3.12 gathering leases: a late ack / ack-conditional (see the arm in
+    /// [`Self::on_msg`]). `newer` is the chunk's epoch and metadata if newer than ours.
+    fn late_ack_gathering_leases(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        c: ChunkId,
+        newer: Option<(Epoch, Metadata)>,
+        prepared: Option<Prepared>,
+    ) {
+        self.renewal_iffy.remove(&c);
+        self.won_chunk(ctx, c);
+        if let Some((chunk_epoch, metadata)) = newer {
+            // The transfers went out at the old epoch: drop them and regather.
+            self.back_to_gathering_chunks();
+            self.move_forward(ctx, chunk_epoch, metadata);
+        }
+        self.note_prepared(ctx, prepared);
+        if self.state == MgrState::GatheringLeases && self.quorum_and_coverage(ctx, &self.won) {
+            self.check_leases_gathered(ctx);
+        } else {
+            self.back_to_gathering_chunks();
+            self.check_gathered(ctx);
+        }
+    }
+
+    /// Tenure: leave gathering leases for gathering chunks, giving up the lease
+    /// transfers in flight (the gathered decision will send them again if it still holds).
+    fn back_to_gathering_chunks(&mut self) {
+        self.state = MgrState::GatheringChunks;
+        for c in std::mem::take(&mut self.renewal_iffy) {
+            self.timeout.remove(&c);
+            self.chunkfail.remove(&c);
+        }
+    }
+
+    /// §5.3.13 recovery reconciling: a late ack / ack-conditional from a chunk that is
+    /// not a participant. Abort if a newer epoch committed at it that the participants
+    /// hold no quorum of (or at or above the epoch being prepared), or if it reports a
+    /// prepare that would have changed the transition: a layout of the newest prepared
+    /// epoch the participants hold no quorum of, or an epoch at or above the one being
+    /// prepared.
+    fn late_ack_recovery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        newer: Option<(Epoch, Metadata)>,
+        prepared: Option<Prepared>,
+    ) {
+        let Some((tx_epoch, participants, tx_metadata)) = self
+            .tx
+            .as_ref()
+            .map(|t| (t.new_epoch, t.participants.clone(), t.metadata.clone()))
+        else {
+            return;
+        };
+        // A participant's vote for this very transition (reported by a delayed ack) is
+        // not news.
+        let me = ctx.me();
+        let prepared = prepared
+            .filter(|p| !(p.new_epoch == tx_epoch && p.metadata == tx_metadata && p.new_mgr == me));
+        let holds = |m: &Metadata| {
+            ctx.cfg.planted.broken_quorum || (m.quorum(&participants) && m.coverage(&participants))
+        };
+        let stale = newer.is_some_and(|(e, m)| e >= tx_epoch || !holds(&m));
+        let changed = self.join_prepared(prepared).is_some()
+            && (self.recovery_target().0 > tx_epoch
+                || !self.quorum_and_coverage(ctx, &participants));
+        if stale || changed {
+            self.abort_tx(ctx);
         }
     }
 
@@ -771,12 +892,18 @@ impl Manager {
 
     /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
     fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
-        let (new_epoch, metadata) = match self.joint.first() {
-            Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
-            None => (self.epoch.next(), self.metadata.clone()),
-        };
+        let (new_epoch, metadata) = self.recovery_target();
         self.begin_tx(ctx, TxKind::Recovery, new_epoch, metadata, self.won.clone());
         self.state = MgrState::RecoveryReconciling;
+    }
+
+    /// The epoch and layout a recovery transition goes to: above the newest prepared
+    /// epoch joined, with its first layout, or else the next epoch of our layout.
+    fn recovery_target(&self) -> (Epoch, Metadata) {
+        match self.joint.first() {
+            Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
+            None => (self.epoch.next(), self.metadata.clone()),
+        }
     }
 
     fn begin_tx(
@@ -1596,9 +1723,11 @@ impl Manager {
                     self.outstanding.remove(&c);
                     self.check_gathered(ctx);
                 }
-                // Tenure: transfer never acknowledged
+                // Tenure: transfer never acknowledged (or, §5.3.10 timeout(chunk), an
+                // acquire of a joined layout's chunk never answered)
                 MgrState::GatheringLeases => {
                     self.renewal_iffy.remove(&c);
+                    self.outstanding.remove(&c);
                     self.check_leases_gathered(ctx);
                 }
                 _ => {}

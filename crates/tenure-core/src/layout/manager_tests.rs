@@ -1879,6 +1879,178 @@ fn gathering_leases_late_ack_wins_the_chunk() {
     );
 }
 
+#[test]
+fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
+    // seed 000 §5.3.12 gathering leases: ack (late). Tenure (joint quorum, as in §5.3.10
+    // gathering chunks): every layout prepared for the newest prepared epoch may have
+    // committed, so the recovery transition needs a quorum of each, whenever the report
+    // arrives. Here c(1) reported an aborted prepare of epoch 4 over the manager's own
+    // layout, the gathered decision (§5.3.11) was taken on c(1), c(2), and c(3)'s ack to
+    // the first acquire arrives only now, reporting another prepare of epoch 4, over
+    // c(3), c(4), c(5), which may be the one that committed. Taking c(3) and going on
+    // would commit epoch 5 (c(3) votes: 5 is above its prepare) with one chunk of that
+    // layout. The manager joins the layout instead: it acquires c(4) and c(5) and goes
+    // back to gathering chunks, so the gathered decision is taken again.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let aborted = Prepared {
+        new_epoch: e(4),
+        metadata: layout(),
+        new_mgr: N,
+    };
+    let other = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[3, 4, 5]),
+        new_mgr: N,
+    };
+    m.joint = vec![aborted.clone()];
+    let now = T0 + ms(5);
+    let late = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(other.clone()),
+    };
+    from_chunk(&mut m, &mut env, now, 3, late);
+    let out = env.take();
+    assert!(epoch_transitions(&out).is_empty(), "{out:?}");
+    assert!(m.tx.is_none());
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.joint, vec![aborted, other]);
+    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert!(m.renewal_iffy.is_empty());
+    assert_eq!(m.outstanding, set(&[4, 5]));
+    assert_eq!(
+        to_chunks(&out),
+        vec![(c(4), acquire(now, 3)), (c(5), acquire(now, 3))]
+    );
+    // c(4) and c(5) are regularly leased by the manager of epoch 4 (it committed): no
+    // quorum of its layout, a better manager exists → release the won chunks, newly
+    // awake; still no epoch transition.
+    let nack4 = ToManager::Nack {
+        epoch: e(4),
+        mgr: Some(N),
+        lease: LeaseType::Regular,
+    };
+    from_chunk(&mut m, &mut env, now, 4, nack4.clone());
+    from_chunk(&mut m, &mut env, now, 5, nack4);
+    let out = env.take();
+    assert!(epoch_transitions(&out).is_empty());
+    assert_erased(&m);
+    assert_eq!(
+        chunks_sent(&out, |k| matches!(k, ToChunk::Release { .. })),
+        set(&[1, 2, 3])
+    );
+}
+
+#[test]
+fn gathering_leases_late_ack_with_unknown_prepared_layout_won_goes_on_above_it() {
+    // seed 000 §5.3.12 gathering leases: ack (late), then §5.3.11 gathered again. Tenure
+    // (joint quorum): once the joined layout's chunks are won, the gathered decision
+    // holds a quorum of every layout of epoch 4 and the recovery transition goes above
+    // it.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let other = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[3, 4, 5]),
+        new_mgr: N,
+    };
+    let late = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(other.clone()),
+    };
+    from_chunk(&mut m, &mut env, T0, 3, late);
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.outstanding, set(&[4, 5]));
+    env.take();
+    from_chunk(&mut m, &mut env, T0, 4, ack(3));
+    assert!(epoch_transitions(&env.take()).is_empty());
+    from_chunk(&mut m, &mut env, T0, 5, ack(3));
+    let out = env.take();
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        epoch_transitions(&out),
+        [1, 2, 3, 4, 5]
+            .iter()
+            .map(|n| (c(*n), 3, 5, md(&[3, 4, 5]), M))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn gathering_leases_late_ack_with_prepared_layout_already_held_goes_on() {
+    // seed 000 §5.3.12 gathering leases: ack (late). Tenure (joint quorum): a prepare
+    // whose layout the won chunks already hold a quorum and coverage of is joined, and
+    // the lease gathering goes on; the recovery transition goes above its epoch.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let p = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[1, 2, 4]),
+        new_mgr: N,
+    };
+    let late = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(p.clone()),
+    };
+    from_chunk(&mut m, &mut env, T0, 3, late);
+    let out = env.take();
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(
+        m.tx.as_ref().map(|t| (t.new_epoch, t.participants.clone())),
+        Some((e(5), set(&[1, 2, 3])))
+    );
+    assert_eq!(
+        epoch_transitions(&out)
+            .into_iter()
+            .map(|(k, old, new, meta, _)| (k, old, new, meta))
+            .collect::<Vec<_>>(),
+        [1, 2, 3]
+            .iter()
+            .map(|n| (c(*n), 3, 5, md(&[1, 2, 4])))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn gathering_leases_late_ack_conditional_from_newer_epoch_moves_recovery_forward() {
+    // seed 000 §5.3.12 gathering leases: ack-conditional (late) from a chunk of a newer
+    // epoch. Tenure: as in §5.3.10 gathering chunks, the recovery moves forward to the
+    // chunk's epoch and metadata; the transfers sent at the old epoch are dropped and the
+    // manager goes back to gathering chunks, acquiring the new layout's other chunks.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let now = T0 + ms(5);
+    from_chunk(
+        &mut m,
+        &mut env,
+        now,
+        4,
+        ack_conditional(3, 4, md(&[2, 4, 5])),
+    );
+    let out = env.take();
+    assert!(epoch_transitions(&out).is_empty());
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!((m.epoch, m.metadata.clone()), (e(4), md(&[2, 4, 5])));
+    assert_eq!(m.won, set(&[1, 2, 4]));
+    assert!(m.renewal_iffy.is_empty());
+    assert!(!m.timeout.contains_key(&c(3)));
+    assert_eq!(m.outstanding, set(&[5]));
+    assert_eq!(to_chunks(&out), vec![(c(5), acquire(now, 4))]);
+}
+
+#[test]
+fn gathering_leases_timeout_of_a_joined_chunk_drops_it_from_outstanding() {
+    // seed 000 §5.3.12 gathering leases (§5.3.10 timeout(chunk)). Tenure: an acquire sent
+    // to a joined layout's chunk while gathering leases that is not answered in time is
+    // no longer outstanding, so a later return to gathering chunks does not wait for it.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[]);
+    m.outstanding.insert(c(4));
+    m.timeout.insert(c(4), T0 + timing().msg_timeout);
+    m.on_tick(&mut env.ctx(T0 + timing().msg_timeout));
+    assert!(m.outstanding.is_empty());
+}
+
 // ---- §5.3.13 recovery reconciling, §5.3.14 recovery transition ---------------------
 
 fn recovering(participants: &[u64]) -> Manager {
@@ -1986,4 +2158,85 @@ fn recovery_transition_abort_on_vote_timeout() {
         chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
         set(&[1, 2, 3])
     );
+}
+
+#[test]
+fn recovery_reconciling_late_ack_with_unknown_prepared_layout_aborts() {
+    // seed 000 §5.3.13 recovery reconciling: ack (late, from a chunk that is not a
+    // participant). Tenure (joint quorum): it reports a prepare of a layout the
+    // participants hold no quorum of, which may have committed; had it come before the
+    // gathered decision it would have been joined. Nothing is committed yet: abort tx
+    // (§5.3.14 → newly awake).
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2]);
+    let late = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(Prepared {
+            new_epoch: e(4),
+            metadata: md(&[3, 4, 5]),
+            new_mgr: N,
+        }),
+    };
+    from_chunk(&mut m, &mut env, T0, 3, late);
+    let out = env.take();
+    assert_erased(&m);
+    assert!(
+        to_chunks(&out)
+            .iter()
+            .all(|(_, k)| !matches!(k, ToChunk::Commit { .. }))
+    );
+    assert_eq!(
+        chunks_sent(&out, |k| matches!(k, ToChunk::Abort { .. })),
+        set(&[1, 2])
+    );
+}
+
+#[test]
+fn recovery_reconciling_late_ack_conditional_from_epoch_being_prepared_aborts() {
+    // seed 000 §5.3.13 recovery reconciling: ack-conditional (late) from a chunk already
+    // at the epoch being prepared: that epoch number committed elsewhere. Abort tx.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2]);
+    from_chunk(&mut m, &mut env, T0, 3, ack_conditional(3, 4, layout()));
+    assert_erased(&m);
+}
+
+#[test]
+fn recovery_reconciling_late_ack_with_known_or_held_prepare_goes_on() {
+    // seed 000 §5.3.13 recovery reconciling: ack (late). A prepare of an epoch already
+    // passed, of a layout the participants hold a quorum of below the epoch being
+    // prepared, or of this very transition, changes nothing.
+    let mut env = Env::new(M);
+    let mut m = recovering(&[1, 2]);
+    m.tx.as_mut().expect("tx").new_epoch = e(5);
+    m.joint = vec![Prepared {
+        new_epoch: e(4),
+        metadata: layout(),
+        new_mgr: N,
+    }];
+    let reports = [
+        (3, 3, &[3, 4, 5][..], N),
+        (3, 4, &[1, 2, 4][..], N),
+        (4, 4, &[1, 2, 3][..], N),
+        // A participant's own vote for this transition, reported by a delayed ack.
+        (1, 5, &[1, 2, 3][..], M),
+    ];
+    for (n, epoch, devices, new_mgr) in reports {
+        let p = Prepared {
+            new_epoch: e(epoch),
+            metadata: md(devices),
+            new_mgr,
+        };
+        let late = ToManager::Ack {
+            epoch: e(3),
+            prepared: Some(p),
+        };
+        from_chunk(&mut m, &mut env, T0, n, late);
+    }
+    assert_eq!(m.state, S::RecoveryReconciling);
+    assert!(m.tx.is_some());
+    assert!(to_chunks(&env.take()).is_empty());
+    from_chunk(&mut m, &mut env, T0, 1, vote(5));
+    from_chunk(&mut m, &mut env, T0, 2, vote(5));
+    assert_eq!((m.state, m.epoch), (S::Manager, e(5)));
 }
