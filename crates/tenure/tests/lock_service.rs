@@ -245,7 +245,7 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
             .append(true)
             .open(victim_entry["log"].as_str().unwrap())
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .args(["server", "--config", cfg.to_str().unwrap()])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -271,6 +271,8 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         for x in f["devices"].as_array().unwrap() {
             kill9(x["pid"].as_u64().unwrap());
         }
+        // Reap the restarted device (killed above with the others).
+        let _ = child.wait();
         std::thread::sleep(Duration::from_millis(300));
         let summary = up(&data);
         assert_eq!(summary["restarted"], true);
