@@ -486,19 +486,24 @@ mod tests {
         assert!(c.violations.is_empty());
     }
 
-    // DESIGN §9.5: a history where a holder vanished without a release is caught.
-    #[test]
-    fn linearizability_catches_a_vanished_holder() {
-        let mut c = LockChecker::default();
-        acquire(&mut c, 1, 0, 10, 1);
+    /// A client asks who holds `/a/x` and hears: nobody.
+    fn read_no_holder(c: &mut LockChecker, invoke: u64, resp: u64) {
         let q = c.invoke(
             2,
             LockInput::Holders {
                 name: "/a/x".into(),
             },
-            20,
+            invoke,
         );
-        c.respond(q, 25, LockOutput::Holders(vec![]));
+        c.respond(q, resp, LockOutput::Holders(vec![]));
+    }
+
+    // DESIGN §9.5: a history where a holder vanished without a release is caught.
+    #[test]
+    fn linearizability_catches_a_vanished_holder() {
+        let mut c = LockChecker::default();
+        acquire(&mut c, 1, 0, 10, 1);
+        read_no_holder(&mut c, 20, 25);
         c.linearizable(&lincheck::Limits::default());
         assert!(matches!(
             c.violations.as_slice(),
@@ -509,14 +514,7 @@ mod tests {
         acquire(&mut c, 1, 0, 10, 1);
         c.session_ending(DeviceId(1), SessionId(1), &["/a/x".to_string()], 12);
         c.session_ended(DeviceId(1), SessionId(1), 14);
-        let q = c.invoke(
-            2,
-            LockInput::Holders {
-                name: "/a/x".into(),
-            },
-            20,
-        );
-        c.respond(q, 25, LockOutput::Holders(vec![]));
+        read_no_holder(&mut c, 20, 25);
         c.linearizable(&lincheck::Limits::default());
         assert!(c.violations.is_empty(), "{:?}", c.violations);
         assert_eq!(c.counts.linearizable_ops, 3);
