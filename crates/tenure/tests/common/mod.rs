@@ -1,0 +1,68 @@
+//! Helpers shared by the process-level tests: run the `tenure` binary, read
+//! `cluster.json`, bring a local cluster up, and kill its processes when a test ends.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Stores of the test clusters.
+pub const STORES: u32 = 8;
+
+/// Run `tenure` with `args`: (success, stdout, stderr).
+pub fn tenure(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(args)
+        .output()
+        .expect("run tenure");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The cluster file `cluster up` wrote under `data`.
+pub fn cluster_file(data: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(data.join("cluster.json")).unwrap()).unwrap()
+}
+
+/// SIGKILL a process.
+pub fn kill9(pid: u64) {
+    let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+}
+
+/// Kills whatever `cluster.json` lists when the test ends, passed or not.
+pub struct Guard(pub PathBuf);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(text) = std::fs::read_to_string(self.0.join("cluster.json"))
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            for d in v["devices"].as_array().into_iter().flatten() {
+                if let Some(pid) = d["pid"].as_u64() {
+                    kill9(pid);
+                }
+            }
+        }
+    }
+}
+
+/// `tenure cluster up` with three devices and [`STORES`] stores under `data`.
+pub fn up(data: &Path) -> serde_json::Value {
+    let (ok, out, err) = tenure(&[
+        "cluster",
+        "up",
+        "--devices",
+        "3",
+        "--stores",
+        &STORES.to_string(),
+        "--data",
+        data.to_str().unwrap(),
+        "--wait-secs",
+        "60",
+        "--json",
+    ]);
+    assert!(ok, "cluster up failed:\n{out}\n{err}");
+    serde_json::from_str(&out).expect("cluster up --json prints JSON")
+}
