@@ -28,7 +28,10 @@ pub struct Timing {
     /// How long a commit coordinator waits for every vote before aborting.
     pub transition_timeout: Duration,
     /// How long a chunk in a transition state waits for commit/abort before giving up on
-    /// its manager (it then behaves as on lease expiry, keeping its prepared record).
+    /// its manager (it then behaves as on lease expiry, keeping its prepared record), and
+    /// how long a chunk that rebooted holding such a record stays newly awake. Must exceed
+    /// `transition_timeout + 2·clock_drift`: a coordinator counts a vote only within
+    /// `transition_timeout` of its prepare, so a vote is dead before its chunk moves on.
     pub transition_wait: Duration,
     /// How long a manager waits for a chunk's ACCEPTED before marking it failed.
     pub ack_timeout: Duration,

@@ -180,13 +180,25 @@ impl Chunk {
 
     /// §4.2.5 newly awake: clear the log and transient data, queue the last lease
     /// manager, and go to no lease.
+    ///
+    /// Tenure fills the seed's "(after some delay)": a chunk that crashed holding a vote
+    /// it never saw decided (`prepared`) stays newly awake for `transition_wait` before
+    /// it asks anyone for help. Its coordinator counts that vote only within
+    /// `transition_timeout` of sending the prepare, which is shorter, so once the chunk
+    /// moves on the vote can no longer make a layout commit behind a newer regeneration
+    /// (found by the simulator, seed 46832: a manager of e4 appeared after one of e5).
     pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
         self.state = ChunkState::NewlyAwake;
         self.log = None;
         self.clear_lease();
         self.transition_deadline = None;
+        self.help_at = None;
         self.mgr_attempt_queue = self.p.lease_mgr.into_iter().collect();
-        self.enter_no_lease(ctx);
+        if self.p.prepared.is_some() {
+            self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        } else {
+            self.enter_no_lease(ctx);
+        }
     }
 
     /// §4.2.6 no lease: on entry, start the help loop.
@@ -693,8 +705,9 @@ impl Chunk {
             S::Reconciling
             | S::RegularTransition
             | S::RecoveryReconciling
-            | S::RecoveryTransition => self.transition_deadline,
-            S::GarbageCollect | S::NewlyAwake => None,
+            | S::RecoveryTransition
+            | S::NewlyAwake => self.transition_deadline,
+            S::GarbageCollect => None,
         }
     }
 
@@ -748,7 +761,13 @@ impl Chunk {
                     self.enter_no_lease(ctx);
                 }
             }
-            S::GarbageCollect | S::NewlyAwake => {}
+            S::NewlyAwake => {
+                // Tenure: the vote's window has passed; start the help loop.
+                if self.transition_deadline.is_some_and(|t| t <= now) {
+                    self.enter_no_lease(ctx);
+                }
+            }
+            S::GarbageCollect => {}
         }
     }
 }

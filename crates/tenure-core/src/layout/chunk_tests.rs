@@ -466,8 +466,15 @@ fn regular_transition_fail_goes_newly_awake() {
     let mut env = Env::new(d(1));
     let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
     k.newly_awake(&mut env.ctx(T0));
+    assert!(
+        env.take().is_empty(),
+        "the vote's window is waited out first"
+    );
+    assert_eq!(k.state, S::NewlyAwake);
+    let now = T0 + timing().transition_wait;
+    k.on_tick(&mut env.ctx(now));
     let out = env.take();
-    assert_no_lease_asked(&k, &out, T0, M);
+    assert_no_lease_asked(&k, &out, now, M);
     assert_eq!(k.transition_deadline, None);
     assert_eq!(k.p.prepared, Some(prepared(4, M)));
 }
@@ -549,8 +556,7 @@ fn newly_awake_boot_clears_transient_state_and_asks_last_manager() {
     // seed 000 §4.2.5 newly awake: on entry, clear the log and transient data,
     // mgr_attempt_queue ← lease mgr, no lease (whose loop asks that manager first).
     let mut env = Env::new(d(1));
-    let mut p = chunk(&mut env, S::RegularLease, 3, M).p;
-    p.prepared = Some(prepared(4, N));
+    let p = chunk(&mut env, S::RegularLease, 3, M).p;
     let k = Chunk::boot(&mut env.ctx(T0), p.clone());
     let out = env.take();
     assert_no_lease_asked(&k, &out, T0, M);
@@ -560,6 +566,38 @@ fn newly_awake_boot_clears_transient_state_and_asks_last_manager() {
     assert_eq!(k.transition_deadline, None);
     assert!(k.mgr_attempt_queue.is_empty());
     assert!(persists(&out).is_empty());
+}
+
+#[test]
+fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
+    // seed 000 §4.2.5 newly awake "(after some delay)", as Tenure fills it: a chunk that
+    // rebooted with a prepare record it never saw decided ignores every message for
+    // `transition_wait`, longer than any coordinator counts the vote, then asks its last
+    // manager. (Seed 46832: the rebooted chunk joined an e5 regeneration while its e4
+    // vote was still counted, and a manager of e4 appeared after the manager of e5.)
+    let mut env = Env::new(d(1));
+    let t = timing();
+    assert!(t.transition_wait > t.transition_timeout + t.clock_drift * 2);
+    let mut p = chunk(&mut env, S::RegularLease, 3, M).p;
+    p.prepared = Some(prepared(4, N));
+    let mut k = Chunk::boot(&mut env.ctx(T0), p.clone());
+    assert_eq!(k.state, S::NewlyAwake);
+    assert_eq!(k.next_timeout(t.clock_drift), Some(T0 + t.transition_wait));
+    assert!(env.take().is_empty());
+    let acquire = ToChunk::Acquire {
+        expiry: T0 + t.lease,
+        mgr: d(2),
+        epoch: e(3),
+    };
+    k.on_msg(&mut env.ctx(T0 + ms(10)), d(2), acquire);
+    k.on_tick(&mut env.ctx(T0 + t.transition_wait - ms(1)));
+    assert!(env.take().is_empty(), "no ack, no help inside the window");
+    assert_eq!(k.state, S::NewlyAwake);
+    let now = T0 + t.transition_wait;
+    k.on_tick(&mut env.ctx(now));
+    let out = env.take();
+    assert_no_lease_asked(&k, &out, now, M);
+    assert_eq!(k.p, p, "the prepare record is still reported afterwards");
 }
 
 #[test]
@@ -1259,8 +1297,14 @@ fn recovery_transition_fail_goes_newly_awake() {
     let mut env = Env::new(d(1));
     let mut k = in_transition(&mut env, S::RecoveryTransition, 3, M, tlog(4, layout(), M));
     k.newly_awake(&mut env.ctx(T0));
+    assert!(
+        env.take().is_empty(),
+        "the vote's window is waited out first"
+    );
+    let now = T0 + timing().transition_wait;
+    k.on_tick(&mut env.ctx(now));
     let out = env.take();
-    assert_no_lease_asked(&k, &out, T0, M);
+    assert_no_lease_asked(&k, &out, now, M);
     assert_eq!(k.p.prepared, Some(prepared(4, M)));
 }
 
