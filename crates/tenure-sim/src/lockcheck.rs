@@ -95,9 +95,9 @@ pub struct LockChecker {
     /// The releases of the last session end each manager decided, per (manager,
     /// session). An end decided by a manager that lost its role before applying it may
     /// or may not take effect, so its releases stay unanswered.
-    ending: BTreeMap<(DeviceId, SessionId), Vec<usize>>,
+    ending: BTreeMap<(StoreId, DeviceId, SessionId), Vec<usize>>,
     /// Sessions whose end some manager decided.
-    ended: std::collections::BTreeSet<SessionId>,
+    ended: std::collections::BTreeSet<(StoreId, SessionId)>,
     /// Releases clients were told about.
     released: Vec<AckedRelease>,
     /// Counts.
@@ -233,8 +233,10 @@ impl LockChecker {
 
     /// `manager` decided to end `session`, releasing `names`: one release each, answered
     /// when [`session_ended`](Self::session_ended) reports that manager applied it.
+    /// Session ids are per store: two stores may both have a session 7.
     pub fn session_ending(
         &mut self,
+        store: StoreId,
         manager: DeviceId,
         session: SessionId,
         names: &[String],
@@ -253,13 +255,23 @@ impl LockChecker {
                 )
             })
             .collect();
-        self.ending.insert((manager, session), ops);
-        self.ended.insert(session);
+        self.ending.insert((store, manager, session), ops);
+        self.ended.insert((store, session));
     }
 
     /// `manager` applied its end of `session`.
-    pub fn session_ended(&mut self, manager: DeviceId, session: SessionId, now: u64) {
-        for op in self.ending.remove(&(manager, session)).unwrap_or_default() {
+    pub fn session_ended(
+        &mut self,
+        store: StoreId,
+        manager: DeviceId,
+        session: SessionId,
+        now: u64,
+    ) {
+        for op in self
+            .ending
+            .remove(&(store, manager, session))
+            .unwrap_or_default()
+        {
             self.respond(op, now, LockOutput::Released);
         }
     }
@@ -281,7 +293,7 @@ impl LockChecker {
                 continue;
             }
             for iv in ivs {
-                if self.effective_end(iv) <= now || self.ended.contains(&iv.session) {
+                if self.effective_end(iv) <= now || self.ended.contains(&(store, iv.session)) {
                     continue;
                 }
                 self.counts.takeover_checks += 1;
@@ -475,7 +487,13 @@ mod tests {
     fn takeover_skips_sessions_whose_end_was_decided() {
         let mut c = LockChecker::default();
         c.hold("/a/x", iv(1, LockMode::Exclusive, 1, 10));
-        c.session_ending(DeviceId(1), SessionId(1), &["/a/x".to_string()], 15);
+        c.session_ending(
+            StoreId(0),
+            DeviceId(1),
+            SessionId(1),
+            &["/a/x".to_string()],
+            15,
+        );
         c.takeover(
             StoreId(0),
             DeviceId(2),
@@ -512,11 +530,68 @@ mod tests {
         // With the expiry recorded, the same answer is fine.
         let mut c = LockChecker::default();
         acquire(&mut c, 1, 0, 10, 1);
-        c.session_ending(DeviceId(1), SessionId(1), &["/a/x".to_string()], 12);
-        c.session_ended(DeviceId(1), SessionId(1), 14);
+        c.session_ending(
+            StoreId(0),
+            DeviceId(1),
+            SessionId(1),
+            &["/a/x".to_string()],
+            12,
+        );
+        c.session_ended(StoreId(0), DeviceId(1), SessionId(1), 14);
         read_no_holder(&mut c, 20, 25);
         c.linearizable(&lincheck::Limits::default());
         assert!(c.violations.is_empty(), "{:?}", c.violations);
         assert_eq!(c.counts.linearizable_ops, 3);
+    }
+
+    // Session ids are per store (seed 32991: a session 8589934596 ended in store 2 while
+    // the session of the same number in store 1 was still ending; the checker answered
+    // store 1's release when store 2's end was applied and flagged a correct read).
+    #[test]
+    fn session_ends_are_told_apart_by_store() {
+        let mut c = LockChecker::default();
+        acquire(&mut c, 1, 0, 10, 1);
+        let b = c.invoke(
+            3,
+            LockInput::Acquire {
+                name: "/b/y".into(),
+                session: SessionId(1),
+                mode: LockMode::Exclusive,
+            },
+            0,
+        );
+        c.respond(b, 10, LockOutput::Granted { token: tok(2) });
+        c.session_ending(
+            StoreId(1),
+            DeviceId(1),
+            SessionId(1),
+            &["/b/y".to_string()],
+            12,
+        );
+        c.session_ending(
+            StoreId(0),
+            DeviceId(1),
+            SessionId(1),
+            &["/a/x".to_string()],
+            13,
+        );
+        c.session_ended(StoreId(1), DeviceId(1), SessionId(1), 14);
+        // Store 0's end is still in flight: a read may still see the holder.
+        let q = c.invoke(
+            2,
+            LockInput::Holders {
+                name: "/a/x".into(),
+            },
+            20,
+        );
+        c.respond(
+            q,
+            25,
+            LockOutput::Holders(vec![(SessionId(1), LockMode::Exclusive)]),
+        );
+        c.session_ended(StoreId(0), DeviceId(1), SessionId(1), 30);
+        read_no_holder(&mut c, 40, 45);
+        c.linearizable(&lincheck::Limits::default());
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 }

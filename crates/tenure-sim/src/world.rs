@@ -824,15 +824,19 @@ impl World {
                 self.checker.chunk_collected(chunk);
             }
             Observation::SessionEnding {
-                session, released, ..
+                store,
+                session,
+                released,
+                ..
             } => {
                 self.mix(0x7000 ^ session.0 << 8);
-                self.locks.session_ending(d, session, &released, self.now);
+                self.locks
+                    .session_ending(store, d, session, &released, self.now);
             }
-            Observation::SessionEnded { session, .. } => {
+            Observation::SessionEnded { store, session } => {
                 self.mix(0x8000 ^ session.0 << 8);
                 self.report.locks.session_ends += 1;
-                self.locks.session_ended(d, session, self.now);
+                self.locks.session_ended(store, d, session, self.now);
             }
             _ => self.mix(0x6000),
         }
