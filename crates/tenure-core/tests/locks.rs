@@ -363,7 +363,7 @@ fn concurrent_acquires_share_one_accept_batch() {
 // DESIGN §4 (reads) + seed 000 §4.2 commit: a regenerated manager's merged state is
 // durable on a quorum only once the epoch's first change has been accepted by every live
 // chunk (a chunk accepts it only after committing the epoch with that state). Until then
-// it must not answer reads from it: a commit lost on the way to a chunk, then a
+// it must not answer reads from it (the read barrier waits for that batch): a commit lost on the way to a chunk, then a
 // regeneration from chunks that missed it, would un-happen what the read showed.
 #[test]
 fn new_manager_answers_reads_only_after_its_first_batch_is_accepted() {
@@ -398,10 +398,10 @@ fn new_manager_answers_reads_only_after_its_first_batch_is_accepted() {
     };
     let early = c.request(m, 9, holders.clone());
     c.run_for(ms(10));
-    assert_eq!(
-        c.replies.get(&early),
-        Some(&Err(ClientError::Unavailable { store: store() })),
-        "a read before the first batch is accepted"
+    assert!(
+        !matches!(c.replies.get(&early), Some(Ok(_))),
+        "a read before the first batch is accepted: {:?}",
+        c.replies.get(&early)
     );
     c.drop = None;
     let mut late = None;

@@ -1314,17 +1314,8 @@ impl Manager {
                 result,
             })
         };
-        // A read answers from the merged state of this epoch, which is durable on a
-        // quorum only once the epoch's first change (sent right after the commit) has
-        // been accepted by every live chunk: a chunk accepts it only after committing the
-        // epoch with that state. Before, a regeneration that missed the commit could
-        // lose what the read showed.
-        let read = matches!(req, Request::Holders { .. } | Request::LocksUnder { .. });
         let refused = match self.state {
             MgrState::Manager if !self.leases_valid(ctx) => {
-                Some(ClientError::Unavailable { store: self.store })
-            }
-            MgrState::Manager if read && self.data.confirmed.epoch != self.epoch => {
                 Some(ClientError::Unavailable { store: self.store })
             }
             MgrState::Manager => None,
@@ -1353,7 +1344,7 @@ impl Manager {
                         ttl: self.spec.sessions.open[&session].ttl,
                     })
                     .map_err(|_| ClientError::SessionExpired);
-                return reply(ctx, r);
+                return self.after_barrier(ctx, client, req_id, r);
             }
             Request::CloseSession { session, .. } => {
                 if !self.spec.sessions.open.contains_key(&session) {
@@ -1419,7 +1410,7 @@ impl Manager {
                     .holders(&name)
                     .map(Response::Holders)
                     .map_err(|e| ClientError::InvalidName(e.to_string()));
-                return reply(ctx, r);
+                return self.after_barrier(ctx, client, req_id, r);
             }
             Request::LocksUnder { prefix, .. } => {
                 let r = self
@@ -1429,10 +1420,49 @@ impl Manager {
                     .locks_under(&prefix)
                     .map(Response::Locks)
                     .map_err(|e| ClientError::InvalidName(e.to_string()));
-                return reply(ctx, r);
+                return self.after_barrier(ctx, client, req_id, r);
             }
         };
         self.submit(ctx, op, client, req_id);
+    }
+
+    /// Answer a read (or a keep-alive) only after a SafeTalk batch sent after it arrived
+    /// has been accepted by every live chunk, in this epoch (a read barrier, like etcd's
+    /// ReadIndex). The answer is taken now from the applied tables, which hold every
+    /// change answered so far; the barrier proves that no newer manager had committed
+    /// an epoch when the chunks accepted it, so nothing newer was answered elsewhere.
+    /// A chunk accepts in this epoch only after committing it with the merged state, so
+    /// the barrier also waits out the epoch's first batch. Without it, a manager deposed
+    /// while paused or cut off kept answering from old state (seed 35561) and a new
+    /// manager could show state durable on one chunk only (seed 5094).
+    ///
+    /// The barrier rides on the next queued change if there is one, else on a lock-table
+    /// tick (which acts on due deadlines and changes nothing else).
+    fn after_barrier(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientId,
+        req_id: u64,
+        result: Result<Response, ClientError>,
+    ) {
+        let reply = Output::Reply {
+            client,
+            req_id,
+            result,
+        };
+        if self.queue.is_empty() {
+            self.lock_tick_at = self.lock_tick_at.max(ctx.now);
+            let op = StoreOp::Lock {
+                op: LockOp::Tick,
+                at: ctx.now,
+            };
+            self.submit_op(ctx, op, Vec::new());
+        }
+        match (self.queue.last_mut(), self.inflight.as_mut()) {
+            (Some(q), _) => q.replies.push(reply),
+            (None, Some(b)) => b.replies.push(reply),
+            (None, None) => unreachable!("the barrier was just queued or sent"),
+        }
     }
 
     /// Submit a change for a client: decided now on the speculative tables, answered

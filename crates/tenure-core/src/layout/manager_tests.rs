@@ -2240,3 +2240,98 @@ fn recovery_reconciling_late_ack_with_known_or_held_prepare_goes_on() {
     from_chunk(&mut m, &mut env, T0, 2, vote(5));
     assert_eq!((m.state, m.epoch), (S::Manager, e(5)));
 }
+
+// ---- reads: the SafeTalk read barrier (DESIGN §4, §9.5) ------------------------------
+
+fn replies(out: &[Output]) -> Vec<&Output> {
+    out.iter()
+        .filter(|o| matches!(o, Output::Reply { .. }))
+        .collect()
+}
+
+#[test]
+fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
+    // A read is answered once every live chunk has accepted, in this epoch, a batch sent
+    // after the read arrived: a manager deposed while paused or cut off (its chunks
+    // committed a newer epoch) can no longer answer from old state (seed 35561).
+    use crate::io::Request;
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let read = Request::Holders {
+        store: STORE,
+        name: "/a".into(),
+    };
+    m.request(&mut env.ctx(T0), ClientId(1), 7, read);
+    let out = env.take();
+    assert!(replies(&out).is_empty(), "no answer before the barrier");
+    let accepts: Vec<_> = to_chunks(&out)
+        .into_iter()
+        .filter_map(|(k, x)| match x {
+            ToChunk::Accept { ops, .. } => Some((k, ops.last().map(|o| o.0))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(accepts.len(), 3, "the barrier goes to every live chunk");
+    let upto = accepts[0].1.expect("the barrier is a sequenced change");
+    from_chunk(&mut m, &mut env, T0 + ms(1), 1, accepted(3, upto));
+    from_chunk(&mut m, &mut env, T0 + ms(1), 2, accepted(3, upto));
+    assert!(replies(&env.take()).is_empty(), "one chunk still missing");
+    // The third chunk moved on to a newer epoch: it refuses, and the read is never
+    // answered from this manager's tables.
+    from_chunk(
+        &mut m,
+        &mut env,
+        T0 + ms(2),
+        3,
+        ToManager::Refused { epoch: e(3) },
+    );
+    let out = env.take();
+    assert_eq!(
+        replies(&out),
+        vec![&Output::Reply {
+            client: ClientId(1),
+            req_id: 7,
+            result: Ok(crate::io::Response::Holders(vec![]))
+        }],
+        "two of three accepted after the third failed: quorum holds, the read is answered"
+    );
+    // Same again, but two chunks refuse: no quorum, the manager steps down and the read
+    // gets Unavailable.
+    let mut m = managing(3);
+    m.request(
+        &mut env.ctx(T0),
+        ClientId(1),
+        8,
+        Request::Holders {
+            store: STORE,
+            name: "/a".into(),
+        },
+    );
+    env.take();
+    for n in [2, 3] {
+        from_chunk(
+            &mut m,
+            &mut env,
+            T0 + ms(1),
+            n,
+            ToManager::Refused { epoch: e(3) },
+        );
+    }
+    let out = env.take();
+    assert_eq!(
+        replies(&out),
+        vec![&Output::Reply {
+            client: ClientId(1),
+            req_id: 8,
+            result: Err(ClientError::Unavailable { store: STORE })
+        }]
+    );
+    assert_eq!(m.state, S::None);
+}
+
+fn accepted(epoch: u64, upto: crate::data::Version) -> ToManager {
+    ToManager::Accepted {
+        epoch: e(epoch),
+        upto,
+    }
+}
