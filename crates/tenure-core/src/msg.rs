@@ -196,6 +196,9 @@ pub enum ToManager {
         epoch: Epoch,
         /// The manager the lease now belongs to.
         mgr: DeviceId,
+        /// Tenure: the chunk's highest undecided prepare, as in `ack` (the manager the
+        /// lease moves to never saw the chunk's first ack).
+        prepared: Option<Prepared>,
     },
     /// `transfernotice(chunk epoch number, chunk mgr)`: sent to the manager a chunk leaves.
     TransferNotice {

@@ -459,6 +459,7 @@ impl Chunk {
                         ToManager::TransferAck {
                             epoch,
                             mgr: new_mgr,
+                            prepared: self.highest_prepared(),
                         },
                     );
                     self.lease_mgr = Some(new_mgr);

@@ -1121,6 +1121,8 @@ fn recovery_lease_transfer_lease_same_epoch_moves_lease() {
     // new expiry and renewal; stay in recovery lease.
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
+    // Tenure: the transfer ack reports the chunk's undecided prepare, as an ack does.
+    k.p.prepared = Some(prepared(4, M));
     let now = T0 + ms(20);
     let expiry = now + timing().lease;
     let transfer = ToChunk::TransferLease {
@@ -1143,7 +1145,8 @@ fn recovery_lease_transfer_lease_same_epoch_moves_lease() {
                 N,
                 ToManager::TransferAck {
                     epoch: e(3),
-                    mgr: N
+                    mgr: N,
+                    prepared: Some(prepared(4, M))
                 }
             ),
         ]

@@ -571,11 +571,26 @@ impl Manager {
                 }
             }
             // §5.3.12 gathering leases: transfer ack
-            (S::GatheringLeases, ToManager::TransferAck { epoch, mgr }) => {
-                if epoch == self.epoch && mgr == ctx.me() && self.renewal_iffy.remove(&c) {
+            // Tenure: the ack reports the chunk's prepare, which this manager has not
+            // seen (the chunk acked another manager); one it must join is weighed as a
+            // late ack is.
+            (
+                S::GatheringLeases,
+                ToManager::TransferAck {
+                    epoch,
+                    mgr,
+                    prepared,
+                },
+            ) => {
+                if epoch == self.epoch && mgr == ctx.me() && self.renewal_iffy.contains(&c) {
                     self.timeout.remove(&c);
-                    self.won.insert(c);
-                    self.check_leases_gathered(ctx);
+                    if prepared.as_ref().is_some_and(|p| self.would_join(p)) {
+                        self.late_ack_gathering_leases(ctx, c, None, prepared);
+                    } else {
+                        self.renewal_iffy.remove(&c);
+                        self.won.insert(c);
+                        self.check_leases_gathered(ctx);
+                    }
                 }
             }
             // Tenure: a refused transfer, or a refused acquire of a joined layout's chunk,
@@ -694,6 +709,18 @@ impl Manager {
         for c in self.join_prepared(prepared).unwrap_or_default() {
             self.acquire(ctx, c);
         }
+    }
+
+    /// Whether [`Self::join_prepared`] would join `p`'s layout.
+    fn would_join(&self, p: &Prepared) -> bool {
+        p.new_epoch > self.epoch
+            && match self.joint.first().map(|j| j.new_epoch) {
+                Some(top) if top > p.new_epoch => false,
+                Some(top) if top == p.new_epoch => {
+                    !self.joint.iter().any(|j| j.metadata == p.metadata)
+                }
+                _ => true,
+            }
     }
 
     /// The bookkeeping of [`Self::note_prepared`] without the acquires: joins the layout

@@ -1782,6 +1782,7 @@ fn gathering_leases_transfer_ack_last_starts_recovery_transition() {
     let tack = ToManager::TransferAck {
         epoch: e(3),
         mgr: M,
+        prepared: None,
     };
     from_chunk(&mut m, &mut env, T0, 3, tack);
     let out = env.take();
@@ -1799,6 +1800,37 @@ fn gathering_leases_transfer_ack_last_starts_recovery_transition() {
 }
 
 #[test]
+fn gathering_leases_transfer_ack_reporting_a_prepare_joins_its_layout() {
+    // seed 000 §5.3.12 gathering leases: transfer ack. Tenure: the ack carries the chunk's
+    // undecided prepare (it acked another manager, so this one never saw it). A layout
+    // prepared for a newer epoch is joined as a late ack's would be: its new chunk is
+    // acquired and the manager goes back to gathering chunks, since the won chunks hold
+    // no quorum of that layout; it does not start a transition that ignores it.
+    let mut env = Env::new(M);
+    let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
+    let p = Prepared {
+        new_epoch: e(4),
+        metadata: md(&[1, 4, 5]),
+        new_mgr: N,
+    };
+    let tack = ToManager::TransferAck {
+        epoch: e(3),
+        mgr: M,
+        prepared: Some(p.clone()),
+    };
+    from_chunk(&mut m, &mut env, T0, 3, tack);
+    let out = env.take();
+    assert_eq!(m.joint, vec![p]);
+    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert!(epoch_transitions(&out).is_empty());
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Acquire { .. })),
+        set(&[4, 5])
+    );
+}
+
+#[test]
 fn gathering_leases_transfer_ack_with_more_outstanding_stays() {
     // seed 000 §5.3.12 gathering leases: transfer ack, renewal iffy ≠ nil → gathering
     // leases.
@@ -1807,6 +1839,7 @@ fn gathering_leases_transfer_ack_with_more_outstanding_stays() {
     let tack = ToManager::TransferAck {
         epoch: e(3),
         mgr: M,
+        prepared: None,
     };
     from_chunk(&mut m, &mut env, T0, 5, tack);
     assert_eq!(m.state, S::GatheringLeases);
@@ -1826,6 +1859,7 @@ fn gathering_leases_transfer_ack_for_other_epoch_or_manager_is_ignored() {
         let tack = ToManager::TransferAck {
             epoch: e(epoch),
             mgr,
+            prepared: None,
         };
         from_chunk(&mut m, &mut env, T0, 3, tack);
     }
