@@ -1,15 +1,26 @@
 //! The device driver task: quinn's `ConnectionDriver` shape around the sans-IO core.
 //!
 //! One task owns the [`Device`]. It waits for the first of: a peer message, a client call,
-//! or the core's timer; then it drains whatever else is already queued (up to
-//! [`MAX_BATCH`] inputs), feeding each to [`Device::handle`]. The outputs of the whole batch
-//! are then released in the order the core requires:
+//! the core's timer, or the end of a storage commit; then it drains whatever else is
+//! already queued (up to [`MAX_BATCH`] inputs), feeding each to [`Device::handle`].
 //!
-//! 1. every `Persist` of the batch is committed in ONE durable storage transaction (group
-//!    commit: one fsync however many inputs the batch held);
-//! 2. only then do the batch's `Send`s go to the transport and its `Reply`s to clients;
-//! 3. `Observe`s become metrics. `SetTimer` needs no action: the driver asks
+//! Outputs are released in the order the core requires, without ever blocking the task on
+//! the disk (pipelined group commit):
+//!
+//! 1. every `Persist` joins the *open commit group*. A storage thread commits one group at
+//!    a time, in order, each in ONE durable transaction (one fsync however many persists
+//!    it holds). While group *k* is being committed the driver keeps handling inputs, and
+//!    their persists accumulate in group *k+1*, which is committed as soon as *k* is done.
+//! 2. every `Send` and `Reply` (and status answer) waits, in output order, until every
+//!    `Persist` the core produced before it is durable: it is tagged with the newest group
+//!    holding such a persist and held in a FIFO queue until that group's commit returns.
+//!    Output order is kept across the queue, so per-peer FIFO is kept too.
+//! 3. `Observe`s become metrics at once. `SetTimer` needs no action: the driver asks
 //!    [`Device::poll_timeout`] before every wait.
+//!
+//! So a crash loses at most a suffix of the persists, and nothing that left the device
+//! depends on a lost one: what peers and clients saw is what they would have seen had the
+//! device crashed in the middle of an output batch (which the simulator exercises).
 //!
 //! A storage failure is fatal: a device that cannot make its state durable must stop
 //! (crash-stop), never acknowledge.
@@ -19,17 +30,18 @@
 
 use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tenure_core::ids::{ClientId, DeviceId, StoreId};
-use tenure_core::io::{ClientError, EpochCause, Input, Observation, Output, Request, Response};
+use tenure_core::io::{
+    ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
+};
 use tenure_core::layout::{ChunkView, ManagerView};
 use tenure_core::{Device, DeviceConfig, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
 
-/// Most inputs handled before one group commit.
+/// Most inputs handled in one turn of the driver loop.
 pub const MAX_BATCH: usize = 512;
 
 /// A client's answer.
@@ -112,13 +124,77 @@ impl Clock {
 /// The driver.
 pub struct Driver {
     device: Device,
-    storage: Arc<Storage>,
+    committer: Committer,
     transport: Transport,
     peers: mpsc::Receiver<Inbound>,
     calls: mpsc::Receiver<Call>,
     pending: HashMap<u64, oneshot::Sender<Answer>>,
     next_client: u64,
     clock: Clock,
+    /// Persists of the open group (committed after the one in flight).
+    open: Vec<PersistOp>,
+    /// Number of the open group; groups are numbered from 1, in commit order.
+    open_group: u64,
+    /// The group being committed, with the time its commit started and its size.
+    in_flight: Option<(u64, std::time::Instant, usize)>,
+    /// Every group up to this one is durable.
+    durable: u64,
+    /// The newest group holding a persist the core produced (0: none yet).
+    last_persist: u64,
+    /// Sends, replies and status answers waiting for their group, in output order.
+    held: VecDeque<(u64, Held)>,
+}
+
+/// An output that leaves the device once the persists before it are durable.
+// Moved once into the queue and once out, like the core's `Output`.
+#[allow(clippy::large_enum_variant)]
+enum Held {
+    Send(DeviceId, tenure_core::msg::Msg),
+    Reply(u64, Answer),
+    Status(oneshot::Sender<StatusSnapshot>),
+}
+
+/// The storage thread: commits groups of persists one at a time, in the order received,
+/// and reports each group's number once its commit is durable.
+struct Committer {
+    jobs: Option<std::sync::mpsc::Sender<(u64, Vec<PersistOp>)>>,
+    done: mpsc::UnboundedReceiver<(u64, Result<(), StorageError>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Committer {
+    /// Let the running commit finish and close the database before the driver is gone,
+    /// so the same data directory can be opened again at once.
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Committer {
+    fn start(storage: Storage) -> Result<Committer, DriverError> {
+        let (jobs, rx) = std::sync::mpsc::channel::<(u64, Vec<PersistOp>)>();
+        let (tx, done) = mpsc::unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("tenure-storage".into())
+            .spawn(move || {
+                while let Ok((group, ops)) = rx.recv() {
+                    let r = storage.commit(&ops);
+                    let failed = r.is_err();
+                    if tx.send((group, r)).is_err() || failed {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| DriverError::Worker(e.to_string()))?;
+        Ok(Committer {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
 }
 
 impl Driver {
@@ -142,15 +218,27 @@ impl Driver {
         );
         let mut d = Driver {
             device,
-            storage: Arc::new(storage),
+            committer: Committer::start(storage)?,
             transport,
             peers,
             calls,
             pending: HashMap::new(),
             next_client: 1,
             clock,
+            open: Vec::new(),
+            open_group: 1,
+            in_flight: None,
+            durable: 0,
+            last_persist: 0,
+            held: VecDeque::new(),
         };
-        d.release(out, Vec::new()).await?;
+        d.release(out);
+        d.flush_held();
+        d.start_commit();
+        while d.in_flight.is_some() {
+            d.await_commit().await?;
+            d.start_commit();
+        }
         Ok(d)
     }
 
@@ -166,19 +254,28 @@ impl Driver {
                 .min(Duration::from_secs(1));
             let mut out = Vec::new();
             let mut statuses = Vec::new();
+            let mut n = 0;
             tokio::select! {
                 m = self.peers.recv() => match m {
-                    Some((from, msg)) => self.input(Input::Message { from, msg }, &mut out),
+                    Some((from, msg)) => {
+                        self.input(Input::Message { from, msg }, &mut out);
+                        n += 1;
+                    }
                     None => return Ok(()),
                 },
                 c = self.calls.recv() => match c {
-                    Some(c) => self.call(c, &mut out, &mut statuses),
+                    Some(c) => {
+                        self.call(c, &mut out, &mut statuses);
+                        n += 1;
+                    }
                     None => return Ok(()),
                 },
+                r = self.committer.done.recv(), if self.in_flight.is_some() => {
+                    self.committed(r)?;
+                }
                 _ = tokio::time::sleep(wait) => {}
             }
-            // Group commit: take everything already queued into the same batch.
-            let mut n = 1;
+            // Take everything already queued into the same batch.
             while n < MAX_BATCH {
                 if let Ok((from, msg)) = self.peers.try_recv() {
                     self.input(Input::Message { from, msg }, &mut out);
@@ -193,8 +290,16 @@ impl Driver {
             if self.device.poll_timeout().is_some_and(|t| t <= now) {
                 self.input(Input::Tick, &mut out);
             }
-            metrics::histogram!("tenure_driver_batch_inputs").record(n as f64);
-            self.release(out, statuses).await?;
+            if n > 0 {
+                metrics::histogram!("tenure_driver_batch_inputs").record(n as f64);
+            }
+            self.release(out);
+            // Status answers come after every output of the batch.
+            for tx in statuses {
+                self.hold(Held::Status(tx));
+            }
+            self.flush_held();
+            self.start_commit();
             if self.pending.len() > 4096 {
                 self.pending.retain(|_, tx| !tx.is_closed());
             }
@@ -230,53 +335,94 @@ impl Driver {
         }
     }
 
-    /// Release a batch's outputs: persist durably, then send and reply, then observe.
-    async fn release(
-        &mut self,
-        out: Vec<Output>,
-        statuses: Vec<oneshot::Sender<StatusSnapshot>>,
-    ) -> Result<(), DriverError> {
-        let mut persists = Vec::new();
-        let mut rest = Vec::with_capacity(out.len());
+    /// Take a batch's outputs in order: persists join the open group, sends and replies
+    /// wait behind the persists produced before them, observations become metrics.
+    fn release(&mut self, out: Vec<Output>) {
         for o in out {
             match o {
-                Output::Persist(op) => persists.push(op),
-                other => rest.push(other),
+                Output::Persist(op) => {
+                    self.open.push(op);
+                    self.last_persist = self.open_group;
+                }
+                Output::Send { to, msg } => self.hold(Held::Send(to, msg)),
+                Output::Reply { req_id, result, .. } => self.hold(Held::Reply(req_id, result)),
+                Output::Observe(obs) => observe(&obs),
+                Output::SetTimer(_) => {}
             }
         }
-        if !persists.is_empty() {
-            let storage = self.storage.clone();
-            let n = persists.len();
-            let started = std::time::Instant::now();
-            tokio::task::spawn_blocking(move || storage.commit(&persists))
-                .await
-                .map_err(|e| DriverError::Worker(e.to_string()))?
-                .inspect_err(|e| error!("storage commit failed, stopping: {e}"))?;
-            metrics::counter!("tenure_storage_commits_total").increment(1);
-            metrics::counter!("tenure_storage_ops_total").increment(n as u64);
-            metrics::histogram!("tenure_storage_commit_seconds")
-                .record(started.elapsed().as_secs_f64());
-        }
-        for o in rest {
-            match o {
-                Output::Send { to, msg } => {
+    }
+
+    /// Queue an output behind every persist produced so far.
+    fn hold(&mut self, h: Held) {
+        self.held.push_back((self.last_persist, h));
+    }
+
+    /// Let out every held output whose persists are durable, in order.
+    fn flush_held(&mut self) {
+        while self.held.front().is_some_and(|(g, _)| *g <= self.durable) {
+            let (_, h) = self.held.pop_front().expect("checked");
+            match h {
+                Held::Send(to, msg) => {
                     self.transport.send(to, msg);
                 }
-                Output::Reply { req_id, result, .. } => {
+                Held::Reply(req_id, result) => {
                     if let Some(tx) = self.pending.remove(&req_id) {
                         let _ = tx.send(result);
                     }
                 }
-                Output::Observe(obs) => observe(&obs),
-                Output::SetTimer(_) | Output::Persist(_) => {}
+                Held::Status(tx) => {
+                    let snap = self.snapshot();
+                    let _ = tx.send(snap);
+                }
             }
         }
-        if !statuses.is_empty() {
-            let snap = self.snapshot();
-            for tx in statuses {
-                let _ = tx.send(snap.clone());
-            }
+    }
+
+    /// Hand the open group to the storage thread, unless a commit is running (the group
+    /// then keeps growing until that commit returns).
+    fn start_commit(&mut self) {
+        if self.in_flight.is_some() || self.open.is_empty() {
+            return;
         }
+        let ops = std::mem::take(&mut self.open);
+        let group = self.open_group;
+        self.open_group += 1;
+        self.in_flight = Some((group, std::time::Instant::now(), ops.len()));
+        // A closed channel means the storage thread stopped: `committed` reports it.
+        if let Some(jobs) = &self.committer.jobs {
+            let _ = jobs.send((group, ops));
+        }
+    }
+
+    /// Wait for the running commit to end.
+    async fn await_commit(&mut self) -> Result<(), DriverError> {
+        let r = self.committer.done.recv().await;
+        self.committed(r)?;
+        self.flush_held();
+        Ok(())
+    }
+
+    /// The running commit ended: record it durable (or stop the device).
+    fn committed(&mut self, r: Option<(u64, Result<(), StorageError>)>) -> Result<(), DriverError> {
+        let Some((group, result)) = r else {
+            return Err(DriverError::Worker("storage thread stopped".into()));
+        };
+        result.inspect_err(|e| error!("storage commit failed, stopping: {e}"))?;
+        let Some((expected, started, n)) = self.in_flight.take() else {
+            return Err(DriverError::Worker(
+                "commit reported with none running".into(),
+            ));
+        };
+        if group != expected {
+            return Err(DriverError::Worker(format!(
+                "commit {group} reported while {expected} was running"
+            )));
+        }
+        self.durable = group;
+        metrics::counter!("tenure_storage_commits_total").increment(1);
+        metrics::counter!("tenure_storage_ops_total").increment(n as u64);
+        metrics::histogram!("tenure_storage_commit_seconds")
+            .record(started.elapsed().as_secs_f64());
         Ok(())
     }
 
