@@ -3,11 +3,11 @@
 //! The tokio shell that hosts one device's sans-IO core (`tenure-core`) as a real server
 //! process (DESIGN §2, §8, §10):
 //!
-//! - [`storage`]: durable state on redb, one durable commit per driver batch;
+//! - [`storage`]: durable state on redb, one durable commit per group of persists;
 //! - [`wire`] and [`transport`]: one ordered TCP connection per device pair, versioned
 //!   length-delimited frames, handshake, reconnect with backoff;
 //! - [`driver`]: the task that owns the [`tenure_core::Device`] and enforces "durable before
-//!   sent" for every batch of outputs;
+//!   sent" for every output, with group commits pipelined on a storage thread;
 //! - [`grpc`]: the client API of `proto/tenure.proto`;
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.

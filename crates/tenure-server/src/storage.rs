@@ -5,11 +5,12 @@
 //! postcard-encoded record, so a `PutChunk` rewrites one chunk and nothing else. The
 //! serial counter and a format version live in a small `meta` table.
 //!
-//! [`Storage::commit`] applies a whole batch of [`PersistOp`]s in ONE redb write
-//! transaction committed with [`Durability::Immediate`]: one fsync for every persist a
-//! driver batch produced (group commit). redb commits are atomic and crash-safe (a torn
-//! commit is rolled back at the next open), so after a crash the device boots from exactly
-//! the last acknowledged batch.
+//! [`Storage::commit`] applies a whole group of [`PersistOp`]s in ONE redb write
+//! transaction committed with [`Durability::Immediate`]: one fsync for every persist the
+//! driver gathered while the previous commit ran (group commit). redb commits are atomic
+//! and crash-safe (a torn commit is rolled back at the next open), so after a crash the
+//! device boots from exactly the last committed group, which every acknowledgement that
+//! left the device is covered by.
 //!
 //! redb was chosen over fjall because a commit is durable when `commit()` returns (no
 //! separate `persist(SyncAll)` step to forget), it is pure Rust, and a single file per
