@@ -728,16 +728,15 @@ impl Manager {
     /// known (`None` if nothing was joined).
     fn join_prepared(&mut self, prepared: Option<Prepared>) -> Option<Vec<ChunkId>> {
         let p = prepared?;
-        if p.new_epoch <= self.epoch {
+        if !self.would_join(&p) {
             return None;
         }
-        match self.joint.first().map(|j| j.new_epoch) {
-            Some(top) if top > p.new_epoch => return None,
-            Some(top) if top < p.new_epoch => self.joint.clear(),
-            _ => {}
-        }
-        if self.joint.iter().any(|j| j.metadata == p.metadata) {
-            return None;
+        if self
+            .joint
+            .first()
+            .is_some_and(|j| j.new_epoch < p.new_epoch)
+        {
+            self.joint.clear();
         }
         let known = self.all_chunks();
         let fresh: Vec<ChunkId> = p
