@@ -303,10 +303,27 @@ pub struct ChunkPersist {
 }
 
 /// A durable change.
+///
+/// The SafeTalk ACCEPTs of a serving chunk are persisted as deltas (`Accept`) rather than
+/// whole records, so the bytes written per batch do not grow with the store's tables;
+/// every [`CHECKPOINT_EVERY`] deltas the chunk writes its whole record again
+/// (`PutChunk`), which supersedes the deltas before it. Applying a delta runs the same
+/// deterministic code the chunk ran (`StoreData::accept_batch`), so a record rebuilt
+/// from a checkpoint and its deltas equals the chunk's own, but for CONFIRMs received
+/// since (which a chunk does not persist on their own).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PersistOp {
     /// Write (create or replace) a chunk's persistent state.
     PutChunk(Box<ChunkPersist>),
+    /// SafeTalk ACCEPT at a chunk: keep `ops` pending, then confirm up to `confirm`.
+    Accept {
+        /// The chunk.
+        chunk: ChunkId,
+        /// The accepted changes, in sequence order.
+        ops: Vec<(Version, crate::data::StoreOp)>,
+        /// The piggybacked CONFIRM.
+        confirm: Version,
+    },
     /// Delete a chunk (garbage collect).
     RemoveChunk(ChunkId),
     /// Advance the device's chunk serial counter (before the serial is used).
@@ -322,12 +339,41 @@ pub struct DevicePersist {
     pub chunks: BTreeMap<ChunkId, ChunkPersist>,
 }
 
+/// A chunk writes its whole record after this many delta persists in a row.
+pub const CHECKPOINT_EVERY: u32 = 64;
+
+impl PersistOp {
+    /// The chunk a change is about (none for the device's serial counter).
+    pub fn chunk(&self) -> Option<ChunkId> {
+        match self {
+            PersistOp::PutChunk(c) => Some(c.id),
+            PersistOp::Accept { chunk, .. } | PersistOp::RemoveChunk(chunk) => Some(*chunk),
+            PersistOp::SetNextSerial(_) => None,
+        }
+    }
+
+    /// Apply a delta (`Accept`) to a chunk record; other changes are not deltas and
+    /// leave it alone.
+    pub fn apply_delta(&self, rec: &mut ChunkPersist) {
+        if let PersistOp::Accept { ops, confirm, .. } = self {
+            rec.data.accept_batch(ops, *confirm);
+        }
+    }
+}
+
 impl DevicePersist {
     /// Apply a durable change.
     pub fn apply(&mut self, op: &PersistOp) {
         match op {
             PersistOp::PutChunk(c) => {
                 self.chunks.insert(c.id, (**c).clone());
+            }
+            PersistOp::Accept { chunk, .. } => {
+                // A delta for a chunk without a record cannot happen: a chunk persists
+                // its record when it is created, before it serves.
+                if let Some(rec) = self.chunks.get_mut(chunk) {
+                    op.apply_delta(rec);
+                }
             }
             PersistOp::RemoveChunk(id) => {
                 self.chunks.remove(id);

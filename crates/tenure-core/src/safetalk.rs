@@ -74,6 +74,17 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
         true
     }
 
+    /// ACCEPT of a batch with its piggybacked CONFIRM: every change kept pending, then
+    /// everything up to `confirm` moved into the LOCK table.
+    pub fn accept_batch(&mut self, ops: &[(Seq, Op)], confirm: Seq) {
+        for (seq, op) in ops {
+            self.accept(*seq, op.clone());
+        }
+        if confirm > self.confirmed {
+            self.confirm(confirm);
+        }
+    }
+
     /// CONFIRM (CL/CR) of every change up to `upto`: move it into the LOCK table.
     pub fn confirm(&mut self, upto: Seq) {
         let mut pending: Vec<(Seq, Op)> = Vec::new();

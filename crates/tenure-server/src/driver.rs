@@ -12,9 +12,19 @@
 //!    it holds). While group *k* is being committed the driver keeps handling inputs, and
 //!    their persists accumulate in group *k+1*, which is committed as soon as *k* is done.
 //! 2. every `Send` and `Reply` (and status answer) waits, in output order, until every
-//!    `Persist` the core produced before it is durable: it is tagged with the newest group
-//!    holding such a persist and held in a FIFO queue until that group's commit returns.
-//!    Output order is kept across the queue, so per-peer FIFO is kept too.
+//!    `Persist` it may depend on is durable: it is tagged with the newest group holding
+//!    such a persist and held in a FIFO queue until that group's commit returns.
+//!
+//!    What an output may depend on is decided per store. A device's stores are
+//!    independent state machines (each store's chunk and manager roles read and write
+//!    only that store's state, and reach each other only by messages), so an output of
+//!    store S waits for every earlier persist of S and every earlier device-wide persist
+//!    (the chunk serial counter, or a persist of a chunk whose store is unknown), but not
+//!    for other stores' persists. A crash then loses, per store, a suffix of that store's
+//!    persists that nothing which left the device depends on: for each store it is the
+//!    torn crash the simulator exercises. Outputs that belong to no store (policy
+//!    messages, status answers) wait for every earlier persist. Each store's outputs
+//!    leave in output order (per store and per peer FIFO, which SafeTalk needs).
 //! 3. `Observe`s become metrics at once. `SetTimer` needs no action: the driver asks
 //!    [`Device::poll_timeout`] before every wait.
 //!
@@ -32,7 +42,7 @@ use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tenure_core::ids::{ClientId, DeviceId, StoreId};
+use tenure_core::ids::{ChunkId, ClientId, DeviceId, StoreId};
 use tenure_core::io::{
     ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
 };
@@ -128,7 +138,7 @@ pub struct Driver {
     transport: Transport,
     peers: mpsc::Receiver<Inbound>,
     calls: mpsc::Receiver<Call>,
-    pending: HashMap<u64, oneshot::Sender<Answer>>,
+    pending: HashMap<u64, (StoreId, oneshot::Sender<Answer>)>,
     next_client: u64,
     clock: Clock,
     /// Persists of the open group (committed after the one in flight).
@@ -139,10 +149,37 @@ pub struct Driver {
     in_flight: Option<(u64, std::time::Instant, usize)>,
     /// Every group up to this one is durable.
     durable: u64,
-    /// The newest group holding a persist the core produced (0: none yet).
+    /// The newest group holding a persist the core produced (0: none yet), over all
+    /// domains, for device-wide persists, and per store.
     last_persist: u64,
-    /// Sends, replies and status answers waiting for their group, in output order.
-    held: VecDeque<(u64, Held)>,
+    last_device_persist: u64,
+    last_store_persist: HashMap<StoreId, u64>,
+    /// The store of each chunk on this device (persists name chunks).
+    chunk_store: HashMap<ChunkId, StoreId>,
+    /// Sends, replies and status answers waiting for their group, in output order per
+    /// domain.
+    held: HashMap<Domain, VecDeque<(u64, Held)>>,
+    /// Number of outputs in `held`.
+    held_len: usize,
+}
+
+/// The persists an output may depend on: those of one store, or (`Device`) all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Domain {
+    Store(StoreId),
+    Device,
+}
+
+impl Domain {
+    fn of_msg(msg: &tenure_core::msg::Msg) -> Domain {
+        use tenure_core::msg::Msg;
+        match msg {
+            Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
+                Domain::Store(*store)
+            }
+            Msg::Policy(_) => Domain::Device,
+        }
+    }
 }
 
 /// An output that leaves the device once the persists before it are durable.
@@ -180,6 +217,7 @@ impl Committer {
         let thread = std::thread::Builder::new()
             .name("tenure-storage".into())
             .spawn(move || {
+                let mut storage = storage;
                 while let Ok((group, ops)) = rx.recv() {
                     let r = storage.commit(&ops);
                     let failed = r.is_err();
@@ -210,6 +248,7 @@ impl Driver {
     ) -> Result<Driver, DriverError> {
         let mut clock = Clock::default();
         let chunks = state.chunks.len();
+        let chunk_store = state.chunks.values().map(|c| (c.id, c.store)).collect();
         let (device, out) = Device::new(cfg, state, clock.now(), rng_seed);
         info!(
             device = %device.id(),
@@ -230,7 +269,11 @@ impl Driver {
             in_flight: None,
             durable: 0,
             last_persist: 0,
-            held: VecDeque::new(),
+            last_device_persist: 0,
+            last_store_persist: HashMap::new(),
+            chunk_store,
+            held: HashMap::new(),
+            held_len: 0,
         };
         d.release(out);
         d.flush_held();
@@ -296,12 +339,12 @@ impl Driver {
             self.release(out);
             // Status answers come after every output of the batch.
             for tx in statuses {
-                self.hold(Held::Status(tx));
+                self.hold(Domain::Device, Held::Status(tx));
             }
             self.flush_held();
             self.start_commit();
             if self.pending.len() > 4096 {
-                self.pending.retain(|_, tx| !tx.is_closed());
+                self.pending.retain(|_, (_, tx)| !tx.is_closed());
             }
         }
     }
@@ -321,7 +364,7 @@ impl Driver {
             Call::Request { req, reply } => {
                 let id = self.next_client;
                 self.next_client += 1;
-                self.pending.insert(id, reply);
+                self.pending.insert(id, (req.store(), reply));
                 self.input(
                     Input::Request {
                         client: ClientId(id),
@@ -341,39 +384,92 @@ impl Driver {
         for o in out {
             match o {
                 Output::Persist(op) => {
+                    let g = self.open_group;
+                    self.last_persist = g;
+                    let store = match &op {
+                        PersistOp::PutChunk(c) => {
+                            self.chunk_store.insert(c.id, c.store);
+                            Some(c.store)
+                        }
+                        PersistOp::Accept { chunk, .. } => self.chunk_store.get(chunk).copied(),
+                        PersistOp::RemoveChunk(chunk) => self.chunk_store.remove(chunk),
+                        PersistOp::SetNextSerial(_) => None,
+                    };
+                    match store {
+                        Some(s) => {
+                            self.last_store_persist.insert(s, g);
+                        }
+                        None => self.last_device_persist = g,
+                    }
                     self.open.push(op);
-                    self.last_persist = self.open_group;
                 }
-                Output::Send { to, msg } => self.hold(Held::Send(to, msg)),
-                Output::Reply { req_id, result, .. } => self.hold(Held::Reply(req_id, result)),
+                Output::Send { to, msg } => self.hold(Domain::of_msg(&msg), Held::Send(to, msg)),
+                Output::Reply { req_id, result, .. } => {
+                    let domain = self
+                        .pending
+                        .get(&req_id)
+                        .map_or(Domain::Device, |(s, _)| Domain::Store(*s));
+                    self.hold(domain, Held::Reply(req_id, result))
+                }
                 Output::Observe(obs) => observe(&obs),
                 Output::SetTimer(_) => {}
             }
         }
     }
 
-    /// Queue an output behind every persist produced so far.
-    fn hold(&mut self, h: Held) {
-        self.held.push_back((self.last_persist, h));
+    /// Queue an output behind every persist of its domain produced so far.
+    fn hold(&mut self, domain: Domain, h: Held) {
+        let group = match domain {
+            Domain::Store(s) => self
+                .last_store_persist
+                .get(&s)
+                .copied()
+                .unwrap_or(0)
+                .max(self.last_device_persist),
+            Domain::Device => self.last_persist,
+        };
+        let queue = self.held.entry(domain).or_default();
+        // Nothing waits and nothing is ahead of it in its domain: it leaves now.
+        if queue.is_empty() && group <= self.durable {
+            self.emit(h);
+            return;
+        }
+        queue.push_back((group, h));
+        self.held_len += 1;
     }
 
-    /// Let out every held output whose persists are durable, in order.
+    /// Let out every held output whose persists are durable, in order per domain.
     fn flush_held(&mut self) {
-        while self.held.front().is_some_and(|(g, _)| *g <= self.durable) {
-            let (_, h) = self.held.pop_front().expect("checked");
-            match h {
-                Held::Send(to, msg) => {
-                    self.transport.send(to, msg);
+        if self.held_len == 0 {
+            return;
+        }
+        let durable = self.durable;
+        let mut ready = Vec::new();
+        for queue in self.held.values_mut() {
+            while queue.front().is_some_and(|(g, _)| *g <= durable) {
+                ready.push(queue.pop_front().expect("checked").1);
+            }
+        }
+        self.held.retain(|_, q| !q.is_empty());
+        self.held_len -= ready.len();
+        for h in ready {
+            self.emit(h);
+        }
+    }
+
+    fn emit(&mut self, h: Held) {
+        match h {
+            Held::Send(to, msg) => {
+                self.transport.send(to, msg);
+            }
+            Held::Reply(req_id, result) => {
+                if let Some((_, tx)) = self.pending.remove(&req_id) {
+                    let _ = tx.send(result);
                 }
-                Held::Reply(req_id, result) => {
-                    if let Some(tx) = self.pending.remove(&req_id) {
-                        let _ = tx.send(result);
-                    }
-                }
-                Held::Status(tx) => {
-                    let snap = self.snapshot();
-                    let _ = tx.send(snap);
-                }
+            }
+            Held::Status(tx) => {
+                let snap = self.snapshot();
+                let _ = tx.send(snap);
             }
         }
     }

@@ -24,11 +24,14 @@ use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
 
 /// Chunk records: `(device, serial)` → postcard(`ChunkPersist`).
 const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
+/// Chunk deltas written after the chunk's record: `(device, serial, n)` →
+/// postcard(`PersistOp::Accept`), applied in `n` order at load.
+const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("chunk_deltas");
 /// Small scalars: format version, serial counter, owning device.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
@@ -79,6 +82,8 @@ pub enum StorageError {
 pub struct Storage {
     db: Database,
     path: PathBuf,
+    /// Next delta number of each chunk that has deltas on disk.
+    next_delta: HashMap<(u64, u64), u64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -96,9 +101,14 @@ impl Storage {
         })?;
         let path = dir.join("tenure.redb");
         let db = Database::create(&path).map_err(redb::Error::from)?;
-        let storage = Storage { db, path };
+        let mut storage = Storage {
+            db,
+            path,
+            next_delta: HashMap::new(),
+        };
         storage.init(device)?;
         let state = storage.load()?;
+        storage.next_delta = storage.load_raw()?.next_delta;
         Ok((storage, state))
     }
 
@@ -110,7 +120,10 @@ impl Storage {
     fn init(&self, device: DeviceId) -> Result<(), StorageError> {
         let (format, owner) = self.read_meta()?;
         match format {
-            Some(v) if v != FORMAT_VERSION => return Err(StorageError::Format { found: v }),
+            // Version 1 is version 2 without deltas: opening it adds their table.
+            Some(v) if v != FORMAT_VERSION && v != 1 => {
+                return Err(StorageError::Format { found: v });
+            }
             _ => {}
         }
         if let Some(found) = owner
@@ -121,7 +134,7 @@ impl Storage {
                 expected: device.0,
             });
         }
-        if format.is_none() || owner.is_none() {
+        if format != Some(FORMAT_VERSION) || owner.is_none() {
             self.write_meta(device)?;
         }
         Ok(())
@@ -147,96 +160,133 @@ impl Storage {
             meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
             meta.insert(KEY_DEVICE, device.0)?;
             tx.open_table(CHUNKS)?;
+            tx.open_table(DELTAS)?;
         }
         tx.commit()?;
         Ok(())
     }
 
-    /// Read the whole persistent state.
+    /// Read the whole persistent state: each chunk's last whole record with the deltas
+    /// written after it applied in order.
     pub fn load(&self) -> Result<DevicePersist, StorageError> {
         let raw = self.load_raw()?;
         let mut state = DevicePersist {
-            next_serial: raw.0,
+            next_serial: raw.next_serial,
             ..Default::default()
         };
-        for (chunk, bytes) in raw.1 {
+        for (chunk, bytes) in raw.records {
             let rec: ChunkPersist = postcard::from_bytes(&bytes)
                 .map_err(|source| StorageError::Decode { chunk, source })?;
             state.chunks.insert(chunk, rec);
         }
+        for (chunk, bytes) in raw.deltas {
+            let op: PersistOp = postcard::from_bytes(&bytes)
+                .map_err(|source| StorageError::Decode { chunk, source })?;
+            if let Some(rec) = state.chunks.get_mut(&chunk) {
+                op.apply_delta(rec);
+            }
+        }
         Ok(state)
     }
 
-    #[allow(clippy::type_complexity)]
-    fn load_raw(&self) -> Result<(u64, Vec<(ChunkId, Vec<u8>)>), redb::Error> {
+    fn load_raw(&self) -> Result<Raw, redb::Error> {
         let tx = self.db.begin_read()?;
         let meta = tx.open_table(META)?;
         let next_serial = meta.get(KEY_NEXT_SERIAL)?.map(|g| g.value()).unwrap_or(0);
-        let chunks = tx.open_table(CHUNKS)?;
-        let mut out = Vec::new();
-        for row in chunks.iter()? {
+        let chunk_id = |device, serial| ChunkId {
+            device: DeviceId(device),
+            serial,
+        };
+        let mut records = Vec::new();
+        for row in tx.open_table(CHUNKS)?.iter()? {
             let (k, v) = row?;
             let (device, serial) = k.value();
-            out.push((
-                ChunkId {
-                    device: DeviceId(device),
-                    serial,
-                },
-                v.value().to_vec(),
-            ));
+            records.push((chunk_id(device, serial), v.value().to_vec()));
         }
-        Ok((next_serial, out))
+        let mut deltas = Vec::new();
+        let mut next_delta = HashMap::new();
+        for row in tx.open_table(DELTAS)?.iter()? {
+            let (k, v) = row?;
+            let (device, serial, n) = k.value();
+            next_delta.insert((device, serial), n + 1);
+            deltas.push((chunk_id(device, serial), v.value().to_vec()));
+        }
+        Ok(Raw {
+            next_serial,
+            records,
+            deltas,
+            next_delta,
+        })
     }
 
     /// Make a batch of changes durable in one write transaction (one fsync). Returns after
     /// the commit is durable. An empty batch does nothing.
-    pub fn commit(&self, ops: &[PersistOp]) -> Result<(), StorageError> {
+    ///
+    /// Per chunk, only the last whole record (or removal) of the batch is written, then
+    /// the deltas that follow it; a whole record deletes the chunk's older deltas.
+    pub fn commit(&mut self, ops: &[PersistOp]) -> Result<(), StorageError> {
         if ops.is_empty() {
             return Ok(());
         }
-        // Only the last change of each record in the batch matters (one transaction
-        // applies them all): skip the encoding and writing of superseded ones.
-        let key = |op: &PersistOp| match op {
-            PersistOp::PutChunk(c) => Some((c.id.device.0, c.id.serial)),
-            PersistOp::RemoveChunk(id) => Some((id.device.0, id.serial)),
-            PersistOp::SetNextSerial(_) => None,
-        };
-        let mut last: HashMap<Option<(u64, u64)>, usize> = HashMap::with_capacity(ops.len());
+        // Index of the last whole record or removal of each chunk in the batch.
+        let mut base: HashMap<(u64, u64), usize> = HashMap::new();
         for (i, op) in ops.iter().enumerate() {
-            last.insert(key(op), i);
+            if let PersistOp::PutChunk(_) | PersistOp::RemoveChunk(_) = op {
+                base.insert(key(op.chunk().expect("chunk op")), i);
+            }
         }
         // Encode first so an encoding failure leaves the database untouched.
-        let mut encoded = Vec::with_capacity(last.len());
+        let mut encoded = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            if last.get(&key(op)) != Some(&i) {
+            let k = op.chunk().map(key);
+            let superseded = k.and_then(|k| base.get(&k)).is_some_and(|b| *b > i);
+            if superseded {
                 continue;
             }
             encoded.push(match op {
                 PersistOp::PutChunk(c) => Encoded::Put(
-                    (c.id.device.0, c.id.serial),
+                    key(c.id),
                     postcard::to_stdvec(&**c).map_err(StorageError::Encode)?,
                 ),
-                PersistOp::RemoveChunk(id) => Encoded::Remove((id.device.0, id.serial)),
+                PersistOp::RemoveChunk(id) => Encoded::Remove(key(*id)),
+                PersistOp::Accept { chunk, .. } => Encoded::Delta(
+                    key(*chunk),
+                    postcard::to_stdvec(op).map_err(StorageError::Encode)?,
+                ),
                 PersistOp::SetNextSerial(n) => Encoded::Serial(*n),
             });
         }
-        self.commit_encoded(&encoded)?;
+        let mut next_delta = self.next_delta.clone();
+        self.commit_encoded(&encoded, &mut next_delta)?;
+        self.next_delta = next_delta;
         Ok(())
     }
 
-    fn commit_encoded(&self, ops: &[Encoded]) -> Result<(), redb::Error> {
+    fn commit_encoded(
+        &self,
+        ops: &[Encoded],
+        next_delta: &mut HashMap<(u64, u64), u64>,
+    ) -> Result<(), redb::Error> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(Durability::Immediate)?;
         {
             let mut chunks = tx.open_table(CHUNKS)?;
+            let mut deltas = tx.open_table(DELTAS)?;
             let mut meta = tx.open_table(META)?;
             for op in ops {
                 match op {
                     Encoded::Put(k, v) => {
                         chunks.insert(*k, v.as_slice())?;
+                        drop_deltas(&mut deltas, next_delta, *k)?;
                     }
                     Encoded::Remove(k) => {
                         chunks.remove(*k)?;
+                        drop_deltas(&mut deltas, next_delta, *k)?;
+                    }
+                    Encoded::Delta(k, v) => {
+                        let n = next_delta.entry(*k).or_insert(0);
+                        deltas.insert((k.0, k.1, *n), v.as_slice())?;
+                        *n += 1;
                     }
                     Encoded::Serial(n) => {
                         meta.insert(KEY_NEXT_SERIAL, *n)?;
@@ -249,9 +299,34 @@ impl Storage {
     }
 }
 
+/// Delete every delta of chunk `k` (its whole record was just written or removed).
+fn drop_deltas(
+    deltas: &mut redb::Table<(u64, u64, u64), &[u8]>,
+    next_delta: &mut HashMap<(u64, u64), u64>,
+    k: (u64, u64),
+) -> Result<(), redb::Error> {
+    if next_delta.remove(&k).is_some() {
+        deltas.retain_in((k.0, k.1, 0)..=(k.0, k.1, u64::MAX), |_, _| false)?;
+    }
+    Ok(())
+}
+
+fn key(c: ChunkId) -> (u64, u64) {
+    (c.device.0, c.serial)
+}
+
+/// What the database holds, undecoded.
+struct Raw {
+    next_serial: u64,
+    records: Vec<(ChunkId, Vec<u8>)>,
+    deltas: Vec<(ChunkId, Vec<u8>)>,
+    next_delta: HashMap<(u64, u64), u64>,
+}
+
 enum Encoded {
     Put((u64, u64), Vec<u8>),
     Remove((u64, u64)),
+    Delta((u64, u64), Vec<u8>),
     Serial(u64),
 }
 
@@ -307,7 +382,7 @@ mod tests {
             expected.apply(op);
         }
         {
-            let (s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
             s.commit(&ops[..3]).unwrap();
             s.commit(&ops[3..]).unwrap();
         }
@@ -318,10 +393,79 @@ mod tests {
         assert_eq!(state.chunks.values().next().unwrap().epoch, Epoch(2));
     }
 
+    /// A SafeTalk ACCEPT of one register write at sequence `seq`, confirming `confirm`.
+    fn accept(serial: u64, seq: u64, confirm: u64) -> PersistOp {
+        use tenure_core::data::{StoreOp, Version};
+        let v = |seq| Version {
+            epoch: Epoch(1),
+            seq,
+        };
+        PersistOp::Accept {
+            chunk: ChunkId {
+                device: DeviceId(1),
+                serial,
+            },
+            ops: vec![(
+                v(seq),
+                StoreOp::Register {
+                    key: seq % 3,
+                    value: seq,
+                },
+            )],
+            confirm: v(confirm),
+        }
+    }
+
+    #[test]
+    fn deltas_replay_after_their_record_and_a_whole_record_drops_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let c0 = ChunkId {
+            device: DeviceId(1),
+            serial: 0,
+        };
+        let groups: Vec<Vec<PersistOp>> = vec![
+            vec![PersistOp::PutChunk(Box::new(chunk(0, 1))), accept(0, 1, 0)],
+            vec![accept(0, 2, 1), accept(0, 3, 2)],
+            vec![accept(0, 4, 3)],
+            // A delta superseded by a whole record in the same group is not written.
+            vec![
+                accept(0, 5, 4),
+                PersistOp::PutChunk(Box::new(chunk(0, 1))),
+                accept(0, 1, 0),
+            ],
+            vec![accept(0, 2, 1)],
+        ];
+        let mut expected = DevicePersist::default();
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            for (i, g) in groups.iter().enumerate() {
+                s.commit(g).unwrap();
+                for op in g {
+                    expected.apply(op);
+                }
+                // Reopening at any point gives the state the changes so far describe.
+                if i == 2 {
+                    drop(s);
+                    let (s2, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+                    assert_eq!(state, expected, "after group {i}");
+                    assert_eq!(state.chunks[&c0].data.table.registers.entries.len(), 3);
+                    s = s2;
+                }
+            }
+        }
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, expected);
+        assert_eq!(
+            s.next_delta.get(&(1, 0)),
+            Some(&2),
+            "older deltas were dropped"
+        );
+    }
+
     #[test]
     fn empty_batch_is_a_no_op() {
         let dir = tempfile::tempdir().unwrap();
-        let (s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
         s.commit(&[]).unwrap();
         assert_eq!(s.load().unwrap(), DevicePersist::default());
     }
