@@ -289,6 +289,32 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         let s = a.holders("/cli/job").await.unwrap();
         assert!(s.holders.is_empty(), "released after the command: {s:?}");
 
+        // An operator lists the locks under a path and releases one for its holder.
+        let dir = data.to_str().unwrap();
+        let held = a.lock("/cli/stuck", LockMode::Exclusive, Wait::Try).await.unwrap();
+        let (ok, out, err) = tenure(&["locks", "/cli", "--data", dir, "--json"]);
+        assert!(ok, "locks failed:\n{out}\n{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let listed = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "/cli/stuck")
+            .unwrap_or_else(|| panic!("/cli/stuck not listed: {out}"));
+        assert_eq!(listed["holders"][0]["token"], held.token().to_string());
+        let (ok, out, err) = tenure(&["unlock", "/cli/stuck", "--data", dir, "--json"]);
+        assert!(ok, "unlock failed:\n{out}\n{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["released"], true);
+        assert_eq!(v["token"], held.token().to_string());
+        let s = a.holders("/cli/stuck").await.unwrap();
+        assert!(s.holders.is_empty(), "released by the operator: {s:?}");
+        let (ok, _, err) = tenure(&["unlock", "/cli/stuck", "--data", dir]);
+        assert!(!ok && err.contains("not held"), "unlock of a free lock: {err}");
+        let (ok, out, _) = tenure(&["locks", "/cli", "--data", dir]);
+        assert!(ok && !out.contains("/cli/stuck  held by session"), "held after release: {out}");
+        drop(held);
+
         // The CLI sees the cluster: status lists every store managed.
         let (ok, out, err) = tenure(&["status", "--data", data.to_str().unwrap(), "--json"]);
         assert!(ok, "status failed:\n{out}\n{err}");
