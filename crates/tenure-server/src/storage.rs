@@ -2,8 +2,13 @@
 //!
 //! The core's persistent state is a [`DevicePersist`]: the chunk serial counter and one
 //! [`ChunkPersist`] record per chunk. Each chunk is stored under its [`ChunkId`] as a
-//! postcard-encoded record, so a `PutChunk` rewrites one chunk and nothing else. The
-//! serial counter and a format version live in a small `meta` table.
+//! postcard-encoded record, so a `PutChunk` rewrites one chunk and nothing else. A
+//! serving chunk's SafeTalk ACCEPTs arrive as deltas (`PersistOp::Accept`, a few hundred
+//! bytes) and are appended to the `chunk_deltas` table under `(chunk, n)`; at load they
+//! are replayed in order onto the chunk's record with the core's own code
+//! ([`PersistOp::apply_delta`]), and the chunk's next whole record (the core writes one
+//! every `CHECKPOINT_EVERY` deltas) deletes them. The serial counter and a format
+//! version live in a small `meta` table; format 1 (no deltas) is upgraded in place.
 //!
 //! [`Storage::commit`] applies a whole group of [`PersistOp`]s in ONE redb write
 //! transaction committed with [`Durability::Immediate`]: one fsync for every persist the
