@@ -240,27 +240,10 @@ impl Chunk {
         };
         let msg = ToManager::Help {
             epoch: self.p.epoch,
-            metadata: self.help_metadata(),
+            metadata: self.p.metadata.clone(),
         };
         self.to_mgr(ctx, d, msg);
         self.help_at = Some(ctx.now + ctx.cfg.timing.help_wait);
-    }
-
-    /// The layout a `help` reports. Tenure: a chunk created by a relayout is not in its
-    /// own (empty) metadata until the relayout's commit reaches it; a manager with no role
-    /// tells such a chunk to lose (an orphan). But a created chunk that voted for the
-    /// relayout cannot tell whether it committed without it: it reports the layout it
-    /// voted for, so a regeneration gathers that layout (and, through the vote in its
-    /// ack, joins it) instead of collecting a member of a possibly committed epoch
-    /// (simulator seed 80994: both new chunks of a committed relayout were collected and
-    /// the store never regained a manager).
-    fn help_metadata(&self) -> Metadata {
-        match self.highest_prepared() {
-            Some(p) if !self.p.metadata.contains(self.p.id) && p.metadata.contains(self.p.id) => {
-                p.metadata
-            }
-            _ => self.p.metadata.clone(),
-        }
     }
 
     fn garbage_collect(&mut self, ctx: &mut Ctx<'_>) {

@@ -10,7 +10,7 @@
 
 use super::chunk::Chunk;
 use super::test_support::*;
-use super::{ChunkState as S, LeaseType, Metadata, Prepared};
+use super::{ChunkState as S, LeaseType, Prepared};
 use crate::io::{Observation, Output, PersistOp};
 use crate::msg::{ToChunk, ToManager};
 
@@ -655,28 +655,6 @@ fn no_lease_help_loop_pops_queue_by_precedence_then_picks_directors() {
         now = now + t.help_wait;
     }
     assert_eq!(k.state, S::NoLease);
-}
-
-#[test]
-fn no_lease_help_from_created_chunk_with_a_vote_reports_the_voted_layout() {
-    // seed 000 §4.2.6 no lease: help(epoch, metadata). Tenure: a chunk created by a
-    // relayout holds empty metadata until the commit reaches it; if it voted, its help
-    // names the layout it voted for, so no manager takes it for an orphan (seed 80994).
-    let mut env = Env::new(d(1));
-    let t = timing();
-    let mut k = chunk(&mut env, S::NoLease, 3, M);
-    k.p.metadata = Metadata::default();
-    k.mgr_attempt_queue = vec![M];
-    k.on_tick(&mut env.ctx(T0 + t.help_wait));
-    let orphan = ToManager::Help {
-        epoch: e(3),
-        metadata: Metadata::default(),
-    };
-    assert_eq!(to_mgrs(&env.take()), vec![(M, orphan)]);
-    k.p.prepared = Some(prepared(4, M));
-    k.mgr_attempt_queue = vec![M];
-    k.on_tick(&mut env.ctx(T0 + t.help_wait * 2));
-    assert_eq!(to_mgrs(&env.take()), vec![(M, help(3))]);
 }
 
 #[test]
