@@ -422,8 +422,12 @@ impl Manager {
             // §5.3.1 none: help → start regenerating.
             (S::None, ToManager::Help { epoch, metadata }) => {
                 if !metadata.contains(c) {
-                    // Tenure: an orphan (a created chunk whose relayout never committed).
-                    self.to_chunk(ctx, c, ToChunk::Lose);
+                    // Tenure: a chunk created by a relayout, not in its own metadata until
+                    // the commit reaches it. With no role here this manager cannot tell an
+                    // orphan (the relayout aborted) from a member of a committed layout
+                    // that missed the commit (simulator seed 80994: collecting such members
+                    // left the store without a manager forever), so it ignores the help;
+                    // a manager of the store answers it (lose, or acquire if a member).
                 } else if let Some(f) = self.forwarding.take() {
                     // Tenure: we migrated out; point the chunk at the new manager once.
                     self.to_chunk(ctx, c, ToChunk::Redirect { new_mgr: f });
