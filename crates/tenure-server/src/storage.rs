@@ -112,8 +112,8 @@ impl Storage {
             next_delta: HashMap::new(),
         };
         storage.init(device)?;
-        let state = storage.load()?;
-        storage.next_delta = storage.load_raw()?.next_delta;
+        let (state, next_delta) = storage.load_with_counters()?;
+        storage.next_delta = next_delta;
         Ok((storage, state))
     }
 
@@ -174,6 +174,14 @@ impl Storage {
     /// Read the whole persistent state: each chunk's last whole record with the deltas
     /// written after it applied in order.
     pub fn load(&self) -> Result<DevicePersist, StorageError> {
+        Ok(self.load_with_counters()?.0)
+    }
+
+    /// [`Self::load`], with the next delta number of each chunk that has deltas.
+    #[allow(clippy::type_complexity)]
+    fn load_with_counters(
+        &self,
+    ) -> Result<(DevicePersist, HashMap<(u64, u64), u64>), StorageError> {
         let raw = self.load_raw()?;
         let mut state = DevicePersist {
             next_serial: raw.next_serial,
@@ -191,7 +199,7 @@ impl Storage {
                 op.apply_delta(rec);
             }
         }
-        Ok(state)
+        Ok((state, raw.next_delta))
     }
 
     fn load_raw(&self) -> Result<Raw, redb::Error> {
