@@ -219,7 +219,9 @@ impl Committer {
             .spawn(move || {
                 let mut storage = storage;
                 while let Ok((group, ops)) = rx.recv() {
-                    let r = storage.commit(&ops);
+                    let r = storage.commit(ops);
+                    metrics::counter!("tenure_storage_checkpoints_total")
+                        .absolute(storage.checkpoints());
                     let failed = r.is_err();
                     if tx.send((group, r)).is_err() || failed {
                         return;

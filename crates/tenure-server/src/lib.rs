@@ -20,6 +20,7 @@ pub mod driver;
 pub mod grpc;
 pub mod storage;
 pub mod transport;
+pub mod wal;
 pub mod wire;
 
 use crate::config::ServerConfig;

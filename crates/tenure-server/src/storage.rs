@@ -10,17 +10,26 @@
 //! every `CHECKPOINT_EVERY` deltas) deletes them. The serial counter and a format
 //! version live in a small `meta` table; format 1 (no deltas) is upgraded in place.
 //!
-//! [`Storage::commit`] applies a whole group of [`PersistOp`]s in ONE redb write
-//! transaction committed with [`Durability::Immediate`]: one fsync for every persist the
-//! driver gathered while the previous commit ran (group commit). redb commits are atomic
-//! and crash-safe (a torn commit is rolled back at the next open), so after a crash the
-//! device boots from exactly the last committed group, which every acknowledgement that
-//! left the device is covered by.
+//! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
+//! commit): the driver hands it every persist gathered while the previous commit ran.
+//! The group is appended to the device's write-ahead log ([`crate::wal`]) as one record,
+//! one write and one fdatasync, and kept in memory. When the log is full, every group
+//! since the last checkpoint goes into redb in ONE write transaction committed with
+//! [`Durability::Immediate`], which also records the log's next generation; the log then
+//! starts over. A group too large for the log goes straight into redb the same way.
+//! At open, the log's records of redb's generation are replayed onto the state redb
+//! holds and checkpointed at once. redb commits are atomic and crash-safe (a torn commit
+//! is rolled back at the next open) and a torn log record is never replayed, so after a
+//! crash the device boots from exactly the groups whose commit returned, which every
+//! acknowledgement that left the device is covered by.
 //!
 //! redb was chosen over fjall because a commit is durable when `commit()` returns (no
 //! separate `persist(SyncAll)` step to forget), it is pure Rust, and a single file per
-//! device keeps data directories simple; see DESIGN §11.
+//! device keeps data directories simple; see DESIGN §11. The log in front of it exists
+//! because a redb commit costs about eight page writes and ~0.25 ms on this class of
+//! machine, where a one-record overwrite plus fdatasync costs ~0.13 ms.
 
+use crate::wal::{self, Wal, WalError};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -36,11 +45,13 @@ const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("ch
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
 const KEY_DEVICE: &str = "device";
+/// Generation of the write-ahead log whose records follow what redb holds.
+const KEY_WAL_GENERATION: &str = "wal_generation";
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +84,17 @@ pub enum StorageError {
         /// Device this process is configured as.
         expected: u64,
     },
+    /// The write-ahead log failed.
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    /// A log record does not decode.
+    #[error("write-ahead log record {seq} does not decode: {source}")]
+    Record {
+        /// The record's position in its generation.
+        seq: usize,
+        /// Why.
+        source: postcard::Error,
+    },
     /// Creating the data directory failed.
     #[error("data directory {path}: {source}")]
     Io {
@@ -87,8 +109,13 @@ pub enum StorageError {
 pub struct Storage {
     db: Database,
     path: PathBuf,
-    /// Next delta number of each chunk that has deltas on disk.
+    /// Next delta number of each chunk that has deltas in redb.
     next_delta: HashMap<(u64, u64), u64>,
+    wal: Wal,
+    /// The groups in the log since the last checkpoint, in commit order.
+    logged: Vec<PersistOp>,
+    /// Checkpoints done since open.
+    checkpoints: u64,
 }
 
 impl std::fmt::Debug for Storage {
@@ -100,75 +127,63 @@ impl std::fmt::Debug for Storage {
 impl Storage {
     /// Open (or create) the database in `dir` for `device` and load its persistent state.
     pub fn open(dir: &Path, device: DeviceId) -> Result<(Storage, DevicePersist), StorageError> {
+        Self::open_with_log(dir, device, wal::DEFAULT_CAPACITY)
+    }
+
+    /// [`Self::open`] with a write-ahead log of `log_bytes` (at least; an existing larger
+    /// log keeps its size).
+    pub fn open_with_log(
+        dir: &Path,
+        device: DeviceId,
+        log_bytes: u64,
+    ) -> Result<(Storage, DevicePersist), StorageError> {
         std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
         let path = dir.join("tenure.redb");
         let db = Database::create(&path).map_err(redb::Error::from)?;
+        let generation = {
+            let (format, owner) = read_meta(&db)?;
+            check_meta(format, owner, device)?;
+            if format != Some(FORMAT_VERSION) || owner.is_none() {
+                write_meta(&db, device)?;
+            }
+            read_generation(&db)?
+        };
+        let (wal, records) = Wal::open(&dir.join("tenure.wal"), log_bytes, generation)?;
         let mut storage = Storage {
             db,
             path,
             next_delta: HashMap::new(),
+            wal,
+            logged: Vec::new(),
+            checkpoints: 0,
         };
-        storage.init(device)?;
-        let (state, next_delta) = storage.load_with_counters()?;
+        let (mut state, next_delta) = storage.load_with_counters()?;
         storage.next_delta = next_delta;
+        for (seq, bytes) in records.iter().enumerate() {
+            let ops: Vec<PersistOp> = postcard::from_bytes(bytes)
+                .map_err(|source| StorageError::Record { seq, source })?;
+            for op in &ops {
+                state.apply(op);
+            }
+            storage.logged.extend(ops);
+        }
+        if !storage.logged.is_empty() {
+            storage.checkpoint(Vec::new())?;
+        }
         Ok((storage, state))
+    }
+
+    /// Checkpoints done since open (each a redb commit of the logged groups).
+    pub fn checkpoints(&self) -> u64 {
+        self.checkpoints
     }
 
     /// Path of the database file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    fn init(&self, device: DeviceId) -> Result<(), StorageError> {
-        let (format, owner) = self.read_meta()?;
-        match format {
-            // Version 1 is version 2 without deltas: opening it adds their table.
-            Some(v) if v != FORMAT_VERSION && v != 1 => {
-                return Err(StorageError::Format { found: v });
-            }
-            _ => {}
-        }
-        if let Some(found) = owner
-            && found != device.0
-        {
-            return Err(StorageError::WrongDevice {
-                found,
-                expected: device.0,
-            });
-        }
-        if format != Some(FORMAT_VERSION) || owner.is_none() {
-            self.write_meta(device)?;
-        }
-        Ok(())
-    }
-
-    fn read_meta(&self) -> Result<(Option<u64>, Option<u64>), redb::Error> {
-        let tx = self.db.begin_read()?;
-        let meta = match tx.open_table(META) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok((None, None)),
-            Err(e) => return Err(e.into()),
-        };
-        let format = meta.get(KEY_FORMAT)?.map(|g| g.value());
-        let owner = meta.get(KEY_DEVICE)?.map(|g| g.value());
-        Ok((format, owner))
-    }
-
-    fn write_meta(&self, device: DeviceId) -> Result<(), redb::Error> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(Durability::Immediate)?;
-        {
-            let mut meta = tx.open_table(META)?;
-            meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
-            meta.insert(KEY_DEVICE, device.0)?;
-            tx.open_table(CHUNKS)?;
-            tx.open_table(DELTAS)?;
-        }
-        tx.commit()?;
-        Ok(())
     }
 
     /// Read the whole persistent state: each chunk's last whole record with the deltas
@@ -232,15 +247,45 @@ impl Storage {
         })
     }
 
-    /// Make a batch of changes durable in one write transaction (one fsync). Returns after
-    /// the commit is durable. An empty batch does nothing.
-    ///
-    /// Per chunk, only the last whole record (or removal) of the batch is written, then
-    /// the deltas that follow it; a whole record deletes the chunk's older deltas.
-    pub fn commit(&mut self, ops: &[PersistOp]) -> Result<(), StorageError> {
+    /// Make a group of changes durable (one log record: one write and one fdatasync).
+    /// Returns after it is durable. An empty group does nothing.
+    pub fn commit(&mut self, ops: Vec<PersistOp>) -> Result<(), StorageError> {
         if ops.is_empty() {
             return Ok(());
         }
+        let record = postcard::to_stdvec(&ops).map_err(StorageError::Encode)?;
+        if self.wal.fits(record.len()) {
+            self.wal.append(&record)?;
+            self.logged.extend(ops);
+            return Ok(());
+        }
+        if self.wal.ever_fits(record.len()) {
+            // Empty the log into redb, then log the group at its start.
+            self.checkpoint(Vec::new())?;
+            self.wal.append(&record)?;
+            self.logged.extend(ops);
+            Ok(())
+        } else {
+            self.checkpoint(ops)
+        }
+    }
+
+    /// Write every logged group, then `more`, into redb in one durable transaction that
+    /// also moves the log to its next generation; the log then starts over, empty.
+    fn checkpoint(&mut self, more: Vec<PersistOp>) -> Result<(), StorageError> {
+        let mut ops = std::mem::take(&mut self.logged);
+        ops.extend(more);
+        let generation = self.wal.generation() + 1;
+        self.write_redb(&ops, generation)?;
+        self.wal.reset(generation);
+        self.checkpoints += 1;
+        Ok(())
+    }
+
+    /// Apply `ops` to redb in one write transaction (one fsync) that records the log's
+    /// `generation`. Per chunk, only the last whole record (or removal) is written, then
+    /// the deltas that follow it; a whole record deletes the chunk's older deltas.
+    fn write_redb(&mut self, ops: &[PersistOp], generation: u64) -> Result<(), StorageError> {
         // Index of the last whole record or removal of each chunk in the batch.
         let mut base: HashMap<(u64, u64), usize> = HashMap::new();
         for (i, op) in ops.iter().enumerate() {
@@ -270,7 +315,7 @@ impl Storage {
             });
         }
         let mut next_delta = self.next_delta.clone();
-        self.commit_encoded(&encoded, &mut next_delta)?;
+        self.commit_encoded(&encoded, &mut next_delta, generation)?;
         self.next_delta = next_delta;
         Ok(())
     }
@@ -279,6 +324,7 @@ impl Storage {
         &self,
         ops: &[Encoded],
         next_delta: &mut HashMap<(u64, u64), u64>,
+        generation: u64,
     ) -> Result<(), redb::Error> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(Durability::Immediate)?;
@@ -306,6 +352,7 @@ impl Storage {
                     }
                 }
             }
+            meta.insert(KEY_WAL_GENERATION, generation)?;
         }
         tx.commit()?;
         Ok(())
@@ -322,6 +369,67 @@ fn drop_deltas(
         deltas.retain_in((k.0, k.1, 0)..=(k.0, k.1, u64::MAX), |_, _| false)?;
     }
     Ok(())
+}
+
+fn read_meta(db: &Database) -> Result<(Option<u64>, Option<u64>), redb::Error> {
+    let tx = db.begin_read()?;
+    let meta = match tx.open_table(META) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((None, None)),
+        Err(e) => return Err(e.into()),
+    };
+    let format = meta.get(KEY_FORMAT)?.map(|g| g.value());
+    let owner = meta.get(KEY_DEVICE)?.map(|g| g.value());
+    Ok((format, owner))
+}
+
+/// Refuse another format or another device's directory. Formats 1 (no deltas) and 2 (no
+/// log) are this format without them: opening one adds what is missing.
+fn check_meta(
+    format: Option<u64>,
+    owner: Option<u64>,
+    device: DeviceId,
+) -> Result<(), StorageError> {
+    if let Some(v) = format
+        && v != FORMAT_VERSION
+        && v != 1
+        && v != 2
+    {
+        return Err(StorageError::Format { found: v });
+    }
+    if let Some(found) = owner
+        && found != device.0
+    {
+        return Err(StorageError::WrongDevice {
+            found,
+            expected: device.0,
+        });
+    }
+    Ok(())
+}
+
+fn write_meta(db: &Database, device: DeviceId) -> Result<(), redb::Error> {
+    let mut tx = db.begin_write()?;
+    tx.set_durability(Durability::Immediate)?;
+    {
+        let mut meta = tx.open_table(META)?;
+        meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+        meta.insert(KEY_DEVICE, device.0)?;
+        tx.open_table(CHUNKS)?;
+        tx.open_table(DELTAS)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The log generation redb's contents end at (0 before the first checkpoint).
+fn read_generation(db: &Database) -> Result<u64, redb::Error> {
+    let tx = db.begin_read()?;
+    let meta = tx.open_table(META)?;
+    Ok(meta
+        .get(KEY_WAL_GENERATION)?
+        .map(|g| g.value())
+        .unwrap_or(0))
 }
 
 fn key(c: ChunkId) -> (u64, u64) {
@@ -396,8 +504,8 @@ mod tests {
         }
         {
             let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
-            s.commit(&ops[..3]).unwrap();
-            s.commit(&ops[3..]).unwrap();
+            s.commit(ops[..3].to_vec()).unwrap();
+            s.commit(ops[3..].to_vec()).unwrap();
         }
         let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
         assert_eq!(state, expected);
@@ -452,7 +560,7 @@ mod tests {
         {
             let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
             for (i, g) in groups.iter().enumerate() {
-                s.commit(g).unwrap();
+                s.commit(g.clone()).unwrap();
                 for op in g {
                     expected.apply(op);
                 }
@@ -479,8 +587,112 @@ mod tests {
     fn empty_batch_is_a_no_op() {
         let dir = tempfile::tempdir().unwrap();
         let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
-        s.commit(&[]).unwrap();
+        s.commit(Vec::new()).unwrap();
         assert_eq!(s.load().unwrap(), DevicePersist::default());
+    }
+
+    /// Groups of deltas and records over several chunks, as a serving device makes them.
+    fn many_groups(n: u64) -> Vec<Vec<PersistOp>> {
+        let mut groups = vec![vec![
+            PersistOp::PutChunk(Box::new(chunk(0, 1))),
+            PersistOp::PutChunk(Box::new(chunk(1, 1))),
+            PersistOp::SetNextSerial(8),
+        ]];
+        for i in 1..=n {
+            let mut g = vec![accept(0, i, i - 1), accept(1, i, i - 1)];
+            if i % 7 == 0 {
+                g.push(PersistOp::PutChunk(Box::new(chunk(1, 1 + i))));
+            }
+            groups.push(g);
+        }
+        groups
+    }
+
+    fn applied(groups: &[Vec<PersistOp>]) -> DevicePersist {
+        let mut expected = DevicePersist::default();
+        for op in groups.iter().flatten() {
+            expected.apply(op);
+        }
+        expected
+    }
+
+    #[test]
+    fn logged_groups_survive_a_crash_before_any_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = many_groups(20);
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            for g in &groups {
+                s.commit(g.clone()).unwrap();
+            }
+            assert_eq!(s.checkpoints(), 0, "all of it is in the log");
+            // Dropped without any flush: what a crash leaves.
+        }
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        assert_eq!(s.checkpoints(), 1, "open moved the log into redb");
+        // And once more, now from redb alone.
+        drop(s);
+        let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+    }
+
+    #[test]
+    fn a_full_log_is_checkpointed_and_reopen_at_any_point_gives_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = many_groups(60);
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 2048).unwrap();
+        for (i, g) in groups.iter().enumerate() {
+            s.commit(g.clone()).unwrap();
+            if i % 9 == 4 {
+                drop(s);
+                let (s2, state) = Storage::open_with_log(dir.path(), DeviceId(1), 2048).unwrap();
+                assert_eq!(state, applied(&groups[..=i]), "after group {i}");
+                s = s2;
+            }
+        }
+        assert!(s.checkpoints() > 0, "a 2 KiB log fills up");
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 2048).unwrap();
+        assert_eq!(state, applied(&groups));
+    }
+
+    #[test]
+    fn a_group_larger_than_the_log_goes_straight_to_redb() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = many_groups(3);
+        let big: Vec<PersistOp> = groups.concat();
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 64).unwrap();
+        s.commit(big.clone()).unwrap();
+        assert_eq!(s.checkpoints(), 1);
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 64).unwrap();
+        assert_eq!(state, applied(&[big]));
+    }
+
+    #[test]
+    fn a_torn_last_record_loses_only_its_own_group() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let groups = many_groups(5);
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            for g in &groups {
+                s.commit(g.clone()).unwrap();
+            }
+        }
+        // The crash hit the last record's write: its tail never reached the disk.
+        let wal = dir.path().join("tenure.wal");
+        let last = postcard::to_stdvec(groups.last().unwrap()).unwrap().len();
+        let end: usize = groups
+            .iter()
+            .map(|g| crate::wal::HEADER + postcard::to_stdvec(g).unwrap().len())
+            .sum();
+        let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
+        f.write_all_at(&vec![0u8; last / 2], (end - last / 2) as u64)
+            .unwrap();
+        let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups[..groups.len() - 1]));
     }
 
     #[test]
