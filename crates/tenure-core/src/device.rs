@@ -28,6 +28,10 @@ pub struct Device {
     chunks: BTreeMap<ChunkId, Chunk>,
     managers: BTreeMap<StoreId, Manager>,
     last_timer: Option<Instant>,
+    /// [`Self::poll_timeout`] as of the last change (`None`: not computed since). Every
+    /// change goes through [`Self::handle`] (or the test accessors), which clear it;
+    /// drivers ask for the timeout far more often than the state changes.
+    timer_cache: std::cell::Cell<Option<Option<Instant>>>,
 }
 
 /// What every handler's [`Ctx`] is made of, kept apart from the state machines so a
@@ -70,6 +74,7 @@ impl Device {
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
             last_timer: None,
+            timer_cache: std::cell::Cell::new(None),
         };
         let mut out = Vec::new();
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
@@ -119,7 +124,9 @@ impl Device {
         // Time passes before anything new happens: timers already due at `now` fire
         // first, so a device that was paused acts on its expired deadlines (an expired
         // commit window, a lapsed lease) before the messages that queued up meanwhile.
-        if !matches!(input, Input::Tick) && self.poll_timeout().is_some_and(|t| t <= now) {
+        let due = self.poll_timeout().is_some_and(|t| t <= now);
+        self.timer_cache.set(None);
+        if !matches!(input, Input::Tick) && due {
             self.on_tick(now, &mut out);
         }
         match input {
@@ -298,6 +305,15 @@ impl Device {
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if let Some(t) = self.timer_cache.get() {
+            return t;
+        }
+        let t = self.compute_timeout();
+        self.timer_cache.set(Some(t));
+        t
+    }
+
+    fn compute_timeout(&self) -> Option<Instant> {
         let drift = self.env.cfg.timing.clock_drift;
         let c = self
             .chunks
@@ -373,11 +389,13 @@ impl Device {
 
     /// Direct access to a chunk's state machine (tests).
     pub fn chunk_mut(&mut self, id: ChunkId) -> Option<&mut Chunk> {
+        self.timer_cache.set(None);
         self.chunks.get_mut(&id)
     }
 
     /// Direct access to a manager role (tests).
     pub fn manager_mut(&mut self, store: StoreId) -> &mut Manager {
+        self.timer_cache.set(None);
         self.managers
             .entry(store)
             .or_insert_with(|| Manager::new(store))
