@@ -6,6 +6,7 @@
 //! peer_listen = "127.0.0.1:7101"
 //! client_listen = "127.0.0.1:7201"
 //! metrics_listen = "127.0.0.1:7301"   # optional
+//! worker_threads = 1                    # optional; default one per core
 //!
 //! [cluster]
 //! stores = 64
@@ -159,6 +160,11 @@ pub struct ServerConfig {
     /// Largest peer frame accepted.
     #[serde(default = "default_max_frame")]
     pub max_frame_bytes: usize,
+    /// Threads of the process's async runtime (none: one per core). A local cluster of
+    /// several devices on one machine gives each device its share of the cores: more
+    /// threads than cores only adds cross-thread wake-ups to every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_threads: Option<usize>,
 }
 
 fn yes() -> bool {
@@ -289,6 +295,7 @@ mod tests {
             rng_seed: None,
             request_timeout_ms: 5000,
             max_frame_bytes: 1 << 20,
+            worker_threads: None,
         };
         assert!(cfg.validate().is_err());
     }

@@ -13,12 +13,14 @@
 //! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
 //! commit): the driver hands it every persist gathered while the previous commit ran.
 //! The group is appended to the device's write-ahead log ([`crate::wal`]) as one record,
-//! one write and one fdatasync, and kept in memory. When the log is full, every group
-//! since the last checkpoint goes into redb in ONE write transaction committed with
-//! [`Durability::Immediate`], which also records the log's next generation; the log then
-//! starts over. A group too large for the log goes straight into redb the same way.
-//! At open, the log's records of redb's generation are replayed onto the state redb
-//! holds and checkpointed at once. redb commits are atomic and crash-safe (a torn commit
+//! one write and one fdatasync, and applied to an in-memory copy of the durable state.
+//! When the log is full, a *checkpoint* writes the current record of every chunk the
+//! logged groups changed (and their removals and the serial counter) into redb in ONE
+//! write transaction committed with [`Durability::Immediate`], which also records the
+//! log's next generation; the log then starts over. A checkpoint costs one record per
+//! changed chunk, however many deltas the log held. A group too large for the log goes
+//! straight into redb the same way. At open, the log's records of redb's generation are
+//! replayed onto the state redb holds and checkpointed at once. redb commits are atomic and crash-safe (a torn commit
 //! is rolled back at the next open) and a torn log record is never replayed, so after a
 //! crash the device boots from exactly the groups whose commit returned, which every
 //! acknowledgement that left the device is covered by.
@@ -31,7 +33,7 @@
 
 use crate::wal::{self, Wal, WalError};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
@@ -112,8 +114,10 @@ pub struct Storage {
     /// Next delta number of each chunk that has deltas in redb.
     next_delta: HashMap<(u64, u64), u64>,
     wal: Wal,
-    /// The groups in the log since the last checkpoint, in commit order.
-    logged: Vec<PersistOp>,
+    /// The durable state: redb's contents with the log's groups applied.
+    state: DevicePersist,
+    /// What the log changed since the last checkpoint.
+    dirty: Dirty,
     /// Checkpoints done since open.
     checkpoints: u64,
 }
@@ -157,22 +161,22 @@ impl Storage {
             path,
             next_delta: HashMap::new(),
             wal,
-            logged: Vec::new(),
+            state: DevicePersist::default(),
+            dirty: Dirty::default(),
             checkpoints: 0,
         };
-        let (mut state, next_delta) = storage.load_with_counters()?;
+        let (state, next_delta) = storage.load_with_counters()?;
+        storage.state = state;
         storage.next_delta = next_delta;
         for (seq, bytes) in records.iter().enumerate() {
             let ops: Vec<PersistOp> = postcard::from_bytes(bytes)
                 .map_err(|source| StorageError::Record { seq, source })?;
-            for op in &ops {
-                state.apply(op);
-            }
-            storage.logged.extend(ops);
+            storage.apply(&ops);
         }
-        if !storage.logged.is_empty() {
-            storage.checkpoint(Vec::new())?;
+        if !storage.dirty.is_empty() {
+            storage.checkpoint()?;
         }
+        let state = storage.state.clone();
         Ok((storage, state))
     }
 
@@ -254,31 +258,67 @@ impl Storage {
             return Ok(());
         }
         let record = postcard::to_stdvec(&ops).map_err(StorageError::Encode)?;
+        if !self.wal.fits(record.len()) && self.wal.used() > 0 {
+            // Empty the log into redb first.
+            self.checkpoint()?;
+        }
         if self.wal.fits(record.len()) {
             self.wal.append(&record)?;
-            self.logged.extend(ops);
-            return Ok(());
-        }
-        if self.wal.ever_fits(record.len()) {
-            // Empty the log into redb, then log the group at its start.
-            self.checkpoint(Vec::new())?;
-            self.wal.append(&record)?;
-            self.logged.extend(ops);
-            Ok(())
+            self.apply(&ops);
         } else {
-            self.checkpoint(ops)
+            // Larger than the whole log: straight into redb.
+            self.apply(&ops);
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Apply a durable group to the in-memory state and note what it changed.
+    fn apply(&mut self, ops: &[PersistOp]) {
+        for op in ops {
+            self.state.apply(op);
+            match op {
+                PersistOp::PutChunk(c) => {
+                    self.dirty.removed.remove(&c.id);
+                    self.dirty.chunks.insert(c.id);
+                }
+                PersistOp::Accept { chunk, .. } => {
+                    self.dirty.chunks.insert(*chunk);
+                }
+                PersistOp::RemoveChunk(id) => {
+                    self.dirty.chunks.remove(id);
+                    self.dirty.removed.insert(*id);
+                }
+                PersistOp::SetNextSerial(_) => self.dirty.serial = true,
+            }
         }
     }
 
-    /// Write every logged group, then `more`, into redb in one durable transaction that
-    /// also moves the log to its next generation; the log then starts over, empty.
-    fn checkpoint(&mut self, more: Vec<PersistOp>) -> Result<(), StorageError> {
-        let mut ops = std::mem::take(&mut self.logged);
-        ops.extend(more);
+    /// Write the state of everything the log changed into redb (each changed chunk's
+    /// whole current record, each removal, the serial counter) in one durable
+    /// transaction that also moves the log to its next generation; the log then starts
+    /// over, empty. Its cost is bounded by the size of the state, not of the log.
+    fn checkpoint(&mut self) -> Result<(), StorageError> {
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut ops = Vec::with_capacity(dirty.chunks.len() + dirty.removed.len() + 1);
+        for id in &dirty.removed {
+            ops.push(PersistOp::RemoveChunk(*id));
+        }
+        for id in &dirty.chunks {
+            if let Some(rec) = self.state.chunks.get(id) {
+                ops.push(PersistOp::PutChunk(Box::new(rec.clone())));
+            }
+        }
+        if dirty.serial {
+            ops.push(PersistOp::SetNextSerial(self.state.next_serial));
+        }
+        let started = std::time::Instant::now();
         let generation = self.wal.generation() + 1;
         self.write_redb(&ops, generation)?;
         self.wal.reset(generation);
         self.checkpoints += 1;
+        metrics::histogram!("tenure_storage_checkpoint_seconds")
+            .record(started.elapsed().as_secs_f64());
         Ok(())
     }
 
@@ -444,6 +484,20 @@ struct Raw {
     next_delta: HashMap<(u64, u64), u64>,
 }
 
+/// What the log changed since the last checkpoint.
+#[derive(Default)]
+struct Dirty {
+    chunks: BTreeSet<ChunkId>,
+    removed: BTreeSet<ChunkId>,
+    serial: bool,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.removed.is_empty() && !self.serial
+    }
+}
+
 enum Encoded {
     Put((u64, u64), Vec<u8>),
     Remove((u64, u64)),
@@ -539,6 +593,8 @@ mod tests {
 
     #[test]
     fn deltas_replay_after_their_record_and_a_whole_record_drops_them() {
+        // redb's delta table, as a format-2 directory holds it (this format's checkpoints
+        // write whole records): deltas are replayed onto their record at load.
         let dir = tempfile::tempdir().unwrap();
         let c0 = ChunkId {
             device: DeviceId(1),
@@ -560,7 +616,7 @@ mod tests {
         {
             let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
             for (i, g) in groups.iter().enumerate() {
-                s.commit(g.clone()).unwrap();
+                s.write_redb(g, 0).unwrap();
                 for op in g {
                     expected.apply(op);
                 }
@@ -581,6 +637,21 @@ mod tests {
             Some(&2),
             "older deltas were dropped"
         );
+    }
+
+    #[test]
+    fn a_checkpoint_writes_whole_records_not_deltas() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = many_groups(30);
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1024).unwrap();
+        for g in &groups {
+            s.commit(g.clone()).unwrap();
+        }
+        assert!(s.checkpoints() > 0);
+        assert!(s.next_delta.is_empty(), "redb holds no deltas");
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1024).unwrap();
+        assert_eq!(state, applied(&groups));
     }
 
     #[test]

@@ -114,6 +114,7 @@ fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             rng_seed: Some(p.id),
             request_timeout_ms: 5000,
             max_frame_bytes: 1 << 20,
+            worker_threads: None,
         })
         .collect()
 }

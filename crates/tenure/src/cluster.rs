@@ -162,6 +162,9 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
         metrics.push(SocketAddr::from(([127, 0, 0, 1], port(200, id)?)));
     }
     let data = std::path::absolute(data)?;
+    // The devices share this machine's cores.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = (cores / a.devices as usize).max(1);
     Ok(peers
         .iter()
         .zip(metrics)
@@ -181,6 +184,7 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
             rng_seed: None,
             request_timeout_ms: 5000,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
+            worker_threads: Some(workers),
         })
         .collect())
 }

@@ -56,7 +56,12 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         cfg.metrics_listen = Some(v);
     }
     cfg.validate()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cfg.worker_threads {
+        anyhow::ensure!(n > 0, "worker_threads must be at least 1");
+        rt.worker_threads(n);
+    }
+    let rt = rt
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
