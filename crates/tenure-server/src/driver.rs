@@ -7,10 +7,11 @@
 //! Outputs are released in the order the core requires, without ever blocking the task on
 //! the disk (pipelined group commit):
 //!
-//! 1. every `Persist` joins the *open commit group*. A storage thread commits one group at
-//!    a time, in order, each in ONE durable transaction (one fsync however many persists
-//!    it holds). While group *k* is being committed the driver keeps handling inputs, and
-//!    their persists accumulate in group *k+1*, which is committed as soon as *k* is done.
+//! 1. every `Persist` joins the *open commit group*, which is handed to the storage thread
+//!    at the end of each turn of the loop. The storage thread commits in order, and each
+//!    commit takes every group that queued up while the previous one ran, in ONE durable
+//!    write (one fdatasync however many persists it holds). It never waits for the driver
+//!    between commits, and the driver never waits for the disk.
 //! 2. every `Send` and `Reply` (and status answer) waits, in output order, until every
 //!    `Persist` it may depend on is durable: it is tagged with the newest group holding
 //!    such a persist and held in a FIFO queue until that group's commit returns.
@@ -47,6 +48,7 @@ use tenure_core::io::{
     ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
 };
 use tenure_core::layout::{ChunkView, ManagerView};
+use tenure_core::msg::{Msg, ToChunk, ToManager};
 use tenure_core::{Device, DeviceConfig, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
@@ -138,15 +140,15 @@ pub struct Driver {
     transport: Transport,
     peers: mpsc::Receiver<Inbound>,
     calls: mpsc::Receiver<Call>,
-    pending: HashMap<u64, (StoreId, oneshot::Sender<Answer>)>,
+    pending: HashMap<u64, (StoreId, oneshot::Sender<Answer>, std::time::Instant)>,
     next_client: u64,
     clock: Clock,
     /// Persists of the open group (committed after the one in flight).
     open: Vec<PersistOp>,
     /// Number of the open group; groups are numbered from 1, in commit order.
     open_group: u64,
-    /// The group being committed, with the time its commit started and its size.
-    in_flight: Option<(u64, std::time::Instant, usize)>,
+    /// The newest group handed to the storage thread (0: none yet).
+    sent: u64,
     /// Every group up to this one is durable.
     durable: u64,
     /// The newest group holding a persist the core produced (0: none yet), over all
@@ -161,6 +163,9 @@ pub struct Driver {
     held: HashMap<Domain, VecDeque<(u64, Held)>>,
     /// Number of outputs in `held`.
     held_len: usize,
+    /// When the last SafeTalk ACCEPT to each chunk was produced, for the round-trip
+    /// histogram (ACCEPT out to ACCEPTED in).
+    accept_sent: HashMap<ChunkId, std::time::Instant>,
 }
 
 /// The persists an output may depend on: those of one store, or (`Device`) all of them.
@@ -191,8 +196,9 @@ enum Held {
     Status(oneshot::Sender<StatusSnapshot>),
 }
 
-/// The storage thread: commits groups of persists one at a time, in the order received,
-/// and reports each group's number once its commit is durable.
+/// The storage thread: commits groups of persists in the order received (all the groups
+/// queued at once in one commit), and reports the newest group number each commit made
+/// durable.
 struct Committer {
     jobs: Option<std::sync::mpsc::Sender<(u64, Vec<PersistOp>)>>,
     done: mpsc::UnboundedReceiver<(u64, Result<(), StorageError>)>,
@@ -218,8 +224,19 @@ impl Committer {
             .name("tenure-storage".into())
             .spawn(move || {
                 let mut storage = storage;
-                while let Ok((group, ops)) = rx.recv() {
+                while let Ok((mut group, mut ops)) = rx.recv() {
+                    // Every group queued meanwhile joins this commit (in order).
+                    while let Ok((g, more)) = rx.try_recv() {
+                        group = g;
+                        ops.extend(more);
+                    }
+                    let n = ops.len();
+                    let started = std::time::Instant::now();
                     let r = storage.commit(ops);
+                    metrics::histogram!("tenure_storage_commit_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                    metrics::counter!("tenure_storage_commits_total").increment(1);
+                    metrics::counter!("tenure_storage_ops_total").increment(n as u64);
                     metrics::counter!("tenure_storage_checkpoints_total")
                         .absolute(storage.checkpoints());
                     let failed = r.is_err();
@@ -268,7 +285,7 @@ impl Driver {
             clock,
             open: Vec::new(),
             open_group: 1,
-            in_flight: None,
+            sent: 0,
             durable: 0,
             last_persist: 0,
             last_device_persist: 0,
@@ -276,11 +293,12 @@ impl Driver {
             chunk_store,
             held: HashMap::new(),
             held_len: 0,
+            accept_sent: HashMap::new(),
         };
         d.release(out);
         d.flush_held();
         d.start_commit();
-        while d.in_flight.is_some() {
+        while d.durable < d.sent {
             d.await_commit().await?;
             d.start_commit();
         }
@@ -315,7 +333,7 @@ impl Driver {
                     }
                     None => return Ok(()),
                 },
-                r = self.committer.done.recv(), if self.in_flight.is_some() => {
+                r = self.committer.done.recv(), if self.durable < self.sent => {
                     self.committed(r)?;
                 }
                 _ = tokio::time::sleep(wait) => {}
@@ -346,12 +364,31 @@ impl Driver {
             self.flush_held();
             self.start_commit();
             if self.pending.len() > 4096 {
-                self.pending.retain(|_, (_, tx)| !tx.is_closed());
+                self.pending.retain(|_, (_, tx, _)| !tx.is_closed());
             }
         }
     }
 
     fn input(&mut self, input: Input, out: &mut Vec<Output>) {
+        if let Input::Message {
+            msg:
+                Msg::ToManager {
+                    chunk,
+                    msg: ToManager::Accepted { .. },
+                    ..
+                },
+            ..
+        } = &input
+            && let Some(t) = self.accept_sent.remove(chunk)
+        {
+            let at = if chunk.device == self.device.id() {
+                "local"
+            } else {
+                "remote"
+            };
+            metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => at)
+                .record(t.elapsed().as_secs_f64());
+        }
         let now = self.clock.now();
         out.extend(self.device.handle(now, input));
     }
@@ -366,7 +403,8 @@ impl Driver {
             Call::Request { req, reply } => {
                 let id = self.next_client;
                 self.next_client += 1;
-                self.pending.insert(id, (req.store(), reply));
+                self.pending
+                    .insert(id, (req.store(), reply, std::time::Instant::now()));
                 self.input(
                     Input::Request {
                         client: ClientId(id),
@@ -405,12 +443,26 @@ impl Driver {
                     }
                     self.open.push(op);
                 }
-                Output::Send { to, msg } => self.hold(Domain::of_msg(&msg), Held::Send(to, msg)),
+                Output::Send { to, msg } => {
+                    if let Msg::ToChunk {
+                        chunk,
+                        msg: ToChunk::Accept { .. },
+                        ..
+                    } = &msg
+                    {
+                        self.accept_sent.insert(*chunk, std::time::Instant::now());
+                    }
+                    self.hold(Domain::of_msg(&msg), Held::Send(to, msg))
+                }
                 Output::Reply { req_id, result, .. } => {
-                    let domain = self
-                        .pending
-                        .get(&req_id)
-                        .map_or(Domain::Device, |(s, _)| Domain::Store(*s));
+                    let domain = match self.pending.get(&req_id) {
+                        Some((s, _, started)) => {
+                            metrics::histogram!("tenure_request_answered_seconds")
+                                .record(started.elapsed().as_secs_f64());
+                            Domain::Store(*s)
+                        }
+                        None => Domain::Device,
+                    };
                     self.hold(domain, Held::Reply(req_id, result))
                 }
                 Output::Observe(obs) => observe(&obs),
@@ -465,7 +517,9 @@ impl Driver {
                 self.transport.send(to, msg);
             }
             Held::Reply(req_id, result) => {
-                if let Some((_, tx)) = self.pending.remove(&req_id) {
+                if let Some((_, tx, started)) = self.pending.remove(&req_id) {
+                    metrics::histogram!("tenure_request_seconds")
+                        .record(started.elapsed().as_secs_f64());
                     let _ = tx.send(result);
                 }
             }
@@ -476,16 +530,16 @@ impl Driver {
         }
     }
 
-    /// Hand the open group to the storage thread, unless a commit is running (the group
-    /// then keeps growing until that commit returns).
+    /// Hand the open group to the storage thread. Groups queue there while a commit runs,
+    /// and the next commit takes all of them at once.
     fn start_commit(&mut self) {
-        if self.in_flight.is_some() || self.open.is_empty() {
+        if self.open.is_empty() {
             return;
         }
         let ops = std::mem::take(&mut self.open);
         let group = self.open_group;
         self.open_group += 1;
-        self.in_flight = Some((group, std::time::Instant::now(), ops.len()));
+        self.sent = group;
         // A closed channel means the storage thread stopped: `committed` reports it.
         if let Some(jobs) = &self.committer.jobs {
             let _ = jobs.send((group, ops));
@@ -506,21 +560,13 @@ impl Driver {
             return Err(DriverError::Worker("storage thread stopped".into()));
         };
         result.inspect_err(|e| error!("storage commit failed, stopping: {e}"))?;
-        let Some((expected, started, n)) = self.in_flight.take() else {
-            return Err(DriverError::Worker(
-                "commit reported with none running".into(),
-            ));
-        };
-        if group != expected {
+        if group <= self.durable || group > self.sent {
             return Err(DriverError::Worker(format!(
-                "commit {group} reported while {expected} was running"
+                "commit of group {group} reported; durable {}, sent {}",
+                self.durable, self.sent
             )));
         }
         self.durable = group;
-        metrics::counter!("tenure_storage_commits_total").increment(1);
-        metrics::counter!("tenure_storage_ops_total").increment(n as u64);
-        metrics::histogram!("tenure_storage_commit_seconds")
-            .record(started.elapsed().as_secs_f64());
         Ok(())
     }
 

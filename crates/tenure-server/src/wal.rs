@@ -177,10 +177,7 @@ impl Wal {
 fn scan(bytes: &[u8], generation: u64) -> (Vec<Vec<u8>>, u64) {
     let mut out = Vec::new();
     let mut at = 0usize;
-    loop {
-        let Some(h) = bytes.get(at..at + HEADER) else {
-            break;
-        };
+    while let Some(h) = bytes.get(at..at + HEADER) {
         let len = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
         let g = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
