@@ -27,7 +27,7 @@ use crate::proto::{self, tenure_client::TenureClient};
 use crate::{Bounds, Client, Error, Result};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tenure_core::session::client_deadline;
 use tokio::sync::{Notify, mpsc, watch};
@@ -525,7 +525,8 @@ impl Client {
         name: &str,
         token: Option<FencingToken>,
     ) -> Result<()> {
-        let attempts = AtomicU32::new(0);
+        // Every attempt carries one request id: a retry after a lost answer gets the first
+        // attempt's `Released` from the store (the id is replicated with the release).
         let request_id = self.next_request_id();
         let req = proto::ReleaseRequest {
             session: Some(proto::SessionRef { store, id: session }),
@@ -533,20 +534,13 @@ impl Client {
             request_id,
             token: token.map(Into::into),
         };
-        let attempts = &attempts;
         self.routed(store, |mut c| {
             let req = req.clone();
-            let retry = attempts.fetch_add(1, Ordering::Relaxed) > 0;
             async move {
                 let r = c.release(req).await?.into_inner();
                 use proto::release_response::Result as R;
                 Ok(match r.result {
                     Some(R::Ok(_)) => Ok(()),
-                    // A retry after a lost answer: the first attempt released it.
-                    Some(R::Error(proto::Error {
-                        kind: Some(proto::error::Kind::NotHeld(_)),
-                        ..
-                    })) if retry => Ok(()),
                     Some(R::Error(e)) => Err(Error::from_proto(e)),
                     None => Err(Error::Malformed),
                 })

@@ -108,6 +108,7 @@ impl crate::safetalk::Kind for StoreOp {
             StoreOp::SessionEnd { .. }
                 | StoreOp::Lock {
                     op: LockOp::Release { .. }
+                        | LockOp::ReleaseRequest { .. }
                         | LockOp::ReleaseSession(_)
                         | LockOp::CloseSession(_),
                     ..

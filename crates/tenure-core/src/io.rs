@@ -134,6 +134,9 @@ pub enum Request {
         store: StoreId,
         /// Holder session.
         session: SessionId,
+        /// Idempotency key (0: none): a retry of a release that succeeded answers
+        /// `Released` again instead of `NotHeld`.
+        request_id: u64,
         /// Lock name.
         name: String,
     },

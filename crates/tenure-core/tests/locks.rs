@@ -109,6 +109,7 @@ fn exclusive_lock_is_held_by_one_and_handed_over_in_fifo_order() {
             Request::Release {
                 store: store(),
                 session: a,
+                request_id: 0,
                 name: NAME.into()
             }
         ),
@@ -171,6 +172,7 @@ fn manager_crash_holder_keeps_lock_and_next_token_is_larger() {
         Request::Release {
             store: store(),
             session: a,
+            request_id: 0,
             name: NAME.into(),
         },
     )
@@ -178,6 +180,48 @@ fn manager_crash_holder_keeps_lock_and_next_token_is_larger() {
     let t2 = token(c.replies.get(&wb).expect("b granted"));
     assert!(t2 > t1, "token after failover {t2:?} must exceed {t1:?}");
     assert!(t2.epoch > t1.epoch);
+}
+
+// DESIGN §4 idempotent retries + seed 004 §4.1: a release's request id is replicated with
+// it, so a retry that reaches the next manager (the answer was lost in the failover)
+// answers `Released` instead of `NotHeld`, and does not release anything else.
+#[test]
+fn release_retried_after_failover_answers_released() {
+    let mut c = settled();
+    let a = open(&mut c, 1, Duration::from_secs(5));
+    token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
+    let release = |request_id| Request::Release {
+        store: store(),
+        session: a,
+        request_id,
+        name: NAME.into(),
+    };
+    assert_eq!(call(&mut c, 1, release(2)), Ok(Response::Released));
+    let old = manager(&c);
+    c.crash(old);
+    for _ in 0..40 {
+        c.run_for(ms(250));
+        if let Some((m, _)) = c.manager_of(store()) {
+            keep_alive(&mut c, m, 1, a);
+        }
+    }
+    assert_ne!(manager(&c), old);
+    assert_eq!(call(&mut c, 1, release(2)), Ok(Response::Released));
+    assert_eq!(call(&mut c, 1, release(3)), Err(ClientError::NotHeld));
+    // A later grant is not released by the old id.
+    let t = token(&call(&mut c, 1, acquire(NAME, a, 4, WaitSpec::Try)));
+    assert_eq!(call(&mut c, 1, release(2)), Ok(Response::Released));
+    match call(
+        &mut c,
+        9,
+        Request::Holders {
+            store: store(),
+            name: NAME.into(),
+        },
+    ) {
+        Ok(Response::Holders(h)) => assert_eq!((h.len(), h[0].token), (1, t)),
+        other => panic!("{other:?}"),
+    }
 }
 
 // Chubby (seed 002) + DESIGN §4: a holder that stops sending keep-alives loses its lock
@@ -302,6 +346,7 @@ fn waiter_queued_at_crashed_manager_is_granted_after_retry() {
         Request::Release {
             store: store(),
             session: a,
+            request_id: 0,
             name: NAME.into(),
         },
     )

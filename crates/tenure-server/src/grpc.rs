@@ -513,6 +513,7 @@ impl Tenure for Api {
             .request(Request::Release {
                 store,
                 session,
+                request_id: r.request_id,
                 name: r.name.clone(),
             })
             .await?;

@@ -279,6 +279,8 @@ pub struct LockStats {
     pub grants: u64,
     /// Acknowledged releases.
     pub releases: u64,
+    /// Of those, acknowledged to a retry (the same request id after a lost attempt).
+    pub releases_retried: u64,
     /// Acquires answered without a grant (try, timeout, deadlock...).
     pub acquire_failures: u64,
     /// Session ends applied by managers (expiries and closes).
@@ -299,6 +301,7 @@ impl LockStats {
         self.sessions_opened += o.sessions_opened;
         self.grants += o.grants;
         self.releases += o.releases;
+        self.releases_retried += o.releases_retried;
         self.acquire_failures += o.acquire_failures;
         self.session_ends += o.session_ends;
         self.deadlines_passed += o.deadlines_passed;

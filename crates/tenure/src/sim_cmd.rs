@@ -317,10 +317,11 @@ fn print_summary(s: &Summary, wall_s: f64) {
     );
     let l = &s.locks;
     println!(
-        "locks: {} sessions opened, {} grants, {} releases acked, {} acquires refused/timed out, {} session ends, {} client deadlines passed, {} client pauses, {} client crashes, {} history ops",
+        "locks: {} sessions opened, {} grants, {} releases acked ({} to a retry), {} acquires refused/timed out, {} session ends, {} client deadlines passed, {} client pauses, {} client crashes, {} history ops",
         l.sessions_opened,
         l.grants,
         l.releases,
+        l.releases_retried,
         l.acquire_failures,
         l.session_ends,
         l.deadlines_passed,

@@ -39,7 +39,9 @@ use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
 use crate::io::{ClientError, EpochCause, Observation, Output, Response};
 use crate::io::{Request, WaitSpec};
 use crate::layout::{LeaseType, ManagerView, Metadata, MgrState, Prepared};
-use crate::lockctl::{Acquire, AcquireError, Acquired, LockOp, LockOpResult, RequestId, Wait};
+use crate::lockctl::{
+    Acquire, AcquireError, Acquired, LockOp, LockOpResult, ReleaseError, RequestId, Wait,
+};
 use crate::msg::{MgrMsg, Msg, PolicyMsg, ToChunk, ToManager};
 use crate::session::{Liveness, SessionId};
 use crate::time::Instant;
@@ -1423,12 +1425,24 @@ impl Manager {
                     at: now,
                 }
             }
-            Request::Release { session, name, .. } => {
+            Request::Release {
+                session,
+                request_id,
+                name,
+                ..
+            } => {
                 if !self.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
                 StoreOp::Lock {
-                    op: LockOp::Release { name, session },
+                    op: match request_id {
+                        0 => LockOp::Release { name, session },
+                        id => LockOp::ReleaseRequest {
+                            name,
+                            session,
+                            request_id: RequestId(id),
+                        },
+                    },
                     at: now,
                 }
             }
@@ -1576,8 +1590,8 @@ impl Manager {
             OpResult::Lock(LockOpResult::Release(Ok(grants))) => {
                 (Ok(Response::Released), grants, vec![])
             }
-            OpResult::Lock(LockOpResult::Release(Err(_))) => {
-                (Err(ClientError::NotHeld), vec![], vec![])
+            OpResult::Lock(LockOpResult::Release(Err(e))) => {
+                (Err(release_error(&e)), vec![], vec![])
             }
             OpResult::Lock(LockOpResult::Wakeups(w)) => {
                 (Err(ClientError::Unavailable { store }), w.granted, w.ended)
@@ -1951,6 +1965,14 @@ impl Manager {
 }
 
 /// The client-facing error for a lock table refusal.
+fn release_error(e: &ReleaseError) -> ClientError {
+    match e {
+        ReleaseError::NotHeld { .. } => ClientError::NotHeld,
+        ReleaseError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
+        other => ClientError::Rejected(other.to_string()),
+    }
+}
+
 fn lock_error(e: &AcquireError) -> ClientError {
     match e {
         AcquireError::InvalidName(n) => ClientError::InvalidName(n.to_string()),

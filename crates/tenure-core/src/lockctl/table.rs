@@ -157,6 +157,18 @@ pub enum ReleaseError {
         /// The session.
         session: SessionId,
     },
+    /// The request id is older than the session's idempotency window.
+    #[error("request {request_id:?} is older than the idempotency window")]
+    StaleRequest {
+        /// The rejected id.
+        request_id: RequestId,
+    },
+    /// The request id was already used by this session for a different request.
+    #[error("request {request_id:?} was used for a different request")]
+    RequestMismatch {
+        /// The reused id.
+        request_id: RequestId,
+    },
 }
 
 /// A manager tried to move the table to an older epoch.
@@ -286,7 +298,7 @@ impl Default for LockTableConfig {
 pub enum LockOp {
     /// [`LockTable::acquire`].
     Acquire(Acquire),
-    /// [`LockTable::release`].
+    /// [`LockTable::release`] (a release without an idempotency key).
     Release {
         /// The lock.
         name: String,
@@ -303,6 +315,17 @@ pub enum LockOp {
     Tick,
     /// [`LockTable::begin_epoch`].
     BeginEpoch(Epoch),
+    /// [`LockTable::release_request`]: a release keyed by `(session, request_id)`. A
+    /// variant of its own, after the others, so that records written before it existed
+    /// decode unchanged.
+    ReleaseRequest {
+        /// The lock.
+        name: String,
+        /// The holder.
+        session: SessionId,
+        /// Idempotency key within the session.
+        request_id: RequestId,
+    },
 }
 
 /// The answer to one [`LockOp`].
@@ -369,6 +392,8 @@ enum Outcome {
     Granted(Grant),
     Waiting(Ticket),
     Failed(AcquireError),
+    /// A keyed release that succeeded.
+    Released,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -454,6 +479,11 @@ impl LockTable {
             LockOp::Release { name, session } => {
                 LockOpResult::Release(self.release(name, *session, now))
             }
+            LockOp::ReleaseRequest {
+                name,
+                session,
+                request_id,
+            } => LockOpResult::Release(self.release_request(name, *session, *request_id, now)),
             LockOp::ExpireWaits => LockOpResult::Wakeups(self.expire_waits(now)),
             LockOp::ReleaseSession(s) => LockOpResult::Session(self.release_session(*s, now)),
             LockOp::CloseSession(s) => LockOpResult::Session(self.close_session(*s, now)),
@@ -491,6 +521,44 @@ impl LockTable {
         };
         self.remember(req.session, req.request_id, name, req.mode, outcome);
         result
+    }
+
+    /// A release keyed by `(session, request_id)`: a replay of a release that succeeded
+    /// answers `Ok` again and changes nothing (its grants were handed out the first time),
+    /// instead of `NotHeld` (DESIGN §4, idempotent retries). A failed release is not
+    /// recorded: it changed nothing, so its replay fails the same way or, if the lock was
+    /// granted in between, releases it — as a first attempt arriving then would. Without
+    /// the first attempt arriving then would.
+    pub fn release_request(
+        &mut self,
+        name: &str,
+        session: SessionId,
+        request_id: RequestId,
+        now: Instant,
+    ) -> Result<Vec<Grant>, ReleaseError> {
+        let parsed = LockName::parse(name)?;
+        if let Some(s) = self.sessions.get(&session) {
+            match s.requests.get(&request_id) {
+                Some(r) if r.name == parsed && r.outcome == Outcome::Released => {
+                    return Ok(Vec::new());
+                }
+                Some(_) => return Err(ReleaseError::RequestMismatch { request_id }),
+                None if request_id.0 < s.forgotten_below => {
+                    return Err(ReleaseError::StaleRequest { request_id });
+                }
+                None => {}
+            }
+        }
+        let mode = self
+            .entries
+            .get(&parsed)
+            .and_then(|e| e.holders.get(&session))
+            .map(|h| h.mode);
+        let grants = self.release(name, session, now)?;
+        if let Some(mode) = mode {
+            self.remember(session, request_id, parsed, mode, Outcome::Released);
+        }
+        Ok(grants)
     }
 
     /// Releases `session`'s lock on `name` and grants the waits this unblocks, in FIFO order.
@@ -682,6 +750,9 @@ impl LockTable {
                     position: self.position(*t),
                 }),
                 Outcome::Failed(e) => Err(e.clone()),
+                Outcome::Released => Err(AcquireError::RequestMismatch {
+                    request_id: req.request_id,
+                }),
             }),
             None if req.request_id.0 < s.forgotten_below => Some(Err(AcquireError::StaleRequest {
                 request_id: req.request_id,

@@ -371,6 +371,85 @@ fn idempotency_window_forgets_old_results() {
     ));
 }
 
+#[test]
+fn replayed_release_answers_released_and_changes_nothing() {
+    // DESIGN §4 idempotent retries: a release retried after its answer was lost (a
+    // failover in between) answers as the first attempt did, not `NotHeld`, and does not
+    // release a later grant of the same name.
+    let mut lt = table();
+    granted(lt.acquire(&req(S1, 1, "/a", X, Wait::Try), t(0)));
+    let w = queued(lt.acquire(&req(S2, 1, "/a", X, Wait::Forever), t(0)));
+    let handed = lt.release_request("/a", S1, RequestId(2), t(1)).unwrap();
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].ticket, Some(w));
+    let before = lt.clone();
+    assert_eq!(lt.release_request("/a", S1, RequestId(2), t(2)), Ok(vec![]));
+    assert_eq!(lt, before, "a replay changes nothing");
+    // S1 acquires again (queued behind S2): an old release id does not release it.
+    queued(lt.acquire(&req(S1, 3, "/a", X, Wait::Forever), t(3)));
+    lt.release("/a", S2, t(4)).unwrap();
+    assert_eq!(lt.holders("/a").unwrap()[0].session, S1);
+    assert_eq!(lt.release_request("/a", S1, RequestId(2), t(5)), Ok(vec![]));
+    assert_eq!(lt.holders("/a").unwrap()[0].session, S1, "still held");
+    // The id of a release is not an acquire's, nor a release of another name.
+    assert_eq!(
+        lt.release_request("/b", S1, RequestId(2), t(6)),
+        Err(ReleaseError::RequestMismatch {
+            request_id: RequestId(2)
+        })
+    );
+    assert_eq!(
+        lt.acquire(&req(S1, 2, "/a", X, Wait::Try), t(6)),
+        Err(AcquireError::RequestMismatch {
+            request_id: RequestId(2)
+        })
+    );
+    assert_eq!(
+        lt.release_request("/a", S1, RequestId(1), t(6)),
+        Err(ReleaseError::RequestMismatch {
+            request_id: RequestId(1)
+        })
+    );
+}
+
+#[test]
+fn failed_release_is_not_recorded() {
+    // A release that found nothing changed nothing: its replay runs again.
+    let mut lt = table();
+    let nothing = lt.release_request("/a", S1, RequestId(1), t(0));
+    assert!(matches!(nothing, Err(ReleaseError::NotHeld { .. })));
+    granted(lt.acquire(&req(S1, 2, "/a", X, Wait::Try), t(1)));
+    assert_eq!(lt.release_request("/a", S1, RequestId(1), t(2)), Ok(vec![]));
+    assert!(lt.holders("/a").unwrap().is_empty());
+}
+
+#[test]
+fn release_ids_share_the_idempotency_window() {
+    let mut lt = LockTable::new(
+        LockTableConfig {
+            request_window: 2,
+            ..LockTableConfig::default()
+        },
+        Epoch(1),
+    );
+    for id in [1, 3, 5] {
+        let name = format!("/n{id}");
+        granted(lt.acquire(&req(S1, id, &name, S, Wait::Try), t(0)));
+        lt.release_request(&name, S1, RequestId(id + 1), t(0))
+            .unwrap();
+    }
+    assert_eq!(
+        lt.release_request("/n1", S1, RequestId(2), t(0)),
+        Err(ReleaseError::StaleRequest {
+            request_id: RequestId(2)
+        })
+    );
+    assert_eq!(
+        lt.release_request("/n5", S1, RequestId(6), t(0)),
+        Ok(vec![])
+    );
+}
+
 // ---- timeouts ----
 
 #[test]
@@ -608,6 +687,12 @@ fn apply_matches_direct_calls() {
             name: "/a".into(),
             session: S1,
         },
+        LockOp::Acquire(req(S1, 2, "/a", X, Wait::Forever)),
+        LockOp::ReleaseRequest {
+            name: "/a".into(),
+            session: S1,
+            request_id: RequestId(3),
+        },
         LockOp::BeginEpoch(Epoch(3)),
         LockOp::ReleaseSession(S2),
         LockOp::Tick,
@@ -622,6 +707,11 @@ fn apply_matches_direct_calls() {
             LockOp::Release { name, session } => {
                 LockOpResult::Release(b.release(name, *session, now))
             }
+            LockOp::ReleaseRequest {
+                name,
+                session,
+                request_id,
+            } => LockOpResult::Release(b.release_request(name, *session, *request_id, now)),
             LockOp::ReleaseSession(s) => LockOpResult::Session(b.release_session(*s, now)),
             LockOp::Tick => LockOpResult::Wakeups(b.tick(now)),
             LockOp::BeginEpoch(e) => LockOpResult::Epoch(b.begin_epoch(*e)),

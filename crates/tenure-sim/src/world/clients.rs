@@ -223,6 +223,8 @@ impl World {
         let session = cl.session.as_ref().expect("releases need a session").id;
         let (_, token) = cl.held.remove(&name).expect("held");
         let store = cl.store;
+        cl.next_request_id += 1;
+        let request_id = cl.next_request_id;
         // The client stops using the lock when it sends the release.
         self.locks.unhold(&name, session, self.now);
         let op = self.locks.invoke(
@@ -236,6 +238,7 @@ impl World {
         let req = Request::Release {
             store,
             session,
+            request_id,
             name: name.clone(),
         };
         self.lock_request(c, req, Kind::Release { name, token }, Some(op));
@@ -471,8 +474,13 @@ impl World {
                 let op = r.op.expect("releases are recorded");
                 let clean = r.attempt == 1 && !r.lost_attempt;
                 match result {
+                    // A retry carries the first attempt's request id, so it answers
+                    // `Released` whether this attempt or a lost earlier one released it.
                     Some(Ok(Response::Released)) => {
                         self.report.locks.releases += 1;
+                        if !clean {
+                            self.report.locks.releases_retried += 1;
+                        }
                         self.locks.respond(op, now, LockOutput::Released);
                         if let Some(s) = r.session {
                             let store = self.lock_clients[c].store;
