@@ -378,10 +378,11 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 Some(v) => println!(
                     "{:>6} {:>8} {:>6} {:>9} {:>6}{}",
                     s,
+                    // (a JSON value ignores the width: print numbers)
                     format!("d{}", v["manager"]),
-                    v["epoch"],
-                    v["sessions"],
-                    v["locks_held"],
+                    v["epoch"].as_u64().unwrap_or(0),
+                    v["sessions"].as_u64().unwrap_or(0),
+                    v["locks_held"].as_u64().unwrap_or(0),
                     if v["failed"].as_u64().unwrap_or(0) > 0 {
                         format!("  ({} chunks failed)", v["failed"])
                     } else {

@@ -42,7 +42,28 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
+/// SIGPIPE, and restoring it needs `unsafe`; so such a panic ends the process quietly
+/// with the status a shell gives a command killed by SIGPIPE (128 + 13). Every other
+/// panic reports as usual.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim_cmd::run(args),

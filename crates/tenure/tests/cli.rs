@@ -1,0 +1,26 @@
+//! The command line's behaviour that needs no cluster.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+// `tenure ... | head`: when the reader goes away, tenure stops quietly with the status of
+// a command killed by SIGPIPE, instead of panicking with a backtrace.
+#[test]
+fn closed_stdout_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["sim", "--seed", "1", "--trace"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tenure");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("a first line");
+    assert!(!first.is_empty());
+    // The reader is dropped here: stdout is a closed pipe from now on.
+    let out = child.wait_with_output().expect("tenure ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "stderr: {stderr}");
+}
