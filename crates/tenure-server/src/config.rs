@@ -6,7 +6,7 @@
 //! peer_listen = "127.0.0.1:7101"
 //! client_listen = "127.0.0.1:7201"
 //! metrics_listen = "127.0.0.1:7301"   # optional
-//! worker_threads = 1                    # optional; default one per core
+//! worker_threads = 1                    # optional; default one per core; 1 = current-thread runtime
 //!
 //! [cluster]
 //! stores = 64
@@ -162,7 +162,8 @@ pub struct ServerConfig {
     pub max_frame_bytes: usize,
     /// Threads of the process's async runtime (none: one per core). A local cluster of
     /// several devices on one machine gives each device its share of the cores: more
-    /// threads than cores only adds cross-thread wake-ups to every request.
+    /// threads than cores only adds cross-thread wake-ups to every request. One thread
+    /// runs tokio's current-thread scheduler (storage commits have their own thread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_threads: Option<usize>,
 }

@@ -56,11 +56,18 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         cfg.metrics_listen = Some(v);
     }
     cfg.validate()?;
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cfg.worker_threads {
-        anyhow::ensure!(n > 0, "worker_threads must be at least 1");
-        rt.worker_threads(n);
-    }
+    let mut rt = match cfg.worker_threads {
+        Some(0) => anyhow::bail!("worker_threads must be at least 1"),
+        // One thread: the current-thread scheduler, which runs every task on the thread
+        // that polls the driver (no work-stealing queues, no cross-thread wake-ups).
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let rt = rt
         .enable_all()
         .build()
