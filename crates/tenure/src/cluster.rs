@@ -27,7 +27,8 @@ pub struct ClusterArgs {
 
 #[derive(clap::Subcommand, Debug)]
 enum ClusterCmd {
-    /// Start a local cluster (or restart the one whose data is in --data).
+    /// Start a local cluster, restart the one whose data is in --data, or start the devices
+    /// of it that are not running.
     Up(UpArgs),
     /// Stop the local cluster.
     Down(CommonArgs),
@@ -203,17 +204,22 @@ fn existing_configs(data: &Path) -> anyhow::Result<Option<Vec<ServerConfig>>> {
 
 fn up(a: UpArgs) -> anyhow::Result<()> {
     let data = a.common.data.clone();
+    // Devices of this cluster still running: kept as they are. When some are running and
+    // others are not (killed, crashed), `up` starts only the missing ones, which rejoin.
+    let mut running: BTreeMap<u64, DeviceEntry> = BTreeMap::new();
     if let Ok(f) = ClusterFile::load(&data) {
-        let alive: Vec<u64> = f
+        let total = f.devices.len();
+        running = f
             .devices
-            .iter()
+            .into_iter()
             .filter(|d| pid_alive(d.pid))
-            .map(|d| d.id)
+            .map(|d| (d.id, d))
             .collect();
-        if !alive.is_empty() {
+        if !running.is_empty() && running.len() == total {
             bail!(
-                "a cluster is already running from {} (devices {alive:?}); run `tenure cluster down --data {}` first",
+                "the cluster in {} is already running (devices {:?}); stop it with `tenure cluster down --data {}`",
                 data.display(),
+                running.keys().collect::<Vec<_>>(),
                 data.display()
             );
         }
@@ -226,7 +232,13 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the tenure binary")?;
     let started = Instant::now();
     let mut entries = Vec::new();
+    let mut started_ids = Vec::new();
     for cfg in &cfgs {
+        if let Some(e) = running.get(&cfg.id) {
+            entries.push(e.clone());
+            continue;
+        }
+        started_ids.push(cfg.id);
         std::fs::create_dir_all(&cfg.data_dir)?;
         let cfg_path = cfg.data_dir.join("server.toml");
         if !restarted {
@@ -282,6 +294,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         let out = serde_json::json!({
             "data": std::path::absolute(&data)?,
             "restarted": restarted,
+            "started_devices": started_ids,
             "elapsed_ms": elapsed.as_millis() as u64,
             "stores": file.stores,
             "devices": file.devices,
@@ -289,13 +302,21 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!(
-            "{} cluster of {} devices in {:.1}s: all {} stores have a manager",
-            if restarted { "restarted" } else { "started" },
-            file.devices.len(),
-            elapsed.as_secs_f64(),
-            file.stores
-        );
+        if running.is_empty() {
+            println!(
+                "{} cluster of {} devices in {:.1}s: all {} stores have a manager",
+                if restarted { "restarted" } else { "started" },
+                file.devices.len(),
+                elapsed.as_secs_f64(),
+                file.stores
+            );
+        } else {
+            println!(
+                "restarted device(s) {started_ids:?} of the running cluster in {:.1}s: all {} stores have a manager",
+                elapsed.as_secs_f64(),
+                file.stores
+            );
+        }
         println!(
             "{:>6} {:>8} {:>22} {:>22} {:>8}",
             "device", "pid", "client", "metrics", "manages"

@@ -111,6 +111,33 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         assert!(second[&s] > first[&s]);
     }
 
+    // `cluster up` on the running cluster starts only the killed device, which rejoins;
+    // the others keep their processes. With every device running, `up` refuses.
+    let summary = up(&data);
+    assert_eq!(summary["started_devices"], serde_json::json!([victim]));
+    let pids = |f: &serde_json::Value| -> Vec<(u64, u64)> {
+        f["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["id"].as_u64().unwrap(), d["pid"].as_u64().unwrap()))
+            .collect()
+    };
+    let (old_pids, new_pids) = (pids(&file), pids(&cluster_file(&data)));
+    for ((id, old), (_, new)) in old_pids.iter().zip(&new_pids) {
+        assert_eq!(
+            *id == victim,
+            old != new,
+            "device {id}: pid {old} then {new}"
+        );
+    }
+    let (ok, _, err) = tenure(&["cluster", "up", "--data", data.to_str().unwrap()]);
+    assert!(!ok && err.contains("already running"), "{err}");
+    let rejoined = rt.block_on(write_all(&client, 2));
+    for s in 0..STORES {
+        assert!(rejoined[&s] > second[&s]);
+    }
+
     // Stop everything and start again from the same data.
     let (ok, out, err) = tenure(&["cluster", "down", "--data", data.to_str().unwrap()]);
     assert!(ok, "cluster down failed:\n{out}\n{err}");
@@ -119,9 +146,9 @@ fn local_cluster_survives_kill_9_and_full_restart() {
     let third = rt.block_on(write_all(&client, 3));
     for s in 0..STORES {
         assert!(
-            third[&s] > second[&s],
+            third[&s] > rejoined[&s],
             "store {s}: acknowledged {:?} then {:?} after restart",
-            second[&s],
+            rejoined[&s],
             third[&s]
         );
     }
