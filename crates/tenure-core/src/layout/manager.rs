@@ -1964,7 +1964,7 @@ impl Manager {
     }
 }
 
-/// The client-facing error for a lock table refusal.
+/// The client-facing error for a refused release.
 fn release_error(e: &ReleaseError) -> ClientError {
     match e {
         ReleaseError::NotHeld { .. } => ClientError::NotHeld,
@@ -1973,6 +1973,7 @@ fn release_error(e: &ReleaseError) -> ClientError {
     }
 }
 
+/// The client-facing error for a lock table refusal.
 fn lock_error(e: &AcquireError) -> ClientError {
     match e {
         AcquireError::InvalidName(n) => ClientError::InvalidName(n.to_string()),

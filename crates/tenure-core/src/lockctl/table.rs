@@ -527,8 +527,7 @@ impl LockTable {
     /// answers `Ok` again and changes nothing (its grants were handed out the first time),
     /// instead of `NotHeld` (DESIGN §4, idempotent retries). A failed release is not
     /// recorded: it changed nothing, so its replay fails the same way or, if the lock was
-    /// granted in between, releases it — as a first attempt arriving then would. Without
-    /// the first attempt arriving then would.
+    /// granted in between, releases it — as the first attempt arriving then would.
     pub fn release_request(
         &mut self,
         name: &str,
@@ -555,6 +554,7 @@ impl LockTable {
             .and_then(|e| e.holders.get(&session))
             .map(|h| h.mode);
         let grants = self.release(name, session, now)?;
+        // A release that succeeded found the session holding the lock, in `mode`.
         if let Some(mode) = mode {
             self.remember(session, request_id, parsed, mode, Outcome::Released);
         }
