@@ -178,7 +178,7 @@ fn single(args: &SimArgs, seed: u64) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print_run(&r, wall.as_secs_f64());
+        print_run(&r, wall.as_secs_f64(), args.replication);
         if r.outcome != Outcome::Passed {
             println!("replay: {}", args.replay_command(seed));
         }
@@ -186,7 +186,7 @@ fn single(args: &SimArgs, seed: u64) -> anyhow::Result<ExitCode> {
     Ok(exit_code(r.outcome))
 }
 
-fn print_run(r: &RunReport, wall_s: f64) {
+fn print_run(r: &RunReport, wall_s: f64, k: usize) {
     println!(
         "seed {}: {:?} — {:.1} s simulated, {} events in {:.2} s ({:.0} events/s)",
         r.seed,
@@ -225,7 +225,7 @@ fn print_run(r: &RunReport, wall_s: f64) {
     println!("  locks: {:?}", r.locks);
     println!("  checks: {:?}", r.checks);
     println!("  lock checks: {:?}", r.lock_checks);
-    print_cost(&r.safetalk, r.locks.grants);
+    print_cost(&r.safetalk, r.locks.grants, k);
     for v in &r.violations {
         println!("  VIOLATION ({:?}): {v}", v.kind());
     }
@@ -263,7 +263,7 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print_summary(&summary, wall);
+        print_summary(&summary, wall, args.replication);
         for f in &summary.failures {
             println!(
                 "FAILED seed {} ({:?} at {:.3} s): {}",
@@ -278,7 +278,7 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     Ok(exit_code(summary.outcome()))
 }
 
-fn print_summary(s: &Summary, wall_s: f64) {
+fn print_summary(s: &Summary, wall_s: f64, k: usize) {
     println!(
         "{} runs, {:.0} s simulated, {} events in {:.1} s wall ({:.0} runs/min, {:.0} events/s)",
         s.runs,
@@ -342,7 +342,7 @@ fn print_summary(s: &Summary, wall_s: f64) {
         c.linearizable_ops,
         c.linearizability_unknown
     );
-    print_cost(&s.safetalk, s.locks.grants);
+    print_cost(&s.safetalk, s.locks.grants, k);
     println!(
         "violations: {} correctness, {} liveness",
         s.correctness_failures, s.liveness_failures
@@ -350,8 +350,8 @@ fn print_summary(s: &Summary, wall_s: f64) {
 }
 
 /// Measured SafeTalk message cost next to Menasce's formulas (seed 004 §8), for stores of
-/// k chunks whose manager holds one of them (k = 3 by default).
-fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64) {
+/// k chunks (the replication) whose manager holds one of them.
+fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64, k: usize) {
     if c.batches == 0 {
         return;
     }
@@ -371,8 +371,10 @@ fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64) {
         c.per_batch_per_chunk()
     );
     println!(
-        "  per change: {per_change:.2} remote SafeTalk messages + request + answer = {:.2} M; Menasce C_updt for k = 3 chunks: (3k-1)M = 8 M with the LC among the k sites, (3k+2)M = 11 M otherwise",
-        per_change + 2.0
+        "  per change: {per_change:.2} remote SafeTalk messages + request + answer = {:.2} M; Menasce C_updt for k = {k} chunks: (3k-1)M = {} M with the LC among the k sites, (3k+2)M = {} M otherwise",
+        per_change + 2.0,
+        3 * k - 1,
+        3 * k + 2
     );
     println!(
         "  per grant (every change a lock client caused, per grant): {:.2} M",
