@@ -81,6 +81,19 @@ fn keep_alive(c: &mut Cluster, via: DeviceId, client: u64, session: SessionId) -
     )
 }
 
+/// Ten seconds after a manager crash, keeping each `(client, session)` alive at whichever
+/// device manages the store meanwhile, as the client library would.
+fn ride_out_failover(c: &mut Cluster, sessions: &[(u64, SessionId)]) {
+    for _ in 0..40 {
+        c.run_for(ms(250));
+        if let Some((m, _)) = c.manager_of(store()) {
+            for &(client, session) in sessions {
+                keep_alive(c, m, client, session);
+            }
+        }
+    }
+}
+
 // seed 004 §2 + DESIGN §4: mutual exclusion, FIFO hand-over, and a larger fencing token for
 // the next holder.
 #[test]
@@ -135,14 +148,7 @@ fn manager_crash_holder_keeps_lock_and_next_token_is_larger() {
     let t1 = token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
     let old = manager(&c);
     c.crash(old);
-    // keep both sessions alive through the failover, as a client library would
-    for _ in 0..40 {
-        c.run_for(ms(250));
-        if let Some((m, _)) = c.manager_of(store()) {
-            keep_alive(&mut c, m, 1, a);
-            keep_alive(&mut c, m, 2, b);
-        }
-    }
+    ride_out_failover(&mut c, &[(1, a), (2, b)]);
     let m = manager(&c);
     assert_ne!(m, old);
     let holders = call(
@@ -199,12 +205,7 @@ fn release_retried_after_failover_answers_released() {
     assert_eq!(call(&mut c, 1, release(2)), Ok(Response::Released));
     let old = manager(&c);
     c.crash(old);
-    for _ in 0..40 {
-        c.run_for(ms(250));
-        if let Some((m, _)) = c.manager_of(store()) {
-            keep_alive(&mut c, m, 1, a);
-        }
-    }
+    ride_out_failover(&mut c, &[(1, a)]);
     assert_ne!(manager(&c), old);
     assert_eq!(call(&mut c, 1, release(2)), Ok(Response::Released));
     assert_eq!(call(&mut c, 1, release(3)), Err(ClientError::NotHeld));
@@ -319,13 +320,7 @@ fn waiter_queued_at_crashed_manager_is_granted_after_retry() {
     c.run_for(ms(30));
     assert!(!c.replies.contains_key(&first), "b waits behind a");
     c.crash(old);
-    for _ in 0..40 {
-        c.run_for(ms(250));
-        if let Some((m, _)) = c.manager_of(store()) {
-            keep_alive(&mut c, m, 1, a);
-            keep_alive(&mut c, m, 2, b);
-        }
-    }
+    ride_out_failover(&mut c, &[(1, a), (2, b)]);
     let m = manager(&c);
     assert_ne!(m, old);
     assert!(
