@@ -140,7 +140,7 @@ pub struct Driver {
     transport: Transport,
     peers: mpsc::Receiver<Inbound>,
     calls: mpsc::Receiver<Call>,
-    pending: HashMap<u64, (StoreId, oneshot::Sender<Answer>, std::time::Instant)>,
+    pending: HashMap<u64, Pending>,
     next_client: u64,
     clock: Clock,
     /// Persists of the open group (committed after the one in flight).
@@ -184,6 +184,29 @@ impl Domain {
             }
             Msg::Policy(_) => Domain::Device,
         }
+    }
+}
+
+/// A client request the core has not answered yet.
+struct Pending {
+    store: StoreId,
+    /// The request's kind, the label of its latency histograms.
+    kind: &'static str,
+    reply: oneshot::Sender<Answer>,
+    started: std::time::Instant,
+}
+
+/// The metric label of a request.
+fn request_kind(req: &Request) -> &'static str {
+    match req {
+        Request::Write { .. } => "write",
+        Request::OpenSession { .. } => "open_session",
+        Request::KeepAlive { .. } => "keep_alive",
+        Request::CloseSession { .. } => "close_session",
+        Request::Acquire { .. } => "acquire",
+        Request::Release { .. } => "release",
+        Request::Holders { .. } => "holders",
+        Request::LocksUnder { .. } => "locks_under",
     }
 }
 
@@ -364,7 +387,7 @@ impl Driver {
             self.flush_held();
             self.start_commit();
             if self.pending.len() > 4096 {
-                self.pending.retain(|_, (_, tx, _)| !tx.is_closed());
+                self.pending.retain(|_, p| !p.reply.is_closed());
             }
         }
     }
@@ -403,8 +426,15 @@ impl Driver {
             Call::Request { req, reply } => {
                 let id = self.next_client;
                 self.next_client += 1;
-                self.pending
-                    .insert(id, (req.store(), reply, std::time::Instant::now()));
+                self.pending.insert(
+                    id,
+                    Pending {
+                        store: req.store(),
+                        kind: request_kind(&req),
+                        reply,
+                        started: std::time::Instant::now(),
+                    },
+                );
                 self.input(
                     Input::Request {
                         client: ClientId(id),
@@ -456,10 +486,10 @@ impl Driver {
                 }
                 Output::Reply { req_id, result, .. } => {
                     let domain = match self.pending.get(&req_id) {
-                        Some((s, _, started)) => {
-                            metrics::histogram!("tenure_request_answered_seconds")
-                                .record(started.elapsed().as_secs_f64());
-                            Domain::Store(*s)
+                        Some(p) => {
+                            metrics::histogram!("tenure_request_answered_seconds", "kind" => p.kind)
+                                .record(p.started.elapsed().as_secs_f64());
+                            Domain::Store(p.store)
                         }
                         None => Domain::Device,
                     };
@@ -517,10 +547,10 @@ impl Driver {
                 self.transport.send(to, msg);
             }
             Held::Reply(req_id, result) => {
-                if let Some((_, tx, started)) = self.pending.remove(&req_id) {
-                    metrics::histogram!("tenure_request_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    let _ = tx.send(result);
+                if let Some(p) = self.pending.remove(&req_id) {
+                    metrics::histogram!("tenure_request_seconds", "kind" => p.kind)
+                        .record(p.started.elapsed().as_secs_f64());
+                    let _ = p.reply.send(result);
                 }
             }
             Held::Status(tx) => {
