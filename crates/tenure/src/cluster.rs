@@ -227,6 +227,11 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
     let (cfgs, restarted) = match existing_configs(&data)? {
         Some(c) => (c, true),
+        None if !running.is_empty() => bail!(
+            "devices {:?} of the cluster in {} are running but its configurations (dN/server.toml) are gone",
+            running.keys().collect::<Vec<_>>(),
+            data.display()
+        ),
         None => (new_configs(&a, &data)?, false),
     };
     let exe = std::env::current_exe().context("locating the tenure binary")?;
