@@ -147,6 +147,17 @@ impl Device {
                         req_id,
                         result: Err(ClientError::UnknownStore(store)),
                     });
+                } else if let Some(hint) = self.lease_hint(store) {
+                    // Tenure: this device does not manage the store but one of its chunks
+                    // serves under a lease from the manager: point the client there. A
+                    // manager role's forwarding address (left by a migration) can be long
+                    // stale, and two of them can point at each other (seed 180613: clients
+                    // bounced between d1 and d4 while d2 managed the store).
+                    out.push(Output::Reply {
+                        client,
+                        req_id,
+                        result: Err(ClientError::NotManager { hint: Some(hint) }),
+                    });
                 } else {
                     let Device { env, managers, .. } = self;
                     let mut ctx = env.ctx(now, &mut out);
@@ -292,6 +303,22 @@ impl Device {
             }
         }
         self.collect_garbage();
+    }
+
+    /// For a store this device does not manage: the manager whose regular lease a local
+    /// chunk of the store holds, if any.
+    fn lease_hint(&self, store: StoreId) -> Option<DeviceId> {
+        if self
+            .managers
+            .get(&store)
+            .is_some_and(|m| m.state != MgrState::None)
+        {
+            return None;
+        }
+        self.chunks
+            .values()
+            .filter(|c| c.p.store == store && c.state == crate::layout::ChunkState::RegularLease)
+            .find_map(|c| c.lease_mgr.filter(|m| *m != self.id()))
     }
 
     /// Drop chunks that garbage-collected themselves and manager roles with nothing in

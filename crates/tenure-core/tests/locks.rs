@@ -225,6 +225,37 @@ fn release_retried_after_failover_answers_released() {
     }
 }
 
+// DESIGN §3 (finding a manager): a device that is not the manager answers `NotManager`
+// naming the manager whose lease its own chunk of the store holds (seed 180613: stale
+// forwarding addresses of two former managers pointed at each other).
+#[test]
+fn chunk_holder_redirects_to_its_lease_manager() {
+    let mut c = settled();
+    let m = manager(&c);
+    let mut hinted = 0;
+    for d in (1..=5).map(DeviceId).filter(|d| *d != m) {
+        let r = c.request(
+            d,
+            1,
+            Request::OpenSession {
+                store: store(),
+                ttl: Duration::from_secs(5),
+            },
+        );
+        c.run_for(ms(5));
+        match c.replies.get(&r) {
+            Some(Err(ClientError::NotManager { hint: Some(h) })) => {
+                assert_eq!(*h, m, "d{} hints a device that is not the manager", d.0);
+                hinted += 1;
+            }
+            Some(Err(ClientError::NotManager { hint: None })) => {}
+            other => panic!("d{}: {other:?}", d.0),
+        }
+    }
+    // Replication 3: the two other chunk holders know the manager from their leases.
+    assert_eq!(hinted, 2);
+}
+
 // Chubby (seed 002) + DESIGN §4: a holder that stops sending keep-alives loses its lock
 // after its TTL; the next holder waits out the lock-delay and gets a larger token.
 #[test]

@@ -57,7 +57,7 @@ fn bounded_sweep_finds_no_violation() {
 // members of a committed relayout collected as orphans (no manager ever again).
 #[test]
 fn seeds_that_once_failed_pass() {
-    for seed in [5094, 8842, 10853, 32991, 35561, 46832, 80994] {
+    for seed in [5094, 8842, 10853, 32991, 35561, 46832, 80994, 180613] {
         let r = run(SimConfig::new(seed));
         assert!(
             r.outcome == Outcome::Passed,
