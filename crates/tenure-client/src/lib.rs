@@ -441,6 +441,9 @@ impl Client {
         let mut attempts = 0u32;
         let mut target = self.route(store, 0);
         let mut rotate = 0usize;
+        // Redirects followed in a row: stale hints can point at each other, so a chain
+        // longer than [`MAX_REDIRECTS`] is left for the endpoints in turn.
+        let mut redirects = 0u32;
         loop {
             attempts += 1;
             let client = self.channel(&target)?;
@@ -475,14 +478,16 @@ impl Client {
             match &err {
                 Error::NotManager {
                     hint: Some(hint), ..
-                } if normalize(hint.clone()) != target => {
+                } if normalize(hint.clone()) != target && redirects < MAX_REDIRECTS => {
                     // A redirect: follow it at once.
+                    redirects += 1;
                     target = normalize(hint.clone());
                     continue;
                 }
                 // A long call cut by its own bound: the endpoint answered nothing wrong.
                 _ if cut => continue,
                 _ => {
+                    redirects = 0;
                     self.inner.routes.lock().unwrap().remove(&store);
                     rotate += 1;
                     target = self.route(store, rotate);
@@ -518,6 +523,9 @@ impl Client {
         self.inner.routes.lock().unwrap().remove(&store);
     }
 }
+
+/// Redirect hints followed in a row before the endpoints are tried in turn instead.
+pub(crate) const MAX_REDIRECTS: u32 = 3;
 
 /// Retry bounds of one routed request.
 #[derive(Clone, Copy, Debug)]

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tenure_core::session::client_deadline;
 use tokio::sync::{Notify, mpsc, watch};
 use tonic::transport::Channel;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 /// Lock modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -651,6 +651,10 @@ impl Client {
     }
 }
 
+/// `Unavailable` answers the keep-alive task takes in a row from one device before it
+/// tries another.
+const MAX_UNAVAILABLE: u32 = 3;
+
 /// The keep-alive task of one session: a stream to the store's manager, one request
 /// every TTL/3, following redirects, until the session is stopped or expires. Holds the
 /// client weakly: when every handle of the client is gone, the task ends.
@@ -664,12 +668,16 @@ async fn keep_alive(
     let mut retry = retry_min;
     let mut next_at = opened_at + period;
     let mut rotate = 0usize;
+    // Redirects followed, and `Unavailable` answers taken, since the last answer.
+    let (mut redirects, mut unavailable) = (0u32, 0u32);
+    // The endpoint a redirect named, tried next.
+    let mut follow: Option<String> = None;
     let store = session.store;
     'streams: while !session.stopped.load(Ordering::SeqCst) {
         let Some(client) = inner.upgrade().map(|inner| Client { inner }) else {
             return;
         };
-        let target = client.route(store, rotate);
+        let target = follow.take().unwrap_or_else(|| client.route(store, rotate));
         let mut channel = match client.channel(&target) {
             Ok(c) => c,
             Err(_) => return,
@@ -683,7 +691,7 @@ async fn keep_alive(
         let mut answers = match opened {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(e)) => {
-                debug!(store, %target, "keep-alive stream refused: {e}");
+                debug!(store, session = session.id, %target, "keep-alive stream refused: {e}");
                 client.clear_route(store);
                 rotate += 1;
                 drop(client);
@@ -692,6 +700,7 @@ async fn keep_alive(
                 continue;
             }
             Err(_) => {
+                debug!(store, session = session.id, %target, "keep-alive stream not opened in time");
                 client.clear_route(store);
                 rotate += 1;
                 drop(client);
@@ -729,12 +738,15 @@ async fn keep_alive(
                 }))) => {
                     let ttl = Duration::from_millis(alive.ttl_ms);
                     let deadline = client.deadline_of(sent_at, ttl);
+                    trace!(store, session = session.id, %target, rtt = ?sent_at.elapsed(), "kept alive");
                     session
                         .state
                         .send_modify(|s| s.deadline = s.deadline.max(deadline));
                     client.set_route(store, &target);
                     retry = retry_min;
                     rotate = 0;
+                    redirects = 0;
+                    unavailable = 0;
                     next_at = sent_at + period;
                 }
                 Ok(Ok(Some(proto::KeepAliveResponse {
@@ -746,20 +758,36 @@ async fn keep_alive(
                         return;
                     }
                     Error::NotManager { hint, .. } => {
+                        debug!(store, session = session.id, %target, ?hint, "keep-alive redirected");
                         client.clear_route(store);
-                        match hint {
-                            Some(h) => client.set_route(store, &crate::normalize(h)),
-                            None => rotate += 1,
+                        redirects += 1;
+                        match hint.map(crate::normalize) {
+                            // Follow the hint. A chain of hints longer than a few (stale
+                            // ones can point at each other) is left for the endpoints in
+                            // turn.
+                            Some(h) if h != target && redirects <= crate::MAX_REDIRECTS => {
+                                follow = Some(h);
+                            }
+                            _ => {
+                                redirects = 0;
+                                rotate += 1;
+                            }
                         }
+                        unavailable = 0;
                         next_at = Instant::now() + retry;
                         retry = (retry * 2).min(Duration::from_millis(500));
                         continue 'streams;
                     }
                     e => {
-                        debug!(store, %target, "keep-alive refused: {e}");
+                        debug!(store, session = session.id, %target, "keep-alive refused: {e}");
                         next_at = Instant::now() + retry;
                         retry = (retry * 2).min(Duration::from_millis(500));
-                        if !matches!(e, Error::Unavailable { .. }) {
+                        // A device between manager states answers `Unavailable`: wait
+                        // there a little, then try the others.
+                        unavailable += 1;
+                        if !matches!(e, Error::Unavailable { .. }) || unavailable > MAX_UNAVAILABLE
+                        {
+                            unavailable = 0;
                             client.clear_route(store);
                             rotate += 1;
                             continue 'streams;
@@ -767,7 +795,8 @@ async fn keep_alive(
                     }
                 },
                 // The stream broke, or the manager did not answer in time: another one.
-                _ => {
+                other => {
+                    debug!(store, session = session.id, %target, timed_out = other.is_err(), "keep-alive stream lost");
                     client.clear_route(store);
                     rotate += 1;
                     next_at = Instant::now() + retry;

@@ -91,6 +91,10 @@ async fn granted(
 
 #[test]
 fn lock_service_survives_kill_9_restarts_and_bad_input() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -174,7 +178,14 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         // The holder keeps the lock through keep-alive, past its TTL.
         tokio::time::sleep(gc.ttl().saturating_sub(killed_at.elapsed()) + Duration::from_secs(1))
             .await;
-        assert!(gc.is_held(), "C's session is kept alive across the failover");
+        let now = Instant::now();
+        assert!(
+            gc.is_held(),
+            "C's session {} is kept alive across the failover: checked at kill+{:?}, deadline at kill+{:?}",
+            gc.session(),
+            now - killed_at,
+            gc.deadline().saturating_duration_since(killed_at),
+        );
         let s = probe.holders(NAME).await.unwrap();
         assert_eq!(s.holders.len(), 1, "{s:?}");
         assert_eq!(s.holders[0].session, gc.session());

@@ -32,6 +32,9 @@ pub fn kill9(pid: u64) {
     let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
 }
 
+/// Lines of each device's log a failed test prints.
+const LOG_TAIL: usize = 80;
+
 /// Kills whatever `cluster.json` lists when the test ends, passed or not.
 pub struct Guard(pub PathBuf);
 impl Drop for Guard {
@@ -42,6 +45,20 @@ impl Drop for Guard {
             for d in v["devices"].as_array().into_iter().flatten() {
                 if let Some(pid) = d["pid"].as_u64() {
                     kill9(pid);
+                }
+            }
+            // A failed test shows what the devices logged last.
+            if std::thread::panicking() {
+                for d in v["devices"].as_array().into_iter().flatten() {
+                    let Some(log) = d["log"].as_str() else {
+                        continue;
+                    };
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    eprintln!("---- last lines of d{} ({log}) ----", d["id"]);
+                    for l in &lines[lines.len().saturating_sub(LOG_TAIL)..] {
+                        eprintln!("{l}");
+                    }
                 }
             }
         }

@@ -1,0 +1,328 @@
+//! The client's routing against scripted devices on 127.0.0.1: three fake Tenure
+//! endpoints answer as a script says (which one manages the store, which one is down,
+//! what hint a non-manager gives), so each path of the keep-alive task's routing is
+//! driven exactly, with no cluster behind it.
+//!
+//! The failure this guards against: the manager of a held lock's store dies, the
+//! keep-alive task moves on to the next endpoint, and that endpoint answers `NotManager`
+//! with a hint to the new manager. The task used to record the hint but then route by
+//! its rotation counter, which ignores the hint, so it went back to the same device
+//! forever and the session expired while its holder was alive.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tenure_client::proto::tenure_server::{Tenure, TenureServer};
+use tenure_client::{Client, ClientOptions, LockMode, Wait, proto};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+type Stream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>>;
+
+/// What every fake device reads: the script.
+struct Script {
+    /// `host:port` of each device.
+    endpoints: Vec<String>,
+    /// The device that manages store 0.
+    manager: AtomicUsize,
+    /// Devices that answer every call with a transport-level failure.
+    down: [AtomicBool; 3],
+    /// The device each non-manager names in its hint (`usize::MAX`: the manager).
+    hints: [AtomicUsize; 3],
+    /// Keep-alives each device answered as manager.
+    kept: [AtomicU64; 3],
+    /// Keep-alives each device refused with `NotManager`.
+    redirected: [AtomicU64; 3],
+}
+
+#[derive(Clone)]
+struct Fake {
+    me: usize,
+    script: Arc<Script>,
+}
+
+impl Fake {
+    fn is_down(&self) -> bool {
+        self.script.down[self.me].load(Ordering::SeqCst)
+    }
+    fn manages(&self) -> bool {
+        self.script.manager.load(Ordering::SeqCst) == self.me
+    }
+    fn not_manager(&self) -> proto::Error {
+        let hint = match self.script.hints[self.me].load(Ordering::SeqCst) {
+            usize::MAX => self.script.manager.load(Ordering::SeqCst),
+            h => h,
+        };
+        proto::Error {
+            kind: Some(proto::error::Kind::NotManager(proto::NotManager {
+                store: 0,
+                hint_device: Some(hint as u64 + 1),
+                hint_endpoint: self.script.endpoints[hint].clone(),
+            })),
+            message: "not the manager".into(),
+        }
+    }
+    fn check(&self) -> Result<(), Status> {
+        if self.is_down() {
+            Err(Status::unavailable("device is down"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Tenure for Fake {
+    async fn write(
+        &self,
+        _: Request<proto::WriteRequest>,
+    ) -> Result<Response<proto::WriteResponse>, Status> {
+        Err(Status::unimplemented("write"))
+    }
+
+    async fn status(
+        &self,
+        _: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        self.check()?;
+        Ok(Response::new(proto::StatusResponse {
+            device: self.me as u64 + 1,
+            stores: 1,
+            ..Default::default()
+        }))
+    }
+
+    async fn open_session(
+        &self,
+        request: Request<proto::OpenSessionRequest>,
+    ) -> Result<Response<proto::OpenSessionResponse>, Status> {
+        use proto::open_session_response::Result as R;
+        self.check()?;
+        let r = request.into_inner();
+        let result = if self.manages() {
+            R::Ok(proto::SessionOpened {
+                session: Some(proto::SessionRef { store: 0, id: 7 }),
+                ttl_ms: r.ttl_ms,
+            })
+        } else {
+            R::Error(self.not_manager())
+        };
+        Ok(Response::new(proto::OpenSessionResponse {
+            result: Some(result),
+        }))
+    }
+
+    type KeepAliveStream = Stream<proto::KeepAliveResponse>;
+
+    async fn keep_alive(
+        &self,
+        request: Request<tonic::Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        use proto::keep_alive_response::Result as R;
+        self.check()?;
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(4);
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                if me.is_down() {
+                    let _ = tx.send(Err(Status::unavailable("device is down"))).await;
+                    return;
+                }
+                let result = if me.manages() {
+                    me.script.kept[me.me].fetch_add(1, Ordering::SeqCst);
+                    R::Ok(proto::SessionAlive {
+                        session: m.session,
+                        ttl_ms: 3_000,
+                    })
+                } else {
+                    me.script.redirected[me.me].fetch_add(1, Ordering::SeqCst);
+                    R::Error(me.not_manager())
+                };
+                let answer = proto::KeepAliveResponse {
+                    result: Some(result),
+                };
+                if tx.send(Ok(answer)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn close_session(
+        &self,
+        _: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
+        use proto::close_session_response::Result as R;
+        self.check()?;
+        Ok(Response::new(proto::CloseSessionResponse {
+            result: Some(R::Ok(proto::SessionClosed {})),
+        }))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        use proto::acquire_response::Result as R;
+        self.check()?;
+        let r = request.into_inner();
+        let result = if self.manages() {
+            R::Ok(proto::Granted {
+                name: r.name,
+                mode: r.mode,
+                token: Some(proto::FencingToken { epoch: 1, seq: 1 }),
+            })
+        } else {
+            R::Error(self.not_manager())
+        };
+        Ok(Response::new(proto::AcquireResponse {
+            result: Some(result),
+        }))
+    }
+
+    async fn release(
+        &self,
+        _: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        use proto::release_response::Result as R;
+        self.check()?;
+        Ok(Response::new(proto::ReleaseResponse {
+            result: Some(R::Ok(proto::Released {})),
+        }))
+    }
+
+    async fn holder(
+        &self,
+        _: Request<proto::HolderRequest>,
+    ) -> Result<Response<proto::HolderResponse>, Status> {
+        Err(Status::unimplemented("holder"))
+    }
+
+    async fn list_locks(
+        &self,
+        _: Request<proto::ListLocksRequest>,
+    ) -> Result<Response<proto::ListLocksResponse>, Status> {
+        Err(Status::unimplemented("list_locks"))
+    }
+}
+
+/// Three fake devices on loopback; device 0 manages the store.
+async fn fakes() -> Arc<Script> {
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let script = Arc::new(Script {
+        endpoints: listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect(),
+        manager: AtomicUsize::new(0),
+        down: Default::default(),
+        hints: [(); 3].map(|_| AtomicUsize::new(usize::MAX)),
+        kept: Default::default(),
+        redirected: Default::default(),
+    });
+    for (me, l) in listeners.into_iter().enumerate() {
+        let fake = Fake {
+            me,
+            script: script.clone(),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TenureServer::new(fake))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(l)),
+        );
+    }
+    script
+}
+
+fn client(script: &Script) -> Client {
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(2),
+        retry_deadline: Duration::from_secs(10),
+        session_ttl: Duration::from_secs(3),
+        ..Default::default()
+    };
+    Client::with_options(script.endpoints.clone(), opts).unwrap()
+}
+
+/// Wait until `f` holds, at most `limit`.
+async fn until(limit: Duration, what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The manager dies; the next endpoint in turn is not the manager and names the new one:
+/// the keep-alive follows the hint and the session's deadline moves on.
+#[tokio::test]
+async fn keep_alive_follows_a_hint_after_its_manager_died() {
+    let script = fakes().await;
+    let c = client(&script);
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    until(Duration::from_secs(5), "a keep-alive at device 0", || {
+        script.kept[0].load(Ordering::SeqCst) > 0
+    })
+    .await;
+    // Device 0 dies; device 2 manages the store now. Device 1 (next in turn) knows.
+    script.manager.store(2, Ordering::SeqCst);
+    script.down[0].store(true, Ordering::SeqCst);
+    until(Duration::from_secs(5), "a keep-alive at device 2", || {
+        script.kept[2].load(Ordering::SeqCst) > 0
+    })
+    .await;
+    // The deadline is extended from a keep-alive sent after the failover.
+    until(Duration::from_secs(3), "the deadline extended", || {
+        guard.deadline() > Instant::now() + Duration::from_secs(2)
+    })
+    .await;
+    assert!(guard.is_held());
+    assert!(script.redirected[1].load(Ordering::SeqCst) >= 1);
+}
+
+/// Two non-managers name each other (stale hints): the keep-alive stops following after a
+/// few hops and tries the endpoints in turn, so it reaches the manager.
+#[tokio::test]
+async fn keep_alive_leaves_a_redirect_cycle() {
+    let script = fakes().await;
+    let c = client(&script);
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    until(Duration::from_secs(5), "a keep-alive at device 0", || {
+        script.kept[0].load(Ordering::SeqCst) > 0
+    })
+    .await;
+    // Device 2 manages now; devices 0 and 1 name each other.
+    script.manager.store(2, Ordering::SeqCst);
+    script.hints[0].store(1, Ordering::SeqCst);
+    script.hints[1].store(0, Ordering::SeqCst);
+    let before = script.kept[2].load(Ordering::SeqCst);
+    until(Duration::from_secs(8), "a keep-alive at device 2", || {
+        script.kept[2].load(Ordering::SeqCst) > before
+    })
+    .await;
+    until(Duration::from_secs(3), "the deadline extended", || {
+        guard.deadline() > Instant::now() + Duration::from_secs(2)
+    })
+    .await;
+}
+
+/// The same cycle met by a request: it follows a few hints, then tries the endpoints in
+/// turn and is granted by the manager.
+#[tokio::test]
+async fn request_leaves_a_redirect_cycle() {
+    let script = fakes().await;
+    script.manager.store(2, Ordering::SeqCst);
+    script.hints[0].store(1, Ordering::SeqCst);
+    script.hints[1].store(0, Ordering::SeqCst);
+    let c = client(&script);
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    assert_eq!(guard.token().seq, 1);
+}
