@@ -175,17 +175,16 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         assert!(new_epoch > old_epoch);
         assert_eq!(after.holders.len(), 1, "{after:?}");
         assert_eq!(after.holders[0].session, gc.session());
-        // The holder keeps the lock through keep-alive, past its TTL.
+        // The holder keeps the lock through keep-alive, past its TTL. (Its conservative
+        // deadline may lapse while no manager answers: a failover longer than the TTL
+        // less a keep-alive period leaves the client unsure, not the lock lost.)
         tokio::time::sleep(gc.ttl().saturating_sub(killed_at.elapsed()) + Duration::from_secs(1))
             .await;
-        let now = Instant::now();
-        assert!(
-            gc.is_held(),
-            "C's session {} is kept alive across the failover: checked at kill+{:?}, deadline at kill+{:?}",
-            gc.session(),
-            now - killed_at,
-            gc.deadline().saturating_duration_since(killed_at),
-        );
+        until(Duration::from_secs(10), "C's keep-alive answered by the new manager", || async {
+            (gc.deadline() > Instant::now() + Duration::from_secs(1)).then_some(())
+        })
+        .await;
+        assert!(gc.is_held(), "C's session is kept alive across the failover");
         let s = probe.holders(NAME).await.unwrap();
         assert_eq!(s.holders.len(), 1, "{s:?}");
         assert_eq!(s.holders[0].session, gc.session());
