@@ -63,6 +63,16 @@ impl Fake {
             message: "not the manager".into(),
         }
     }
+    /// A call to the store's manager: `ok` at the manager, `NotManager` elsewhere, a
+    /// transport failure when down.
+    fn routed<T>(&self, ok: impl FnOnce() -> T, err: fn(proto::Error) -> T) -> Result<T, Status> {
+        self.check()?;
+        Ok(if self.manages() {
+            ok()
+        } else {
+            err(self.not_manager())
+        })
+    }
     fn check(&self) -> Result<(), Status> {
         if self.is_down() {
             Err(Status::unavailable("device is down"))
@@ -98,16 +108,9 @@ impl Tenure for Fake {
         request: Request<proto::OpenSessionRequest>,
     ) -> Result<Response<proto::OpenSessionResponse>, Status> {
         use proto::open_session_response::Result as R;
-        self.check()?;
-        let r = request.into_inner();
-        let result = if self.manages() {
-            R::Ok(proto::SessionOpened {
-                session: Some(proto::SessionRef { store: 0, id: 7 }),
-                ttl_ms: r.ttl_ms,
-            })
-        } else {
-            R::Error(self.not_manager())
-        };
+        let ttl_ms = request.into_inner().ttl_ms;
+        let session = Some(proto::SessionRef { store: 0, id: 7 });
+        let result = self.routed(|| R::Ok(proto::SessionOpened { session, ttl_ms }), R::Error)?;
         Ok(Response::new(proto::OpenSessionResponse {
             result: Some(result),
         }))
@@ -169,17 +172,10 @@ impl Tenure for Fake {
         request: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
         use proto::acquire_response::Result as R;
-        self.check()?;
         let r = request.into_inner();
-        let result = if self.manages() {
-            R::Ok(proto::Granted {
-                name: r.name,
-                mode: r.mode,
-                token: Some(proto::FencingToken { epoch: 1, seq: 1 }),
-            })
-        } else {
-            R::Error(self.not_manager())
-        };
+        let token = Some(proto::FencingToken { epoch: 1, seq: 1 });
+        let (name, mode) = (r.name, r.mode);
+        let result = self.routed(|| R::Ok(proto::Granted { name, mode, token }), R::Error)?;
         Ok(Response::new(proto::AcquireResponse {
             result: Some(result),
         }))
