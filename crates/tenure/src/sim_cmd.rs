@@ -377,7 +377,7 @@ fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64, k: usize) {
         3 * k + 2
     );
     println!(
-        "  per grant (every change a lock client caused, per grant): {:.2} M",
+        "  per grant: {:.2} remote SafeTalk messages (every change of the run, register writes and barriers included, over the grants)",
         remote as f64 / grants.max(1) as f64
     );
 }
