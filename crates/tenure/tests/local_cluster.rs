@@ -165,6 +165,29 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         assert!(started.elapsed() < Duration::from_secs(20), "{out}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // `bench locks` runs against it, both ways of picking names, and reports cycles.
+    for pick in ["random", "rotate"] {
+        let (ok, out, err) = tenure(&[
+            "bench",
+            "locks",
+            "--clients",
+            "4",
+            "--names",
+            "2",
+            "--seconds",
+            "1",
+            "--pick",
+            pick,
+            "--json",
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert!(ok, "bench failed:\n{out}\n{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).expect("bench --json prints JSON");
+        assert_eq!(r["pick"], pick);
+        assert_eq!(r["errors"], 0, "{r}");
+        assert!(r["cycles"].as_u64().unwrap() > 0, "{r}");
+    }
     let (ok, out, err) = tenure(&["cluster", "down", "--data", data.to_str().unwrap()]);
     assert!(ok, "cluster down failed:\n{out}\n{err}");
 }
