@@ -7,7 +7,10 @@
 //! the client remembers which endpoint managed each store last, follows `NotManager`
 //! redirects (the hint names the manager's endpoint), and on `Unavailable` or a transport
 //! failure tries the other endpoints with exponential backoff, within a bounded number of
-//! attempts and a deadline. Errors are typed ([`Error`]), mirroring the protocol's.
+//! attempts and a deadline. At most three redirects are followed in a row:
+//! hints left by old managers can name each other, so a longer chain is left for the
+//! endpoints in turn. The keep-alive tasks route the same way. Errors are typed
+//! ([`Error`]), mirroring the protocol's.
 //!
 //! Every routed RPC goes through one generic loop ([`Client::routed`]), so adding an RPC
 //! is one call with a closure that issues it and unpacks its `oneof result`.
