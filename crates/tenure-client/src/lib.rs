@@ -444,9 +444,7 @@ impl Client {
         let mut attempts = 0u32;
         let mut target = self.route(store, 0);
         let mut rotate = 0usize;
-        // Redirects followed in a row: stale hints can point at each other, so a chain
-        // longer than [`MAX_REDIRECTS`] is left for the endpoints in turn.
-        let mut redirects = 0u32;
+        let mut redirects = Redirects::default();
         loop {
             attempts += 1;
             let client = self.channel(&target)?;
@@ -478,19 +476,18 @@ impl Client {
                 });
             }
             debug!(store, %target, "retrying: {err}");
+            if let Error::NotManager { hint, .. } = &err
+                && let Some(next) = redirects.follow(hint.as_deref(), &target)
+            {
+                // A redirect: follow it at once.
+                target = next;
+                continue;
+            }
             match &err {
-                Error::NotManager {
-                    hint: Some(hint), ..
-                } if normalize(hint.clone()) != target && redirects < MAX_REDIRECTS => {
-                    // A redirect: follow it at once.
-                    redirects += 1;
-                    target = normalize(hint.clone());
-                    continue;
-                }
                 // A long call cut by its own bound: the endpoint answered nothing wrong.
                 _ if cut => continue,
                 _ => {
-                    redirects = 0;
+                    redirects.reset();
                     self.inner.routes.lock().unwrap().remove(&store);
                     rotate += 1;
                     target = self.route(store, rotate);
@@ -528,7 +525,36 @@ impl Client {
 }
 
 /// Redirect hints followed in a row before the endpoints are tried in turn instead.
-pub(crate) const MAX_REDIRECTS: u32 = 3;
+const MAX_REDIRECTS: u32 = 3;
+
+/// The redirects a routing loop (a request's, or a keep-alive task's) has followed in a
+/// row: stale hints can point at each other, so a chain longer than [`MAX_REDIRECTS`] is
+/// left for the endpoints in turn.
+#[derive(Debug, Default)]
+pub(crate) struct Redirects(u32);
+
+impl Redirects {
+    /// Where to go after `target` answered `NotManager` with `hint`: the hint, unless
+    /// there is none, it names `target` itself, or the chain is already as long as allowed
+    /// (then `None`: try the endpoints in turn, and the count starts over).
+    pub(crate) fn follow(&mut self, hint: Option<&str>, target: &str) -> Option<String> {
+        match hint.map(|h| normalize(h.to_string())) {
+            Some(h) if h != target && self.0 < MAX_REDIRECTS => {
+                self.0 += 1;
+                Some(h)
+            }
+            _ => {
+                self.0 = 0;
+                None
+            }
+        }
+    }
+
+    /// An answer or another failure ends the chain.
+    pub(crate) fn reset(&mut self) {
+        self.0 = 0;
+    }
+}
 
 /// Retry bounds of one routed request.
 #[derive(Clone, Copy, Debug)]
@@ -570,6 +596,31 @@ mod tests {
                 vec!["http://127.0.0.1:1", "http://127.0.0.1:2"]
             );
         });
+    }
+
+    #[test]
+    fn redirect_chains_are_cut_after_three_hops() {
+        let mut r = Redirects::default();
+        assert_eq!(
+            r.follow(Some("a:1"), "http://a:1"),
+            None,
+            "a hint to itself"
+        );
+        for (hint, from) in [
+            ("b:1", "http://a:1"),
+            ("a:1", "http://b:1"),
+            ("b:1", "http://a:1"),
+        ] {
+            assert_eq!(r.follow(Some(hint), from), Some(format!("http://{hint}")));
+        }
+        assert_eq!(r.follow(Some("a:1"), "http://b:1"), None, "a fourth hop");
+        // The count started over: the next chain is followed again.
+        assert_eq!(
+            r.follow(Some("a:1"), "http://b:1"),
+            Some("http://a:1".into())
+        );
+        r.reset();
+        assert_eq!(r.follow(None, "http://b:1"), None);
     }
 
     #[test]

@@ -668,8 +668,9 @@ async fn keep_alive(
     let mut retry = retry_min;
     let mut next_at = opened_at + period;
     let mut rotate = 0usize;
-    // Redirects followed, and `Unavailable` answers taken, since the last answer.
-    let (mut redirects, mut unavailable) = (0u32, 0u32);
+    let mut redirects = crate::Redirects::default();
+    // `Unavailable` answers taken in a row.
+    let mut unavailable = 0u32;
     // The endpoint a redirect named, tried next.
     let mut follow: Option<String> = None;
     let store = session.store;
@@ -745,7 +746,7 @@ async fn keep_alive(
                     client.set_route(store, &target);
                     retry = retry_min;
                     rotate = 0;
-                    redirects = 0;
+                    redirects.reset();
                     unavailable = 0;
                     next_at = sent_at + period;
                 }
@@ -760,18 +761,9 @@ async fn keep_alive(
                     Error::NotManager { hint, .. } => {
                         debug!(store, session = session.id, %target, ?hint, "keep-alive redirected");
                         client.clear_route(store);
-                        redirects += 1;
-                        match hint.map(crate::normalize) {
-                            // Follow the hint. A chain of hints longer than a few (stale
-                            // ones can point at each other) is left for the endpoints in
-                            // turn.
-                            Some(h) if h != target && redirects <= crate::MAX_REDIRECTS => {
-                                follow = Some(h);
-                            }
-                            _ => {
-                                redirects = 0;
-                                rotate += 1;
-                            }
+                        follow = redirects.follow(hint.as_deref(), &target);
+                        if follow.is_none() {
+                            rotate += 1;
                         }
                         unavailable = 0;
                         next_at = Instant::now() + retry;
