@@ -73,6 +73,11 @@ impl Fake {
             err(self.not_manager())
         })
     }
+    /// A call any device answers the same way (a transport failure when down).
+    fn answer<T>(&self, v: T) -> Result<Response<T>, Status> {
+        self.check()?;
+        Ok(Response::new(v))
+    }
     fn check(&self) -> Result<(), Status> {
         if self.is_down() {
             Err(Status::unavailable("device is down"))
@@ -161,10 +166,9 @@ impl Tenure for Fake {
         _: Request<proto::CloseSessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
         use proto::close_session_response::Result as R;
-        self.check()?;
-        Ok(Response::new(proto::CloseSessionResponse {
+        self.answer(proto::CloseSessionResponse {
             result: Some(R::Ok(proto::SessionClosed {})),
-        }))
+        })
     }
 
     async fn acquire(
@@ -186,10 +190,9 @@ impl Tenure for Fake {
         _: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
         use proto::release_response::Result as R;
-        self.check()?;
-        Ok(Response::new(proto::ReleaseResponse {
+        self.answer(proto::ReleaseResponse {
             result: Some(R::Ok(proto::Released {})),
-        }))
+        })
     }
 
     async fn holder(

@@ -65,6 +65,15 @@ async fn manager_of(c: &Client, endpoints: &[String], store: u32) -> Option<(u64
     best
 }
 
+/// Wait until a keep-alive has moved `g`'s conservative deadline at least a second
+/// ahead of now, at most `limit`.
+async fn kept_alive(g: &LockGuard, limit: Duration, what: &str) {
+    until(limit, what, || async {
+        (g.deadline() > Instant::now() + Duration::from_secs(1)).then_some(())
+    })
+    .await
+}
+
 async fn queue_len(c: &Client, n: usize) {
     until(Duration::from_secs(10), "queue length", || async {
         let s = c.holders(NAME).await.ok()?;
@@ -180,10 +189,7 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         // less a keep-alive period leaves the client unsure, not the lock lost.)
         tokio::time::sleep(gc.ttl().saturating_sub(killed_at.elapsed()) + Duration::from_secs(1))
             .await;
-        until(Duration::from_secs(10), "C's keep-alive answered by the new manager", || async {
-            (gc.deadline() > Instant::now() + Duration::from_secs(1)).then_some(())
-        })
-        .await;
+        kept_alive(&gc, Duration::from_secs(10), "C's keep-alive answered by the new manager").await;
         assert!(gc.is_held(), "C's session is kept alive across the failover");
         let s = probe.holders(NAME).await.unwrap();
         assert_eq!(s.holders.len(), 1, "{s:?}");
@@ -240,10 +246,7 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         assert_eq!(s.holders.len(), 1, "{s:?}");
         assert_eq!(s.holders[0].session, gd.session());
         assert_eq!(s.holders[0].token, gd.token());
-        until(Duration::from_secs(20), "D's keep-alive answered again", || async {
-            (gd.deadline() > Instant::now() + Duration::from_secs(1)).then_some(())
-        })
-        .await;
+        kept_alive(&gd, Duration::from_secs(20), "D's keep-alive answered again").await;
         let err = a.lock(NAME, LockMode::Exclusive, Wait::Try).await.unwrap_err();
         assert!(matches!(err, Error::WouldBlock(_)), "{err}");
         let t_d = gd.token();
