@@ -62,11 +62,11 @@ enum Pick {
 }
 
 impl Pick {
-    fn name(self) -> &'static str {
-        match self {
-            Pick::Random => "random",
-            Pick::Rotate => "rotate",
-        }
+    /// The name `--pick` takes, as clap spells it.
+    fn name(self) -> String {
+        use clap::ValueEnum;
+        let v = self.to_possible_value().expect("no variant is skipped");
+        v.get_name().to_string()
     }
 }
 
