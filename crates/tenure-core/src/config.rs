@@ -82,6 +82,8 @@ pub struct PlantedBugs {
     pub confirm_before_all_accepted: bool,
     /// A new manager gives sessions no grace: every session expires at takeover.
     pub expire_without_grace: bool,
+    /// A device that does not manage a store answers `NotManager` naming itself.
+    pub redirect_to_self: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.

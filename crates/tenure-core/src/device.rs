@@ -315,6 +315,9 @@ impl Device {
         {
             return None;
         }
+        if self.env.cfg.planted.redirect_to_self {
+            return Some(self.id());
+        }
         self.chunks
             .values()
             .filter(|c| c.p.store == store && c.state == crate::layout::ChunkState::RegularLease)

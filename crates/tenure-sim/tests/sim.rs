@@ -237,6 +237,30 @@ fn planted_confirm_before_all_accepted_is_caught_by_lock_checkers() {
     );
 }
 
+// Liveness planted bug: a device that does not manage a store redirects clients to
+// itself, so a lock client that lands there after a failover never reaches the manager;
+// the check that every lock client is answered once the faults stop must report it.
+#[test]
+fn planted_redirect_to_self_is_caught_as_a_stuck_client() {
+    let mut c = short(0);
+    c.planted.redirect_to_self = true;
+    let s = sweep(0, 50, 2, &c, 1, |_, _| {});
+    let stuck = s
+        .failures
+        .iter()
+        .find(|f| matches!(f.violation, Violation::ClientStuck { .. }))
+        .expect("no stuck lock client reported within 50 seeds");
+    eprintln!(
+        "redirect-to-self caught at seed {}: {}",
+        stuck.seed, stuck.violation
+    );
+    assert_eq!(stuck.outcome, Outcome::Liveness);
+    assert!(
+        s.failures.iter().all(|f| f.outcome == Outcome::Liveness),
+        "a misdirection is a liveness failure, never a correctness one"
+    );
+}
+
 // DESIGN §4 planted bug: a new manager that gives sessions no grace expires a holder whose
 // keep-alives went to the old manager while its client still holds the lock; mutual
 // exclusion on the client's conservative deadline must catch the successor's grant.

@@ -61,15 +61,6 @@ enum Pick {
     Rotate,
 }
 
-impl Pick {
-    /// The name `--pick` takes, as clap spells it.
-    fn name(self) -> String {
-        use clap::ValueEnum;
-        let v = self.to_possible_value().expect("no variant is skipped");
-        v.get_name().to_string()
-    }
-}
-
 #[derive(clap::Args, Debug)]
 struct WritesArgs {
     /// Concurrent clients.
@@ -188,7 +179,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
             "bench": "locks",
             "clients": a.clients,
             "names": a.names,
-            "pick": a.pick.name(),
+            "pick": crate::value_name(&a.pick),
             "seconds": elapsed,
             "cycles": n,
             "errors": errors.load(Ordering::Relaxed),
@@ -204,7 +195,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
                 "locks: {} clients on {} names (picked {}) for {:.1}s: {} lock+unlock cycles ({} errors), {:.0} cycles/s",
                 a.clients,
                 a.names,
-                a.pick.name(),
+                crate::value_name(&a.pick),
                 elapsed,
                 n,
                 errors.load(Ordering::Relaxed),

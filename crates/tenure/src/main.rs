@@ -62,6 +62,13 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// The name a command-line value takes, as clap spells it (for JSON, summaries and
+/// replay commands).
+pub(crate) fn value_name(v: &impl clap::ValueEnum) -> String {
+    let v = v.to_possible_value().expect("no value is skipped");
+    v.get_name().to_string()
+}
+
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
     let cli = Cli::parse();

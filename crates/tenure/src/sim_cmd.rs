@@ -6,7 +6,7 @@
 //! - `tenure sim --seeds 10000 [--from F]` sweeps seeds `F..F+N` on `--threads` workers
 //!   with a progress bar and ends with the summary; every failing seed is printed with
 //!   the exact command that replays it.
-//! - `--plant broken-quorum|serve-without-lease` turns on a planted bug, to show the
+//! - `--plant broken-quorum|serve-without-lease|…` turns on a planted bug, to show the
 //!   checkers catch it.
 //!
 //! Exit status: 0 when every run passed, 2 on a correctness violation, 3 on a liveness
@@ -88,18 +88,8 @@ enum Plant {
     ConfirmBeforeAllAccepted,
     /// A new manager expires every session at once instead of granting grace.
     ExpireWithoutGrace,
-}
-
-impl Plant {
-    fn flag(self) -> &'static str {
-        match self {
-            Plant::BrokenQuorum => "broken-quorum",
-            Plant::ServeWithoutLease => "serve-without-lease",
-            Plant::SkipConflictCheck => "skip-conflict-check",
-            Plant::ConfirmBeforeAllAccepted => "confirm-before-all-accepted",
-            Plant::ExpireWithoutGrace => "expire-without-grace",
-        }
-    }
+    /// A device that does not manage a store redirects clients to itself.
+    RedirectToSelf,
 }
 
 impl SimArgs {
@@ -116,6 +106,7 @@ impl SimArgs {
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
+            redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
         };
         c.faults = !self.calm;
         c.writes = !self.no_writes;
@@ -138,7 +129,7 @@ impl SimArgs {
         }
         for p in &self.plant {
             s.push_str(" --plant ");
-            s.push_str(p.flag());
+            s.push_str(&crate::value_name(p));
         }
         s.push_str(" --trace");
         s
