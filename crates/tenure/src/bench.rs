@@ -92,7 +92,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
     anyhow::ensure!(a.names > 0, "--names must be at least 1");
     anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
