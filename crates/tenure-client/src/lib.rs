@@ -254,7 +254,8 @@ pub struct Client {
 pub(crate) struct Inner {
     opts: ClientOptions,
     endpoints: Mutex<Vec<String>>,
-    channels: Mutex<HashMap<String, TenureClient<Channel>>>,
+    /// Connections by endpoint; shared with the clients made by [`Client::new_sharing`].
+    channels: Arc<Mutex<HashMap<String, TenureClient<Channel>>>>,
     routes: Mutex<HashMap<u32, String>>,
     stores: tokio::sync::OnceCell<u32>,
     sessions: tokio::sync::Mutex<HashMap<u32, Arc<locks::Session>>>,
@@ -291,7 +292,7 @@ impl Client {
             inner: Arc::new(Inner {
                 opts,
                 endpoints: Mutex::new(Vec::new()),
-                channels: Mutex::new(HashMap::new()),
+                channels: Arc::new(Mutex::new(HashMap::new())),
                 routes: Mutex::new(HashMap::new()),
                 stores: tokio::sync::OnceCell::new(),
                 sessions: tokio::sync::Mutex::new(HashMap::new()),
@@ -303,6 +304,26 @@ impl Client {
             c.channel(&e)?;
         }
         Ok(c)
+    }
+
+    /// Another client on the same connections (one HTTP/2 connection per endpoint carries
+    /// the calls of both) with its own sessions, routes and request ids: what many
+    /// independent lock holders in one process use, as etcd clients share a connection.
+    /// Requests of different clients then travel together in the connection's writes.
+    pub fn new_sharing(&self) -> Client {
+        let endpoints = self.endpoints();
+        Client {
+            inner: Arc::new(Inner {
+                opts: self.inner.opts.clone(),
+                endpoints: Mutex::new(endpoints),
+                channels: self.inner.channels.clone(),
+                routes: Mutex::new(HashMap::new()),
+                stores: tokio::sync::OnceCell::new(),
+                sessions: tokio::sync::Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                origin: Instant::now(),
+            }),
+        }
     }
 
     /// The options the client runs with.

@@ -247,7 +247,11 @@ impl Committer {
             .name("tenure-storage".into())
             .spawn(move || {
                 let mut storage = storage;
+                let delay: u64 = std::env::var("TENURE_COMMIT_DELAY_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
                 while let Ok((mut group, mut ops)) = rx.recv() {
+                    if delay > 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(delay));
+                    }
                     // Every group queued meanwhile joins this commit (in order).
                     while let Ok((g, more)) = rx.try_recv() {
                         group = g;

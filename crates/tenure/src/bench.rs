@@ -33,6 +33,10 @@ struct LocksArgs {
     /// Concurrent clients (each with its own sessions).
     #[arg(long, default_value_t = 16)]
     clients: u64,
+    /// Connections per device the clients share (client c uses set c mod conns), as
+    /// etcd's benchmark separates --conns from --clients. Defaults to one per client.
+    #[arg(long)]
+    conns: Option<u64>,
     /// Number of lock names the clients cycle over.
     #[arg(long, default_value_t = 16)]
     names: u64,
@@ -98,10 +102,19 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
     rt.block_on(async move {
         let endpoints = a.target.endpoints()?;
         let names: Vec<String> = (0..a.names).map(|k| format!("/bench-{k}/lock")).collect();
-        let mut clients = Vec::new();
+        let conns = a.conns.unwrap_or(a.clients);
+        anyhow::ensure!(
+            (1..=a.clients).contains(&conns),
+            "--conns must be between 1 and --clients"
+        );
+        let mut clients: Vec<Client> = Vec::new();
         // Warm up outside the measurement: sessions opened, managers found.
-        for _ in 0..a.clients {
-            let c = Client::new(endpoints.clone())?;
+        for i in 0..a.clients as usize {
+            let c = if i < conns as usize {
+                Client::new(endpoints.clone())?
+            } else {
+                clients[i % conns as usize].new_sharing()
+            };
             for n in &names {
                 c.lock(n, LockMode::Exclusive, Wait::Forever).await?.release().await?;
             }
@@ -178,6 +191,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
         let report = serde_json::json!({
             "bench": "locks",
             "clients": a.clients,
+            "conns": conns,
             "names": a.names,
             "pick": crate::value_name(&a.pick),
             "seconds": elapsed,
