@@ -247,11 +247,7 @@ impl Committer {
             .name("tenure-storage".into())
             .spawn(move || {
                 let mut storage = storage;
-                let delay: u64 = std::env::var("TENURE_COMMIT_DELAY_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
                 while let Ok((mut group, mut ops)) = rx.recv() {
-                    if delay > 0 {
-                        std::thread::sleep(std::time::Duration::from_micros(delay));
-                    }
                     // Every group queued meanwhile joins this commit (in order).
                     while let Ok((g, more)) = rx.try_recv() {
                         group = g;
@@ -259,16 +255,25 @@ impl Committer {
                     }
                     let n = ops.len();
                     let started = std::time::Instant::now();
-                    let r = storage.commit(ops);
+                    let r = storage.commit_logged(ops);
                     metrics::histogram!("tenure_storage_commit_seconds")
                         .record(started.elapsed().as_secs_f64());
                     metrics::counter!("tenure_storage_commits_total").increment(1);
                     metrics::counter!("tenure_storage_ops_total").increment(n as u64);
                     metrics::counter!("tenure_storage_checkpoints_total")
                         .absolute(storage.checkpoints());
+                    // Durable: announce it first, then bring the in-memory copy up to
+                    // date (it is only read by the next commit's checkpoint).
+                    let (r, logged) = match r {
+                        Ok(l) => (Ok(()), Some(l)),
+                        Err(e) => (Err(e), None),
+                    };
                     let failed = r.is_err();
                     if tx.send((group, r)).is_err() || failed {
                         return;
+                    }
+                    if let Some(l) = logged {
+                        storage.apply_logged(l);
                     }
                 }
             })

@@ -107,6 +107,11 @@ pub enum StorageError {
     },
 }
 
+/// A group that is durable in the log but not yet applied to the in-memory copy.
+#[must_use = "pass it to Storage::apply_logged before the next commit"]
+#[derive(Debug)]
+pub struct Logged(Vec<PersistOp>);
+
 /// One device's durable state.
 pub struct Storage {
     db: Database,
@@ -254,8 +259,17 @@ impl Storage {
     /// Make a group of changes durable (one log record: one write and one fdatasync).
     /// Returns after it is durable. An empty group does nothing.
     pub fn commit(&mut self, ops: Vec<PersistOp>) -> Result<(), StorageError> {
+        let logged = self.commit_logged(ops)?;
+        self.apply_logged(logged);
+        Ok(())
+    }
+
+    /// [`Self::commit`] in two steps, so that the caller can announce durability before
+    /// the in-memory copy catches up: this one returns once the group is durable, with
+    /// what [`Self::apply_logged`] must apply before the next commit.
+    pub fn commit_logged(&mut self, ops: Vec<PersistOp>) -> Result<Logged, StorageError> {
         if ops.is_empty() {
-            return Ok(());
+            return Ok(Logged(Vec::new()));
         }
         let record = postcard::to_stdvec(&ops).map_err(StorageError::Encode)?;
         if !self.wal.fits(record.len()) && self.wal.used() > 0 {
@@ -264,13 +278,18 @@ impl Storage {
         }
         if self.wal.fits(record.len()) {
             self.wal.append(&record)?;
-            self.apply(&ops);
+            Ok(Logged(ops))
         } else {
             // Larger than the whole log: straight into redb.
             self.apply(&ops);
             self.checkpoint()?;
+            Ok(Logged(Vec::new()))
         }
-        Ok(())
+    }
+
+    /// Bring the in-memory copy of the durable state up to date with a logged group.
+    pub fn apply_logged(&mut self, logged: Logged) {
+        self.apply(&logged.0);
     }
 
     /// Apply a durable group to the in-memory state and note what it changed.
