@@ -179,6 +179,10 @@ pub struct DeviceConfig {
     pub run_policies: bool,
     /// Planted bugs (tests only).
     pub planted: PlantedBugs,
+    /// A chunk persists its whole record after this many delta persists in a row
+    /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
+    /// compacts deltas on its own.
+    pub whole_record_every: u32,
 }
 
 impl DeviceConfig {
@@ -190,6 +194,7 @@ impl DeviceConfig {
             timing: Timing::default(),
             run_policies: true,
             planted: PlantedBugs::default(),
+            whole_record_every: crate::io::CHECKPOINT_EVERY,
         }
     }
 }

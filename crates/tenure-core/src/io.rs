@@ -342,7 +342,8 @@ pub struct DevicePersist {
     pub chunks: BTreeMap<ChunkId, ChunkPersist>,
 }
 
-/// A chunk writes its whole record after this many delta persists in a row.
+/// By default, a chunk writes its whole record after this many delta persists in a row
+/// ([`crate::DeviceConfig::whole_record_every`]).
 ///
 /// The whole record holds the store's tables, idempotency records included (up to
 /// `request_window` results per session), so it can be a megabyte where a delta is a few

@@ -239,6 +239,11 @@ impl ServerConfig {
         let mut cfg = DeviceConfig::new(DeviceId(self.id), cluster);
         cfg.timing = self.timing.apply(cfg.timing);
         cfg.run_policies = self.run_policies;
+        // The server's storage compacts deltas itself: a checkpoint writes each changed
+        // chunk's whole record from its copy of the durable state. A whole record from
+        // the core (idempotency windows included, up to a megabyte) would only be
+        // cloned, encoded and logged on top of that.
+        cfg.whole_record_every = u32::MAX;
         cfg
     }
 

@@ -166,9 +166,9 @@ impl Chunk {
     }
 
     /// Persist a SafeTalk change already applied to `self.p` as a delta, or, every
-    /// [`CHECKPOINT_EVERY`] deltas, as the whole record.
+    /// `whole_record_every` deltas ([`CHECKPOINT_EVERY`] by default), as the whole record.
     fn persist_delta(&mut self, ctx: &mut Ctx<'_>, delta: PersistOp) {
-        if self.deltas + 1 >= CHECKPOINT_EVERY {
+        if self.deltas.saturating_add(1) >= ctx.cfg.whole_record_every {
             self.persist(ctx);
         } else {
             self.deltas += 1;

@@ -1443,3 +1443,46 @@ fn done_outside_the_reconciling_states_is_ignored() {
     assert_eq!(k.state, S::RegularLease);
     assert!(env.take().is_empty());
 }
+
+// ---- Tenure: how an ACCEPT's persist is written -------------------------------------
+
+/// The kinds of the persists of `n` ACCEPTs served in regular lease, in order: `D` for a
+/// delta, `W` for a whole record.
+fn accept_persists(whole_record_every: u32, n: u64) -> String {
+    let mut env = Env::new(d(1));
+    env.cfg.whole_record_every = whole_record_every;
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    let mut kinds = String::new();
+    for seq in 1..=n {
+        let v = crate::data::Version { epoch: e(3), seq };
+        let accept = ToChunk::Accept {
+            epoch: e(3),
+            ops: vec![(v, crate::data::StoreOp::Register { key: 1, value: seq })],
+            confirm: Default::default(),
+        };
+        k.on_msg(&mut env.ctx(T0), M, accept);
+        for p in persists(&env.take()) {
+            kinds.push(match p {
+                PersistOp::PutChunk(_) => 'W',
+                PersistOp::Accept { .. } => 'D',
+                other => panic!("unexpected persist {other:?}"),
+            });
+        }
+    }
+    kinds
+}
+
+#[test]
+fn regular_lease_accept_persists_a_whole_record_every_whole_record_every_deltas() {
+    // Tenure: an ACCEPT is persisted as a delta, and every `whole_record_every`-th in a
+    // row as the chunk's whole record (the same state either way).
+    assert_eq!(accept_persists(4, 9), "DDDWDDDWD");
+    assert_eq!(accept_persists(1, 3), "WWW");
+}
+
+#[test]
+fn regular_lease_accept_never_persists_a_whole_record_when_told_not_to() {
+    // Tenure: `u32::MAX` (the server's setting, whose storage compacts deltas itself)
+    // never rewrites the whole record for an ACCEPT.
+    assert_eq!(accept_persists(u32::MAX, 300), "D".repeat(300));
+}
