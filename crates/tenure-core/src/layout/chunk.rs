@@ -27,7 +27,7 @@ use crate::config::precedence;
 use crate::ctx::Ctx;
 use crate::data::{StoreOp, Version};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
-use crate::io::{CHECKPOINT_EVERY, ChunkPersist, Observation, PersistOp};
+use crate::io::{ChunkPersist, Observation, PersistOp};
 use crate::layout::{ChunkState, ChunkView, LeaseType, Metadata, Prepared};
 use crate::msg::{Msg, ToChunk, ToManager};
 use crate::time::Instant;
@@ -166,7 +166,8 @@ impl Chunk {
     }
 
     /// Persist a SafeTalk change already applied to `self.p` as a delta, or, every
-    /// `whole_record_every` deltas ([`CHECKPOINT_EVERY`] by default), as the whole record.
+    /// `whole_record_every` deltas ([`crate::io::CHECKPOINT_EVERY`] by default), as the
+    /// whole record.
     fn persist_delta(&mut self, ctx: &mut Ctx<'_>, delta: PersistOp) {
         if self.deltas.saturating_add(1) >= ctx.cfg.whole_record_every {
             self.persist(ctx);
