@@ -328,6 +328,8 @@ impl PeerTask {
         });
         let me = self.cfg.me;
         let max = self.cfg.max_frame_bytes;
+        let sent = metrics::counter!("tenure_peer_messages_sent_total");
+        let flushes = metrics::counter!("tenure_peer_writes_total");
         let outcome = loop {
             tokio::select! {
                 _ = self.stop.cancelled() => break Served::Stop,
@@ -345,6 +347,8 @@ impl PeerTask {
                             Err(_) => break,
                         }
                     }
+                    sent.increment(batch.len() as u64);
+                    flushes.increment(1);
                     if let Err(e) = write_batch(&mut sink, me, batch, max).await {
                         info!(peer = %self.peer, "peer write failed: {e}");
                         break Served::Broken;
