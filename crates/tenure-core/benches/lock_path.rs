@@ -54,8 +54,8 @@ fn lock_table(c: &mut Criterion) {
     let warm = 2 * 1024 * SESSIONS;
     for i in 0..warm {
         let (a, r) = cycle(i, &names);
-        t.apply(&a, Instant(i));
-        t.apply(&r, Instant(i));
+        let _ = t.apply(&a, Instant(i));
+        let _ = t.apply(&r, Instant(i));
     }
     let mut i = warm;
     c.bench_function("lock_table/acquire+release", |b| {
@@ -76,7 +76,7 @@ fn chunk_replica(c: &mut Criterion) {
         epoch: Epoch(1),
         seq,
     };
-    let mut next = |replica: &mut StoreData, op: StoreOp, seq: &mut u64| {
+    let next = |replica: &mut StoreData, op: StoreOp, seq: &mut u64| {
         *seq += 1;
         // ACCEPT of this change with the CONFIRM of the previous one piggybacked, as the
         // manager sends them.
