@@ -438,11 +438,10 @@ fn locks_are_exclusive_fifo_and_fenced_through_the_client() {
     let r = rt();
     let eps = cluster.endpoints();
     r.block_on(async {
-        let (a, b, c) = (
-            client(eps.clone()),
-            client(eps.clone()),
-            client(eps.clone()),
-        );
+        let (a, b) = (client(eps.clone()), client(eps.clone()));
+        // C shares A's connections and has its own sessions: to the service it is
+        // another client.
+        let c = a.new_sharing();
         wait_all_managed(&a, &eps, Duration::from_secs(30)).await;
         let name = "/jobs/nightly";
         let ga = a
@@ -513,10 +512,20 @@ fn locks_are_exclusive_fifo_and_fenced_through_the_client() {
             .unwrap_err();
         assert!(matches!(err, Error::InvalidName { .. }), "{err}");
 
-        // Closing C's sessions releases its lock at once.
+        // Closing C's sessions releases its lock at once, and leaves A's sessions and
+        // the connections they share serving.
+        assert_ne!(
+            gc.session(),
+            a.lock("/a/own", LockMode::Exclusive, Wait::Try)
+                .await
+                .unwrap()
+                .session()
+        );
         c.close().await.unwrap();
         let s = a.holders(name).await.unwrap();
         assert!(s.holders.is_empty(), "{s:?}");
         drop(gc);
+        let ga = a.lock(name, LockMode::Exclusive, Wait::Try).await.unwrap();
+        assert!(ga.is_held());
     });
 }

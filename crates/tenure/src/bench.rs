@@ -96,17 +96,17 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
     anyhow::ensure!(a.names > 0, "--names must be at least 1");
     anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
+    let conns = a.conns.unwrap_or(a.clients);
+    anyhow::ensure!(
+        (1..=a.clients).contains(&conns),
+        "--conns must be between 1 and --clients"
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let endpoints = a.target.endpoints()?;
         let names: Vec<String> = (0..a.names).map(|k| format!("/bench-{k}/lock")).collect();
-        let conns = a.conns.unwrap_or(a.clients);
-        anyhow::ensure!(
-            (1..=a.clients).contains(&conns),
-            "--conns must be between 1 and --clients"
-        );
         let mut clients: Vec<Client> = Vec::new();
         // Warm up outside the measurement: sessions opened, managers found.
         for i in 0..a.clients as usize {

@@ -24,3 +24,21 @@ fn closed_stdout_ends_quietly() {
     assert_eq!(out.status.code(), Some(141), "stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "stderr: {stderr}");
 }
+
+// `bench locks` refuses a connection count it cannot use before it looks for a cluster.
+#[test]
+fn bench_refuses_more_connections_than_clients() {
+    for conns in ["0", "5"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+            .args(["bench", "locks", "--clients", "4", "--conns", conns])
+            .args(["--data", "/nonexistent/tenure-data"])
+            .output()
+            .expect("run tenure");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--conns {conns} accepted");
+        assert!(
+            stderr.contains("--conns must be between 1 and --clients"),
+            "--conns {conns}: {stderr}"
+        );
+    }
+}

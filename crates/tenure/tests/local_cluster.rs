@@ -165,8 +165,9 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         assert!(started.elapsed() < Duration::from_secs(20), "{out}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    // `bench locks` runs against it, both ways of picking names, and reports cycles.
-    for pick in ["random", "rotate"] {
+    // `bench locks` runs against it, both ways of picking names (the second with its four
+    // clients on two connection sets), and reports cycles.
+    for (pick, conns) in [("random", "4"), ("rotate", "2")] {
         let (ok, out, err) = tenure(&[
             "bench",
             "locks",
@@ -178,6 +179,8 @@ fn local_cluster_survives_kill_9_and_full_restart() {
             "1",
             "--pick",
             pick,
+            "--conns",
+            conns,
             "--json",
             "--data",
             data.to_str().unwrap(),
@@ -185,6 +188,7 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         assert!(ok, "bench failed:\n{out}\n{err}");
         let r: serde_json::Value = serde_json::from_str(&out).expect("bench --json prints JSON");
         assert_eq!(r["pick"], pick);
+        assert_eq!(r["conns"].as_u64().unwrap().to_string(), conns);
         assert_eq!(r["errors"], 0, "{r}");
         assert!(r["cycles"].as_u64().unwrap() > 0, "{r}");
     }
