@@ -288,18 +288,7 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let c = Client {
-            inner: Arc::new(Inner {
-                opts,
-                endpoints: Mutex::new(Vec::new()),
-                channels: Arc::new(Mutex::new(HashMap::new())),
-                routes: Mutex::new(HashMap::new()),
-                stores: tokio::sync::OnceCell::new(),
-                sessions: tokio::sync::Mutex::new(HashMap::new()),
-                next_request: AtomicU64::new(1),
-                origin: Instant::now(),
-            }),
-        };
+        let c = Client::on_channels(opts, Vec::new(), Arc::default());
         for e in endpoints {
             c.channel(&e)?;
         }
@@ -311,12 +300,24 @@ impl Client {
     /// independent lock holders in one process use, as etcd clients share a connection.
     /// Requests of different clients then travel together in the connection's writes.
     pub fn new_sharing(&self) -> Client {
-        let endpoints = self.endpoints();
+        Client::on_channels(
+            self.inner.opts.clone(),
+            self.endpoints(),
+            self.inner.channels.clone(),
+        )
+    }
+
+    /// A client with no sessions or routes yet, on these connections.
+    fn on_channels(
+        opts: ClientOptions,
+        endpoints: Vec<String>,
+        channels: Arc<Mutex<HashMap<String, TenureClient<Channel>>>>,
+    ) -> Client {
         Client {
             inner: Arc::new(Inner {
-                opts: self.inner.opts.clone(),
+                opts,
                 endpoints: Mutex::new(endpoints),
-                channels: self.inner.channels.clone(),
+                channels,
                 routes: Mutex::new(HashMap::new()),
                 stores: tokio::sync::OnceCell::new(),
                 sessions: tokio::sync::Mutex::new(HashMap::new()),

@@ -262,19 +262,19 @@ impl Committer {
                     metrics::counter!("tenure_storage_ops_total").increment(n as u64);
                     metrics::counter!("tenure_storage_checkpoints_total")
                         .absolute(storage.checkpoints());
+                    let logged = match r {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = tx.send((group, Err(e)));
+                            return;
+                        }
+                    };
                     // Durable: announce it first, then bring the in-memory copy up to
                     // date (it is only read by the next commit's checkpoint).
-                    let (r, logged) = match r {
-                        Ok(l) => (Ok(()), Some(l)),
-                        Err(e) => (Err(e), None),
-                    };
-                    let failed = r.is_err();
-                    if tx.send((group, r)).is_err() || failed {
+                    if tx.send((group, Ok(()))).is_err() {
                         return;
                     }
-                    if let Some(l) = logged {
-                        storage.apply_logged(l);
-                    }
+                    storage.apply_logged(logged);
                 }
             })
             .map_err(|e| DriverError::Worker(e.to_string()))?;
