@@ -25,6 +25,7 @@
 //! store replays as the same outcome, so a retry after a redirect or a failover never
 //! grants twice.
 
+mod conn;
 pub mod locks;
 
 use std::collections::HashMap;
@@ -346,10 +347,9 @@ impl Client {
         let ch = Endpoint::from_shared(endpoint.to_string())
             .map_err(|_| Error::InvalidEndpoint(endpoint.to_string()))?
             .connect_timeout(self.inner.opts.connect_timeout)
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
+            .connect_with_connector_lazy(conn::Connector);
         let client = TenureClient::new(ch);
         self.inner
             .channels
