@@ -341,6 +341,10 @@ impl PeerTask {
                 m = self.queue.recv() => {
                     let Some(first) = m else { break Served::Stop };
                     let mut batch = vec![first];
+                    // One turn of the runtime first: what the driver sends to this
+                    // peer in its next turn joins the same write (peer writes per lock
+                    // operation: 2.1 -> 1.8 under `bench locks` 16/16).
+                    tokio::task::yield_now().await;
                     while batch.len() < 256 {
                         match self.queue.try_recv() {
                             Ok(m) => batch.push(m),
