@@ -108,6 +108,9 @@ pub struct SimConfig {
     pub liveness_us: u64,
     /// Planted bugs.
     pub planted: PlantedBugs,
+    /// A chunk persists its whole record after this many ACCEPT deltas in a row
+    /// ([`DeviceConfig::whole_record_every`]; the server runs with `u32::MAX`).
+    pub whole_record_every: u32,
     /// Inject faults (nemesis, lossy network, operator commands, client pauses and
     /// crashes) in the safety phase; without them a run measures the calm path.
     pub faults: bool,
@@ -133,6 +136,7 @@ impl SimConfig {
             safety_us: 20_000_000,
             liveness_us: 30_000_000,
             planted: PlantedBugs::default(),
+            whole_record_every: tenure_core::io::CHECKPOINT_EVERY,
             faults: true,
             writes: true,
             trace: false,
@@ -537,6 +541,7 @@ impl World {
         for d in cluster.devices.clone() {
             let mut dc = DeviceConfig::new(d, cluster.clone());
             dc.planted = cfg.planted.clone();
+            dc.whole_record_every = cfg.whole_record_every;
             nodes.insert(
                 d,
                 Node {

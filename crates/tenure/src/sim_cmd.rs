@@ -55,6 +55,10 @@ pub struct SimArgs {
     /// Plant a known bug (the checkers must catch it). Repeatable.
     #[arg(long, value_enum)]
     plant: Vec<Plant>,
+    /// A chunk persists its whole record after this many ACCEPT deltas in a row
+    /// (`4294967295`: never, as the server runs).
+    #[arg(long, default_value_t = tenure_core::io::CHECKPOINT_EVERY)]
+    whole_record_every: u32,
     /// No faults at all (no nemesis, loss, operator commands or client failures): the
     /// calm path, for measuring message cost.
     #[arg(long)]
@@ -108,6 +112,7 @@ impl SimArgs {
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
         };
+        c.whole_record_every = self.whole_record_every;
         c.faults = !self.calm;
         c.writes = !self.no_writes;
         c.trace = self.trace;
@@ -121,6 +126,12 @@ impl SimArgs {
             "tenure sim --seed {seed} --devices {} --stores {} --replication {} --safety-secs {} --liveness-secs {}",
             self.devices, self.stores, self.replication, self.safety_secs, self.liveness_secs
         );
+        if self.whole_record_every != tenure_core::io::CHECKPOINT_EVERY {
+            s.push_str(&format!(
+                " --whole-record-every {}",
+                self.whole_record_every
+            ));
+        }
         if self.calm {
             s.push_str(" --calm");
         }
