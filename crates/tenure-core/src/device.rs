@@ -28,10 +28,29 @@ pub struct Device {
     chunks: BTreeMap<ChunkId, Chunk>,
     managers: BTreeMap<StoreId, Manager>,
     last_timer: Option<Instant>,
-    /// [`Self::poll_timeout`] as of the last change (`None`: not computed since). Every
-    /// change goes through [`Self::handle`] (or the test accessors), which clear it;
-    /// drivers ask for the timeout far more often than the state changes.
-    timer_cache: std::cell::Cell<Option<Option<Instant>>>,
+    /// The next timeout of every chunk and manager role, kept up to date per role: an
+    /// input that reaches one role (a message to a chunk or a manager, a client request)
+    /// refreshes that role's entry only; anything else (timers, policy, tests' direct
+    /// access) refreshes them all. [`Self::poll_timeout`] is the earliest entry.
+    timers: std::cell::RefCell<Timers>,
+}
+
+/// Cached next timeouts, see [`Device::timers`].
+#[derive(Default)]
+struct Timers {
+    chunks: BTreeMap<ChunkId, Instant>,
+    managers: BTreeMap<StoreId, Instant>,
+    stale: Stale,
+}
+
+/// Which cached timeouts may be out of date.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stale {
+    #[default]
+    All,
+    Chunk(ChunkId),
+    Manager(StoreId),
+    None,
 }
 
 /// What every handler's [`Ctx`] is made of, kept apart from the state machines so a
@@ -74,7 +93,7 @@ impl Device {
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
             last_timer: None,
-            timer_cache: std::cell::Cell::new(None),
+            timers: Default::default(),
         };
         let mut out = Vec::new();
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
@@ -125,7 +144,11 @@ impl Device {
         // first, so a device that was paused acts on its expired deadlines (an expired
         // commit window, a lapsed lease) before the messages that queued up meanwhile.
         let due = self.poll_timeout().is_some_and(|t| t <= now);
-        self.timer_cache.set(None);
+        self.timers.get_mut().stale = if due {
+            Stale::All
+        } else {
+            Self::reaches(&input)
+        };
         if !matches!(input, Input::Tick) && due {
             self.on_tick(now, &mut out);
         }
@@ -171,6 +194,27 @@ impl Device {
         }
         self.finish(&mut out);
         out
+    }
+
+    /// The one role an input can change, if it reaches only one (see [`Self::timers`]).
+    fn reaches(input: &Input) -> Stale {
+        match input {
+            Input::Message {
+                msg: Msg::ToChunk { chunk, .. },
+                ..
+            } => Stale::Chunk(*chunk),
+            Input::Message {
+                msg: Msg::ToManager { store, .. } | Msg::Mgr { store, .. },
+                ..
+            } => Stale::Manager(*store),
+            Input::Request { req, .. } => Stale::Manager(req.store()),
+            Input::Message {
+                msg: Msg::Policy(_),
+                ..
+            }
+            | Input::Tick
+            | Input::Policy(_) => Stale::All,
+        }
     }
 
     fn finish(&mut self, out: &mut Vec<Output>) {
@@ -327,35 +371,47 @@ impl Device {
     /// Drop chunks that garbage-collected themselves and manager roles with nothing in
     /// them. A garbage-collected chunk's id is answered with `nochunk` from then on.
     fn collect_garbage(&mut self) {
+        let before = (self.chunks.len(), self.managers.len());
         self.chunks
             .retain(|_, c| c.state != crate::layout::ChunkState::GarbageCollect);
         self.managers
             .retain(|_, m| m.state != MgrState::None || m.forwarding.is_some());
+        if (self.chunks.len(), self.managers.len()) != before {
+            self.timers.get_mut().stale = Stale::All;
+        }
     }
 
     /// Earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if let Some(t) = self.timer_cache.get() {
-            return t;
-        }
-        let t = self.compute_timeout();
-        self.timer_cache.set(Some(t));
-        t
+        let mut timers = self.timers.borrow_mut();
+        self.refresh(&mut timers);
+        let c = timers.chunks.values().min().copied();
+        let m = timers.managers.values().min().copied();
+        crate::time::earliest(c, m)
     }
 
-    fn compute_timeout(&self) -> Option<Instant> {
+    /// Bring the stale entries of `timers` up to date.
+    fn refresh(&self, timers: &mut Timers) {
         let drift = self.env.cfg.timing.clock_drift;
-        let c = self
-            .chunks
-            .values()
-            .filter_map(|c| c.next_timeout(drift))
-            .min();
-        let m = self
-            .managers
-            .values()
-            .filter_map(|m| m.next_timeout())
-            .min();
-        crate::time::earliest(c, m)
+        let chunk = |id: &ChunkId| self.chunks.get(id).and_then(|c| c.next_timeout(drift));
+        let manager = |s: &StoreId| self.managers.get(s).and_then(Manager::next_timeout);
+        match std::mem::replace(&mut timers.stale, Stale::None) {
+            Stale::None => {}
+            Stale::Chunk(id) => set(&mut timers.chunks, id, chunk(&id)),
+            Stale::Manager(s) => set(&mut timers.managers, s, manager(&s)),
+            Stale::All => {
+                timers.chunks = self
+                    .chunks
+                    .keys()
+                    .filter_map(|id| Some((*id, chunk(id)?)))
+                    .collect();
+                timers.managers = self
+                    .managers
+                    .keys()
+                    .filter_map(|s| Some((*s, manager(s)?)))
+                    .collect();
+            }
+        }
     }
 
     /// This device.
@@ -419,15 +475,27 @@ impl Device {
 
     /// Direct access to a chunk's state machine (tests).
     pub fn chunk_mut(&mut self, id: ChunkId) -> Option<&mut Chunk> {
-        self.timer_cache.set(None);
+        self.timers.get_mut().stale = Stale::All;
         self.chunks.get_mut(&id)
     }
 
     /// Direct access to a manager role (tests).
     pub fn manager_mut(&mut self, store: StoreId) -> &mut Manager {
-        self.timer_cache.set(None);
+        self.timers.get_mut().stale = Stale::All;
         self.managers
             .entry(store)
             .or_insert_with(|| Manager::new(store))
+    }
+}
+
+/// Set or clear one cached timeout.
+fn set<K: Ord>(map: &mut BTreeMap<K, Instant>, key: K, t: Option<Instant>) {
+    match t {
+        Some(t) => {
+            map.insert(key, t);
+        }
+        None => {
+            map.remove(&key);
+        }
     }
 }
