@@ -166,6 +166,7 @@ pub struct Driver {
     /// When the last SafeTalk ACCEPT to each chunk was produced, for the round-trip
     /// histogram (ACCEPT out to ACCEPTED in).
     accept_sent: HashMap<ChunkId, std::time::Instant>,
+    metrics: HotMetrics,
 }
 
 /// The persists an output may depend on: those of one store, or (`Device`) all of them.
@@ -184,6 +185,41 @@ impl Domain {
             }
             Msg::Policy(_) => Domain::Device,
         }
+    }
+}
+
+/// Handles of the metrics recorded for every request, message or turn: looked up in the
+/// registry once, not at each use.
+struct HotMetrics {
+    batch_inputs: metrics::Histogram,
+    accept_local: metrics::Histogram,
+    accept_remote: metrics::Histogram,
+    writes: metrics::Counter,
+    chunk_ops_served: metrics::Counter,
+    /// `(answered, seconds)` histograms per request kind.
+    requests: HashMap<&'static str, (metrics::Histogram, metrics::Histogram)>,
+}
+
+impl HotMetrics {
+    fn new() -> HotMetrics {
+        HotMetrics {
+            batch_inputs: metrics::histogram!("tenure_driver_batch_inputs"),
+            accept_local: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "local"),
+            accept_remote: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "remote"),
+            writes: metrics::counter!("tenure_writes_total"),
+            chunk_ops_served: metrics::counter!("tenure_chunk_ops_served_total"),
+            requests: HashMap::new(),
+        }
+    }
+
+    /// The `(answered, seconds)` histograms of requests of `kind`.
+    fn request(&mut self, kind: &'static str) -> &(metrics::Histogram, metrics::Histogram) {
+        self.requests.entry(kind).or_insert_with(|| {
+            (
+                metrics::histogram!("tenure_request_answered_seconds", "kind" => kind),
+                metrics::histogram!("tenure_request_seconds", "kind" => kind),
+            )
+        })
     }
 }
 
@@ -247,6 +283,10 @@ impl Committer {
             .name("tenure-storage".into())
             .spawn(move || {
                 let mut storage = storage;
+                let commit_seconds = metrics::histogram!("tenure_storage_commit_seconds");
+                let commits = metrics::counter!("tenure_storage_commits_total");
+                let committed_ops = metrics::counter!("tenure_storage_ops_total");
+                let checkpoints = metrics::counter!("tenure_storage_checkpoints_total");
                 while let Ok((mut group, mut ops)) = rx.recv() {
                     // Every group queued meanwhile joins this commit (in order).
                     while let Ok((g, more)) = rx.try_recv() {
@@ -256,12 +296,10 @@ impl Committer {
                     let n = ops.len();
                     let started = std::time::Instant::now();
                     let r = storage.commit_logged(ops);
-                    metrics::histogram!("tenure_storage_commit_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    metrics::counter!("tenure_storage_commits_total").increment(1);
-                    metrics::counter!("tenure_storage_ops_total").increment(n as u64);
-                    metrics::counter!("tenure_storage_checkpoints_total")
-                        .absolute(storage.checkpoints());
+                    commit_seconds.record(started.elapsed().as_secs_f64());
+                    commits.increment(1);
+                    committed_ops.increment(n as u64);
+                    checkpoints.absolute(storage.checkpoints());
                     let logged = match r {
                         Ok(l) => l,
                         Err(e) => {
@@ -326,6 +364,7 @@ impl Driver {
             held: HashMap::new(),
             held_len: 0,
             accept_sent: HashMap::new(),
+            metrics: HotMetrics::new(),
         };
         d.release(out);
         d.flush_held();
@@ -386,7 +425,7 @@ impl Driver {
                 self.input(Input::Tick, &mut out);
             }
             if n > 0 {
-                metrics::histogram!("tenure_driver_batch_inputs").record(n as f64);
+                self.metrics.batch_inputs.record(n as f64);
             }
             self.release(out);
             // Status answers come after every output of the batch.
@@ -413,13 +452,12 @@ impl Driver {
         } = &input
             && let Some(t) = self.accept_sent.remove(chunk)
         {
-            let at = if chunk.device == self.device.id() {
-                "local"
+            let h = if chunk.device == self.device.id() {
+                &self.metrics.accept_local
             } else {
-                "remote"
+                &self.metrics.accept_remote
             };
-            metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => at)
-                .record(t.elapsed().as_secs_f64());
+            h.record(t.elapsed().as_secs_f64());
         }
         let now = self.clock.now();
         out.extend(self.device.handle(now, input));
@@ -496,15 +534,15 @@ impl Driver {
                 Output::Reply { req_id, result, .. } => {
                     let domain = match self.pending.get(&req_id) {
                         Some(p) => {
-                            metrics::histogram!("tenure_request_answered_seconds", "kind" => p.kind)
-                                .record(p.started.elapsed().as_secs_f64());
+                            let (answered, _) = self.metrics.request(p.kind);
+                            answered.record(p.started.elapsed().as_secs_f64());
                             Domain::Store(p.store)
                         }
                         None => Domain::Device,
                     };
                     self.hold(domain, Held::Reply(req_id, result))
                 }
-                Output::Observe(obs) => observe(&obs),
+                Output::Observe(obs) => observe(&obs, &self.metrics),
                 Output::SetTimer(_) => {}
             }
         }
@@ -557,8 +595,8 @@ impl Driver {
             }
             Held::Reply(req_id, result) => {
                 if let Some(p) = self.pending.remove(&req_id) {
-                    metrics::histogram!("tenure_request_seconds", "kind" => p.kind)
-                        .record(p.started.elapsed().as_secs_f64());
+                    let (_, seconds) = self.metrics.request(p.kind);
+                    seconds.record(p.started.elapsed().as_secs_f64());
                     let _ = p.reply.send(result);
                 }
             }
@@ -647,7 +685,7 @@ fn store_label(s: StoreId) -> String {
 }
 
 /// Turn an observation into metrics and logs.
-fn observe(obs: &Observation) {
+fn observe(obs: &Observation, hot: &HotMetrics) {
     match obs {
         Observation::BecameManager {
             store,
@@ -685,12 +723,8 @@ fn observe(obs: &Observation) {
             info!(%chunk, "chunk garbage-collected");
             metrics::counter!("tenure_chunks_collected_total").increment(1);
         }
-        Observation::WriteAcked { .. } => {
-            metrics::counter!("tenure_writes_total").increment(1);
-        }
-        Observation::ChunkServed { .. } => {
-            metrics::counter!("tenure_chunk_ops_served_total").increment(1);
-        }
+        Observation::WriteAcked { .. } => hot.writes.increment(1),
+        Observation::ChunkServed { .. } => hot.chunk_ops_served.increment(1),
         Observation::Relayout { store, committed } => {
             info!(%store, committed, "relayout finished");
             metrics::counter!("tenure_relayouts_total", "committed" => committed.to_string())
