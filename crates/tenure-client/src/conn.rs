@@ -12,6 +12,8 @@
 //! without its timer: the delay is one turn of the runtime, not an ACK or 40 ms, and a
 //! flush always completes on the second poll.
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -19,6 +21,7 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::Uri;
+use tower_service::Service;
 
 /// Bytes buffered before a write goes out without waiting for a flush.
 const HIGH_WATER: usize = 64 * 1024;
@@ -102,39 +105,41 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesced<S> {
     }
 }
 
-/// The channel's connector: TCP without Nagle's delay, writes [`Coalesced`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Connector;
+/// The channel's connector: hyper-util's `HttpConnector` (name resolution, TCP without
+/// Nagle's delay), with the connection's writes [`Coalesced`].
+#[derive(Clone, Debug)]
+pub struct Connector(HttpConnector);
+
+impl Connector {
+    /// A connector for `http://host:port` endpoints.
+    pub fn new() -> Connector {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        Connector(http)
+    }
+}
+
+/// Why a connection could not be made (hyper-util does not export its error type).
+type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
 type Connecting = Pin<
-    Box<
-        dyn Future<Output = io::Result<hyper_util::rt::TokioIo<Coalesced<TcpStream>>>>
-            + Send
-            + 'static,
-    >,
+    Box<dyn Future<Output = Result<TokioIo<Coalesced<TcpStream>>, ConnectError>> + Send + 'static>,
 >;
 
-impl tower_service::Service<Uri> for Connector {
-    type Response = hyper_util::rt::TokioIo<Coalesced<TcpStream>>;
-    type Error = io::Error;
+impl Service<Uri> for Connector {
+    type Response = TokioIo<Coalesced<TcpStream>>;
+    type Error = ConnectError;
     type Future = Connecting;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        self.0.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Connecting {
+        let connecting = self.0.call(uri);
         Box::pin(async move {
-            let host = uri
-                .host()
-                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no host"))?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let port = uri.port_u16().unwrap_or(80);
-            let stream = TcpStream::connect((host.as_str(), port)).await?;
-            stream.set_nodelay(true)?;
-            Ok(hyper_util::rt::TokioIo::new(Coalesced::new(stream)))
+            let io = connecting.await?;
+            Ok(TokioIo::new(Coalesced::new(io.into_inner())))
         })
     }
 }

@@ -349,7 +349,7 @@ impl Client {
             .connect_timeout(self.inner.opts.connect_timeout)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
-            .connect_with_connector_lazy(conn::Connector);
+            .connect_with_connector_lazy(conn::Connector::new());
         let client = TenureClient::new(ch);
         self.inner
             .channels
