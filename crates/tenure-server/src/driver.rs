@@ -196,8 +196,8 @@ struct HotMetrics {
     accept_remote: metrics::Histogram,
     writes: metrics::Counter,
     chunk_ops_served: metrics::Counter,
-    /// `(answered, seconds)` histograms per request kind.
-    requests: HashMap<&'static str, (metrics::Histogram, metrics::Histogram)>,
+    /// Latency histograms per request kind.
+    requests: HashMap<&'static str, RequestMetrics>,
 }
 
 impl HotMetrics {
@@ -212,22 +212,32 @@ impl HotMetrics {
         }
     }
 
-    /// The `(answered, seconds)` histograms of requests of `kind`.
-    fn request(&mut self, kind: &'static str) -> &(metrics::Histogram, metrics::Histogram) {
-        self.requests.entry(kind).or_insert_with(|| {
-            (
-                metrics::histogram!("tenure_request_answered_seconds", "kind" => kind),
-                metrics::histogram!("tenure_request_seconds", "kind" => kind),
-            )
-        })
+    /// The latency histograms of requests of `kind`.
+    fn request(&mut self, kind: &'static str) -> RequestMetrics {
+        self.requests
+            .entry(kind)
+            .or_insert_with(|| RequestMetrics {
+                answered: metrics::histogram!("tenure_request_answered_seconds", "kind" => kind),
+                seconds: metrics::histogram!("tenure_request_seconds", "kind" => kind),
+            })
+            .clone()
     }
+}
+
+/// The latency histograms of one kind of request.
+#[derive(Clone)]
+struct RequestMetrics {
+    /// Until the core answered.
+    answered: metrics::Histogram,
+    /// Until the answer left (durable).
+    seconds: metrics::Histogram,
 }
 
 /// A client request the core has not answered yet.
 struct Pending {
     store: StoreId,
-    /// The request's kind, the label of its latency histograms.
-    kind: &'static str,
+    /// The latency histograms of the request's kind.
+    metrics: RequestMetrics,
     reply: oneshot::Sender<Answer>,
     started: std::time::Instant,
 }
@@ -477,7 +487,7 @@ impl Driver {
                     id,
                     Pending {
                         store: req.store(),
-                        kind: request_kind(&req),
+                        metrics: self.metrics.request(request_kind(&req)),
                         reply,
                         started: std::time::Instant::now(),
                     },
@@ -534,8 +544,7 @@ impl Driver {
                 Output::Reply { req_id, result, .. } => {
                     let domain = match self.pending.get(&req_id) {
                         Some(p) => {
-                            let (answered, _) = self.metrics.request(p.kind);
-                            answered.record(p.started.elapsed().as_secs_f64());
+                            p.metrics.answered.record(p.started.elapsed().as_secs_f64());
                             Domain::Store(p.store)
                         }
                         None => Domain::Device,
@@ -595,8 +604,7 @@ impl Driver {
             }
             Held::Reply(req_id, result) => {
                 if let Some(p) = self.pending.remove(&req_id) {
-                    let (_, seconds) = self.metrics.request(p.kind);
-                    seconds.record(p.started.elapsed().as_secs_f64());
+                    p.metrics.seconds.record(p.started.elapsed().as_secs_f64());
                     let _ = p.reply.send(result);
                 }
             }
