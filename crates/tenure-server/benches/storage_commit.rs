@@ -1,4 +1,4 @@
-//! One group commit of the device storage: the write-ahead log record and its fdatasync,
+//! One group commit of the device storage: the write-ahead log record, written durably,
 //! for a group of one lock-acquire delta and for a group of eight (what group commit
 //! gathers under load). The figure is this disk's durable-write floor, which every lock
 //! operation pays once per replica.

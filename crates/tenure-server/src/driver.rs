@@ -10,7 +10,7 @@
 //! 1. every `Persist` joins the *open commit group*, which is handed to the storage thread
 //!    at the end of each turn of the loop. The storage thread commits in order, and each
 //!    commit takes every group that queued up while the previous one ran, in ONE durable
-//!    write (one fdatasync however many persists it holds). It never waits for the driver
+//!    write (one disk flush however many persists it holds). It never waits for the driver
 //!    between commits, and the driver never waits for the disk.
 //! 2. every `Send` and `Reply` (and status answer) waits, in output order, until every
 //!    `Persist` it may depend on is durable: it is tagged with the newest group holding

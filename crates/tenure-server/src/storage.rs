@@ -13,7 +13,7 @@
 //! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
 //! commit): the driver hands it every persist gathered while the previous commit ran.
 //! The group is appended to the device's write-ahead log ([`crate::wal`]) as one record,
-//! one write and one fdatasync, and applied to an in-memory copy of the durable state.
+//! one durable write (see [`crate::wal`]), and applied to an in-memory copy of the durable state.
 //! When the log is full, a *checkpoint* writes the current record of every chunk the
 //! logged groups changed (and their removals and the serial counter) into redb in ONE
 //! write transaction committed with [`Durability::Immediate`], which also records the
@@ -256,7 +256,7 @@ impl Storage {
         })
     }
 
-    /// Make a group of changes durable (one log record: one write and one fdatasync).
+    /// Make a group of changes durable (one log record, written durably).
     /// Returns after it is durable. An empty group does nothing.
     pub fn commit(&mut self, ops: Vec<PersistOp>) -> Result<(), StorageError> {
         let logged = self.commit_logged(ops)?;
