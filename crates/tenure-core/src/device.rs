@@ -19,7 +19,7 @@ use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
 use crate::msg::{Msg, PolicyMsg, ToChunk, ToManager};
 use crate::rng::Rng;
 use crate::time::Instant;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One device's protocol core.
 pub struct Device {
@@ -33,6 +33,9 @@ pub struct Device {
     /// refreshes that role's entry only; anything else (timers, policy, tests' direct
     /// access) refreshes them all. [`Self::poll_timeout`] is the earliest entry.
     timers: std::cell::RefCell<Timers>,
+    /// Stores whose manager role a client request reached since the last garbage
+    /// collection (a request can leave an empty role behind).
+    requested: Vec<StoreId>,
 }
 
 /// Cached next timeouts, see [`Device::timers`].
@@ -40,7 +43,16 @@ pub struct Device {
 struct Timers {
     chunks: BTreeMap<ChunkId, Instant>,
     managers: BTreeMap<StoreId, Instant>,
+    /// The same entries ordered by deadline: the first is [`Device::poll_timeout`].
+    order: BTreeSet<(Instant, Role)>,
     stale: Stale,
+}
+
+/// A timer's owner, in [`Timers::order`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Chunk(ChunkId),
+    Manager(StoreId),
 }
 
 /// Which cached timeouts may be out of date.
@@ -94,6 +106,7 @@ impl Device {
             managers: BTreeMap::new(),
             last_timer: None,
             timers: Default::default(),
+            requested: Vec::new(),
         };
         let mut out = Vec::new();
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
@@ -182,8 +195,14 @@ impl Device {
                         result: Err(ClientError::NotManager { hint: Some(hint) }),
                     });
                 } else {
-                    let Device { env, managers, .. } = self;
+                    let Device {
+                        env,
+                        managers,
+                        requested,
+                        ..
+                    } = self;
                     let mut ctx = env.ctx(now, &mut out);
+                    requested.push(store);
                     managers
                         .entry(store)
                         .or_insert_with(|| Manager::new(store))
@@ -370,7 +389,41 @@ impl Device {
 
     /// Drop chunks that garbage-collected themselves and manager roles with nothing in
     /// them. A garbage-collected chunk's id is answered with `nochunk` from then on.
+    ///
+    /// Only a role an input reached can have become garbage: after an input that reached
+    /// one role, that role and the manager roles requests reached are checked; after
+    /// anything else, every role.
     fn collect_garbage(&mut self) {
+        let requested = std::mem::take(&mut self.requested);
+        let reached = self.timers.get_mut().stale;
+        if let Stale::Chunk(_) | Stale::Manager(_) = reached {
+            let mut removed = false;
+            if let Stale::Chunk(id) = reached
+                && self
+                    .chunks
+                    .get(&id)
+                    .is_some_and(|c| c.state == crate::layout::ChunkState::GarbageCollect)
+            {
+                removed |= self.chunks.remove(&id).is_some();
+            }
+            let reached_store = match reached {
+                Stale::Manager(s) => Some(s),
+                _ => None,
+            };
+            for s in requested.into_iter().chain(reached_store) {
+                if self
+                    .managers
+                    .get(&s)
+                    .is_some_and(|m| m.state == MgrState::None && m.forwarding.is_none())
+                {
+                    removed |= self.managers.remove(&s).is_some();
+                }
+            }
+            if removed {
+                self.timers.get_mut().stale = Stale::All;
+            }
+            return;
+        }
         let before = (self.chunks.len(), self.managers.len());
         self.chunks
             .retain(|_, c| c.state != crate::layout::ChunkState::GarbageCollect);
@@ -385,9 +438,7 @@ impl Device {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut timers = self.timers.borrow_mut();
         self.refresh(&mut timers);
-        let c = timers.chunks.values().min().copied();
-        let m = timers.managers.values().min().copied();
-        crate::time::earliest(c, m)
+        timers.order.first().map(|(t, _)| *t)
     }
 
     /// Bring the stale entries of `timers` up to date.
@@ -397,8 +448,16 @@ impl Device {
         let manager = |s: &StoreId| self.managers.get(s).and_then(Manager::next_timeout);
         match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => {}
-            Stale::Chunk(id) => set(&mut timers.chunks, id, chunk(&id)),
-            Stale::Manager(s) => set(&mut timers.managers, s, manager(&s)),
+            Stale::Chunk(id) => {
+                let Timers { chunks, order, .. } = timers;
+                set(chunks, order, id, Role::Chunk(id), chunk(&id));
+            }
+            Stale::Manager(s) => {
+                let Timers {
+                    managers, order, ..
+                } = timers;
+                set(managers, order, s, Role::Manager(s), manager(&s));
+            }
             Stale::All => {
                 timers.chunks = self
                     .chunks
@@ -409,6 +468,12 @@ impl Device {
                     .managers
                     .keys()
                     .filter_map(|s| Some((*s, manager(s)?)))
+                    .collect();
+                timers.order = timers
+                    .chunks
+                    .iter()
+                    .map(|(id, t)| (*t, Role::Chunk(*id)))
+                    .chain(timers.managers.iter().map(|(s, t)| (*t, Role::Manager(*s))))
                     .collect();
             }
         }
@@ -488,14 +553,95 @@ impl Device {
     }
 }
 
-/// Set or clear one cached timeout.
-fn set<K: Ord>(map: &mut BTreeMap<K, Instant>, key: K, t: Option<Instant>) {
-    match t {
+/// Set or clear one cached timeout, in its map and in the deadline order.
+fn set<K: Ord>(
+    map: &mut BTreeMap<K, Instant>,
+    order: &mut BTreeSet<(Instant, Role)>,
+    key: K,
+    role: Role,
+    t: Option<Instant>,
+) {
+    let old = match t {
         Some(t) => {
-            map.insert(key, t);
+            order.insert((t, role));
+            map.insert(key, t).filter(|o| *o != t)
         }
-        None => {
-            map.remove(&key);
-        }
+        None => map.remove(&key),
+    };
+    if let Some(o) = old {
+        order.remove(&(o, role));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterConfig;
+    use crate::ids::ClientId;
+    use crate::io::Request;
+
+    /// A request to a store this device does not manage leaves an empty manager role
+    /// behind; the next message, whatever role it reaches, collects it (as a full scan
+    /// would), and a role that still manages something is kept.
+    #[test]
+    fn an_empty_manager_role_left_by_a_request_is_collected_by_the_next_message() {
+        let cluster = ClusterConfig::new(5, 8, 3);
+        let me = cluster.devices[4];
+        let now = Instant(1_000_000);
+        let (mut dev, _) = Device::new(
+            DeviceConfig::new(me, cluster.clone()),
+            DevicePersist::default(),
+            now,
+            7,
+        );
+        let store = (0..8)
+            .map(StoreId)
+            .find(|s| cluster.preferred_manager(*s) != me && !dev.managers.contains_key(s))
+            .expect("a store without a role here");
+        let before = dev.managers.len();
+        let out = dev.handle(
+            now,
+            Input::Request {
+                client: ClientId(1),
+                req_id: 1,
+                req: Request::Write {
+                    store,
+                    key: 1,
+                    value: 1,
+                },
+            },
+        );
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Reply {
+                    result: Err(crate::io::ClientError::NotManager { .. }),
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        assert_eq!(dev.managers.len(), before + 1, "the request made a role");
+        // A message to some chunk (this device has no such chunk).
+        let chunk = ChunkId {
+            device: me,
+            serial: 999,
+        };
+        dev.handle(
+            now,
+            Input::Message {
+                from: cluster.devices[0],
+                msg: Msg::ToChunk {
+                    store: StoreId(0),
+                    chunk,
+                    msg: ToChunk::Confirm {
+                        epoch: Epoch(1),
+                        upto: crate::data::Version::default(),
+                    },
+                },
+            },
+        );
+        assert_eq!(dev.managers.len(), before, "the empty role is collected");
+        assert!(!dev.managers.contains_key(&store));
     }
 }
