@@ -131,6 +131,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len}s {msg}")
                 .expect("template"),
         );
+        let cpu = CpuMeter::start(&a.target);
         let started = Instant::now();
         let end = started + Duration::from_secs(a.seconds);
         let mut tasks = Vec::new();
@@ -182,11 +183,12 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
             total.add(t.await?)?;
         }
         let elapsed = started.elapsed().as_secs_f64();
+        let n = total.len();
+        let (cpu_json, cpu_text) = cpu.per_unit(n, "cycle");
         bar.finish_and_clear();
         for c in &clients {
             let _ = c.close().await;
         }
-        let n = total.len();
         let ms = |us: u64| us as f64 / 1000.0;
         let report = serde_json::json!({
             "bench": "locks",
@@ -201,6 +203,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
             "p50_ms": ms(total.value_at_quantile(0.5)),
             "p99_ms": ms(total.value_at_quantile(0.99)),
             "max_ms": ms(total.max()),
+            "cpu_us_per_cycle": cpu_json,
         });
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -221,6 +224,9 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
                 ms(total.value_at_quantile(0.99)),
                 ms(total.max())
             );
+            if let Some(t) = cpu_text {
+                println!("{t}");
+            }
         }
         anyhow::Ok(())
     })
@@ -262,6 +268,7 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len}s {msg}")
                 .expect("template"),
         );
+        let cpu = CpuMeter::start(&a.target);
         let started = Instant::now();
         let end = started + Duration::from_secs(a.seconds);
         let mut tasks = Vec::new();
@@ -305,6 +312,7 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
         let elapsed = started.elapsed().as_secs_f64();
         let n = total.len();
+        let (cpu_json, cpu_text) = cpu.per_unit(n, "write");
         let ms = |us: u64| us as f64 / 1000.0;
         let report = serde_json::json!({
             "bench": "writes",
@@ -317,6 +325,7 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
             "p50_ms": ms(total.value_at_quantile(0.5)),
             "p99_ms": ms(total.value_at_quantile(0.99)),
             "max_ms": ms(total.max()),
+            "cpu_us_per_op": cpu_json,
         });
         if a.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -336,7 +345,106 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
                 ms(total.value_at_quantile(0.99)),
                 ms(total.max())
             );
+            if let Some(t) = cpu_text {
+                println!("{t}");
+            }
         }
         anyhow::Ok(())
     })
+}
+
+/// CPU time (user + system) spent by this process and by the local cluster's device
+/// processes during a measurement, read from `/proc` (Linux): what the work cost
+/// beside how long it took. Device processes are known only for a local cluster
+/// (`cluster.json`), not for `--endpoints`.
+struct CpuMeter {
+    devices: Vec<u32>,
+    start: Option<(Option<Duration>, Duration)>,
+}
+
+impl CpuMeter {
+    /// Start measuring now.
+    fn start(target: &crate::client_cmds::Target) -> CpuMeter {
+        let devices = if target.endpoints.is_empty() {
+            crate::cluster::ClusterFile::load(&target.data)
+                .map(|f| f.devices.iter().map(|d| d.pid).collect())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut m = CpuMeter {
+            devices,
+            start: None,
+        };
+        m.start = m.sample();
+        m
+    }
+
+    /// (devices, this process) CPU so far; devices `None` if any is unreadable.
+    fn sample(&self) -> Option<(Option<Duration>, Duration)> {
+        let devices = if self.devices.is_empty() {
+            None
+        } else {
+            self.devices
+                .iter()
+                .map(|p| process_cpu(&p.to_string()))
+                .sum::<Option<Duration>>()
+        };
+        Some((devices, process_cpu("self")?))
+    }
+
+    /// Microseconds of CPU per unit of work since the start, as JSON
+    /// (`{"devices": .., "bench": ..}`, `null` where unknown), and as a sentence.
+    fn per_unit(&self, units: u64, unit: &str) -> (serde_json::Value, Option<String>) {
+        let (Some((d0, b0)), Some((d1, b1))) = (self.start, self.sample()) else {
+            return (serde_json::Value::Null, None);
+        };
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / units.max(1) as f64;
+        let devices = d0.zip(d1).map(|(a, b)| per(b.saturating_sub(a)));
+        let bench = per(b1.saturating_sub(b0));
+        let text = match devices {
+            Some(d) => format!(
+                "CPU per {unit}: {d:.0} µs in the {} device processes, {bench:.0} µs in this one",
+                self.devices.len()
+            ),
+            None => format!("CPU per {unit}: {bench:.0} µs in this process"),
+        };
+        (
+            serde_json::json!({ "devices": devices, "bench": bench }),
+            Some(text),
+        )
+    }
+}
+
+/// User + system CPU time of process `pid` (a number, or `self`), from
+/// `/proc/<pid>/stat`; `None` where that cannot be read.
+fn process_cpu(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_cpu(&stat, rustix::param::clock_ticks_per_second())
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line, in clock ticks of `hz` per second.
+/// The command name (field 2) may hold spaces and parentheses, so fields are counted
+/// after its closing parenthesis: state is the first, utime the 12th, stime the 13th.
+fn parse_cpu(stat: &str, hz: u64) -> Option<Duration> {
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    Some(Duration::from_secs_f64(ticks as f64 / hz.max(1) as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        // A command name with spaces and a parenthesis; utime 250, stime 50 ticks.
+        let stat = "4242 (tenure (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3";
+        assert_eq!(parse_cpu(stat, 100), Some(Duration::from_secs(3)));
+        assert_eq!(parse_cpu("garbage", 100), None);
+        assert!(
+            process_cpu("self").is_some(),
+            "this process's own CPU is readable"
+        );
+    }
 }
