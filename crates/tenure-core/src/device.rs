@@ -41,14 +41,14 @@ pub struct Device {
 /// Cached next timeouts, see [`Device::timers`].
 #[derive(Default)]
 struct Timers {
-    chunks: BTreeMap<ChunkId, Instant>,
-    managers: BTreeMap<StoreId, Instant>,
+    /// Each role's next timeout (roles without one are absent).
+    deadlines: BTreeMap<Role, Instant>,
     /// The same entries ordered by deadline: the first is [`Device::poll_timeout`].
     order: BTreeSet<(Instant, Role)>,
     stale: Stale,
 }
 
-/// A timer's owner, in [`Timers::order`].
+/// A timer's owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Role {
     Chunk(ChunkId),
@@ -60,8 +60,8 @@ enum Role {
 enum Stale {
     #[default]
     All,
-    Chunk(ChunkId),
-    Manager(StoreId),
+    /// Only this role's.
+    One(Role),
     None,
 }
 
@@ -221,12 +221,12 @@ impl Device {
             Input::Message {
                 msg: Msg::ToChunk { chunk, .. },
                 ..
-            } => Stale::Chunk(*chunk),
+            } => Stale::One(Role::Chunk(*chunk)),
             Input::Message {
                 msg: Msg::ToManager { store, .. } | Msg::Mgr { store, .. },
                 ..
-            } => Stale::Manager(*store),
-            Input::Request { req, .. } => Stale::Manager(req.store()),
+            } => Stale::One(Role::Manager(*store)),
+            Input::Request { req, .. } => Stale::One(Role::Manager(req.store())),
             Input::Message {
                 msg: Msg::Policy(_),
                 ..
@@ -396,26 +396,19 @@ impl Device {
     fn collect_garbage(&mut self) {
         let requested = std::mem::take(&mut self.requested);
         let reached = self.timers.get_mut().stale;
-        if let Stale::Chunk(_) | Stale::Manager(_) = reached {
+        if let Stale::One(role) = reached {
             let mut removed = false;
-            if let Stale::Chunk(id) = reached
-                && self
-                    .chunks
-                    .get(&id)
-                    .is_some_and(|c| c.state == crate::layout::ChunkState::GarbageCollect)
+            if let Role::Chunk(id) = role
+                && self.chunks.get(&id).is_some_and(chunk_is_garbage)
             {
                 removed |= self.chunks.remove(&id).is_some();
             }
-            let reached_store = match reached {
-                Stale::Manager(s) => Some(s),
-                _ => None,
+            let reached_store = match role {
+                Role::Manager(s) => Some(s),
+                Role::Chunk(_) => None,
             };
             for s in requested.into_iter().chain(reached_store) {
-                if self
-                    .managers
-                    .get(&s)
-                    .is_some_and(|m| m.state == MgrState::None && m.forwarding.is_none())
-                {
+                if self.managers.get(&s).is_some_and(manager_is_garbage) {
                     removed |= self.managers.remove(&s).is_some();
                 }
             }
@@ -425,10 +418,8 @@ impl Device {
             return;
         }
         let before = (self.chunks.len(), self.managers.len());
-        self.chunks
-            .retain(|_, c| c.state != crate::layout::ChunkState::GarbageCollect);
-        self.managers
-            .retain(|_, m| m.state != MgrState::None || m.forwarding.is_some());
+        self.chunks.retain(|_, c| !chunk_is_garbage(c));
+        self.managers.retain(|_, m| !manager_is_garbage(m));
         if (self.chunks.len(), self.managers.len()) != before {
             self.timers.get_mut().stale = Stale::All;
         }
@@ -444,38 +435,30 @@ impl Device {
     /// Bring the stale entries of `timers` up to date.
     fn refresh(&self, timers: &mut Timers) {
         let drift = self.env.cfg.timing.clock_drift;
-        let chunk = |id: &ChunkId| self.chunks.get(id).and_then(|c| c.next_timeout(drift));
-        let manager = |s: &StoreId| self.managers.get(s).and_then(Manager::next_timeout);
-        match std::mem::replace(&mut timers.stale, Stale::None) {
-            Stale::None => {}
-            Stale::Chunk(id) => {
-                let Timers { chunks, order, .. } = timers;
-                set(chunks, order, id, Role::Chunk(id), chunk(&id));
-            }
-            Stale::Manager(s) => {
-                let Timers {
-                    managers, order, ..
-                } = timers;
-                set(managers, order, s, Role::Manager(s), manager(&s));
-            }
+        let next = |role: Role| match role {
+            Role::Chunk(id) => self.chunks.get(&id).and_then(|c| c.next_timeout(drift)),
+            Role::Manager(s) => self.managers.get(&s).and_then(Manager::next_timeout),
+        };
+        let role = match std::mem::replace(&mut timers.stale, Stale::None) {
+            Stale::None => return,
+            Stale::One(role) => role,
             Stale::All => {
-                timers.chunks = self
-                    .chunks
-                    .keys()
-                    .filter_map(|id| Some((*id, chunk(id)?)))
-                    .collect();
-                timers.managers = self
-                    .managers
-                    .keys()
-                    .filter_map(|s| Some((*s, manager(s)?)))
-                    .collect();
-                timers.order = timers
-                    .chunks
-                    .iter()
-                    .map(|(id, t)| (*t, Role::Chunk(*id)))
-                    .chain(timers.managers.iter().map(|(s, t)| (*t, Role::Manager(*s))))
-                    .collect();
+                let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
+                    .chain(self.managers.keys().map(|s| Role::Manager(*s)));
+                timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
+                timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
+                return;
             }
+        };
+        let old = match next(role) {
+            Some(t) => {
+                timers.order.insert((t, role));
+                timers.deadlines.insert(role, t).filter(|o| *o != t)
+            }
+            None => timers.deadlines.remove(&role),
+        };
+        if let Some(o) = old {
+            timers.order.remove(&(o, role));
         }
     }
 
@@ -553,24 +536,14 @@ impl Device {
     }
 }
 
-/// Set or clear one cached timeout, in its map and in the deadline order.
-fn set<K: Ord>(
-    map: &mut BTreeMap<K, Instant>,
-    order: &mut BTreeSet<(Instant, Role)>,
-    key: K,
-    role: Role,
-    t: Option<Instant>,
-) {
-    let old = match t {
-        Some(t) => {
-            order.insert((t, role));
-            map.insert(key, t).filter(|o| *o != t)
-        }
-        None => map.remove(&key),
-    };
-    if let Some(o) = old {
-        order.remove(&(o, role));
-    }
+/// A chunk that garbage-collected itself.
+fn chunk_is_garbage(c: &Chunk) -> bool {
+    c.state == crate::layout::ChunkState::GarbageCollect
+}
+
+/// A manager role with nothing in it: not managing, and no forwarding address.
+fn manager_is_garbage(m: &Manager) -> bool {
+    m.state == MgrState::None && m.forwarding.is_none()
 }
 
 #[cfg(test)]
@@ -582,7 +555,7 @@ mod tests {
 
     /// A request to a store this device does not manage leaves an empty manager role
     /// behind; the next message, whatever role it reaches, collects it (as a full scan
-    /// would), and a role that still manages something is kept.
+    /// would).
     #[test]
     fn an_empty_manager_role_left_by_a_request_is_collected_by_the_next_message() {
         let cluster = ClusterConfig::new(5, 8, 3);
