@@ -12,8 +12,8 @@
 //!
 //! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
 //! commit): the driver hands it every persist gathered while the previous commit ran.
-//! The group is appended to the device's write-ahead log ([`crate::wal`]) as one record,
-//! one durable write (see [`crate::wal`]), and applied to an in-memory copy of the durable state.
+//! The group is appended to the device's write-ahead log ([`crate::wal`]) as one record
+//! in one durable write, and applied to an in-memory copy of the durable state.
 //! When the log is full, a *checkpoint* writes the current record of every chunk the
 //! logged groups changed (and their removals and the serial counter) into redb in ONE
 //! write transaction committed with [`Durability::Immediate`], which also records the
