@@ -372,31 +372,14 @@ impl CpuMeter {
         } else {
             Vec::new()
         };
-        let mut m = CpuMeter {
-            devices,
-            start: None,
-        };
-        m.start = m.sample();
-        m
-    }
-
-    /// (devices, this process) CPU so far; devices `None` if any is unreadable.
-    fn sample(&self) -> Option<(Option<Duration>, Duration)> {
-        let devices = if self.devices.is_empty() {
-            None
-        } else {
-            self.devices
-                .iter()
-                .map(|p| process_cpu(&p.to_string()))
-                .sum::<Option<Duration>>()
-        };
-        Some((devices, process_cpu("self")?))
+        let start = cpu_sample(&devices);
+        CpuMeter { devices, start }
     }
 
     /// Microseconds of CPU per unit of work since the start, as JSON
     /// (`{"devices": .., "bench": ..}`, `null` where unknown), and as a sentence.
     fn per_unit(&self, units: u64, unit: &str) -> (serde_json::Value, Option<String>) {
-        let (Some((d0, b0)), Some((d1, b1))) = (self.start, self.sample()) else {
+        let (Some((d0, b0)), Some((d1, b1))) = (self.start, cpu_sample(&self.devices)) else {
             return (serde_json::Value::Null, None);
         };
         let per = |d: Duration| d.as_secs_f64() * 1e6 / units.max(1) as f64;
@@ -416,6 +399,17 @@ impl CpuMeter {
     }
 }
 
+/// (`devices`, this process) CPU so far; devices `None` if there are none or any is
+/// unreadable.
+fn cpu_sample(devices: &[u32]) -> Option<(Option<Duration>, Duration)> {
+    let devices = if devices.is_empty() {
+        None
+    } else {
+        devices.iter().map(|p| process_cpu(&p.to_string())).sum()
+    };
+    Some((devices, process_cpu("self")?))
+}
+
 /// User + system CPU time of process `pid` (a number, or `self`), from
 /// `/proc/<pid>/stat`; `None` where that cannot be read.
 fn process_cpu(pid: &str) -> Option<Duration> {
@@ -423,11 +417,10 @@ fn process_cpu(pid: &str) -> Option<Duration> {
     parse_cpu(&stat, rustix::param::clock_ticks_per_second())
 }
 
-/// `utime + stime` of a `/proc/<pid>/stat` line, in clock ticks of `hz` per second.
-/// The command name (field 2) may hold spaces and parentheses, so fields are counted
-/// after its closing parenthesis: state is the first, utime the 12th, stime the 13th.
+/// `utime + stime` of a `/proc/<pid>/stat` line, in clock ticks of `hz` per second:
+/// the 12th and 13th fields after the command name (the state is the first).
 fn parse_cpu(stat: &str, hz: u64) -> Option<Duration> {
-    let mut f = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut f = crate::cluster::stat_fields(stat)?.skip(11);
     let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
     Some(Duration::from_secs_f64(ticks as f64 / hz.max(1) as f64))
 }

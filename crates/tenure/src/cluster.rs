@@ -123,15 +123,17 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     }
 }
 
+/// The fields of a `/proc/<pid>/stat` line after the command name, which may hold spaces
+/// and parentheses: the state is the first.
+pub fn stat_fields(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace())
+}
+
 fn pid_alive(pid: u32) -> bool {
     // A zombie has no cmdline; a live process has a /proc entry with a state other than Z.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit(')')
-                .next()
-                .and_then(|rest| rest.split_whitespace().next())
-                .is_some_and(|state| state != "Z")
-        })
+        .ok()
+        .and_then(|s| stat_fields(&s)?.next().map(|state| state != "Z"))
         .unwrap_or(false)
 }
 
