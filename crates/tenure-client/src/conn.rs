@@ -18,54 +18,34 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, BufWriter, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::Uri;
 use tower_service::Service;
 
-/// Bytes buffered before a write goes out without waiting for a flush.
+/// Buffer size: writes up to this size wait for the flush; larger ones go out at once.
 const HIGH_WATER: usize = 64 * 1024;
 
-/// A stream whose flushes are deferred by one scheduler turn; see the module docs.
+/// A stream whose flushes are deferred by one scheduler turn; see the module docs. The
+/// buffering is tokio's [`BufWriter`]; this adds the one yield before a flush.
 #[derive(Debug)]
 pub struct Coalesced<S> {
-    inner: S,
-    buf: Vec<u8>,
-    /// Bytes of `buf` already written.
-    written: usize,
-    /// The current flush already yielded once.
+    inner: BufWriter<S>,
+    /// The pending flush has already yielded once.
     yielded: bool,
 }
 
-impl<S> Coalesced<S> {
+impl<S: AsyncWrite> Coalesced<S> {
     /// Wrap `inner`.
     pub fn new(inner: S) -> Coalesced<S> {
         Coalesced {
-            inner,
-            buf: Vec::new(),
-            written: 0,
+            inner: BufWriter::with_capacity(HIGH_WATER, inner),
             yielded: false,
         }
     }
 }
 
-impl<S: AsyncWrite + Unpin> Coalesced<S> {
-    /// Write out everything buffered.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.written < self.buf.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.written..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.written += n;
-        }
-        self.buf.clear();
-        self.written = 0;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Coalesced<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Coalesced<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -81,26 +61,23 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesced<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if self.buf.len() >= HIGH_WATER {
-            ready!(self.poll_drain(cx))?;
-        }
-        self.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
+        Pin::new(&mut self.inner).poll_write(cx, data)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.written < self.buf.len() && !self.yielded {
+        // One turn of the scheduler before bytes leave, so that what becomes ready
+        // meanwhile joins them; an empty flush does not wait.
+        if !self.inner.buffer().is_empty() && !self.yielded {
             self.yielded = true;
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        ready!(self.poll_drain(cx))?;
+        ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
         self.yielded = false;
-        Pin::new(&mut self.inner).poll_flush(cx)
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_drain(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
