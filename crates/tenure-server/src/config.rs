@@ -256,6 +256,40 @@ impl ServerConfig {
     }
 }
 
+/// Lowest port of the kernel's ephemeral range (the source ports of outgoing
+/// connections), from `/proc/sys/net/ipv4/ip_local_port_range`; 32768 where unknown.
+fn ephemeral_floor() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// A port that is free on 127.0.0.1 now, for a local device to listen on, chosen below
+/// the kernel's ephemeral range. A port from that range (what binding port 0 gives) can
+/// be taken as the source port of any outgoing connection while its device is down, and
+/// the device then cannot listen on it again when it restarts.
+pub fn free_local_port() -> std::io::Result<u16> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let top = ephemeral_floor();
+    let floor = 10_000.min(top / 2);
+    let span = u64::from(top - floor);
+    // Start somewhere different in each process; step through the span from there.
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0)
+        ^ u64::from(std::process::id()).wrapping_mul(7919);
+    for _ in 0..span {
+        let port = floor + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::ErrorKind::AddrNotAvailable.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +338,15 @@ mod tests {
             worker_threads: None,
         };
         assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn free_local_ports_are_below_the_ephemeral_range_and_distinct() {
+        let top = ephemeral_floor();
+        let a = free_local_port().unwrap();
+        let b = free_local_port().unwrap();
+        assert!(a < top && b < top, "{a}, {b} not below {top}");
+        assert_ne!(a, b);
+        std::net::TcpListener::bind(("127.0.0.1", a)).unwrap();
     }
 }

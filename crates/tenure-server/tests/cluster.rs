@@ -15,8 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const STORES: u32 = 8;
 
 fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    let port = tenure_server::config::free_local_port().unwrap();
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 struct Node {

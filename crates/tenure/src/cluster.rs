@@ -58,7 +58,8 @@ struct UpArgs {
     #[arg(long, default_value_t = 3)]
     replication: usize,
     /// First port: device i uses base+i (peer), base+100+i (client), base+200+i (metrics).
-    /// 0 picks free ports.
+    /// 0 picks free ports (below the kernel's ephemeral range, so a restarted device gets its
+    /// ports back).
     #[arg(long, default_value_t = 0)]
     base_port: u16,
     /// How long to wait for every store to have a manager.
@@ -137,19 +138,13 @@ fn pid_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     if a.devices == 0 {
         bail!("--devices must be at least 1");
     }
     let port = |offset: u64, id: u64| -> anyhow::Result<u16> {
         if a.base_port == 0 {
-            free_port()
+            Ok(tenure_server::config::free_local_port()?)
         } else {
             u16::try_from(a.base_port as u64 + offset + id).context("port out of range")
         }
