@@ -90,7 +90,7 @@ pub struct LockKnobs {
     pub clients: usize,
     /// The stores they use (few, so that they contend).
     pub stores_used: u32,
-    /// Lock names per store.
+    /// Lock names per store (a pipelining client uses at least [`Self::pipeline_max`]).
     pub names_per_store: usize,
     /// Mean think time between a client's operations (µs).
     pub think_mean_us: u64,
@@ -111,6 +111,11 @@ pub struct LockKnobs {
     pub pause_p: f64,
     /// Probability, per action in the safety phase, that the client crashes.
     pub crash_p: f64,
+    /// Share of the clients that pipeline: each keeps up to [`Self::pipeline_max`]
+    /// requests in flight on its session stream (DESIGN §8), on distinct names.
+    pub pipelined_p: f64,
+    /// Requests a pipelining client keeps in flight at most, keep-alive aside.
+    pub pipeline_max: usize,
 }
 
 impl LockKnobs {
@@ -129,6 +134,32 @@ impl LockKnobs {
             close_p: [0.0, 0.02][rng.below(2) as usize],
             pause_p: [0.0, 0.01, 0.03][rng.below(3) as usize],
             crash_p: [0.0, 0.005, 0.02][rng.below(3) as usize],
+            pipelined_p: 0.0,
+            pipeline_max: 1,
         }
     }
+
+    /// Draw the pipelining knobs from their own generator, so that a run in which no
+    /// client pipelines is exactly the run its seed gave before clients could.
+    pub fn draw_pipelining(&mut self, rng: &mut Rng, mode: Pipelining) {
+        let share = [0.0, 0.5, 1.0][rng.below(3) as usize];
+        let max = 1 + rng.below(8) as usize;
+        (self.pipelined_p, self.pipeline_max) = match mode {
+            Pipelining::Drawn => (share, max),
+            Pipelining::Off => (0.0, 1),
+            Pipelining::Forced => (1.0, max.max(2)),
+        };
+    }
+}
+
+/// Which lock clients pipeline requests on their session stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Pipelining {
+    /// The seed decides: none, half or all of the clients, 1 to 8 requests in flight.
+    #[default]
+    Drawn,
+    /// No client pipelines: one request at a time per session.
+    Off,
+    /// Every client pipelines, with 2 to 8 requests in flight.
+    Forced,
 }

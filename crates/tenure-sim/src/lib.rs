@@ -16,5 +16,6 @@ pub mod sweep;
 pub mod world;
 
 pub use checks::{Violation, ViolationKind};
+pub use knobs::Pipelining;
 pub use sweep::{Summary, sweep};
 pub use world::{Outcome, RunReport, SimConfig, SimError, run};

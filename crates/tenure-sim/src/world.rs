@@ -19,9 +19,10 @@
 //!   (random halves or isolate one; symmetric or one-way; healed after a stability time),
 //!   heal, crash (restart after a delay), pause (long enough to outlast leases).
 //! - **Workload**: clients write random keys of random stores through random devices and
-//!   follow `NotManager` hints (a few hops, then retry elsewhere after a timeout); an
-//!   operator sends outside-policy commands (migrate, replace a chunk, relayout) to a
-//!   store's manager at random times.
+//!   follow `NotManager` hints (a few hops, then retry elsewhere after a timeout); lock
+//!   clients hold sessions and locks, one request at a time or pipelined
+//!   ([`SimConfig::pipelining`]); an operator sends outside-policy commands (migrate,
+//!   replace a chunk, relayout) to a store's manager at random times.
 //! - **Checkers** ([`crate::checks`]) run on every observation and after every device
 //!   event: one manager per (store, epoch) and increasing epochs, serving only under a
 //!   valid regular lease, no acknowledged write lost, durable before acknowledged.
@@ -30,11 +31,12 @@
 //!   in which every store must regain a working manager within `liveness_us`.
 
 mod clients;
+mod pipeline;
 
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
 use crate::knobs::Knobs;
-use crate::knobs::LockKnobs;
+use crate::knobs::{LockKnobs, Pipelining};
 use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
 use clients::{LockClient, LockReq};
@@ -116,6 +118,8 @@ pub struct SimConfig {
     pub faults: bool,
     /// Run the register-write workload beside the lock clients.
     pub writes: bool,
+    /// Which lock clients pipeline requests on their session stream.
+    pub pipelining: Pipelining,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
@@ -139,6 +143,7 @@ impl SimConfig {
             whole_record_every: tenure_core::io::CHECKPOINT_EVERY,
             faults: true,
             writes: true,
+            pipelining: Pipelining::Drawn,
             trace: false,
             keep_history: false,
         }
@@ -297,6 +302,16 @@ pub struct LockStats {
     pub client_crashes: u64,
     /// Operations in the history.
     pub history_ops: u64,
+    /// Requests sent while another request of the same client was in flight (keep-alives
+    /// aside): pipelining at work.
+    pub pipelined: u64,
+    /// Answers that arrived while a request the client sent earlier was still unanswered.
+    pub out_of_order: u64,
+    /// Session streams resumed on another target with requests in flight (after a
+    /// redirect, `Unavailable` or a client-side timeout).
+    pub stream_resumes: u64,
+    /// Requests re-sent, with their request ids, on a resumed stream.
+    pub resent: u64,
 }
 
 impl LockStats {
@@ -312,6 +327,10 @@ impl LockStats {
         self.client_pauses += o.client_pauses;
         self.client_crashes += o.client_crashes;
         self.history_ops += o.history_ops;
+        self.pipelined += o.pipelined;
+        self.out_of_order += o.out_of_order;
+        self.stream_resumes += o.stream_resumes;
+        self.resent += o.resent;
     }
 }
 
@@ -505,6 +524,9 @@ pub struct World {
     writes: BTreeMap<u64, ClientWrite>,
     lock_knobs: LockKnobs,
     lock_rng: Rng,
+    /// Picks the clients that pipeline (their own stream, so that runs where none does
+    /// draw everything else as before).
+    pipe_rng: Rng,
     lock_clients: Vec<LockClient>,
     lock_reqs: BTreeMap<u64, LockReq>,
     locks: LockChecker,
@@ -532,7 +554,9 @@ impl World {
         let mut clock_rng = root.fork();
         let mut device_rng = root.fork();
         let mut lock_rng = root.fork();
-        let lock_knobs = LockKnobs::draw(&mut lock_rng, cfg.stores);
+        let mut lock_knobs = LockKnobs::draw(&mut lock_rng, cfg.stores);
+        let mut pipe_rng = root.fork();
+        lock_knobs.draw_pipelining(&mut pipe_rng, cfg.pipelining);
         let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         let timing = tenure_core::Timing::default();
         let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
@@ -586,6 +610,7 @@ impl World {
             writes: BTreeMap::new(),
             lock_knobs,
             lock_rng,
+            pipe_rng,
             lock_clients: Vec::new(),
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),
@@ -971,7 +996,7 @@ impl World {
     fn reply(&mut self, d: DeviceId, req: u64, result: Result<Response, ClientError>) {
         self.trace(|| format!("{d} reply req {req}: {result:?}"));
         if self.lock_reqs.contains_key(&req) {
-            return self.lock_reply(req, result);
+            return self.lock_reply(d, req, result);
         }
         match result {
             Ok(_) => {

@@ -5,13 +5,16 @@
 //! retries on `Unavailable` and client-side timeouts with the same idempotency key, and
 //! keeps its own conservative session deadline (send time of the last answered
 //! keep-alive + TTL − δ_c): a lock counts as held by the client only before it.
+//! A client sends one request at a time unless the seed makes it pipeline
+//! ([`super::pipeline`]): then it keeps several in flight on its session stream and
+//! re-sends them all wherever the stream resumes.
 //!
 //! Every operation goes into the [`LockChecker`](crate::lockcheck::LockChecker)'s history
 //! with the output the client can vouch for: an answer that proves the request had no
 //! effect is `Failed` (or left out), an answer that does not (no reply, `Unavailable`
 //! after a retry, `SessionExpired` for a queued wait) is unknown, as Knossos' `:info`.
 
-use super::{CLIENT_HOPS_MAX, CLIENT_TIMEOUT_US, Event, World, exp};
+use super::{CLIENT_HOPS_MAX, Event, World, exp};
 use crate::lincheck::{LockInput, LockOutput};
 use crate::lockcheck::Interval;
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,7 +30,7 @@ pub(super) const LOCK_CLIENT_BASE: u64 = 1_000;
 /// A client's session as it sees it.
 #[derive(Clone, Debug)]
 pub(super) struct ClientSession {
-    id: SessionId,
+    pub(super) id: SessionId,
     ttl: Duration,
     /// Conservative deadline (real µs): the client stops using its locks here.
     deadline: u64,
@@ -37,17 +40,20 @@ pub(super) struct ClientSession {
 #[derive(Clone, Debug)]
 pub(super) struct LockClient {
     store: StoreId,
-    names: Vec<String>,
-    target: DeviceId,
+    pub(super) names: Vec<String>,
+    pub(super) target: DeviceId,
     /// Bumped at every client crash: answers to an older incarnation are ignored.
     incarnation: u64,
-    session: Option<ClientSession>,
-    held: BTreeMap<String, (LockMode, FencingToken)>,
+    pub(super) session: Option<ClientSession>,
+    pub(super) held: BTreeMap<String, (LockMode, FencingToken)>,
     /// Names whose acquire or release outcome this session does not know.
-    tainted: BTreeSet<String>,
-    /// The operation in flight (request id), keep-alive aside.
-    main: Option<u64>,
-    keepalive: Option<u64>,
+    pub(super) tainted: BTreeSet<String>,
+    /// Requests in flight, keep-alive aside: at most one unless the client pipelines.
+    pub(super) inflight: BTreeSet<u64>,
+    /// `Some(n)`: the client pipelines up to `n` requests on its session stream
+    /// ([`super::pipeline`]); `None`: one request at a time, each retried on its own.
+    pub(super) pipeline: Option<usize>,
+    pub(super) keepalive: Option<u64>,
     paused_until: Option<u64>,
     down: bool,
     next_request_id: u64,
@@ -57,30 +63,47 @@ pub(super) struct LockClient {
 
 /// What a request is for.
 #[derive(Clone, Debug)]
-enum Kind {
+pub(super) enum Kind {
     Open,
     KeepAlive,
     Close,
     Acquire { name: String, mode: LockMode },
     Release { name: String, token: FencingToken },
-    Holders,
+    Holders { name: String },
+}
+
+impl Kind {
+    /// The lock name the request is about, if any.
+    pub(super) fn name(&self) -> Option<&str> {
+        match self {
+            Kind::Acquire { name, .. } | Kind::Release { name, .. } | Kind::Holders { name } => {
+                Some(name)
+            }
+            Kind::Open | Kind::KeepAlive | Kind::Close => None,
+        }
+    }
 }
 
 /// A request in flight.
 #[derive(Clone, Debug)]
 pub(super) struct LockReq {
-    client: usize,
+    pub(super) id: u64,
+    pub(super) client: usize,
     incarnation: u64,
     req: Request,
-    kind: Kind,
+    pub(super) kind: Kind,
     attempt: u32,
     /// First send (real µs): deadlines are computed from it, conservatively.
     first_sent: u64,
     /// History operation, if any.
     op: Option<usize>,
     /// Some attempt went unanswered (it may have taken effect).
-    lost_attempt: bool,
+    pub(super) lost_attempt: bool,
     session: Option<SessionId>,
+    /// Where the last attempt went.
+    sent_to: DeviceId,
+    /// How long the client waits for an answer to one attempt (µs).
+    timeout_us: u64,
 }
 
 /// A lock name whose first segment hashes to `store`.
@@ -99,15 +122,22 @@ impl World {
         for c in 0..k.clients {
             let store = StoreId(self.lock_rng.below(k.stores_used as u64) as u32);
             let target = DeviceId(1 + self.lock_rng.below(self.cfg.devices));
+            let pipeline = self
+                .pipe_rng
+                .chance(k.pipelined_p)
+                .then_some(k.pipeline_max);
+            // A pipelining client needs as many names as it keeps requests in flight.
+            let names = k.names_per_store.max(pipeline.unwrap_or(0));
             self.lock_clients.push(LockClient {
                 store,
-                names: names_for(store, self.cfg.stores, k.names_per_store),
+                names: names_for(store, self.cfg.stores, names),
                 target,
                 incarnation: 0,
                 session: None,
                 held: BTreeMap::new(),
                 tainted: BTreeSet::new(),
-                main: None,
+                inflight: BTreeSet::new(),
+                pipeline,
                 keepalive: None,
                 paused_until: None,
                 down: false,
@@ -119,7 +149,7 @@ impl World {
         }
     }
 
-    fn think(&mut self, c: usize, mean: u64) {
+    pub(super) fn think(&mut self, c: usize, mean: u64) {
         let t = self.now + exp(&mut self.lock_rng, mean);
         self.schedule(t, Event::LockStep(c));
     }
@@ -127,29 +157,20 @@ impl World {
     /// A client's next action.
     pub(super) fn lock_step(&mut self, c: usize) {
         let cl = &self.lock_clients[c];
-        if cl.down || cl.paused_until.is_some() || cl.main.is_some() {
+        if cl.down || cl.paused_until.is_some() {
+            return;
+        }
+        if let Some(depth) = cl.pipeline {
+            return self.pipe_step(c, depth);
+        }
+        if !cl.inflight.is_empty() || self.client_fault(c) {
             return;
         }
         let k = self.lock_knobs.clone();
-        if self.faults_on && self.lock_rng.chance(k.crash_p) {
-            return self.client_crash(c);
-        }
-        if self.faults_on && self.lock_rng.chance(k.pause_p) {
-            let ttl = Duration::from_millis(k.ttl_ms).as_micros() as u64;
-            let len = 1 + self.lock_rng.below(3 * ttl);
-            self.lock_clients[c].paused_until = Some(self.now + len);
-            self.report.locks.client_pauses += 1;
-            self.trace(|| format!("lock client {c} pauses for {len}us"));
-            self.schedule(self.now + len, Event::ClientResume(c));
-            return;
-        }
         let cl = &self.lock_clients[c];
         let Some(session) = cl.session.clone() else {
-            let ttl = Duration::from_millis(k.ttl_ms);
-            let store = cl.store;
-            return self.lock_request(c, Request::OpenSession { store, ttl }, Kind::Open, None);
+            return self.open(c);
         };
-        let store = cl.store;
         let held: Vec<String> = cl.held.keys().cloned().collect();
         let free: Vec<String> = cl
             .names
@@ -165,32 +186,79 @@ impl World {
         if r.chance(k.holders_p) || free.is_empty() {
             let names = &self.lock_clients[c].names;
             let name = names[self.lock_rng.below(names.len() as u64) as usize].clone();
-            let op = self.locks.invoke(
-                LOCK_CLIENT_BASE + c as u64,
-                LockInput::Holders { name: name.clone() },
-                self.now,
-            );
-            return self.lock_request(c, Request::Holders { store, name }, Kind::Holders, Some(op));
+            return self.holders(c, name);
         }
         if r.chance(k.close_p) {
-            for name in held {
-                self.locks.unhold(&name, session.id, self.now);
-            }
-            let cl = &mut self.lock_clients[c];
-            cl.held.clear();
-            let req = Request::CloseSession {
-                store,
-                session: session.id,
-            };
-            return self.lock_request(c, req, Kind::Close, None);
+            return self.close(c, session.id);
         }
         let name = free[r.below(free.len() as u64) as usize].clone();
-        let mode = if r.chance(k.shared_p) {
+        self.acquire(c, session.id, name);
+    }
+
+    /// In the safety phase, the client may crash or pause (up to three TTLs, so past its
+    /// deadline) instead of acting; returns whether it did.
+    pub(super) fn client_fault(&mut self, c: usize) -> bool {
+        let k = &self.lock_knobs;
+        let (crash_p, pause_p, ttl_ms) = (k.crash_p, k.pause_p, k.ttl_ms);
+        if self.faults_on && self.lock_rng.chance(crash_p) {
+            self.client_crash(c);
+            return true;
+        }
+        if self.faults_on && self.lock_rng.chance(pause_p) {
+            let ttl = Duration::from_millis(ttl_ms).as_micros() as u64;
+            let len = 1 + self.lock_rng.below(3 * ttl);
+            self.lock_clients[c].paused_until = Some(self.now + len);
+            self.report.locks.client_pauses += 1;
+            self.trace(|| format!("lock client {c} pauses for {len}us"));
+            self.schedule(self.now + len, Event::ClientResume(c));
+            return true;
+        }
+        false
+    }
+
+    pub(super) fn open(&mut self, c: usize) {
+        let ttl = Duration::from_millis(self.lock_knobs.ttl_ms);
+        let store = self.lock_clients[c].store;
+        self.lock_request(c, Request::OpenSession { store, ttl }, Kind::Open, None);
+    }
+
+    /// Close the session: the client stops using its locks when it sends the close.
+    pub(super) fn close(&mut self, c: usize, session: SessionId) {
+        let cl = &mut self.lock_clients[c];
+        let store = cl.store;
+        let held: Vec<String> = std::mem::take(&mut cl.held).into_keys().collect();
+        for name in held {
+            self.locks.unhold(&name, session, self.now);
+        }
+        let req = Request::CloseSession { store, session };
+        self.lock_request(c, req, Kind::Close, None);
+    }
+
+    pub(super) fn holders(&mut self, c: usize, name: String) {
+        let store = self.lock_clients[c].store;
+        let op = self.locks.invoke(
+            LOCK_CLIENT_BASE + c as u64,
+            LockInput::Holders { name: name.clone() },
+            self.now,
+        );
+        let req = Request::Holders {
+            store,
+            name: name.clone(),
+        };
+        self.lock_request(c, req, Kind::Holders { name }, Some(op));
+    }
+
+    /// Acquire `name`: shared or exclusive, try or wait with a timeout, as the knobs say.
+    pub(super) fn acquire(&mut self, c: usize, session: SessionId, name: String) {
+        let k = &self.lock_knobs;
+        let (shared_p, try_p) = (k.shared_p, k.try_p);
+        let r = &mut self.lock_rng;
+        let mode = if r.chance(shared_p) {
             LockMode::Shared
         } else {
             LockMode::Exclusive
         };
-        let wait = if r.chance(k.try_p) {
+        let wait = if r.chance(try_p) {
             WaitSpec::Try
         } else {
             WaitSpec::Timeout(Duration::from_micros(50_000 + r.below(2_000_000)))
@@ -198,18 +266,19 @@ impl World {
         let cl = &mut self.lock_clients[c];
         cl.next_request_id += 1;
         let request_id = cl.next_request_id;
+        let store = cl.store;
         let op = self.locks.invoke(
             LOCK_CLIENT_BASE + c as u64,
             LockInput::Acquire {
                 name: name.clone(),
-                session: session.id,
+                session,
                 mode,
             },
             self.now,
         );
         let req = Request::Acquire {
             store,
-            session: session.id,
+            session,
             request_id,
             name: name.clone(),
             mode,
@@ -218,7 +287,7 @@ impl World {
         self.lock_request(c, req, Kind::Acquire { name, mode }, Some(op));
     }
 
-    fn release(&mut self, c: usize, name: String) {
+    pub(super) fn release(&mut self, c: usize, name: String) {
         let cl = &mut self.lock_clients[c];
         let session = cl.session.as_ref().expect("releases need a session").id;
         let (_, token) = cl.held.remove(&name).expect("held");
@@ -247,16 +316,20 @@ impl World {
     fn lock_request(&mut self, c: usize, req: Request, kind: Kind, op: Option<usize>) {
         self.next_req += 1;
         let id = self.next_req;
+        let timeout_us = self.request_timeout_us(c, &req);
         let cl = &mut self.lock_clients[c];
         let session = cl.session.as_ref().map(|s| s.id);
         if matches!(kind, Kind::KeepAlive) {
             cl.keepalive = Some(id);
         } else {
-            cl.main = Some(id);
+            self.note_pipelined(c, &kind);
+            self.lock_clients[c].inflight.insert(id);
         }
+        let cl = &self.lock_clients[c];
         self.lock_reqs.insert(
             id,
             LockReq {
+                id,
                 client: c,
                 incarnation: cl.incarnation,
                 req,
@@ -266,6 +339,8 @@ impl World {
                 op,
                 lost_attempt: false,
                 session,
+                sent_to: cl.target,
+                timeout_us,
             },
         );
         self.lock_send(id);
@@ -276,13 +351,14 @@ impl World {
             return;
         };
         r.attempt += 1;
-        let attempt = r.attempt;
+        let (attempt, timeout_us) = (r.attempt, r.timeout_us);
         let to = self.lock_clients[r.client].target;
+        r.sent_to = to;
         let boot = self.nodes[&to].boot;
         let lat = self.knobs.latency_min_us;
         self.schedule(self.now + lat, Event::LockArrive { req: id, to, boot });
         self.schedule(
-            self.now + CLIENT_TIMEOUT_US,
+            self.now + timeout_us,
             Event::LockTimeout { req: id, attempt },
         );
     }
@@ -308,7 +384,8 @@ impl World {
         );
     }
 
-    /// No answer in time: retry elsewhere, same idempotency key.
+    /// No answer in time: retry elsewhere, same idempotency key (a pipelining client
+    /// resumes its whole stream there).
     pub(super) fn lock_timeout(&mut self, id: u64, attempt: u32) {
         let Some(r) = self.lock_reqs.get_mut(&id) else {
             return;
@@ -318,11 +395,20 @@ impl World {
         }
         r.lost_attempt = true;
         let c = r.client;
+        let cl = &self.lock_clients[c];
+        if cl.pipeline.is_some() {
+            if r.incarnation != cl.incarnation {
+                // Sent before the client crashed: no stream of its own to resume.
+                self.lock_reqs.remove(&id);
+                return;
+            }
+            return self.resume_stream(c, None, None);
+        }
         self.retarget(c, None);
         self.lock_retry(id);
     }
 
-    fn retarget(&mut self, c: usize, hint: Option<DeviceId>) {
+    pub(super) fn retarget(&mut self, c: usize, hint: Option<DeviceId>) {
         let to = match hint {
             Some(h) if self.nodes.contains_key(&h) => h,
             _ => DeviceId(1 + self.lock_rng.below(self.cfg.devices)),
@@ -330,8 +416,10 @@ impl World {
         self.lock_clients[c].target = to;
     }
 
-    fn lock_retry(&mut self, id: u64) {
-        let r = &self.lock_reqs[&id];
+    pub(super) fn lock_retry(&mut self, id: u64) {
+        let Some(r) = self.lock_reqs.get(&id) else {
+            return;
+        };
         if r.attempt >= CLIENT_HOPS_MAX || r.incarnation != self.lock_clients[r.client].incarnation
         {
             return self.lock_give_up(id);
@@ -344,11 +432,21 @@ impl World {
         let Some(r) = self.lock_reqs.remove(&id) else {
             return;
         };
+        let cl = &self.lock_clients[r.client];
+        if cl.pipeline.is_some() && r.incarnation != cl.incarnation {
+            // A request of an incarnation that crashed: nothing left to update.
+            return;
+        }
         self.lock_done(&r, None);
     }
 
-    /// An answer to a lock client.
-    pub(super) fn lock_reply(&mut self, id: u64, result: Result<Response, ClientError>) {
+    /// An answer from `from` to a lock client.
+    pub(super) fn lock_reply(
+        &mut self,
+        from: DeviceId,
+        id: u64,
+        result: Result<Response, ClientError>,
+    ) {
         let Some(r) = self.lock_reqs.get(&id) else {
             return;
         };
@@ -357,7 +455,19 @@ impl World {
             self.lock_reqs.remove(&id);
             return;
         }
+        let pipelined = self.lock_clients[c].pipeline.is_some();
+        // A stream the client left delivers nothing more: the request was re-sent.
+        if pipelined && from != r.sent_to {
+            self.trace(|| format!("lock client {c}: answer to req {id} on a left stream"));
+            return;
+        }
         match result {
+            Err(ClientError::NotManager { hint }) if pipelined => {
+                self.resume_stream(c, hint, Some(id))
+            }
+            Err(ClientError::Unavailable { .. }) if pipelined => {
+                self.resume_stream(c, None, Some(id))
+            }
             Err(ClientError::NotManager { hint }) => {
                 self.retarget(c, hint);
                 self.lock_retry(id)
@@ -369,6 +479,7 @@ impl World {
             result => {
                 let r = self.lock_reqs.remove(&id).expect("present");
                 self.lock_clients[c].answered |= !self.faults_on;
+                self.note_out_of_order(c, id);
                 self.lock_done(&r, Some(result));
             }
         }
@@ -440,7 +551,7 @@ impl World {
                                     end: None,
                                 };
                                 self.locks.hold(name, iv);
-                                self.lock_clients[c].main = None;
+                                self.lock_finished(r);
                                 let hold = self.lock_knobs.hold_mean_us;
                                 return self.think(c, hold);
                             }
@@ -501,7 +612,7 @@ impl World {
                     }
                 }
             }
-            (Kind::Holders, result) => {
+            (Kind::Holders { .. }, result) => {
                 let op = r.op.expect("queries are recorded");
                 match result {
                     Some(Ok(Response::Holders(hs))) => {
@@ -514,7 +625,7 @@ impl World {
                 }
             }
         }
-        self.lock_clients[c].main = None;
+        self.lock_finished(r);
         let think = self.lock_knobs.think_mean_us;
         self.think(c, think);
     }
@@ -569,7 +680,7 @@ impl World {
         self.drop_session(c, self.now);
         let cl = &mut self.lock_clients[c];
         cl.incarnation += 1;
-        cl.main = None;
+        cl.inflight.clear();
         cl.keepalive = None;
         cl.down = true;
         let ttl = Duration::from_millis(self.lock_knobs.ttl_ms).as_micros() as u64;
@@ -590,7 +701,8 @@ impl World {
             // Its deadline may have passed while it slept.
             self.client_deadline_event(c, s);
         }
-        if self.lock_clients[c].main.is_none() {
+        let cl = &self.lock_clients[c];
+        if cl.inflight.is_empty() || cl.pipeline.is_some() {
             self.lock_step(c);
         }
     }
@@ -621,9 +733,11 @@ impl World {
                         cl.store,
                         cl.target,
                         cl.session.as_ref().map(|s| s.id),
-                        cl.main
-                            .and_then(|m| self.lock_reqs.get(&m))
+                        cl.inflight
+                            .iter()
+                            .filter_map(|m| self.lock_reqs.get(m))
                             .map(|r| &r.kind)
+                            .collect::<Vec<_>>()
                     ),
                 )
             })
