@@ -396,12 +396,12 @@ impl World {
         r.lost_attempt = true;
         let c = r.client;
         let cl = &self.lock_clients[c];
+        if r.incarnation != cl.incarnation {
+            // Sent before the client crashed: it has forgotten the request.
+            self.lock_reqs.remove(&id);
+            return;
+        }
         if cl.pipeline.is_some() {
-            if r.incarnation != cl.incarnation {
-                // Sent before the client crashed: no stream of its own to resume.
-                self.lock_reqs.remove(&id);
-                return;
-            }
             return self.resume_stream(c, None, None);
         }
         self.retarget(c, None);
@@ -432,9 +432,9 @@ impl World {
         let Some(r) = self.lock_reqs.remove(&id) else {
             return;
         };
-        let cl = &self.lock_clients[r.client];
-        if cl.pipeline.is_some() && r.incarnation != cl.incarnation {
-            // A request of an incarnation that crashed: nothing left to update.
+        if r.incarnation != self.lock_clients[r.client].incarnation {
+            // Sent before the client crashed: it has forgotten the request, whose
+            // operation stays open in the history.
             return;
         }
         self.lock_done(&r, None);
@@ -551,7 +551,7 @@ impl World {
                                     end: None,
                                 };
                                 self.locks.hold(name, iv);
-                                self.lock_finished(r);
+                                self.lock_clients[c].inflight.remove(&r.id);
                                 let hold = self.lock_knobs.hold_mean_us;
                                 return self.think(c, hold);
                             }
@@ -625,7 +625,7 @@ impl World {
                 }
             }
         }
-        self.lock_finished(r);
+        self.lock_clients[c].inflight.remove(&r.id);
         let think = self.lock_knobs.think_mean_us;
         self.think(c, think);
     }

@@ -173,14 +173,4 @@ impl World {
             self.report.locks.out_of_order += 1;
         }
     }
-
-    /// Request `r` is over (answered or given up).
-    pub(super) fn lock_finished(&mut self, r: &LockReq) {
-        let cl = &mut self.lock_clients[r.client];
-        if cl.pipeline.is_some() {
-            cl.inflight.remove(&r.id);
-        } else {
-            cl.inflight.clear();
-        }
-    }
 }
