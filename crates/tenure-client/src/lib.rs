@@ -27,6 +27,7 @@
 
 mod conn;
 pub mod locks;
+mod stream;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -119,6 +120,33 @@ pub enum Error {
     /// The server answered with an empty `oneof`.
     #[error("malformed answer from the server")]
     Malformed,
+    /// More requests in flight on a session stream than the server allows.
+    #[error("too many requests in flight (limit {0})")]
+    TooManyRequests(u32),
+    /// A request for another store than its session stream's.
+    #[error("request for store {request_store} on a stream of store {stream_store}")]
+    WrongStore {
+        /// The stream's store.
+        stream_store: u32,
+        /// The request's.
+        request_store: u32,
+    },
+    /// A request id was reused for a different request on a session stream.
+    #[error("request id {0} reused for a different request")]
+    RequestIdReused(u64),
+    /// The server could not read the request.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The lock was granted when the session's deadline had (nearly) passed, and no
+    /// keep-alive could confirm the session in time: the lock was released, not taken.
+    #[error("lock {0:?} was granted too late to be safe and was released")]
+    GrantUnconfirmed(String),
+    /// The call's deadline passed before an answer came.
+    #[error("no answer before the call's deadline")]
+    DeadlinePassed,
+    /// The client was shut down while the call ran.
+    #[error("client closed")]
+    Closed,
     /// Retries ran out.
     #[error("gave up after {attempts} attempts in {elapsed:?}; last error: {last}")]
     GaveUp {
@@ -156,6 +184,13 @@ impl Error {
             Some(Kind::WouldBlock(w)) => Error::WouldBlock(w.name),
             Some(Kind::NotHeld(n)) => Error::NotHeld(n.name),
             Some(Kind::Rejected(r)) => Error::Rejected(r.reason),
+            Some(Kind::TooManyRequests(t)) => Error::TooManyRequests(t.limit),
+            Some(Kind::WrongStore(w)) => Error::WrongStore {
+                stream_store: w.stream_store,
+                request_store: w.request_store,
+            },
+            Some(Kind::RequestIdReused(r)) => Error::RequestIdReused(r.request_id),
+            Some(Kind::InvalidRequest(r)) => Error::InvalidRequest(r.reason),
             None => Error::Malformed,
         }
     }
@@ -215,6 +250,28 @@ pub struct ClientOptions {
     pub wait_poll: Duration,
     /// Name reported to the servers (logs).
     pub client_name: String,
+    /// How requests travel: a session stream per store (the default) or unary RPCs.
+    pub transport: Transport,
+    /// One attempt to reach a device (connect and first answer); a device that does not
+    /// answer within it is passed over for `pass_over`.
+    pub attempt_timeout: Duration,
+    /// When an attempt has not answered within this, the next endpoint is tried too.
+    pub hedge_after: Duration,
+    /// How long an endpoint that did not answer is tried last.
+    pub pass_over: Duration,
+    /// Slack allowed past a timed wait before the client gives up on its own: a
+    /// `Wait::Timeout(d)` call returns within `d` + this, whatever the devices do.
+    pub wait_slack: Duration,
+}
+
+/// How a client's requests travel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// One session stream per store: pipelined requests, keep-alives and pushed events.
+    #[default]
+    Stream,
+    /// One unary RPC per request and a keep-alive stream per session.
+    Unary,
 }
 
 impl Default for ClientOptions {
@@ -231,6 +288,11 @@ impl Default for ClientOptions {
             loss_warning: Duration::from_secs(2),
             wait_poll: Duration::from_secs(30),
             client_name: format!("tenure-client/{}", std::process::id()),
+            transport: Transport::Stream,
+            attempt_timeout: Duration::from_secs(1),
+            hedge_after: Duration::from_millis(150),
+            pass_over: Duration::from_secs(5),
+            wait_slack: Duration::from_millis(300),
         }
     }
 }
@@ -261,6 +323,10 @@ pub(crate) struct Inner {
     stores: tokio::sync::OnceCell<u32>,
     sessions: tokio::sync::Mutex<HashMap<u32, Arc<locks::Session>>>,
     next_request: AtomicU64,
+    /// The session stream of each store ([`Transport::Stream`]).
+    links: Mutex<HashMap<u32, Arc<stream::Link>>>,
+    /// Endpoints that did not answer an attempt, and until when they are tried last.
+    slow: Arc<Mutex<HashMap<String, Instant>>>,
     /// Origin of the microsecond clock the deadline rule is computed on.
     origin: Instant,
 }
@@ -289,7 +355,7 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let c = Client::on_channels(opts, Vec::new(), Arc::default());
+        let c = Client::on_channels(opts, Vec::new(), Arc::default(), Arc::default());
         for e in endpoints {
             c.channel(&e)?;
         }
@@ -305,6 +371,7 @@ impl Client {
             self.inner.opts.clone(),
             self.endpoints(),
             self.inner.channels.clone(),
+            self.inner.slow.clone(),
         )
     }
 
@@ -313,6 +380,7 @@ impl Client {
         opts: ClientOptions,
         endpoints: Vec<String>,
         channels: Arc<Mutex<HashMap<String, TenureClient<Channel>>>>,
+        slow: Arc<Mutex<HashMap<String, Instant>>>,
     ) -> Client {
         Client {
             inner: Arc::new(Inner {
@@ -323,6 +391,8 @@ impl Client {
                 stores: tokio::sync::OnceCell::new(),
                 sessions: tokio::sync::Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
+                links: Mutex::new(HashMap::new()),
+                slow,
                 origin: Instant::now(),
             }),
         }
@@ -363,26 +433,148 @@ impl Client {
         Ok(client)
     }
 
-    /// The number of stores of the cluster (asked once, from any endpoint).
+    /// The number of stores of the cluster (asked once, from the first endpoint that
+    /// answers: the endpoints are raced, see [`Client::first_status`]).
     pub async fn stores(&self) -> Result<u32> {
         self.inner
             .stores
-            .get_or_try_init(|| async {
-                let mut last = Error::NoEndpoints;
-                for e in self.endpoints() {
-                    match self.status_of(&e).await {
-                        Ok(s) => return Ok(s.stores),
-                        Err(err) => last = err,
-                    }
-                }
-                Err(last)
-            })
+            .get_or_try_init(|| async { self.first_status().await.map(|(_, s)| s.stores) })
             .await
             .copied()
     }
 
+    /// The status of the first device that answers: one endpoint is asked, and another
+    /// each `hedge_after` while none has answered; a device silent for `attempt_timeout`
+    /// is passed over for a while. Tried again, with backoff, within `retry_deadline`.
+    pub async fn first_status(&self) -> Result<(String, proto::StatusResponse)> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let o = &self.inner.opts;
+        let deadline = Instant::now() + o.retry_deadline;
+        let mut backoff = o.backoff_min;
+        loop {
+            let mut candidates = self.candidates(0, None, 0);
+            candidates.reverse();
+            let mut asks = FuturesUnordered::new();
+            let mut last = Error::NoEndpoints;
+            let ask = |ep: String| async move {
+                let r = self.status_within(&ep, o.attempt_timeout).await;
+                (ep, r)
+            };
+            loop {
+                if asks.is_empty() {
+                    match candidates.pop() {
+                        Some(ep) => asks.push(ask(ep)),
+                        None => break,
+                    }
+                }
+                tokio::select! {
+                    Some((ep, r)) = asks.next() => match r {
+                        Ok(s) => return Ok((ep, s)),
+                        Err(e) => {
+                            if matches!(&e, Error::Rpc(s) if s.code() == tonic::Code::DeadlineExceeded) {
+                                self.pass_over(&ep);
+                            }
+                            last = e;
+                        }
+                    },
+                    _ = tokio::time::sleep(o.hedge_after), if !candidates.is_empty() => {
+                        if let Some(ep) = candidates.pop() {
+                            asks.push(ask(ep));
+                        }
+                    }
+                }
+            }
+            if Instant::now() + backoff >= deadline {
+                return Err(last);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(o.backoff_max);
+        }
+    }
+
+    /// The endpoints to try for `store`, best first: a redirect's hint, the remembered
+    /// manager, then every endpoint starting at one picked by the store; endpoints that
+    /// recently did not answer go last. `rotate` moves the starting endpoint on (after a
+    /// redirect chain that led nowhere).
+    pub(crate) fn candidates(
+        &self,
+        store: u32,
+        hint: Option<String>,
+        rotate: usize,
+    ) -> Vec<String> {
+        let eps = self.endpoints();
+        let mut out: Vec<String> = Vec::with_capacity(eps.len() + 2);
+        let route = self.inner.routes.lock().unwrap().get(&store).cloned();
+        for e in hint.into_iter().chain(route) {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+        let n = eps.len().max(1);
+        for i in 0..eps.len() {
+            let e = &eps[(store as usize + rotate + i) % n];
+            if !out.contains(e) {
+                out.push(e.clone());
+            }
+        }
+        let now = Instant::now();
+        let mut slow = self.inner.slow.lock().unwrap();
+        slow.retain(|_, until| *until > now);
+        // Stable: the order above is kept within each group.
+        out.sort_by_key(|e| slow.contains_key(e));
+        out
+    }
+
+    /// `endpoint` did not answer in time: try it last for a while.
+    pub(crate) fn pass_over(&self, endpoint: &str) {
+        if endpoint.is_empty() {
+            return;
+        }
+        let until = Instant::now() + self.inner.opts.pass_over;
+        debug!(%endpoint, "passed over: no answer in time");
+        self.inner
+            .slow
+            .lock()
+            .unwrap()
+            .insert(endpoint.to_string(), until);
+    }
+
+    /// The session stream of `store` (started on first use).
+    pub(crate) fn link(&self, store: u32) -> Arc<stream::Link> {
+        let mut links = self.inner.links.lock().unwrap();
+        links
+            .entry(store)
+            .or_insert_with(|| Arc::new(stream::Link::spawn(self, store)))
+            .clone()
+    }
+
+    /// The deadline of a request that should be answered promptly.
+    pub(crate) fn quick_deadline(&self) -> Instant {
+        Instant::now() + self.inner.opts.retry_deadline
+    }
+
     /// Write a test register in `store`.
     pub async fn write(&self, store: u32, key: u64, value: u64) -> Result<Version> {
+        if self.inner.opts.transport == Transport::Stream {
+            let req = proto::WriteRequest { store, key, value };
+            let id = self.next_request_id();
+            let deadline = Some(self.quick_deadline());
+            return match self
+                .link(store)
+                .call(id, stream::Rq::Write(req), true, deadline)
+                .await
+            {
+                Ok(stream::Ev::Written(w)) => {
+                    let v = w.version.unwrap_or_default();
+                    Ok(Version {
+                        epoch: v.epoch,
+                        seq: v.seq,
+                    })
+                }
+                Ok(_) => Err(Error::Malformed),
+                Err(e) => Err(self.gave_up(e)),
+            };
+        }
         self.routed(store, |mut c| async move {
             let r = c
                 .write(proto::WriteRequest { store, key, value })
@@ -405,14 +597,18 @@ impl Client {
 
     /// Status of the device at `endpoint`.
     pub async fn status_of(&self, endpoint: &str) -> Result<proto::StatusResponse> {
+        self.status_within(endpoint, self.inner.opts.attempt_timeout)
+            .await
+    }
+
+    async fn status_within(
+        &self,
+        endpoint: &str,
+        limit: Duration,
+    ) -> Result<proto::StatusResponse> {
         let endpoint = normalize(endpoint.to_string());
         let mut c = self.channel(&endpoint)?;
-        match tokio::time::timeout(
-            self.inner.opts.request_timeout,
-            c.status(proto::StatusRequest {}),
-        )
-        .await
-        {
+        match tokio::time::timeout(limit, c.status(proto::StatusRequest {})).await {
             Ok(r) => r.map(|r| r.into_inner()).map_err(Error::from_status),
             Err(_) => Err(Error::Rpc(Box::new(tonic::Status::deadline_exceeded(
                 "no answer to Status in time",
@@ -420,15 +616,26 @@ impl Client {
         }
     }
 
-    /// Status of every known endpoint, in order.
+    /// Status of every known endpoint, in order (asked at once; each bounded by
+    /// `attempt_timeout`).
     pub async fn status_all(&self) -> Vec<(String, Result<proto::StatusResponse>)> {
         let eps = self.endpoints();
-        let mut out = Vec::with_capacity(eps.len());
-        for e in eps {
-            let r = self.status_of(&e).await;
-            out.push((e, r));
+        let asks = eps.iter().map(|e| self.status_of(e));
+        let answers = futures::future::join_all(asks).await;
+        eps.into_iter().zip(answers).collect()
+    }
+
+    /// A stream call's error as the routed path reports it: a deadline that passed is
+    /// running out of retries.
+    pub(crate) fn gave_up(&self, e: Error) -> Error {
+        match e {
+            Error::DeadlinePassed => Error::GaveUp {
+                attempts: 0,
+                elapsed: self.inner.opts.retry_deadline,
+                last: Box::new(Error::DeadlinePassed),
+            },
+            e => e,
         }
-        out
     }
 
     /// Run one request against the manager of `store`: `call` issues the RPC on a channel
@@ -547,7 +754,7 @@ impl Client {
 }
 
 /// Redirect hints followed in a row before the endpoints are tried in turn instead.
-const MAX_REDIRECTS: u32 = 3;
+pub(crate) const MAX_REDIRECTS: u32 = 3;
 
 /// The redirects a routing loop (a request's, or a keep-alive task's) has followed in a
 /// row: stale hints can point at each other, so a chain longer than [`MAX_REDIRECTS`] is
@@ -678,11 +885,22 @@ mod tests {
             let opts = ClientOptions {
                 max_attempts: 4,
                 retry_deadline: Duration::from_secs(5),
+                transport: Transport::Unary,
                 ..Default::default()
             };
             let c = Client::with_options(["127.0.0.1:1"], opts).unwrap();
             let err = c.write(0, 1, 1).await.unwrap_err();
             assert!(matches!(err, Error::GaveUp { attempts: 4, .. }), "{err}");
+            // The session stream keeps trying until the retry deadline.
+            let opts = ClientOptions {
+                retry_deadline: Duration::from_millis(500),
+                ..Default::default()
+            };
+            let c = Client::with_options(["127.0.0.1:1"], opts).unwrap();
+            let started = Instant::now();
+            let err = c.write(0, 1, 1).await.unwrap_err();
+            assert!(matches!(err, Error::GaveUp { .. }), "{err}");
+            assert!(started.elapsed() < Duration::from_secs(2));
         });
     }
 }

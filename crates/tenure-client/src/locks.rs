@@ -24,7 +24,8 @@
 //! `NotHeld` on a retry counts as released.
 
 use crate::proto::{self, tenure_client::TenureClient};
-use crate::{Bounds, Client, Error, Result};
+use crate::stream::{Ev, Rq};
+use crate::{Bounds, Client, Error, Result, Transport};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -162,15 +163,27 @@ fn holder(h: proto::LockHolder) -> Holder {
 /// One open session and its keep-alive task's controls.
 #[derive(Debug)]
 pub(crate) struct Session {
-    store: u32,
-    id: u64,
-    ttl: Duration,
-    state: watch::Sender<SessionState>,
-    stopped: AtomicBool,
+    pub(crate) store: u32,
+    pub(crate) id: u64,
+    pub(crate) ttl: Duration,
+    pub(crate) state: watch::Sender<SessionState>,
+    pub(crate) stopped: AtomicBool,
     wake: Notify,
 }
 
 impl Session {
+    pub(crate) fn new(store: u32, id: u64, ttl: Duration, state: SessionState) -> Session {
+        let (tx, _) = watch::channel(state);
+        Session {
+            store,
+            id,
+            ttl,
+            state: tx,
+            stopped: AtomicBool::new(false),
+            wake: Notify::new(),
+        }
+    }
+
     /// Stop the keep-alive task.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
@@ -182,7 +195,7 @@ impl Session {
         self.state.borrow().expired
     }
 
-    fn expire(&self) {
+    pub(crate) fn expire(&self) {
         self.state.send_modify(|s| s.expired = true);
         self.stop();
     }
@@ -325,7 +338,7 @@ impl Client {
 
     /// The conservative deadline of a session whose keep-alive (or open) sent at
     /// `sent_at` was answered with `ttl`.
-    fn deadline_of(&self, sent_at: Instant, ttl: Duration) -> Instant {
+    pub(crate) fn deadline_of(&self, sent_at: Instant, ttl: Duration) -> Instant {
         let d = client_deadline(self.micros(sent_at), ttl, self.inner.opts.clock_drift);
         self.instant_of(d)
     }
@@ -352,6 +365,20 @@ impl Client {
         let ttl_ms = self.inner.opts.session_ttl.as_millis() as u64;
         let client_name = self.inner.opts.client_name.clone();
         let request_id = self.next_request_id();
+        if self.inner.opts.transport == Transport::Stream {
+            let deadline = self.quick_deadline();
+            let session = self
+                .link(store)
+                .open(request_id, ttl_ms, client_name, deadline)
+                .await
+                .map_err(|e| self.gave_up(e))?;
+            if let Some(old) = sessions.insert(store, session.clone())
+                && !Arc::ptr_eq(&old, &session)
+            {
+                old.stop();
+            }
+            return Ok(session);
+        }
         let (sent_at, opened) = self
             .routed(store, |mut c| {
                 let client_name = client_name.clone();
@@ -410,6 +437,148 @@ impl Client {
     /// Acquire `name` in `mode`, waiting as `wait` says. The guard carries the fencing
     /// token; dropping it releases the lock.
     pub async fn lock(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
+        if self.inner.opts.transport == Transport::Unary {
+            return self.lock_unary(name, mode, wait).await;
+        }
+        // The whole call is bounded: a try by the retry deadline, a timed wait by its
+        // time plus a small slack, whatever the devices do (a frozen one included).
+        let o = &self.inner.opts;
+        let started = Instant::now();
+        let deadline = match wait {
+            Wait::Try => Some(started + o.retry_deadline),
+            Wait::Timeout(d) => Some(started + d + o.wait_slack),
+            Wait::Forever => None,
+        };
+        let run = self.lock_stream(name, mode, wait, started);
+        match deadline {
+            None => run.await,
+            Some(d) => match tokio::time::timeout_at(d.into(), run).await {
+                Ok(r) => r,
+                Err(_) => Err(match wait {
+                    Wait::Timeout(_) => Error::Timeout(name.to_string()),
+                    _ => self.gave_up(Error::DeadlinePassed),
+                }),
+            },
+        }
+    }
+
+    async fn lock_stream(
+        &self,
+        name: &str,
+        mode: LockMode,
+        wait: Wait,
+        started: Instant,
+    ) -> Result<LockGuard> {
+        let store = self.store_of(name).await?;
+        let mut fresh_session_tried = false;
+        loop {
+            let session = self.session(store).await?;
+            // A timed wait keeps its end: the time spent finding the manager counts.
+            let wait = match wait {
+                Wait::Timeout(d) => Wait::Timeout(
+                    d.saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(1)),
+                ),
+                w => w,
+            };
+            match self.acquire_stream(&session, name, mode, wait).await {
+                Ok(token) => return self.confirmed(session, name, mode, token).await,
+                Err(Error::SessionExpired(_)) if !fresh_session_tried => {
+                    session.expire();
+                    fresh_session_tried = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A grant handed out only while its session is certainly alive: when the session's
+    /// deadline is already within the loss warning (a failover outlasted it), a
+    /// keep-alive must extend it first; if none does, the lock is released and the call
+    /// reports it was not taken — the caller never starts work it must stop at once.
+    async fn confirmed(
+        &self,
+        session: Arc<Session>,
+        name: &str,
+        mode: LockMode,
+        token: FencingToken,
+    ) -> Result<LockGuard> {
+        let guard = LockGuard {
+            client: self.clone(),
+            state: session.state.subscribe(),
+            session,
+            name: name.to_string(),
+            mode,
+            token,
+            released: false,
+        };
+        let safe = |g: &LockGuard| {
+            let s = *g.state.borrow();
+            !s.expired && s.deadline.saturating_duration_since(Instant::now()) > g.loss_warning()
+        };
+        if safe(&guard) {
+            return Ok(guard);
+        }
+        let o = &self.inner.opts;
+        let limit = (guard.session.ttl / 3).clamp(o.attempt_timeout, o.request_timeout);
+        info!(
+            name,
+            "granted near the session's deadline: confirming the session first"
+        );
+        self.link(guard.session.store).confirm(limit).await;
+        if safe(&guard) {
+            return Ok(guard);
+        }
+        warn!(
+            name,
+            "the session could not be confirmed in time: releasing the grant"
+        );
+        drop(guard);
+        Err(Error::GrantUnconfirmed(name.to_string()))
+    }
+
+    async fn acquire_stream(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        mode: LockMode,
+        wait: Wait,
+    ) -> Result<FencingToken> {
+        let (r#try, timeout_ms) = match wait {
+            Wait::Try => (true, 0),
+            Wait::Timeout(d) => (false, (d.as_millis() as u64).max(1)),
+            Wait::Forever => (false, 0),
+        };
+        let id = self.next_request_id();
+        let req = proto::AcquireRequest {
+            session: Some(proto::SessionRef {
+                store: session.store,
+                id: session.id,
+            }),
+            name: name.to_string(),
+            mode: mode.to_proto(),
+            r#try,
+            timeout_ms,
+            request_id: id,
+        };
+        let quick = r#try;
+        match self
+            .link(session.store)
+            .call(id, Rq::Acquire(req), quick, None)
+            .await
+        {
+            Ok(Ev::Granted(g)) => Ok(FencingToken::from(g.token.unwrap_or_default())),
+            Ok(_) => Err(Error::Malformed),
+            Err(e) => {
+                if matches!(e, Error::SessionExpired(_)) {
+                    session.expire();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn lock_unary(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
         let store = self.store_of(name).await?;
         let mut fresh_session_tried = false;
         loop {
@@ -534,6 +703,18 @@ impl Client {
             request_id,
             token: token.map(Into::into),
         };
+        if self.inner.opts.transport == Transport::Stream {
+            let deadline = Some(self.quick_deadline());
+            return match self
+                .link(store)
+                .call(request_id, Rq::Release(req), true, deadline)
+                .await
+            {
+                Ok(Ev::Released(_)) => Ok(()),
+                Ok(_) => Err(Error::Malformed),
+                Err(e) => Err(self.gave_up(e)),
+            };
+        }
         self.routed(store, |mut c| {
             let req = req.clone();
             async move {
@@ -553,6 +734,24 @@ impl Client {
     pub async fn holders(&self, name: &str) -> Result<LockState> {
         let store = self.store_of(name).await?;
         let name = name.to_string();
+        if self.inner.opts.transport == Transport::Stream {
+            let id = self.next_request_id();
+            let req = proto::HolderRequest { name };
+            let deadline = Some(self.quick_deadline());
+            return match self
+                .link(store)
+                .call(id, Rq::Holder(req), true, deadline)
+                .await
+            {
+                Ok(Ev::Holders(h)) => Ok(LockState {
+                    name: h.name,
+                    holders: h.holders.into_iter().map(holder).collect(),
+                    waiters: h.waiters.into_iter().map(|w| w.id).collect(),
+                }),
+                Ok(_) => Err(Error::Malformed),
+                Err(e) => Err(self.gave_up(e)),
+            };
+        }
         self.routed(store, |mut c| {
             let name = name.clone();
             async move {
@@ -586,6 +785,25 @@ impl Client {
                 limit: 0,
                 store: Some(store),
             };
+            if self.inner.opts.transport == Transport::Stream {
+                let id = self.next_request_id();
+                let deadline = Some(self.quick_deadline());
+                let list = match self
+                    .link(store)
+                    .call(id, Rq::ListLocks(req), true, deadline)
+                    .await
+                {
+                    Ok(Ev::Locks(l)) => l.locks,
+                    Ok(_) => return Err(Error::Malformed),
+                    Err(e) => return Err(self.gave_up(e)),
+                };
+                out.extend(list.into_iter().map(|l| LockState {
+                    name: l.name,
+                    holders: l.holders.into_iter().map(holder).collect(),
+                    waiters: l.waiters.into_iter().map(|w| w.id).collect(),
+                }));
+                continue;
+            }
             let list = self
                 .routed(store, |mut c| {
                     let req = req.clone();
@@ -619,6 +837,23 @@ impl Client {
         for (store, s) in sessions {
             s.stop();
             if s.is_expired() {
+                continue;
+            }
+            if self.inner.opts.transport == Transport::Stream {
+                let id = self.next_request_id();
+                let deadline = Some(self.quick_deadline());
+                let r = match self
+                    .link(store)
+                    .call(id, Rq::Close(proto::StreamClose {}), true, deadline)
+                    .await
+                {
+                    Ok(_) | Err(Error::SessionExpired(_)) => Ok(()),
+                    Err(e) => Err(self.gave_up(e)),
+                };
+                s.state.send_modify(|st| st.expired = true);
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
+                }
                 continue;
             }
             let req = proto::CloseSessionRequest {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tenure_client::proto::tenure_server::{Tenure, TenureServer};
-use tenure_client::{Client, ClientOptions, LockMode, Wait, proto};
+use tenure_client::{Client, ClientOptions, LockMode, Transport, Wait, proto};
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
@@ -34,6 +34,8 @@ struct Script {
     kept: [AtomicU64; 3],
     /// Keep-alives each device refused with `NotManager`.
     redirected: [AtomicU64; 3],
+    /// Devices that accept connections and never answer (a stopped process).
+    frozen: [AtomicBool; 3],
 }
 
 #[derive(Clone)]
@@ -77,6 +79,11 @@ impl Fake {
     fn answer<T>(&self, v: T) -> Result<Response<T>, Status> {
         self.check()?;
         Ok(Response::new(v))
+    }
+    async fn check_frozen(&self) {
+        while self.script.frozen[self.me].load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     fn check(&self) -> Result<(), Status> {
         if self.is_down() {
@@ -208,6 +215,102 @@ impl Tenure for Fake {
     ) -> Result<Response<proto::ListLocksResponse>, Status> {
         Err(Status::unimplemented("list_locks"))
     }
+
+    type SessionStream = Stream<proto::SessionEvent>;
+
+    /// The session stream as a device speaks it: `start` (a resume counts as a
+    /// keep-alive), then opens, keep-alives, acquires and releases; a non-manager sends
+    /// `redirect` and ends the stream; a device that goes down fails the stream.
+    async fn session(
+        &self,
+        request: Request<tonic::Streaming<proto::SessionRequest>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        use proto::session_event::Kind as Ev;
+        use proto::session_request::Kind as Rq;
+        self.check_frozen().await;
+        self.check()?;
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(64);
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                me.check_frozen().await;
+                if me.is_down() {
+                    let _ = tx.send(Err(Status::unavailable("device is down"))).await;
+                    return;
+                }
+                let keep_alive = matches!(
+                    m.kind,
+                    Some(Rq::KeepAlive(_))
+                        | Some(Rq::Start(proto::StreamStart {
+                            resume: Some(_),
+                            ..
+                        }))
+                );
+                if !me.manages()
+                    && !matches!(
+                        m.kind,
+                        Some(Rq::Start(proto::StreamStart { resume: None, .. }))
+                    )
+                {
+                    if keep_alive {
+                        me.script.redirected[me.me].fetch_add(1, Ordering::SeqCst);
+                    }
+                    let redirect = proto::Redirect {
+                        not_manager: me.not_manager().kind.and_then(|k| match k {
+                            proto::error::Kind::NotManager(n) => Some(n),
+                            _ => None,
+                        }),
+                    };
+                    let ev = proto::SessionEvent {
+                        request_id: 0,
+                        kind: Some(Ev::Redirect(redirect)),
+                    };
+                    let _ = tx.send(Ok(ev)).await;
+                    return;
+                }
+                if keep_alive {
+                    me.script.kept[me.me].fetch_add(1, Ordering::SeqCst);
+                }
+                let alive = proto::SessionAlive {
+                    session: Some(proto::SessionRef { store: 0, id: 7 }),
+                    ttl_ms: 3_000,
+                };
+                let kind = match m.kind {
+                    Some(Rq::Start(s)) => Ev::Started(proto::StreamStarted {
+                        store: 0,
+                        session: s.resume.map(|_| alive),
+                        max_in_flight: 64,
+                        max_request_bytes: 65_536,
+                        device: me.me as u64 + 1,
+                    }),
+                    Some(Rq::Open(o)) => Ev::Opened(proto::SessionOpened {
+                        session: Some(proto::SessionRef { store: 0, id: 7 }),
+                        ttl_ms: o.ttl_ms,
+                    }),
+                    Some(Rq::KeepAlive(_)) => Ev::Alive(alive),
+                    Some(Rq::Acquire(a)) => Ev::Granted(proto::Granted {
+                        name: a.name,
+                        mode: a.mode,
+                        token: Some(proto::FencingToken { epoch: 1, seq: 1 }),
+                    }),
+                    Some(Rq::Release(_)) => Ev::Released(proto::Released {}),
+                    Some(Rq::Close(_)) => Ev::Closed(proto::SessionClosed {}),
+                    _ => continue,
+                };
+                let ev = proto::SessionEvent {
+                    request_id: m.request_id,
+                    kind: Some(kind),
+                };
+                if tx.send(Ok(ev)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
 }
 
 /// Three fake devices on loopback; device 0 manages the store.
@@ -226,6 +329,7 @@ async fn fakes() -> Arc<Script> {
         hints: [(); 3].map(|_| AtomicUsize::new(usize::MAX)),
         kept: Default::default(),
         redirected: Default::default(),
+        frozen: Default::default(),
     });
     for (me, l) in listeners.into_iter().enumerate() {
         let fake = Fake {
@@ -241,11 +345,12 @@ async fn fakes() -> Arc<Script> {
     script
 }
 
-fn client(script: &Script) -> Client {
+fn client(script: &Script, transport: Transport) -> Client {
     let opts = ClientOptions {
         request_timeout: Duration::from_secs(2),
         retry_deadline: Duration::from_secs(10),
         session_ttl: Duration::from_secs(3),
+        transport,
         ..Default::default()
     };
     Client::with_options(script.endpoints.clone(), opts).unwrap()
@@ -264,8 +369,14 @@ async fn until(limit: Duration, what: &str, f: impl Fn() -> bool) {
 /// the keep-alive follows the hint and the session's deadline moves on.
 #[tokio::test]
 async fn keep_alive_follows_a_hint_after_its_manager_died() {
+    for t in [Transport::Stream, Transport::Unary] {
+        keep_alive_follows_a_hint_after_its_manager_died_on(t).await;
+    }
+}
+
+async fn keep_alive_follows_a_hint_after_its_manager_died_on(transport: Transport) {
     let script = fakes().await;
-    let c = client(&script);
+    let c = client(&script, transport);
     let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
     until(Duration::from_secs(5), "a keep-alive at device 0", || {
         script.kept[0].load(Ordering::SeqCst) > 0
@@ -291,8 +402,14 @@ async fn keep_alive_follows_a_hint_after_its_manager_died() {
 /// few hops and tries the endpoints in turn, so it reaches the manager.
 #[tokio::test]
 async fn keep_alive_leaves_a_redirect_cycle() {
+    for t in [Transport::Stream, Transport::Unary] {
+        keep_alive_leaves_a_redirect_cycle_on(t).await;
+    }
+}
+
+async fn keep_alive_leaves_a_redirect_cycle_on(transport: Transport) {
     let script = fakes().await;
-    let c = client(&script);
+    let c = client(&script, transport);
     let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
     until(Duration::from_secs(5), "a keep-alive at device 0", || {
         script.kept[0].load(Ordering::SeqCst) > 0
@@ -317,11 +434,69 @@ async fn keep_alive_leaves_a_redirect_cycle() {
 /// turn and is granted by the manager.
 #[tokio::test]
 async fn request_leaves_a_redirect_cycle() {
+    for t in [Transport::Stream, Transport::Unary] {
+        request_leaves_a_redirect_cycle_on(t).await;
+    }
+}
+
+async fn request_leaves_a_redirect_cycle_on(transport: Transport) {
     let script = fakes().await;
     script.manager.store(2, Ordering::SeqCst);
     script.hints[0].store(1, Ordering::SeqCst);
     script.hints[1].store(0, Ordering::SeqCst);
-    let c = client(&script);
+    let c = client(&script, transport);
     let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
     assert_eq!(guard.token().seq, 1);
+}
+
+/// One device is frozen (it accepts connections and never answers) and it is the first
+/// endpoint the client would try for the store: a lock in the store managed by another
+/// device is still granted within a second, because the client races the next endpoint
+/// after a short delay and passes the frozen one over.
+#[tokio::test]
+async fn a_frozen_device_costs_new_requests_less_than_a_second() {
+    let script = fakes().await;
+    script.manager.store(1, Ordering::SeqCst);
+    script.frozen[0].store(true, Ordering::SeqCst);
+    let c = client(&script, Transport::Stream);
+    let started = Instant::now();
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "granted after {took:?}");
+    assert!(guard.is_held());
+    // A second client finds the frozen device passed over? No: each client keeps its
+    // own view; it races past it the same way.
+    let c2 = client(&script, Transport::Stream);
+    let started = Instant::now();
+    let _g = c2.lock("/b", LockMode::Exclusive, Wait::Try).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// The manager freezes while a lock is held: the keep-alive goes unanswered, the client
+/// moves on and (once another device manages the store) its session lives on there; the
+/// guard reported the possible loss before its deadline.
+#[tokio::test]
+async fn a_frozen_manager_is_left_for_the_new_one() {
+    let script = fakes().await;
+    let c = client(&script, Transport::Stream);
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    until(Duration::from_secs(5), "a keep-alive at device 0", || {
+        script.kept[0].load(Ordering::SeqCst) > 0
+    })
+    .await;
+    script.frozen[0].store(true, Ordering::SeqCst);
+    let frozen_at = Instant::now();
+    let deadline = guard.deadline();
+    let loss = tokio::time::timeout(Duration::from_secs(4), guard.lost())
+        .await
+        .expect("the loss is reported");
+    assert_eq!(loss, tenure_client::Loss::DeadlineNear);
+    assert!(Instant::now() < deadline, "reported before the deadline");
+    script.manager.store(2, Ordering::SeqCst);
+    until(Duration::from_secs(6), "a keep-alive at device 2", || {
+        script.kept[2].load(Ordering::SeqCst) > 0
+    })
+    .await;
+    assert!(guard.deadline() > frozen_at + Duration::from_secs(2));
+    script.frozen[0].store(false, Ordering::SeqCst);
 }

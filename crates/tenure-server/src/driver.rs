@@ -76,6 +76,26 @@ pub enum Call {
     },
 }
 
+/// What the driver tells the client API's session streams (a broadcast: every stream
+/// sees every event and keeps those of its store and session).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// This device stopped managing `store`: its streams end with a redirect.
+    StoppedManaging {
+        /// The store.
+        store: StoreId,
+    },
+    /// A session's end is durable and applied at its manager (this device).
+    SessionEnded {
+        /// The store.
+        store: StoreId,
+        /// The session.
+        session: tenure_core::session::SessionId,
+        /// Expired (true) or closed.
+        expired: bool,
+    },
+}
+
 /// What `Status` reports.
 #[derive(Clone, Debug)]
 pub struct StatusSnapshot {
@@ -167,6 +187,10 @@ pub struct Driver {
     /// histogram (ACCEPT out to ACCEPTED in).
     accept_sent: HashMap<ChunkId, std::time::Instant>,
     metrics: HotMetrics,
+    /// Events for the session streams; sessions whose end was announced, until it is
+    /// applied (then the event goes out).
+    events: tokio::sync::broadcast::Sender<DeviceEvent>,
+    ending: HashMap<(StoreId, tenure_core::session::SessionId), bool>,
 }
 
 /// The persists an output may depend on: those of one store, or (`Device`) all of them.
@@ -375,6 +399,8 @@ impl Driver {
             held_len: 0,
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
+            events: tokio::sync::broadcast::channel(1).0,
+            ending: HashMap::new(),
         };
         d.release(out);
         d.flush_held();
@@ -384,6 +410,12 @@ impl Driver {
             d.start_commit();
         }
         Ok(d)
+    }
+
+    /// Send session-stream events to `events` (booting sends none: no stream exists yet).
+    pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<DeviceEvent>) -> Driver {
+        self.events = events;
+        self
     }
 
     /// Run until the call channel closes (the server shut down) or storage fails.
@@ -551,10 +583,46 @@ impl Driver {
                     };
                     self.hold(domain, Held::Reply(req_id, result))
                 }
-                Output::Observe(obs) => observe(&obs, &self.metrics),
+                Output::Observe(obs) => {
+                    self.event(&obs);
+                    observe(&obs, &self.metrics)
+                }
                 Output::SetTimer(_) => {}
             }
         }
+    }
+
+    /// Tell the session streams what concerns them. A session's end goes out once it is
+    /// applied: the change that releases its locks is durable on every live chunk by then.
+    fn event(&mut self, obs: &Observation) {
+        let ev = match obs {
+            Observation::StoppedManaging { store, .. } => {
+                self.ending.retain(|(s, _), _| s != store);
+                DeviceEvent::StoppedManaging { store: *store }
+            }
+            Observation::SessionEnding {
+                store,
+                session,
+                expired,
+                ..
+            } => {
+                self.ending.insert((*store, *session), *expired);
+                return;
+            }
+            Observation::SessionEnded { store, session } => {
+                let Some(expired) = self.ending.remove(&(*store, *session)) else {
+                    return;
+                };
+                DeviceEvent::SessionEnded {
+                    store: *store,
+                    session: *session,
+                    expired,
+                }
+            }
+            _ => return,
+        };
+        // No stream listening is not an error.
+        let _ = self.events.send(ev);
     }
 
     /// Queue an output behind every persist of its domain produced so far.

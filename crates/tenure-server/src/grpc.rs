@@ -12,10 +12,11 @@
 //! (`Unavailable`), and a client whose RPC deadline cuts a long wait retries with the same
 //! `request_id`, which the core replays as the same place in the queue.
 
-use crate::driver::{Answer, Call, StatusSnapshot};
+use crate::driver::{Answer, Call, DeviceEvent, StatusSnapshot};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind, tenure_server::Tenure};
 use tenure_core::config::store_of;
@@ -23,7 +24,7 @@ use tenure_core::ids::{DeviceId, StoreId};
 use tenure_core::io::{ClientError, Request, Response, WaitSpec};
 use tenure_core::lockctl::{FencingToken, HolderInfo, LockMode, LockName, WaiterInfo};
 use tenure_core::session::SessionId;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request as GrpcRequest, Response as GrpcResponse, Status};
 use tracing::{debug, info};
@@ -32,9 +33,11 @@ use tracing::{debug, info};
 #[derive(Clone, Debug)]
 pub struct Api {
     calls: mpsc::Sender<Call>,
-    endpoints: HashMap<DeviceId, SocketAddr>,
+    endpoints: Arc<HashMap<DeviceId, SocketAddr>>,
     request_timeout: Duration,
     stores: u32,
+    events: broadcast::Sender<DeviceEvent>,
+    me: Option<DeviceId>,
 }
 
 impl Api {
@@ -44,13 +47,37 @@ impl Api {
         endpoints: HashMap<DeviceId, SocketAddr>,
         request_timeout: Duration,
         stores: u32,
+        events: broadcast::Sender<DeviceEvent>,
     ) -> Api {
         Api {
             calls,
-            endpoints,
+            endpoints: Arc::new(endpoints),
             request_timeout,
             stores,
+            events,
+            me: None,
         }
+    }
+
+    /// The device serving (reported to session streams).
+    pub fn with_device(mut self, me: DeviceId) -> Api {
+        self.me = Some(me);
+        self
+    }
+
+    /// The device serving, if known.
+    pub(crate) fn device(&self) -> Option<DeviceId> {
+        self.me
+    }
+
+    /// Events for the session streams.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<DeviceEvent> {
+        self.events.subscribe()
+    }
+
+    /// The number of stores of the cluster.
+    pub(crate) fn stores(&self) -> u32 {
+        self.stores
     }
 
     /// A request answered within the configured request timeout.
@@ -79,18 +106,21 @@ impl Api {
     }
 
     /// The store of a session reference, checked.
-    fn session_ref(&self, r: Option<proto::SessionRef>) -> Result<(StoreId, SessionId), Status> {
+    pub(crate) fn session_ref(
+        &self,
+        r: Option<proto::SessionRef>,
+    ) -> Result<(StoreId, SessionId), Status> {
         let r = r.ok_or_else(|| Status::invalid_argument("missing session"))?;
         Ok((StoreId(r.store), SessionId(r.id)))
     }
 
     /// A typed error for a store outside the cluster, if it is.
-    fn unknown_store(&self, store: StoreId) -> Option<proto::Error> {
+    pub(crate) fn unknown_store(&self, store: StoreId) -> Option<proto::Error> {
         (store.0 >= self.stores).then(|| self.error(store, &ClientError::UnknownStore(store)))
     }
 
     /// Parse a lock name, or the typed error the client gets.
-    fn name(&self, name: &str) -> Result<(StoreId, LockName), proto::Error> {
+    pub(crate) fn name(&self, name: &str) -> Result<(StoreId, LockName), proto::Error> {
         let n = LockName::parse(name).map_err(|e| invalid_name(name, &e.to_string()))?;
         Ok((store_of(name, self.stores), n))
     }
@@ -107,7 +137,7 @@ impl Api {
     }
 
     /// Map a core error to the wire error, counting it.
-    fn client_error(&self, store: StoreId, e: &ClientError) -> proto::Error {
+    pub(crate) fn client_error(&self, store: StoreId, e: &ClientError) -> proto::Error {
         metrics::counter!("tenure_client_errors_total", "kind" => error_kind(e)).increment(1);
         self.error(store, e)
     }
@@ -149,7 +179,7 @@ impl Api {
     }
 }
 
-fn invalid_name(name: &str, reason: &str) -> proto::Error {
+pub(crate) fn invalid_name(name: &str, reason: &str) -> proto::Error {
     proto::Error {
         message: format!("invalid name {name:?}: {reason}"),
         kind: Some(Kind::InvalidName(proto::InvalidName {
@@ -213,7 +243,128 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::WriteRequest>,
     ) -> Result<GrpcResponse<proto::WriteResponse>, Status> {
-        let r = request.into_inner();
+        self.do_write(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    async fn status(
+        &self,
+        _request: GrpcRequest<proto::StatusRequest>,
+    ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
+        let s = self.snapshot().await?;
+        Ok(GrpcResponse::new(status_to_proto(&s)))
+    }
+
+    async fn open_session(
+        &self,
+        request: GrpcRequest<proto::OpenSessionRequest>,
+    ) -> Result<GrpcResponse<proto::OpenSessionResponse>, Status> {
+        self.do_open_session(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    type KeepAliveStream = KeepAliveStream;
+
+    async fn keep_alive(
+        &self,
+        request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<GrpcResponse<Self::KeepAliveStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(8);
+        let api = self.clone();
+        // Answers go out in the order the keep-alives came in: the client matches each
+        // answer to the send time of its request (its deadline rule needs that time).
+        tokio::spawn(async move {
+            loop {
+                let msg = match inbound.message().await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(e) => {
+                        debug!("keep-alive stream ended: {e}");
+                        break;
+                    }
+                };
+                let resp = match api.session_ref(msg.session) {
+                    Ok((store, session)) => api.do_keep_alive(store, session).await,
+                    Err(s) => Err(s),
+                };
+                let end = resp.is_err();
+                if tx.send(resp).await.is_err() || end {
+                    break;
+                }
+            }
+        });
+        Ok(GrpcResponse::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn close_session(
+        &self,
+        request: GrpcRequest<proto::CloseSessionRequest>,
+    ) -> Result<GrpcResponse<proto::CloseSessionResponse>, Status> {
+        self.do_close_session(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    async fn acquire(
+        &self,
+        request: GrpcRequest<proto::AcquireRequest>,
+    ) -> Result<GrpcResponse<proto::AcquireResponse>, Status> {
+        self.do_acquire(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    async fn release(
+        &self,
+        request: GrpcRequest<proto::ReleaseRequest>,
+    ) -> Result<GrpcResponse<proto::ReleaseResponse>, Status> {
+        self.do_release(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    async fn holder(
+        &self,
+        request: GrpcRequest<proto::HolderRequest>,
+    ) -> Result<GrpcResponse<proto::HolderResponse>, Status> {
+        self.do_holder(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    async fn list_locks(
+        &self,
+        request: GrpcRequest<proto::ListLocksRequest>,
+    ) -> Result<GrpcResponse<proto::ListLocksResponse>, Status> {
+        self.do_list_locks(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
+    type SessionStream = crate::stream::EventStream;
+
+    async fn session(
+        &self,
+        request: GrpcRequest<tonic::Streaming<proto::SessionRequest>>,
+    ) -> Result<GrpcResponse<Self::SessionStream>, Status> {
+        Ok(GrpcResponse::new(crate::stream::serve(
+            self.clone(),
+            request.into_inner(),
+        )))
+    }
+}
+
+/// The request handlers, shared by the unary RPCs and the session stream: one code path,
+/// so the two cannot drift. Each returns the RPC's response (payload or typed error), or
+/// a gRPC status for a request that never reached the protocol.
+impl Api {
+    pub(crate) async fn do_write(
+        &self,
+        r: proto::WriteRequest,
+    ) -> Result<proto::WriteResponse, Status> {
         let store = StoreId(r.store);
         let started = std::time::Instant::now();
         let answer = self
@@ -238,30 +389,21 @@ impl Tenure for Api {
             Err(e) => R::Error(self.client_error(store, &e)),
             Ok(other) => return Err(unexpected("a write", &other)),
         };
-        Ok(GrpcResponse::new(proto::WriteResponse {
+        Ok(proto::WriteResponse {
             result: Some(result),
-        }))
+        })
     }
 
-    async fn status(
+    pub(crate) async fn do_open_session(
         &self,
-        _request: GrpcRequest<proto::StatusRequest>,
-    ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
-        let s = self.snapshot().await?;
-        Ok(GrpcResponse::new(status_to_proto(&s)))
-    }
-
-    async fn open_session(
-        &self,
-        request: GrpcRequest<proto::OpenSessionRequest>,
-    ) -> Result<GrpcResponse<proto::OpenSessionResponse>, Status> {
-        let r = request.into_inner();
+        r: proto::OpenSessionRequest,
+    ) -> Result<proto::OpenSessionResponse, Status> {
         let store = StoreId(r.store);
         use proto::open_session_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::OpenSessionResponse {
+            Ok(proto::OpenSessionResponse {
                 result: Some(result),
-            }))
+            })
         };
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
@@ -285,86 +427,51 @@ impl Tenure for Api {
         }
     }
 
-    type KeepAliveStream = KeepAliveStream;
-
-    async fn keep_alive(
+    /// One keep-alive: the session's remaining lease, or a typed error.
+    pub(crate) async fn do_keep_alive(
         &self,
-        request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
-    ) -> Result<GrpcResponse<Self::KeepAliveStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(8);
-        let api = self.clone();
-        // Answers go out in the order the keep-alives came in: the client matches each
-        // answer to the send time of its request (its deadline rule needs that time).
-        tokio::spawn(async move {
-            use proto::keep_alive_response::Result as R;
-            loop {
-                let msg = match inbound.message().await {
-                    Ok(Some(m)) => m,
-                    Ok(None) => break,
-                    Err(e) => {
-                        debug!("keep-alive stream ended: {e}");
-                        break;
-                    }
-                };
-                let (store, session) = match api.session_ref(msg.session) {
-                    Ok(x) => x,
-                    Err(s) => {
-                        let _ = tx.send(Err(s)).await;
-                        break;
-                    }
-                };
-                let result = match api.unknown_store(store) {
-                    Some(e) => R::Error(e),
-                    None => match api.request(Request::KeepAlive { store, session }).await {
-                        Ok(Ok(Response::KeptAlive { ttl })) => {
-                            metrics::counter!("tenure_keepalives_total").increment(1);
-                            R::Ok(proto::SessionAlive {
-                                session: Some(proto::SessionRef {
-                                    store: store.0,
-                                    id: session.0,
-                                }),
-                                ttl_ms: ttl.as_millis() as u64,
-                            })
-                        }
-                        Ok(Err(e)) => {
-                            if e == ClientError::SessionExpired {
-                                info!(%store, session = session.0, "keep-alive for an expired session");
-                                metrics::counter!("tenure_keepalive_expired_total").increment(1);
-                            }
-                            R::Error(api.client_error(store, &e))
-                        }
-                        Ok(Ok(other)) => {
-                            let _ = tx.send(Err(unexpected("KeepAlive", &other))).await;
-                            break;
-                        }
-                        Err(status) => {
-                            let _ = tx.send(Err(status)).await;
-                            break;
-                        }
-                    },
-                };
-                let resp = proto::KeepAliveResponse {
-                    result: Some(result),
-                };
-                if tx.send(Ok(resp)).await.is_err() {
-                    break;
+        store: StoreId,
+        session: SessionId,
+    ) -> Result<proto::KeepAliveResponse, Status> {
+        use proto::keep_alive_response::Result as R;
+        let result = match self.unknown_store(store) {
+            Some(e) => R::Error(e),
+            None => match self.request(Request::KeepAlive { store, session }).await? {
+                Ok(Response::KeptAlive { ttl }) => {
+                    metrics::counter!("tenure_keepalives_total").increment(1);
+                    R::Ok(proto::SessionAlive {
+                        session: Some(proto::SessionRef {
+                            store: store.0,
+                            id: session.0,
+                        }),
+                        ttl_ms: ttl.as_millis() as u64,
+                    })
                 }
-            }
-        });
-        Ok(GrpcResponse::new(Box::pin(ReceiverStream::new(rx))))
+                Err(e) => {
+                    if e == ClientError::SessionExpired {
+                        info!(%store, session = session.0, "keep-alive for an expired session");
+                        metrics::counter!("tenure_keepalive_expired_total").increment(1);
+                    }
+                    R::Error(self.client_error(store, &e))
+                }
+                Ok(other) => return Err(unexpected("KeepAlive", &other)),
+            },
+        };
+        Ok(proto::KeepAliveResponse {
+            result: Some(result),
+        })
     }
 
-    async fn close_session(
+    pub(crate) async fn do_close_session(
         &self,
-        request: GrpcRequest<proto::CloseSessionRequest>,
-    ) -> Result<GrpcResponse<proto::CloseSessionResponse>, Status> {
-        let (store, session) = self.session_ref(request.into_inner().session)?;
+        r: proto::CloseSessionRequest,
+    ) -> Result<proto::CloseSessionResponse, Status> {
+        let (store, session) = self.session_ref(r.session)?;
         use proto::close_session_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::CloseSessionResponse {
+            Ok(proto::CloseSessionResponse {
                 result: Some(result),
-            }))
+            })
         };
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
@@ -382,19 +489,18 @@ impl Tenure for Api {
         }
     }
 
-    async fn acquire(
+    pub(crate) async fn do_acquire(
         &self,
-        request: GrpcRequest<proto::AcquireRequest>,
-    ) -> Result<GrpcResponse<proto::AcquireResponse>, Status> {
+        r: proto::AcquireRequest,
+    ) -> Result<proto::AcquireResponse, Status> {
         let started = std::time::Instant::now();
-        let r = request.into_inner();
         let (store, session) = self.session_ref(r.session)?;
         let mode = mode_from_proto(r.mode)?;
         use proto::acquire_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::AcquireResponse {
+            Ok(proto::AcquireResponse {
                 result: Some(result),
-            }))
+            })
         };
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
@@ -456,17 +562,16 @@ impl Tenure for Api {
         }
     }
 
-    async fn release(
+    pub(crate) async fn do_release(
         &self,
-        request: GrpcRequest<proto::ReleaseRequest>,
-    ) -> Result<GrpcResponse<proto::ReleaseResponse>, Status> {
-        let r = request.into_inner();
+        r: proto::ReleaseRequest,
+    ) -> Result<proto::ReleaseResponse, Status> {
         let (store, session) = self.session_ref(r.session)?;
         use proto::release_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::ReleaseResponse {
+            Ok(proto::ReleaseResponse {
                 result: Some(result),
-            }))
+            })
         };
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
@@ -532,16 +637,15 @@ impl Tenure for Api {
         }
     }
 
-    async fn holder(
+    pub(crate) async fn do_holder(
         &self,
-        request: GrpcRequest<proto::HolderRequest>,
-    ) -> Result<GrpcResponse<proto::HolderResponse>, Status> {
-        let r = request.into_inner();
+        r: proto::HolderRequest,
+    ) -> Result<proto::HolderResponse, Status> {
         use proto::holder_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::HolderResponse {
+            Ok(proto::HolderResponse {
                 result: Some(result),
-            }))
+            })
         };
         let store = match self.name(&r.name) {
             Ok((s, _)) => s,
@@ -582,16 +686,15 @@ impl Tenure for Api {
         }
     }
 
-    async fn list_locks(
+    pub(crate) async fn do_list_locks(
         &self,
-        request: GrpcRequest<proto::ListLocksRequest>,
-    ) -> Result<GrpcResponse<proto::ListLocksResponse>, Status> {
-        let r = request.into_inner();
+        r: proto::ListLocksRequest,
+    ) -> Result<proto::ListLocksResponse, Status> {
         use proto::list_locks_response::Result as R;
         let reply = |result| {
-            Ok(GrpcResponse::new(proto::ListLocksResponse {
+            Ok(proto::ListLocksResponse {
                 result: Some(result),
-            }))
+            })
         };
         let store = if r.prefix == "/" {
             let Some(s) = r.store else {
@@ -650,6 +753,19 @@ impl Tenure for Api {
     }
 }
 
+/// A unary request no larger than [`crate::MAX_REQUEST_BYTES`] (tonic decodes up to
+/// [`crate::MAX_FRAME_BYTES`], for the session stream's typed `TooLarge`).
+fn sized<T: prost::Message>(r: T) -> Result<T, Status> {
+    let len = r.encoded_len();
+    if len > crate::MAX_REQUEST_BYTES {
+        return Err(Status::out_of_range(format!(
+            "request of {len} bytes, limit {}",
+            crate::MAX_REQUEST_BYTES
+        )));
+    }
+    Ok(r)
+}
+
 /// Put the lock name into the typed errors that carry one.
 fn fill_name(e: &mut proto::Error, name: &str) {
     match &mut e.kind {
@@ -662,7 +778,7 @@ fn fill_name(e: &mut proto::Error, name: &str) {
     }
 }
 
-fn error_kind(e: &ClientError) -> &'static str {
+pub(crate) fn error_kind(e: &ClientError) -> &'static str {
     match e {
         ClientError::NotManager { .. } => "not_manager",
         ClientError::Unavailable { .. } => "unavailable",

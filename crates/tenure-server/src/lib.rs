@@ -19,6 +19,7 @@ pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod storage;
+pub mod stream;
 pub mod transport;
 pub mod wal;
 pub mod wire;
@@ -43,6 +44,10 @@ pub use config::ConfigError;
 /// Largest client request accepted (a request is a few names and ids; anything larger
 /// is refused with `OUT_OF_RANGE` before it reaches the core).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest message decoded at all. A session stream's request between
+/// [`MAX_REQUEST_BYTES`] and this gets a typed `TooLarge` error and the stream stays up;
+/// a larger frame ends the stream (OUT_OF_RANGE), as it ends a unary call.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 /// Largest answer sent (a lock listing is truncated by its `limit` well below this).
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
@@ -174,6 +179,7 @@ pub async fn start_with_listeners(
             .unwrap_or(0);
         t ^ cfg.id.rotate_left(32)
     });
+    let (events, _) = tokio::sync::broadcast::channel(1024);
     let driver = Driver::boot(
         cfg.device_config(),
         storage,
@@ -183,7 +189,8 @@ pub async fn start_with_listeners(
         inbox_rx,
         calls_rx,
     )
-    .await?;
+    .await?
+    .with_events(events.clone());
 
     let endpoints: HashMap<DeviceId, SocketAddr> = cfg
         .peers
@@ -195,7 +202,9 @@ pub async fn start_with_listeners(
         endpoints,
         Duration::from_millis(cfg.request_timeout_ms),
         cfg.cluster.stores,
-    );
+        events,
+    )
+    .with_device(me);
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
         use futures::StreamExt;
@@ -208,7 +217,7 @@ pub async fn start_with_listeners(
             },
         );
         let service = TenureServer::new(api)
-            .max_decoding_message_size(MAX_REQUEST_BYTES)
+            .max_decoding_message_size(MAX_FRAME_BYTES)
             .max_encoding_message_size(MAX_ANSWER_BYTES);
         let r = tonic::transport::Server::builder()
             .add_service(service)

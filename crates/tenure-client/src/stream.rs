@@ -1,0 +1,984 @@
+//! The client side of the session stream (`rpc Session`, DESIGN §8).
+//!
+//! A [`Link`] is one client's channel to one store: a task that owns a session stream to
+//! the store's manager, the client's session in that store (if it opened one), and every
+//! request not answered yet. Callers hand it requests with their ids and wait for the
+//! answer; the task pipelines them on the stream (at most the server's `max_in_flight` at
+//! once), matches answers by id, and sends a keep-alive every TTL/3, each answer moving
+//! the session's conservative deadline to the keep-alive's send time + TTL − δ_c.
+//!
+//! When the stream ends — a `redirect` from a device that is not (or no longer) the
+//! manager, an `Unavailable` answer, a broken connection, or a keep-alive or request not
+//! answered in time (a frozen device) — the task connects again, `start`s the stream
+//! with the session to resume (the server checks it is alive and extends it, as a
+//! keep-alive does), and re-sends every unanswered request with its id. Acquires and
+//! releases are idempotent by `(session, request id)` in the store, so a re-sent request
+//! is answered exactly once, with the outcome of the first.
+//!
+//! Connecting races the endpoints ([`connect`]): the remembered manager (or the
+//! redirect's hint) first; if it has not answered within `hedge_after`, the next one
+//! too, and so on; the first stream started wins. An endpoint that did not answer within
+//! `attempt_timeout` is passed over (tried last) for `pass_over`, so one frozen device —
+//! its kernel accepts connections, the process never answers — costs new requests at
+//! most one hedge delay, not a timeout.
+//!
+//! A caller that gives up on a request (its deadline passed, or it was dropped) tells the
+//! task; if that request is granted later, the task releases the lock at once.
+
+use crate::locks::{Session, SessionState};
+use crate::proto;
+pub(crate) use crate::proto::{session_event::Kind as Ev, session_request::Kind as Rq};
+use crate::{Client, Error, Inner, Result, normalize};
+use futures::stream::{FuturesUnordered, StreamExt};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, trace};
+
+/// Where a request's answer goes: the answer's event, or its typed error.
+pub(crate) type Reply = oneshot::Sender<Result<Ev>>;
+
+/// What callers ask of a link's task.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    /// Run a request. `quick`: it should be answered promptly (not a wait in a lock's
+    /// queue), so no answer within the request timeout means the device is stuck.
+    Call {
+        id: u64,
+        kind: Rq,
+        quick: bool,
+        reply: Reply,
+    },
+    /// Open a session in the store (the link is then bound to it).
+    Open {
+        id: u64,
+        ttl_ms: u64,
+        client_name: String,
+        reply: oneshot::Sender<Result<Arc<Session>>>,
+    },
+    /// The caller of `id` gave up: forget it, and release the lock if it is granted.
+    Abandon { id: u64 },
+    /// Keep the session alive now; answer when the keep-alive is answered (or failed).
+    Confirm { reply: oneshot::Sender<()> },
+}
+
+/// One client's channel to one store.
+#[derive(Debug)]
+pub(crate) struct Link {
+    tx: mpsc::UnboundedSender<Cmd>,
+}
+
+impl Link {
+    /// Start the task of a link to `store`.
+    pub(crate) fn spawn(client: &Client, store: u32) -> Link {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = Task {
+            inner: Arc::downgrade(&client.inner),
+            store,
+            session: None,
+            pending: BTreeMap::new(),
+            conn: None,
+            keep_alive: None,
+            next_keep_alive: None,
+            confirms: Vec::new(),
+            hint: None,
+            redirects: 0,
+            failures: 0,
+            rotate: 0,
+        };
+        tokio::spawn(task.run(rx));
+        Link { tx }
+    }
+
+    /// Run `kind` as request `id` and wait for its answer until `deadline`; a caller that
+    /// stops waiting (the deadline, or its future dropped) abandons the request.
+    pub(crate) async fn call(
+        &self,
+        id: u64,
+        kind: Rq,
+        quick: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Ev> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Call {
+                id,
+                kind,
+                quick,
+                reply,
+            })
+            .map_err(|_| Error::Closed)?;
+        let mut guard = Abandon {
+            tx: &self.tx,
+            id,
+            armed: true,
+        };
+        let r = match deadline {
+            Some(d) => match tokio::time::timeout_at(d.into(), rx).await {
+                Ok(r) => r,
+                Err(_) => return Err(Error::DeadlinePassed),
+            },
+            None => rx.await,
+        };
+        guard.armed = false;
+        r.map_err(|_| Error::Closed)?
+    }
+
+    /// Open a session with this TTL, within `deadline`.
+    pub(crate) async fn open(
+        &self,
+        id: u64,
+        ttl_ms: u64,
+        client_name: String,
+        deadline: Instant,
+    ) -> Result<Arc<Session>> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::Open {
+                id,
+                ttl_ms,
+                client_name,
+                reply,
+            })
+            .map_err(|_| Error::Closed)?;
+        let mut guard = Abandon {
+            tx: &self.tx,
+            id,
+            armed: true,
+        };
+        let r = tokio::time::timeout_at(deadline.into(), rx)
+            .await
+            .map_err(|_| Error::DeadlinePassed)?;
+        guard.armed = false;
+        r.map_err(|_| Error::Closed)?
+    }
+
+    /// Keep the session alive now and wait (at most `limit`) for the answer.
+    pub(crate) async fn confirm(&self, limit: Duration) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Confirm { reply }).is_ok() {
+            let _ = tokio::time::timeout(limit, rx).await;
+        }
+    }
+}
+
+/// Abandons a request when dropped armed (its caller stopped waiting).
+struct Abandon<'a> {
+    tx: &'a mpsc::UnboundedSender<Cmd>,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tx.send(Cmd::Abandon { id: self.id });
+        }
+    }
+}
+
+/// A request not answered yet.
+#[derive(Debug)]
+struct Pending {
+    kind: Rq,
+    quick: bool,
+    reply: Option<Reply>,
+    /// An open's answer goes here instead.
+    open: Option<(String, oneshot::Sender<Result<Arc<Session>>>)>,
+    /// Sent on the current stream, when.
+    sent_at: Option<Instant>,
+}
+
+/// An open stream.
+#[derive(Debug)]
+struct Conn {
+    endpoint: String,
+    tx: mpsc::Sender<proto::SessionRequest>,
+    rx: tonic::Streaming<proto::SessionEvent>,
+    max_in_flight: usize,
+    in_flight: usize,
+}
+
+/// The link's task.
+struct Task {
+    inner: Weak<Inner>,
+    store: u32,
+    session: Option<Arc<Session>>,
+    pending: BTreeMap<u64, Pending>,
+    conn: Option<Conn>,
+    /// The keep-alive in flight: its id and send time.
+    keep_alive: Option<(u64, Instant)>,
+    next_keep_alive: Option<Instant>,
+    confirms: Vec<oneshot::Sender<()>>,
+    /// Where the last redirect pointed, tried first by the next connect.
+    hint: Option<String>,
+    /// Redirects followed in a row.
+    redirects: u32,
+    /// Connects or streams that failed in a row (for the backoff).
+    failures: u32,
+    /// How far the endpoints in turn have moved on (after redirect chains that led
+    /// nowhere, or streams that kept failing).
+    rotate: usize,
+}
+
+/// What ended a stream, and what to do about it.
+#[derive(Debug)]
+enum Broken {
+    /// Connect again at once, to the hint first.
+    Redirect(Option<String>),
+    /// Connect again after a backoff (the endpoint stays the first choice).
+    Retry(String),
+    /// The endpoint did not answer in time: pass it over, connect elsewhere.
+    Stuck(String),
+}
+
+impl Task {
+    fn client(&self) -> Option<Client> {
+        self.inner.upgrade().map(|inner| Client { inner })
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+        let mut cmds_open = true;
+        loop {
+            if !cmds_open && self.pending.is_empty() {
+                return;
+            }
+            if let Some(s) = &self.session
+                && s.stopped.load(Ordering::SeqCst)
+            {
+                self.session = None;
+                self.next_keep_alive = None;
+                self.keep_alive = None;
+            }
+            if self.conn.is_none() && (!self.pending.is_empty() || self.session.is_some()) {
+                if !self.connect().await {
+                    // Nothing to connect for (the client is gone), or the session ended.
+                    if self.client().is_none() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            let ka_due = self.keep_alive_due();
+            let stuck_at = self.stuck_at();
+            let broken = tokio::select! {
+                cmd = rx.recv(), if cmds_open => {
+                    match cmd {
+                        Some(cmd) => self.command(cmd).await,
+                        None => {
+                            cmds_open = false;
+                            // Nobody can wait for answers any more; requests that change
+                            // nothing need not run.
+                            self.pending.retain(|_, p| p.reply.as_ref().is_some_and(|r| !r.is_closed()));
+                            None
+                        }
+                    }
+                }
+                ev = next_event(&mut self.conn), if self.conn.is_some() => self.event(ev).await,
+                _ = sleep_until(ka_due), if ka_due.is_some() => self.send_keep_alive().await,
+                _ = sleep_until(stuck_at), if stuck_at.is_some() => {
+                    let ep = self.conn.as_ref().map(|c| c.endpoint.clone()).unwrap_or_default();
+                    debug!(store = self.store, endpoint = %ep, "no answer in time: the device is stuck");
+                    Some(Broken::Stuck(ep))
+                }
+            };
+            if let Some(b) = broken {
+                self.broken(b).await;
+            }
+        }
+    }
+
+    /// When the next keep-alive is due (none while one is in flight or unconnected).
+    fn keep_alive_due(&self) -> Option<Instant> {
+        if self.keep_alive.is_some() || self.conn.is_none() {
+            return None;
+        }
+        self.session.as_ref().and(self.next_keep_alive)
+    }
+
+    /// When the device is considered stuck: a keep-alive, or a quick request, not
+    /// answered within its bound.
+    fn stuck_at(&self) -> Option<Instant> {
+        let client = self.client()?;
+        let o = &client.inner.opts;
+        let ka = self.keep_alive.map(|(_, at)| {
+            let ttl = self.session.as_ref().map_or(o.session_ttl, |s| s.ttl);
+            at + (ttl / 3).clamp(o.attempt_timeout, o.request_timeout)
+        });
+        let quick = self
+            .pending
+            .values()
+            .filter(|p| p.quick)
+            .filter_map(|p| p.sent_at)
+            .min()
+            .map(|at| at + o.request_timeout);
+        match (ka, quick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    async fn command(&mut self, cmd: Cmd) -> Option<Broken> {
+        match cmd {
+            Cmd::Call {
+                id,
+                kind,
+                quick,
+                reply,
+            } => {
+                if needs_session(&kind) && self.session.is_none() {
+                    let _ = reply.send(Err(Error::SessionExpired(0)));
+                    return None;
+                }
+                self.pending.insert(
+                    id,
+                    Pending {
+                        kind,
+                        quick,
+                        reply: Some(reply),
+                        open: None,
+                        sent_at: None,
+                    },
+                );
+                self.send_pending().await
+            }
+            Cmd::Open {
+                id,
+                ttl_ms,
+                client_name,
+                reply,
+            } => {
+                if let Some(s) = &self.session {
+                    let _ = reply.send(Ok(s.clone()));
+                    return None;
+                }
+                let kind = Rq::Open(proto::OpenSessionRequest {
+                    store: self.store,
+                    ttl_ms,
+                    client_name: client_name.clone(),
+                    request_id: id,
+                });
+                self.pending.insert(
+                    id,
+                    Pending {
+                        kind,
+                        quick: true,
+                        reply: None,
+                        open: Some((client_name, reply)),
+                        sent_at: None,
+                    },
+                );
+                self.send_pending().await
+            }
+            Cmd::Abandon { id } => {
+                if let Some(p) = self.pending.get_mut(&id) {
+                    p.reply = None;
+                    p.open = None;
+                    if !matches!(p.kind, Rq::Acquire(_) | Rq::Open(_)) {
+                        // Its answer changes nothing the client keeps.
+                        self.pending.remove(&id);
+                    }
+                }
+                None
+            }
+            Cmd::Confirm { reply } => {
+                self.session.as_ref()?;
+                self.confirms.push(reply);
+                if self.keep_alive.is_none() && self.conn.is_some() {
+                    self.send_keep_alive().await
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Send what is pending and not sent on this stream, oldest first, within the
+    /// server's window.
+    async fn send_pending(&mut self) -> Option<Broken> {
+        let conn = self.conn.as_mut()?;
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for (id, p) in self.pending.iter_mut() {
+            if conn.in_flight >= conn.max_in_flight {
+                break;
+            }
+            if p.sent_at.is_some() {
+                continue;
+            }
+            p.sent_at = Some(now);
+            conn.in_flight += 1;
+            out.push(proto::SessionRequest {
+                request_id: *id,
+                kind: Some(p.kind.clone()),
+            });
+        }
+        for req in out {
+            if conn.tx.send(req).await.is_err() {
+                return Some(Broken::Retry(conn.endpoint.clone()));
+            }
+        }
+        None
+    }
+
+    async fn send_keep_alive(&mut self) -> Option<Broken> {
+        let client = self.client()?;
+        let conn = self.conn.as_mut()?;
+        self.session.as_ref()?;
+        let id = client.next_request_id();
+        let now = Instant::now();
+        self.keep_alive = Some((id, now));
+        let req = proto::SessionRequest {
+            request_id: id,
+            kind: Some(Rq::KeepAlive(proto::StreamKeepAlive {})),
+        };
+        if conn.tx.send(req).await.is_err() {
+            return Some(Broken::Retry(conn.endpoint.clone()));
+        }
+        None
+    }
+
+    /// One event from the stream.
+    async fn event(
+        &mut self,
+        ev: Option<std::result::Result<proto::SessionEvent, tonic::Status>>,
+    ) -> Option<Broken> {
+        let endpoint = self.conn.as_ref()?.endpoint.clone();
+        let ev = match ev {
+            Some(Ok(ev)) => ev,
+            Some(Err(s)) => {
+                debug!(store = self.store, %endpoint, "session stream failed: {s}");
+                return Some(Broken::Retry(endpoint));
+            }
+            None => return Some(Broken::Retry(endpoint)),
+        };
+        let kind = ev.kind?;
+        if ev.request_id == 0 {
+            return self.pushed(kind, endpoint);
+        }
+        if let Some((ka, sent_at)) = self.keep_alive
+            && ka == ev.request_id
+        {
+            self.keep_alive = None;
+            return self.kept_alive(kind, sent_at, endpoint);
+        }
+        let p = self.pending.get_mut(&ev.request_id)?;
+        if let Some(c) = self.conn.as_mut() {
+            c.in_flight = c.in_flight.saturating_sub(1);
+        }
+        if let Ev::Error(e) = &kind {
+            match Error::from_proto(e.clone()) {
+                Error::Unavailable { .. } => {
+                    p.sent_at = None;
+                    return Some(Broken::Retry(endpoint));
+                }
+                Error::NotManager { hint, .. } => {
+                    p.sent_at = None;
+                    return Some(Broken::Redirect(hint));
+                }
+                Error::TooManyRequests(_) => {
+                    p.sent_at = None;
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        let p = self.pending.remove(&ev.request_id)?;
+        self.failures = 0;
+        self.redirects = 0;
+        if let Some(client) = self.client() {
+            client.set_route(self.store, &endpoint);
+        }
+        if let Some((name, reply)) = p.open {
+            let answer = match &kind {
+                Ev::Opened(o) => {
+                    let session = self.bind(o, p.sent_at.unwrap_or_else(Instant::now));
+                    debug!(store = self.store, session = session.id, client = %name, "session opened");
+                    Ok(session)
+                }
+                Ev::Error(e) => Err(Error::from_proto(e.clone())),
+                _ => Err(Error::Malformed),
+            };
+            let _ = reply.send(answer);
+        } else if let Some(reply) = p.reply.filter(|r| !r.is_closed()) {
+            let answer = match kind {
+                Ev::Error(e) => {
+                    let e = Error::from_proto(e);
+                    if matches!(e, Error::SessionExpired(_)) && needs_session(&p.kind) {
+                        self.expired();
+                    }
+                    Err(e)
+                }
+                other => Ok(other),
+            };
+            if let Err(Ok(Ev::Granted(g))) = reply.send(answer) {
+                // The caller stopped waiting just now.
+                return self.release_unwanted(&p.kind, g).await;
+            }
+        } else if let Ev::Granted(g) = kind {
+            return self.release_unwanted(&p.kind, g).await;
+        } else if let Ev::Opened(o) = &kind
+            && self.session.is_none()
+        {
+            // Its caller gave up, but the session exists: keep it for the next open
+            // rather than leave it to expire.
+            self.bind(o, p.sent_at.unwrap_or_else(Instant::now));
+        }
+        self.send_pending().await
+    }
+
+    /// An answer to the keep-alive in flight.
+    fn kept_alive(&mut self, kind: Ev, sent_at: Instant, endpoint: String) -> Option<Broken> {
+        match kind {
+            Ev::Alive(a) => {
+                self.extend(sent_at, Duration::from_millis(a.ttl_ms));
+                for c in self.confirms.drain(..) {
+                    let _ = c.send(());
+                }
+                None
+            }
+            Ev::Error(e) => match Error::from_proto(e) {
+                Error::SessionExpired(_) => {
+                    self.expired();
+                    None
+                }
+                Error::NotManager { hint, .. } => Some(Broken::Redirect(hint)),
+                _ => Some(Broken::Retry(endpoint)),
+            },
+            _ => None,
+        }
+    }
+
+    /// An event the server pushed.
+    fn pushed(&mut self, kind: Ev, endpoint: String) -> Option<Broken> {
+        match kind {
+            Ev::Redirect(r) => {
+                let hint = r
+                    .not_manager
+                    .map(|n| n.hint_endpoint)
+                    .filter(|h| !h.is_empty());
+                debug!(store = self.store, %endpoint, ?hint, "redirected");
+                Some(Broken::Redirect(hint))
+            }
+            Ev::Expiring(e) => {
+                debug!(
+                    store = self.store,
+                    session = e.session,
+                    remaining_ms = e.remaining_ms,
+                    "the manager warns the session is expiring"
+                );
+                self.next_keep_alive = Some(Instant::now());
+                None
+            }
+            Ev::Ended(e) => {
+                if self.session.as_ref().is_some_and(|s| s.id == e.session) {
+                    info!(
+                        store = self.store,
+                        session = e.session,
+                        expired = e.expired,
+                        "session ended at the manager"
+                    );
+                    self.expired();
+                }
+                None
+            }
+            Ev::StreamClosed(c) => {
+                debug!(store = self.store, %endpoint, reason = %c.reason, "the server closed the stream");
+                Some(Broken::Retry(endpoint))
+            }
+            _ => None,
+        }
+    }
+
+    /// A grant nobody waits for any more: release it.
+    async fn release_unwanted(&mut self, kind: &Rq, g: proto::Granted) -> Option<Broken> {
+        let (Rq::Acquire(a), Some(client)) = (kind, self.client()) else {
+            return None;
+        };
+        debug!(store = self.store, name = %g.name, "releasing a grant its caller gave up on");
+        let id = client.next_request_id();
+        self.pending.insert(
+            id,
+            Pending {
+                kind: Rq::Release(proto::ReleaseRequest {
+                    session: a.session,
+                    name: g.name,
+                    request_id: id,
+                    token: None,
+                }),
+                quick: true,
+                reply: None,
+                open: None,
+                sent_at: None,
+            },
+        );
+        self.send_pending().await
+    }
+
+    /// The session opened by an answer.
+    fn bind(&mut self, o: &proto::SessionOpened, sent_at: Instant) -> Arc<Session> {
+        let id = o.session.as_ref().map_or(0, |s| s.id);
+        let ttl = Duration::from_millis(o.ttl_ms);
+        let deadline = self
+            .client()
+            .map_or(sent_at, |c| c.deadline_of(sent_at, ttl));
+        let session = Arc::new(Session::new(
+            self.store,
+            id,
+            ttl,
+            SessionState {
+                deadline,
+                expired: false,
+            },
+        ));
+        self.session = Some(session.clone());
+        self.next_keep_alive = Some(sent_at + ttl / 3);
+        session
+    }
+
+    /// A keep-alive (or a resume) sent at `sent_at` was answered with `ttl`.
+    fn extend(&mut self, sent_at: Instant, ttl: Duration) {
+        let Some(client) = self.client() else {
+            return;
+        };
+        if let Some(s) = &self.session {
+            let deadline = client.deadline_of(sent_at, ttl);
+            trace!(store = self.store, session = s.id, rtt = ?sent_at.elapsed(), "kept alive");
+            s.state
+                .send_modify(|st| st.deadline = st.deadline.max(deadline));
+            self.next_keep_alive = Some(sent_at + s.ttl / 3);
+        }
+    }
+
+    /// The session is gone: requests that need it fail, the link goes on without one.
+    fn expired(&mut self) {
+        let Some(s) = self.session.take() else {
+            return;
+        };
+        s.expire();
+        self.keep_alive = None;
+        self.next_keep_alive = None;
+        self.confirms.clear();
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| needs_session(&p.kind))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some(p) = self.pending.remove(&id)
+                && let Some(r) = p.reply
+            {
+                let _ = r.send(Err(Error::SessionExpired(s.id)));
+            }
+        }
+    }
+
+    /// The stream ended: forget it; the next loop connects again.
+    async fn broken(&mut self, b: Broken) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        drop(conn);
+        self.keep_alive = None;
+        for p in self.pending.values_mut() {
+            p.sent_at = None;
+        }
+        let Some(client) = self.client() else {
+            return;
+        };
+        match b {
+            Broken::Redirect(hint) => {
+                client.clear_route(self.store);
+                self.redirects += 1;
+                self.hint = hint
+                    .map(normalize)
+                    .filter(|_| self.redirects <= crate::MAX_REDIRECTS);
+                if self.hint.is_none() {
+                    self.redirects = 0;
+                    self.rotate += 1;
+                    self.backoff(&client).await;
+                }
+            }
+            Broken::Retry(ep) => {
+                debug!(store = self.store, endpoint = %ep, failures = self.failures, "session stream lost");
+                if self.failures >= 3 {
+                    client.clear_route(self.store);
+                    self.rotate += 1;
+                }
+                self.backoff(&client).await;
+            }
+            Broken::Stuck(ep) => {
+                client.clear_route(self.store);
+                client.pass_over(&ep);
+            }
+        }
+    }
+
+    async fn backoff(&mut self, client: &Client) {
+        let o = &client.inner.opts;
+        let d = o
+            .backoff_min
+            .saturating_mul(1 << self.failures.min(10))
+            .min(o.backoff_max);
+        self.failures += 1;
+        tokio::time::sleep(d).await;
+    }
+
+    /// Connect (racing the endpoints), start the stream with the session to resume, and
+    /// re-send what is pending. False when there is nothing to connect for.
+    async fn connect(&mut self) -> bool {
+        let Some(client) = self.client() else {
+            return false;
+        };
+        let resume = self.session.as_ref().map(|s| s.id);
+        let hint = self.hint.take();
+        let start_id = client.next_request_id();
+        let sent_at = Instant::now();
+        match connect(&client, self.store, resume, hint, self.rotate, start_id).await {
+            Ok((conn, started)) => {
+                self.failures = 0;
+                if let Some(a) = started.session {
+                    self.extend(sent_at, Duration::from_millis(a.ttl_ms));
+                }
+                trace!(store = self.store, endpoint = %conn.endpoint, "session stream started");
+                self.conn = Some(conn);
+                if self.send_pending().await.is_some() {
+                    self.conn = None;
+                }
+                true
+            }
+            Err(Error::SessionExpired(_)) => {
+                info!(store = self.store, "session expired (found when resuming)");
+                self.expired();
+                true
+            }
+            Err(e) if !e.retryable() && !matches!(e, Error::Rpc(_) | Error::NoEndpoints) => {
+                // Every device refuses the stream itself (an unknown store): its requests
+                // fail with that error.
+                debug!(store = self.store, "session stream refused: {e}");
+                for (_, p) in std::mem::take(&mut self.pending) {
+                    let err = match &e {
+                        Error::UnknownStore(s) => Error::UnknownStore(*s),
+                        Error::InvalidRequest(r) => Error::InvalidRequest(r.clone()),
+                        other => Error::Rejected(other.to_string()),
+                    };
+                    if let Some(r) = p.reply {
+                        let _ = r.send(Err(err));
+                    } else if let Some((_, r)) = p.open {
+                        let _ = r.send(Err(err));
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                debug!(store = self.store, "could not start a session stream: {e}");
+                self.backoff(&client).await;
+                true
+            }
+        }
+    }
+}
+
+/// Whether a request needs the link's session.
+fn needs_session(kind: &Rq) -> bool {
+    match kind {
+        Rq::Acquire(a) => a.session.is_none(),
+        Rq::Release(r) => r.session.is_none(),
+        Rq::KeepAlive(_) | Rq::Close(_) => true,
+        _ => false,
+    }
+}
+
+async fn next_event(
+    conn: &mut Option<Conn>,
+) -> Option<std::result::Result<proto::SessionEvent, tonic::Status>> {
+    match conn {
+        Some(c) => c.rx.message().await.transpose(),
+        None => futures::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => futures::future::pending().await,
+    }
+}
+
+/// Why one connect attempt did not give a stream.
+#[derive(Debug)]
+enum Refused {
+    Redirect(Option<String>),
+    Expired,
+    Stuck(Error),
+    Other(Error),
+}
+
+/// Race the endpoints for a started stream to the manager of `store` (see the module
+/// docs): the first that starts one wins; redirects are followed at once; an endpoint
+/// silent for `attempt_timeout` is passed over.
+async fn connect(
+    client: &Client,
+    store: u32,
+    resume: Option<u64>,
+    hint: Option<String>,
+    rotate: usize,
+    start_id: u64,
+) -> Result<(Conn, proto::StreamStarted)> {
+    let o = client.inner.opts.clone();
+    let mut candidates = client.candidates(store, hint, rotate);
+    candidates.reverse();
+    let mut tried: Vec<String> = Vec::new();
+    let mut attempts = FuturesUnordered::new();
+    let mut last = Error::NoEndpoints;
+    let launch = |ep: String, attempts: &mut FuturesUnordered<_>, tried: &mut Vec<String>| {
+        tried.push(ep.clone());
+        let start = proto::SessionRequest {
+            request_id: start_id,
+            kind: Some(Rq::Start(proto::StreamStart {
+                store,
+                resume,
+                client_name: o.client_name.clone(),
+            })),
+        };
+        let channel = client.channel(&ep);
+        let limit = o.attempt_timeout;
+        attempts.push(async move {
+            let r = match channel {
+                Ok(c) => attempt(c, &ep, start, start_id, limit).await,
+                Err(e) => Err(Refused::Other(e)),
+            };
+            (ep, r)
+        });
+    };
+    let mut redirects = 0;
+    let mut hedge = tokio::time::Instant::now() + o.hedge_after;
+    if let Some(ep) = candidates.pop() {
+        launch(ep, &mut attempts, &mut tried);
+    }
+    loop {
+        if attempts.is_empty() {
+            match candidates.pop() {
+                Some(ep) => {
+                    launch(ep, &mut attempts, &mut tried);
+                    hedge = tokio::time::Instant::now() + o.hedge_after;
+                }
+                None => return Err(last),
+            }
+        }
+        tokio::select! {
+            Some((ep, r)) = attempts.next() => match r {
+                Ok(x) => {
+                    client.set_route(store, &ep);
+                    return Ok(x);
+                }
+                Err(Refused::Expired) => return Err(Error::SessionExpired(resume.unwrap_or(0))),
+                Err(Refused::Redirect(h)) => {
+                    last = Error::NotManager { store, hint: h.clone() };
+                    if let Some(h) = h.map(normalize)
+                        && redirects < crate::MAX_REDIRECTS
+                        && !tried.contains(&h)
+                    {
+                        redirects += 1;
+                        candidates.retain(|c| *c != h);
+                        launch(h, &mut attempts, &mut tried);
+                        hedge = tokio::time::Instant::now() + o.hedge_after;
+                    }
+                }
+                Err(Refused::Stuck(e)) => {
+                    client.pass_over(&ep);
+                    last = e;
+                }
+                Err(Refused::Other(e)) if !e.retryable() && !matches!(e, Error::Rpc(_)) => {
+                    // The request itself is wrong (an unknown store): no device will take it.
+                    return Err(e);
+                }
+                Err(Refused::Other(e)) => last = e,
+            },
+            _ = tokio::time::sleep_until(hedge), if !candidates.is_empty() => {
+                if let Some(ep) = candidates.pop() {
+                    launch(ep, &mut attempts, &mut tried);
+                }
+                hedge = tokio::time::Instant::now() + o.hedge_after;
+            }
+        }
+    }
+}
+
+/// One attempt: open the stream on `channel`, send `start`, wait for its answer.
+async fn attempt(
+    mut channel: crate::proto::tenure_client::TenureClient<tonic::transport::Channel>,
+    endpoint: &str,
+    start: proto::SessionRequest,
+    start_id: u64,
+    limit: Duration,
+) -> std::result::Result<(Conn, proto::StreamStarted), Refused> {
+    let run = async {
+        let (tx, rx) = mpsc::channel(crate::stream::OUTBOX);
+        tx.send(start).await.map_err(|_| {
+            Refused::Other(Error::Rpc(Box::new(tonic::Status::cancelled(
+                "stream closed",
+            ))))
+        })?;
+        let mut events = channel
+            .session(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(|s| Refused::Other(Error::from_status(s)))?
+            .into_inner();
+        loop {
+            let ev = events
+                .message()
+                .await
+                .map_err(|s| Refused::Other(Error::from_status(s)))?
+                .ok_or_else(|| {
+                    Refused::Other(Error::Rpc(Box::new(tonic::Status::unavailable(
+                        "the stream ended before it started",
+                    ))))
+                })?;
+            match ev.kind {
+                Some(Ev::Started(s)) if ev.request_id == start_id => {
+                    let conn = Conn {
+                        endpoint: endpoint.to_string(),
+                        tx,
+                        rx: events,
+                        max_in_flight: (s.max_in_flight as usize).max(1),
+                        in_flight: 0,
+                    };
+                    return Ok((conn, s));
+                }
+                Some(Ev::Error(e)) if ev.request_id == start_id => {
+                    return Err(match Error::from_proto(e) {
+                        Error::NotManager { hint, .. } => Refused::Redirect(hint),
+                        Error::SessionExpired(_) => Refused::Expired,
+                        e => Refused::Other(e),
+                    });
+                }
+                Some(Ev::Redirect(r)) => {
+                    let hint = r
+                        .not_manager
+                        .map(|n| n.hint_endpoint)
+                        .filter(|h| !h.is_empty());
+                    return Err(Refused::Redirect(hint));
+                }
+                Some(Ev::StreamClosed(c)) => {
+                    return Err(Refused::Other(Error::Rpc(Box::new(
+                        tonic::Status::unavailable(c.reason),
+                    ))));
+                }
+                _ => {}
+            }
+        }
+    };
+    match tokio::time::timeout(limit, run).await {
+        Ok(r) => r,
+        Err(_) => Err(Refused::Stuck(Error::Rpc(Box::new(
+            tonic::Status::deadline_exceeded(format!("{endpoint} did not answer within {limit:?}")),
+        )))),
+    }
+}
+
+/// Requests buffered towards one stream.
+pub(crate) const OUTBOX: usize = 1024;

@@ -1,0 +1,649 @@
+//! The session stream (DESIGN §8; `rpc Session` in `proto/tenure.proto`): one ordered
+//! channel per client and store, the shape of ZooKeeper's and Chubby's sessions.
+//!
+//! A stream starts with `start` (its store, and the session it resumes, if any). Then
+//! requests are pipelined: each is checked here (request id, size, kind, store, session),
+//! run through the same handler the unary RPC of its kind runs ([`Api`]'s `do_*`), and
+//! answered with its id as soon as the core answers, in any order. At most
+//! [`MAX_IN_FLIGHT`] requests run at once; one more is answered `TooManyRequests` and not
+//! run. Bad input on one request gets a typed error on that request and changes nothing;
+//! the stream stays up. A frame that cannot be decoded at all ends the stream with a
+//! `stream_closed` reason.
+//!
+//! The stream is bound to the store's manager. When a request is answered `NotManager`,
+//! or the driver reports that this device stopped managing the store, the stream sends
+//! `redirect` and ends; requests not answered by then are not answered here, and the
+//! client re-sends them, with their ids, on the new manager (acquires and releases are
+//! idempotent by `(session, request id)` in the core, reads are re-run).
+//!
+//! Pushed events (request id 0): `ended` when the core has ended the stream's session
+//! (expiry or a close from elsewhere; its locks are released), `expiring` when the
+//! session has not been kept alive for two thirds of its TTL.
+
+use crate::driver::DeviceEvent;
+use crate::grpc::Api;
+use futures::stream::{FuturesUnordered, StreamExt};
+use prost::Message;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::pin::Pin;
+use std::time::Duration;
+use tenure_client::proto::{
+    self, error::Kind, session_event::Kind as Ev, session_request::Kind as Rq,
+};
+use tenure_core::config::store_of;
+use tenure_core::ids::StoreId;
+use tenure_core::session::SessionId;
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+use tracing::debug;
+
+/// The events a stream sends.
+pub type EventStream =
+    Pin<Box<dyn futures::Stream<Item = Result<proto::SessionEvent, Status>> + Send>>;
+
+/// Most requests one stream runs at once.
+pub const MAX_IN_FLIGHT: usize = 512;
+
+/// Answered request ids a stream remembers (with what they asked) to refuse an id reused
+/// for a different request.
+const REMEMBERED_IDS: usize = 4096;
+
+/// Serve one stream: a task reads requests and writes events until either side ends.
+pub fn serve(api: Api, inbound: Streaming<proto::SessionRequest>) -> EventStream {
+    let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + 16);
+    tokio::spawn(async move {
+        let events = api.subscribe();
+        let why = run(&api, inbound, &tx, events).await;
+        debug!(?why, "session stream ended");
+    });
+    Box::pin(ReceiverStream::new(rx))
+}
+
+/// The kinds of request, for what an answer changes in the stream's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum What {
+    Start,
+    Open,
+    KeepAlive,
+    Close,
+    Other,
+}
+
+/// What one request's run gives back.
+type Answer = (u64, What, Result<Ev, Status>);
+type Running<'a> = Pin<Box<dyn Future<Output = Answer> + Send + 'a>>;
+
+/// Why a stream ended (logged).
+#[derive(Debug)]
+enum End {
+    ClientDone,
+    ClientGone,
+    Redirected,
+    Malformed(#[allow(dead_code)] String),
+    ShuttingDown,
+}
+
+/// A stream's state.
+#[derive(Debug, Default)]
+struct State {
+    store: Option<StoreId>,
+    starting: bool,
+    session: Option<(SessionId, Duration)>,
+    opening: bool,
+    /// When the session was last kept alive (start, open or keep-alive answered), and
+    /// whether `expiring` was pushed since.
+    alive_at: Option<Instant>,
+    warned: bool,
+    /// Request ids in flight (true) or answered (false), with a hash of their request.
+    ids: HashMap<u64, (u64, bool)>,
+    answered: VecDeque<u64>,
+    in_flight: usize,
+}
+
+async fn run(
+    api: &Api,
+    mut inbound: Streaming<proto::SessionRequest>,
+    tx: &mpsc::Sender<Result<proto::SessionEvent, Status>>,
+    mut events: broadcast::Receiver<DeviceEvent>,
+) -> End {
+    let mut st = State::default();
+    let mut running: FuturesUnordered<Running<'_>> = FuturesUnordered::new();
+    let mut inbound_open = true;
+    let mut events_open = true;
+    let mut buf = Vec::new();
+    let send = |request_id: u64, kind: Ev| {
+        tx.send(Ok(proto::SessionEvent {
+            request_id,
+            kind: Some(kind),
+        }))
+    };
+    loop {
+        if !inbound_open && running.is_empty() {
+            return End::ClientDone;
+        }
+        let warn_at = match (st.session, st.alive_at, st.warned) {
+            (Some((_, ttl)), Some(at), false) => Some(at + ttl * 2 / 3),
+            _ => None,
+        };
+        tokio::select! {
+            Some((id, what, result)) = running.next(), if !running.is_empty() => {
+                st.in_flight -= 1;
+                st.settle(id);
+                let ev = match result {
+                    Ok(ev) => ev,
+                    Err(status) => match status_error(&st, status) {
+                        Ok(e) => Ev::Error(e),
+                        Err(end) => {
+                            let reason = format!("{end:?}");
+                            let _ = send(0, Ev::StreamClosed(proto::StreamClosed { reason })).await;
+                            return end;
+                        }
+                    },
+                };
+                if let Ev::Error(proto::Error { kind: Some(Kind::NotManager(n)), .. }) = &ev {
+                    let redirect = proto::Redirect { not_manager: Some(n.clone()) };
+                    let _ = send(0, Ev::Redirect(redirect)).await;
+                    return End::Redirected;
+                }
+                st.answered(what, &ev);
+                if send(id, ev).await.is_err() {
+                    return End::ClientGone;
+                }
+            }
+            msg = inbound.message(), if inbound_open => match msg {
+                Ok(Some(req)) => match st.accept(api, req, &mut buf) {
+                    Accepted::Run(id, what, fut) => {
+                        st.in_flight += 1;
+                        let fut: Running<'_> = Box::pin(async move { (id, what, fut.await) });
+                        running.push(fut);
+                    }
+                    Accepted::Refused(id, e) => {
+                        metrics::counter!("tenure_stream_refused_total").increment(1);
+                        if send(id, Ev::Error(e)).await.is_err() {
+                            return End::ClientGone;
+                        }
+                    }
+                    Accepted::Duplicate => {}
+                },
+                Ok(None) => inbound_open = false,
+                Err(status) => {
+                    let reason = format!("malformed stream: {}", status.message());
+                    let _ = send(0, Ev::StreamClosed(proto::StreamClosed { reason: reason.clone() })).await;
+                    return End::Malformed(reason);
+                }
+            },
+            ev = events.recv(), if events_open => match ev {
+                Ok(DeviceEvent::StoppedManaging { store }) if Some(store) == st.store => {
+                    let redirect = proto::Redirect {
+                        not_manager: Some(proto::NotManager { store: store.0, ..Default::default() }),
+                    };
+                    let _ = send(0, Ev::Redirect(redirect)).await;
+                    return End::Redirected;
+                }
+                Ok(DeviceEvent::SessionEnded { store, session, expired })
+                    if Some(store) == st.store && st.session.map(|s| s.0) == Some(session) =>
+                {
+                    st.session = None;
+                    st.alive_at = None;
+                    let ended = proto::SessionEnded { session: session.0, expired };
+                    if send(0, Ev::Ended(ended)).await.is_err() {
+                        return End::ClientGone;
+                    }
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => events_open = false,
+            },
+            _ = sleep_until(warn_at), if warn_at.is_some() => {
+                st.warned = true;
+                if let (Some((session, ttl)), Some(at)) = (st.session, st.alive_at) {
+                    let remaining = (at + ttl).saturating_duration_since(Instant::now());
+                    let expiring = proto::SessionExpiring {
+                        session: session.0,
+                        remaining_ms: remaining.as_millis() as u64,
+                    };
+                    if send(0, Ev::Expiring(expiring)).await.is_err() {
+                        return End::ClientGone;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}
+
+/// What became of one incoming request.
+enum Accepted<'a> {
+    /// Run it; its answer comes later.
+    Run(
+        u64,
+        What,
+        Pin<Box<dyn Future<Output = Result<Ev, Status>> + Send + 'a>>,
+    ),
+    /// Answer it at once with this typed error; nothing ran.
+    Refused(u64, proto::Error),
+    /// The same request under the same id is in flight: its answer will come.
+    Duplicate,
+}
+
+fn error(kind: Kind, message: String) -> proto::Error {
+    proto::Error {
+        kind: Some(kind),
+        message,
+    }
+}
+
+fn invalid(reason: impl Into<String>) -> proto::Error {
+    let reason = reason.into();
+    error(
+        Kind::InvalidRequest(proto::InvalidRequest {
+            reason: reason.clone(),
+        }),
+        format!("invalid request: {reason}"),
+    )
+}
+
+/// A gRPC status from a shared handler as the request's typed error, or the end of the
+/// stream (the device is going away, or the server broke).
+fn status_error(st: &State, s: Status) -> Result<proto::Error, End> {
+    match s.code() {
+        tonic::Code::DeadlineExceeded => {
+            let store = st.store.map_or(0, |s| s.0);
+            Ok(error(
+                Kind::Unavailable(proto::Unavailable { store }),
+                s.message().to_string(),
+            ))
+        }
+        tonic::Code::InvalidArgument | tonic::Code::OutOfRange => Ok(invalid(s.message())),
+        tonic::Code::Unavailable => Err(End::ShuttingDown),
+        _ => Err(End::Malformed(format!("{s}"))),
+    }
+}
+
+impl State {
+    /// Check one request and turn it into a run of its shared handler.
+    fn accept<'a>(
+        &mut self,
+        api: &'a Api,
+        req: proto::SessionRequest,
+        buf: &mut Vec<u8>,
+    ) -> Accepted<'a> {
+        let id = req.request_id;
+        if id == 0 {
+            return Accepted::Refused(0, invalid("request id 0 (ids are non-zero)"));
+        }
+        let len = req.encoded_len();
+        if len > crate::MAX_REQUEST_BYTES {
+            let limit = crate::MAX_REQUEST_BYTES as u64;
+            return Accepted::Refused(
+                id,
+                error(
+                    Kind::TooLarge(proto::TooLarge {
+                        size: len as u64,
+                        limit,
+                    }),
+                    format!("request of {len} bytes, limit {limit}"),
+                ),
+            );
+        }
+        buf.clear();
+        req.encode(buf).expect("a Vec grows");
+        let mut h = std::hash::DefaultHasher::new();
+        buf.hash(&mut h);
+        let hash = h.finish();
+        match self.ids.get(&id) {
+            Some((h, _)) if *h != hash => {
+                return Accepted::Refused(
+                    id,
+                    error(
+                        Kind::RequestIdReused(proto::RequestIdReused { request_id: id }),
+                        format!("request id {id} was used on this stream for another request"),
+                    ),
+                );
+            }
+            Some((_, true)) => return Accepted::Duplicate,
+            _ => {}
+        }
+        if self.in_flight >= MAX_IN_FLIGHT {
+            let limit = MAX_IN_FLIGHT as u32;
+            return Accepted::Refused(
+                id,
+                error(
+                    Kind::TooManyRequests(proto::TooManyRequests { limit }),
+                    format!("more than {limit} requests in flight on the stream"),
+                ),
+            );
+        }
+        let Some(kind) = req.kind else {
+            return Accepted::Refused(
+                id,
+                invalid("no request kind, or a kind this server does not know"),
+            );
+        };
+        let run = match self.check(api, id, kind) {
+            Ok(run) => run,
+            Err(e) => return Accepted::Refused(id, e),
+        };
+        self.ids.insert(id, (hash, true));
+        Accepted::Run(id, run.0, run.1)
+    }
+
+    /// The checks that depend on the stream's binding, then the handler to run.
+    #[allow(clippy::type_complexity)]
+    fn check<'a>(
+        &mut self,
+        api: &'a Api,
+        id: u64,
+        kind: Rq,
+    ) -> Result<
+        (
+            What,
+            Pin<Box<dyn Future<Output = Result<Ev, Status>> + Send + 'a>>,
+        ),
+        proto::Error,
+    > {
+        use proto::*;
+        let Some(store) = self.store else {
+            let Rq::Start(s) = kind else {
+                return Err(invalid("the first request of a stream is `start`"));
+            };
+            if self.starting {
+                return Err(invalid("`start` is already running"));
+            }
+            let store = StoreId(s.store);
+            if let Some(e) = api.unknown_store(store) {
+                return Err(e);
+            }
+            self.starting = true;
+            let me = api.device().map_or(0, |d| d.0);
+            let started = move |session| {
+                Ev::Started(StreamStarted {
+                    store: store.0,
+                    session,
+                    max_in_flight: MAX_IN_FLIGHT as u32,
+                    max_request_bytes: crate::MAX_REQUEST_BYTES as u32,
+                    device: me,
+                })
+            };
+            return Ok(match s.resume {
+                None => (What::Start, Box::pin(async move { Ok(started(None)) })),
+                Some(session) => (
+                    What::Start,
+                    Box::pin(async move {
+                        let r = api.do_keep_alive(store, SessionId(session)).await?;
+                        Ok(match r.result {
+                            Some(keep_alive_response::Result::Ok(a)) => started(Some(a)),
+                            Some(keep_alive_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty keep-alive answer")),
+                        })
+                    }),
+                ),
+            });
+        };
+        let wrong = |other: u32| {
+            error(
+                Kind::WrongStore(WrongStore {
+                    stream_store: store.0,
+                    request_store: other,
+                }),
+                format!("request for store {other} on a stream of store {}", store.0),
+            )
+        };
+        let this_session = |r: &mut Option<SessionRef>| -> Result<(), proto::Error> {
+            let Some((mine, _)) = self.session else {
+                return Err(invalid("no session on this stream: open or resume one"));
+            };
+            match r {
+                None => {
+                    *r = Some(SessionRef {
+                        store: store.0,
+                        id: mine.0,
+                    })
+                }
+                Some(s) if s.store != store.0 => return Err(wrong(s.store)),
+                Some(s) if s.id != mine.0 => {
+                    return Err(invalid(format!(
+                        "session {} on the stream of session {}",
+                        s.id, mine.0
+                    )));
+                }
+                Some(_) => {}
+            }
+            Ok(())
+        };
+        let key = |inner: &mut u64| -> Result<(), proto::Error> {
+            match *inner {
+                0 => *inner = id,
+                x if x == id => {}
+                x => {
+                    return Err(invalid(format!(
+                        "inner request id {x} differs from the stream's request id {id}"
+                    )));
+                }
+            }
+            Ok(())
+        };
+        let this_store = |name: &str| -> Result<(), proto::Error> {
+            let s = store_of(name, api.stores());
+            if s != store { Err(wrong(s.0)) } else { Ok(()) }
+        };
+        Ok(match kind {
+            Rq::Start(_) => return Err(invalid("`start` twice on one stream")),
+            Rq::Open(mut r) => {
+                if self.session.is_some() || self.opening {
+                    return Err(invalid("the stream already has a session"));
+                }
+                if r.store != store.0 {
+                    return Err(wrong(r.store));
+                }
+                r.store = store.0;
+                r.request_id = id;
+                self.opening = true;
+                (
+                    What::Open,
+                    Box::pin(async move {
+                        let r = api.do_open_session(r).await?;
+                        Ok(match r.result {
+                            Some(open_session_response::Result::Ok(o)) => Ev::Opened(o),
+                            Some(open_session_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::KeepAlive(_) => {
+                let Some((session, _)) = self.session else {
+                    return Err(invalid("no session on this stream to keep alive"));
+                };
+                (
+                    What::KeepAlive,
+                    Box::pin(async move {
+                        let r = api.do_keep_alive(store, session).await?;
+                        Ok(match r.result {
+                            Some(keep_alive_response::Result::Ok(a)) => Ev::Alive(a),
+                            Some(keep_alive_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::Close(_) => {
+                let Some((session, _)) = self.session else {
+                    return Err(invalid("no session on this stream to close"));
+                };
+                let r = CloseSessionRequest {
+                    session: Some(SessionRef {
+                        store: store.0,
+                        id: session.0,
+                    }),
+                };
+                (
+                    What::Close,
+                    Box::pin(async move {
+                        let r = api.do_close_session(r).await?;
+                        Ok(match r.result {
+                            Some(close_session_response::Result::Ok(c)) => Ev::Closed(c),
+                            Some(close_session_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::Acquire(mut r) => {
+                this_session(&mut r.session)?;
+                key(&mut r.request_id)?;
+                (
+                    What::Other,
+                    Box::pin(async move {
+                        let r = api.do_acquire(r).await?;
+                        Ok(match r.result {
+                            Some(acquire_response::Result::Ok(g)) => Ev::Granted(g),
+                            Some(acquire_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::Release(mut r) => {
+                // A release may name another session of the store (an operator's unlock).
+                match &r.session {
+                    None => this_session(&mut r.session)?,
+                    Some(s) if s.store != store.0 => return Err(wrong(s.store)),
+                    Some(_) => {}
+                }
+                key(&mut r.request_id)?;
+                (
+                    What::Other,
+                    Box::pin(async move {
+                        let r = api.do_release(r).await?;
+                        Ok(match r.result {
+                            Some(release_response::Result::Ok(x)) => Ev::Released(x),
+                            Some(release_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::Holder(r) => {
+                this_store(&r.name)?;
+                (
+                    What::Other,
+                    Box::pin(async move {
+                        let r = api.do_holder(r).await?;
+                        Ok(match r.result {
+                            Some(holder_response::Result::Ok(h)) => Ev::Holders(h),
+                            Some(holder_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::ListLocks(mut r) => {
+                if r.prefix == "/" {
+                    match r.store {
+                        Some(s) if s != store.0 => return Err(wrong(s)),
+                        _ => r.store = Some(store.0),
+                    }
+                } else {
+                    this_store(&r.prefix)?;
+                }
+                (
+                    What::Other,
+                    Box::pin(async move {
+                        let r = api.do_list_locks(r).await?;
+                        Ok(match r.result {
+                            Some(list_locks_response::Result::Ok(l)) => Ev::Locks(l),
+                            Some(list_locks_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+            Rq::Write(r) => {
+                if r.store != store.0 {
+                    return Err(wrong(r.store));
+                }
+                (
+                    What::Other,
+                    Box::pin(async move {
+                        let r = api.do_write(r).await?;
+                        Ok(match r.result {
+                            Some(write_response::Result::Ok(w)) => Ev::Written(w),
+                            Some(write_response::Result::Error(e)) => Ev::Error(e),
+                            None => Ev::Error(invalid("empty answer")),
+                        })
+                    }),
+                )
+            }
+        })
+    }
+
+    /// A request's run ended: its id is remembered as answered.
+    fn settle(&mut self, id: u64) {
+        if let Some(e) = self.ids.get_mut(&id) {
+            e.1 = false;
+        }
+        self.answered.push_back(id);
+        while self.answered.len() > REMEMBERED_IDS {
+            if let Some(old) = self.answered.pop_front()
+                && self.ids.get(&old).is_some_and(|e| !e.1)
+            {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    /// What an answer changes: the stream's store and session binding, its keep-alive
+    /// time.
+    fn answered(&mut self, what: What, ev: &Ev) {
+        let now = Instant::now();
+        match (what, ev) {
+            (What::Start, Ev::Started(s)) => {
+                self.starting = false;
+                self.store = Some(StoreId(s.store));
+                if let Some(a) = &s.session {
+                    let id = a.session.as_ref().map_or(0, |r| r.id);
+                    self.bind(SessionId(id), a.ttl_ms, now);
+                }
+            }
+            (What::Start, _) => self.starting = false,
+            (What::Open, Ev::Opened(o)) => {
+                self.opening = false;
+                let id = o.session.as_ref().map_or(0, |r| r.id);
+                self.bind(SessionId(id), o.ttl_ms, now);
+            }
+            (What::Open, _) => self.opening = false,
+            (What::KeepAlive, Ev::Alive(_)) => {
+                self.alive_at = Some(now);
+                self.warned = false;
+            }
+            (What::KeepAlive | What::Close, Ev::Closed(_))
+            | (
+                What::KeepAlive,
+                Ev::Error(proto::Error {
+                    kind: Some(Kind::SessionExpired(_)),
+                    ..
+                }),
+            ) => {
+                self.session = None;
+                self.alive_at = None;
+            }
+            _ => {}
+        }
+    }
+
+    fn bind(&mut self, session: SessionId, ttl_ms: u64, now: Instant) {
+        self.session = Some((session, Duration::from_millis(ttl_ms)));
+        self.alive_at = Some(now);
+        self.warned = false;
+    }
+}
