@@ -88,6 +88,8 @@ pub struct LockChecker {
     pub ops: Vec<Operation<LockInput, LockOutput>>,
     /// Operations that provably had no effect and say nothing (left out of the check).
     dropped: Vec<bool>,
+    /// name → the answered grants of that name: operation → (answer time, token).
+    granted: BTreeMap<String, BTreeMap<usize, (u64, FencingToken)>>,
     /// name → every interval, in start order.
     intervals: BTreeMap<String, Vec<Interval>>,
     /// Each session's current client deadline (µs); intervals of a session end there.
@@ -126,6 +128,10 @@ impl LockChecker {
         {
             let name = name.clone();
             self.check_token(op, &name, *token, now);
+            self.granted
+                .entry(name)
+                .or_default()
+                .insert(op, (now, *token));
         }
         self.ops[op].response = Some((now, output));
     }
@@ -138,15 +144,8 @@ impl LockChecker {
     /// Fencing: against every grant of `name` already answered.
     fn check_token(&mut self, op: usize, name: &str, token: FencingToken, now: u64) {
         let invoke = self.ops[op].invoke;
-        for (i, o) in self.ops.iter().enumerate() {
-            let (
-                LockInput::Acquire { name: n, .. },
-                Some((resp, LockOutput::Granted { token: t })),
-            ) = (&o.input, &o.response)
-            else {
-                continue;
-            };
-            if i == op || n != name {
+        for (i, (resp, t)) in self.granted.get(name).into_iter().flatten() {
+            if *i == op {
                 continue;
             }
             self.counts.fencing_checks += 1;
