@@ -43,6 +43,10 @@ struct LocksArgs {
     /// How each cycle picks its name.
     #[arg(long, value_enum, default_value_t = Pick::Random)]
     pick: Pick,
+    /// Unary RPCs (one per request, and a keep-alive stream per session) instead of the
+    /// session stream.
+    #[arg(long)]
+    unary: bool,
     /// Duration of the measurement.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
@@ -76,6 +80,9 @@ struct WritesArgs {
     /// Spread writes over this many stores (0 = every store of the cluster; 1 = store 0).
     #[arg(long, default_value_t = 0)]
     stores: u32,
+    /// Unary RPCs instead of the session stream of each store.
+    #[arg(long)]
+    unary: bool,
     #[command(flatten)]
     target: Target,
     /// Machine-readable output.
@@ -111,7 +118,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
         // Warm up outside the measurement: sessions opened, managers found.
         for i in 0..a.clients as usize {
             let c = if i < conns as usize {
-                Client::new(endpoints.clone())?
+                Client::with_options(endpoints.clone(), options(a.unary))?
             } else {
                 clients[i % conns as usize].new_sharing()
             };
@@ -192,6 +199,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
         let ms = |us: u64| us as f64 / 1000.0;
         let report = serde_json::json!({
             "bench": "locks",
+            "transport": transport_name(a.unary),
             "clients": a.clients,
             "conns": conns,
             "names": a.names,
@@ -209,7 +217,8 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             println!(
-                "locks: {} clients on {} names (picked {}) for {:.1}s: {} lock+unlock cycles ({} errors), {:.0} cycles/s",
+                "locks ({}): {} clients on {} names (picked {}) for {:.1}s: {} lock+unlock cycles ({} errors), {:.0} cycles/s",
+                transport_name(a.unary),
                 a.clients,
                 a.names,
                 crate::value_name(&a.pick),
@@ -232,6 +241,22 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
     })
 }
 
+/// The client options of a benchmark: the session stream, or unary RPCs.
+fn options(unary: bool) -> tenure_client::ClientOptions {
+    tenure_client::ClientOptions {
+        transport: if unary {
+            tenure_client::Transport::Unary
+        } else {
+            tenure_client::Transport::Stream
+        },
+        ..Default::default()
+    }
+}
+
+fn transport_name(unary: bool) -> &'static str {
+    if unary { "unary" } else { "stream" }
+}
+
 fn writes(a: WritesArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
     anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
@@ -239,7 +264,10 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = Arc::new(Client::new(a.target.endpoints()?)?);
+        let client = Arc::new(Client::with_options(
+            a.target.endpoints()?,
+            options(a.unary),
+        )?);
         let stores = if a.stores > 0 {
             a.stores
         } else {
@@ -316,6 +344,7 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
         let ms = |us: u64| us as f64 / 1000.0;
         let report = serde_json::json!({
             "bench": "writes",
+            "transport": transport_name(a.unary),
             "clients": a.clients,
             "stores": stores,
             "seconds": elapsed,
@@ -331,7 +360,8 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             println!(
-                "writes: {} clients over {} stores for {:.1}s: {} ops ({} errors), {:.0} ops/s",
+                "writes ({}): {} clients over {} stores for {:.1}s: {} ops ({} errors), {:.0} ops/s",
+                transport_name(a.unary),
                 a.clients,
                 stores,
                 elapsed,
