@@ -7,11 +7,18 @@
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lincheck::{self, LockModel, Verdict};
-use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
+use tenure_sim::{Outcome, Pipelining, SimConfig, Violation, run, sweep};
 
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
     c.safety_us = 10_000_000;
+    c
+}
+
+/// A short run in which every lock client pipelines.
+fn pipelined(seed: u64) -> SimConfig {
+    let mut c = short(seed);
+    c.pipelining = Pipelining::Forced;
     c
 }
 
@@ -51,28 +58,38 @@ fn bounded_sweep_finds_no_violation() {
     );
 }
 
-// Seeds that once failed, each with the default settings `tenure sim --seed N` uses, and
-// what they found: 5094 and 35561 stale reads, 8842 and 10853 regeneration races, 32991 a
-// checker bug, 46832 a vote committing an older layout behind a newer one, 80994 the
-// members of a committed relayout collected as orphans (no manager ever again).
+// Seeds that once failed, each with the default settings `tenure sim --seed N` uses and
+// with pipelining off (the run they failed, before clients could pipeline), and what they
+// found: 5094 and 35561 stale reads, 8842 and 10853 regeneration races, 32991 a checker
+// bug, 46832 a vote committing an older layout behind a newer one, 80994 the members of a
+// committed relayout collected as orphans (no manager ever again).
 #[test]
 fn seeds_that_once_failed_pass() {
     for seed in [5094, 8842, 10853, 32991, 35561, 46832, 80994, 180613] {
-        let r = run(SimConfig::new(seed));
-        assert!(
-            r.outcome == Outcome::Passed,
-            "seed {seed}: {:?} {:?}",
-            r.outcome,
-            r.violations
-        );
+        for pipelining in [Pipelining::Drawn, Pipelining::Off] {
+            let mut c = SimConfig::new(seed);
+            c.pipelining = pipelining;
+            let r = run(c);
+            assert!(
+                r.outcome == Outcome::Passed,
+                "seed {seed} {pipelining:?}: {:?} {:?}",
+                r.outcome,
+                r.violations
+            );
+        }
     }
 }
 
-// DESIGN §10: `tenure sim --seed N` replays a run exactly — same trace, same fingerprint.
+// DESIGN §10: `tenure sim --seed N` replays a run exactly — same trace, same fingerprint —
+// whether or not its clients pipeline.
 #[test]
 fn same_seed_same_trace() {
     let once = |seed| {
-        let mut c = short(seed);
+        let mut c = if seed % 2 == 0 {
+            pipelined(seed)
+        } else {
+            short(seed)
+        };
         c.trace = true;
         let r = run(c);
         let mut h = 0u64;
@@ -83,7 +100,7 @@ fn same_seed_same_trace() {
         }
         (r.fingerprint, h, r.events, r.trace.len())
     };
-    for seed in [1, 77] {
+    for seed in [1, 77, 4] {
         let a = once(seed);
         assert_eq!(a, once(seed), "seed {seed} did not replay");
         assert!(a.2 > 1000, "a run should do something");
@@ -300,4 +317,99 @@ fn calm_path_costs_at_most_three_messages_per_remote_chunk() {
     assert!(st.confirm_remote <= st.accept_remote);
     assert!(st.per_batch_per_chunk() <= 3.0, "{st:?}");
     assert_eq!(r.faults.crashes + r.faults.lost + r.locks.client_crashes, 0);
+}
+
+// DESIGN §8 and §9: with every lock client pipelining on its session stream (several
+// requests in flight, answered in any order, all re-sent with their request ids wherever
+// the stream resumes), a bounded sweep breaks no invariant and every client is answered
+// after the faults stop. The figures show the pipelining happened.
+#[test]
+fn pipelined_sweep_finds_no_violation() {
+    let seeds = std::env::var("SIM_PIPELINED_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let s = sweep(0, seeds, 2, &pipelined(0), 0, |_, _| {});
+    for f in &s.failures {
+        eprintln!("seed {} {:?}: {}", f.seed, f.outcome, f.message);
+    }
+    let l = &s.locks;
+    assert!(
+        l.pipelined > 0 && l.out_of_order > 0,
+        "no pipelining: {l:?}"
+    );
+    assert!(
+        l.stream_resumes > 0 && l.resent > 0,
+        "no stream resumed: {l:?}"
+    );
+    assert!(l.grants > 0 && l.releases > 0 && l.deadlines_passed > 0);
+    let lc = &s.lock_checks;
+    assert!(lc.exclusion_checks > 0 && lc.fencing_checks > 0 && lc.takeover_checks > 0);
+    assert!(lc.linearizable_ops > 0);
+    assert_eq!(
+        s.failures.len(),
+        0,
+        "failing seeds: {:?}",
+        s.failures.iter().map(|f| f.seed).collect::<Vec<_>>()
+    );
+}
+
+// DESIGN §9.3 and §9.5 planted bug, pipelined clients: conflicting grants are caught by
+// mutual exclusion, and the same run's history alone is not linearizable.
+#[test]
+fn planted_skip_conflict_check_is_caught_with_pipelined_clients() {
+    let mut c = pipelined(0);
+    c.planted.skip_conflict_check = true;
+    let (seed, v) = first_violation_with(c, 50).expect("not caught within 50 seeds");
+    eprintln!("skip-conflict-check, pipelined, caught at seed {seed}: {v}");
+    assert!(matches!(v, Violation::MutualExclusion { .. }), "{v}");
+    let mut c = pipelined(seed);
+    c.planted.skip_conflict_check = true;
+    c.keep_history = true;
+    let r = run(c);
+    let verdict = lincheck::check(&LockModel::default(), &r.lock_history, &Default::default())
+        .expect("well-formed history");
+    assert!(
+        matches!(verdict, Verdict::NotLinearizable(_)),
+        "seed {seed}: {verdict:?}"
+    );
+}
+
+// DESIGN §4 and §9.4 planted bug, pipelined clients: a manager that answers after the
+// first ACCEPTED loses acknowledged lock operations when it fails; the lock checkers
+// catch it though every client re-sends its whole stream after the failover.
+#[test]
+fn planted_confirm_before_all_accepted_is_caught_with_pipelined_clients() {
+    let mut c = pipelined(0);
+    c.planted.confirm_before_all_accepted = true;
+    c.writes = false;
+    let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
+    eprintln!("confirm-before-all-accepted, pipelined, caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::LostRelease { .. }
+                | Violation::LostGrant { .. }
+                | Violation::MutualExclusion { .. }
+                | Violation::NotLinearizable { .. }
+        ),
+        "{v}"
+    );
+}
+
+// DESIGN §4 planted bug, pipelined clients: expiring sessions without grace after a
+// failover is caught on the clients' conservative deadlines.
+#[test]
+fn planted_expire_without_grace_is_caught_with_pipelined_clients() {
+    let mut c = pipelined(0);
+    c.planted.expire_without_grace = true;
+    let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
+    eprintln!("expire-without-grace, pipelined, caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::MutualExclusion { .. } | Violation::NotLinearizable { .. }
+        ),
+        "{v}"
+    );
 }
