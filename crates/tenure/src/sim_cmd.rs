@@ -8,6 +8,8 @@
 //!   the exact command that replays it.
 //! - `--plant broken-quorum|serve-without-lease|…` turns on a planted bug, to show the
 //!   checkers catch it.
+//! - `--pipelining off|forced` overrides the seed's choice of lock clients that pipeline
+//!   requests on their session stream.
 //!
 //! Exit status: 0 when every run passed, 2 on a correctness violation, 3 on a liveness
 //! failure (and no correctness violation), 1 on a usage or internal error.
@@ -18,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
 use tenure_core::PlantedBugs;
-use tenure_sim::{Outcome, RunReport, SimConfig, Summary};
+use tenure_sim::{Outcome, Pipelining, RunReport, SimConfig, Summary};
 
 /// Exit status for a correctness violation.
 const EXIT_CORRECTNESS: u8 = 2;
@@ -66,6 +68,9 @@ pub struct SimArgs {
     /// Lock clients only (no register-write workload).
     #[arg(long)]
     no_writes: bool,
+    /// Which lock clients pipeline requests on their session stream.
+    #[arg(long, value_enum, default_value_t = Pipeline::Drawn)]
+    pipelining: Pipeline,
     /// Print the event trace of a single run.
     #[arg(long)]
     trace: bool,
@@ -96,6 +101,16 @@ enum Plant {
     RedirectToSelf,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Pipeline {
+    /// The seed decides (none, half or all of the clients; 1 to 8 requests in flight).
+    Drawn,
+    /// One request at a time per session.
+    Off,
+    /// Every client pipelines, 2 to 8 requests in flight.
+    Forced,
+}
+
 impl SimArgs {
     fn config(&self, seed: u64) -> anyhow::Result<SimConfig> {
         let mut c = SimConfig::new(seed);
@@ -115,6 +130,11 @@ impl SimArgs {
         c.whole_record_every = self.whole_record_every;
         c.faults = !self.calm;
         c.writes = !self.no_writes;
+        c.pipelining = match self.pipelining {
+            Pipeline::Drawn => Pipelining::Drawn,
+            Pipeline::Off => Pipelining::Off,
+            Pipeline::Forced => Pipelining::Forced,
+        };
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -137,6 +157,10 @@ impl SimArgs {
         }
         if self.no_writes {
             s.push_str(" --no-writes");
+        }
+        if self.pipelining != Pipeline::Drawn {
+            s.push_str(" --pipelining ");
+            s.push_str(&crate::value_name(&self.pipelining));
         }
         for p in &self.plant {
             s.push_str(" --plant ");
@@ -330,6 +354,10 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize) {
         l.client_pauses,
         l.client_crashes,
         l.history_ops
+    );
+    println!(
+        "pipelining: {} requests sent with others in flight, {} answered out of order, {} session streams resumed elsewhere, re-sending {} requests",
+        l.pipelined, l.out_of_order, l.stream_resumes, l.resent
     );
     println!(
         "checks: {} manager, {} served-under-lease, {} acked-write-present",
