@@ -8,6 +8,15 @@
 //! tenure-data/d1/server.log     device 1's log
 //! tenure-data/d1/tenure.redb    device 1's durable state
 //! ```
+//!
+//! `up` returns when every device it started serves and every store has a manager, or
+//! fails (non-zero exit) when that takes longer than `--wait-secs`. A device serves when
+//! it answers a Status request and every chunk it reports is back in a regular lease
+//! (seed 000 §4.2.1; a restarted device's chunks start newly awake, §4.2.5) or is being
+//! deleted because the layout dropped it while the device was down (§4.2.4). A device
+//! started beside running ones (killed, crashed) has then rejoined: without this wait,
+//! the survivors still managing every store would let `up` return before the restarted
+//! device listens.
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
@@ -15,7 +24,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tenure_client::Client;
+use tenure_client::proto::StatusResponse;
+use tenure_client::{Client, ClientOptions};
 use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
 
 /// Arguments of `tenure cluster`.
@@ -62,7 +72,8 @@ struct UpArgs {
     /// ports back).
     #[arg(long, default_value_t = 0)]
     base_port: u16,
-    /// How long to wait for every store to have a manager.
+    /// How long to wait for every started device to serve (answer Status, its chunks back
+    /// in a regular lease) and every store to have a manager; past it, `up` fails.
     #[arg(long, default_value_t = 60)]
     wait_secs: u64,
     #[command(flatten)]
@@ -286,17 +297,20 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     )?;
 
     let rt = runtime()?;
-    let managers = rt.block_on(wait_managed(
+    let ready = rt.block_on(wait_ready(
         &file,
+        &started_ids,
         Duration::from_secs(a.wait_secs),
         !a.common.json,
     ))?;
+    let managers = ready.managers;
     let elapsed = started.elapsed();
     if a.common.json {
         let out = serde_json::json!({
             "data": std::path::absolute(&data)?,
             "restarted": restarted,
             "started_devices": started_ids,
+            "serving": ready.serving,
             "elapsed_ms": elapsed.as_millis() as u64,
             "stores": file.stores,
             "devices": file.devices,
@@ -306,7 +320,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     } else {
         if running.is_empty() {
             println!(
-                "{} cluster of {} devices in {:.1}s: all {} stores have a manager",
+                "{} cluster of {} devices in {:.1}s: every device serving, all {} stores have a manager",
                 if restarted { "restarted" } else { "started" },
                 file.devices.len(),
                 elapsed.as_secs_f64(),
@@ -314,10 +328,16 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             );
         } else {
             println!(
-                "restarted device(s) {started_ids:?} of the running cluster in {:.1}s: all {} stores have a manager",
+                "restarted device(s) {started_ids:?} of the running cluster in {:.1}s: serving again, all {} stores have a manager",
                 elapsed.as_secs_f64(),
                 file.stores
             );
+            for s in &ready.serving {
+                println!(
+                    "device {} serves: {} chunks of {} stores in a regular lease, manages {} stores",
+                    s.device, s.chunks, s.stores, s.manages
+                );
+            }
         }
         println!(
             "{:>6} {:>8} {:>22} {:>22} {:>8}",
@@ -346,36 +366,96 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// store → (device, epoch) for every store some device reports managing, and the per
-/// device errors.
-async fn managers(
-    client: &Client,
-    file: &ClusterFile,
-) -> (BTreeMap<u32, (u64, u64)>, Vec<(u64, String)>) {
+/// What a device's Status answer says about it, or why there is none.
+type Statuses = BTreeMap<u64, Result<StatusResponse, String>>;
+
+/// Every device's Status answer, or the error that stood for it.
+async fn statuses(client: &Client, file: &ClusterFile) -> Statuses {
     let mut out = BTreeMap::new();
-    let mut errors = Vec::new();
     for d in &file.devices {
-        match client.status_of(&d.client_addr.to_string()).await {
-            Ok(s) => {
-                for m in s.managers.iter().filter(|m| m.state == "Manager") {
-                    let e = out.entry(m.store).or_insert((s.device, m.epoch));
-                    if m.epoch > e.1 {
-                        *e = (s.device, m.epoch);
-                    }
-                }
-            }
-            Err(e) => errors.push((d.id, e.to_string())),
-        }
+        let s = client.status_of(&d.client_addr.to_string()).await;
+        out.insert(d.id, s.map_err(|e| e.to_string()));
     }
-    (out, errors)
+    out
 }
 
-async fn wait_managed(
+/// store → (device, epoch) for every store some device reports managing.
+fn managers(statuses: &Statuses) -> BTreeMap<u32, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for s in statuses.values().flatten() {
+        for m in s.managers.iter().filter(|m| m.state == "Manager") {
+            let e = out.entry(m.store).or_insert((s.device, m.epoch));
+            if m.epoch > e.1 {
+                *e = (s.device, m.epoch);
+            }
+        }
+    }
+    out
+}
+
+/// A device that serves: it answered Status with every chunk it holds in a regular lease
+/// (or being deleted).
+#[derive(Clone, Debug, Serialize)]
+struct Serving {
+    device: u64,
+    /// Chunks in a regular lease.
+    chunks: usize,
+    /// Stores those chunks belong to.
+    stores: usize,
+    /// Stores it manages.
+    manages: usize,
+}
+
+/// Whether the device behind `status` serves, or what it still waits for.
+fn serving(status: &Result<StatusResponse, String>) -> Result<Serving, String> {
+    let s = status
+        .as_ref()
+        .map_err(|e| format!("no answer to Status ({e})"))?;
+    // A chunk the layout dropped while its device was down is deleted, not rejoined.
+    let kept = || s.chunks.iter().filter(|c| c.state != "GarbageCollect");
+    let mut waiting: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in kept().filter(|c| c.state != "RegularLease") {
+        *waiting.entry(c.state.as_str()).or_default() += 1;
+    }
+    if !waiting.is_empty() {
+        let n: usize = waiting.values().sum();
+        let states: Vec<String> = waiting.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        return Err(format!(
+            "{n} of {} chunks not in a regular lease ({})",
+            kept().count(),
+            states.join(", ")
+        ));
+    }
+    let stores: std::collections::BTreeSet<u32> = kept().map(|c| c.store).collect();
+    Ok(Serving {
+        device: s.device,
+        chunks: kept().count(),
+        stores: stores.len(),
+        manages: s.managers.iter().filter(|m| m.state == "Manager").count(),
+    })
+}
+
+/// What `up` waited for: the devices it started, serving, and every store's manager.
+struct Ready {
+    serving: Vec<Serving>,
+    managers: BTreeMap<u32, (u64, u64)>,
+}
+
+/// Wait until every device in `started` serves and every store has a manager, at most
+/// `limit`; fail at once when a device's process exits.
+async fn wait_ready(
     file: &ClusterFile,
+    started: &[u64],
     limit: Duration,
     progress: bool,
-) -> anyhow::Result<BTreeMap<u32, (u64, u64)>> {
-    let client = Client::new(file.endpoints())?;
+) -> anyhow::Result<Ready> {
+    // A local device answers Status in milliseconds; one that does not within a second
+    // counts as not serving this round, so a hung device cannot stretch the bound much.
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let client = Client::with_options(file.endpoints(), opts)?;
     let bar = if progress {
         indicatif::ProgressBar::new(file.stores as u64)
     } else {
@@ -387,14 +467,27 @@ async fn wait_managed(
         )
         .expect("template"),
     );
-    let started = Instant::now();
+    let started_at = Instant::now();
     loop {
-        let (m, errors) = managers(&client, file).await;
+        let st = statuses(&client, file).await;
+        let m = managers(&st);
+        let (serving, waiting): (Vec<_>, Vec<_>) = started
+            .iter()
+            .map(|id| (*id, st.get(id).map_or(Err("not listed".into()), serving)))
+            .partition(|(_, r)| r.is_ok());
         bar.set_position(m.len() as u64);
-        bar.set_message(format!("({:.0}s)", started.elapsed().as_secs_f64()));
-        if m.len() == file.stores as usize {
+        bar.set_message(format!(
+            "{}/{} started devices serving ({:.0}s)",
+            serving.len(),
+            started.len(),
+            started_at.elapsed().as_secs_f64()
+        ));
+        if m.len() == file.stores as usize && waiting.is_empty() {
             bar.finish_and_clear();
-            return Ok(m);
+            return Ok(Ready {
+                serving: serving.into_iter().filter_map(|(_, r)| r.ok()).collect(),
+                managers: m,
+            });
         }
         for d in &file.devices {
             if !pid_alive(d.pid) {
@@ -407,13 +500,28 @@ async fn wait_managed(
                 );
             }
         }
-        if started.elapsed() > limit {
+        if started_at.elapsed() > limit {
             bar.finish_and_clear();
+            let mut why = Vec::new();
+            for (id, r) in &waiting {
+                if let Err(e) = r {
+                    why.push(format!("device {id} does not serve: {e}"));
+                }
+            }
+            if m.len() < file.stores as usize {
+                let unreachable: Vec<String> = st
+                    .iter()
+                    .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("d{id}: {e}")))
+                    .collect();
+                why.push(format!(
+                    "only {}/{} stores have a manager (unreachable: {unreachable:?})",
+                    m.len(),
+                    file.stores
+                ));
+            }
             bail!(
-                "only {}/{} stores have a manager after {:?} (unreachable: {errors:?}); see the logs in dN/server.log",
-                m.len(),
-                file.stores,
-                limit
+                "not ready after {limit:?}: {}; see the logs in dN/server.log",
+                why.join("; ")
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

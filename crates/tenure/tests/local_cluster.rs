@@ -1,6 +1,7 @@
 //! The real thing: `tenure cluster up` starts three `tenure server` processes on
-//! 127.0.0.1; a manager is killed with SIGKILL; the cluster is stopped and restarted from
-//! its data. Every wait is bounded; a guard kills the processes if a step fails.
+//! 127.0.0.1; a manager is killed with SIGKILL and `cluster up` brings it back, returning
+//! once it serves; the cluster is stopped and restarted from its data. Every wait is
+//! bounded; a guard kills the processes if a step fails.
 
 use std::collections::BTreeMap;
 
@@ -47,6 +48,7 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         summary["managers"].as_array().unwrap().len(),
         STORES as usize
     );
+    assert_eq!(summary["serving"].as_array().unwrap().len(), 3, "{summary}");
     let file = cluster_file(&data);
     let endpoints: Vec<String> = file["devices"]
         .as_array()
@@ -115,6 +117,15 @@ fn local_cluster_survives_kill_9_and_full_restart() {
     // the others keep their processes. With every device running, `up` refuses.
     let summary = up(&data);
     assert_eq!(summary["started_devices"], serde_json::json!([victim]));
+    // `up` returned once the restarted device serves: it answers Status at once, from a
+    // client that never talked to it before (no wait here).
+    assert_eq!(summary["serving"][0]["device"], victim, "{summary}");
+    let victim_addr = victim_entry["client_addr"].as_str().unwrap().to_string();
+    let fresh = Client::new(vec![victim_addr.clone()]).unwrap();
+    let status = rt
+        .block_on(fresh.status_of(&victim_addr))
+        .expect("the restarted device answers Status when `cluster up` returns");
+    assert_eq!(status.device, victim);
     let pids = |f: &serde_json::Value| -> Vec<(u64, u64)> {
         f["devices"]
             .as_array()
