@@ -1,16 +1,32 @@
 //! Lock commands against a running cluster: `tenure lock`, `tenure unlock`,
 //! `tenure locks`, `tenure status`. Endpoints come from `--endpoints` or the local
 //! cluster's `cluster.json`.
+//!
+//! Exit statuses of `tenure lock` ([`Outcome::exit_status`]):
+//!
+//! - the command's own status when it finished and the lock was released after it (1 for
+//!   a command killed by a signal; 0 without a command, when Ctrl-C ends the hold);
+//! - 1 when the lock could not be taken, the lock may have been lost while the command
+//!   ran (the command is killed), or the release failed for another reason;
+//! - [`EXIT_EXPIRED_AT_RELEASE`] (120) when the command finished (or Ctrl-C ended the
+//!   hold) but the release found the session expired: the lock had already been released
+//!   by the session's expiry, perhaps while the command still ran, and another session
+//!   may have taken it meanwhile. The command's own status is printed on stderr.
+//!
+//! 120 lies above the statuses programs commonly use and below the shell's (126, 127,
+//! 128 + signal); a command that itself exits with 120 is told apart by the message only.
+//! (141, for a closed stdout, is every subcommand's: see `main`.)
 
 use crate::client_cmds::Target;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockState, Loss, Wait};
+use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockState, Wait};
 
 /// Arguments of `tenure lock`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = LOCK_EXIT_STATUSES)]
 pub struct LockArgs {
     /// Lock name (a path, e.g. /billing/invoices/42).
     name: String,
@@ -36,6 +52,57 @@ pub struct LockArgs {
     /// lost. Without a command, hold the lock until Ctrl-C.
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+/// `tenure lock`'s help after the options: its exit statuses.
+pub const LOCK_EXIT_STATUSES: &str = "\
+Exit status:
+  the command's  the command finished and the lock was released after it (1 if a signal
+                 killed the command; 0 without a command, when Ctrl-C ends the hold)
+  1              the lock was not taken; or it may have been lost while held (a running
+                 command is killed); or the release failed
+  120            the command finished (or Ctrl-C ended the hold), but the release found the
+                 session expired: the lock was already released by expiry, perhaps while
+                 the command ran, and another session may have taken it meanwhile. The
+                 command's own status is printed on stderr; a command that itself exits
+                 with 120 is told apart by that message only
+  141            stdout was closed (tenure lock ... | head) before the lock line was
+                 printed";
+
+/// The exit status of `tenure lock` when the command finished but its session had
+/// expired by the release (see the module docs).
+pub const EXIT_EXPIRED_AT_RELEASE: u8 = 120;
+
+/// How `tenure lock` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The command finished with this status (0 without a command) and the lock was
+    /// released after it.
+    Released(u8),
+    /// The lock may have been lost while it was held: the command was killed.
+    Lost,
+    /// The command finished with this status, but the release found the session expired.
+    ExpiredAtRelease(u8),
+}
+
+impl Outcome {
+    fn exit_status(self) -> u8 {
+        match self {
+            Outcome::Released(status) => status,
+            Outcome::Lost => 1,
+            Outcome::ExpiredAtRelease(_) => EXIT_EXPIRED_AT_RELEASE,
+        }
+    }
+}
+
+/// The status a finished command passes on, and how to describe it.
+fn command_status(st: std::process::ExitStatus) -> (u8, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => (c.clamp(0, 255) as u8, format!("status {c}")),
+        (None, Some(sig)) => (1, format!("signal {sig}")),
+        (None, None) => (1, format!("{st}")),
+    }
 }
 
 /// Arguments of `tenure unlock`.
@@ -176,12 +243,14 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
                 waited
             );
         }
-        let code = if a.command.is_empty() {
+        // What ran under the lock, once it is over: its status and how to describe it, or
+        // None when the lock may have been lost while it ran.
+        let finished = if a.command.is_empty() {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+                _ = tokio::signal::ctrl_c() => Some((0, "Ctrl-C".to_string())),
                 loss = guard.lost() => {
                     eprintln!("the lock may be lost ({loss:?}); stopping");
-                    ExitCode::FAILURE
+                    None
                 }
             }
         } else {
@@ -193,27 +262,56 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
                 .kill_on_drop(true)
                 .spawn()
                 .with_context(|| format!("starting {:?}", a.command[0]))?;
+            // A command that has exited is not killed: when this process wakes late (paused,
+            // overloaded) both may be ready, and the command's end comes first.
             tokio::select! {
-                st = child.wait() => {
-                    let st = st?;
-                    ExitCode::from(st.code().unwrap_or(1).clamp(0, 255) as u8)
-                }
-                loss = guard.lost() => {
-                    eprintln!("the lock may be lost ({loss:?}); killing the command");
-                    let _ = child.kill().await;
-                    ExitCode::FAILURE
-                }
+                biased;
+                st = child.wait() => Some(command_status(st?)),
+                loss = guard.lost() => match child.try_wait()? {
+                    Some(st) => Some(command_status(st)),
+                    None => {
+                        eprintln!("the lock may be lost ({loss:?}); killing the command");
+                        let _ = child.kill().await;
+                        None
+                    }
+                },
             }
         };
-        let expired = matches!(
-            tokio::time::timeout(Duration::ZERO, guard.lost()).await,
-            Ok(Loss::Expired)
-        );
-        if !expired {
-            guard.release().await.context("releasing")?;
+        let expired = guard.watch().borrow().expired;
+        let session = guard.session();
+        let outcome = match finished {
+            None => {
+                // Already reported; a release the expiry made unnecessary is no news.
+                if !expired {
+                    match guard.release().await {
+                        Ok(()) | Err(tenure_client::Error::SessionExpired(_)) => {}
+                        Err(e) => return Err(e).context("releasing"),
+                    }
+                }
+                Outcome::Lost
+            }
+            Some((status, _)) if !expired => match guard.release().await {
+                Ok(()) => Outcome::Released(status),
+                Err(tenure_client::Error::SessionExpired(_)) => Outcome::ExpiredAtRelease(status),
+                Err(e) => return Err(e).context("releasing"),
+            },
+            Some((status, _)) => Outcome::ExpiredAtRelease(status),
+        };
+        if let (Outcome::ExpiredAtRelease(_), Some((_, how))) = (outcome, &finished) {
+            let what = if a.command.is_empty() {
+                format!("the hold ended ({how})")
+            } else {
+                format!("the command finished ({how})")
+            };
+            eprintln!(
+                "{what}, but the release found session {session} expired: {} was already released by \
+                 the session's expiry, perhaps while it was still in use, and another session may \
+                 have taken it meanwhile (exit status {EXIT_EXPIRED_AT_RELEASE})",
+                a.name
+            );
         }
         let _ = client.close().await;
-        Ok(code)
+        Ok(ExitCode::from(outcome.exit_status()))
     })
 }
 
@@ -424,5 +522,31 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert_eq!(parse_token("4.17"), Ok(FencingToken { epoch: 4, seq: 17 }));
         assert!(parse_token("417").is_err());
+    }
+
+    #[test]
+    fn each_lock_outcome_has_its_exit_status() {
+        assert_eq!(Outcome::Released(0).exit_status(), 0);
+        assert_eq!(Outcome::Released(7).exit_status(), 7);
+        assert_eq!(Outcome::Lost.exit_status(), 1);
+        // Whatever the command's status, an expiry found at release gives its own status.
+        for status in [0, 1, 7, 255] {
+            assert_eq!(
+                Outcome::ExpiredAtRelease(status).exit_status(),
+                EXIT_EXPIRED_AT_RELEASE
+            );
+        }
+        assert!(![0, 1, 141].contains(&EXIT_EXPIRED_AT_RELEASE));
+        assert!(LOCK_EXIT_STATUSES.contains(&format!("  {EXIT_EXPIRED_AT_RELEASE} ")));
+    }
+
+    #[test]
+    fn command_statuses_pass_through_and_signals_give_1() {
+        use std::os::unix::process::ExitStatusExt;
+        let exited = |code: i32| std::process::ExitStatus::from_raw(code << 8);
+        assert_eq!(command_status(exited(0)), (0, "status 0".to_string()));
+        assert_eq!(command_status(exited(7)), (7, "status 7".to_string()));
+        let killed = std::process::ExitStatus::from_raw(9);
+        assert_eq!(command_status(killed), (1, "signal 9".to_string()));
     }
 }
