@@ -499,6 +499,7 @@ impl State {
                 )
             }
             Rq::Acquire(mut r) => {
+                this_store(&r.name)?;
                 this_session(&mut r.session)?;
                 key(&mut r.request_id)?;
                 (
@@ -514,6 +515,7 @@ impl State {
                 )
             }
             Rq::Release(mut r) => {
+                this_store(&r.name)?;
                 // A release may name another session of the store (an operator's unlock).
                 match &r.session {
                     None => this_session(&mut r.session)?,
