@@ -414,8 +414,11 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         let mut devices = Vec::new();
         let mut stores: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
         let mut n_stores = 0;
-        for e in &endpoints {
-            match client.status_of(e).await {
+        // Every device is asked at once: a device that does not answer costs the
+        // command one attempt bound (1 s), not one per device.
+        let answers = futures::future::join_all(endpoints.iter().map(|e| client.status_of(e))).await;
+        for (e, answer) in endpoints.iter().zip(answers) {
+            match answer {
                 Ok(s) => {
                     n_stores = s.stores;
                     for m in s.managers.iter().filter(|m| m.state == "Manager") {
