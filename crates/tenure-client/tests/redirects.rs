@@ -36,6 +36,14 @@ struct Script {
     redirected: [AtomicU64; 3],
     /// Devices that accept connections and never answer (a stopped process).
     frozen: [AtomicBool; 3],
+    /// The lease the session stream's answers give (0: 3 s), before and after the
+    /// device has granted a lock: a short one leaves the client's deadline already
+    /// passed when a grant arrives, as after a long failover.
+    lease_ms: AtomicU64,
+    lease_after_grant_ms: AtomicU64,
+    granted: AtomicBool,
+    /// Releases the stream served.
+    released: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -272,9 +280,18 @@ impl Tenure for Fake {
                 if keep_alive {
                     me.script.kept[me.me].fetch_add(1, Ordering::SeqCst);
                 }
+                let lease = if me.script.granted.load(Ordering::SeqCst) {
+                    &me.script.lease_after_grant_ms
+                } else {
+                    &me.script.lease_ms
+                };
+                let ttl_ms = match lease.load(Ordering::SeqCst) {
+                    0 => 3_000,
+                    ms => ms,
+                };
                 let alive = proto::SessionAlive {
                     session: Some(proto::SessionRef { store: 0, id: 7 }),
-                    ttl_ms: 3_000,
+                    ttl_ms,
                 };
                 let kind = match m.kind {
                     Some(Rq::Start(s)) => Ev::Started(proto::StreamStarted {
@@ -286,15 +303,25 @@ impl Tenure for Fake {
                     }),
                     Some(Rq::Open(o)) => Ev::Opened(proto::SessionOpened {
                         session: Some(proto::SessionRef { store: 0, id: 7 }),
-                        ttl_ms: o.ttl_ms,
+                        ttl_ms: if lease.load(Ordering::SeqCst) == 0 {
+                            o.ttl_ms
+                        } else {
+                            ttl_ms
+                        },
                     }),
                     Some(Rq::KeepAlive(_)) => Ev::Alive(alive),
                     Some(Rq::Acquire(a)) => Ev::Granted(proto::Granted {
-                        name: a.name,
+                        name: {
+                            me.script.granted.store(true, Ordering::SeqCst);
+                            a.name
+                        },
                         mode: a.mode,
                         token: Some(proto::FencingToken { epoch: 1, seq: 1 }),
                     }),
-                    Some(Rq::Release(_)) => Ev::Released(proto::Released {}),
+                    Some(Rq::Release(_)) => {
+                        me.script.released.fetch_add(1, Ordering::SeqCst);
+                        Ev::Released(proto::Released {})
+                    }
                     Some(Rq::Close(_)) => Ev::Closed(proto::SessionClosed {}),
                     _ => continue,
                 };
@@ -330,6 +357,10 @@ async fn fakes() -> Arc<Script> {
         kept: Default::default(),
         redirected: Default::default(),
         frozen: Default::default(),
+        lease_ms: AtomicU64::new(0),
+        lease_after_grant_ms: AtomicU64::new(0),
+        granted: AtomicBool::new(false),
+        released: AtomicU64::new(0),
     });
     for (me, l) in listeners.into_iter().enumerate() {
         let fake = Fake {
@@ -499,4 +530,36 @@ async fn a_frozen_manager_is_left_for_the_new_one() {
     .await;
     assert!(guard.deadline() > frozen_at + Duration::from_secs(2));
     script.frozen[0].store(false, Ordering::SeqCst);
+}
+
+/// A grant that arrives when the session's conservative deadline has (nearly) passed —
+/// every answer so far gave a lease too short to cover it, as when a failover outlasts
+/// the TTL — is confirmed by a keep-alive before it is handed out. When the keep-alive
+/// gives a real lease, the caller gets the lock; when it does not, the lock is released
+/// and the call says it was not taken.
+#[tokio::test]
+async fn a_grant_past_the_session_deadline_is_confirmed_or_released() {
+    // Confirmed: after the grant, the device's leases are 3 s again.
+    let script = fakes().await;
+    script.lease_ms.store(60, Ordering::SeqCst);
+    script.lease_after_grant_ms.store(3_000, Ordering::SeqCst);
+    let c = client(&script, Transport::Stream);
+    let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
+    assert!(guard.is_held());
+    assert!(guard.deadline() > Instant::now() + Duration::from_secs(2));
+    assert_eq!(script.released.load(Ordering::SeqCst), 0);
+    // Not confirmed: every lease stays too short; the grant is released, not returned.
+    let script = fakes().await;
+    script.lease_ms.store(60, Ordering::SeqCst);
+    script.lease_after_grant_ms.store(60, Ordering::SeqCst);
+    let c = client(&script, Transport::Stream);
+    let err = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap_err();
+    assert!(
+        matches!(err, tenure_client::Error::GrantUnconfirmed(ref n) if n == "/a"),
+        "{err}"
+    );
+    until(Duration::from_secs(5), "the unconfirmed grant released", || {
+        script.released.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
