@@ -553,13 +553,18 @@ async fn a_grant_past_the_session_deadline_is_confirmed_or_released() {
     script.lease_ms.store(60, Ordering::SeqCst);
     script.lease_after_grant_ms.store(60, Ordering::SeqCst);
     let c = client(&script, Transport::Stream);
-    let err = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap_err();
+    let err = c
+        .lock("/a", LockMode::Exclusive, Wait::Try)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, tenure_client::Error::GrantUnconfirmed(ref n) if n == "/a"),
         "{err}"
     );
-    until(Duration::from_secs(5), "the unconfirmed grant released", || {
-        script.released.load(Ordering::SeqCst) == 1
-    })
+    until(
+        Duration::from_secs(5),
+        "the unconfirmed grant released",
+        || script.released.load(Ordering::SeqCst) == 1,
+    )
     .await;
 }
