@@ -464,6 +464,8 @@ pub enum Observation {
         store: StoreId,
         /// Session.
         session: SessionId,
+        /// Expired (true) or closed by its client, as announced.
+        expired: bool,
     },
     /// A manager marked a chunk failed (reported to the outside policy).
     ChunkFailed {

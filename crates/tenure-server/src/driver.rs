@@ -187,10 +187,8 @@ pub struct Driver {
     /// histogram (ACCEPT out to ACCEPTED in).
     accept_sent: HashMap<ChunkId, std::time::Instant>,
     metrics: HotMetrics,
-    /// Events for the session streams; sessions whose end was announced, until it is
-    /// applied (then the event goes out).
+    /// Events for the session streams.
     events: tokio::sync::broadcast::Sender<DeviceEvent>,
-    ending: HashMap<(StoreId, tenure_core::session::SessionId), bool>,
 }
 
 /// The persists an output may depend on: those of one store, or (`Device`) all of them.
@@ -400,7 +398,6 @@ impl Driver {
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
             events: tokio::sync::broadcast::channel(1).0,
-            ending: HashMap::new(),
         };
         d.release(out);
         d.flush_held();
@@ -594,31 +591,20 @@ impl Driver {
 
     /// Tell the session streams what concerns them. A session's end goes out once it is
     /// applied: the change that releases its locks is durable on every live chunk by then.
-    fn event(&mut self, obs: &Observation) {
+    fn event(&self, obs: &Observation) {
         let ev = match obs {
             Observation::StoppedManaging { store, .. } => {
-                self.ending.retain(|(s, _), _| s != store);
                 DeviceEvent::StoppedManaging { store: *store }
             }
-            Observation::SessionEnding {
+            Observation::SessionEnded {
                 store,
                 session,
                 expired,
-                ..
-            } => {
-                self.ending.insert((*store, *session), *expired);
-                return;
-            }
-            Observation::SessionEnded { store, session } => {
-                let Some(expired) = self.ending.remove(&(*store, *session)) else {
-                    return;
-                };
-                DeviceEvent::SessionEnded {
-                    store: *store,
-                    session: *session,
-                    expired,
-                }
-            }
+            } => DeviceEvent::SessionEnded {
+                store: *store,
+                session: *session,
+                expired: *expired,
+            },
             _ => return,
         };
         // No stream listening is not an error.

@@ -866,7 +866,7 @@ impl World {
                 self.locks
                     .session_ending(store, d, session, &released, self.now);
             }
-            Observation::SessionEnded { store, session } => {
+            Observation::SessionEnded { store, session, .. } => {
                 self.mix(0x8000 ^ session.0 << 8);
                 self.report.locks.session_ends += 1;
                 self.locks.session_ended(store, d, session, self.now);

@@ -1563,6 +1563,7 @@ impl Manager {
                     replies.push(Output::Observe(Observation::SessionEnded {
                         store,
                         session: *session,
+                        expired: *expired,
                     }));
                 }
                 (Ok(Response::SessionClosed), r.granted, r.cancelled)
