@@ -252,6 +252,36 @@ fn invalid(reason: impl Into<String>) -> proto::Error {
     )
 }
 
+/// A unary response as the stream's answer: its payload's event, or its typed error.
+trait IntoEvent {
+    fn into_event(self) -> Ev;
+}
+
+macro_rules! into_event {
+    ($($resp:ident, $module:ident, $ev:ident;)*) => {$(
+        impl IntoEvent for proto::$resp {
+            fn into_event(self) -> Ev {
+                match self.result {
+                    Some(proto::$module::Result::Ok(x)) => Ev::$ev(x),
+                    Some(proto::$module::Result::Error(e)) => Ev::Error(e),
+                    None => Ev::Error(invalid("empty answer")),
+                }
+            }
+        }
+    )*};
+}
+
+into_event! {
+    OpenSessionResponse, open_session_response, Opened;
+    KeepAliveResponse, keep_alive_response, Alive;
+    CloseSessionResponse, close_session_response, Closed;
+    AcquireResponse, acquire_response, Granted;
+    ReleaseResponse, release_response, Released;
+    HolderResponse, holder_response, Holders;
+    ListLocksResponse, list_locks_response, Locks;
+    WriteResponse, write_response, Written;
+}
+
 /// A gRPC status from a shared handler as the request's typed error, or the end of the
 /// stream (the device is going away, or the server broke).
 fn status_error(st: &State, s: Status) -> Result<proto::Error, End> {
@@ -379,11 +409,10 @@ impl State {
                 Some(session) => (
                     What::Start,
                     Box::pin(async move {
-                        let r = api.do_keep_alive(store, SessionId(session)).await?;
-                        Ok(match r.result {
-                            Some(keep_alive_response::Result::Ok(a)) => started(Some(a)),
-                            Some(keep_alive_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty keep-alive answer")),
+                        let ev = api.do_keep_alive(store, SessionId(session)).await?;
+                        Ok(match ev.into_event() {
+                            Ev::Alive(a) => started(Some(a)),
+                            other => other,
                         })
                     }),
                 ),
@@ -450,14 +479,7 @@ impl State {
                 self.opening = true;
                 (
                     What::Open,
-                    Box::pin(async move {
-                        let r = api.do_open_session(r).await?;
-                        Ok(match r.result {
-                            Some(open_session_response::Result::Ok(o)) => Ev::Opened(o),
-                            Some(open_session_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_open_session(r).await?.into_event()) }),
                 )
             }
             Rq::KeepAlive(_) => {
@@ -466,14 +488,9 @@ impl State {
                 };
                 (
                     What::KeepAlive,
-                    Box::pin(async move {
-                        let r = api.do_keep_alive(store, session).await?;
-                        Ok(match r.result {
-                            Some(keep_alive_response::Result::Ok(a)) => Ev::Alive(a),
-                            Some(keep_alive_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(
+                        async move { Ok(api.do_keep_alive(store, session).await?.into_event()) },
+                    ),
                 )
             }
             Rq::Close(_) => {
@@ -488,14 +505,7 @@ impl State {
                 };
                 (
                     What::Close,
-                    Box::pin(async move {
-                        let r = api.do_close_session(r).await?;
-                        Ok(match r.result {
-                            Some(close_session_response::Result::Ok(c)) => Ev::Closed(c),
-                            Some(close_session_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_close_session(r).await?.into_event()) }),
                 )
             }
             Rq::Acquire(mut r) => {
@@ -504,14 +514,7 @@ impl State {
                 key(&mut r.request_id)?;
                 (
                     What::Other,
-                    Box::pin(async move {
-                        let r = api.do_acquire(r).await?;
-                        Ok(match r.result {
-                            Some(acquire_response::Result::Ok(g)) => Ev::Granted(g),
-                            Some(acquire_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_acquire(r).await?.into_event()) }),
                 )
             }
             Rq::Release(mut r) => {
@@ -525,28 +528,14 @@ impl State {
                 key(&mut r.request_id)?;
                 (
                     What::Other,
-                    Box::pin(async move {
-                        let r = api.do_release(r).await?;
-                        Ok(match r.result {
-                            Some(release_response::Result::Ok(x)) => Ev::Released(x),
-                            Some(release_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_release(r).await?.into_event()) }),
                 )
             }
             Rq::Holder(r) => {
                 this_store(&r.name)?;
                 (
                     What::Other,
-                    Box::pin(async move {
-                        let r = api.do_holder(r).await?;
-                        Ok(match r.result {
-                            Some(holder_response::Result::Ok(h)) => Ev::Holders(h),
-                            Some(holder_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_holder(r).await?.into_event()) }),
                 )
             }
             Rq::ListLocks(mut r) => {
@@ -560,14 +549,7 @@ impl State {
                 }
                 (
                     What::Other,
-                    Box::pin(async move {
-                        let r = api.do_list_locks(r).await?;
-                        Ok(match r.result {
-                            Some(list_locks_response::Result::Ok(l)) => Ev::Locks(l),
-                            Some(list_locks_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_list_locks(r).await?.into_event()) }),
                 )
             }
             Rq::Write(r) => {
@@ -576,14 +558,7 @@ impl State {
                 }
                 (
                     What::Other,
-                    Box::pin(async move {
-                        let r = api.do_write(r).await?;
-                        Ok(match r.result {
-                            Some(write_response::Result::Ok(w)) => Ev::Written(w),
-                            Some(write_response::Result::Error(e)) => Ev::Error(e),
-                            None => Ev::Error(invalid("empty answer")),
-                        })
-                    }),
+                    Box::pin(async move { Ok(api.do_write(r).await?.into_event()) }),
                 )
             }
         })
