@@ -438,7 +438,7 @@ impl Client {
     /// token; dropping it releases the lock.
     pub async fn lock(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
         if self.inner.opts.transport == Transport::Unary {
-            return self.lock_unary(name, mode, wait).await;
+            return self.lock_on(name, mode, wait, Instant::now()).await;
         }
         // The whole call is bounded: a try by the retry deadline, a timed wait by its
         // time plus a small slack, whatever the devices do (a frozen one included).
@@ -449,7 +449,7 @@ impl Client {
             Wait::Timeout(d) => Some(started + d + o.wait_slack),
             Wait::Forever => None,
         };
-        let run = self.lock_stream(name, mode, wait, started);
+        let run = self.lock_on(name, mode, wait, started);
         match deadline {
             None => run.await,
             Some(d) => match tokio::time::timeout_at(d.into(), run).await {
@@ -462,7 +462,10 @@ impl Client {
         }
     }
 
-    async fn lock_stream(
+    /// Open (or reuse) the store's session and acquire on it; a session found expired
+    /// is replaced once. On the stream, a timed wait keeps its end (the time spent
+    /// finding the manager counts) and the grant is confirmed ([`Client::confirmed`]).
+    async fn lock_on(
         &self,
         name: &str,
         mode: LockMode,
@@ -470,20 +473,42 @@ impl Client {
         started: Instant,
     ) -> Result<LockGuard> {
         let store = self.store_of(name).await?;
+        let stream = self.inner.opts.transport == Transport::Stream;
         let mut fresh_session_tried = false;
         loop {
             let session = self.session(store).await?;
-            // A timed wait keeps its end: the time spent finding the manager counts.
-            let wait = match wait {
-                Wait::Timeout(d) => Wait::Timeout(
-                    d.saturating_sub(started.elapsed())
-                        .max(Duration::from_millis(1)),
-                ),
-                w => w,
+            let acquired = if stream {
+                let wait = match wait {
+                    Wait::Timeout(d) => Wait::Timeout(
+                        d.saturating_sub(started.elapsed())
+                            .max(Duration::from_millis(1)),
+                    ),
+                    w => w,
+                };
+                self.acquire_stream(&session, name, mode, wait).await
+            } else {
+                self.acquire(&session, name, mode, wait).await
             };
-            match self.acquire_stream(&session, name, mode, wait).await {
-                Ok(token) => return self.confirmed(session, name, mode, token).await,
+            match acquired {
+                Ok(token) => {
+                    let guard = LockGuard {
+                        client: self.clone(),
+                        state: session.state.subscribe(),
+                        session,
+                        name: name.to_string(),
+                        mode,
+                        token,
+                        released: false,
+                    };
+                    return if stream {
+                        self.confirmed(guard).await
+                    } else {
+                        Ok(guard)
+                    };
+                }
                 Err(Error::SessionExpired(_)) if !fresh_session_tried => {
+                    // The cached session had ended before this request: nothing was
+                    // queued for it, so a new session and a new request are safe.
                     session.expire();
                     fresh_session_tried = true;
                 }
@@ -496,22 +521,8 @@ impl Client {
     /// deadline is already within the loss warning (a failover outlasted it), a
     /// keep-alive must extend it first; if none does, the lock is released and the call
     /// reports it was not taken — the caller never starts work it must stop at once.
-    async fn confirmed(
-        &self,
-        session: Arc<Session>,
-        name: &str,
-        mode: LockMode,
-        token: FencingToken,
-    ) -> Result<LockGuard> {
-        let guard = LockGuard {
-            client: self.clone(),
-            state: session.state.subscribe(),
-            session,
-            name: name.to_string(),
-            mode,
-            token,
-            released: false,
-        };
+    async fn confirmed(&self, guard: LockGuard) -> Result<LockGuard> {
+        let name = guard.name.clone();
         let safe = |g: &LockGuard| {
             let s = *g.state.borrow();
             !s.expired && s.deadline.saturating_duration_since(Instant::now()) > g.loss_warning()
@@ -534,7 +545,7 @@ impl Client {
             "the session could not be confirmed in time: releasing the grant"
         );
         drop(guard);
-        Err(Error::GrantUnconfirmed(name.to_string()))
+        Err(Error::GrantUnconfirmed(name))
     }
 
     async fn acquire_stream(
@@ -574,34 +585,6 @@ impl Client {
                     session.expire();
                 }
                 Err(e)
-            }
-        }
-    }
-
-    async fn lock_unary(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
-        let store = self.store_of(name).await?;
-        let mut fresh_session_tried = false;
-        loop {
-            let session = self.session(store).await?;
-            match self.acquire(&session, name, mode, wait).await {
-                Ok(token) => {
-                    return Ok(LockGuard {
-                        client: self.clone(),
-                        state: session.state.subscribe(),
-                        session,
-                        name: name.to_string(),
-                        mode,
-                        token,
-                        released: false,
-                    });
-                }
-                Err(Error::SessionExpired(_)) if !fresh_session_tried => {
-                    // The cached session had ended before this request: nothing was
-                    // queued for it, so a new session and a new request are safe.
-                    session.expire();
-                    fresh_session_tried = true;
-                }
-                Err(e) => return Err(e),
             }
         }
     }

@@ -84,7 +84,7 @@ impl Link {
             next_keep_alive: None,
             confirms: Vec::new(),
             hint: None,
-            redirects: 0,
+            redirects: crate::Redirects::default(),
             failures: 0,
             rotate: 0,
         };
@@ -102,28 +102,13 @@ impl Link {
         deadline: Option<Instant>,
     ) -> Result<Ev> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Call {
-                id,
-                kind,
-                quick,
-                reply,
-            })
-            .map_err(|_| Error::Closed)?;
-        let mut guard = Abandon {
-            tx: &self.tx,
+        let cmd = Cmd::Call {
             id,
-            armed: true,
+            kind,
+            quick,
+            reply,
         };
-        let r = match deadline {
-            Some(d) => match tokio::time::timeout_at(d.into(), rx).await {
-                Ok(r) => r,
-                Err(_) => return Err(Error::DeadlinePassed),
-            },
-            None => rx.await,
-        };
-        guard.armed = false;
-        r.map_err(|_| Error::Closed)?
+        self.ask(id, cmd, rx, deadline).await
     }
 
     /// Open a session with this TTL, within `deadline`.
@@ -135,22 +120,36 @@ impl Link {
         deadline: Instant,
     ) -> Result<Arc<Session>> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd::Open {
-                id,
-                ttl_ms,
-                client_name,
-                reply,
-            })
-            .map_err(|_| Error::Closed)?;
+        let cmd = Cmd::Open {
+            id,
+            ttl_ms,
+            client_name,
+            reply,
+        };
+        self.ask(id, cmd, rx, Some(deadline)).await
+    }
+
+    /// Hand `cmd` (request `id`) to the task and wait for its answer on `rx` until
+    /// `deadline`; the request is abandoned if the wait ends without one.
+    async fn ask<T>(
+        &self,
+        id: u64,
+        cmd: Cmd,
+        rx: oneshot::Receiver<Result<T>>,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
+        self.tx.send(cmd).map_err(|_| Error::Closed)?;
         let mut guard = Abandon {
             tx: &self.tx,
             id,
             armed: true,
         };
-        let r = tokio::time::timeout_at(deadline.into(), rx)
-            .await
-            .map_err(|_| Error::DeadlinePassed)?;
+        let r = match deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), rx)
+                .await
+                .map_err(|_| Error::DeadlinePassed)?,
+            None => rx.await,
+        };
         guard.armed = false;
         r.map_err(|_| Error::Closed)?
     }
@@ -215,7 +214,7 @@ struct Task {
     /// Where the last redirect pointed, tried first by the next connect.
     hint: Option<String>,
     /// Redirects followed in a row.
-    redirects: u32,
+    redirects: crate::Redirects,
     /// Connects or streams that failed in a row (for the backoff).
     failures: u32,
     /// How far the endpoints in turn have moved on (after redirect chains that led
@@ -487,7 +486,7 @@ impl Task {
         }
         let p = self.pending.remove(&ev.request_id)?;
         self.failures = 0;
-        self.redirects = 0;
+        self.redirects.reset();
         if let Some(client) = self.client() {
             client.set_route(self.store, &endpoint);
         }
@@ -555,10 +554,7 @@ impl Task {
     fn pushed(&mut self, kind: Ev, endpoint: String) -> Option<Broken> {
         match kind {
             Ev::Redirect(r) => {
-                let hint = r
-                    .not_manager
-                    .map(|n| n.hint_endpoint)
-                    .filter(|h| !h.is_empty());
+                let hint = redirect_hint(r);
                 debug!(store = self.store, %endpoint, ?hint, "redirected");
                 Some(Broken::Redirect(hint))
             }
@@ -681,6 +677,7 @@ impl Task {
         let Some(conn) = self.conn.take() else {
             return;
         };
+        let endpoint = conn.endpoint.clone();
         drop(conn);
         self.keep_alive = None;
         for p in self.pending.values_mut() {
@@ -692,12 +689,8 @@ impl Task {
         match b {
             Broken::Redirect(hint) => {
                 client.clear_route(self.store);
-                self.redirects += 1;
-                self.hint = hint
-                    .map(normalize)
-                    .filter(|_| self.redirects <= crate::MAX_REDIRECTS);
+                self.hint = self.redirects.follow(hint.as_deref(), &endpoint);
                 if self.hint.is_none() {
-                    self.redirects = 0;
                     self.rotate += 1;
                     self.backoff(&client).await;
                 }
@@ -780,6 +773,13 @@ impl Task {
             }
         }
     }
+}
+
+/// The manager's endpoint a redirect names, if any.
+fn redirect_hint(r: proto::Redirect) -> Option<String> {
+    r.not_manager
+        .map(|n| n.hint_endpoint)
+        .filter(|h| !h.is_empty())
 }
 
 /// Whether a request needs the link's session.
@@ -956,13 +956,7 @@ async fn attempt(
                         e => Refused::Other(e),
                     });
                 }
-                Some(Ev::Redirect(r)) => {
-                    let hint = r
-                        .not_manager
-                        .map(|n| n.hint_endpoint)
-                        .filter(|h| !h.is_empty());
-                    return Err(Refused::Redirect(hint));
-                }
+                Some(Ev::Redirect(r)) => return Err(Refused::Redirect(redirect_hint(r))),
                 Some(Ev::StreamClosed(c)) => {
                     return Err(Refused::Other(Error::Rpc(Box::new(
                         tonic::Status::unavailable(c.reason),
