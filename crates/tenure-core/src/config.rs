@@ -84,6 +84,10 @@ pub struct PlantedBugs {
     pub expire_without_grace: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
+    /// The lookup leader admits every node that asks to join (no `t + 1` bound).
+    pub lookup_admit_all: bool,
+    /// A lookup leader keeps its leadership when an older active node appears.
+    pub lookup_keep_leadership: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.
@@ -179,6 +183,8 @@ pub struct DeviceConfig {
     pub run_policies: bool,
     /// Planted bugs (tests only).
     pub planted: PlantedBugs,
+    /// The lookup service's intervals and limits (`[lookup]`).
+    pub lookup: crate::lookup::LookupSettings,
     /// A chunk persists its whole record after this many delta persists in a row
     /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
@@ -194,6 +200,7 @@ impl DeviceConfig {
             timing: Timing::default(),
             run_policies: true,
             planted: PlantedBugs::default(),
+            lookup: crate::lookup::LookupSettings::default(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }
     }

@@ -16,6 +16,7 @@ use crate::io::{
 use crate::layout::chunk::Chunk;
 use crate::layout::manager::Manager;
 use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
+use crate::lookup::Node;
 use crate::msg::{Msg, PolicyMsg, ToChunk, ToManager};
 use crate::rng::Rng;
 use crate::time::Instant;
@@ -36,6 +37,8 @@ pub struct Device {
     /// Stores whose manager role a client request reached since the last garbage
     /// collection (a request can leave an empty role behind).
     requested: Vec<StoreId>,
+    /// The device's lookup node (seed 003).
+    lookup: Node,
 }
 
 /// Cached next timeouts, see [`Device::timers`].
@@ -53,6 +56,7 @@ struct Timers {
 enum Role {
     Chunk(ChunkId),
     Manager(StoreId),
+    Lookup,
 }
 
 /// Which cached timeouts may be out of date.
@@ -107,8 +111,13 @@ impl Device {
             last_timer: None,
             timers: Default::default(),
             requested: Vec::new(),
+            lookup: Node::placeholder(),
         };
         let mut out = Vec::new();
+        dev.lookup = {
+            let mut ctx = dev.env.ctx(now, &mut out);
+            Node::boot(&mut ctx, disk.lookup.into_values().collect())
+        };
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
         if dev.next_serial == 0 && records.is_empty() {
             records = dev.bootstrap(&mut out);
@@ -210,6 +219,14 @@ impl Device {
                 }
             }
             Input::Policy(cmd) => self.on_policy(now, cmd, &mut out),
+            Input::Lookup {
+                client,
+                req_id,
+                req,
+            } => {
+                let mut ctx = self.env.ctx(now, &mut out);
+                self.lookup.on_request(&mut ctx, client, req_id, req);
+            }
         }
         self.finish(&mut out);
         out
@@ -227,6 +244,11 @@ impl Device {
                 ..
             } => Stale::One(Role::Manager(*store)),
             Input::Request { req, .. } => Stale::One(Role::Manager(req.store())),
+            Input::Lookup { .. }
+            | Input::Message {
+                msg: Msg::Lookup(_),
+                ..
+            } => Stale::One(Role::Lookup),
             Input::Message {
                 msg: Msg::Policy(_),
                 ..
@@ -247,6 +269,11 @@ impl Device {
     }
 
     fn on_message(&mut self, now: Instant, from: DeviceId, msg: Msg, out: &mut Vec<Output>) {
+        if let Msg::Lookup(m) = msg {
+            let mut ctx = self.env.ctx(now, out);
+            self.lookup.on_msg(&mut ctx, from, m);
+            return;
+        }
         let Device {
             env,
             managers,
@@ -315,6 +342,7 @@ impl Device {
                     m.chunk_created(&mut ctx, chunk);
                 }
             }
+            Msg::Lookup(_) => unreachable!("handled above"),
         }
         self.collect_garbage();
     }
@@ -352,9 +380,16 @@ impl Device {
             env,
             managers,
             chunks,
+            lookup,
             ..
         } = self;
         let mut ctx = env.ctx(now, out);
+        if lookup
+            .next_timeout(&ctx.cfg.lookup)
+            .is_some_and(|t| t <= now)
+        {
+            lookup.on_tick(&mut ctx);
+        }
         for c in chunks.values_mut() {
             if c.next_timeout(drift).is_some_and(|t| t <= now) {
                 c.on_tick(&mut ctx);
@@ -405,7 +440,7 @@ impl Device {
             }
             let reached_store = match role {
                 Role::Manager(s) => Some(s),
-                Role::Chunk(_) => None,
+                Role::Chunk(_) | Role::Lookup => None,
             };
             for s in requested.into_iter().chain(reached_store) {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {
@@ -438,13 +473,15 @@ impl Device {
         let next = |role: Role| match role {
             Role::Chunk(id) => self.chunks.get(&id).and_then(|c| c.next_timeout(drift)),
             Role::Manager(s) => self.managers.get(&s).and_then(Manager::next_timeout),
+            Role::Lookup => self.lookup.next_timeout(&self.env.cfg.lookup),
         };
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
             Stale::One(role) => role,
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
-                    .chain(self.managers.keys().map(|s| Role::Manager(*s)));
+                    .chain(self.managers.keys().map(|s| Role::Manager(*s)))
+                    .chain([Role::Lookup]);
                 timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
                 timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
                 return;
@@ -477,7 +514,21 @@ impl Device {
         DevicePersist {
             next_serial: self.next_serial,
             chunks: self.chunks.iter().map(|(k, c)| (*k, c.p.clone())).collect(),
+            lookup: (self.lookup.data().persistent_store().into_iter())
+                .map(|e| (e.key.clone(), e))
+                .collect(),
         }
+    }
+
+    /// The lookup node.
+    pub fn lookup(&self) -> &Node {
+        &self.lookup
+    }
+
+    /// Direct access to the lookup node (tests and the simulator's state corruption).
+    pub fn lookup_mut(&mut self) -> &mut Node {
+        self.timers.get_mut().stale = Stale::All;
+        &mut self.lookup
     }
 
     /// View of one chunk.

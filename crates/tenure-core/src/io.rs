@@ -37,6 +37,16 @@ pub enum Input {
     },
     /// A command from an outside policy (an operator or the simulator's workload).
     Policy(PolicyCommand),
+    /// A lookup request (seed 003): answered by this device, or multicast and answered
+    /// when the lookup leader does.
+    Lookup {
+        /// Client.
+        client: ClientId,
+        /// The client's request id (echoed in the reply).
+        req_id: u64,
+        /// The request.
+        req: crate::lookup::LookupRequest,
+    },
 }
 
 /// Outside-policy commands (seed 000 §3: the interface the policies use).
@@ -206,6 +216,8 @@ pub enum Response {
     Holders(Vec<HolderInfo>),
     /// Locks under a prefix.
     Locks(Vec<LockInfo>),
+    /// A lookup reply.
+    Lookup(crate::lookup::LookupResponse),
 }
 
 /// Typed client errors (DESIGN §8).
@@ -247,6 +259,9 @@ pub enum ClientError {
     /// The request conflicts with what the session already holds or asked for.
     #[error("rejected: {0}")]
     Rejected(String),
+    /// A lookup error.
+    #[error(transparent)]
+    Lookup(#[from] crate::lookup::LookupError),
 }
 
 /// One output of a device. Outputs are ordered: a `Persist` must be durable before any
@@ -279,6 +294,8 @@ pub enum Output {
     SetTimer(Instant),
     /// Something checkers and metrics want to know about (no effect on the protocol).
     Observe(Observation),
+    /// An event for a lookup subscription whose subscriber talks to this device.
+    LookupEvent(crate::lookup::SubEvent),
 }
 
 /// Persistent state of one chunk (the bold-face variables of seed 000 §4.1).
@@ -331,6 +348,10 @@ pub enum PersistOp {
     RemoveChunk(ChunkId),
     /// Advance the device's chunk serial counter (before the serial is used).
     SetNextSerial(u64),
+    /// Write (create or replace) a persistent lookup entry or tombstone.
+    LookupPut(Box<crate::lookup::Entry>),
+    /// Delete a persistent lookup entry.
+    LookupRemove(String),
 }
 
 /// All persistent state of a device: what survives a crash.
@@ -340,6 +361,9 @@ pub struct DevicePersist {
     pub next_serial: u64,
     /// The device's chunks.
     pub chunks: BTreeMap<ChunkId, ChunkPersist>,
+    /// Persistent lookup entries and tombstones, by key.
+    #[serde(default)]
+    pub lookup: BTreeMap<String, crate::lookup::Entry>,
 }
 
 /// By default, a chunk writes its whole record after this many delta persists in a row
@@ -359,7 +383,9 @@ impl PersistOp {
         match self {
             PersistOp::PutChunk(c) => Some(c.id),
             PersistOp::Accept { chunk, .. } | PersistOp::RemoveChunk(chunk) => Some(*chunk),
-            PersistOp::SetNextSerial(_) => None,
+            PersistOp::SetNextSerial(_) | PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
+                None
+            }
         }
     }
 
@@ -390,6 +416,12 @@ impl DevicePersist {
                 self.chunks.remove(id);
             }
             PersistOp::SetNextSerial(n) => self.next_serial = *n,
+            PersistOp::LookupPut(e) => {
+                self.lookup.insert(e.key.clone(), (**e).clone());
+            }
+            PersistOp::LookupRemove(k) => {
+                self.lookup.remove(k);
+            }
         }
     }
 }
@@ -480,6 +512,14 @@ pub enum Observation {
         store: StoreId,
         /// Whether it committed.
         committed: bool,
+    },
+    /// The lookup node changed state (seed 003: passive, joining, warming up, active,
+    /// leader).
+    LookupState {
+        /// The new state.
+        state: crate::lookup::NodeState,
+        /// `activeStartTime`.
+        start: Option<Instant>,
     },
     /// A migration committed or aborted (reported by the incoming manager).
     Migration {

@@ -22,6 +22,7 @@ pub mod ids;
 pub mod io;
 pub mod layout;
 pub mod lockctl;
+pub mod lookup;
 pub mod msg;
 pub mod rng;
 pub mod safetalk;

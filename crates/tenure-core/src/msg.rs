@@ -41,6 +41,8 @@ pub enum Msg {
     },
     /// Outside-policy requests between devices.
     Policy(PolicyMsg),
+    /// The lookup service (seed 003).
+    Lookup(crate::lookup::LookupMsg),
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -41,6 +41,8 @@ pub struct Cluster {
     pub delivered: Vec<(Instant, DeviceId, DeviceId, Msg)>,
     /// Messages for which this returns true are dropped.
     pub drop: Option<DropFn>,
+    /// Lookup events handed to each device's driver: (time, device, event).
+    pub events: Vec<(Instant, DeviceId, crate::lookup::SubEvent)>,
 }
 
 /// A message filter: `(from, to, msg) -> drop?`.
@@ -70,6 +72,7 @@ impl Cluster {
             boots: 0,
             delivered: Vec::new(),
             drop: None,
+            events: Vec::new(),
         };
         for d in cluster.devices.clone() {
             let mut cfg = DeviceConfig::new(d, cluster.clone());
@@ -122,6 +125,7 @@ impl Cluster {
                 }
                 Output::SetTimer(_) => {}
                 Output::Observe(ob) => self.observations.push((self.now, d, ob)),
+                Output::LookupEvent(ev) => self.events.push((self.now, d, ev)),
             }
         }
     }
@@ -156,6 +160,22 @@ impl Cluster {
         self.input(
             d,
             Input::Request {
+                client: ClientId(client),
+                req_id,
+                req,
+            },
+        );
+        req_id
+    }
+
+    /// Submit a lookup request through device `d` as client `client`; returns the request
+    /// id.
+    pub fn lookup(&mut self, d: DeviceId, client: u64, req: crate::lookup::LookupRequest) -> u64 {
+        self.next_req += 1;
+        let req_id = self.next_req;
+        self.input(
+            d,
+            Input::Lookup {
                 client: ClientId(client),
                 req_id,
                 req,

@@ -398,6 +398,7 @@ impl PalladioModel {
                 c.timing = cfg.timing.clone();
                 c.run_policies = false;
                 c.planted = cfg.planted.clone();
+                c.lookup.enabled = false;
                 c
             })
             .collect();
@@ -449,13 +450,15 @@ impl PalladioModel {
         for i in 0..N_DEVICES {
             let d = dev_id(i);
             let mut disk = if CHUNK_HOSTS.contains(&d) {
-                let cfg = DeviceConfig::new(d, hosts.clone());
+                let mut cfg = DeviceConfig::new(d, hosts.clone());
+                cfg.lookup.enabled = false;
                 let (dev, _) = Device::new(cfg, DevicePersist::default(), s.now, 0);
                 dev.persistent()
             } else {
                 DevicePersist {
                     next_serial: hosts.first_free_serial(),
                     chunks: BTreeMap::new(),
+                    lookup: BTreeMap::new(),
                 }
             };
             for c in disk.chunks.values_mut() {
@@ -551,6 +554,7 @@ impl PalladioModel {
         let disk = DevicePersist {
             next_serial: snap.disk.next_serial,
             chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
+            lookup: BTreeMap::new(),
         };
         // Transaction ids are nonces drawn from the device's generator: seeding it from the
         // device's state and the clock keeps them a function of the state (as stateright
@@ -654,7 +658,10 @@ impl PalladioModel {
                         s.bad_serve = Some(format!("{chunk} served {epoch} while {st:?}"));
                     }
                 }
-                Output::Observe(_) | Output::Reply { .. } | Output::SetTimer(_) => {}
+                Output::Observe(_)
+                | Output::Reply { .. }
+                | Output::SetTimer(_)
+                | Output::LookupEvent(_) => {}
             }
         }
     }

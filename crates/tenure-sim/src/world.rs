@@ -769,6 +769,7 @@ impl World {
                 Output::Reply { req_id, result, .. } => self.reply(d, req_id, result),
                 Output::SetTimer(_) => {}
                 Output::Observe(ob) => observed.push(ob),
+                Output::LookupEvent(_) => {}
             }
         }
         for ob in observed {

@@ -1,0 +1,647 @@
+//! The lookup data and the seed's main thread: updates applied by every active node,
+//! queries answered by the leader; volatile and persistent entries; subscriptions and
+//! alerts, themselves soft state refreshed by their subscribers.
+
+use super::node::Node;
+use super::policy::{self, Signals};
+use super::{
+    Durability, Entry, EntryView, LeaderId, LookupError, LookupMsg, LookupRequest,
+    LookupResponse, LookupSettings, Meta, RemoveCause, SubEvent, SubId, SubPosition, Watch,
+    WatchEvent, check_key, check_prefix, under,
+};
+use crate::ctx::Ctx;
+use crate::ids::DeviceId;
+use crate::io::{Output, PersistOp};
+use crate::msg::Msg;
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// One subscription as every active node keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sub {
+    /// What it watches.
+    pub watch: Watch,
+    /// The device its subscriber talks to (events go there).
+    pub origin: DeviceId,
+    /// Refresh interval.
+    pub interval: Duration,
+    /// It lapses at this local time unless refreshed.
+    pub deadline: Instant,
+    /// Local time it was first registered here.
+    pub registered: Instant,
+    /// Last sequence number this node sent as leader.
+    pub seq: u64,
+    /// When it sent it.
+    pub last_sent: Instant,
+    /// For an alert: the refresh time the alert already fired for.
+    pub fired_for: Option<Instant>,
+}
+
+/// Query demand on a key, for the adaptivity policy.
+#[derive(Clone, Copy, Debug, Default)]
+struct Demand {
+    since: Instant,
+    queries: u32,
+}
+
+/// Entries, tombstones and subscriptions of one node.
+#[derive(Clone, Debug, Default)]
+pub struct Entries {
+    map: BTreeMap<String, Entry>,
+    expiry: BTreeSet<(Instant, String)>,
+    subs: BTreeMap<SubId, Sub>,
+    demand: BTreeMap<String, Demand>,
+    /// Meta-updates the leader sent for entries published through this node (origin).
+    meta: BTreeMap<String, Meta>,
+}
+
+/// Validate a request before anything else: a rejected request changes nothing.
+pub fn validate(s: &LookupSettings, req: &LookupRequest) -> Result<(), LookupError> {
+    let interval_ok = |got: Duration, max: Duration| {
+        if got < s.min_refresh_interval || got > max {
+            Err(LookupError::BadInterval {
+                got,
+                min: s.min_refresh_interval,
+                max,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    match req {
+        LookupRequest::Publish {
+            key,
+            value,
+            interval,
+            durability,
+            adapt,
+            ..
+        } => {
+            check_key(key)?;
+            if value.len() > s.max_value_bytes {
+                return Err(LookupError::TooLarge {
+                    len: value.len(),
+                    max: s.max_value_bytes,
+                });
+            }
+            let max = match durability {
+                Durability::Volatile => s.max_volatile_refresh_interval,
+                Durability::Persistent => s.max_persistent_refresh_interval,
+            };
+            interval_ok(*interval, max)?;
+            if adapt.min > *interval || adapt.max < *interval {
+                return Err(LookupError::BadInterval {
+                    got: *interval,
+                    min: adapt.min,
+                    max: adapt.max,
+                });
+            }
+            interval_ok(adapt.min, s.max_persistent_refresh_interval)?;
+            interval_ok(adapt.max, s.max_persistent_refresh_interval)
+        }
+        LookupRequest::Revoke { key, .. } | LookupRequest::Get { key } => check_key(key),
+        LookupRequest::List { prefix } => check_prefix(prefix),
+        LookupRequest::Subscribe {
+            watch, interval, ..
+        } => {
+            match watch {
+                Watch::Prefix(p) => check_prefix(p)?,
+                Watch::Alert { key, within } => {
+                    check_key(key)?;
+                    interval_ok(*within, s.max_persistent_refresh_interval)?;
+                }
+            }
+            interval_ok(*interval, s.max_persistent_refresh_interval)
+        }
+        LookupRequest::Unsubscribe { .. } | LookupRequest::Status => Ok(()),
+    }
+}
+
+impl Entries {
+    /// A booting node's data: its persistent entries, each given a fresh lifetime (a
+    /// provider gets a chance to refresh after an outage, as sessions get a grace).
+    pub fn restored(ctx: &Ctx, persistent: Vec<Entry>) -> Entries {
+        let mut e = Entries::default();
+        for mut en in persistent {
+            let life = ctx.cfg.lookup.entry_lifetime(en.interval);
+            en.deadline = en.deadline.max(ctx.now + life);
+            e.insert(en);
+        }
+        e
+    }
+
+    fn insert(&mut self, en: Entry) {
+        if let Some(old) = self.map.get(&en.key) {
+            self.expiry.remove(&(old.deadline, en.key.clone()));
+        }
+        self.expiry.insert((en.deadline, en.key.clone()));
+        self.map.insert(en.key.clone(), en);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Entry> {
+        let old = self.map.remove(key)?;
+        self.expiry.remove(&(old.deadline, key.to_string()));
+        Some(old)
+    }
+
+    /// One entry or tombstone (checkers).
+    pub fn get(&self, key: &str) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    /// Live entries (not tombstones).
+    pub fn live(&self) -> impl Iterator<Item = &Entry> {
+        self.map.values().filter(|e| e.value.is_some())
+    }
+
+    /// How many live entries.
+    pub fn live_entries(&self) -> usize {
+        self.live().count()
+    }
+
+    /// How many subscriptions.
+    pub fn subscriptions(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// The subscriptions (checkers).
+    pub fn subs(&self) -> &BTreeMap<SubId, Sub> {
+        &self.subs
+    }
+
+    /// The persistent store: persistent entries and tombstones.
+    pub fn persistent_store(&self) -> Vec<Entry> {
+        (self.map.values())
+            .filter(|e| e.durability == Durability::Persistent)
+            .cloned()
+            .collect()
+    }
+
+    /// Take the newer of each persistent entry; return this node's persistent entries the
+    /// other side lacks or has older (`union` both ways).
+    pub fn merge_persistent(&mut self, ctx: &mut Ctx, incoming: Vec<Entry>, _joining: bool) -> Vec<Entry> {
+        let theirs: BTreeMap<String, crate::lookup::EntryVersion> =
+            incoming.iter().map(|e| (e.key.clone(), e.version)).collect();
+        let back: Vec<Entry> = (self.map.values())
+            .filter(|e| e.durability == Durability::Persistent)
+            .filter(|e| theirs.get(&e.key).is_none_or(|v| *v < e.version))
+            .cloned()
+            .collect();
+        for e in incoming {
+            if self.map.get(&e.key).is_none_or(|m| m.version < e.version) {
+                ctx.persist(PersistOp::LookupPut(Box::new(e.clone())));
+                self.insert(e);
+            }
+        }
+        back
+    }
+
+    /// The node stepped down (`SSS_Delete("LS_start_time")`): its volatile entries and
+    /// subscriptions stop being refreshed here and go; persistent ones stay on disk.
+    pub fn step_down(&mut self, _ctx: &mut Ctx) {
+        let volatile: Vec<String> = (self.map.values())
+            .filter(|e| e.durability == Durability::Volatile)
+            .map(|e| e.key.clone())
+            .collect();
+        for k in volatile {
+            self.remove(&k);
+        }
+        self.subs.clear();
+        self.demand.clear();
+    }
+
+    /// This node became the leader: it takes every subscription over with a full sync.
+    pub fn became_leader(&mut self, ctx: &mut Ctx, lid: LeaderId) {
+        let ids: Vec<SubId> = self.subs.keys().copied().collect();
+        for id in ids {
+            if let Some(s) = self.subs.get_mut(&id) {
+                s.seq = 0;
+            }
+            self.sync(ctx, lid, id);
+        }
+    }
+
+    fn view(&self, now: Instant, e: &Entry) -> Option<EntryView> {
+        Some(EntryView {
+            key: e.key.clone(),
+            value: e.value.clone()?,
+            version: e.version,
+            interval: e.interval,
+            durability: e.durability,
+            age: now.saturating_since(e.refreshed),
+        })
+    }
+
+    fn under_prefix(&self, now: Instant, prefix: &str) -> Vec<EntryView> {
+        let start = prefix.trim_end_matches('/').to_string();
+        (self.map.range(start..))
+            .take_while(|(k, _)| k.starts_with(prefix.trim_end_matches('/')))
+            .filter(|(k, _)| under(k, prefix))
+            .filter_map(|(_, e)| self.view(now, e))
+            .collect()
+    }
+
+    /// Send an event to a subscription's origin (or hand it to the driver when the origin
+    /// is this device).
+    fn push(&mut self, ctx: &mut Ctx, lid: LeaderId, sub: SubId, event: WatchEvent) {
+        let Some(s) = self.subs.get_mut(&sub) else {
+            return;
+        };
+        s.seq += 1;
+        s.last_sent = ctx.now;
+        let ev = SubEvent {
+            sub,
+            leader: lid,
+            seq: s.seq,
+            event,
+        };
+        if s.origin == ctx.me() {
+            ctx.out.push(Output::LookupEvent(ev));
+        } else {
+            ctx.send(s.origin, Msg::Lookup(LookupMsg::Event(ev)));
+        }
+    }
+
+    fn sync(&mut self, ctx: &mut Ctx, lid: LeaderId, sub: SubId) {
+        let Some(Watch::Prefix(p)) = self.subs.get(&sub).map(|s| s.watch.clone()) else {
+            return;
+        };
+        if let Some(s) = self.subs.get_mut(&sub) {
+            s.seq = 0;
+        }
+        let entries = self.under_prefix(ctx.now, &p);
+        self.push(ctx, lid, sub, WatchEvent::Sync { entries });
+    }
+
+    /// Tell the prefix subscriptions that cover `key` about a change (leader only).
+    fn notify(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, key: &str, event: WatchEvent) {
+        let Some(lid) = lid else { return };
+        let ids: Vec<SubId> = (self.subs.iter())
+            .filter(|(_, s)| matches!(&s.watch, Watch::Prefix(p) if under(key, p)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.push(ctx, lid, id, event.clone());
+        }
+    }
+
+    /// Apply a publish. Returns whether it was applied (or an idempotent repeat), or
+    /// `StaleVersion`.
+    fn publish(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, req: &LookupRequest) -> Result<(), LookupError> {
+        let LookupRequest::Publish {
+            key,
+            value,
+            version,
+            interval,
+            durability,
+            adapt,
+        } = req
+        else {
+            return Ok(());
+        };
+        let old = self.map.get(key);
+        match old.map(|o| o.version) {
+            Some(v) if v == *version => return Ok(()),
+            Some(v) if v > *version => return Err(LookupError::StaleVersion),
+            _ => {}
+        }
+        let now = ctx.now;
+        let changed = old.is_none_or(|o| o.value.as_ref() != Some(value));
+        let was_persistent = old.is_some_and(|o| o.durability == Durability::Persistent);
+        let stable = match old {
+            Some(o) if !changed => o.stable.saturating_add(1),
+            _ => 0,
+        };
+        let en = Entry {
+            key: key.clone(),
+            value: Some(value.clone()),
+            version: *version,
+            interval: *interval,
+            durability: *durability,
+            adapt: *adapt,
+            deadline: now + ctx.cfg.lookup.entry_lifetime(*interval),
+            refreshed: now,
+            changed: if changed { now } else { old.map_or(now, |o| o.changed) },
+            stable,
+        };
+        match durability {
+            Durability::Persistent => ctx.persist(PersistOp::LookupPut(Box::new(en.clone()))),
+            Durability::Volatile if was_persistent => {
+                ctx.persist(PersistOp::LookupRemove(key.clone()))
+            }
+            Durability::Volatile => {}
+        }
+        let view = self.view(now, &en);
+        self.insert(en);
+        if changed && let Some(entry) = view {
+            self.notify(ctx, lid, key, WatchEvent::Put { entry });
+        }
+        Ok(())
+    }
+
+    fn revoke(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, req: &LookupRequest) -> Result<(), LookupError> {
+        let LookupRequest::Revoke {
+            key,
+            version,
+            durability,
+        } = req
+        else {
+            return Ok(());
+        };
+        let old = self.map.get(key);
+        match old.map(|o| o.version) {
+            Some(v) if v == *version => return Ok(()),
+            Some(v) if v > *version => return Err(LookupError::StaleVersion),
+            _ => {}
+        }
+        let now = ctx.now;
+        let was_live = old.is_some_and(|o| o.value.is_some());
+        let interval = old.map_or(ctx.cfg.lookup.max_volatile_refresh_interval, |o| o.interval);
+        let durability = match old {
+            Some(o) if o.durability == Durability::Persistent => Durability::Persistent,
+            _ => *durability,
+        };
+        let tomb = Entry {
+            key: key.clone(),
+            value: None,
+            version: *version,
+            interval,
+            durability,
+            adapt: super::IntervalRange::fixed(interval),
+            deadline: now + ctx.cfg.lookup.entry_lifetime(interval),
+            refreshed: now,
+            changed: now,
+            stable: 0,
+        };
+        if durability == Durability::Persistent {
+            ctx.persist(PersistOp::LookupPut(Box::new(tomb.clone())));
+        }
+        self.insert(tomb);
+        if was_live {
+            self.notify(
+                ctx,
+                lid,
+                key,
+                WatchEvent::Removed {
+                    key: key.clone(),
+                    cause: RemoveCause::Revoked,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn subscribe(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, origin: DeviceId, req: &LookupRequest) {
+        let LookupRequest::Subscribe {
+            sub,
+            watch,
+            interval,
+            position,
+        } = req
+        else {
+            return;
+        };
+        let now = ctx.now;
+        let deadline = now + ctx.cfg.lookup.entry_lifetime(*interval);
+        let fresh = !self.subs.contains_key(sub);
+        let s = self.subs.entry(*sub).or_insert_with(|| Sub {
+            watch: watch.clone(),
+            origin,
+            interval: *interval,
+            deadline,
+            registered: now,
+            seq: 0,
+            last_sent: now,
+            fired_for: None,
+        });
+        let moved = s.origin != origin || s.watch != *watch;
+        s.origin = origin;
+        s.watch = watch.clone();
+        s.interval = *interval;
+        s.deadline = deadline;
+        let Some(lid) = lid else { return };
+        let behind = match position {
+            None => true,
+            Some(SubPosition { leader, seq }) => {
+                *leader != lid
+                    || *seq > s.seq
+                    || (*seq < s.seq && now.saturating_since(s.last_sent) > ctx.cfg.lookup.roundtrip_delay)
+            }
+        };
+        if fresh || moved || behind {
+            self.sync(ctx, lid, *sub);
+        }
+    }
+
+    /// What the origin answers at once for a request the leader does not acknowledge.
+    pub fn unacknowledged(&self, req: &LookupRequest) -> Option<Result<LookupResponse, LookupError>> {
+        match req {
+            LookupRequest::Publish {
+                key,
+                interval,
+                durability: Durability::Volatile,
+                ..
+            } => Some(Ok(LookupResponse::Published {
+                acked: false,
+                meta: self.meta.get(key).copied().filter(|m| m.interval != *interval || m.durability != Durability::Volatile),
+            })),
+            LookupRequest::Revoke {
+                durability: Durability::Volatile,
+                ..
+            } => Some(Ok(LookupResponse::Revoked { acked: false })),
+            LookupRequest::Subscribe { .. } => Some(Ok(LookupResponse::Subscribed)),
+            _ => None,
+        }
+    }
+
+    /// Keep a meta-update for the provider's next refresh through this device.
+    pub fn cache_meta(&mut self, key: String, meta: Meta) {
+        self.meta.insert(key, meta);
+    }
+
+    /// The adaptivity policy's verdict for an entry (leader only).
+    fn meta_for(&self, ctx: &Ctx, key: &str) -> Option<Meta> {
+        let e = self.map.get(key)?;
+        let d = self.demand.get(key).copied().unwrap_or_default();
+        let window = ctx.cfg.lookup.adapt.demand_window;
+        let queries = if ctx.now.saturating_since(d.since) <= window { d.queries } else { 0 };
+        let subscribed = (self.subs.values()).any(|s| matches!(&s.watch, Watch::Prefix(p) if under(key, p)) || matches!(&s.watch, Watch::Alert { key: k, .. } if k == key));
+        let m = policy::suggest(
+            &ctx.cfg.lookup,
+            e,
+            Signals {
+                queries_in_window: queries,
+                subscribed,
+                entries: self.map.len(),
+            },
+        );
+        (m.interval != e.interval || m.durability != e.durability).then_some(m)
+    }
+
+    fn count_query(&mut self, now: Instant, window: Duration, key: &str) {
+        let d = self.demand.entry(key.to_string()).or_default();
+        if now.saturating_since(d.since) > window {
+            *d = Demand { since: now, queries: 0 };
+        }
+        d.queries += 1;
+    }
+
+    /// Expire entries, tombstones and subscriptions; fire alerts (leader).
+    pub fn on_tick(&mut self, ctx: &mut Ctx, leader: bool, lid: LeaderId) {
+        let now = ctx.now;
+        let lid = leader.then_some(lid);
+        while let Some((t, key)) = self.expiry.first().cloned() {
+            if t > now {
+                break;
+            }
+            let Some(e) = self.remove(&key) else { continue };
+            if e.durability == Durability::Persistent {
+                ctx.persist(PersistOp::LookupRemove(key.clone()));
+            }
+            self.meta.remove(&key);
+            self.demand.remove(&key);
+            if e.value.is_some() {
+                self.notify(
+                    ctx,
+                    lid,
+                    &key,
+                    WatchEvent::Removed {
+                        key: key.clone(),
+                        cause: RemoveCause::Expired,
+                    },
+                );
+            }
+        }
+        self.subs.retain(|_, s| s.deadline > now);
+        let Some(lid) = lid else { return };
+        let due: Vec<(SubId, String, Instant)> = (self.subs.iter())
+            .filter_map(|(id, s)| {
+                let Watch::Alert { key, within } = &s.watch else {
+                    return None;
+                };
+                let base = self.alert_base(s, key);
+                (base + *within <= now && s.fired_for != Some(base)).then(|| (*id, key.clone(), base))
+            })
+            .collect();
+        for (id, key, base) in due {
+            if let Some(s) = self.subs.get_mut(&id) {
+                s.fired_for = Some(base);
+            }
+            let silent_for = now.saturating_since(base);
+            self.push(ctx, lid, id, WatchEvent::Alert { key, silent_for });
+        }
+    }
+
+    fn alert_base(&self, s: &Sub, key: &str) -> Instant {
+        match self.map.get(key) {
+            Some(e) if e.value.is_some() => e.refreshed,
+            _ => s.registered,
+        }
+    }
+
+    /// The earliest timer of the data.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        let expiry = self.expiry.first().map(|(t, _)| *t);
+        let subs = self.subs.values().map(|s| s.deadline).min();
+        let alerts = (self.subs.values())
+            .filter_map(|s| match &s.watch {
+                Watch::Alert { key, within } => {
+                    let base = self.alert_base(s, key);
+                    (s.fired_for != Some(base)).then_some(base + *within)
+                }
+                Watch::Prefix(_) => None,
+            })
+            .min();
+        [expiry, subs, alerts].into_iter().fold(None, crate::time::earliest)
+    }
+}
+
+impl Node {
+    /// The seed's `main_thread_for_receiving_announcements_and_queries`: one multicast
+    /// request arriving at this node. Returns the answer this node gives as leader (a
+    /// query, an acknowledged update, an unsubscribe), if any.
+    pub(super) fn deliver(
+        &mut self,
+        ctx: &mut Ctx,
+        origin: DeviceId,
+        req: &LookupRequest,
+    ) -> Option<Result<LookupResponse, LookupError>> {
+        let leader = self.is_leader();
+        let lid = leader.then(|| self.leader_id());
+        let now = ctx.now;
+        match req {
+            LookupRequest::Get { key } => {
+                let lid = lid?;
+                let window = ctx.cfg.lookup.adapt.demand_window;
+                self.data.count_query(now, window, key);
+                let entry = self.data.map.get(key).and_then(|e| self.data.view(now, e));
+                Some(Ok(LookupResponse::Entry { entry, leader: lid }))
+            }
+            LookupRequest::List { prefix } => {
+                let lid = lid?;
+                let entries = self.data.under_prefix(now, prefix);
+                Some(Ok(LookupResponse::Entries {
+                    entries,
+                    leader: lid,
+                }))
+            }
+            LookupRequest::Publish {
+                key, durability, ..
+            } => {
+                if !self.applies_updates() {
+                    return None;
+                }
+                let applied = self.data.publish(ctx, lid, req);
+                lid?;
+                let meta = applied.as_ref().ok().and_then(|_| self.data.meta_for(ctx, key));
+                match durability {
+                    // `if (bIsLeader && update_needs_acknowledgement) reply(status)`.
+                    Durability::Persistent => {
+                        Some(applied.map(|_| LookupResponse::Published { acked: true, meta }))
+                    }
+                    Durability::Volatile => {
+                        if let Some(meta) = meta {
+                            if origin == self.me {
+                                self.data.cache_meta(key.clone(), meta);
+                            } else {
+                                let key = key.clone();
+                                ctx.send(origin, Msg::Lookup(LookupMsg::Meta { key, meta }));
+                            }
+                        }
+                        None
+                    }
+                }
+            }
+            LookupRequest::Revoke { durability, .. } => {
+                if !self.applies_updates() {
+                    return None;
+                }
+                let applied = self.data.revoke(ctx, lid, req);
+                lid?;
+                (*durability == Durability::Persistent)
+                    .then(|| applied.map(|_| LookupResponse::Revoked { acked: true }))
+            }
+            LookupRequest::Subscribe { .. } => {
+                if self.applies_updates() {
+                    self.data.subscribe(ctx, lid, origin, req);
+                }
+                None
+            }
+            LookupRequest::Unsubscribe { sub } => {
+                let known = if self.applies_updates() {
+                    self.data.subs.remove(sub).is_some()
+                } else {
+                    false
+                };
+                lid?;
+                Some(if known {
+                    Ok(LookupResponse::Unsubscribed)
+                } else {
+                    Err(LookupError::UnknownSubscription(*sub))
+                })
+            }
+            LookupRequest::Status => None,
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! A lookup node (seed 003): its states, `Join()`, the leader thread and the maintainer.
+//!
+//! The seed's threads become one event-driven machine:
+//! - `main()` starts passive and calls `Join()`; the maintainer then runs on every
+//!   `LS_start_time` change and "node down" of the soft-state store and every
+//!   `LONG_TIMEOUT` (the self-stabilising variant);
+//! - `Join()` multicasts Can-I-Join and waits `ROUNDTRIP_COMMUNICATION_DELAY` for Ack or
+//!   Nack; a timeout is retried twice after `3 × SS_HEARTBEAT_INTERVAL` each, then (the
+//!   self-stabilising variant) the node assumes there is no leader and becomes active;
+//!   an active node sleeps `MAX_VOLATILE_REFRESH_INTERVAL` (warm-up: it applies updates,
+//!   but its `LS_start_time` is not yet published) before `SSS_Update`;
+//! - the leader thread answers Can-I-Join: Ack (with the persistent store) while fewer
+//!   than `t` nodes are active or when the sender is the UPS-designated node, else Nack;
+//! - the main thread applies updates when active and answers queries when leader
+//!   ([`super::entries`]).
+
+use super::entries::Entries;
+use super::sss::{Peer, Sss, SssChange};
+use super::{
+    Entry, LeaderId, LookupError, LookupMsg, LookupRequest, LookupResponse, LookupSettings,
+    NodeView,
+};
+use crate::ctx::Ctx;
+use crate::ids::{ClientId, DeviceId};
+use crate::io::{Output, Response};
+use crate::msg::Msg;
+use crate::time::{Instant, earliest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A node's state, as the seed names it (plus the phases of `Join()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Passive, not joining.
+    Passive,
+    /// Passive, in `Join()`: Can-I-Join sent, or sleeping before a retry.
+    Joining,
+    /// `bIsActive` but still sleeping `MAX_VOLATILE_REFRESH_INTERVAL` (building up
+    /// volatile state; `LS_start_time` not yet published).
+    WarmingUp,
+    /// Active (a hot spare).
+    Active,
+    /// Active and the leader.
+    Leader,
+}
+
+/// Where `Join()` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Join {
+    /// Can-I-Join multicast; waiting `ROUNDTRIP_COMMUNICATION_DELAY` for an answer.
+    Asking { attempt: u64, retry: u32, until: Instant },
+    /// `Sleep(3 * SS_HEARTBEAT_INTERVAL)` before the next try.
+    Backoff { retry: u32, until: Instant },
+    /// `Sleep(MAX_VOLATILE_REFRESH_INTERVAL)`: building up volatile state.
+    WarmingUp { until: Instant },
+}
+
+/// A request this node multicast for a client, waiting for the leader's answer.
+#[derive(Clone, Debug)]
+pub(super) struct Pending {
+    pub(super) deadline: Instant,
+}
+
+/// One lookup node.
+pub struct Node {
+    /// Off: the device runs no lookup node (`[lookup] enabled = false`).
+    enabled: bool,
+    pub(super) me: DeviceId,
+    /// Every device of the cluster (the multicast group).
+    pub(super) devices: Vec<DeviceId>,
+    /// `bIsActive`.
+    pub(super) active: bool,
+    /// `bIsLeader`.
+    pub(super) leader: bool,
+    /// `activeStartTime` (`None`: INFINITE).
+    pub(super) start: Option<Instant>,
+    join: Option<Join>,
+    attempts: u64,
+    pub(super) sss: Sss,
+    pub(super) data: Entries,
+    next_heartbeat: Option<Instant>,
+    next_maintain: Option<Instant>,
+    /// Requests multicast by this node as origin, by (client, request id).
+    pub(super) pending: BTreeMap<(ClientId, u64), Pending>,
+    /// The leader this node last saw in its soft-state store (anti-entropy of the
+    /// persistent store goes to each new one).
+    seen_leader: Option<(Instant, DeviceId)>,
+}
+
+impl Node {
+    /// An empty node, replaced by [`Node::boot`] before the device handles anything.
+    pub(crate) fn placeholder() -> Node {
+        Node {
+            enabled: false,
+            me: DeviceId(0),
+            devices: Vec::new(),
+            active: false,
+            leader: false,
+            start: None,
+            join: None,
+            attempts: 0,
+            sss: Sss::default(),
+            data: Entries::default(),
+            next_heartbeat: None,
+            next_maintain: None,
+            pending: BTreeMap::new(),
+            seen_leader: None,
+        }
+    }
+
+    /// `main()`: a node boots passive with its persistent entries and calls `Join()`.
+    pub fn boot(ctx: &mut Ctx, persistent: Vec<Entry>) -> Node {
+        if !ctx.cfg.lookup.enabled {
+            return Node::placeholder();
+        }
+        let devices = ctx.cfg.cluster.devices.clone();
+        let mut n = Node {
+            enabled: true,
+            me: ctx.me(),
+            devices,
+            active: false,
+            leader: false,
+            start: None,
+            join: None,
+            attempts: 0,
+            sss: Sss::default(),
+            data: Entries::restored(ctx, persistent),
+            next_heartbeat: Some(ctx.now),
+            next_maintain: Some(ctx.now + ctx.cfg.lookup.long_timeout),
+            pending: BTreeMap::new(),
+            seen_leader: None,
+        };
+        n.join_start(ctx);
+        n
+    }
+
+    fn s<'a>(ctx: &'a Ctx) -> &'a LookupSettings {
+        &ctx.cfg.lookup
+    }
+
+    /// The node's state.
+    pub fn state(&self) -> NodeState {
+        match (self.join, self.active, self.leader) {
+            (Some(Join::WarmingUp { .. }), _, _) => NodeState::WarmingUp,
+            (Some(_), _, _) => NodeState::Joining,
+            (None, true, true) => NodeState::Leader,
+            (None, true, false) => NodeState::Active,
+            (None, false, _) => NodeState::Passive,
+        }
+    }
+
+    /// Whether this node is the UPS-designated one.
+    fn is_ups(&self, ctx: &Ctx) -> bool {
+        Self::s(ctx).ups == Some(self.me)
+    }
+
+    /// Whether the node's `LS_start_time` is published (active and past the warm-up).
+    fn published(&self) -> bool {
+        self.active && self.join.is_none()
+    }
+
+    /// `set_of_LS_active_nodes` as this node's SSS shows it, itself included.
+    pub(super) fn active_nodes(&self) -> Vec<(Instant, DeviceId)> {
+        let mut v: Vec<_> = self.sss.active().collect();
+        if let (true, Some(s)) = (self.published(), self.start) {
+            v.push((s, self.me));
+        }
+        v.sort();
+        v
+    }
+
+    /// The oldest active node by `<activeStartTime, id>`: the weak leader.
+    pub fn oldest_active(&self) -> Option<DeviceId> {
+        self.active_nodes().first().map(|(_, d)| *d)
+    }
+
+    /// This node as a leader names itself in answers and events.
+    pub(super) fn leader_id(&self) -> LeaderId {
+        LeaderId {
+            start: self.start.unwrap_or_default(),
+            device: self.me,
+        }
+    }
+
+    /// Whether the node applies updates (`bIsActive`, warm-up included: the sleep builds
+    /// up volatile state).
+    pub(super) fn applies_updates(&self) -> bool {
+        self.active
+    }
+
+    /// Every other device of the cluster.
+    pub(super) fn others(&self) -> impl Iterator<Item = DeviceId> + '_ {
+        self.devices.iter().copied().filter(|d| *d != self.me)
+    }
+
+    fn multicast(&self, ctx: &mut Ctx, msg: LookupMsg) {
+        let targets: Vec<DeviceId> = self.others().collect();
+        for d in targets {
+            ctx.send(d, Msg::Lookup(msg.clone()));
+        }
+    }
+
+    // ---- Join() --------------------------------------------------------------------
+
+    fn join_start(&mut self, ctx: &mut Ctx) {
+        self.join_ask(ctx, 0);
+    }
+
+    fn join_ask(&mut self, ctx: &mut Ctx, retry: u32) {
+        self.attempts += 1;
+        let attempt = self.attempts;
+        let ups = self.is_ups(ctx);
+        self.multicast(ctx, LookupMsg::CanIJoin { attempt, ups });
+        self.join = Some(Join::Asking {
+            attempt,
+            retry,
+            until: ctx.now + Self::s(ctx).roundtrip_delay,
+        });
+        if self.devices.iter().all(|d| *d == self.me) {
+            // Nobody to ask: the timeout path, at once.
+            self.join_timeout(ctx);
+        }
+    }
+
+    /// `bIsActive = TRUE; activeStartTime = GetLocalTime(); Sleep(MVRI)`.
+    fn join_activate(&mut self, ctx: &mut Ctx) {
+        self.active = true;
+        self.start = Some(ctx.now);
+        self.join = Some(Join::WarmingUp {
+            until: ctx.now + Self::s(ctx).max_volatile_refresh_interval,
+        });
+        self.observe(ctx);
+    }
+
+    fn join_timeout(&mut self, ctx: &mut Ctx) {
+        match self.join {
+            Some(Join::Asking { retry, .. }) if retry < 2 => {
+                self.join = Some(Join::Backoff {
+                    retry,
+                    until: ctx.now + Self::s(ctx).heartbeat_interval * 3,
+                });
+            }
+            // The self-stabilising variant: no answer after three tries — assume there is
+            // no leader and become active (and, once published, leader).
+            Some(Join::Asking { .. }) => self.join_activate(ctx),
+            Some(Join::Backoff { retry, .. }) => self.join_ask(ctx, retry + 1),
+            Some(Join::WarmingUp { .. }) => {
+                // SSS_Update("LS_start_time", activeStartTime): publish at once.
+                self.join = None;
+                self.heartbeat(ctx);
+                self.maintain(ctx);
+            }
+            None => {}
+        }
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx, from: DeviceId, attempt: u64, persistent: Vec<Entry>) {
+        if !matches!(self.join, Some(Join::Asking { attempt: a, .. }) if a == attempt) {
+            return;
+        }
+        // "streamed persistent store and ack(UPS_token)": take the leader's store, and
+        // send back what it lacks (anti-entropy, so an acknowledged entry kept only here
+        // is not lost to a leader that missed it).
+        let back = self.data.merge_persistent(ctx, persistent, true);
+        if !back.is_empty() {
+            ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
+        }
+        self.join_activate(ctx);
+    }
+
+    fn on_nack(&mut self, attempt: u64) {
+        if matches!(self.join, Some(Join::Asking { attempt: a, .. }) if a == attempt) {
+            // "t+1 active nodes are already running": Join() returns.
+            self.join = None;
+        }
+    }
+
+    // ---- leader thread ---------------------------------------------------------------
+
+    fn on_can_i_join(&mut self, ctx: &mut Ctx, from: DeviceId, attempt: u64) {
+        if !(self.leader && self.published()) {
+            return;
+        }
+        let sender_ups = Self::s(ctx).ups == Some(from);
+        let admit = if ctx.cfg.planted.lookup_admit_all {
+            true
+        } else {
+            self.active_nodes().len() < Self::s(ctx).hot_spares || sender_ups
+        };
+        let msg = if admit {
+            LookupMsg::Ack {
+                attempt,
+                persistent: self.data.persistent_store(),
+            }
+        } else {
+            LookupMsg::Nack { attempt }
+        };
+        ctx.send(from, Msg::Lookup(msg));
+    }
+
+    // ---- maintainer ------------------------------------------------------------------
+
+    /// The maintainer, with the self-stabilising checks of seed 003.
+    pub(super) fn maintain(&mut self, ctx: &mut Ctx) {
+        self.next_maintain = Some(ctx.now + Self::s(ctx).long_timeout);
+        if self.join.is_some() {
+            // Join() blocks the maintainer in the seed.
+            return;
+        }
+        let t = Self::s(ctx).hot_spares;
+        let was = (self.active, self.leader, self.start);
+        if !self.active {
+            if self.start.is_some() || self.leader {
+                self.start = None;
+                self.leader = false;
+            }
+            let count = self.active_nodes().len();
+            if count < t || self.is_ups(ctx) {
+                self.join_start(ctx);
+            }
+        } else {
+            let nodes = self.active_nodes();
+            let mine = (self.start.unwrap_or_default(), self.me);
+            let earliest = nodes.first() == Some(&mine);
+            if self.leader && !earliest && !ctx.cfg.planted.lookup_keep_leadership {
+                self.leader = false;
+            }
+            let youngest_non_ups = nodes
+                .iter()
+                .filter(|(_, d)| Self::s(ctx).ups != Some(*d))
+                .max()
+                == Some(&mine);
+            if nodes.len() > t + 1 && !self.is_ups(ctx) && youngest_non_ups {
+                self.active = false;
+                self.start = None;
+                self.leader = false;
+                // SSS_Delete("LS_start_time"): volatile state goes stale from here.
+                self.data.step_down(ctx);
+            } else if !self.leader && earliest {
+                self.leader = true;
+                self.data.became_leader(ctx, self.leader_id());
+            }
+        }
+        if (self.active, self.leader, self.start) != was {
+            self.heartbeat(ctx);
+            self.observe(ctx);
+        }
+    }
+
+    fn observe(&self, ctx: &mut Ctx) {
+        ctx.observe(crate::io::Observation::LookupState {
+            state: self.state(),
+            start: self.start,
+        });
+    }
+
+    fn heartbeat(&mut self, ctx: &mut Ctx) {
+        let start = if self.published() { self.start } else { None };
+        self.multicast(
+            ctx,
+            LookupMsg::Heartbeat {
+                start,
+                leader: self.leader,
+            },
+        );
+        self.next_heartbeat = Some(ctx.now + Self::s(ctx).heartbeat_interval);
+    }
+
+    fn sss_changed(&mut self, ctx: &mut Ctx, changes: &[SssChange]) {
+        if changes.is_empty() {
+            return;
+        }
+        self.maintain(ctx);
+        // A new leader in this node's view gets this node's persistent store: what an
+        // acknowledged update left only here reaches whoever answers queries.
+        let now_leader = self.active_nodes().first().copied();
+        if now_leader != self.seen_leader {
+            self.seen_leader = now_leader;
+            if let Some((_, d)) = now_leader
+                && d != self.me
+                && self.active
+            {
+                let persistent = self.data.persistent_store();
+                if !persistent.is_empty() {
+                    ctx.send(d, Msg::Lookup(LookupMsg::Merge { persistent }));
+                }
+            }
+        }
+    }
+
+    // ---- inputs ----------------------------------------------------------------------
+
+    /// A message from another node.
+    pub fn on_msg(&mut self, ctx: &mut Ctx, from: DeviceId, msg: LookupMsg) {
+        if !self.enabled {
+            return;
+        }
+        match msg {
+            LookupMsg::Heartbeat { start, leader } => {
+                if from == self.me {
+                    return;
+                }
+                let change = self.sss.heartbeat(ctx.now, from, start, leader);
+                self.sss_changed(ctx, change.as_slice());
+            }
+            LookupMsg::CanIJoin { attempt, .. } => self.on_can_i_join(ctx, from, attempt),
+            LookupMsg::Ack {
+                attempt,
+                persistent,
+            } => self.on_ack(ctx, from, attempt, persistent),
+            LookupMsg::Nack { attempt } => self.on_nack(attempt),
+            LookupMsg::Merge { persistent } => {
+                if self.active {
+                    self.data.merge_persistent(ctx, persistent, false);
+                }
+            }
+            LookupMsg::Forward {
+                origin,
+                client,
+                req_id,
+                req,
+            } => {
+                if let Some(result) = self.deliver(ctx, origin, &req) {
+                    ctx.send(
+                        origin,
+                        Msg::Lookup(LookupMsg::Answer {
+                            client,
+                            req_id,
+                            result,
+                        }),
+                    );
+                }
+            }
+            LookupMsg::Answer {
+                client,
+                req_id,
+                result,
+            } => {
+                if self.pending.remove(&(client, req_id)).is_some() {
+                    reply(ctx, client, req_id, result);
+                }
+            }
+            LookupMsg::Event(ev) => ctx.out.push(Output::LookupEvent(ev)),
+            LookupMsg::Meta { key, meta } => self.data.cache_meta(key, meta),
+        }
+    }
+
+    /// A client request at this device (its origin): validate, multicast, and answer now
+    /// (volatile updates, or this node is the leader) or when the leader answers.
+    pub fn on_request(&mut self, ctx: &mut Ctx, client: ClientId, req_id: u64, req: LookupRequest) {
+        if !self.enabled {
+            return reply(ctx, client, req_id, Err(LookupError::NoLeader));
+        }
+        if let Err(e) = super::entries::validate(Self::s(ctx), &req) {
+            return reply(ctx, client, req_id, Err(e));
+        }
+        if let LookupRequest::Status = req {
+            let v = self.view();
+            return reply(ctx, client, req_id, Ok(LookupResponse::Status(v)));
+        }
+        let me = self.me;
+        // Apply here first (this node is one of the multicast's recipients).
+        let local = self.deliver(ctx, me, &req);
+        let others: Vec<DeviceId> = self.others().filter(|d| self.sss.is_up(*d)).collect();
+        for d in others {
+            ctx.send(
+                d,
+                Msg::Lookup(LookupMsg::Forward {
+                    origin: me,
+                    client,
+                    req_id,
+                    req: req.clone(),
+                }),
+            );
+        }
+        if let Some(result) = local {
+            return reply(ctx, client, req_id, result);
+        }
+        if let Some(result) = self.data.unacknowledged(&req) {
+            return reply(ctx, client, req_id, result);
+        }
+        let deadline = ctx.now + Self::s(ctx).roundtrip_delay;
+        self.pending.insert((client, req_id), Pending { deadline });
+    }
+
+    /// Timers.
+    pub fn on_tick(&mut self, ctx: &mut Ctx) {
+        let now = ctx.now;
+        if self.next_heartbeat.is_some_and(|t| t <= now) {
+            self.heartbeat(ctx);
+        }
+        let down = self.sss.expire(now, Self::s(ctx).down_after());
+        self.sss_changed(ctx, &down);
+        let join_due = match self.join {
+            Some(Join::Asking { until, .. })
+            | Some(Join::Backoff { until, .. })
+            | Some(Join::WarmingUp { until }) => until <= now,
+            None => false,
+        };
+        if join_due {
+            self.join_timeout(ctx);
+        }
+        if self.next_maintain.is_some_and(|t| t <= now) {
+            self.maintain(ctx);
+        }
+        let expired: Vec<(ClientId, u64)> = (self.pending.iter())
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (client, req_id) in expired {
+            self.pending.remove(&(client, req_id));
+            reply(ctx, client, req_id, Err(LookupError::NoLeader));
+        }
+        let (leader, lid) = (self.leader && self.published(), self.leader_id());
+        self.data.on_tick(ctx, leader, lid);
+    }
+
+    /// The earliest timer.
+    pub fn next_timeout(&self, s: &LookupSettings) -> Option<Instant> {
+        let join = match self.join {
+            Some(Join::Asking { until, .. })
+            | Some(Join::Backoff { until, .. })
+            | Some(Join::WarmingUp { until }) => Some(until),
+            None => None,
+        };
+        let pending = self.pending.values().map(|p| p.deadline).min();
+        [
+            self.next_heartbeat,
+            self.next_maintain,
+            self.sss.next_expiry(s.down_after()),
+            join,
+            pending,
+            self.data.next_timeout(),
+        ]
+        .into_iter()
+        .fold(None, earliest)
+    }
+
+    /// The node as status pages and checkers see it.
+    pub fn view(&self) -> NodeView {
+        let mut up: Vec<(DeviceId, Option<Instant>)> =
+            (self.sss.peers().iter()).map(|(d, p)| (*d, p.start)).collect();
+        up.push((self.me, if self.published() { self.start } else { None }));
+        up.sort();
+        NodeView {
+            device: self.me,
+            state: self.state(),
+            start: self.start,
+            up,
+            leader: self.oldest_active(),
+            entries: self.data.live_entries(),
+            subscriptions: self.data.subscriptions(),
+        }
+    }
+
+    /// Whether this node answers queries.
+    pub fn is_leader(&self) -> bool {
+        self.leader && self.published()
+    }
+
+    /// The lookup data (checkers).
+    pub fn data(&self) -> &Entries {
+        &self.data
+    }
+
+    /// Put the node in an arbitrary state, as transient state corruption would (the
+    /// simulator's self-stabilisation runs and tests only).
+    pub fn corrupt(&mut self, c: Corruption) {
+        match c {
+            Corruption::Flags {
+                active,
+                leader,
+                start,
+            } => {
+                self.active = active;
+                self.leader = leader;
+                self.start = start;
+                self.join = None;
+            }
+            Corruption::FakeAge { of, start, heard } => self.sss.corrupt(
+                of,
+                Some(Peer {
+                    heard,
+                    start,
+                    leader: false,
+                }),
+            ),
+        }
+    }
+}
+
+/// Transient state corruption (seed 003's rare failures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Corruption {
+    /// Overwrite `bIsActive`, `bIsLeader` and `activeStartTime`.
+    Flags {
+        /// `bIsActive`.
+        active: bool,
+        /// `bIsLeader`.
+        leader: bool,
+        /// `activeStartTime`.
+        start: Option<Instant>,
+    },
+    /// Plant an age for another node in the soft-state store.
+    FakeAge {
+        /// The node.
+        of: DeviceId,
+        /// The fake `LS_start_time`.
+        start: Option<Instant>,
+        /// When it was "heard".
+        heard: Instant,
+    },
+}
+
+/// Answer a client at this device.
+pub(super) fn reply(
+    ctx: &mut Ctx,
+    client: ClientId,
+    req_id: u64,
+    result: Result<LookupResponse, LookupError>,
+) {
+    ctx.out.push(Output::Reply {
+        client,
+        req_id,
+        result: result
+            .map(Response::Lookup)
+            .map_err(crate::io::ClientError::Lookup),
+    });
+}
