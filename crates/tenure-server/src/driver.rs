@@ -23,9 +23,12 @@
 //!    (the chunk serial counter, or a persist of a chunk whose store is unknown), but not
 //!    for other stores' persists. A crash then loses, per store, a suffix of that store's
 //!    persists that nothing which left the device depends on: for each store it is the
-//!    torn crash the simulator exercises. Outputs that belong to no store (policy
-//!    messages, status answers) wait for every earlier persist. Each store's outputs
-//!    leave in output order (per store and per peer FIFO, which SafeTalk needs).
+//!    torn crash the simulator exercises. The lookup node (seed 003) is one more such
+//!    domain: its messages, replies and subscription events wait for its own persists
+//!    (persistent entries and tombstones) and device-wide ones, and no store waits for
+//!    them. Outputs that belong to no store (policy messages, status answers) wait for
+//!    every earlier persist. Each domain's outputs leave in output order (per store and
+//!    per peer FIFO, which SafeTalk needs).
 //! 3. `Observe`s become metrics at once. `SetTimer` needs no action: the driver asks
 //!    [`Device::poll_timeout`] before every wait.
 //!
@@ -42,12 +45,14 @@
 use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tenure_core::ids::{ChunkId, ClientId, DeviceId, StoreId};
 use tenure_core::io::{
     ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
 };
 use tenure_core::layout::{ChunkView, ManagerView};
+use tenure_core::lookup::{SubEvent, SubId};
 use tenure_core::msg::{Msg, ToChunk, ToManager};
 use tenure_core::{Device, DeviceConfig, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -124,6 +129,59 @@ pub struct TableCounts {
     pub locks_held: u32,
 }
 
+/// Where each lookup subscription's pushed events go: the Watch stream that subscribed
+/// registers its subscription ids here (before it subscribes) and removes them when it
+/// ends. Shared by the driver, which routes every `Output::LookupEvent` by its
+/// subscription id, and the client API.
+#[derive(Clone, Debug, Default)]
+pub struct SubRoutes {
+    inner: Arc<Mutex<HashMap<SubId, mpsc::Sender<SubEvent>>>>,
+}
+
+impl SubRoutes {
+    /// Send `sub`'s events to `tx` (replacing an earlier stream's registration: a
+    /// subscriber that reconnected takes its subscription along).
+    pub fn register(&self, sub: SubId, tx: mpsc::Sender<SubEvent>) {
+        self.lock().insert(sub, tx);
+    }
+
+    /// Stop routing `sub`'s events, if they still go to `tx` (a stream that took the
+    /// subscription over keeps it).
+    pub fn unregister(&self, sub: SubId, tx: &mpsc::Sender<SubEvent>) {
+        let mut m = self.lock();
+        if m.get(&sub).is_some_and(|t| t.same_channel(tx)) {
+            m.remove(&sub);
+        }
+    }
+
+    /// Whether `sub` is routed to `tx`.
+    pub fn routes_to(&self, sub: SubId, tx: &mpsc::Sender<SubEvent>) -> bool {
+        self.lock().get(&sub).is_some_and(|t| t.same_channel(tx))
+    }
+
+    /// Hand an event to its stream. A stream that is gone or too far behind loses the
+    /// event: the subscriber sees the gap in the sequence numbers and asks for a sync.
+    fn route(&self, ev: SubEvent) {
+        let tx = self.lock().get(&ev.sub).cloned();
+        match tx {
+            Some(tx) => {
+                if tx.try_send(ev).is_err() {
+                    metrics::counter!("tenure_lookup_events_dropped_total").increment(1);
+                }
+            }
+            None => {
+                debug!(sub = ev.sub, "lookup event for no stream here");
+                metrics::counter!("tenure_lookup_events_unrouted_total").increment(1);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubId, mpsc::Sender<SubEvent>>> {
+        // The map is always consistent: a panic elsewhere cannot leave it half-changed.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Driver failures (all fatal for the device).
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -176,6 +234,7 @@ pub struct Driver {
     last_persist: u64,
     last_device_persist: u64,
     last_store_persist: HashMap<StoreId, u64>,
+    last_lookup_persist: u64,
     /// The store of each chunk on this device (persists name chunks).
     chunk_store: HashMap<ChunkId, StoreId>,
     /// Sends, replies and status answers waiting for their group, in output order per
@@ -189,12 +248,16 @@ pub struct Driver {
     metrics: HotMetrics,
     /// Events for the session streams.
     events: tokio::sync::broadcast::Sender<DeviceEvent>,
+    /// Where each lookup subscription's events go (its Watch stream).
+    lookup_subs: SubRoutes,
 }
 
-/// The persists an output may depend on: those of one store, or (`Device`) all of them.
+/// The persists an output may depend on: those of one store, those of the lookup node,
+/// or (`Device`) all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Domain {
     Store(StoreId),
+    Lookup,
     Device,
 }
 
@@ -205,6 +268,7 @@ impl Domain {
             Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
                 Domain::Store(*store)
             }
+            Msg::Lookup(_) => Domain::Lookup,
             Msg::Policy(_) => Domain::Device,
         }
     }
@@ -257,7 +321,8 @@ struct RequestMetrics {
 
 /// A client request the core has not answered yet.
 struct Pending {
-    store: StoreId,
+    /// The persists its answer waits for.
+    domain: Domain,
     /// The latency histograms of the request's kind.
     metrics: RequestMetrics,
     reply: oneshot::Sender<Answer>,
@@ -285,6 +350,7 @@ enum Held {
     Send(DeviceId, tenure_core::msg::Msg),
     Reply(u64, Answer),
     Status(oneshot::Sender<StatusSnapshot>),
+    LookupEvent(SubEvent),
 }
 
 /// The storage thread: commits groups of persists in the order received (all the groups
@@ -392,12 +458,14 @@ impl Driver {
             last_persist: 0,
             last_device_persist: 0,
             last_store_persist: HashMap::new(),
+            last_lookup_persist: 0,
             chunk_store,
             held: HashMap::new(),
             held_len: 0,
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
             events: tokio::sync::broadcast::channel(1).0,
+            lookup_subs: SubRoutes::default(),
         };
         d.release(out);
         d.flush_held();
@@ -412,6 +480,13 @@ impl Driver {
     /// Send session-stream events to `events` (booting sends none: no stream exists yet).
     pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<DeviceEvent>) -> Driver {
         self.events = events;
+        self
+    }
+
+    /// Route lookup subscription events through `routes` (the Watch streams register
+    /// their subscriptions there).
+    pub fn with_lookup_routes(mut self, routes: SubRoutes) -> Driver {
+        self.lookup_subs = routes;
         self
     }
 
@@ -515,7 +590,7 @@ impl Driver {
                 self.pending.insert(
                     id,
                     Pending {
-                        store: req.store(),
+                        domain: Domain::Store(req.store()),
                         metrics: self.metrics.request(request_kind(&req)),
                         reply,
                         started: std::time::Instant::now(),
@@ -549,6 +624,15 @@ impl Driver {
                         }
                         PersistOp::Accept { chunk, .. } => self.chunk_store.get(chunk).copied(),
                         PersistOp::RemoveChunk(chunk) => self.chunk_store.remove(chunk),
+                        PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
+                            self.last_lookup_persist = g;
+                            if let PersistOp::LookupRemove(_) = &op {
+                                metrics::counter!("tenure_lookup_persistent_removals_total")
+                                    .increment(1);
+                            }
+                            self.open.push(op);
+                            continue;
+                        }
                         PersistOp::SetNextSerial(_) => None,
                     };
                     match store {
@@ -574,7 +658,7 @@ impl Driver {
                     let domain = match self.pending.get(&req_id) {
                         Some(p) => {
                             p.metrics.answered.record(p.started.elapsed().as_secs_f64());
-                            Domain::Store(p.store)
+                            p.domain
                         }
                         None => Domain::Device,
                     };
@@ -585,6 +669,7 @@ impl Driver {
                     observe(&obs, &self.metrics)
                 }
                 Output::SetTimer(_) => {}
+                Output::LookupEvent(ev) => self.hold(Domain::Lookup, Held::LookupEvent(ev)),
             }
         }
     }
@@ -620,6 +705,7 @@ impl Driver {
                 .copied()
                 .unwrap_or(0)
                 .max(self.last_device_persist),
+            Domain::Lookup => self.last_lookup_persist.max(self.last_device_persist),
             Domain::Device => self.last_persist,
         };
         let queue = self.held.entry(domain).or_default();
@@ -666,6 +752,7 @@ impl Driver {
                 let snap = self.snapshot();
                 let _ = tx.send(snap);
             }
+            Held::LookupEvent(ev) => self.lookup_subs.route(ev),
         }
     }
 

@@ -171,6 +171,11 @@ impl Api {
             ClientError::Rejected(reason) => Kind::Rejected(proto::Rejected {
                 reason: reason.clone(),
             }),
+            // Lock requests never get a lookup error; the lookup service has its own
+            // typed errors (`proto::LookupError`, crate::lookup).
+            ClientError::Lookup(e) => Kind::Rejected(proto::Rejected {
+                reason: e.to_string(),
+            }),
         };
         proto::Error {
             kind: Some(kind),
@@ -790,6 +795,7 @@ pub(crate) fn error_kind(e: &ClientError) -> &'static str {
         ClientError::InvalidName(_) => "invalid_name",
         ClientError::NotHeld => "not_held",
         ClientError::Rejected(_) => "rejected",
+        ClientError::Lookup(_) => "lookup",
     }
 }
 

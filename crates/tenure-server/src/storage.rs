@@ -8,7 +8,10 @@
 //! are replayed in order onto the chunk's record with the core's own code
 //! ([`PersistOp::apply_delta`]), and the chunk's next whole record (the core writes one
 //! every `CHECKPOINT_EVERY` deltas) deletes them. The serial counter and a format
-//! version live in a small `meta` table; format 1 (no deltas) is upgraded in place.
+//! version live in a small `meta` table; formats 1 (no deltas), 2 (no log) and 3 (no
+//! lookup table) are upgraded in place. Persistent lookup entries and tombstones (seed
+//! 003, `PersistOp::LookupPut`/`LookupRemove`) live in the `lookup_entries` table under
+//! their key, postcard-encoded; they go through the same log and checkpoints as chunks.
 //!
 //! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
 //! commit): the driver hands it every persist gathered while the previous commit ran.
@@ -37,17 +40,20 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
+use tenure_core::lookup::Entry;
 
 /// Chunk records: `(device, serial)` → postcard(`ChunkPersist`).
 const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
 /// Chunk deltas written after the chunk's record: `(device, serial, n)` →
 /// postcard(`PersistOp::Accept`), applied in `n` order at load.
 const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("chunk_deltas");
+/// Persistent lookup entries and tombstones: key → postcard(`lookup::Entry`).
+const LOOKUP: TableDefinition<&str, &[u8]> = TableDefinition::new("lookup_entries");
 /// Small scalars: format version, serial counter, owning device.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
@@ -66,6 +72,14 @@ pub enum StorageError {
     Decode {
         /// The chunk.
         chunk: ChunkId,
+        /// Why.
+        source: postcard::Error,
+    },
+    /// A persistent lookup entry does not decode.
+    #[error("lookup entry {key:?} does not decode: {source}")]
+    LookupDecode {
+        /// The entry's key.
+        key: String,
         /// Why.
         source: postcard::Error,
     },
@@ -223,6 +237,14 @@ impl Storage {
                 op.apply_delta(rec);
             }
         }
+        for (key, bytes) in raw.lookup {
+            let e: Entry =
+                postcard::from_bytes(&bytes).map_err(|source| StorageError::LookupDecode {
+                    key: key.clone(),
+                    source,
+                })?;
+            state.lookup.insert(key, e);
+        }
         Ok((state, raw.next_delta))
     }
 
@@ -248,11 +270,17 @@ impl Storage {
             next_delta.insert((device, serial), n + 1);
             deltas.push((chunk_id(device, serial), v.value().to_vec()));
         }
+        let mut lookup = Vec::new();
+        for row in tx.open_table(LOOKUP)?.iter()? {
+            let (k, v) = row?;
+            lookup.push((k.value().to_string(), v.value().to_vec()));
+        }
         Ok(Raw {
             next_serial,
             records,
             deltas,
             next_delta,
+            lookup,
         })
     }
 
@@ -309,6 +337,12 @@ impl Storage {
                     self.dirty.removed.insert(*id);
                 }
                 PersistOp::SetNextSerial(_) => self.dirty.serial = true,
+                PersistOp::LookupPut(e) => {
+                    self.dirty.lookup.insert(e.key.clone());
+                }
+                PersistOp::LookupRemove(k) => {
+                    self.dirty.lookup.insert(k.clone());
+                }
             }
         }
     }
@@ -330,6 +364,12 @@ impl Storage {
         }
         if dirty.serial {
             ops.push(PersistOp::SetNextSerial(self.state.next_serial));
+        }
+        for k in dirty.lookup {
+            ops.push(match self.state.lookup.get(&k) {
+                Some(e) => PersistOp::LookupPut(Box::new(e.clone())),
+                None => PersistOp::LookupRemove(k),
+            });
         }
         let started = std::time::Instant::now();
         let generation = self.wal.generation() + 1;
@@ -371,6 +411,11 @@ impl Storage {
                     postcard::to_stdvec(op).map_err(StorageError::Encode)?,
                 ),
                 PersistOp::SetNextSerial(n) => Encoded::Serial(*n),
+                PersistOp::LookupPut(e) => Encoded::LookupPut(
+                    e.key.clone(),
+                    postcard::to_stdvec(&**e).map_err(StorageError::Encode)?,
+                ),
+                PersistOp::LookupRemove(k) => Encoded::LookupRemove(k.clone()),
             });
         }
         let mut next_delta = self.next_delta.clone();
@@ -391,6 +436,7 @@ impl Storage {
             let mut chunks = tx.open_table(CHUNKS)?;
             let mut deltas = tx.open_table(DELTAS)?;
             let mut meta = tx.open_table(META)?;
+            let mut lookup = tx.open_table(LOOKUP)?;
             for op in ops {
                 match op {
                     Encoded::Put(k, v) => {
@@ -408,6 +454,12 @@ impl Storage {
                     }
                     Encoded::Serial(n) => {
                         meta.insert(KEY_NEXT_SERIAL, *n)?;
+                    }
+                    Encoded::LookupPut(k, v) => {
+                        lookup.insert(k.as_str(), v.as_slice())?;
+                    }
+                    Encoded::LookupRemove(k) => {
+                        lookup.remove(k.as_str())?;
                     }
                 }
             }
@@ -442,8 +494,9 @@ fn read_meta(db: &Database) -> Result<(Option<u64>, Option<u64>), redb::Error> {
     Ok((format, owner))
 }
 
-/// Refuse another format or another device's directory. Formats 1 (no deltas) and 2 (no
-/// log) are this format without them: opening one adds what is missing.
+/// Refuse another format or another device's directory. Formats 1 (no deltas), 2 (no
+/// log) and 3 (no lookup table) are this format without them: opening one adds what is
+/// missing.
 fn check_meta(
     format: Option<u64>,
     owner: Option<u64>,
@@ -451,8 +504,7 @@ fn check_meta(
 ) -> Result<(), StorageError> {
     if let Some(v) = format
         && v != FORMAT_VERSION
-        && v != 1
-        && v != 2
+        && !(1..=3).contains(&v)
     {
         return Err(StorageError::Format { found: v });
     }
@@ -476,6 +528,7 @@ fn write_meta(db: &Database, device: DeviceId) -> Result<(), redb::Error> {
         meta.insert(KEY_DEVICE, device.0)?;
         tx.open_table(CHUNKS)?;
         tx.open_table(DELTAS)?;
+        tx.open_table(LOOKUP)?;
     }
     tx.commit()?;
     Ok(())
@@ -501,6 +554,7 @@ struct Raw {
     records: Vec<(ChunkId, Vec<u8>)>,
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
+    lookup: Vec<(String, Vec<u8>)>,
 }
 
 /// What the log changed since the last checkpoint.
@@ -509,11 +563,13 @@ struct Dirty {
     chunks: BTreeSet<ChunkId>,
     removed: BTreeSet<ChunkId>,
     serial: bool,
+    /// Lookup keys written or removed (the state says which).
+    lookup: BTreeSet<String>,
 }
 
 impl Dirty {
     fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.removed.is_empty() && !self.serial
+        self.chunks.is_empty() && self.removed.is_empty() && !self.serial && self.lookup.is_empty()
     }
 }
 
@@ -522,6 +578,8 @@ enum Encoded {
     Remove((u64, u64)),
     Delta((u64, u64), Vec<u8>),
     Serial(u64),
+    LookupPut(String, Vec<u8>),
+    LookupRemove(String),
 }
 
 #[cfg(test)]
@@ -783,6 +841,73 @@ mod tests {
             .unwrap();
         let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
         assert_eq!(state, applied(&groups[..groups.len() - 1]));
+    }
+
+    fn lookup_entry(key: &str, stamp: u64, value: Option<&[u8]>) -> tenure_core::lookup::Entry {
+        use tenure_core::lookup::{Durability, EntryVersion, IntervalRange};
+        let interval = std::time::Duration::from_secs(300);
+        tenure_core::lookup::Entry {
+            key: key.to_string(),
+            value: value.map(|v| v.to_vec()),
+            version: EntryVersion { stamp, provider: 7 },
+            interval,
+            durability: Durability::Persistent,
+            adapt: IntervalRange::fixed(interval),
+            deadline: Instant(stamp + 1_000_000),
+            refreshed: Instant(stamp),
+            changed: Instant(stamp),
+            stable: 0,
+        }
+    }
+
+    /// Persistent lookup entries and tombstones (seed 003) survive a reopen from the log
+    /// and from redb after a checkpoint; a removal removes.
+    #[test]
+    fn lookup_entries_survive_reopen_through_the_log_and_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |k: &str, stamp, v: Option<&[u8]>| {
+            PersistOp::LookupPut(Box::new(lookup_entry(k, stamp, v)))
+        };
+        let groups = vec![
+            vec![
+                put("/svc/a", 10, Some(b"one")),
+                put("/svc/b", 11, Some(b"two")),
+            ],
+            vec![put("/svc/a", 12, Some(b"three")), put("/svc/c", 13, None)],
+            vec![PersistOp::LookupRemove("/svc/b".into())],
+        ];
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            for g in &groups {
+                s.commit(g.clone()).unwrap();
+            }
+        }
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        assert_eq!(state.lookup.len(), 2);
+        assert_eq!(state.lookup["/svc/a"].value.as_deref(), Some(&b"three"[..]));
+        assert_eq!(state.lookup["/svc/c"].value, None, "a tombstone is kept");
+        assert_eq!(s.checkpoints(), 1, "open moved the log into redb");
+        drop(s);
+        // From redb alone.
+        let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        // Through a small log that checkpoints on its own.
+        let dir = tempfile::tempdir().unwrap();
+        let more: Vec<Vec<PersistOp>> = (0..20)
+            .map(|i| vec![put(&format!("/svc/n{}", i % 5), 100 + i, Some(b"x"))])
+            .chain([vec![PersistOp::LookupRemove("/svc/n0".into())]])
+            .collect();
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 256).unwrap();
+        for g in &more {
+            s.commit(g.clone()).unwrap();
+        }
+        assert!(s.checkpoints() > 0, "a 256-byte log fills up");
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 256).unwrap();
+        assert_eq!(state, applied(&more));
+        assert_eq!(state.lookup.len(), 4);
+        assert!(!state.lookup.contains_key("/svc/n0"));
     }
 
     #[test]
