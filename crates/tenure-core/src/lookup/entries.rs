@@ -215,9 +215,8 @@ impl Entries {
     pub fn became_leader(&mut self, ctx: &mut Ctx, lid: LeaderId) {
         let ids: Vec<SubId> = self.subs.keys().copied().collect();
         for id in ids {
-            if let Some(s) = self.subs.get_mut(&id) {
-                s.seq = 0;
-            }
+            // The sequence goes on (see `sync`): a node that leads again under the same
+            // `LeaderId` must not reuse numbers it sent before.
             self.sync(ctx, lid, id);
         }
     }
@@ -267,9 +266,10 @@ impl Entries {
         let Some(Watch::Prefix(p)) = self.subs.get(&sub).map(|s| s.watch.clone()) else {
             return;
         };
-        if let Some(s) = self.subs.get_mut(&sub) {
-            s.seq = 0;
-        }
+        // A Sync continues the sequence instead of restarting it at 1: were it to
+        // restart, a subscriber that missed the Sync (one lost message) would take the
+        // next events for old, already applied ones, and later apply events on a view
+        // that lacks the Sync's state. Continuing, the lost Sync shows as a gap.
         let entries = self.under_prefix(ctx.now, &p);
         self.push(ctx, lid, sub, WatchEvent::Sync { entries });
     }
@@ -643,5 +643,53 @@ impl Node {
             }
             LookupRequest::Status => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod sync_seq_tests {
+    use crate::DeviceId;
+    use crate::lookup::*;
+    use crate::testkit::Cluster;
+    use std::time::Duration;
+
+    // Seed 003 subscriptions, found by the simulator's lookup world: a `Sync` used to
+    // restart the sequence at 1, so a subscriber whose Sync was lost took the next Put
+    // (seq 2, after a 3 it had) for an old one, and later applied events on a view that
+    // lacked the Sync's state. A Sync now takes the next number.
+    #[test]
+    fn a_sync_continues_the_subscription_sequence() {
+        let mut c = Cluster::with(2, 1, |_| {});
+        c.run_for(Duration::from_secs(8));
+        let subscribe = |c: &mut Cluster| {
+            let req = LookupRequest::Subscribe {
+                sub: 7,
+                watch: Watch::Prefix("/a".into()),
+                interval: Duration::from_secs(1),
+                position: None,
+            };
+            c.lookup(DeviceId(1), 1, req);
+            c.run_for(Duration::from_millis(50));
+        };
+        subscribe(&mut c);
+        let publish = LookupRequest::Publish {
+            key: "/a/x".into(),
+            value: b"v1".to_vec(),
+            version: EntryVersion {
+                stamp: 1,
+                provider: 1,
+            },
+            interval: Duration::from_secs(1),
+            durability: Durability::Volatile,
+            adapt: IntervalRange::fixed(Duration::from_secs(1)),
+        };
+        c.lookup(DeviceId(1), 2, publish);
+        c.run_for(Duration::from_millis(50));
+        subscribe(&mut c);
+        let seqs: Vec<(u64, bool)> = (c.events.iter())
+            .filter(|(_, _, e)| e.sub == 7)
+            .map(|(_, _, e)| (e.seq, matches!(e.event, WatchEvent::Sync { .. })))
+            .collect();
+        assert_eq!(seqs, vec![(1, true), (2, false), (3, true)]);
     }
 }

@@ -473,7 +473,8 @@ pub struct SubEvent {
     pub sub: SubId,
     /// The leader that sent it.
     pub leader: LeaderId,
-    /// Sequence number (1, 2, … per leader and subscription; a `Sync` may restart it).
+    /// Sequence number (1, 2, … per leader and subscription; a `Sync` takes the next
+    /// number too, so a missed event of any kind shows as a gap).
     pub seq: u64,
     /// The change.
     pub event: WatchEvent,
