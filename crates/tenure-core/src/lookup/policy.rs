@@ -125,7 +125,14 @@ mod tests {
     #[test]
     fn case_a_high_demand_keeps_the_interval_short() {
         let s = LookupSettings::default();
-        let m = suggest(&s, &entry(500, 250, 8000, 100), Signals { queries_in_window: 50, ..Default::default() });
+        let m = suggest(
+            &s,
+            &entry(500, 250, 8000, 100),
+            Signals {
+                queries_in_window: 50,
+                ..Default::default()
+            },
+        );
         assert_eq!(m.reason, AdaptReason::Demand);
         assert_eq!(m.interval, Duration::from_millis(500));
     }
@@ -136,37 +143,66 @@ mod tests {
     fn case_b_an_old_entry_is_refreshed_less_often_and_becomes_acknowledged() {
         let s = LookupSettings::default();
         let m = suggest(&s, &entry(1000, 1000, 8000, 10), Signals::default());
-        assert_eq!((m.reason, m.interval), (AdaptReason::Age, Duration::from_secs(2)));
+        assert_eq!(
+            (m.reason, m.interval),
+            (AdaptReason::Age, Duration::from_secs(2))
+        );
         assert_eq!(m.durability, Durability::Volatile);
         let m = suggest(&s, &entry(2000, 1000, 8000, 10), Signals::default());
         assert_eq!(m.interval, Duration::from_secs(4));
         assert_eq!(m.durability, Durability::Persistent, "4 s > MVRI 2 s");
         let young = suggest(&s, &entry(1000, 1000, 8000, 3), Signals::default());
-        assert_eq!((young.reason, young.interval), (AdaptReason::Requested, Duration::from_secs(1)));
+        assert_eq!(
+            (young.reason, young.interval),
+            (AdaptReason::Requested, Duration::from_secs(1))
+        );
     }
 
     /// (c): a subscriber watching the entry asks for the shortest interval accepted.
     #[test]
     fn case_c_on_demand_the_frequency_goes_up() {
         let s = LookupSettings::default();
-        let m = suggest(&s, &entry(1000, 200, 8000, 50), Signals { subscribed: true, ..Default::default() });
-        assert_eq!((m.reason, m.interval), (AdaptReason::OnDemand, Duration::from_millis(200)));
+        let m = suggest(
+            &s,
+            &entry(1000, 200, 8000, 50),
+            Signals {
+                subscribed: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            (m.reason, m.interval),
+            (AdaptReason::OnDemand, Duration::from_millis(200))
+        );
     }
 
     /// (d): a loaded service lengthens intervals within the provider's range.
     #[test]
     fn case_d_load_lengthens_intervals_within_range() {
         let s = LookupSettings::default();
-        let sig = Signals { entries: 1_000_000, ..Default::default() };
+        let sig = Signals {
+            entries: 1_000_000,
+            ..Default::default()
+        };
         let m = suggest(&s, &entry(1000, 1000, 1500, 0), sig);
-        assert_eq!((m.reason, m.interval), (AdaptReason::Load, Duration::from_millis(1500)));
+        assert_eq!(
+            (m.reason, m.interval),
+            (AdaptReason::Load, Duration::from_millis(1500))
+        );
     }
 
     /// A fixed range never changes the interval.
     #[test]
     fn a_fixed_range_is_left_alone() {
         let s = LookupSettings::default();
-        let m = suggest(&s, &entry(1000, 1000, 1000, 100), Signals { entries: 1_000_000, ..Default::default() });
+        let m = suggest(
+            &s,
+            &entry(1000, 1000, 1000, 100),
+            Signals {
+                entries: 1_000_000,
+                ..Default::default()
+            },
+        );
         assert_eq!(m.interval, Duration::from_secs(1));
     }
 }
