@@ -461,7 +461,10 @@ impl Node {
         let me = self.me;
         // Apply here first (this node is one of the multicast's recipients).
         let local = self.deliver(ctx, me, &req);
-        let others: Vec<DeviceId> = self.others().filter(|d| self.sss.is_up(*d)).collect();
+        // The multicast goes to every other node, not only to those the soft-state store
+        // shows up: for a heartbeat after a boot that store is empty, and an update
+        // multicast to nobody is lost at every node though the origin accepted it.
+        let others: Vec<DeviceId> = self.others().collect();
         for d in others {
             ctx.send(
                 d,
@@ -626,4 +629,48 @@ pub(super) fn reply(
             .map(Response::Lookup)
             .map_err(crate::io::ClientError::Lookup),
     });
+}
+
+#[cfg(test)]
+mod multicast_tests {
+    use crate::DeviceId;
+    use crate::lookup::*;
+    use crate::testkit::Cluster;
+    use std::time::Duration;
+
+    // Seed 003's provider multicasts to every node. Found by the simulator's lookup world
+    // (a power outage, then refreshes through rebooted devices): an origin forwarded
+    // requests only to the nodes its soft-state store showed up, which right after a boot
+    // is none, so a volatile refresh it accepted reached no node and the entry expired at
+    // the leader while its provider was refreshing it.
+    #[test]
+    fn a_device_that_just_booted_forwards_updates_to_every_node() {
+        let mut c = Cluster::with(3, 1, |_| {});
+        c.run_for(Duration::from_secs(8));
+        c.crash(DeviceId(3));
+        c.run_for(Duration::from_millis(100));
+        c.restart(DeviceId(3));
+        let publish = LookupRequest::Publish {
+            key: "/a/x".into(),
+            value: b"v1".to_vec(),
+            version: EntryVersion {
+                stamp: 1,
+                provider: 1,
+            },
+            interval: Duration::from_secs(1),
+            durability: Durability::Volatile,
+            adapt: IntervalRange::fixed(Duration::from_secs(1)),
+        };
+        c.lookup(DeviceId(3), 1, publish);
+        c.run_for(Duration::from_millis(20));
+        let get = c.lookup(DeviceId(1), 2, LookupRequest::Get { key: "/a/x".into() });
+        c.run_for(Duration::from_millis(20));
+        let got = match c.replies.get(&get) {
+            Some(Ok(crate::io::Response::Lookup(LookupResponse::Entry { entry, .. }))) => {
+                entry.as_ref().map(|e| e.value.clone())
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(got, Some(b"v1".to_vec()));
+    }
 }
