@@ -27,6 +27,7 @@
 
 mod conn;
 pub mod locks;
+pub mod lookup;
 mod stream;
 
 use std::collections::HashMap;
@@ -137,6 +138,11 @@ pub enum Error {
     /// The server could not read the request.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A typed lookup error (seed 003): invalid key, value too large, interval out of
+    /// range, no lookup leader (an outage: retried within the deadline), stale version,
+    /// unknown subscription.
+    #[error(transparent)]
+    Lookup(tenure_core::lookup::LookupError),
     /// The lock was granted when the session's deadline had (nearly) passed, and no
     /// keep-alive could confirm the session in time: the lock was released, not taken.
     #[error("lock {0:?} was granted too late to be safe and was released")]

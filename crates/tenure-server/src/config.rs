@@ -19,6 +19,14 @@
 //!
 //! [timing]                              # optional overrides of seed 000 §2 constants
 //! lease_ms = 2000
+//!
+//! [lookup]                              # optional: the lookup service (seed 003)
+//! heartbeat_interval = "300ms"          # durations: milliseconds or "300ms"/"2s"/"5m"
+//! max_volatile_refresh_interval = "2s"
+//! hot_spares = 2                        # t: at most t + 1 active nodes
+//! max_value_bytes = 65536
+//! ups = 1                               # the UPS-designated node (default: the lowest
+//!                                       # device id; 0: none)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tenure_core::config::{ClusterConfig, DeviceConfig, Timing};
 use tenure_core::ids::DeviceId;
+use tenure_core::lookup::LookupSettings;
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +175,10 @@ pub struct ServerConfig {
     /// runs tokio's current-thread scheduler (storage commits have their own thread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_threads: Option<usize>,
+    /// The lookup service's intervals and limits (`[lookup]`; seed 003). `ups` unset
+    /// means the lowest device id of the cluster; `ups = 0` means no UPS-designated node.
+    #[serde(default)]
+    pub lookup: LookupSettings,
 }
 
 fn yes() -> bool {
@@ -224,6 +237,36 @@ impl ServerConfig {
                 "max_frame_bytes must be >= 1024".into(),
             ));
         }
+        let l = &self.lookup;
+        if l.heartbeat_interval.is_zero() || l.roundtrip_delay.is_zero() {
+            return Err(ConfigError::Invalid(
+                "lookup.heartbeat_interval and lookup.roundtrip_delay must be > 0".into(),
+            ));
+        }
+        if l.min_refresh_interval > l.max_volatile_refresh_interval
+            || l.max_volatile_refresh_interval > l.max_persistent_refresh_interval
+        {
+            return Err(ConfigError::Invalid(
+                "lookup intervals must satisfy min_refresh_interval <= \
+                 max_volatile_refresh_interval <= max_persistent_refresh_interval"
+                    .into(),
+            ));
+        }
+        if let Some(u) = l.ups
+            && u.0 != 0
+            && !self.peers.iter().any(|p| p.id == u.0)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "lookup.ups names device {u}, which is not among the peers"
+            )));
+        }
+        // A value must fit in a peer frame (it is multicast to every node).
+        if l.max_value_bytes + 64 * 1024 > self.max_frame_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "lookup.max_value_bytes ({}) must leave 64 KiB of max_frame_bytes ({})",
+                l.max_value_bytes, self.max_frame_bytes
+            )));
+        }
         Ok(())
     }
 
@@ -244,6 +287,13 @@ impl ServerConfig {
         // the core (idempotency windows included, up to a megabyte) would only be
         // cloned, encoded and logged on top of that.
         cfg.whole_record_every = u32::MAX;
+        cfg.lookup = self.lookup.clone();
+        cfg.lookup.ups = match self.lookup.ups {
+            // The seed assumes a UPS-designated node; the lowest id plays it by default.
+            None => cfg.cluster.devices.first().copied(),
+            Some(DeviceId(0)) => None,
+            Some(d) => Some(d),
+        };
         cfg
     }
 
@@ -336,8 +386,69 @@ mod tests {
             request_timeout_ms: 5000,
             max_frame_bytes: 1 << 20,
             worker_threads: None,
+            lookup: LookupSettings::default(),
         };
         assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn the_lookup_section_maps_to_the_device_config() {
+        let base = r#"
+            id = 2
+            data_dir = "d2"
+            peer_listen = "127.0.0.1:7102"
+            client_listen = "127.0.0.1:7202"
+            [[peers]]
+            id = 2
+            peer_addr = "127.0.0.1:7102"
+            client_addr = "127.0.0.1:7202"
+            [[peers]]
+            id = 5
+            peer_addr = "127.0.0.1:7105"
+            client_addr = "127.0.0.1:7205"
+        "#;
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        cfg.validate().unwrap();
+        let dc = cfg.device_config();
+        assert_eq!(dc.lookup.ups, Some(DeviceId(2)), "default: the lowest id");
+        assert_eq!(
+            dc.lookup.heartbeat_interval,
+            LookupSettings::default().heartbeat_interval
+        );
+
+        let text = format!(
+            "{base}\n[lookup]\nheartbeat_interval = \"150ms\"\nmax_volatile_refresh_interval = 1500\n\
+             max_persistent_refresh_interval = \"5m\"\nhot_spares = 1\nups = 5\n\
+             max_value_bytes = 1000\n[lookup.adapt]\ndemand_queries = 3\n"
+        );
+        let cfg: ServerConfig = toml::from_str(&text).unwrap();
+        cfg.validate().unwrap();
+        let dc = cfg.device_config();
+        assert_eq!(dc.lookup.heartbeat_interval, Duration::from_millis(150));
+        assert_eq!(
+            dc.lookup.max_volatile_refresh_interval,
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            dc.lookup.max_persistent_refresh_interval,
+            Duration::from_secs(300)
+        );
+        assert_eq!(dc.lookup.hot_spares, 1);
+        assert_eq!(dc.lookup.ups, Some(DeviceId(5)));
+        assert_eq!(dc.lookup.max_value_bytes, 1000);
+        assert_eq!(dc.lookup.adapt.demand_queries, 3);
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+
+        let none: ServerConfig = toml::from_str(&format!("{base}\n[lookup]\nups = 0\n")).unwrap();
+        assert_eq!(none.device_config().lookup.ups, None);
+        let stranger: ServerConfig =
+            toml::from_str(&format!("{base}\n[lookup]\nups = 9\n")).unwrap();
+        assert!(stranger.validate().is_err());
+        let unit = format!("{base}\n[lookup]\nheartbeat_interval = \"2x\"\n");
+        assert!(
+            toml::from_str::<ServerConfig>(&unit).is_err(),
+            "an unknown unit"
+        );
     }
 
     #[test]

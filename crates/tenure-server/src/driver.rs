@@ -74,6 +74,14 @@ pub enum Call {
         /// Where the answer goes.
         reply: oneshot::Sender<Answer>,
     },
+    /// A lookup request (seed 003); the answer comes when the core replies (at once, or
+    /// when the lookup leader answers, or `NoLeader` after the round-trip delay).
+    Lookup {
+        /// The request.
+        req: tenure_core::lookup::LookupRequest,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Answer>,
+    },
     /// A snapshot of the device's state.
     Status {
         /// Where it goes.
@@ -250,6 +258,8 @@ pub struct Driver {
     events: tokio::sync::broadcast::Sender<DeviceEvent>,
     /// Where each lookup subscription's events go (its Watch stream).
     lookup_subs: SubRoutes,
+    /// When the lookup node's gauges were last set.
+    gauges_at: std::time::Instant,
 }
 
 /// The persists an output may depend on: those of one store, those of the lookup node,
@@ -340,6 +350,20 @@ fn request_kind(req: &Request) -> &'static str {
         Request::Release { .. } => "release",
         Request::Holders { .. } => "holders",
         Request::LocksUnder { .. } => "locks_under",
+    }
+}
+
+/// The metric label of a lookup request.
+fn lookup_kind(req: &tenure_core::lookup::LookupRequest) -> &'static str {
+    use tenure_core::lookup::LookupRequest as L;
+    match req {
+        L::Publish { .. } => "lookup_publish",
+        L::Revoke { .. } => "lookup_revoke",
+        L::Get { .. } => "lookup_get",
+        L::List { .. } => "lookup_list",
+        L::Subscribe { .. } => "lookup_subscribe",
+        L::Unsubscribe { .. } => "lookup_unsubscribe",
+        L::Status => "lookup_status",
     }
 }
 
@@ -466,6 +490,7 @@ impl Driver {
             metrics: HotMetrics::new(),
             events: tokio::sync::broadcast::channel(1).0,
             lookup_subs: SubRoutes::default(),
+            gauges_at: std::time::Instant::now(),
         };
         d.release(out);
         d.flush_held();
@@ -548,6 +573,10 @@ impl Driver {
             }
             self.flush_held();
             self.start_commit();
+            if self.gauges_at.elapsed() >= Duration::from_secs(1) {
+                self.gauges_at = std::time::Instant::now();
+                lookup_gauges(&self.device.lookup().view());
+            }
             if self.pending.len() > 4096 {
                 self.pending.retain(|_, p| !p.reply.is_closed());
             }
@@ -598,6 +627,27 @@ impl Driver {
                 );
                 self.input(
                     Input::Request {
+                        client: ClientId(id),
+                        req_id: id,
+                        req,
+                    },
+                    out,
+                );
+            }
+            Call::Lookup { req, reply } => {
+                let id = self.next_client;
+                self.next_client += 1;
+                self.pending.insert(
+                    id,
+                    Pending {
+                        domain: Domain::Lookup,
+                        metrics: self.metrics.request(lookup_kind(&req)),
+                        reply,
+                        started: std::time::Instant::now(),
+                    },
+                );
+                self.input(
+                    Input::Lookup {
                         client: ClientId(id),
                         req_id: id,
                         req,
@@ -829,6 +879,24 @@ impl Driver {
     }
 }
 
+/// The lookup node's gauges (set about once a second from its view).
+fn lookup_gauges(v: &tenure_core::lookup::NodeView) {
+    use tenure_core::lookup::NodeState;
+    metrics::gauge!("tenure_lookup_entries").set(v.entries as f64);
+    metrics::gauge!("tenure_lookup_subscriptions").set(v.subscriptions as f64);
+    let active = v.up.iter().filter(|(_, s)| s.is_some()).count();
+    metrics::gauge!("tenure_lookup_active_nodes").set(active as f64);
+    metrics::gauge!("tenure_lookup_up_nodes").set(v.up.len() as f64);
+    let state = match v.state {
+        NodeState::Passive => 0.0,
+        NodeState::Joining => 1.0,
+        NodeState::WarmingUp => 2.0,
+        NodeState::Active => 3.0,
+        NodeState::Leader => 4.0,
+    };
+    metrics::gauge!("tenure_lookup_state").set(state);
+}
+
 fn store_label(s: StoreId) -> String {
     s.0.to_string()
 }
@@ -898,6 +966,17 @@ fn observe(obs: &Observation, hot: &HotMetrics) {
                 metrics::counter!("tenure_expiry_released_locks_total")
                     .increment(released.len() as u64);
             }
+        }
+        Observation::LookupState { state, start } => {
+            use tenure_core::lookup::NodeState;
+            info!(?state, start = start.map(|s| s.0), "lookup node state");
+            let label = tenure_client::lookup::convert::state_name(*state);
+            metrics::counter!("tenure_lookup_state_changes_total", "state" => label).increment(1);
+            if *state == NodeState::Leader {
+                metrics::counter!("tenure_lookup_leader_changes_total").increment(1);
+            }
+            metrics::gauge!("tenure_lookup_leader")
+                .set(f64::from(u8::from(*state == NodeState::Leader)));
         }
         // Observations the core adds later are logged until they get a metric.
         #[allow(unreachable_patterns)]

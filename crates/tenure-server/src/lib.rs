@@ -9,6 +9,7 @@
 //! - [`driver`]: the task that owns the [`tenure_core::Device`] and enforces "durable before
 //!   sent" for every output, with group commits pipelined on a storage thread;
 //! - [`grpc`]: the client API of `proto/tenure.proto`;
+//! - [`lookup`]: the lookup service's API (`service Lookup`, seed 003);
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
@@ -18,6 +19,7 @@
 pub mod config;
 pub mod driver;
 pub mod grpc;
+pub mod lookup;
 pub mod storage;
 pub mod stream;
 pub mod transport;
@@ -31,6 +33,7 @@ use crate::transport::{Transport, TransportConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
+use tenure_client::proto::lookup_server::LookupServer;
 use tenure_client::proto::tenure_server::TenureServer;
 use tenure_core::ids::DeviceId;
 use tokio::net::TcpListener;
@@ -180,6 +183,8 @@ pub async fn start_with_listeners(
         t ^ cfg.id.rotate_left(32)
     });
     let (events, _) = tokio::sync::broadcast::channel(1024);
+    let sub_routes = driver::SubRoutes::default();
+    let max_value_bytes = cfg.lookup.max_value_bytes;
     let driver = Driver::boot(
         cfg.device_config(),
         storage,
@@ -190,7 +195,8 @@ pub async fn start_with_listeners(
         calls_rx,
     )
     .await?
-    .with_events(events.clone());
+    .with_events(events.clone())
+    .with_lookup_routes(sub_routes.clone());
 
     let endpoints: HashMap<DeviceId, SocketAddr> = cfg
         .peers
@@ -198,13 +204,18 @@ pub async fn start_with_listeners(
         .map(|p| (DeviceId(p.id), p.client_addr))
         .collect();
     let api = grpc::Api::new(
-        calls_tx,
+        calls_tx.clone(),
         endpoints,
         Duration::from_millis(cfg.request_timeout_ms),
         cfg.cluster.stores,
         events,
     )
     .with_device(me);
+    let lookup_api = lookup::LookupApi::new(
+        calls_tx,
+        sub_routes,
+        Duration::from_millis(cfg.request_timeout_ms),
+    );
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
         use futures::StreamExt;
@@ -219,8 +230,12 @@ pub async fn start_with_listeners(
         let service = TenureServer::new(api)
             .max_decoding_message_size(MAX_FRAME_BYTES)
             .max_encoding_message_size(MAX_ANSWER_BYTES);
+        let lookup_service = LookupServer::new(lookup_api)
+            .max_decoding_message_size(lookup::max_request_bytes(max_value_bytes))
+            .max_encoding_message_size(MAX_ANSWER_BYTES);
         let r = tonic::transport::Server::builder()
             .add_service(service)
+            .add_service(lookup_service)
             .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
             .await;
         if let Err(e) = r {

@@ -194,6 +194,7 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
             request_timeout_ms: 5000,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: Some(workers),
+            lookup: Default::default(),
         })
         .collect())
 }

@@ -126,6 +126,7 @@ impl SimArgs {
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
+            ..Default::default()
         };
         c.whole_record_every = self.whole_record_every;
         c.faults = !self.calm;

@@ -115,6 +115,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             request_timeout_ms: 5000,
             max_frame_bytes: 1 << 20,
             worker_threads: None,
+            lookup: Default::default(),
         })
         .collect()
 }
