@@ -5,9 +5,9 @@
 use super::node::Node;
 use super::policy::{self, Signals};
 use super::{
-    Durability, Entry, EntryView, LeaderId, LookupError, LookupMsg, LookupRequest,
-    LookupResponse, LookupSettings, Meta, RemoveCause, SubEvent, SubId, SubPosition, Watch,
-    WatchEvent, check_key, check_prefix, under,
+    Durability, Entry, EntryView, LeaderId, LookupError, LookupMsg, LookupRequest, LookupResponse,
+    LookupSettings, Meta, RemoveCause, SubEvent, SubId, SubPosition, Watch, WatchEvent, check_key,
+    check_prefix, under,
 };
 use crate::ctx::Ctx;
 use crate::ids::DeviceId;
@@ -180,9 +180,16 @@ impl Entries {
 
     /// Take the newer of each persistent entry; return this node's persistent entries the
     /// other side lacks or has older (`union` both ways).
-    pub fn merge_persistent(&mut self, ctx: &mut Ctx, incoming: Vec<Entry>, _joining: bool) -> Vec<Entry> {
-        let theirs: BTreeMap<String, crate::lookup::EntryVersion> =
-            incoming.iter().map(|e| (e.key.clone(), e.version)).collect();
+    pub fn merge_persistent(
+        &mut self,
+        ctx: &mut Ctx,
+        incoming: Vec<Entry>,
+        _joining: bool,
+    ) -> Vec<Entry> {
+        let theirs: BTreeMap<String, crate::lookup::EntryVersion> = incoming
+            .iter()
+            .map(|e| (e.key.clone(), e.version))
+            .collect();
         let back: Vec<Entry> = (self.map.values())
             .filter(|e| e.durability == Durability::Persistent)
             .filter(|e| theirs.get(&e.key).is_none_or(|v| *v < e.version))
@@ -288,7 +295,12 @@ impl Entries {
 
     /// Apply a publish. Returns whether it was applied (or an idempotent repeat), or
     /// `StaleVersion`.
-    fn publish(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, req: &LookupRequest) -> Result<(), LookupError> {
+    fn publish(
+        &mut self,
+        ctx: &mut Ctx,
+        lid: Option<LeaderId>,
+        req: &LookupRequest,
+    ) -> Result<(), LookupError> {
         let LookupRequest::Publish {
             key,
             value,
@@ -322,7 +334,11 @@ impl Entries {
             adapt: *adapt,
             deadline: now + ctx.cfg.lookup.entry_lifetime(*interval),
             refreshed: now,
-            changed: if changed { now } else { old.map_or(now, |o| o.changed) },
+            changed: if changed {
+                now
+            } else {
+                old.map_or(now, |o| o.changed)
+            },
             stable,
         };
         match durability {
@@ -340,7 +356,12 @@ impl Entries {
         Ok(())
     }
 
-    fn revoke(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, req: &LookupRequest) -> Result<(), LookupError> {
+    fn revoke(
+        &mut self,
+        ctx: &mut Ctx,
+        lid: Option<LeaderId>,
+        req: &LookupRequest,
+    ) -> Result<(), LookupError> {
         let LookupRequest::Revoke {
             key,
             version,
@@ -392,7 +413,13 @@ impl Entries {
         Ok(())
     }
 
-    fn subscribe(&mut self, ctx: &mut Ctx, lid: Option<LeaderId>, origin: DeviceId, req: &LookupRequest) {
+    fn subscribe(
+        &mut self,
+        ctx: &mut Ctx,
+        lid: Option<LeaderId>,
+        origin: DeviceId,
+        req: &LookupRequest,
+    ) {
         let LookupRequest::Subscribe {
             sub,
             watch,
@@ -426,7 +453,8 @@ impl Entries {
             Some(SubPosition { leader, seq }) => {
                 *leader != lid
                     || *seq > s.seq
-                    || (*seq < s.seq && now.saturating_since(s.last_sent) > ctx.cfg.lookup.roundtrip_delay)
+                    || (*seq < s.seq
+                        && now.saturating_since(s.last_sent) > ctx.cfg.lookup.roundtrip_delay)
             }
         };
         if fresh || moved || behind {
@@ -435,17 +463,24 @@ impl Entries {
     }
 
     /// What the origin answers at once for a request the leader does not acknowledge.
-    pub fn unacknowledged(&self, req: &LookupRequest) -> Option<Result<LookupResponse, LookupError>> {
+    pub fn unacknowledged(
+        &self,
+        req: &LookupRequest,
+    ) -> Option<Result<LookupResponse, LookupError>> {
         match req {
             LookupRequest::Publish {
                 key,
                 interval,
                 durability: Durability::Volatile,
                 ..
-            } => Some(Ok(LookupResponse::Published {
-                acked: false,
-                meta: self.meta.get(key).copied().filter(|m| m.interval != *interval || m.durability != Durability::Volatile),
-            })),
+            } => {
+                Some(Ok(LookupResponse::Published {
+                    acked: false,
+                    meta: self.meta.get(key).copied().filter(|m| {
+                        m.interval != *interval || m.durability != Durability::Volatile
+                    }),
+                }))
+            }
             LookupRequest::Revoke {
                 durability: Durability::Volatile,
                 ..
@@ -465,8 +500,15 @@ impl Entries {
         let e = self.map.get(key)?;
         let d = self.demand.get(key).copied().unwrap_or_default();
         let window = ctx.cfg.lookup.adapt.demand_window;
-        let queries = if ctx.now.saturating_since(d.since) <= window { d.queries } else { 0 };
-        let subscribed = (self.subs.values()).any(|s| matches!(&s.watch, Watch::Prefix(p) if under(key, p)) || matches!(&s.watch, Watch::Alert { key: k, .. } if k == key));
+        let queries = if ctx.now.saturating_since(d.since) <= window {
+            d.queries
+        } else {
+            0
+        };
+        let subscribed = (self.subs.values()).any(|s| {
+            matches!(&s.watch, Watch::Prefix(p) if under(key, p))
+                || matches!(&s.watch, Watch::Alert { key: k, .. } if k == key)
+        });
         let m = policy::suggest(
             &ctx.cfg.lookup,
             e,
@@ -482,7 +524,10 @@ impl Entries {
     fn count_query(&mut self, now: Instant, window: Duration, key: &str) {
         let d = self.demand.entry(key.to_string()).or_default();
         if now.saturating_since(d.since) > window {
-            *d = Demand { since: now, queries: 0 };
+            *d = Demand {
+                since: now,
+                queries: 0,
+            };
         }
         d.queries += 1;
     }
@@ -521,7 +566,8 @@ impl Entries {
                     return None;
                 };
                 let base = self.alert_base(s, key);
-                (base + *within <= now && s.fired_for != Some(base)).then(|| (*id, key.clone(), base))
+                (base + *within <= now && s.fired_for != Some(base))
+                    .then(|| (*id, key.clone(), base))
             })
             .collect();
         for (id, key, base) in due {
@@ -540,11 +586,13 @@ impl Entries {
         }
     }
 
-    /// The earliest timer of the data.
-    pub fn next_timeout(&self) -> Option<Instant> {
+    /// The earliest timer of the data. Alerts fire only at the leader: a node that does
+    /// not lead has no alert timer (it would be due and never fired).
+    pub fn next_timeout(&self, leader: bool) -> Option<Instant> {
         let expiry = self.expiry.first().map(|(t, _)| *t);
         let subs = self.subs.values().map(|s| s.deadline).min();
         let alerts = (self.subs.values())
+            .filter(|_| leader)
             .filter_map(|s| match &s.watch {
                 Watch::Alert { key, within } => {
                     let base = self.alert_base(s, key);
@@ -553,7 +601,9 @@ impl Entries {
                 Watch::Prefix(_) => None,
             })
             .min();
-        [expiry, subs, alerts].into_iter().fold(None, crate::time::earliest)
+        [expiry, subs, alerts]
+            .into_iter()
+            .fold(None, crate::time::earliest)
     }
 }
 
@@ -594,7 +644,10 @@ impl Node {
                 }
                 let applied = self.data.publish(ctx, lid, req);
                 lid?;
-                let meta = applied.as_ref().ok().and_then(|_| self.data.meta_for(ctx, key));
+                let meta = applied
+                    .as_ref()
+                    .ok()
+                    .and_then(|_| self.data.meta_for(ctx, key));
                 match durability {
                     // `if (bIsLeader && update_needs_acknowledgement) reply(status)`.
                     Durability::Persistent => {

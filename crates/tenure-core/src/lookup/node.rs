@@ -372,13 +372,14 @@ impl Node {
         }
         self.maintain(ctx);
         // A new leader in this node's view gets this node's persistent store: what an
-        // acknowledged update left only here reaches whoever answers queries.
+        // acknowledged update left only here reaches whoever answers queries. Passive
+        // nodes send theirs too (a node that was leader when it acknowledged an update may
+        // come back passive, Nacked because `t` nodes are active).
         let now_leader = self.active_nodes().first().copied();
         if now_leader != self.seen_leader {
             self.seen_leader = now_leader;
             if let Some((_, d)) = now_leader
                 && d != self.me
-                && self.active
             {
                 let persistent = self.data.persistent_store();
                 if !persistent.is_empty() {
@@ -533,7 +534,7 @@ impl Node {
             self.sss.next_expiry(s.down_after()),
             join,
             pending,
-            self.data.next_timeout(),
+            self.data.next_timeout(self.is_leader()),
         ]
         .into_iter()
         .fold(None, earliest)
