@@ -183,6 +183,10 @@ pub struct DeviceConfig {
     pub run_policies: bool,
     /// Planted bugs (tests only).
     pub planted: PlantedBugs,
+    /// The address this device publishes in the lookup service (`/tenure/devices/<id>`;
+    /// empty: its id).
+    #[serde(default)]
+    pub advertise: String,
     /// The lookup service's intervals and limits (`[lookup]`).
     pub lookup: crate::lookup::LookupSettings,
     /// A chunk persists its whole record after this many delta persists in a row
@@ -201,6 +205,7 @@ impl DeviceConfig {
             run_policies: true,
             planted: PlantedBugs::default(),
             lookup: crate::lookup::LookupSettings::default(),
+            advertise: String::new(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }
     }

@@ -21,6 +21,9 @@ pub struct Ctx<'a> {
     pub out: &'a mut Vec<Output>,
     /// When each other device was last heard from (local clock), for outside policies.
     pub heard: &'a BTreeMap<DeviceId, Instant>,
+    /// Each store's manager as this device's lookup node last saw it published (DESIGN
+    /// §3: chunks in the no-lease loop try it first).
+    pub hints: &'a BTreeMap<crate::ids::StoreId, DeviceId>,
 }
 
 impl Ctx<'_> {

@@ -11,7 +11,7 @@ use crate::config::DeviceConfig;
 use crate::ctx::Ctx;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{
-    ChunkPersist, ClientError, DevicePersist, Input, Output, PersistOp, PolicyCommand,
+    ChunkPersist, ClientError, DevicePersist, Input, Observation, Output, PersistOp, PolicyCommand,
 };
 use crate::layout::chunk::Chunk;
 use crate::layout::manager::Manager;
@@ -75,6 +75,9 @@ struct Env {
     cfg: DeviceConfig,
     rng: Rng,
     heard: BTreeMap<DeviceId, Instant>,
+    hints: BTreeMap<StoreId, DeviceId>,
+    /// The lookup data's generation `hints` was built from.
+    hints_gen: u64,
 }
 
 impl Env {
@@ -85,6 +88,7 @@ impl Env {
             rng: &mut self.rng,
             out,
             heard: &self.heard,
+            hints: &self.hints,
         }
     }
 }
@@ -105,6 +109,8 @@ impl Device {
                 cfg,
                 rng: Rng::new(rng_seed),
                 heard: BTreeMap::new(),
+                hints: BTreeMap::new(),
+                hints_gen: 0,
             },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
@@ -116,7 +122,15 @@ impl Device {
         let mut out = Vec::new();
         dev.lookup = {
             let mut ctx = dev.env.ctx(now, &mut out);
-            Node::boot(&mut ctx, disk.lookup.into_values().collect())
+            let mut node = Node::boot(&mut ctx, disk.lookup.into_values().collect());
+            // DESIGN §3: every device publishes that it is alive, and where.
+            let me = ctx.cfg.id;
+            let addr = match ctx.cfg.advertise.as_str() {
+                "" => me.to_string(),
+                a => a.to_string(),
+            };
+            node.provide(&mut ctx, device_key(me), addr.into_bytes());
+            node
         };
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
         if dev.next_serial == 0 && records.is_empty() {
@@ -228,8 +242,56 @@ impl Device {
                 self.lookup.on_request(&mut ctx, client, req_id, req);
             }
         }
+        self.publish_managers(now, &mut out);
+        self.refresh_hints();
         self.finish(&mut out);
         out
+    }
+
+    /// Rebuild the store → manager hints when the lookup data changed.
+    fn refresh_hints(&mut self) {
+        let data = self.lookup.data();
+        if data.generation() == self.env.hints_gen {
+            return;
+        }
+        self.env.hints_gen = data.generation();
+        self.env.hints = (data.live_under("/tenure/stores/"))
+            .filter_map(|e| {
+                let store = e.key.strip_prefix("/tenure/stores/")?.parse().ok()?;
+                let (mgr, _) = parse_store_entry(e.value.as_deref()?)?;
+                Some((StoreId(store), mgr))
+            })
+            .collect();
+    }
+
+    /// DESIGN §3: a manager publishes `store → (manager, epoch)` in the lookup service as
+    /// soft state while it manages the store, and revokes it when it stops.
+    fn publish_managers(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let changes: Vec<(StoreId, Option<Epoch>)> = (out.iter())
+            .filter_map(|o| match o {
+                Output::Observe(Observation::BecameManager { store, epoch, .. }) => {
+                    Some((*store, Some(*epoch)))
+                }
+                Output::Observe(Observation::StoppedManaging { store, .. }) => Some((*store, None)),
+                _ => None,
+            })
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        let me = self.id();
+        let mut ctx = self.env.ctx(now, out);
+        for (store, epoch) in changes {
+            match epoch {
+                Some(e) => self.lookup.provide(
+                    &mut ctx,
+                    store_key(store),
+                    format!("manager={} epoch={}", me.0, e.0).into_bytes(),
+                ),
+                None => self.lookup.withdraw(&mut ctx, &store_key(store)),
+            }
+        }
+        self.timers.get_mut().stale = Stale::All;
     }
 
     /// The one role an input can change, if it reaches only one (see [`Self::timers`]).
@@ -585,6 +647,31 @@ impl Device {
             .entry(store)
             .or_insert_with(|| Manager::new(store))
     }
+}
+
+/// The lookup key where a store's manager publishes itself (DESIGN §3).
+pub fn store_key(store: StoreId) -> String {
+    format!("/tenure/stores/{}", store.0)
+}
+
+/// The lookup key where a device publishes its address.
+pub fn device_key(d: DeviceId) -> String {
+    format!("/tenure/devices/{}", d.0)
+}
+
+/// Parse a store entry's value (`manager=<device> epoch=<epoch>`).
+pub fn parse_store_entry(value: &[u8]) -> Option<(DeviceId, Epoch)> {
+    let s = std::str::from_utf8(value).ok()?;
+    let mut manager = None;
+    let mut epoch = None;
+    for part in s.split_whitespace() {
+        match part.split_once('=')? {
+            ("manager", v) => manager = v.parse().ok().map(DeviceId),
+            ("epoch", v) => epoch = v.parse().ok().map(Epoch),
+            _ => {}
+        }
+    }
+    Some((manager?, epoch?))
 }
 
 /// A chunk that garbage-collected itself.

@@ -68,6 +68,8 @@ pub struct Chunk {
     pub mgr_attempt_queue: Vec<DeviceId>,
     /// No lease: when to send the next `help`.
     pub help_at: Option<Instant>,
+    /// `help` messages sent since the chunk entered the no-lease state.
+    pub helps_sent: u32,
     /// Tenure: transition states give up on the coordinator at this time.
     pub transition_deadline: Option<Instant>,
     /// Tenure: recently finished transition attempts (a replayed prepare is refused).
@@ -90,6 +92,7 @@ impl Chunk {
             log: None,
             mgr_attempt_queue: Vec::new(),
             help_at: None,
+            helps_sent: 0,
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
@@ -129,6 +132,7 @@ impl Chunk {
             log: None,
             mgr_attempt_queue: Vec::new(),
             help_at: None,
+            helps_sent: 0,
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
@@ -224,17 +228,23 @@ impl Chunk {
         self.clear_lease();
         self.log = None;
         self.transition_deadline = None;
+        self.helps_sent = 0;
         self.send_help(ctx);
     }
 
-    /// One iteration of the help loop: pop the best queued manager or pick a random
-    /// director, send `help(epoch, metadata)`, and wait long enough for an answer.
+    /// One iteration of the help loop: pop the best queued manager, or (first time round)
+    /// the manager the lookup service names (DESIGN §3), or pick a random director; send
+    /// `help(epoch, metadata)`, and wait long enough for an answer.
     fn send_help(&mut self, ctx: &mut Ctx<'_>) {
         let store = self.p.store;
+        self.helps_sent += 1;
+        let hint = ctx.hints.get(&store).copied();
         let d = if let Some(i) = (0..self.mgr_attempt_queue.len())
             .max_by_key(|&i| precedence(store, self.mgr_attempt_queue[i]))
         {
             self.mgr_attempt_queue.swap_remove(i)
+        } else if let Some(h) = hint.filter(|_| self.helps_sent == 1) {
+            h
         } else {
             let devices = &ctx.cfg.cluster.devices;
             devices[ctx.rng.below(devices.len() as u64) as usize]

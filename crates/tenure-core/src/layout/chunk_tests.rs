@@ -658,6 +658,34 @@ fn no_lease_help_loop_pops_queue_by_precedence_then_picks_directors() {
 }
 
 #[test]
+fn no_lease_help_loop_asks_the_lookup_hint_first_then_directors() {
+    // DESIGN §3 (Tenure fills seed 000's open "finding a manager"): with an empty
+    // mgr_attempt_queue, the first help after entering no lease goes to the manager the
+    // lookup service names for the store; later ones to random directors.
+    let mut env = Env::new(d(1));
+    let t = timing();
+    let hinted = d(4);
+    env.hints.insert(STORE, hinted);
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    k.lease_renewal = None;
+    k.mgr_attempt_queue.clear();
+    let now = T0 + t.lease;
+    k.on_tick(&mut env.ctx(now));
+    let out = to_mgrs(&env.take());
+    assert_eq!(k.state, S::NoLease);
+    let mut asked: Vec<crate::ids::DeviceId> = out.iter().map(|(to, _)| *to).collect();
+    let mut now = now;
+    for _ in 0..4 {
+        now = now + t.help_wait;
+        k.on_tick(&mut env.ctx(now));
+        asked.extend(to_mgrs(&env.take()).iter().map(|(to, _)| *to));
+    }
+    // Right after the queued managers (none here), the hint; then random directors.
+    assert_eq!(asked[0], hinted, "{asked:?}");
+    assert_eq!(k.helps_sent, 5);
+}
+
+#[test]
 fn no_lease_fail_goes_newly_awake() {
     // seed 000 §4.2.6 no lease: fail → newly awake (which queues the last lease manager).
     let mut env = Env::new(d(1));

@@ -93,6 +93,8 @@ pub(crate) struct Env {
     pub rng: Rng,
     pub out: Vec<Output>,
     pub heard: BTreeMap<DeviceId, Instant>,
+    /// Lookup hints (store → manager) handed to handlers.
+    pub hints: BTreeMap<crate::ids::StoreId, DeviceId>,
 }
 
 impl Env {
@@ -105,6 +107,7 @@ impl Env {
             rng: Rng::new(7),
             out: Vec::new(),
             heard: BTreeMap::new(),
+            hints: BTreeMap::new(),
         }
     }
 
@@ -116,6 +119,7 @@ impl Env {
             rng: &mut self.rng,
             out: &mut self.out,
             heard: &self.heard,
+            hints: &self.hints,
         }
     }
 

@@ -54,6 +54,9 @@ pub struct Entries {
     demand: BTreeMap<String, Demand>,
     /// Meta-updates the leader sent for entries published through this node (origin).
     meta: BTreeMap<String, Meta>,
+    /// Bumped by every insertion and removal (the device rebuilds what it derives from
+    /// the entries only when this moved).
+    generation: u64,
 }
 
 /// Validate a request before anything else: a rejected request changes nothing.
@@ -131,7 +134,21 @@ impl Entries {
         e
     }
 
+    /// Changes so far (see [`Entries::generation`]).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Live entries under a prefix, in key order.
+    pub fn live_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
+        (self.map.range(prefix.to_string()..))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(_, e)| e)
+            .filter(|e| e.value.is_some())
+    }
+
     fn insert(&mut self, en: Entry) {
+        self.generation += 1;
         if let Some(old) = self.map.get(&en.key) {
             self.expiry.remove(&(old.deadline, en.key.clone()));
         }
@@ -141,6 +158,7 @@ impl Entries {
 
     fn remove(&mut self, key: &str) -> Option<Entry> {
         let old = self.map.remove(key)?;
+        self.generation += 1;
         self.expiry.remove(&(old.deadline, key.to_string()));
         Some(old)
     }

@@ -48,7 +48,11 @@ pub enum NodeState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Join {
     /// Can-I-Join multicast; waiting `ROUNDTRIP_COMMUNICATION_DELAY` for an answer.
-    Asking { attempt: u64, retry: u32, until: Instant },
+    Asking {
+        attempt: u64,
+        retry: u32,
+        until: Instant,
+    },
     /// `Sleep(3 * SS_HEARTBEAT_INTERVAL)` before the next try.
     Backoff { retry: u32, until: Instant },
     /// `Sleep(MAX_VOLATILE_REFRESH_INTERVAL)`: building up volatile state.
@@ -85,7 +89,22 @@ pub struct Node {
     /// The leader this node last saw in its soft-state store (anti-entropy of the
     /// persistent store goes to each new one).
     seen_leader: Option<(Instant, DeviceId)>,
+    /// Entries this device provides itself (DESIGN §3: where it manages stores, that it
+    /// is alive), refreshed by the node like any provider's.
+    own: BTreeMap<String, Own>,
+    /// The last version stamp this device gave one of its own entries.
+    own_stamp: u64,
 }
+
+/// One of the device's own entries.
+#[derive(Clone, Debug)]
+struct Own {
+    value: Vec<u8>,
+    next: Instant,
+}
+
+/// The client id a device's own updates carry (no client waits for them).
+pub const OWN_CLIENT: ClientId = ClientId(u64::MAX);
 
 impl Node {
     /// An empty node, replaced by [`Node::boot`] before the device handles anything.
@@ -105,6 +124,8 @@ impl Node {
             next_maintain: None,
             pending: BTreeMap::new(),
             seen_leader: None,
+            own: BTreeMap::new(),
+            own_stamp: 0,
         }
     }
 
@@ -129,6 +150,8 @@ impl Node {
             next_maintain: Some(ctx.now + ctx.cfg.lookup.long_timeout),
             pending: BTreeMap::new(),
             seen_leader: None,
+            own: BTreeMap::new(),
+            own_stamp: 0,
         };
         n.join_start(ctx);
         n
@@ -487,9 +510,88 @@ impl Node {
         self.pending.insert((client, req_id), Pending { deadline });
     }
 
+    /// Provide an entry of the device's own (volatile, refreshed every half
+    /// `MAX_VOLATILE_REFRESH_INTERVAL` until withdrawn): multicast it now.
+    pub fn provide(&mut self, ctx: &mut Ctx, key: String, value: Vec<u8>) {
+        if !self.enabled {
+            return;
+        }
+        self.own.insert(
+            key.clone(),
+            Own {
+                value,
+                next: ctx.now,
+            },
+        );
+        self.refresh_own(ctx, &key);
+    }
+
+    /// Stop providing an entry and revoke it.
+    pub fn withdraw(&mut self, ctx: &mut Ctx, key: &str) {
+        if self.own.remove(key).is_none() {
+            return;
+        }
+        let version = self.own_version(ctx);
+        let req = LookupRequest::Revoke {
+            key: key.to_string(),
+            version,
+            durability: super::Durability::Volatile,
+        };
+        self.multicast_own(ctx, req);
+    }
+
+    fn own_version(&mut self, ctx: &Ctx) -> super::EntryVersion {
+        self.own_stamp = ctx.now.as_micros().max(self.own_stamp + 1);
+        super::EntryVersion {
+            stamp: self.own_stamp,
+            provider: self.me.0,
+        }
+    }
+
+    fn refresh_own(&mut self, ctx: &mut Ctx, key: &str) {
+        let interval = Self::s(ctx).max_volatile_refresh_interval / 2;
+        let version = self.own_version(ctx);
+        let Some(own) = self.own.get_mut(key) else {
+            return;
+        };
+        own.next = ctx.now + interval;
+        let req = LookupRequest::Publish {
+            key: key.to_string(),
+            value: own.value.clone(),
+            version,
+            interval,
+            durability: super::Durability::Volatile,
+            adapt: super::IntervalRange::fixed(interval),
+        };
+        self.multicast_own(ctx, req);
+    }
+
+    /// Apply an own update here and multicast it; nobody waits for an answer.
+    fn multicast_own(&mut self, ctx: &mut Ctx, req: LookupRequest) {
+        let me = self.me;
+        let _ = self.deliver(ctx, me, &req);
+        let others: Vec<DeviceId> = self.others().collect();
+        for d in others {
+            let msg = LookupMsg::Forward {
+                origin: me,
+                client: OWN_CLIENT,
+                req_id: 0,
+                req: req.clone(),
+            };
+            ctx.send(d, Msg::Lookup(msg));
+        }
+    }
+
     /// Timers.
     pub fn on_tick(&mut self, ctx: &mut Ctx) {
         let now = ctx.now;
+        let due: Vec<String> = (self.own.iter())
+            .filter(|(_, o)| o.next <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            self.refresh_own(ctx, &k);
+        }
         if self.next_heartbeat.is_some_and(|t| t <= now) {
             self.heartbeat(ctx);
         }
@@ -527,7 +629,9 @@ impl Node {
             | Some(Join::WarmingUp { until }) => Some(until),
             None => None,
         };
-        let pending = self.pending.values().map(|p| p.deadline).min();
+        let pending = (self.pending.values().map(|p| p.deadline))
+            .chain(self.own.values().map(|o| o.next))
+            .min();
         [
             self.next_heartbeat,
             self.next_maintain,
@@ -542,8 +646,9 @@ impl Node {
 
     /// The node as status pages and checkers see it.
     pub fn view(&self) -> NodeView {
-        let mut up: Vec<(DeviceId, Option<Instant>)> =
-            (self.sss.peers().iter()).map(|(d, p)| (*d, p.start)).collect();
+        let mut up: Vec<(DeviceId, Option<Instant>)> = (self.sss.peers().iter())
+            .map(|(d, p)| (*d, p.start))
+            .collect();
         up.push((self.me, if self.published() { self.start } else { None }));
         up.sort();
         NodeView {

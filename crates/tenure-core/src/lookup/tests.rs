@@ -767,7 +767,7 @@ fn a_new_leader_syncs_every_subscription_and_a_lagging_subscriber_is_resynced() 
             Durability::Volatile,
         ),
     );
-    subscribe(&mut c, d(3), 5, Watch::Prefix("/".into()), None);
+    subscribe(&mut c, d(3), 5, Watch::Prefix("/svc".into()), None);
     c.run_for(Duration::from_millis(10));
     c.crash(d(1));
     c.run_for(Duration::from_millis(1000));
@@ -785,7 +785,7 @@ fn a_new_leader_syncs_every_subscription_and_a_lagging_subscriber_is_resynced() 
         &mut c,
         d(3),
         5,
-        Watch::Prefix("/".into()),
+        Watch::Prefix("/svc".into()),
         Some(SubPosition {
             leader: last.leader,
             seq: 0,
@@ -803,7 +803,7 @@ fn a_new_leader_syncs_every_subscription_and_a_lagging_subscriber_is_resynced() 
         leader: last.leader,
         seq: ev.last().unwrap().1.seq,
     };
-    subscribe(&mut c, d(3), 5, Watch::Prefix("/".into()), Some(pos));
+    subscribe(&mut c, d(3), 5, Watch::Prefix("/svc".into()), Some(pos));
     c.run_for(Duration::from_millis(10));
     assert_eq!(events(&c, 5).len(), before + 1);
 }
@@ -897,4 +897,34 @@ fn a_query_with_no_leader_answers_no_leader_after_a_round_trip() {
     assert!(!c.replies.contains_key(&id));
     c.run_for(Duration::from_millis(2));
     assert_eq!(answer(&c, id), Err(LookupError::NoLeader));
+}
+
+/// DESIGN §3: every device publishes its address, and each store's manager publishes
+/// `store → (manager, epoch)` while it manages the store; the entry follows a failover
+/// and the old one expires or is replaced. Chunks read it as a hint.
+#[test]
+fn managers_and_devices_publish_themselves_in_the_lookup_service() {
+    let mut c = settled(3, |_| {});
+    let key = crate::device::store_key(crate::StoreId(0));
+    let v = get(&mut c, d(2), &key).expect("the store's manager is published");
+    let (mgr, epoch) = crate::device::parse_store_entry(&v).expect("parses");
+    assert!(c.devices[&mgr].manager_view(crate::StoreId(0)).is_some());
+    for n in 1..=3 {
+        assert_eq!(
+            get(&mut c, d(1), &crate::device::device_key(d(n))),
+            Some(format!("d{n}").into_bytes())
+        );
+    }
+    c.crash(mgr);
+    c.run_for(Duration::from_secs(10));
+    let other = if mgr == d(1) { d(2) } else { d(1) };
+    let v = get(&mut c, other, &key).expect("the new manager is published");
+    let (mgr2, epoch2) = crate::device::parse_store_entry(&v).unwrap();
+    assert_ne!(mgr2, mgr);
+    assert!(epoch2 > epoch);
+    assert_eq!(
+        get(&mut c, other, &crate::device::device_key(mgr)),
+        None,
+        "the crashed device's entry expired"
+    );
 }
