@@ -264,8 +264,12 @@ impl Node {
                 });
             }
             // The self-stabilising variant: no answer after three tries — assume there is
-            // no leader and become active (and, once published, leader).
-            Some(Join::Asking { .. }) => self.join_activate(ctx),
+            // no leader and become active (and, once published, leader), with the
+            // persistent entries this node booted with (a full outage is over).
+            Some(Join::Asking { .. }) => {
+                self.data.revive_restored(ctx);
+                self.join_activate(ctx)
+            }
             Some(Join::Backoff { retry, .. }) => self.join_ask(ctx, retry + 1),
             Some(Join::WarmingUp { .. }) => {
                 // SSS_Update("LS_start_time", activeStartTime): publish at once.
@@ -285,16 +289,18 @@ impl Node {
         // send back what it lacks (anti-entropy, so an acknowledged entry kept only here
         // is not lost to a leader that missed it).
         let back = self.data.merge_persistent(ctx, persistent, true);
+        self.data.forget_restored(ctx);
         if !back.is_empty() {
             ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
         }
         self.join_activate(ctx);
     }
 
-    fn on_nack(&mut self, attempt: u64) {
+    fn on_nack(&mut self, ctx: &mut Ctx, attempt: u64) {
         if matches!(self.join, Some(Join::Asking { attempt: a, .. }) if a == attempt) {
             // "t+1 active nodes are already running": Join() returns.
             self.join = None;
+            self.data.forget_restored(ctx);
         }
     }
 
@@ -432,7 +438,7 @@ impl Node {
                 attempt,
                 persistent,
             } => self.on_ack(ctx, from, attempt, persistent),
-            LookupMsg::Nack { attempt } => self.on_nack(attempt),
+            LookupMsg::Nack { attempt } => self.on_nack(ctx, attempt),
             LookupMsg::Merge { persistent } => {
                 if self.active {
                     self.data.merge_persistent(ctx, persistent, false);
