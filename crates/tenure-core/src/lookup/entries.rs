@@ -239,12 +239,15 @@ impl Entries {
     }
 
     /// Take the newer of each persistent entry; return this node's persistent entries the
-    /// other side lacks or has older (`union` both ways).
+    /// other side lacks or has older (`union` both ways). A leader (`lid`) announces
+    /// what the merge changes to its subscriptions, as it does for an update: a leader
+    /// that took over and synced its subscribers before the others' stores reached it
+    /// otherwise left them without the entries those stores brought.
     pub fn merge_persistent(
         &mut self,
         ctx: &mut Ctx,
         incoming: Vec<Entry>,
-        _joining: bool,
+        lid: Option<LeaderId>,
     ) -> Vec<Entry> {
         let theirs: BTreeMap<String, crate::lookup::EntryVersion> = incoming
             .iter()
@@ -256,9 +259,24 @@ impl Entries {
             .cloned()
             .collect();
         for e in incoming {
-            if self.map.get(&e.key).is_none_or(|m| m.version < e.version) {
+            let old = self.map.get(&e.key);
+            if old.is_none_or(|m| m.version < e.version) {
+                let was_live = old.is_some_and(|m| m.value.is_some());
+                let changed = old.map(|m| &m.value) != Some(&e.value);
                 ctx.persist(PersistOp::LookupPut(Box::new(e.clone())));
+                let (key, view) = (e.key.clone(), self.view(ctx.now, &e));
                 self.insert(e);
+                let event = match view {
+                    Some(entry) => WatchEvent::Put { entry },
+                    None if was_live => WatchEvent::Removed {
+                        key: key.clone(),
+                        cause: RemoveCause::Revoked,
+                    },
+                    None => continue,
+                };
+                if changed {
+                    self.notify(ctx, lid, &key, event);
+                }
             }
         }
         back
@@ -896,5 +914,64 @@ mod restore_tests {
             .map(|(id, _)| id.0)
             .expect("a leader");
         assert_eq!(get(&mut c, leader), Some(b"v1".to_vec()));
+    }
+}
+
+#[cfg(test)]
+mod merge_notify_tests {
+    use crate::DeviceId;
+    use crate::io::Input;
+    use crate::lookup::*;
+    use crate::msg::Msg;
+    use crate::testkit::Cluster;
+    use std::time::Duration;
+
+    // Seed 003 subscriptions, found by the simulator's lookup world after a full restart:
+    // the new leader synced its subscribers at once, then the other nodes' persistent
+    // stores (anti-entropy) brought it entries it lacked, silently — a subscriber never
+    // learned of them. A leader announces what a merge changes.
+    #[test]
+    fn a_leader_announces_what_a_merge_brings() {
+        let mut c = Cluster::with(2, 1, |_| {});
+        c.run_for(Duration::from_secs(8));
+        let (leader, other) = match c.devices[&DeviceId(1)].lookup().is_leader() {
+            true => (DeviceId(1), DeviceId(2)),
+            false => (DeviceId(2), DeviceId(1)),
+        };
+        let sub = LookupRequest::Subscribe {
+            sub: 9,
+            watch: Watch::Prefix("/a".into()),
+            interval: Duration::from_secs(1),
+            position: None,
+        };
+        c.lookup(leader, 1, sub);
+        c.run_for(Duration::from_millis(20));
+        let now = c.now;
+        let entry = Entry {
+            key: "/a/y".into(),
+            value: Some(b"v1".to_vec()),
+            version: EntryVersion {
+                stamp: 1,
+                provider: 1,
+            },
+            interval: Duration::from_secs(5),
+            durability: Durability::Persistent,
+            adapt: IntervalRange::fixed(Duration::from_secs(5)),
+            deadline: now + Duration::from_secs(10),
+            refreshed: now,
+            changed: now,
+            stable: 0,
+        };
+        let msg = Msg::Lookup(LookupMsg::Merge {
+            persistent: vec![entry],
+        });
+        c.input(leader, Input::Message { from: other, msg });
+        let puts: Vec<String> = (c.events.iter())
+            .filter_map(|(_, _, e)| match &e.event {
+                WatchEvent::Put { entry } if e.sub == 9 => Some(entry.key.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(puts, vec!["/a/y".to_string()]);
     }
 }

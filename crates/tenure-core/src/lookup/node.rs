@@ -288,7 +288,7 @@ impl Node {
         // "streamed persistent store and ack(UPS_token)": take the leader's store, and
         // send back what it lacks (anti-entropy, so an acknowledged entry kept only here
         // is not lost to a leader that missed it).
-        let back = self.data.merge_persistent(ctx, persistent, true);
+        let back = self.data.merge_persistent(ctx, persistent, None);
         self.data.forget_restored(ctx);
         if !back.is_empty() {
             ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
@@ -441,7 +441,8 @@ impl Node {
             LookupMsg::Nack { attempt } => self.on_nack(ctx, attempt),
             LookupMsg::Merge { persistent } => {
                 if self.active {
-                    self.data.merge_persistent(ctx, persistent, false);
+                    let lid = self.is_leader().then(|| self.leader_id());
+                    self.data.merge_persistent(ctx, persistent, lid);
                 }
             }
             LookupMsg::Forward {
