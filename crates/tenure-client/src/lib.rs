@@ -24,6 +24,15 @@
 //! lock from a spawned task. Acquires are retried with the same request id, which the
 //! store replays as the same outcome, so a retry after a redirect or a failover never
 //! grants twice.
+//!
+//! Lookup ([`lookup`], seed 003): [`Client::publish`] keeps an entry refreshed from a
+//! background task ([`lookup::PublishHandle`]: newer versions, meta-updates applied,
+//! persistent refreshes retried until acknowledged, revoked on drop);
+//! [`Client::get`]/[`Client::list`]/[`Client::revoke`] go to any endpoint (the lookup
+//! service is cluster-wide) and are retried on another one, and on `NoLeader`, within
+//! the deadline; [`Client::watch`] and [`Client::alert`] keep a subscription on a `Watch`
+//! stream and report every change, resynchronising after a gap, a failover or a
+//! reconnection.
 
 mod conn;
 pub mod locks;
@@ -211,7 +220,9 @@ impl Error {
     /// Whether another endpoint (or a later try) may succeed.
     pub fn retryable(&self) -> bool {
         match self {
-            Error::NotManager { .. } | Error::Unavailable { .. } => true,
+            Error::NotManager { .. }
+            | Error::Unavailable { .. }
+            | Error::Lookup(tenure_core::lookup::LookupError::NoLeader) => true,
             Error::Rpc(s) => matches!(
                 s.code(),
                 tonic::Code::Unavailable
@@ -312,6 +323,16 @@ pub struct Version {
     pub seq: u64,
 }
 
+/// Largest lookup answer decoded (the server's bound on what it sends).
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// The service clients on one endpoint's connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Conns {
+    tenure: TenureClient<Channel>,
+    lookup: proto::lookup_client::LookupClient<Channel>,
+}
+
 /// A Tenure client. Cheap to clone: clones share connections, routes and sessions. Call
 /// its methods inside a tokio runtime.
 #[derive(Clone, Debug)]
@@ -324,7 +345,9 @@ pub(crate) struct Inner {
     opts: ClientOptions,
     endpoints: Mutex<Vec<String>>,
     /// Connections by endpoint; shared with the clients made by [`Client::new_sharing`].
-    channels: Arc<Mutex<HashMap<String, TenureClient<Channel>>>>,
+    channels: Arc<Mutex<HashMap<String, Conns>>>,
+    /// The endpoint that last answered a lookup request.
+    lookup_route: Mutex<Option<String>>,
     routes: Mutex<HashMap<u32, String>>,
     stores: tokio::sync::OnceCell<u32>,
     sessions: tokio::sync::Mutex<HashMap<u32, Arc<locks::Session>>>,
@@ -385,7 +408,7 @@ impl Client {
     fn on_channels(
         opts: ClientOptions,
         endpoints: Vec<String>,
-        channels: Arc<Mutex<HashMap<String, TenureClient<Channel>>>>,
+        channels: Arc<Mutex<HashMap<String, Conns>>>,
         slow: Arc<Mutex<HashMap<String, Instant>>>,
     ) -> Client {
         Client {
@@ -393,6 +416,7 @@ impl Client {
                 opts,
                 endpoints: Mutex::new(endpoints),
                 channels,
+                lookup_route: Mutex::new(None),
                 routes: Mutex::new(HashMap::new()),
                 stores: tokio::sync::OnceCell::new(),
                 sessions: tokio::sync::Mutex::new(HashMap::new()),
@@ -415,6 +439,18 @@ impl Client {
     }
 
     fn channel(&self, endpoint: &str) -> Result<TenureClient<Channel>> {
+        self.conns(endpoint).map(|c| c.tenure)
+    }
+
+    /// The lookup service's client on `endpoint`'s connection.
+    pub(crate) fn lookup_channel(
+        &self,
+        endpoint: &str,
+    ) -> Result<proto::lookup_client::LookupClient<Channel>> {
+        self.conns(endpoint).map(|c| c.lookup)
+    }
+
+    fn conns(&self, endpoint: &str) -> Result<Conns> {
         if let Some(c) = self.inner.channels.lock().unwrap().get(endpoint) {
             return Ok(c.clone());
         }
@@ -426,17 +462,22 @@ impl Client {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .connect_with_connector_lazy(conn::Connector::new());
-        let client = TenureClient::new(ch);
+        let conns = Conns {
+            tenure: TenureClient::new(ch.clone()),
+            lookup: proto::lookup_client::LookupClient::new(ch)
+                .max_decoding_message_size(MAX_ANSWER_BYTES)
+                .max_encoding_message_size(MAX_ANSWER_BYTES),
+        };
         self.inner
             .channels
             .lock()
             .unwrap()
-            .insert(endpoint.to_string(), client.clone());
+            .insert(endpoint.to_string(), conns.clone());
         let mut eps = self.inner.endpoints.lock().unwrap();
         if !eps.iter().any(|e| e == endpoint) {
             eps.push(endpoint.to_string());
         }
-        Ok(client)
+        Ok(conns)
     }
 
     /// The number of stores of the cluster (asked once, from the first endpoint that
