@@ -61,6 +61,11 @@ pub struct LookupSettings {
     /// `Max_Persistent_Refresh_Interval`: the longest refresh interval of any entry.
     #[serde(with = "humantime_serde_compat")]
     pub max_persistent_refresh_interval: Duration,
+    /// Θ: a provider retries an unacknowledged persistent update within this long (seed
+    /// 003 relaxes "providers retry immediately" to "within Θ"). It sizes a persistent
+    /// entry's lifetime (see [`LookupSettings::lifetime`]).
+    #[serde(with = "humantime_serde_compat")]
+    pub max_retry_interval: Duration,
     /// The shortest refresh interval accepted.
     #[serde(with = "humantime_serde_compat")]
     pub min_refresh_interval: Duration,
@@ -128,6 +133,7 @@ impl Default for LookupSettings {
             roundtrip_delay: Duration::from_millis(100),
             max_volatile_refresh_interval: Duration::from_secs(2),
             max_persistent_refresh_interval: Duration::from_secs(3600),
+            max_retry_interval: Duration::from_secs(1),
             min_refresh_interval: Duration::from_millis(100),
             long_timeout: Duration::from_secs(2),
             hot_spares: 2,
@@ -143,6 +149,22 @@ impl LookupSettings {
     /// masked, as three heartbeat intervals mask one lost heartbeat) plus a round trip.
     pub fn entry_lifetime(&self, interval: Duration) -> Duration {
         interval * 2 + self.roundtrip_delay
+    }
+
+    /// How long after its last refresh an entry (or tombstone) of this durability lives.
+    /// Volatile: [`Self::entry_lifetime`]. Persistent: the interval, plus what getting a
+    /// refresh acknowledged may take — a failover (3 heartbeat intervals), a retry (Θ)
+    /// and two round trips (the failed attempt's and the retry's). Refreshes are retried
+    /// until acknowledged, so no lost one needs masking, and a provider's death shows
+    /// within seed 003's bound for low-frequency staleness, `MPRI + 3 HB + Θ + RTT + δ`
+    /// (two intervals overshot it by up to an interval).
+    pub fn lifetime(&self, interval: Duration, durability: Durability) -> Duration {
+        match durability {
+            Durability::Volatile => self.entry_lifetime(interval),
+            Durability::Persistent => {
+                interval + self.down_after() + self.max_retry_interval + self.roundtrip_delay * 2
+            }
+        }
     }
 
     /// "Node down": three heartbeat intervals without a heartbeat.
