@@ -559,6 +559,14 @@ pub enum LookupMsg {
         /// Entries (tombstones included).
         persistent: Vec<Entry>,
     },
+    /// A node that became active without a leader (the self-stabilising timeout: the
+    /// whole service was down) sends its persistent store to every node: each merges it
+    /// and answers with a `Merge` of what the sender lacks, so that the node's store is
+    /// whole before its warm-up ends and it may lead.
+    MergeRequest {
+        /// Entries (tombstones included).
+        persistent: Vec<Entry>,
+    },
     /// An event for a subscription whose origin is the receiver.
     Event(SubEvent),
     /// A meta-update for an entry published through the receiver.
