@@ -83,9 +83,9 @@ pub fn suggest(s: &LookupSettings, e: &Entry, sig: Signals) -> Meta {
     } else {
         (e.interval, AdaptReason::Requested)
     };
-    let durability = if e.durability == Durability::Persistent && e.adapt.min == e.adapt.max {
-        Durability::Persistent
-    } else if interval > s.max_volatile_refresh_interval {
+    // A fixed persistent entry stays persistent; past MVRI an entry becomes one.
+    let fixed_persistent = e.durability == Durability::Persistent && e.adapt.min == e.adapt.max;
+    let durability = if fixed_persistent || interval > s.max_volatile_refresh_interval {
         Durability::Persistent
     } else {
         e.durability
