@@ -153,6 +153,8 @@ pub enum Violation {
         /// Why it does not count as managed.
         why: String,
     },
+    /// Invariant 7: a lookup invariant or bound (seed 003).
+    Lookup(crate::lookup::checks::LookupViolation),
 }
 
 impl Violation {
@@ -160,6 +162,7 @@ impl Violation {
     pub fn kind(&self) -> ViolationKind {
         match self {
             Violation::NoManager { .. } | Violation::ClientStuck { .. } => ViolationKind::Liveness,
+            Violation::Lookup(v) => v.kind(),
             _ => ViolationKind::Correctness,
         }
     }
@@ -260,6 +263,7 @@ impl std::fmt::Display for Violation {
                     "lock client {client} got no answer after faults stopped: {why}"
                 )
             }
+            Violation::Lookup(v) => v.fmt(f),
             Violation::NoManager { store, why } => {
                 write!(
                     f,

@@ -43,6 +43,23 @@ pub struct Partition {
     pub since_us: u64,
 }
 
+/// A network's latency and fault parameters.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetParams {
+    /// Lower bound of one-way latency (µs).
+    pub latency_min_us: u64,
+    /// Upper bound of one-way latency, slow path aside (µs).
+    pub latency_max_us: u64,
+    /// Probability a message takes the slow path.
+    pub slow_p: f64,
+    /// Extra delay bound on the slow path (µs).
+    pub slow_us: u64,
+    /// Probability a message is lost.
+    pub loss: f64,
+    /// Probability a message is duplicated.
+    pub duplicate: f64,
+}
+
 /// What the network decided for one message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fate {
@@ -83,6 +100,25 @@ impl Network {
             slow_us: k.slow_us,
             loss: k.loss,
             duplicate: k.duplicate,
+            fifo: BTreeMap::new(),
+            blocked: BTreeSet::new(),
+            partition: None,
+            next_partition: 0,
+            faults_on: true,
+        }
+    }
+
+    /// A network with explicit parameters (the lookup world draws its own; see
+    /// [`crate::lookup::knobs`]).
+    pub fn with_params(rng: Rng, p: &NetParams) -> Network {
+        Network {
+            rng,
+            latency_min_us: p.latency_min_us,
+            latency_max_us: p.latency_max_us,
+            slow_p: p.slow_p,
+            slow_us: p.slow_us,
+            loss: p.loss,
+            duplicate: p.duplicate,
             fifo: BTreeMap::new(),
             blocked: BTreeSet::new(),
             partition: None,

@@ -120,6 +120,10 @@ pub struct SimConfig {
     pub writes: bool,
     /// Which lock clients pipeline requests on their session stream.
     pub pipelining: Pipelining,
+    /// Which world runs: the stores (layout, locks, registers) or the lookup service.
+    pub world: WorldKind,
+    /// The lookup world's failure class (drawn by the seed unless forced).
+    pub lookup_profile: crate::lookup::knobs::ProfileChoice,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
@@ -144,6 +148,8 @@ impl SimConfig {
             faults: true,
             writes: true,
             pipelining: Pipelining::Drawn,
+            world: WorldKind::Stores,
+            lookup_profile: Default::default(),
             trace: false,
             keep_history: false,
         }
@@ -168,6 +174,17 @@ impl SimConfig {
         }
         Ok(())
     }
+}
+
+/// Which world a run simulates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum WorldKind {
+    /// Stores: layout control, locks and sessions, registers (every device also runs
+    /// its lookup node, unchecked).
+    #[default]
+    Stores,
+    /// The lookup service (seed 003) under its failure classes ([`crate::lookup`]).
+    Lookup,
 }
 
 /// Faults injected, by kind.
@@ -277,6 +294,10 @@ pub struct RunReport {
         Vec<crate::lincheck::Operation<crate::lincheck::LockInput, crate::lincheck::LockOutput>>,
     /// A hash of every event and observation (determinism check).
     pub fingerprint: u64,
+    /// The lookup world's knobs.
+    pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
+    /// What the lookup world measured.
+    pub lookup: Option<crate::lookup::LookupStats>,
 }
 
 /// What the lock clients did in a run.
@@ -1540,5 +1561,8 @@ fn exp(rng: &mut Rng, mean: u64) -> u64 {
 
 /// Run one seed. The configuration must be valid ([`SimConfig::validate`]).
 pub fn run(cfg: SimConfig) -> RunReport {
-    World::new(cfg).run()
+    match cfg.world {
+        WorldKind::Stores => World::new(cfg).run(),
+        WorldKind::Lookup => crate::lookup::run(cfg),
+    }
 }
