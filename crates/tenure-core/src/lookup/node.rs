@@ -340,6 +340,16 @@ impl Node {
         }
         let t = Self::s(ctx).hot_spares;
         let was = (self.active, self.leader, self.start);
+        if self.active && self.start.is_none() {
+            // I2a's first conjunct (passive ⇔ activeStartTime = INFINITE), which the
+            // seed's self-stabilising maintainer checks for passive nodes only: an active
+            // node with an infinite age (state corruption) is in no soft-state store, so
+            // it would neither lead nor step down, ever. It becomes passive (and joins
+            // again below if the service needs it).
+            self.active = false;
+            self.leader = false;
+            self.data.step_down(ctx);
+        }
         if !self.active {
             if self.start.is_some() || self.leader {
                 self.start = None;
@@ -858,5 +868,40 @@ mod merge_request_tests {
             "the test wants a leader that lacked the entry"
         );
         assert_eq!(got.map(|e| e.value), Some(b"v".to_vec()));
+    }
+}
+
+#[cfg(test)]
+mod stabilise_tests {
+    use crate::DeviceId;
+    use crate::lookup::node::Corruption;
+    use crate::lookup::*;
+    use crate::testkit::Cluster;
+    use std::time::Duration;
+
+    // Seed 003 self-stabilisation, I2a's first conjunct (st.j = passive ⇔ age.j = ∞).
+    // Found by the simulator's lookup world (rare profile): a node corrupted to active
+    // with an infinite age stayed so for good — in no soft-state store, it never led nor
+    // stepped down. The maintainer (run at least every LONG_TIMEOUT) makes it passive.
+    #[test]
+    fn an_active_node_with_an_infinite_age_becomes_passive() {
+        let mut c = Cluster::with(3, 1, |_| {});
+        c.run_for(Duration::from_secs(8));
+        let corrupt = Corruption::Flags {
+            active: true,
+            leader: false,
+            start: None,
+        };
+        let d = c.devices.get_mut(&DeviceId(3)).expect("d3");
+        d.lookup_mut().corrupt(corrupt);
+        let lt = c.configs[&DeviceId(3)].lookup.long_timeout;
+        c.run_for(lt + Duration::from_millis(100));
+        let v = c.devices[&DeviceId(3)].lookup().view();
+        let passive = matches!(v.state, NodeState::Passive | NodeState::Joining);
+        let active = matches!(v.state, NodeState::Active | NodeState::WarmingUp);
+        assert!(
+            (passive && v.start.is_none()) || (active && v.start.is_some()),
+            "{v:?}"
+        );
     }
 }
