@@ -6,6 +6,8 @@
 //! most the number of stores), a name drawn at random for each cycle (or in turn, with
 //! `--pick rotate`), and releasing them, so contention on a name is real.
 
+mod lookup;
+
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
 use std::sync::Arc;
@@ -26,6 +28,9 @@ enum BenchCmd {
     Writes(WritesArgs),
     /// Lock+unlock cycles: each client locks a name (waiting its turn) and releases it.
     Locks(LocksArgs),
+    /// Lookup: providers keep entries refreshed, queriers read them (queries/s, latency,
+    /// answer age, outage with --kill-leader).
+    Lookup(lookup::LookupArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -95,6 +100,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
         BenchCmd::Writes(w) => writes(w),
         BenchCmd::Locks(l) => locks(l),
+        BenchCmd::Lookup(l) => lookup::run(l),
     }
 }
 
