@@ -264,6 +264,15 @@ impl Entries {
             .collect();
         for e in incoming {
             let old = self.map.get(&e.key);
+            if old.is_some_and(|m| m.version == e.version && m.deadline < e.deadline) {
+                // The same version, given a longer life elsewhere (restored with a fresh
+                // lifetime after a full outage): it lives as long here. Else a node that
+                // got the version from a node not yet back from its Join() kept the old
+                // deadline and expired an entry every other node still keeps.
+                ctx.persist(PersistOp::LookupPut(Box::new(e.clone())));
+                self.insert(e);
+                continue;
+            }
             if old.is_none_or(|m| m.version < e.version) {
                 let was_live = old.is_some_and(|m| m.value.is_some());
                 let changed = old.map(|m| &m.value) != Some(&e.value);
@@ -1010,6 +1019,48 @@ mod merge_notify_tests {
             })
             .collect();
         assert_eq!(puts, vec!["/a/y".to_string()]);
+    }
+
+    // Found by the simulator's lookup world after a full restart: a node got a version
+    // from a node still in its Join() (not yet restored with a fresh lifetime) and kept
+    // that copy's deadline when the revived copy came, so it expired the entry while
+    // every other node kept it. A merge of the same version takes the later deadline.
+    #[test]
+    fn a_merge_of_the_same_version_keeps_the_later_deadline() {
+        let mut c = Cluster::with(2, 1, |_| {});
+        c.run_for(Duration::from_secs(8));
+        let (leader, other) = match c.devices[&DeviceId(1)].lookup().is_leader() {
+            true => (DeviceId(1), DeviceId(2)),
+            false => (DeviceId(2), DeviceId(1)),
+        };
+        let now = c.now;
+        let entry = |deadline| Entry {
+            key: "/a/y".into(),
+            value: Some(b"v1".to_vec()),
+            version: EntryVersion {
+                stamp: 1,
+                provider: 1,
+            },
+            interval: Duration::from_secs(1),
+            durability: Durability::Persistent,
+            adapt: IntervalRange::fixed(Duration::from_secs(1)),
+            deadline,
+            refreshed: now,
+            changed: now,
+            stable: 0,
+        };
+        for deadline in [now + Duration::from_secs(2), now + Duration::from_secs(20)] {
+            let msg = Msg::Lookup(LookupMsg::Merge {
+                persistent: vec![entry(deadline)],
+            });
+            c.input(leader, Input::Message { from: other, msg });
+        }
+        c.run_for(Duration::from_secs(5));
+        let kept = c.devices[&leader].lookup().data().get("/a/y").cloned();
+        assert_eq!(
+            kept.map(|e| e.deadline),
+            Some(now + Duration::from_secs(20))
+        );
     }
 }
 
