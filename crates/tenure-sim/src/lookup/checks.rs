@@ -12,9 +12,10 @@
 //!    after the acknowledgement of a persistent version carries that version or a newer
 //!    one, until the provider revokes it or fails to refresh it within its lifetime —
 //!    through failovers and full restarts of every device.
-//! 6. **Subscribers**: events from one leader arrive in sequence order (a `Sync` restarts
-//!    it; gaps only where messages were lost), and a subscriber's view converges to the
-//!    leader's state within the volatile staleness bound — every removal is announced.
+//! 6. **Subscribers**: events from one leader arrive through one device in strictly
+//!    increasing sequence order (gaps only where messages were lost), the subscriber
+//!    applies them in order, and its view converges to the leader's state within the
+//!    volatile staleness bound — every removal is announced.
 //! 7. **Self-stabilisation**: from any state (boot, corruption, rare faults), within
 //!    `3 × (3 HB + LONG_TIMEOUT + MVRI) + 3 RTT + δ_c` of the last fault exactly one node
 //!    leads, it is the oldest active one, and every node satisfies I2a's first conjunct

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tenure_core::DeviceId;
 use tenure_core::lookup::{Durability, EntryVersion, EntryView, LeaderId, NodeState, SubEvent};
-use tenure_core::lookup::{SubId, WatchEvent};
+use tenure_core::lookup::SubId;
 
 /// An acknowledged persistent version.
 #[derive(Clone, Debug)]
@@ -47,8 +47,9 @@ pub(super) struct Monitor {
     /// The last full restart: when every device crashed, and its first reboot. Entries
     /// still alive at the crash live a lifetime past the reboot.
     pub(super) blackout: Option<(u64, u64)>,
-    /// Last sequence number that arrived per (subscription, leader).
-    seqs: BTreeMap<(SubId, LeaderId), u64>,
+    /// Last sequence number that arrived per (subscription, leader, device it came
+    /// through).
+    seqs: BTreeMap<(SubId, LeaderId, DeviceId), u64>,
     /// The end of the run's final phase.
     pub(super) final_end: Option<u64>,
 }
@@ -280,13 +281,15 @@ impl World {
         }
     }
 
-    /// (6): events of one leader arrive in sequence (a Sync restarts it).
-    pub(super) fn check_event_order(&mut self, ev: &SubEvent) {
-        let k = (ev.sub, ev.leader);
+    /// (6): events of one leader arrive through one device in strictly increasing
+    /// sequence (the leader's and the device's links are FIFO; a subscriber that moves
+    /// may get a late event through the device it left and came back to, which it drops
+    /// as old). Syncs included: they continue the sequence, as does a subscription
+    /// registered anew.
+    pub(super) fn check_event_order(&mut self, ev: &SubEvent, via: DeviceId) {
+        let k = (ev.sub, ev.leader, via);
         let prev = self.mon.seqs.get(&k).copied();
-        let sync = matches!(ev.event, WatchEvent::Sync { .. });
         if let Some(p) = prev
-            && !sync
             && ev.seq <= p
         {
             self.violations.push(LookupViolation::EventOrder {

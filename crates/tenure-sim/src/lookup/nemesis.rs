@@ -320,6 +320,7 @@ impl World {
             None if self.now >= self.nemesis.calm_until => {
                 let len = 2_000_000 + self.nemesis.below(6_000_000);
                 self.nemesis.burst_until = Some(self.now + len);
+                self.net.faults_on = true;
                 self.log(|| format!("nemesis: burst for {len}us"));
                 self.rare_action();
             }
@@ -330,6 +331,8 @@ impl World {
     /// Heal, restart and resume everything.
     fn end_burst(&mut self) {
         self.log(|| "nemesis: burst ends".into());
+        // Calm means calm: no random loss or slow path until the next burst.
+        self.net.faults_on = false;
         self.net.heal();
         self.nemesis.clear_drops();
         for d in self.ids() {

@@ -718,7 +718,7 @@ impl World {
         };
         let (l, seq) = (ev.leader.device, ev.seq);
         self.log(|| format!("{from} -> client {c} event {l}#{seq} {kind}"));
-        self.check_event_order(&ev);
+        self.check_event_order(&ev, from);
         let s = &mut self.work.subscribers[i];
         let expected = s.pos.filter(|p| p.leader == ev.leader).map(|p| p.seq + 1);
         match ev.event {

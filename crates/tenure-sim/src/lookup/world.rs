@@ -38,6 +38,9 @@ pub(super) struct Dev {
     pub(super) clock: Clock,
     /// Real time until which the process is paused.
     pub(super) paused_until: Option<u64>,
+    /// Inputs that reached it while paused, in order: it handles them first when it
+    /// resumes (early or not), so links stay FIFO.
+    deferred: Vec<Ev>,
     timer_generation: u64,
     /// Incarnation: messages and requests addressed to an older one are dropped.
     pub(super) boot: u64,
@@ -169,7 +172,9 @@ impl World {
     pub(super) fn new(cfg: SimConfig) -> World {
         let mut root = Rng::new(mix64(cfg.seed ^ 0x100c_0b00_0000_0003));
         let k = LookupKnobs::draw(&mut root, cfg.lookup_profile);
-        let net = Network::with_params(root.fork(), &k.net);
+        let mut net = Network::with_params(root.fork(), &k.net);
+        // Random loss and slow messages belong to the rare profile's bursts.
+        net.faults_on = false;
         let mut clock_rng = root.fork();
         let mut device_rng = root.fork();
         let client_rng = root.fork();
@@ -194,6 +199,7 @@ impl World {
                     cfg: dc,
                     clock,
                     paused_until: None,
+                    deferred: Vec::new(),
                     timer_generation: 0,
                     boot: 0,
                     rng,
@@ -310,6 +316,7 @@ impl World {
         }
         n.timer_generation += 1;
         n.paused_until = None;
+        n.deferred.clear();
         self.stats.crashes += 1;
         self.log(|| format!("{d} crash"));
         let reset: Vec<u64> = (self.inflight.iter())
@@ -483,15 +490,14 @@ impl World {
 
     /// Process one event; false when the queue is empty.
     pub(super) fn step(&mut self) -> bool {
-        let Some(((at, seq), ev)) = self.queue.pop_first() else {
+        let Some(((at, _), ev)) = self.queue.pop_first() else {
             return false;
         };
         self.now = at;
         if let Some(t) = ev.target()
-            && let Some(until) = self.devs[&t].paused_until
-            && until > self.now
+            && self.devs[&t].paused_until.is_some_and(|until| until > self.now)
         {
-            self.queue.insert((until, seq), ev);
+            self.devs.get_mut(&t).expect("device").deferred.push(ev);
             return true;
         }
         self.stats.events += 1;
@@ -591,6 +597,9 @@ impl World {
         let n = self.devs.get_mut(&d).expect("device");
         if n.paused_until.is_some_and(|u| u <= self.now) {
             n.paused_until = None;
+            for ev in std::mem::take(&mut n.deferred) {
+                self.schedule(self.now, ev);
+            }
             self.log(|| format!("{d} resumes"));
             if self.devs[&d].device.is_some() {
                 self.input(d, Input::Tick);
