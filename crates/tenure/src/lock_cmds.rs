@@ -1,5 +1,6 @@
 //! Lock commands against a running cluster: `tenure lock`, `tenure unlock`,
-//! `tenure locks`, `tenure status`. Endpoints come from `--endpoints` or the local
+//! `tenure locks`, `tenure status` (which also shows the lookup nodes, from
+//! [`crate::lookup_cmds::status`]). Endpoints come from `--endpoints` or the local
 //! cluster's `cluster.json`.
 //!
 //! Exit statuses of `tenure lock` ([`Outcome::exit_status`]):
@@ -416,7 +417,11 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         let mut n_stores = 0;
         // Every device is asked at once: a device that does not answer costs the
         // command one attempt bound (1 s), not one per device.
-        let answers = futures::future::join_all(endpoints.iter().map(|e| client.status_of(e))).await;
+        let (answers, (lookup_json, lookup_lines)) = futures::future::join(
+            futures::future::join_all(endpoints.iter().map(|e| client.status_of(e))),
+            crate::lookup_cmds::status(&client),
+        )
+        .await;
         for (e, answer) in endpoints.iter().zip(answers) {
             match answer {
                 Ok(s) => {
@@ -449,6 +454,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 serde_json::to_string_pretty(&serde_json::json!({
                     "devices": devices, "stores": n_stores,
                     "managed": stores.values().collect::<Vec<_>>(),
+                    "lookup": lookup_json,
                 }))?
             );
             return anyhow::Ok(());
@@ -508,6 +514,9 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             sessions,
             locks
         );
+        for l in &lookup_lines {
+            println!("{l}");
+        }
         anyhow::Ok(())
     })
 }

@@ -6,6 +6,7 @@ mod bench;
 mod client_cmds;
 mod cluster;
 mod lock_cmds;
+mod lookup_cmds;
 mod server_cmd;
 mod sim_cmd;
 
@@ -41,7 +42,11 @@ enum Command {
     Unlock(lock_cmds::UnlockArgs),
     /// List locks, their holders and queues, under a path.
     Locks(lock_cmds::LocksArgs),
-    /// Stores, managers, epochs, sessions and held locks of a running cluster.
+    /// The lookup service: publish (and keep while a command runs), get, list, watch,
+    /// revoke entries.
+    Lookup(lookup_cmds::LookupArgs),
+    /// Stores, managers, epochs, sessions, held locks and the lookup nodes of a running
+    /// cluster.
     Status(lock_cmds::StatusArgs),
     /// Benchmarks against a running cluster.
     Bench(bench::BenchArgs),
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Command::Lock(args) => lock_cmds::lock(args),
         Command::Unlock(args) => lock_cmds::unlock(args).map(|()| ExitCode::SUCCESS),
         Command::Locks(args) => lock_cmds::locks(args).map(|()| ExitCode::SUCCESS),
+        Command::Lookup(args) => lookup_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
     };
