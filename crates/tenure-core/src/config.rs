@@ -88,6 +88,20 @@ pub struct PlantedBugs {
     pub lookup_admit_all: bool,
     /// A lookup leader keeps its leadership when an older active node appears.
     pub lookup_keep_leadership: bool,
+    /// A lookup node reacts to "node down" only at its next LONG_TIMEOUT maintainer run.
+    pub lookup_lazy_failover: bool,
+    /// Volatile lookup entries live four intervals after their last refresh, not two.
+    pub lookup_long_volatile_lifetime: bool,
+    /// Persistent lookup entries live two intervals and a round trip (as volatile ones).
+    pub lookup_long_persistent_lifetime: bool,
+    /// A booting lookup node ignores the persistent entries on its disk.
+    pub lookup_forget_on_restart: bool,
+    /// A lookup leader drops expired entries without telling subscribers.
+    pub lookup_silent_expiry: bool,
+    /// A lookup leader restarts a subscription's sequence at 1 with every Sync.
+    pub lookup_sync_restarts_seq: bool,
+    /// The lookup maintainer runs only on soft-state changes, never on LONG_TIMEOUT.
+    pub lookup_no_long_timeout: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.

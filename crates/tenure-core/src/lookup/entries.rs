@@ -66,6 +66,18 @@ pub struct Entries {
     pushed: u64,
 }
 
+/// An entry's lifetime ([`LookupSettings::lifetime`]), or a planted bug's.
+fn lifetime(ctx: &Ctx, interval: Duration, durability: Durability) -> Duration {
+    let p = &ctx.cfg.planted;
+    match durability {
+        Durability::Volatile if p.lookup_long_volatile_lifetime => interval * 4,
+        Durability::Persistent if p.lookup_long_persistent_lifetime => {
+            ctx.cfg.lookup.entry_lifetime(interval)
+        }
+        _ => ctx.cfg.lookup.lifetime(interval, durability),
+    }
+}
+
 /// Validate a request before anything else: a rejected request changes nothing.
 pub fn validate(s: &LookupSettings, req: &LookupRequest) -> Result<(), LookupError> {
     let interval_ok = |got: Duration, max: Duration| {
@@ -140,8 +152,11 @@ impl Entries {
     /// revoked entry back to the leader through the Ack's anti-entropy. Only the
     /// self-stabilising timeout (no leader answered: the whole service was down) gives
     /// every restored entry a fresh lifetime ([`Entries::revive_restored`]).
-    pub fn restored(ctx: &Ctx, persistent: Vec<Entry>) -> Entries {
+    pub fn restored(ctx: &Ctx, mut persistent: Vec<Entry>) -> Entries {
         let mut e = Entries::default();
+        if ctx.cfg.planted.lookup_forget_on_restart {
+            persistent.clear();
+        }
         for en in persistent {
             if en.deadline > ctx.now {
                 e.insert(en.clone());
@@ -163,7 +178,7 @@ impl Entries {
             {
                 continue;
             }
-            let life = ctx.cfg.lookup.lifetime(en.interval, en.durability);
+            let life = lifetime(ctx, en.interval, en.durability);
             en.deadline = en.deadline.max(ctx.now + life);
             ctx.persist(PersistOp::LookupPut(Box::new(en.clone())));
             self.insert(en);
@@ -369,6 +384,11 @@ impl Entries {
         // restart, a subscriber that missed the Sync (one lost message) would take the
         // next events for old, already applied ones, and later apply events on a view
         // that lacks the Sync's state. Continuing, the lost Sync shows as a gap.
+        if ctx.cfg.planted.lookup_sync_restarts_seq
+            && let Some(s) = self.subs.get_mut(&sub)
+        {
+            s.seq = 0;
+        }
         let entries = self.under_prefix(ctx.now, &p);
         self.push(ctx, lid, sub, WatchEvent::Sync { entries });
     }
@@ -424,7 +444,7 @@ impl Entries {
             interval: *interval,
             durability: *durability,
             adapt: *adapt,
-            deadline: now + ctx.cfg.lookup.lifetime(*interval, *durability),
+            deadline: now + lifetime(ctx, *interval, *durability),
             refreshed: now,
             changed: if changed {
                 now
@@ -482,7 +502,7 @@ impl Entries {
             interval,
             durability,
             adapt: super::IntervalRange::fixed(interval),
-            deadline: now + ctx.cfg.lookup.lifetime(interval, durability),
+            deadline: now + lifetime(ctx, interval, durability),
             refreshed: now,
             changed: now,
             stable: 0,
@@ -640,7 +660,7 @@ impl Entries {
             }
             self.meta.remove(&key);
             self.demand.remove(&key);
-            if e.value.is_some() {
+            if e.value.is_some() && !ctx.cfg.planted.lookup_silent_expiry {
                 self.notify(
                     ctx,
                     lid,

@@ -334,6 +334,9 @@ impl Node {
     /// The maintainer, with the self-stabilising checks of seed 003.
     pub(super) fn maintain(&mut self, ctx: &mut Ctx) {
         self.next_maintain = Some(ctx.now + Self::s(ctx).long_timeout);
+        if ctx.cfg.planted.lookup_no_long_timeout {
+            self.next_maintain = None;
+        }
         if self.join.is_some() {
             // Join() blocks the maintainer in the seed.
             return;
@@ -623,7 +626,9 @@ impl Node {
             self.heartbeat(ctx);
         }
         let down = self.sss.expire(now, Self::s(ctx).down_after());
-        self.sss_changed(ctx, &down);
+        if !ctx.cfg.planted.lookup_lazy_failover {
+            self.sss_changed(ctx, &down);
+        }
         let join_due = match self.join {
             Some(Join::Asking { until, .. })
             | Some(Join::Backoff { until, .. })
