@@ -57,6 +57,8 @@ pub struct Summary {
     pub lock_checks: crate::lockcheck::LockCheckCounts,
     /// SafeTalk messages.
     pub safetalk: crate::world::SafeTalkCost,
+    /// The lookup world's figures (runs of `WorldKind::Lookup`).
+    pub lookup: crate::lookup::summary::LookupSummary,
     /// Runs with a correctness violation.
     pub correctness_failures: u64,
     /// Runs with a liveness failure.
@@ -76,6 +78,9 @@ impl Summary {
         self.locks.add(&r.locks);
         self.lock_checks.add(&r.lock_checks);
         self.safetalk.add(&r.safetalk);
+        if let Some(l) = &r.lookup {
+            self.lookup.add(r.seed, l);
+        }
         self.regenerations += r.regenerations;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;

@@ -10,6 +10,11 @@
 //!   checkers catch it.
 //! - `--pipelining off|forced` overrides the seed's choice of lock clients that pipeline
 //!   requests on their session stream.
+//! - `--world lookup` runs the lookup service's world (seed 003) instead of the stores':
+//!   the seed draws the cluster, the seed's intervals and the failure class (common:
+//!   the seed's bounds are asserted; rare: safety and self-stabilisation), unless
+//!   `--lookup-profile common|rare` forces it. Summaries print the measured outage,
+//!   staleness, divergence and stabilisation maxima beside the bounds of their runs.
 //!
 //! Exit status: 0 when every run passed, 2 on a correctness violation, 3 on a liveness
 //! failure (and no correctness violation), 1 on a usage or internal error.
@@ -20,7 +25,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
 use tenure_core::PlantedBugs;
-use tenure_sim::{Outcome, Pipelining, RunReport, SimConfig, Summary};
+use tenure_sim::lookup::knobs::ProfileChoice;
+use tenure_sim::lookup::summary::{Extreme, LookupSummary};
+use tenure_sim::{Outcome, Pipelining, RunReport, SimConfig, Summary, WorldKind};
 
 /// Exit status for a correctness violation.
 const EXIT_CORRECTNESS: u8 = 2;
@@ -47,9 +54,10 @@ pub struct SimArgs {
     /// Chunks per store.
     #[arg(long, default_value_t = 3)]
     replication: usize,
-    /// Length of the safety phase (faults on), in simulated seconds.
-    #[arg(long, default_value_t = 20)]
-    safety_secs: u64,
+    /// Length of the safety phase (faults on), in simulated seconds [default: 20, or 60
+    /// for the lookup world].
+    #[arg(long)]
+    safety_secs: Option<u64>,
     /// Liveness bound: every store must regain a manager within this many simulated
     /// seconds after faults stop.
     #[arg(long, default_value_t = 30)]
@@ -71,6 +79,14 @@ pub struct SimArgs {
     /// Which lock clients pipeline requests on their session stream.
     #[arg(long, value_enum, default_value_t = Pipeline::Drawn)]
     pipelining: Pipeline,
+    /// Which world: the stores (layout, locks, registers) or the lookup service (seed
+    /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
+    /// apply).
+    #[arg(long, value_enum, default_value_t = World::Stores)]
+    world: World,
+    /// The lookup world's failure class.
+    #[arg(long, value_enum, default_value_t = LookupProfile::Drawn)]
+    lookup_profile: LookupProfile,
     /// Print the event trace of a single run.
     #[arg(long)]
     trace: bool,
@@ -99,6 +115,42 @@ enum Plant {
     ExpireWithoutGrace,
     /// A device that does not manage a store redirects clients to itself.
     RedirectToSelf,
+    /// The lookup leader admits every node that asks to join (no t + 1 bound).
+    LookupAdmitAll,
+    /// A lookup leader keeps its leadership when an older active node appears.
+    LookupKeepLeadership,
+    /// Lookup nodes react to "node down" only at their next LONG_TIMEOUT.
+    LookupLazyFailover,
+    /// Volatile lookup entries live four intervals.
+    LookupLongVolatileLifetime,
+    /// Persistent lookup entries live two intervals and a round trip.
+    LookupLongPersistentLifetime,
+    /// A booting lookup node ignores the persistent entries on its disk.
+    LookupForgetOnRestart,
+    /// A lookup leader drops expired entries without telling subscribers.
+    LookupSilentExpiry,
+    /// A lookup leader restarts a subscription's sequence with every Sync.
+    LookupSyncRestartsSeq,
+    /// The lookup maintainer never runs on LONG_TIMEOUT.
+    LookupNoLongTimeout,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum World {
+    /// Layout control, locks and sessions, registers.
+    Stores,
+    /// The lookup service (seed 003).
+    Lookup,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LookupProfile {
+    /// The seed decides.
+    Drawn,
+    /// Common failures only, one at a time: the seed's bounds are asserted.
+    Common,
+    /// Rare failures: safety and self-stabilisation are asserted.
+    Rare,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -112,12 +164,20 @@ enum Pipeline {
 }
 
 impl SimArgs {
+    fn safety_secs(&self) -> u64 {
+        let default = match self.world {
+            World::Stores => 20,
+            World::Lookup => 60,
+        };
+        self.safety_secs.unwrap_or(default)
+    }
+
     fn config(&self, seed: u64) -> anyhow::Result<SimConfig> {
         let mut c = SimConfig::new(seed);
         c.devices = self.devices;
         c.stores = self.stores;
         c.replication = self.replication;
-        c.safety_us = self.safety_secs * 1_000_000;
+        c.safety_us = self.safety_secs() * 1_000_000;
         c.liveness_us = self.liveness_secs * 1_000_000;
         c.planted = PlantedBugs {
             broken_quorum: self.plant.contains(&Plant::BrokenQuorum),
@@ -126,7 +186,26 @@ impl SimArgs {
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
-            ..Default::default()
+            lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
+            lookup_keep_leadership: self.plant.contains(&Plant::LookupKeepLeadership),
+            lookup_lazy_failover: self.plant.contains(&Plant::LookupLazyFailover),
+            lookup_long_volatile_lifetime: self.plant.contains(&Plant::LookupLongVolatileLifetime),
+            lookup_long_persistent_lifetime: self
+                .plant
+                .contains(&Plant::LookupLongPersistentLifetime),
+            lookup_forget_on_restart: self.plant.contains(&Plant::LookupForgetOnRestart),
+            lookup_silent_expiry: self.plant.contains(&Plant::LookupSilentExpiry),
+            lookup_sync_restarts_seq: self.plant.contains(&Plant::LookupSyncRestartsSeq),
+            lookup_no_long_timeout: self.plant.contains(&Plant::LookupNoLongTimeout),
+        };
+        c.world = match self.world {
+            World::Stores => WorldKind::Stores,
+            World::Lookup => WorldKind::Lookup,
+        };
+        c.lookup_profile = match self.lookup_profile {
+            LookupProfile::Drawn => ProfileChoice::Drawn,
+            LookupProfile::Common => ProfileChoice::Common,
+            LookupProfile::Rare => ProfileChoice::Rare,
         };
         c.whole_record_every = self.whole_record_every;
         c.faults = !self.calm;
@@ -143,10 +222,24 @@ impl SimArgs {
 
     /// The command that replays `seed` with these settings.
     fn replay_command(&self, seed: u64) -> String {
-        let mut s = format!(
-            "tenure sim --seed {seed} --devices {} --stores {} --replication {} --safety-secs {} --liveness-secs {}",
-            self.devices, self.stores, self.replication, self.safety_secs, self.liveness_secs
-        );
+        let mut s = match self.world {
+            World::Stores => format!(
+                "tenure sim --seed {seed} --devices {} --stores {} --replication {} --safety-secs {} --liveness-secs {}",
+                self.devices,
+                self.stores,
+                self.replication,
+                self.safety_secs(),
+                self.liveness_secs
+            ),
+            World::Lookup => format!(
+                "tenure sim --world lookup --seed {seed} --safety-secs {}",
+                self.safety_secs()
+            ),
+        };
+        if self.lookup_profile != LookupProfile::Drawn {
+            s.push_str(" --lookup-profile ");
+            s.push_str(&crate::value_name(&self.lookup_profile));
+        }
         if self.whole_record_every != tenure_core::io::CHECKPOINT_EVERY {
             s.push_str(&format!(
                 " --whole-record-every {}",
@@ -214,6 +307,9 @@ fn single(args: &SimArgs, seed: u64) -> anyhow::Result<ExitCode> {
 }
 
 fn print_run(r: &RunReport, wall_s: f64, k: usize) {
+    if r.lookup.is_some() {
+        return print_lookup_run(r, wall_s);
+    }
     println!(
         "seed {}: {:?} — {:.1} s simulated, {} events in {:.2} s ({:.0} events/s)",
         r.seed,
@@ -306,6 +402,9 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(s: &Summary, wall_s: f64, k: usize) {
+    if s.lookup.common_runs + s.lookup.rare_runs > 0 {
+        return print_lookup_summary(s, wall_s);
+    }
     println!(
         "{} runs, {:.0} s simulated, {} events in {:.1} s wall ({:.0} runs/min, {:.0} events/s)",
         s.runs,
@@ -410,5 +509,153 @@ fn print_cost(c: &tenure_sim::world::SafeTalkCost, grants: u64, k: usize) {
     println!(
         "  per grant: {:.2} remote SafeTalk messages (every change of the run, register writes and barriers included, over the grants)",
         remote as f64 / grants.max(1) as f64
+    );
+}
+
+/// One lookup run: its knobs, what it did, and its measured maxima beside its bounds.
+fn print_lookup_run(r: &RunReport, wall_s: f64) {
+    let Some(l) = &r.lookup else { return };
+    println!(
+        "seed {}: {:?} — lookup world, {:?} profile — {:.1} s simulated, {} events in {:.2} s",
+        r.seed,
+        r.outcome,
+        l.profile,
+        secs(r.sim_us),
+        r.events,
+        wall_s
+    );
+    if let Some(k) = &r.lookup_knobs {
+        println!("  knobs: {k:?}");
+    }
+    println!(
+        "  faults: {} crashes ({} of the leader), {} power outages, {} full restarts, {} messages lost, {} partitions, {} pauses, {} corruptions",
+        l.crashes,
+        l.leader_crashes,
+        l.power_outages,
+        l.full_restarts,
+        l.lost,
+        l.partitions,
+        l.pauses,
+        l.corruptions
+    );
+    print_lookup_work(l);
+    let b = &l.bounds;
+    let row = |name: &str, n: u64, max: u64, bound: u64| {
+        println!(
+            "  {name}: {n} measured, max {:.3} s (bound {:.3} s)",
+            secs(max),
+            secs(bound)
+        );
+    };
+    row(
+        "outage after a leader crash",
+        l.outages,
+        l.max_outage_us,
+        b.outage_us,
+    );
+    row(
+        "volatile staleness",
+        l.volatile_checks,
+        l.max_volatile_staleness_us,
+        b.volatile_us,
+    );
+    row(
+        "persistent staleness",
+        l.persistent_checks,
+        l.max_persistent_staleness_us,
+        b.persistent_us,
+    );
+    row(
+        "subscriber divergence",
+        l.view_checks,
+        l.max_divergence_us,
+        b.subscriber_us,
+    );
+    row(
+        "stabilisation",
+        l.stabilisations,
+        l.max_stabilisation_us,
+        b.stabilisation_us,
+    );
+    for v in &r.violations {
+        println!("  VIOLATION ({:?}): {v}", v.kind());
+    }
+}
+
+fn print_lookup_work(l: &tenure_sim::lookup::LookupStats) {
+    println!(
+        "  workload: {} updates ({} persistent acked), {} provider deaths, {} answers, {} NoLeader, {} failed connections, {} events applied ({} syncs), {} resubscribes, {} moves",
+        l.updates,
+        l.acks,
+        l.deaths,
+        l.answers,
+        l.no_leader,
+        l.failed,
+        l.events_applied,
+        l.syncs,
+        l.resubscribes,
+        l.moves
+    );
+    println!(
+        "  checks: {} leader samples after quiet, {} acked-persistent answers, {} subscriber views",
+        l.leader_checks, l.acked_checks, l.view_checks
+    );
+}
+
+/// A lookup sweep: totals, then each measure's maximum beside its run's bound, and the
+/// worst measured/bound ratio.
+fn print_lookup_summary(s: &Summary, wall_s: f64) {
+    let l: &LookupSummary = &s.lookup;
+    let t = &l.totals;
+    println!(
+        "{} lookup runs ({} common, {} rare), {:.0} s simulated, {} events in {:.1} s wall ({:.0} runs/min)",
+        s.runs,
+        l.common_runs,
+        l.rare_runs,
+        secs(t.sim_us),
+        t.events,
+        wall_s,
+        s.runs as f64 * 60.0 / wall_s.max(1e-9)
+    );
+    println!(
+        "faults: {} crashes ({} of the leader), {} power outages, {} full restarts, {} messages lost, {} partitions, {} pauses, {} corruptions",
+        t.crashes,
+        t.leader_crashes,
+        t.power_outages,
+        t.full_restarts,
+        t.lost,
+        t.partitions,
+        t.pauses,
+        t.corruptions
+    );
+    print_lookup_work(t);
+    let row = |name: &str, e: &Extreme| {
+        println!(
+            "{name}: max {:.3} s (seed {}, its bound {:.3} s); worst ratio {:.2} of the bound (seed {}); {} runs measured it",
+            secs(e.max_us),
+            e.seed,
+            secs(e.bound_us),
+            e.ratio,
+            e.ratio_seed,
+            e.runs
+        );
+    };
+    row(
+        "outage after a leader crash (bound 3 HB + detection slack + query round trip)",
+        &l.outage,
+    );
+    row("volatile staleness (bound 2 MVRI + δ)", &l.volatile);
+    row(
+        "persistent staleness (bound MPRI + 3 HB + Θ + RTT + δ)",
+        &l.persistent,
+    );
+    row("subscriber divergence (bound 2 MVRI + δ)", &l.divergence);
+    row(
+        "stabilisation (bound 3 (3 HB + LONG_TIMEOUT + MVRI) + 3 RTT + δ_c)",
+        &l.stabilisation,
+    );
+    println!(
+        "violations: {} correctness, {} liveness",
+        s.correctness_failures, s.liveness_failures
     );
 }

@@ -187,6 +187,21 @@ pub enum LookupViolation {
 }
 
 impl LookupViolation {
+    /// When it was found (µs since the start).
+    pub fn at_us(&self) -> u64 {
+        use LookupViolation as V;
+        match self {
+            V::Leaders { at_us, .. }
+            | V::Outage { at_us, .. }
+            | V::Stale { at_us, .. }
+            | V::Fabricated { at_us, .. }
+            | V::LostPersistent { at_us, .. }
+            | V::EventOrder { at_us, .. }
+            | V::Diverged { at_us, .. }
+            | V::NotStabilised { at_us, .. } => *at_us,
+        }
+    }
+
     /// Safety or liveness.
     pub fn kind(&self) -> ViolationKind {
         match self {

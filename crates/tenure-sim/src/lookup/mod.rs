@@ -32,6 +32,7 @@ pub mod checks;
 pub mod knobs;
 mod monitor;
 mod nemesis;
+pub mod summary;
 pub mod truth;
 pub mod workload;
 mod world;
@@ -122,13 +123,13 @@ pub(crate) struct Outcome {
     stats: LookupStats,
     knobs: LookupKnobs,
     violations: Vec<LookupViolation>,
-    failed_at_us: Option<u64>,
 }
 
 /// Run one seed of the lookup world.
 pub fn run(cfg: SimConfig) -> RunReport {
     let seed = cfg.seed;
     let out = world::World::new(cfg).run();
+    let failed_at_us = out.violations.first().map(LookupViolation::at_us);
     let violations: Vec<Violation> = out.violations.into_iter().map(Violation::Lookup).collect();
     let outcome = match violations.first().map(Violation::kind) {
         None => RunOutcome::Passed,
@@ -140,9 +141,7 @@ pub fn run(cfg: SimConfig) -> RunReport {
         outcome,
         sim_us: out.stats.sim_us,
         events: out.stats.events,
-        failed_at_us: out
-            .failed_at_us
-            .or((!violations.is_empty()).then_some(out.stats.sim_us)),
+        failed_at_us,
         violations,
         trace: out.trace,
         fingerprint: out.fingerprint,

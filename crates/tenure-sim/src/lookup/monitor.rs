@@ -8,8 +8,8 @@ use super::world::World;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tenure_core::DeviceId;
-use tenure_core::lookup::{Durability, EntryVersion, EntryView, LeaderId, NodeState, SubEvent};
 use tenure_core::lookup::SubId;
+use tenure_core::lookup::{Durability, EntryVersion, EntryView, LeaderId, NodeState, SubEvent};
 
 /// An acknowledged persistent version.
 #[derive(Clone, Debug)]

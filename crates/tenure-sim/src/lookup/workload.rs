@@ -491,9 +491,14 @@ impl World {
                     p.interval = m.interval.clamp(p.adapt.min, p.adapt.max);
                 }
                 let u = p.pending.take().expect("pending");
-                if persistent && acked {
+                // The entry lives by the interval of the update acknowledged, not the
+                // one a meta-update asks for from the next refresh on.
+                if persistent
+                    && acked
+                    && let LookupRequest::Publish { interval, .. } = u.req
+                {
                     self.stats.acks += 1;
-                    let (key, interval) = (p.key.clone(), p.interval);
+                    let key = p.key.clone();
                     self.mon
                         .acked(&key, version, u.first_sent_us, self.now, interval);
                 }

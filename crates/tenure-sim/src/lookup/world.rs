@@ -495,7 +495,9 @@ impl World {
         };
         self.now = at;
         if let Some(t) = ev.target()
-            && self.devs[&t].paused_until.is_some_and(|until| until > self.now)
+            && self.devs[&t]
+                .paused_until
+                .is_some_and(|until| until > self.now)
         {
             self.devs.get_mut(&t).expect("device").deferred.push(ev);
             return true;
@@ -622,7 +624,6 @@ impl World {
             stats: self.stats,
             knobs: self.k,
             violations: self.violations,
-            failed_at_us: None,
         }
     }
 
