@@ -200,7 +200,16 @@ impl Client {
             self.set_lookup_route(None);
             rotate += 1;
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(o.backoff_max);
+            // `NoLeader` already waited a round trip at the device: retry at the same
+            // pace, so the client sees the service's outage and not its own backoff.
+            backoff = if matches!(
+                err,
+                Error::Lookup(tenure_core::lookup::LookupError::NoLeader)
+            ) {
+                o.backoff_min
+            } else {
+                (backoff * 2).min(o.backoff_max)
+            };
         }
     }
 
