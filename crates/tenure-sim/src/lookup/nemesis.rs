@@ -463,8 +463,10 @@ impl World {
                     2 => Some(now + std::time::Duration::from_secs(3600)),
                     _ => Some(now),
                 };
+                // Arbitrary: even heard an hour from now (a node that is down, or is
+                // not there, sends no heartbeat that would overwrite it).
                 let heard = if self.nemesis.rng.chance(0.3) {
-                    Instant(now.0 + self.nemesis.below(5_000_000))
+                    Instant(now.0 + self.nemesis.below(3_600_000_000))
                 } else {
                     Instant(now.0.saturating_sub(self.nemesis.below(3 * hb)))
                 };
