@@ -23,6 +23,16 @@
 //!
 //! Besides: an answer never carries a value its provider did not publish (integrity).
 //!
+//! The stabilisation bound follows the seed's proof, one `3 HB + LONG_TIMEOUT + MVRI`
+//! per step: (a) fake ages and entries of nodes that send no heartbeat time out within
+//! 3 HB, and every node runs its maintainer within LONG_TIMEOUT, which repairs its own
+//! flags (passive ⇔ INFINITE age; a leader that is not the oldest steps down); (b) if no
+//! node is active, the passive ones notice at their next maintainer run and join — three
+//! Can-I-Join round trips and two `3 HB` back-offs, then the MVRI warm-up — and the
+//! oldest of them leads as soon as the others hear its heartbeat; (c) the surplus active
+//! nodes step down, one soft-state change each. Three steps, three round trips of
+//! Can-I-Join and the clocks' disagreement δ_c.
+//!
 //! δ, the slack of the staleness bounds, is `RTT + δ_c + ℓc + ℓ`: a round trip, the clock
 //! drift bound, and the longest one-way latency of a client link (ℓc) and of a device link
 //! (ℓ) — the query's own way to the leader, which the seed's δ ("a statistical minimum on
