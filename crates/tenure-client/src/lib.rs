@@ -349,6 +349,9 @@ pub(crate) struct Inner {
     /// The endpoint that last answered a lookup request.
     lookup_route: Mutex<Option<String>>,
     routes: Mutex<HashMap<u32, String>>,
+    /// Each store's manager endpoint as the lookup service last published it (DESIGN
+    /// §3), and when that was asked (see [`Client::lookup_hint`]).
+    lookup_hints: Mutex<(HashMap<u32, String>, Option<Instant>)>,
     stores: tokio::sync::OnceCell<u32>,
     sessions: tokio::sync::Mutex<HashMap<u32, Arc<locks::Session>>>,
     next_request: AtomicU64,
@@ -418,6 +421,7 @@ impl Client {
                 channels,
                 lookup_route: Mutex::new(None),
                 routes: Mutex::new(HashMap::new()),
+                lookup_hints: Mutex::new((HashMap::new(), None)),
                 stores: tokio::sync::OnceCell::new(),
                 sessions: tokio::sync::Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
@@ -552,7 +556,9 @@ impl Client {
         let eps = self.endpoints();
         let mut out: Vec<String> = Vec::with_capacity(eps.len() + 2);
         let route = self.inner.routes.lock().unwrap().get(&store).cloned();
-        for e in hint.into_iter().chain(route) {
+        // With no manager remembered, the one the lookup service names comes next.
+        let published = route.is_none().then(|| self.lookup_hint(store)).flatten();
+        for e in hint.into_iter().chain(route).chain(published) {
             if !out.contains(&e) {
                 out.push(e);
             }
@@ -570,6 +576,68 @@ impl Client {
         // Stable: the order above is kept within each group.
         out.sort_by_key(|e| slow.contains_key(e));
         out
+    }
+
+    /// The manager endpoint of `store` as the lookup service publishes it
+    /// (`/tenure/stores/<n>`, mapped to an endpoint through `/tenure/devices/<id>`), if
+    /// known. A miss asks the lookup again in the background, at most once a second;
+    /// until the answer arrives callers go on without it (redirects still work).
+    pub fn published_manager(&self, store: u32) -> Option<String> {
+        self.lookup_hint(store)
+    }
+
+    /// See [`Client::published_manager`].
+    pub(crate) fn lookup_hint(&self, store: u32) -> Option<String> {
+        let mut g = self.inner.lookup_hints.lock().unwrap();
+        if let Some(e) = g.0.get(&store) {
+            return Some(e.clone());
+        }
+        let now = Instant::now();
+        if g.1
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            return None;
+        }
+        g.1 = Some(now);
+        drop(g);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&self.inner);
+            rt.spawn(async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let c = Client { inner };
+                if let Ok(map) = c.published_managers().await {
+                    c.inner.lookup_hints.lock().unwrap().0 = map;
+                }
+            });
+        }
+        None
+    }
+
+    /// `/tenure/stores/*` and `/tenure/devices/*` from the lookup leader, as store →
+    /// endpoint.
+    async fn published_managers(&self) -> Result<HashMap<u32, String>> {
+        let entries = self.list("/tenure").await?;
+        let mut addrs = HashMap::new();
+        let mut managers = Vec::new();
+        for e in &entries {
+            let value = String::from_utf8_lossy(&e.value);
+            if let Some(id) = e.key.strip_prefix("/tenure/devices/") {
+                if let Ok(id) = id.parse::<u64>() {
+                    addrs.insert(id, normalize(value.into_owned()));
+                }
+            } else if let Some(s) = e.key.strip_prefix("/tenure/stores/")
+                && let Ok(s) = s.parse::<u32>()
+                && let Some((mgr, _)) = tenure_core::device::parse_store_entry(&e.value)
+            {
+                managers.push((s, mgr.0));
+            }
+        }
+        let known = self.endpoints();
+        Ok(managers
+            .into_iter()
+            .filter_map(|(s, d)| Some((s, addrs.get(&d)?.clone())))
+            .filter(|(_, e)| known.contains(e))
+            .collect())
     }
 
     /// `endpoint` did not answer in time: try it last for a while.
@@ -764,7 +832,7 @@ impl Client {
                 _ if cut => continue,
                 _ => {
                     redirects.reset();
-                    self.inner.routes.lock().unwrap().remove(&store);
+                    self.clear_route(store);
                     rotate += 1;
                     target = self.route(store, rotate);
                 }
@@ -774,12 +842,14 @@ impl Client {
         }
     }
 
-    /// The endpoint to try for `store`: the remembered manager, or the endpoints in turn.
+    /// The endpoint to try for `store`: the remembered manager, the one the lookup
+    /// service names, or the endpoints in turn.
     fn route(&self, store: u32, rotate: usize) -> String {
-        if rotate == 0
-            && let Some(e) = self.inner.routes.lock().unwrap().get(&store)
-        {
-            return e.clone();
+        if rotate == 0 {
+            let route = self.inner.routes.lock().unwrap().get(&store).cloned();
+            if let Some(e) = route.or_else(|| self.lookup_hint(store)) {
+                return e;
+            }
         }
         let eps = self.inner.endpoints.lock().unwrap();
         eps[(store as usize + rotate) % eps.len()].clone()
@@ -794,9 +864,10 @@ impl Client {
             .insert(store, endpoint.to_string());
     }
 
-    /// Forget the manager of `store`.
+    /// Forget the manager of `store` (and the lookup's word on it, which may be as old).
     pub(crate) fn clear_route(&self, store: u32) {
         self.inner.routes.lock().unwrap().remove(&store);
+        self.inner.lookup_hints.lock().unwrap().0.remove(&store);
     }
 }
 

@@ -287,6 +287,11 @@ impl ServerConfig {
         // the core (idempotency windows included, up to a megabyte) would only be
         // cloned, encoded and logged on top of that.
         cfg.whole_record_every = u32::MAX;
+        // Published as /tenure/devices/<id> (DESIGN §3): clients map the lookup's
+        // `store → manager` entries to endpoints with it.
+        if let Some(addr) = self.client_endpoint(DeviceId(self.id)) {
+            cfg.advertise = addr.to_string();
+        }
         cfg.lookup = self.lookup.clone();
         cfg.lookup.ups = match self.lookup.ups {
             // The seed assumes a UPS-designated node; the lowest id plays it by default.

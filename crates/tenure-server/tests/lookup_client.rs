@@ -419,3 +419,44 @@ fn an_alert_fires_after_its_silent_key_expired() {
         next(&mut a, Duration::from_secs(5)).await;
     });
 }
+
+/// DESIGN §3: every store's manager publishes itself in the lookup service and every
+/// device its client address; the client library maps them to an endpoint and tries it
+/// before any other when it knows no manager for the store.
+#[test]
+fn the_client_finds_each_store_manager_through_the_lookup_service() {
+    let cluster = lookup_cluster(3);
+    rt().block_on(async {
+        let c = client_at(&cluster, 0);
+        wait_ready(&c).await;
+        let eps = cluster.endpoints();
+        let managed = wait_all_managed(&c, &eps, Duration::from_secs(30)).await;
+        let by_device: std::collections::HashMap<u64, String> = (cluster.cfgs.iter())
+            .map(|cfg| {
+                (
+                    cfg.id,
+                    format!(
+                        "http://{}",
+                        cfg.client_endpoint(tenure_core::DeviceId(cfg.id)).unwrap()
+                    ),
+                )
+            })
+            .collect();
+        let started = Instant::now();
+        loop {
+            let agree = managed
+                .iter()
+                .filter(|(s, (d, _))| c.published_manager(**s).as_ref() == by_device.get(d))
+                .count();
+            if agree == managed.len() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{agree} of {} stores published with their manager",
+                managed.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
