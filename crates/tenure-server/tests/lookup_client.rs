@@ -397,7 +397,6 @@ fn an_alert_fires_when_its_key_is_not_refreshed_in_time() {
 /// expires first. The core then measures the silence from the alert's registration,
 /// which already fired, so no alert comes (reported to the core's owner).
 #[test]
-#[ignore = "core: an alert does not fire once its silent key has expired (lookup/entries.rs alert_base)"]
 fn an_alert_fires_after_its_silent_key_expired() {
     let cluster = lookup_cluster(3);
     rt().block_on(async {

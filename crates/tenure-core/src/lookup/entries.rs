@@ -36,6 +36,9 @@ pub struct Sub {
     pub last_sent: Instant,
     /// For an alert: the refresh time the alert already fired for.
     pub fired_for: Option<Instant>,
+    /// For an alert: when its key was last refreshed here (the deadline runs from it once
+    /// the entry has expired or been revoked).
+    pub last_refresh: Option<Instant>,
 }
 
 /// Query demand on a key, for the adaptivity policy.
@@ -462,6 +465,11 @@ impl Entries {
         }
         let view = self.view(now, &en);
         self.insert(en);
+        for s in self.subs.values_mut() {
+            if matches!(&s.watch, Watch::Alert { key: k, .. } if k == key) {
+                s.last_refresh = Some(now);
+            }
+        }
         if changed && let Some(entry) = view {
             self.notify(ctx, lid, key, WatchEvent::Put { entry });
         }
@@ -555,6 +563,7 @@ impl Entries {
             seq: self.pushed,
             last_sent: now,
             fired_for: None,
+            last_refresh: None,
         });
         let moved = s.origin != origin || s.watch != *watch;
         s.origin = origin;
@@ -696,7 +705,8 @@ impl Entries {
     fn alert_base(&self, s: &Sub, key: &str) -> Instant {
         match self.map.get(key) {
             Some(e) if e.value.is_some() => e.refreshed,
-            _ => s.registered,
+            // Gone (expired or revoked): silent since its last refresh, if it had one.
+            _ => s.last_refresh.unwrap_or(s.registered).max(s.registered),
         }
     }
 
@@ -796,11 +806,14 @@ impl Node {
                 None
             }
             LookupRequest::Unsubscribe { sub } => {
-                let known = if self.applies_updates() {
-                    self.data.subs.remove(sub).is_some()
-                } else {
-                    false
-                };
+                // Only the subscription's own origin drops it: a subscriber that moved to
+                // another device keeps it when its old stream's end unsubscribes.
+                let known = self.applies_updates()
+                    && match self.data.subs.get(sub) {
+                        Some(s) if s.origin == origin => self.data.subs.remove(sub).is_some(),
+                        Some(_) => true,
+                        None => false,
+                    };
                 lid?;
                 Some(if known {
                     Ok(LookupResponse::Unsubscribed)

@@ -474,6 +474,13 @@ impl Node {
                 req_id,
                 req,
             } => {
+                // The origin validated it; a request that fails here comes from a
+                // misbehaving peer and changes nothing.
+                if super::entries::validate(Self::s(ctx), &req).is_err()
+                    || matches!(req, LookupRequest::Status)
+                {
+                    return;
+                }
                 if let Some(result) = self.deliver(ctx, origin, &req) {
                     ctx.send(
                         origin,
@@ -534,6 +541,10 @@ impl Node {
             return reply(ctx, client, req_id, result);
         }
         if let Some(result) = self.data.unacknowledged(&req) {
+            // An unacknowledged update is only worth "sent" if some node applies it.
+            if !self.applies_updates() && self.active_nodes().is_empty() {
+                return reply(ctx, client, req_id, Err(LookupError::NoLeader));
+            }
             return reply(ctx, client, req_id, result);
         }
         let deadline = ctx.now + Self::s(ctx).roundtrip_delay;

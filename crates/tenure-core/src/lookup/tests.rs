@@ -928,3 +928,151 @@ fn managers_and_devices_publish_themselves_in_the_lookup_service() {
         "the crashed device's entry expired"
     );
 }
+
+/// An alert registered before its key existed fires once for the registration; when the
+/// key is later published and then expires unrefreshed, the deadline runs from its last
+/// refresh and the alert fires again (it is not stuck on the registration it already
+/// fired for).
+#[test]
+fn an_alert_fires_again_after_its_key_expired() {
+    let mut c = settled(3, |_| {});
+    let within = Duration::from_millis(800);
+    subscribe(
+        &mut c,
+        d(2),
+        11,
+        Watch::Alert {
+            key: "/dev/t".into(),
+            within,
+        },
+        None,
+    );
+    c.run_for(Duration::from_millis(900));
+    assert_eq!(events(&c, 11).len(), 1, "fired for the registration");
+    let i = Duration::from_millis(200);
+    c.lookup(d(2), 1, publish("/dev/t", b"1", 1, i, Durability::Volatile));
+    let published = c.now;
+    // Keep the subscription alive (1 s interval) without refreshing the key.
+    c.run_for(Duration::from_millis(600));
+    subscribe(
+        &mut c,
+        d(2),
+        11,
+        Watch::Alert {
+            key: "/dev/t".into(),
+            within,
+        },
+        None,
+    );
+    assert!(
+        c.devices[&d(1)]
+            .lookup()
+            .data()
+            .get("/dev/t")
+            .is_none_or(|e| e.value.is_none()),
+        "expired"
+    );
+    c.run_for(Duration::from_millis(300));
+    let ev = events(&c, 11);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(
+        matches!(&ev[1].1.event, WatchEvent::Alert { silent_for, .. } if *silent_for >= within)
+    );
+    let fired_at = c
+        .events
+        .iter()
+        .rev()
+        .find(|(_, _, e)| e.sub == 11)
+        .unwrap()
+        .0;
+    assert!(fired_at.saturating_since(published) < within + Duration::from_millis(50));
+}
+
+/// A subscriber that moved to another device re-registered there; the unsubscribe its
+/// old device sends when the old stream ends does not drop the moved subscription.
+#[test]
+fn an_unsubscribe_from_a_former_origin_keeps_the_moved_subscription() {
+    let mut c = settled(3, |_| {});
+    subscribe(&mut c, d(3), 21, Watch::Prefix("/svc".into()), None);
+    c.run_for(Duration::from_millis(10));
+    subscribe(&mut c, d(2), 21, Watch::Prefix("/svc".into()), None);
+    c.run_for(Duration::from_millis(10));
+    let id = c.lookup(d(3), 1, LookupRequest::Unsubscribe { sub: 21 });
+    c.run_for(Duration::from_millis(10));
+    assert_eq!(answer(&c, id), Ok(LookupResponse::Unsubscribed));
+    assert!(c.devices[&d(1)].lookup().data().subs().contains_key(&21));
+    let id = c.lookup(d(2), 1, LookupRequest::Unsubscribe { sub: 21 });
+    c.run_for(Duration::from_millis(10));
+    assert_eq!(answer(&c, id), Ok(LookupResponse::Unsubscribed));
+    assert!(!c.devices[&d(1)].lookup().data().subs().contains_key(&21));
+}
+
+/// A forwarded request that fails validation (a misbehaving peer: the origin validates
+/// every request it multicasts) changes nothing at the receiving node.
+#[test]
+fn an_invalid_forwarded_request_is_ignored() {
+    let mut c = settled(3, |s| s.max_value_bytes = 8);
+    let now = c.now;
+    let out = c.devices.get_mut(&d(1)).unwrap().handle(
+        now,
+        crate::io::Input::Message {
+            from: d(2),
+            msg: crate::msg::Msg::Lookup(LookupMsg::Forward {
+                origin: d(2),
+                client: crate::ClientId(1),
+                req_id: 1,
+                req: publish(
+                    "/x",
+                    &[1; 64],
+                    1,
+                    Duration::from_secs(60),
+                    Durability::Persistent,
+                ),
+            }),
+        },
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Send { .. } | Output::Persist(_))),
+        "{out:?}"
+    );
+    assert!(c.devices[&d(1)].lookup().data().get("/x").is_none());
+}
+
+/// An unacknowledged update through a device that knows no active node (the service is
+/// still starting) answers `NoLeader` instead of "sent": nobody would apply it.
+#[test]
+fn a_volatile_publish_with_no_active_node_answers_no_leader() {
+    let mut c = cluster(3, |_| {});
+    c.run_for(Duration::from_millis(10));
+    let id = c.lookup(
+        d(1),
+        1,
+        publish(
+            "/early",
+            b"1",
+            1,
+            Duration::from_secs(1),
+            Durability::Volatile,
+        ),
+    );
+    c.run_for(Duration::from_millis(1));
+    assert_eq!(answer(&c, id), Err(LookupError::NoLeader));
+    c.run_for(Duration::from_secs(8));
+    let id = c.lookup(
+        d(1),
+        1,
+        publish(
+            "/early",
+            b"1",
+            2,
+            Duration::from_secs(1),
+            Durability::Volatile,
+        ),
+    );
+    c.run_for(Duration::from_millis(1));
+    assert!(matches!(
+        answer(&c, id),
+        Ok(LookupResponse::Published { acked: false, .. })
+    ));
+}
