@@ -638,7 +638,9 @@ impl World {
         {
             self.step();
         }
-        self.now = self.now.max(until);
+        if self.violations.is_empty() {
+            self.now = self.now.max(until);
+        }
         if self.stats.events > EVENTS_MAX {
             self.violations.push(LookupViolation::NotStabilised {
                 at_us: self.since_start(),
