@@ -7,6 +7,7 @@
 
 use super::CpuMeter;
 use crate::client_cmds::Target;
+use futures::StreamExt;
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,11 @@ pub struct LookupArgs {
     /// report the outage.
     #[arg(long)]
     kill_leader: bool,
+    /// Run the same shape against etcd at this endpoint instead (`host:port`): each
+    /// provider keeps a lease alive and puts a new value under it every interval;
+    /// queriers read with linearizable Range.
+    #[arg(long)]
+    etcd: Option<String>,
     #[command(flatten)]
     target: Target,
     /// Machine-readable output.
@@ -69,11 +75,120 @@ pub fn run(a: LookupArgs) -> anyhow::Result<()> {
     rt.block_on(bench(a))
 }
 
+/// What the queriers read from.
+#[derive(Clone)]
+enum Backend {
+    Tenure(Client),
+    Etcd(etcd::kv_client::KvClient<tonic::transport::Channel>),
+}
+
+impl Backend {
+    /// The value under `key` (`None`: absent).
+    async fn get(&mut self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        match self {
+            Backend::Tenure(c) => Ok(c.get(key).await?.map(|e| e.value)),
+            Backend::Etcd(kv) => {
+                let r = kv
+                    .range(etcd::RangeRequest {
+                        key: key.as_bytes().to_vec(),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+            }
+        }
+    }
+}
+
+/// The generated client of etcd's v3 API subset (`etcd/rpc.proto`).
+#[allow(clippy::all, missing_docs)]
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
+/// Providers against etcd: one lease per provider (TTL two intervals, at least etcd's
+/// minimum), kept alive and its keys put with a new value every interval.
+async fn etcd_providers(
+    a: &LookupArgs,
+    endpoint: &str,
+    keys: &[String],
+) -> anyhow::Result<(Backend, tokio::task::JoinHandle<()>)> {
+    let url = if endpoint.starts_with("http") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    let ch = tonic::transport::Endpoint::from_shared(url)?
+        .connect()
+        .await?;
+    let kv = etcd::kv_client::KvClient::new(ch.clone());
+    let mut lease = etcd::lease_client::LeaseClient::new(ch);
+    let ttl = (a.interval * 2).as_secs().max(2) as i64;
+    let mut leases = Vec::new();
+    for p in 0..a.publishers as usize {
+        let id = lease
+            .lease_grant(etcd::LeaseGrantRequest { ttl, id: 0 })
+            .await?
+            .into_inner()
+            .id;
+        let mine: Vec<String> = keys[p * a.keys as usize..(p + 1) * a.keys as usize].to_vec();
+        leases.push((id, mine));
+    }
+    let (interval, mut kv2) = (a.interval, kv.clone());
+    let task = tokio::spawn(async move {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        // etcd answers the stream's headers with its first answer: send first.
+        for (id, _) in &leases {
+            let _ = tx.send(etcd::LeaseKeepAliveRequest { id: *id }).await;
+        }
+        let keepalive = lease
+            .lease_keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await;
+        let mut answers = keepalive.ok().map(|r| r.into_inner());
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            for (id, keys) in &leases {
+                let _ = tx.send(etcd::LeaseKeepAliveRequest { id: *id }).await;
+                for k in keys {
+                    let put = etcd::PutRequest {
+                        key: k.as_bytes().to_vec(),
+                        value: now_micros().to_string().into_bytes(),
+                        lease: *id,
+                        ..Default::default()
+                    };
+                    if let Err(e) = kv2.put(put).await {
+                        tracing::debug!("etcd put failed: {e}");
+                    }
+                }
+            }
+            if let Some(s) = answers.as_mut() {
+                while let Ok(Some(Ok(_))) =
+                    tokio::time::timeout(Duration::from_millis(1), s.next()).await
+                {}
+            }
+        }
+    });
+    Ok((Backend::Etcd(kv), task))
+}
+
 async fn bench(a: LookupArgs) -> anyhow::Result<()> {
-    let endpoints = a.target.endpoints()?;
     let keys: Vec<String> = (0..a.publishers)
         .flat_map(|p| (0..a.keys).map(move |k| format!("/bench-lookup/p{p}/k{k}")))
         .collect();
+    if let Some(ep) = a.etcd.clone() {
+        anyhow::ensure!(
+            !a.kill_leader,
+            "--kill-leader is for a Tenure local cluster"
+        );
+        let (backend, task) = etcd_providers(&a, &ep, &keys).await?;
+        tokio::time::sleep(a.interval + Duration::from_millis(200)).await;
+        let r = measure(&a, backend, keys).await;
+        task.abort();
+        return r;
+    }
+    let endpoints = a.target.endpoints()?;
     // Providers: one client each; every entry's value is the time it was produced.
     let mut handles = Vec::new();
     for p in 0..a.publishers as usize {
@@ -107,6 +222,17 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
     // Let every entry reach the nodes before measuring.
     tokio::time::sleep(a.interval + Duration::from_millis(200)).await;
     let client = Client::new(endpoints.clone())?;
+    let r = measure(&a, Backend::Tenure(client), keys).await;
+    updater.abort();
+    let _ = updater.await;
+    for h in Arc::try_unwrap(handles).map_err(|_| anyhow::anyhow!("handles shared"))? {
+        let _ = h.revoke().await;
+    }
+    r
+}
+
+/// Queriers read random keys for `--seconds` through `backend`; print the report.
+async fn measure(a: &LookupArgs, backend: Backend, keys: Vec<String>) -> anyhow::Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let absent = Arc::new(AtomicU64::new(0));
@@ -119,8 +245,8 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
     let keys = Arc::new(keys);
     let mut tasks = Vec::new();
     for q in 0..a.queriers {
-        let (client, keys, done, errors, absent) = (
-            client.clone(),
+        let (mut client, keys, done, errors, absent) = (
+            backend.clone(),
             keys.clone(),
             done.clone(),
             errors.clone(),
@@ -145,7 +271,7 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
                             let mut g = longest_gap.lock().unwrap();
                             *g = (*g).max(gap);
                         }
-                        match entry.and_then(|e| String::from_utf8(e.value).ok()) {
+                        match entry.and_then(|v| String::from_utf8(v).ok()) {
                             Some(v) => {
                                 let produced: u64 = v.parse().unwrap_or(0);
                                 age.saturating_record(now_micros().saturating_sub(produced));
@@ -167,7 +293,10 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
     let mut killed = None;
     if a.kill_leader {
         tokio::time::sleep(Duration::from_secs(a.seconds) / 3).await;
-        killed = Some(kill_leader(&client, &a.target).await?);
+        let Backend::Tenure(client) = &backend else {
+            anyhow::bail!("--kill-leader is for a Tenure local cluster");
+        };
+        killed = Some(kill_leader(client, &a.target).await?);
     }
     let bar = if a.json {
         indicatif::ProgressBar::hidden()
@@ -186,8 +315,6 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
         lat.add(l)?;
         age.add(g)?;
     }
-    updater.abort();
-    let _ = updater.await;
     let elapsed = started.elapsed().as_secs_f64();
     let n = lat.len();
     let (cpu_json, cpu_text) = cpu.per_unit(n, "query");
@@ -218,9 +345,6 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
         "longest_gap_ms": outage.as_secs_f64() * 1000.0,
         "cpu_us_per_op": cpu_json,
     });
-    for h in Arc::try_unwrap(handles).map_err(|_| anyhow::anyhow!("handles shared"))? {
-        let _ = h.revoke().await;
-    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
