@@ -521,6 +521,12 @@ pub enum Observation {
         /// `activeStartTime`.
         start: Option<Instant>,
     },
+    /// A live lookup entry was dropped by this node because it was not refreshed within
+    /// its lifetime.
+    LookupExpired {
+        /// Whether the entry was persistent.
+        persistent: bool,
+    },
     /// A migration committed or aborted (reported by the incoming manager).
     Migration {
         /// Store.

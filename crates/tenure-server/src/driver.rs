@@ -978,6 +978,14 @@ fn observe(obs: &Observation, hot: &HotMetrics) {
             metrics::gauge!("tenure_lookup_leader")
                 .set(f64::from(u8::from(*state == NodeState::Leader)));
         }
+        Observation::LookupExpired { persistent } => {
+            let d = if *persistent {
+                "persistent"
+            } else {
+                "volatile"
+            };
+            metrics::counter!("tenure_lookup_expiries_total", "durability" => d).increment(1);
+        }
         // Observations the core adds later are logged until they get a metric.
         #[allow(unreachable_patterns)]
         _ => debug!(?obs, "observation"),

@@ -278,6 +278,13 @@ impl Lookup for LookupApi {
             Ok(LookupResponse::Entry { entry, leader }) => {
                 metrics::histogram!("tenure_lookup_query_seconds", "kind" => "get")
                     .record(started.elapsed().as_secs_f64());
+                // Measured staleness: how long before the answer the entry was last
+                // refreshed at the leader (bounded by its interval without faults, by
+                // two intervals and a round trip under one lost refresh).
+                if let Some(e) = &entry {
+                    metrics::histogram!("tenure_lookup_answer_age_seconds")
+                        .record(e.age.as_secs_f64());
+                }
                 reply(R::Ok(proto::GotEntry {
                     entry: entry.as_ref().map(entry_to_proto),
                     leader: Some(leader_to_proto(leader)),

@@ -669,6 +669,11 @@ impl Entries {
             }
             self.meta.remove(&key);
             self.demand.remove(&key);
+            if e.value.is_some() {
+                ctx.observe(crate::io::Observation::LookupExpired {
+                    persistent: e.durability == Durability::Persistent,
+                });
+            }
             if e.value.is_some() && !ctx.cfg.planted.lookup_silent_expiry {
                 self.notify(
                     ctx,

@@ -377,6 +377,16 @@ fn volatile_entries_are_applied_everywhere_answered_by_the_leader_and_expire() {
     // No refresh: gone 2 × 500 ms + 100 ms after the publish (minus the 160 ms spent).
     c.run_for(Duration::from_millis(900));
     assert_eq!(get(&mut c, d(2), "/svc/web/1"), None);
+    // Every node that kept it reports the expiry (metrics count them).
+    let expired = (c.observations.iter())
+        .filter(|(_, _, o)| {
+            matches!(
+                o,
+                crate::io::Observation::LookupExpired { persistent: false }
+            )
+        })
+        .count();
+    assert_eq!(expired, 3);
 }
 
 /// Pessimistic update: `if (bIsLeader && update_needs_acknowledgement) reply(status)`, and
