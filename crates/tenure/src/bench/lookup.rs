@@ -25,7 +25,7 @@ pub struct LookupArgs {
     #[arg(long, default_value_t = 4)]
     keys: u64,
     /// Refresh interval of the entries (a new value every interval).
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    #[arg(long, default_value = "1s", value_parser = crate::lock_cmds::parse_duration)]
     interval: Duration,
     /// Concurrent queriers (Get of a random entry, in a loop).
     #[arg(long, default_value_t = 16)]
@@ -47,10 +47,6 @@ pub struct LookupArgs {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    tenure_core::lookup::parse_duration(s)
 }
 
 fn now_micros() -> u64 {
