@@ -723,20 +723,26 @@ impl Client {
     ) -> Result<proto::StatusResponse> {
         let endpoint = normalize(endpoint.to_string());
         let mut c = self.channel(&endpoint)?;
-        match tokio::time::timeout(limit, c.status(proto::StatusRequest {})).await {
-            Ok(r) => r.map(|r| r.into_inner()).map_err(Error::from_status),
-            Err(_) => Err(Error::Rpc(Box::new(tonic::Status::deadline_exceeded(
-                "no answer to Status in time",
-            )))),
-        }
+        within(limit, "Status", c.status(proto::StatusRequest {})).await
     }
 
     /// Status of every known endpoint, in order (asked at once; each bounded by
     /// `attempt_timeout`).
     pub async fn status_all(&self) -> Vec<(String, Result<proto::StatusResponse>)> {
+        self.ask_all(|e| async move { self.status_of(&e).await })
+            .await
+    }
+
+    /// `ask` of every known endpoint, at once; the answers in endpoint order.
+    pub(crate) async fn ask_all<T, Fut>(
+        &self,
+        ask: impl Fn(String) -> Fut,
+    ) -> Vec<(String, Result<T>)>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
         let eps = self.endpoints();
-        let asks = eps.iter().map(|e| self.status_of(e));
-        let answers = futures::future::join_all(asks).await;
+        let answers = futures::future::join_all(eps.iter().cloned().map(ask)).await;
         eps.into_iter().zip(answers).collect()
     }
 
@@ -868,6 +874,20 @@ impl Client {
     pub(crate) fn clear_route(&self, store: u32) {
         self.inner.routes.lock().unwrap().remove(&store);
         self.inner.lookup_hints.lock().unwrap().0.remove(&store);
+    }
+}
+
+/// One RPC bounded by `limit`: its answer, its error, or "no answer to `what` in time".
+pub(crate) async fn within<T>(
+    limit: Duration,
+    what: &str,
+    rpc: impl Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, rpc).await {
+        Ok(r) => r.map(|r| r.into_inner()).map_err(Error::from_status),
+        Err(_) => Err(Error::Rpc(Box::new(tonic::Status::deadline_exceeded(
+            format!("no answer to {what} in time"),
+        )))),
     }
 }
 

@@ -312,20 +312,18 @@ impl Client {
         let endpoint = crate::normalize(endpoint.to_string());
         let mut c = self.lookup_channel(&endpoint)?;
         let limit = self.inner.opts.attempt_timeout;
-        match tokio::time::timeout(limit, c.node_status(proto::NodeStatusRequest {})).await {
-            Ok(r) => r.map(|r| r.into_inner()).map_err(Error::from_status),
-            Err(_) => Err(Error::Rpc(Box::new(tonic::Status::deadline_exceeded(
-                "no answer to NodeStatus in time",
-            )))),
-        }
+        crate::within(
+            limit,
+            "NodeStatus",
+            c.node_status(proto::NodeStatusRequest {}),
+        )
+        .await
     }
 
     /// [`Client::node_status`] of every known endpoint, asked at once.
     pub async fn node_status_all(&self) -> Vec<(String, Result<proto::NodeStatusResponse>)> {
-        let eps = self.endpoints();
-        let asks = eps.iter().map(|e| self.node_status(e));
-        let answers = futures::future::join_all(asks).await;
-        eps.into_iter().zip(answers).collect()
+        self.ask_all(|e| async move { self.node_status(&e).await })
+            .await
     }
 }
 
