@@ -349,11 +349,9 @@ impl Entries {
     }
 
     fn under_prefix(&self, now: Instant, prefix: &str) -> Vec<EntryView> {
-        let start = prefix.trim_end_matches('/').to_string();
-        (self.map.range(start..))
-            .take_while(|(k, _)| k.starts_with(prefix.trim_end_matches('/')))
-            .filter(|(k, _)| under(k, prefix))
-            .filter_map(|(_, e)| self.view(now, e))
+        (self.live_under(prefix.trim_end_matches('/')))
+            .filter(|e| under(&e.key, prefix))
+            .filter_map(|e| self.view(now, e))
             .collect()
     }
 

@@ -525,18 +525,13 @@ impl Node {
         // The multicast goes to every other node, not only to those the soft-state store
         // shows up: for a heartbeat after a boot that store is empty, and an update
         // multicast to nobody is lost at every node though the origin accepted it.
-        let others: Vec<DeviceId> = self.others().collect();
-        for d in others {
-            ctx.send(
-                d,
-                Msg::Lookup(LookupMsg::Forward {
-                    origin: me,
-                    client,
-                    req_id,
-                    req: req.clone(),
-                }),
-            );
-        }
+        let forward = LookupMsg::Forward {
+            origin: me,
+            client,
+            req_id,
+            req: req.clone(),
+        };
+        self.multicast(ctx, forward);
         if let Some(result) = local {
             return reply(ctx, client, req_id, result);
         }
@@ -611,16 +606,13 @@ impl Node {
     fn multicast_own(&mut self, ctx: &mut Ctx, req: LookupRequest) {
         let me = self.me;
         let _ = self.deliver(ctx, me, &req);
-        let others: Vec<DeviceId> = self.others().collect();
-        for d in others {
-            let msg = LookupMsg::Forward {
-                origin: me,
-                client: OWN_CLIENT,
-                req_id: 0,
-                req: req.clone(),
-            };
-            ctx.send(d, Msg::Lookup(msg));
-        }
+        let forward = LookupMsg::Forward {
+            origin: me,
+            client: OWN_CLIENT,
+            req_id: 0,
+            req,
+        };
+        self.multicast(ctx, forward);
     }
 
     /// Timers.
