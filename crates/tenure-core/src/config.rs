@@ -102,6 +102,16 @@ pub struct PlantedBugs {
     pub lookup_sync_restarts_seq: bool,
     /// The lookup maintainer runs only on soft-state changes, never on LONG_TIMEOUT.
     pub lookup_no_long_timeout: bool,
+    /// The object collector also deletes the blocks of active objects.
+    pub objects_collect_active: bool,
+    /// Fenced object writes are applied without checking the token.
+    pub objects_ignore_fence: bool,
+    /// A get returns the object's previous (superseded) content when there is one.
+    pub objects_read_superseded: bool,
+    /// Watches skip every change with an even revision.
+    pub objects_watch_drop: bool,
+    /// The collector never runs: pending_delete manifests stay forever.
+    pub objects_never_collect: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.
@@ -203,6 +213,9 @@ pub struct DeviceConfig {
     pub advertise: String,
     /// The lookup service's intervals and limits (`[lookup]`).
     pub lookup: crate::lookup::LookupSettings,
+    /// The object service's limits and intervals (`[objects]`).
+    #[serde(default)]
+    pub objects: crate::objects::ObjectSettings,
     /// A chunk persists its whole record after this many delta persists in a row
     /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
@@ -219,6 +232,7 @@ impl DeviceConfig {
             run_policies: true,
             planted: PlantedBugs::default(),
             lookup: crate::lookup::LookupSettings::default(),
+            objects: crate::objects::ObjectSettings::default(),
             advertise: String::new(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }

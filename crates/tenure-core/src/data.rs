@@ -98,6 +98,23 @@ pub enum StoreOp {
         /// Manager time.
         at: crate::time::Instant,
     },
+    /// A change to the store's objects (seed 001).
+    Object {
+        /// The change.
+        op: crate::objects::ObjectOp,
+        /// Manager time and the decisions every replica repeats.
+        acc: crate::objects::table::Access,
+    },
+}
+
+impl StoreOp {
+    /// Bytes of object block data the change carries.
+    pub fn data_len(&self) -> usize {
+        match self {
+            StoreOp::Object { op, .. } => op.data_len(),
+            _ => 0,
+        }
+    }
 }
 
 impl crate::safetalk::Kind for StoreOp {
@@ -127,6 +144,9 @@ pub struct Tables {
     pub sessions: Sessions,
     /// The LOCK table.
     pub locks: LockTable,
+    /// Objects: manifests by key, revisions, watch history.
+    #[serde(default)]
+    pub objects: crate::objects::ObjectTable,
 }
 
 impl Default for Tables {
@@ -135,6 +155,7 @@ impl Default for Tables {
             registers: VersionedMap::default(),
             sessions: Sessions::default(),
             locks: LockTable::new(LockTableConfig::default(), Epoch(0)),
+            objects: Default::default(),
         }
     }
 }
@@ -150,6 +171,8 @@ pub enum OpResult {
     SessionEnded(SessionRelease),
     /// A lock operation's result.
     Lock(LockOpResult),
+    /// An object change's result.
+    Object(Result<crate::objects::ObjectOutcome, crate::io::ClientError>),
 }
 
 impl Tables {
@@ -174,6 +197,8 @@ impl Tables {
                 at,
             } => {
                 self.sessions.open.remove(session);
+                // Ephemeral objects end with their session.
+                self.objects.session_ended(*session, *at);
                 OpResult::SessionEnded(if *expired {
                     self.locks.release_session(*session, *at)
                 } else {
@@ -192,6 +217,9 @@ impl Tables {
                 }
                 OpResult::Lock(self.locks.apply(op, *at))
             }
+            StoreOp::Object { op, acc } => {
+                OpResult::Object(self.objects.execute(op, *acc, &self.locks))
+            }
         }
     }
 }
@@ -199,6 +227,10 @@ impl Tables {
 impl crate::safetalk::Apply<StoreOp> for Tables {
     fn apply(&mut self, seq: Version, op: &StoreOp) {
         let _ = self.execute(seq, op);
+    }
+    /// Object manifests are reconciled with seed 001's merge as well (DESIGN §3).
+    fn absorb(&mut self, other: &Self) {
+        self.objects.reconcile(&other.objects);
     }
 }
 

@@ -132,16 +132,19 @@ impl Device {
             node.provide(&mut ctx, device_key(me), addr.into_bytes());
             node
         };
+        let mut blocks = disk.blocks;
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
         if dev.next_serial == 0 && records.is_empty() {
             records = dev.bootstrap(&mut out);
         }
         for p in records {
             let id = p.id;
-            let chunk = {
+            let mut chunk = {
                 let mut ctx = dev.env.ctx(now, &mut out);
                 Chunk::boot(&mut ctx, p)
             };
+            chunk.blocks =
+                crate::objects::blocks::ChunkBlocks::new(blocks.remove(&id).unwrap_or_default());
             dev.chunks.insert(id, chunk);
         }
         dev.finish(&mut out);
@@ -312,7 +315,7 @@ impl Device {
                 ..
             } => Stale::One(Role::Lookup),
             Input::Message {
-                msg: Msg::Policy(_),
+                msg: Msg::Policy(_) | Msg::Blocks(_),
                 ..
             }
             | Input::Tick
@@ -404,6 +407,7 @@ impl Device {
                     m.chunk_created(&mut ctx, chunk);
                 }
             }
+            Msg::Blocks(m) => on_block_msg(&mut ctx, chunks, managers, from, m),
             Msg::Lookup(_) => unreachable!("handled above"),
         }
         self.collect_garbage();
@@ -578,6 +582,10 @@ impl Device {
             chunks: self.chunks.iter().map(|(k, c)| (*k, c.p.clone())).collect(),
             lookup: (self.lookup.data().persistent_store().into_iter())
                 .map(|e| (e.key.clone(), e))
+                .collect(),
+            blocks: (self.chunks.iter())
+                .filter(|(_, c)| !c.blocks.data.is_empty())
+                .map(|(k, c)| (*k, c.blocks.data.clone()))
                 .collect(),
         }
     }
@@ -754,5 +762,85 @@ mod tests {
         );
         assert_eq!(dev.managers.len(), before, "the empty role is collected");
         assert!(!dev.managers.contains_key(&store));
+    }
+}
+
+/// Route block traffic (DESIGN §5): reads, deletions and probes to the chunk named,
+/// answers to the chunk or manager role that asked. A read or deletion for a chunk this
+/// device does not hold is answered at once (with nothing, or as done), so the asker
+/// moves on.
+fn on_block_msg(
+    ctx: &mut Ctx<'_>,
+    chunks: &mut BTreeMap<ChunkId, Chunk>,
+    managers: &mut BTreeMap<StoreId, Manager>,
+    from: DeviceId,
+    msg: crate::objects::blocks::BlockMsg,
+) {
+    use crate::objects::blocks::{BlockMsg, Requester};
+    let mine = |c: &ChunkId, ctx: &Ctx<'_>| c.device == ctx.me();
+    match msg {
+        BlockMsg::Read {
+            store,
+            chunk,
+            ids,
+            tag,
+            reply_to,
+        } => match chunks.get(&chunk).filter(|_| mine(&chunk, ctx)) {
+            Some(c) => c
+                .blocks
+                .on_read(ctx, store, chunk, from, ids, tag, reply_to),
+            None => {
+                let blocks = ids.into_iter().map(|id| (id, None)).collect();
+                let msg = BlockMsg::Data {
+                    store,
+                    from: chunk,
+                    to: reply_to,
+                    tag,
+                    blocks,
+                };
+                ctx.send(from, Msg::Blocks(msg));
+            }
+        },
+        BlockMsg::Data {
+            store,
+            to: Requester::Chunk(c),
+            tag,
+            blocks,
+            ..
+        } => {
+            if let Some(ch) = chunks.get_mut(&c).filter(|_| mine(&c, ctx)) {
+                let mgr = ch.lease_mgr;
+                ch.blocks.on_data(ctx, store, c, mgr, tag, blocks);
+            }
+        }
+        BlockMsg::Delete {
+            store,
+            chunk,
+            ids,
+            tag,
+        } => match chunks.get_mut(&chunk).filter(|_| mine(&chunk, ctx)) {
+            Some(c) => c.blocks.on_delete(ctx, store, chunk, from, ids, tag),
+            None => ctx.send(from, Msg::Blocks(BlockMsg::Deleted { store, chunk, tag })),
+        },
+        BlockMsg::Probe {
+            store,
+            chunk,
+            epoch,
+        } => {
+            if let Some(c) = chunks.get(&chunk).filter(|_| mine(&chunk, ctx)) {
+                c.blocks.on_probe(ctx, store, chunk, from, epoch);
+            }
+        }
+        m @ (BlockMsg::Data { .. } | BlockMsg::Deleted { .. } | BlockMsg::Complete { .. }) => {
+            let store = match &m {
+                BlockMsg::Data { store, .. }
+                | BlockMsg::Deleted { store, .. }
+                | BlockMsg::Complete { store, .. } => *store,
+                _ => unreachable!("matched above"),
+            };
+            if let Some(mgr) = managers.get_mut(&store) {
+                mgr.on_block_msg(ctx, from, m);
+            }
+        }
     }
 }

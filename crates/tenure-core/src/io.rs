@@ -164,6 +164,127 @@ pub enum Request {
         /// Prefix path.
         prefix: String,
     },
+    /// An object request (seed 001; DESIGN §5).
+    Object {
+        /// Store.
+        store: StoreId,
+        /// The request.
+        req: ObjectRequest,
+    },
+}
+
+/// Who makes an object change, for idempotent retries and ephemeral objects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Writer {
+    /// The client's session in the store, if it has one.
+    pub session: Option<SessionId>,
+    /// Idempotency key (0: none): a retry with the same session and id returns the
+    /// first attempt's outcome.
+    pub request_id: u64,
+}
+
+impl Writer {
+    /// The `(session, request id)` pair a retry is recognised by.
+    pub fn request(&self) -> Option<(SessionId, u64)> {
+        match (self.session, self.request_id) {
+            (Some(s), r) if r != 0 => Some((s, r)),
+            _ => None,
+        }
+    }
+}
+
+/// Object requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ObjectRequest {
+    /// Upload a whole object (up to `max_object_size`).
+    Put {
+        /// Key (a path in the store).
+        key: String,
+        /// Content.
+        data: crate::objects::Bytes,
+        /// Who writes.
+        writer: Writer,
+        /// Conditions.
+        cond: crate::objects::Conditions,
+        /// Delete the object when the writer's session ends.
+        ephemeral: bool,
+    },
+    /// Read the active object (linearizable).
+    Get {
+        /// Key.
+        key: String,
+    },
+    /// Describe the active object without its data.
+    Head {
+        /// Key.
+        key: String,
+    },
+    /// Delete the active object.
+    Delete {
+        /// Key.
+        key: String,
+        /// Who deletes.
+        writer: Writer,
+        /// Conditions.
+        cond: crate::objects::Conditions,
+    },
+    /// Active objects at a prefix or below.
+    List {
+        /// Prefix path (`/` for every object of the store).
+        prefix: String,
+    },
+    /// Start a multipart upload.
+    MultipartInitiate {
+        /// Key.
+        key: String,
+        /// Who uploads.
+        writer: Writer,
+    },
+    /// Upload (or upload again) one part.
+    MultipartPart {
+        /// Key.
+        key: String,
+        /// The upload.
+        upload: crate::objects::Uuid,
+        /// Part number (1 and up).
+        part: u32,
+        /// Content of the part.
+        data: crate::objects::Bytes,
+    },
+    /// Complete a multipart upload with these parts, in order.
+    MultipartComplete {
+        /// Key.
+        key: String,
+        /// The upload.
+        upload: crate::objects::Uuid,
+        /// Parts to keep, in order.
+        parts: Vec<u32>,
+        /// Who completes.
+        writer: Writer,
+        /// Conditions.
+        cond: crate::objects::Conditions,
+    },
+    /// Abort a multipart upload.
+    MultipartAbort {
+        /// Key.
+        key: String,
+        /// The upload.
+        upload: crate::objects::Uuid,
+    },
+    /// Watch changes at a prefix or below, after a revision (none: from now).
+    Watch {
+        /// The client's id for this watch (echoed in its events).
+        watch: u64,
+        /// Prefix path.
+        prefix: String,
+        /// Deliver changes after this revision.
+        after: Option<u64>,
+    },
+    /// Stop a watch.
+    Unwatch {
+        /// The watch.
+        watch: u64,
+    },
 }
 
 impl Request {
@@ -177,7 +298,8 @@ impl Request {
             | Request::Acquire { store, .. }
             | Request::Release { store, .. }
             | Request::Holders { store, .. }
-            | Request::LocksUnder { store, .. } => *store,
+            | Request::LocksUnder { store, .. }
+            | Request::Object { store, .. } => *store,
         }
     }
 }
@@ -218,6 +340,55 @@ pub enum Response {
     Locks(Vec<LockInfo>),
     /// A lookup reply.
     Lookup(crate::lookup::LookupResponse),
+    /// An object became active.
+    ObjectWritten {
+        /// Its revision.
+        revision: u64,
+        /// Its upload.
+        uuid: crate::objects::Uuid,
+    },
+    /// An object was deleted.
+    ObjectDeleted {
+        /// Revision of the deletion.
+        revision: u64,
+    },
+    /// An object with its content.
+    Object {
+        /// Its description.
+        meta: crate::objects::ObjectMeta,
+        /// Its content.
+        data: crate::objects::Bytes,
+    },
+    /// An object's description (`Head`).
+    ObjectMeta(crate::objects::ObjectMeta),
+    /// Objects under a prefix, and the store's object revision they were read at.
+    Objects {
+        /// The store's object revision.
+        revision: u64,
+        /// The objects.
+        objects: Vec<crate::objects::ObjectMeta>,
+    },
+    /// A multipart upload started.
+    UploadStarted {
+        /// Its id.
+        upload: crate::objects::Uuid,
+    },
+    /// A part is durable on every live chunk.
+    PartStored {
+        /// Part number.
+        part: u32,
+        /// CRC-32 of its content.
+        checksum: u32,
+    },
+    /// A multipart upload was aborted.
+    UploadAborted,
+    /// A watch is registered; its events follow, from after `revision`.
+    Watching {
+        /// Changes after this revision are delivered.
+        revision: u64,
+    },
+    /// A watch was removed.
+    Unwatched,
 }
 
 /// Typed client errors (DESIGN §8).
@@ -262,6 +433,23 @@ pub enum ClientError {
     /// A lookup error.
     #[error(transparent)]
     Lookup(#[from] crate::lookup::LookupError),
+    /// A value, object or key larger than the configured limit.
+    #[error("too large: {size} bytes (limit {limit})")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A fenced write or release presented a token that is not the lock's current one.
+    #[error("stale fencing token (current: {current:?})")]
+    StaleToken {
+        /// The lock's current holder's token, if it is held.
+        current: Option<FencingToken>,
+    },
+    /// An object error.
+    #[error(transparent)]
+    Object(#[from] crate::objects::ObjectError),
 }
 
 /// One output of a device. Outputs are ordered: a `Persist` must be durable before any
@@ -296,6 +484,25 @@ pub enum Output {
     Observe(Observation),
     /// An event for a lookup subscription whose subscriber talks to this device.
     LookupEvent(crate::lookup::SubEvent),
+    /// Object changes for a watch, in revision order.
+    ObjectEvents {
+        /// The watching client.
+        client: ClientId,
+        /// The client's watch id.
+        watch: u64,
+        /// The changes.
+        changes: Vec<crate::objects::Change>,
+    },
+    /// A watch ended (its manager stopped managing the store): resume elsewhere from
+    /// the last revision seen.
+    WatchEnded {
+        /// The watching client.
+        client: ClientId,
+        /// The client's watch id.
+        watch: u64,
+        /// Why, and where to go.
+        reason: ClientError,
+    },
 }
 
 /// Persistent state of one chunk (the bold-face variables of seed 000 §4.1).
@@ -352,6 +559,22 @@ pub enum PersistOp {
     LookupPut(Box<crate::lookup::Entry>),
     /// Delete a persistent lookup entry.
     LookupRemove(String),
+    /// Store an object block at a chunk.
+    BlockPut {
+        /// The chunk.
+        chunk: ChunkId,
+        /// The block.
+        id: crate::objects::BlockId,
+        /// Its data.
+        data: crate::objects::Bytes,
+    },
+    /// Delete object blocks at a chunk.
+    BlockDelete {
+        /// The chunk.
+        chunk: ChunkId,
+        /// The blocks.
+        ids: Vec<crate::objects::BlockId>,
+    },
 }
 
 /// All persistent state of a device: what survives a crash.
@@ -364,6 +587,9 @@ pub struct DevicePersist {
     /// Persistent lookup entries and tombstones, by key.
     #[serde(default)]
     pub lookup: BTreeMap<String, crate::lookup::Entry>,
+    /// Object blocks, by chunk.
+    #[serde(default)]
+    pub blocks: BTreeMap<ChunkId, BTreeMap<crate::objects::BlockId, crate::objects::Bytes>>,
 }
 
 /// By default, a chunk writes its whole record after this many delta persists in a row
@@ -382,7 +608,10 @@ impl PersistOp {
     pub fn chunk(&self) -> Option<ChunkId> {
         match self {
             PersistOp::PutChunk(c) => Some(c.id),
-            PersistOp::Accept { chunk, .. } | PersistOp::RemoveChunk(chunk) => Some(*chunk),
+            PersistOp::Accept { chunk, .. }
+            | PersistOp::RemoveChunk(chunk)
+            | PersistOp::BlockPut { chunk, .. }
+            | PersistOp::BlockDelete { chunk, .. } => Some(*chunk),
             PersistOp::SetNextSerial(_) | PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
                 None
             }
@@ -414,6 +643,20 @@ impl DevicePersist {
             }
             PersistOp::RemoveChunk(id) => {
                 self.chunks.remove(id);
+                self.blocks.remove(id);
+            }
+            PersistOp::BlockPut { chunk, id, data } => {
+                self.blocks
+                    .entry(*chunk)
+                    .or_default()
+                    .insert(*id, data.clone());
+            }
+            PersistOp::BlockDelete { chunk, ids } => {
+                if let Some(b) = self.blocks.get_mut(chunk) {
+                    for id in ids {
+                        b.remove(id);
+                    }
+                }
             }
             PersistOp::SetNextSerial(n) => self.next_serial = *n,
             PersistOp::LookupPut(e) => {
@@ -526,6 +769,11 @@ pub enum Observation {
     LookupExpired {
         /// Whether the entry was persistent.
         persistent: bool,
+    },
+    /// A manager took over a deletion lease that was not checked in in time.
+    GcLeaseTakeover {
+        /// Store.
+        store: StoreId,
     },
     /// A migration committed or aborted (reported by the incoming manager).
     Migration {

@@ -24,6 +24,7 @@ pub mod layout;
 pub mod lockctl;
 pub mod lookup;
 pub mod msg;
+pub mod objects;
 pub mod rng;
 pub mod safetalk;
 pub mod session;

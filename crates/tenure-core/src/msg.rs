@@ -43,6 +43,8 @@ pub enum Msg {
     Policy(PolicyMsg),
     /// The lookup service (seed 003).
     Lookup(crate::lookup::LookupMsg),
+    /// Object block traffic (seed 001; DESIGN §5).
+    Blocks(crate::objects::blocks::BlockMsg),
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -23,6 +23,9 @@ use std::collections::BTreeMap;
 pub trait Apply<Op> {
     /// Apply one confirmed change.
     fn apply(&mut self, seq: Seq, op: &Op);
+    /// Reconcile with another replica's table after the recovery merge (a state-based
+    /// merge for parts of the state that have one; none by default).
+    fn absorb(&mut self, _other: &Self) {}
 }
 
 /// A store-wide sequence number: the epoch it was assigned in, then a counter within the
@@ -142,6 +145,9 @@ where
     for (s, op) in pending {
         table.apply(s, &op);
         confirmed = s;
+    }
+    for r in replicas {
+        table.absorb(&r.table);
     }
     Replica {
         table,

@@ -43,6 +43,8 @@ pub struct Cluster {
     pub drop: Option<DropFn>,
     /// Lookup events handed to each device's driver: (time, device, event).
     pub events: Vec<(Instant, DeviceId, crate::lookup::SubEvent)>,
+    /// Object watch outputs (events and ends), in order.
+    pub watch_outputs: Vec<(Instant, DeviceId, Output)>,
 }
 
 /// A message filter: `(from, to, msg) -> drop?`.
@@ -73,6 +75,7 @@ impl Cluster {
             delivered: Vec::new(),
             drop: None,
             events: Vec::new(),
+            watch_outputs: Vec::new(),
         };
         for d in cluster.devices.clone() {
             let mut cfg = DeviceConfig::new(d, cluster.clone());
@@ -126,6 +129,9 @@ impl Cluster {
                 Output::SetTimer(_) => {}
                 Output::Observe(ob) => self.observations.push((self.now, d, ob)),
                 Output::LookupEvent(ev) => self.events.push((self.now, d, ev)),
+                o @ (Output::ObjectEvents { .. } | Output::WatchEnded { .. }) => {
+                    self.watch_outputs.push((self.now, d, o))
+                }
             }
         }
     }

@@ -74,6 +74,8 @@ pub struct Chunk {
     pub transition_deadline: Option<Instant>,
     /// Tenure: recently finished transition attempts (a replayed prepare is refused).
     pub finished: Vec<u64>,
+    /// Object blocks held, and the background repair.
+    pub blocks: crate::objects::blocks::ChunkBlocks,
     /// Delta persists (`Accept`, `Confirm`) since the whole record was last written.
     pub deltas: u32,
 }
@@ -96,6 +98,7 @@ impl Chunk {
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
+            blocks: Default::default(),
         };
         c.newly_awake(ctx);
         c
@@ -136,6 +139,7 @@ impl Chunk {
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
+            blocks: Default::default(),
         };
         c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
         c
@@ -631,6 +635,11 @@ impl Chunk {
                 chunk: self.p.id,
                 epoch: log.new_epoch,
             });
+            let live = self.p.data.table.objects.live_blocks();
+            let peers = self.p.metadata.chunks.iter().copied().collect();
+            let (store, id, epoch) = (self.p.store, self.p.id, self.p.epoch);
+            self.blocks
+                .after_commit(ctx, store, id, epoch, live, peers, log.new_mgr);
         } else {
             self.garbage_collect(ctx);
         }
@@ -690,8 +699,10 @@ impl Chunk {
             self.to_mgr(ctx, from, ToManager::Refused { epoch });
             return;
         }
-        self.p.data.accept_batch(&ops, confirm);
         let chunk = self.p.id;
+        // Block data goes to the block store; the change is kept pending without it.
+        let ops = self.blocks.take_data(ctx, chunk, ops);
+        self.p.data.accept_batch(&ops, confirm);
         self.persist_delta(
             ctx,
             PersistOp::Accept {
@@ -731,6 +742,10 @@ impl Chunk {
 
     /// Earliest timer of this chunk.
     pub fn next_timeout(&self, ctx_drift: std::time::Duration) -> Option<Instant> {
+        crate::time::earliest(self.layout_timeout(ctx_drift), self.blocks.next_timeout())
+    }
+
+    fn layout_timeout(&self, ctx_drift: std::time::Duration) -> Option<Instant> {
         use ChunkState as S;
         match self.state {
             S::RegularLease | S::RecoveryLease => crate::time::earliest(
@@ -751,6 +766,8 @@ impl Chunk {
     pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         use ChunkState as S;
         let now = ctx.now;
+        let (store, id) = (self.p.store, self.p.id);
+        self.blocks.on_tick(ctx, store, id);
         match self.state {
             S::RegularLease | S::RecoveryLease => {
                 if !self.lease_valid(ctx) {

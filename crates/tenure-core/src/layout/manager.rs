@@ -191,6 +191,8 @@ pub struct Manager {
     pub entered_at: Instant,
     /// Outside policies.
     pub policy: PolicyState,
+    /// Objects: complete chunks, reads, collectors, watches.
+    pub objects: crate::objects::mgr::ObjMgr,
 }
 
 impl Manager {
@@ -231,6 +233,7 @@ impl Manager {
             stable_since: Instant(0),
             entered_at: Instant(0),
             policy: PolicyState::default(),
+            objects: Default::default(),
         }
     }
 
@@ -266,6 +269,7 @@ impl Manager {
     }
 
     fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
+        self.objects_stop(ctx);
         let store = self.store;
         let mut pending: Vec<Output> = self.inflight.take().map(|b| b.replies).unwrap_or_default();
         for q in std::mem::take(&mut self.queue) {
@@ -337,7 +341,7 @@ impl Manager {
         ok(&self.metadata) && self.joint.iter().all(|j| ok(&j.metadata))
     }
 
-    fn live(&self) -> BTreeSet<ChunkId> {
+    pub(crate) fn live(&self) -> BTreeSet<ChunkId> {
         self.metadata
             .chunks
             .difference(&self.failed)
@@ -375,6 +379,7 @@ impl Manager {
             self.liveness.plant_no_grace(ctx.now);
         }
         self.waiters.clear();
+        self.objects_enter(ctx);
         // Fencing tokens of this epoch's grants carry the epoch.
         let op = StoreOp::Lock {
             op: LockOp::BeginEpoch(self.epoch),
@@ -393,6 +398,7 @@ impl Manager {
     /// if quorum or coverage is lost. Returns whether this manager is still manager.
     fn mark_failed(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) -> bool {
         self.failed.insert(c);
+        self.objects.complete.remove(&c);
         self.policy.failed_at.entry(c).or_insert(ctx.now);
         ctx.observe(Observation::ChunkFailed {
             store: self.store,
@@ -1456,6 +1462,9 @@ impl Manager {
                     .map_err(|e| ClientError::InvalidName(e.to_string()));
                 return self.after_barrier(ctx, client, req_id, r);
             }
+            Request::Object { req, .. } => {
+                return self.object_request(ctx, client, req_id, req);
+            }
             Request::LocksUnder { prefix, .. } => {
                 let r = self
                     .data
@@ -1482,7 +1491,7 @@ impl Manager {
     ///
     /// The barrier rides on the next queued change if there is one, else on a lock-table
     /// tick (which acts on due deadlines and changes nothing else).
-    fn after_barrier(
+    pub(crate) fn after_barrier(
         &mut self,
         ctx: &mut Ctx<'_>,
         client: ClientId,
@@ -1526,7 +1535,7 @@ impl Manager {
     /// Sequence a change, decide it on the speculative tables, and queue it with the
     /// replies it releases (the first placeholder reply, if any, is filled in with the
     /// change's own result; waiters it grants or ends are answered too).
-    fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, mut replies: Vec<Output>) {
+    pub(crate) fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, mut replies: Vec<Output>) {
         self.seq += 1;
         let version = Version {
             epoch: self.epoch,
@@ -1605,6 +1614,7 @@ impl Manager {
             OpResult::Lock(LockOpResult::Epoch(_)) => {
                 (Err(ClientError::Unavailable { store }), vec![], vec![])
             }
+            OpResult::Object(r) => (crate::objects::mgr::object_response(&op, r), vec![], vec![]),
         };
         if let Some(Output::Reply { result, .. }) = replies.first_mut() {
             *result = own;
@@ -1649,7 +1659,19 @@ impl Manager {
         if self.queue.is_empty() || self.inflight.is_some() {
             return;
         }
-        let queued = std::mem::take(&mut self.queue);
+        // Block data is bounded per batch (a frame must stay well under the transport's
+        // limit); the rest waits for the next batch.
+        let mut bytes = 0;
+        let limit = ctx.cfg.objects.max_batch_bytes;
+        let take = (self.queue.iter())
+            .take_while(|q| {
+                let first = bytes == 0;
+                bytes += q.op.data_len().max(1);
+                first || bytes <= limit
+            })
+            .count();
+        let rest = self.queue.split_off(take);
+        let queued = std::mem::replace(&mut self.queue, rest);
         let mut ops = Vec::with_capacity(queued.len());
         let mut replies = Vec::new();
         for q in queued {
@@ -1697,6 +1719,7 @@ impl Manager {
             self.data.confirm(v);
         }
         ctx.out.extend(b.replies);
+        self.objects_applied(ctx);
         if self.queue.is_empty() {
             let (epoch, upto) = (self.epoch, self.data.confirmed);
             for c in self.live() {
@@ -1747,6 +1770,7 @@ impl Manager {
         t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
         t = earliest(t, self.out_deadline);
         t = earliest(t, self.inflight.as_ref().map(|b| b.deadline));
+        t = earliest(t, self.objects_next_timeout());
         if self.state == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
@@ -1855,6 +1879,7 @@ impl Manager {
         if self.state == MgrState::Manager && self.stable_since <= now {
             self.run_policies(ctx);
         }
+        self.objects_tick(ctx);
     }
 
     // ---- outside policies (seed 000 §3) -------------------------------------------

@@ -219,6 +219,8 @@ pub(crate) fn managing(epoch: u64) -> Manager {
     }
     m.stable_since = T0;
     m.entered_at = T0;
+    // Every chunk is known to hold every object block (no completeness probes due).
+    m.objects.complete = layout().chunks;
     m
 }
 
@@ -338,10 +340,11 @@ pub(crate) fn abort_msg(new_epoch: u64, expiry: Instant) -> ToChunk {
 // ---- reading outputs -----------------------------------------------------------------
 
 /// Every message sent, with its destination.
+/// The layout messages sent (object block traffic, which rides beside them, left out).
 pub(crate) fn sends(out: &[Output]) -> Vec<(DeviceId, Msg)> {
     out.iter()
         .filter_map(|o| match o {
-            Output::Send { to, msg } => Some((*to, msg.clone())),
+            Output::Send { to, msg } if !matches!(msg, Msg::Blocks(_)) => Some((*to, msg.clone())),
             _ => None,
         })
         .collect()

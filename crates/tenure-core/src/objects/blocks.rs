@@ -1,0 +1,385 @@
+//! A chunk's block store and its background repair (DESIGN §5).
+//!
+//! Block data reaches a chunk inside the SafeTalk change that records it
+//! ([`super::ObjectOp::Blocks`]); the chunk hands the data to its block store (durably,
+//! before it answers ACCEPTED) and keeps the change pending without it, so votes and
+//! commits carry manifests, never blocks. After an epoch commits, a chunk compares its
+//! blocks with the live blocks of the committed manifests: blocks nobody names any more
+//! are swept, missing ones are copied from peer chunks (checked against the manifest's
+//! checksum), and when nothing is missing the chunk tells the manager it is complete.
+
+use super::{BlockId, BlockInfo, Bytes, ObjectOp};
+use crate::ctx::Ctx;
+use crate::data::{StoreOp, Version};
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
+use crate::io::PersistOp;
+use crate::msg::Msg;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most blocks asked for in one read.
+pub const READ_BATCH: usize = 8;
+
+/// Who asked for blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Requester {
+    /// The store's manager (serving a get).
+    Manager,
+    /// A chunk repairing itself.
+    Chunk(ChunkId),
+}
+
+/// Block traffic between a store's manager and its chunks, and between chunks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum BlockMsg {
+    /// Read blocks from `chunk`.
+    Read {
+        /// Store.
+        store: StoreId,
+        /// The chunk asked.
+        chunk: ChunkId,
+        /// Blocks wanted.
+        ids: Vec<BlockId>,
+        /// Echoed in the answer.
+        tag: u64,
+        /// Where the answer goes.
+        reply_to: Requester,
+    },
+    /// The answer to a read: the data of each block asked for, or none.
+    Data {
+        /// Store.
+        store: StoreId,
+        /// The chunk that answered.
+        from: ChunkId,
+        /// Who asked.
+        to: Requester,
+        /// The read's tag.
+        tag: u64,
+        /// Each block asked for, with its data if the chunk has it.
+        blocks: Vec<(BlockId, Option<Bytes>)>,
+    },
+    /// Delete blocks (garbage collection; idempotent).
+    Delete {
+        /// Store.
+        store: StoreId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// Blocks to delete.
+        ids: Vec<BlockId>,
+        /// Echoed in the answer.
+        tag: u64,
+    },
+    /// The deletion is durable.
+    Deleted {
+        /// Store.
+        store: StoreId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The deletion's tag.
+        tag: u64,
+    },
+    /// The manager asks whether a chunk holds every live block of its epoch.
+    Probe {
+        /// Store.
+        store: StoreId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The manager's epoch.
+        epoch: Epoch,
+    },
+    /// The chunk holds every live block of `epoch`'s committed manifests and every
+    /// block accepted since.
+    Complete {
+        /// Store.
+        store: StoreId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// Its epoch.
+        epoch: Epoch,
+    },
+}
+
+/// A repair in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Repair {
+    epoch: Epoch,
+    missing: BTreeMap<BlockId, BlockInfo>,
+    peers: Vec<ChunkId>,
+    next_peer: usize,
+    /// The read outstanding: (peer, tag, give up at).
+    asked: Option<(ChunkId, u64, Instant)>,
+}
+
+/// One chunk's blocks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChunkBlocks {
+    /// The data, by block.
+    pub data: BTreeMap<BlockId, Bytes>,
+    repair: Option<Repair>,
+    /// The epoch this chunk was last complete in.
+    complete: Option<Epoch>,
+    tag: u64,
+}
+
+impl ChunkBlocks {
+    /// A block store loaded from stable storage.
+    pub fn new(data: BTreeMap<BlockId, Bytes>) -> ChunkBlocks {
+        ChunkBlocks {
+            data,
+            ..Default::default()
+        }
+    }
+
+    /// Whether the chunk has no repair to do for `epoch`.
+    pub fn is_complete(&self, epoch: Epoch) -> bool {
+        self.complete == Some(epoch) && self.repair.is_none()
+    }
+
+    /// Take the block data out of an accepted batch: store it durably, and return the
+    /// changes without it (what the chunk keeps pending and votes).
+    pub fn take_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        chunk: ChunkId,
+        ops: Vec<(Version, StoreOp)>,
+    ) -> Vec<(Version, StoreOp)> {
+        ops.into_iter()
+            .map(|(v, op)| match op {
+                StoreOp::Object { op, acc } if op.data_len() > 0 => {
+                    if let ObjectOp::Blocks { blocks, .. } = &op {
+                        for b in blocks {
+                            if let Some(d) = &b.data {
+                                self.data.insert(b.id, d.clone());
+                                ctx.persist(PersistOp::BlockPut {
+                                    chunk,
+                                    id: b.id,
+                                    data: d.clone(),
+                                });
+                            }
+                        }
+                    }
+                    (
+                        v,
+                        StoreOp::Object {
+                            op: op.stripped(),
+                            acc,
+                        },
+                    )
+                }
+                op => (v, op),
+            })
+            .collect()
+    }
+
+    /// After an epoch committed at this chunk: sweep blocks no live manifest names,
+    /// then repair the missing ones from `peers` (or report complete to `mgr`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_commit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        chunk: ChunkId,
+        epoch: Epoch,
+        live: BTreeMap<BlockId, BlockInfo>,
+        peers: Vec<ChunkId>,
+        mgr: DeviceId,
+    ) {
+        let garbage: Vec<BlockId> = (self.data.keys())
+            .filter(|b| !live.contains_key(b))
+            .copied()
+            .collect();
+        if !garbage.is_empty() {
+            for b in &garbage {
+                self.data.remove(b);
+            }
+            ctx.persist(PersistOp::BlockDelete {
+                chunk,
+                ids: garbage,
+            });
+        }
+        let missing: BTreeMap<BlockId, BlockInfo> = (live.into_iter())
+            .filter(|(id, info)| !self.data.get(id).is_some_and(|d| BlockInfo::of(d) == *info))
+            .collect();
+        self.complete = Some(epoch);
+        self.repair = None;
+        if missing.is_empty() {
+            complete(ctx, store, chunk, epoch, mgr);
+        } else {
+            self.repair = Some(Repair {
+                epoch,
+                missing,
+                peers: peers.into_iter().filter(|p| *p != chunk).collect(),
+                next_peer: 0,
+                asked: None,
+            });
+            self.ask(ctx, store, chunk);
+        }
+    }
+
+    /// The chunk left its epoch (a new transition began, or it lost its lease): a
+    /// repair stops, and completeness is re-established at the next commit.
+    pub fn reset(&mut self) {
+        self.repair = None;
+        self.complete = None;
+    }
+
+    fn ask(&mut self, ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId) {
+        let Some(r) = self.repair.as_mut() else {
+            return;
+        };
+        if r.peers.is_empty() {
+            return;
+        }
+        let peer = r.peers[r.next_peer % r.peers.len()];
+        r.next_peer += 1;
+        self.tag += 1;
+        let ids: Vec<BlockId> = r.missing.keys().take(READ_BATCH).copied().collect();
+        r.asked = Some((peer, self.tag, ctx.now + ctx.cfg.timing.ack_timeout));
+        ctx.send(
+            peer.device,
+            Msg::Blocks(BlockMsg::Read {
+                store,
+                chunk: peer,
+                ids,
+                tag: self.tag,
+                reply_to: Requester::Chunk(chunk),
+            }),
+        );
+    }
+
+    /// A peer's answer to this chunk's repair read: keep the blocks whose checksum
+    /// matches the manifest, durably; ask again for the rest.
+    pub fn on_data(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        chunk: ChunkId,
+        mgr: Option<DeviceId>,
+        tag: u64,
+        blocks: Vec<(BlockId, Option<Bytes>)>,
+    ) {
+        let Some(r) = self.repair.as_mut() else {
+            return;
+        };
+        if r.asked.map(|a| a.1) != Some(tag) {
+            return;
+        }
+        r.asked = None;
+        for (id, data) in blocks {
+            if let (Some(info), Some(d)) = (r.missing.get(&id), data)
+                && BlockInfo::of(&d) == *info
+            {
+                r.missing.remove(&id);
+                self.data.insert(id, d.clone());
+                ctx.persist(PersistOp::BlockPut { chunk, id, data: d });
+            }
+        }
+        if r.missing.is_empty() {
+            let epoch = r.epoch;
+            self.repair = None;
+            if let Some(m) = mgr {
+                complete(ctx, store, chunk, epoch, m);
+            }
+        } else {
+            self.ask(ctx, store, chunk);
+        }
+    }
+
+    /// Answer a read with the data held.
+    pub fn on_read(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        chunk: ChunkId,
+        from: DeviceId,
+        ids: Vec<BlockId>,
+        tag: u64,
+        to: Requester,
+    ) {
+        let blocks = (ids.into_iter())
+            .take(READ_BATCH)
+            .map(|id| (id, self.data.get(&id).cloned()))
+            .collect();
+        ctx.send(
+            from,
+            Msg::Blocks(BlockMsg::Data {
+                store,
+                from: chunk,
+                to,
+                tag,
+                blocks,
+            }),
+        );
+    }
+
+    /// Delete blocks durably, then answer.
+    pub fn on_delete(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        chunk: ChunkId,
+        from: DeviceId,
+        ids: Vec<BlockId>,
+        tag: u64,
+    ) {
+        let ids: Vec<BlockId> = ids
+            .into_iter()
+            .filter(|b| self.data.remove(b).is_some())
+            .collect();
+        if !ids.is_empty() {
+            ctx.persist(PersistOp::BlockDelete { chunk, ids });
+        }
+        ctx.send(from, Msg::Blocks(BlockMsg::Deleted { store, chunk, tag }));
+    }
+
+    /// Answer a manager's probe if complete in its epoch.
+    pub fn on_probe(
+        &self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        chunk: ChunkId,
+        from: DeviceId,
+        epoch: Epoch,
+    ) {
+        if self.is_complete(epoch) {
+            complete(ctx, store, chunk, epoch, from);
+        }
+    }
+
+    /// The repair's next deadline.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.repair.as_ref()?.asked.map(|a| a.2)
+    }
+
+    /// A repair read that was not answered in time: ask the next peer.
+    pub fn on_tick(&mut self, ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId) {
+        if self
+            .repair
+            .as_ref()
+            .and_then(|r| r.asked)
+            .is_some_and(|a| a.2 <= ctx.now)
+        {
+            self.ask(ctx, store, chunk);
+        }
+    }
+
+    /// Blocks still missing (for status and tests).
+    pub fn missing(&self) -> BTreeSet<BlockId> {
+        self.repair
+            .as_ref()
+            .map(|r| r.missing.keys().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn complete(ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId, epoch: Epoch, mgr: DeviceId) {
+    ctx.send(
+        mgr,
+        Msg::Blocks(BlockMsg::Complete {
+            store,
+            chunk,
+            epoch,
+        }),
+    );
+}
