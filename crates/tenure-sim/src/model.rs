@@ -459,6 +459,7 @@ impl PalladioModel {
                     next_serial: hosts.first_free_serial(),
                     chunks: BTreeMap::new(),
                     lookup: BTreeMap::new(),
+                    blocks: BTreeMap::new(),
                 }
             };
             for c in disk.chunks.values_mut() {
@@ -555,6 +556,7 @@ impl PalladioModel {
             next_serial: snap.disk.next_serial,
             chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
             lookup: BTreeMap::new(),
+            blocks: BTreeMap::new(),
         };
         // Transaction ids are nonces drawn from the device's generator: seeding it from the
         // device's state and the clock keeps them a function of the state (as stateright
@@ -661,7 +663,9 @@ impl PalladioModel {
                 Output::Observe(_)
                 | Output::Reply { .. }
                 | Output::SetTimer(_)
-                | Output::LookupEvent(_) => {}
+                | Output::LookupEvent(_)
+                | Output::ObjectEvents { .. }
+                | Output::WatchEnded { .. } => {}
             }
         }
     }

@@ -791,6 +791,7 @@ impl World {
                 Output::SetTimer(_) => {}
                 Output::Observe(ob) => observed.push(ob),
                 Output::LookupEvent(_) => {}
+                Output::ObjectEvents { .. } | Output::WatchEnded { .. } => {}
             }
         }
         for ob in observed {

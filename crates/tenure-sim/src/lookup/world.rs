@@ -361,6 +361,8 @@ impl World {
                     }
                 }
                 Output::LookupEvent(ev) => self.event_out(d, ev),
+                // The lookup world runs no object clients.
+                Output::ObjectEvents { .. } | Output::WatchEnded { .. } => {}
             }
         }
         self.arm_timer(d);
