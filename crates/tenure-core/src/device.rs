@@ -642,6 +642,20 @@ impl Device {
         self.chunks.get(&id).map(|c| &c.p)
     }
 
+    /// A chunk's object blocks (checkers compare them with the manifests).
+    pub fn chunk_blocks(&self, id: ChunkId) -> Option<&crate::objects::blocks::ChunkBlocks> {
+        self.chunks.get(&id).map(|c| &c.blocks)
+    }
+
+    /// The chunks the manager of `store` on this device knows to hold every object
+    /// block (reads are served from these).
+    pub fn complete_chunks(&self, store: StoreId) -> BTreeSet<ChunkId> {
+        (self.managers.get(&store))
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| m.objects.complete.clone())
+            .unwrap_or_default()
+    }
+
     /// Direct access to a chunk's state machine (tests).
     pub fn chunk_mut(&mut self, id: ChunkId) -> Option<&mut Chunk> {
         self.timers.get_mut().stale = Stale::All;
@@ -690,79 +704,6 @@ fn chunk_is_garbage(c: &Chunk) -> bool {
 /// A manager role with nothing in it: not managing, and no forwarding address.
 fn manager_is_garbage(m: &Manager) -> bool {
     m.state == MgrState::None && m.forwarding.is_none()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::ClusterConfig;
-    use crate::ids::ClientId;
-    use crate::io::Request;
-
-    /// A request to a store this device does not manage leaves an empty manager role
-    /// behind; the next message, whatever role it reaches, collects it (as a full scan
-    /// would).
-    #[test]
-    fn an_empty_manager_role_left_by_a_request_is_collected_by_the_next_message() {
-        let cluster = ClusterConfig::new(5, 8, 3);
-        let me = cluster.devices[4];
-        let now = Instant(1_000_000);
-        let (mut dev, _) = Device::new(
-            DeviceConfig::new(me, cluster.clone()),
-            DevicePersist::default(),
-            now,
-            7,
-        );
-        let store = (0..8)
-            .map(StoreId)
-            .find(|s| cluster.preferred_manager(*s) != me && !dev.managers.contains_key(s))
-            .expect("a store without a role here");
-        let before = dev.managers.len();
-        let out = dev.handle(
-            now,
-            Input::Request {
-                client: ClientId(1),
-                req_id: 1,
-                req: Request::Write {
-                    store,
-                    key: 1,
-                    value: 1,
-                },
-            },
-        );
-        assert!(
-            out.iter().any(|o| matches!(
-                o,
-                Output::Reply {
-                    result: Err(crate::io::ClientError::NotManager { .. }),
-                    ..
-                }
-            )),
-            "{out:?}"
-        );
-        assert_eq!(dev.managers.len(), before + 1, "the request made a role");
-        // A message to some chunk (this device has no such chunk).
-        let chunk = ChunkId {
-            device: me,
-            serial: 999,
-        };
-        dev.handle(
-            now,
-            Input::Message {
-                from: cluster.devices[0],
-                msg: Msg::ToChunk {
-                    store: StoreId(0),
-                    chunk,
-                    msg: ToChunk::Confirm {
-                        epoch: Epoch(1),
-                        upto: crate::data::Version::default(),
-                    },
-                },
-            },
-        );
-        assert_eq!(dev.managers.len(), before, "the empty role is collected");
-        assert!(!dev.managers.contains_key(&store));
-    }
 }
 
 /// Route block traffic (DESIGN §5): reads, deletions and probes to the chunk named,
@@ -842,5 +783,78 @@ fn on_block_msg(
                 mgr.on_block_msg(ctx, from, m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterConfig;
+    use crate::ids::ClientId;
+    use crate::io::Request;
+
+    /// A request to a store this device does not manage leaves an empty manager role
+    /// behind; the next message, whatever role it reaches, collects it (as a full scan
+    /// would).
+    #[test]
+    fn an_empty_manager_role_left_by_a_request_is_collected_by_the_next_message() {
+        let cluster = ClusterConfig::new(5, 8, 3);
+        let me = cluster.devices[4];
+        let now = Instant(1_000_000);
+        let (mut dev, _) = Device::new(
+            DeviceConfig::new(me, cluster.clone()),
+            DevicePersist::default(),
+            now,
+            7,
+        );
+        let store = (0..8)
+            .map(StoreId)
+            .find(|s| cluster.preferred_manager(*s) != me && !dev.managers.contains_key(s))
+            .expect("a store without a role here");
+        let before = dev.managers.len();
+        let out = dev.handle(
+            now,
+            Input::Request {
+                client: ClientId(1),
+                req_id: 1,
+                req: Request::Write {
+                    store,
+                    key: 1,
+                    value: 1,
+                },
+            },
+        );
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Reply {
+                    result: Err(crate::io::ClientError::NotManager { .. }),
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        assert_eq!(dev.managers.len(), before + 1, "the request made a role");
+        // A message to some chunk (this device has no such chunk).
+        let chunk = ChunkId {
+            device: me,
+            serial: 999,
+        };
+        dev.handle(
+            now,
+            Input::Message {
+                from: cluster.devices[0],
+                msg: Msg::ToChunk {
+                    store: StoreId(0),
+                    chunk,
+                    msg: ToChunk::Confirm {
+                        epoch: Epoch(1),
+                        upto: crate::data::Version::default(),
+                    },
+                },
+            },
+        );
+        assert_eq!(dev.managers.len(), before, "the empty role is collected");
+        assert!(!dev.managers.contains_key(&store));
     }
 }

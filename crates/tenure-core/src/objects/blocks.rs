@@ -199,7 +199,7 @@ impl ChunkBlocks {
             });
         }
         let missing: BTreeMap<BlockId, BlockInfo> = (live.into_iter())
-            .filter(|(id, info)| !self.data.get(id).is_some_and(|d| BlockInfo::of(d) == *info))
+            .filter(|(id, info)| self.data.get(id).is_none_or(|d| BlockInfo::of(d) != *info))
             .collect();
         self.complete = Some(epoch);
         self.repair = None;
@@ -287,6 +287,7 @@ impl ChunkBlocks {
     }
 
     /// Answer a read with the data held.
+    #[allow(clippy::too_many_arguments)]
     pub fn on_read(
         &self,
         ctx: &mut Ctx<'_>,

@@ -182,7 +182,7 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 /// | --- | --- |
 /// | {W, W} | W: intersection of the blocks remaining to write, latest written time |
 /// | {W, A}, {W, P}, {W, D} | the later state |
-/// | {A, A} | A: equal (asserted in debug builds); `multipart_clean` is newer |
+/// | {A, A} | A: equal (asserted); `multipart_clean` is newer |
 /// | {A, P}, {A, D} | the later state |
 /// | {P, P} | P: intersection of the blocks remaining to delete, latest delete time |
 /// | {P, D} | D |
@@ -208,7 +208,7 @@ pub fn merge(a: &Manifest, b: &Manifest) -> Manifest {
             m
         }
         (Active, Active) => {
-            debug_assert_eq!(
+            assert_eq!(
                 (&a.blocks, a.size, a.checksum, a.revision),
                 (&b.blocks, b.size, b.checksum, b.revision),
                 "only one actor takes a manifest from W to A"

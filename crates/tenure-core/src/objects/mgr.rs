@@ -664,13 +664,13 @@ impl Manager {
             BlockMsg::Deleted { chunk, tag, .. } if chunk.device == from => {
                 self.on_deleted(ctx, chunk, tag)
             }
-            BlockMsg::Complete { chunk, epoch, .. } if chunk.device == from => {
-                if self.state == MgrState::Manager
+            BlockMsg::Complete { chunk, epoch, .. }
+                if chunk.device == from
+                    && self.state == MgrState::Manager
                     && epoch == self.epoch
-                    && self.live().contains(&chunk)
-                {
-                    self.objects.complete.insert(chunk);
-                }
+                    && self.live().contains(&chunk) =>
+            {
+                self.objects.complete.insert(chunk);
             }
             _ => {}
         }
@@ -856,6 +856,38 @@ impl Manager {
         }
     }
 
+    /// Chunks that did not answer a deletion in time: those no longer live (failed:
+    /// they sweep the blocks when they next commit an epoch) are not waited for; live
+    /// ones are asked again.
+    fn deletion_late(&mut self, ctx: &mut Ctx<'_>, id: (String, Uuid)) {
+        let live = self.live();
+        let store = self.store;
+        let Some(d) = self
+            .objects
+            .gc
+            .get_mut(&id)
+            .and_then(|t| t.deleting.as_mut())
+        else {
+            return;
+        };
+        d.waiting.retain(|c| live.contains(c));
+        if d.waiting.is_empty() {
+            return self.finish_deleting(ctx, id);
+        }
+        d.deadline = ctx.now + ctx.cfg.timing.ack_timeout;
+        for c in &d.waiting {
+            ctx.send(
+                c.device,
+                Msg::Blocks(BlockMsg::Delete {
+                    store,
+                    chunk: *c,
+                    ids: d.ids.clone(),
+                    tag: d.tag,
+                }),
+            );
+        }
+    }
+
     /// The blocks are deleted at every live chunk that answered (one that did not is
     /// failed or will be, and sweeps them when it next commits an epoch): record the
     /// progress and finish.
@@ -999,7 +1031,7 @@ impl Manager {
             .map(|(k, _)| k.clone())
             .collect();
         for id in late {
-            self.finish_deleting(ctx, id);
+            self.deletion_late(ctx, id);
         }
         if self.objects.probe_at <= now {
             self.objects.probe_at = now + PROBE_EVERY;

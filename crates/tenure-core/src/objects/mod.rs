@@ -22,6 +22,8 @@ pub mod mgr;
 pub mod table;
 
 #[cfg(test)]
+mod scenarios;
+#[cfg(test)]
 mod tests;
 
 pub use manifest::{DeletionLease, Manifest, ManifestState, Part, Props, merge, merge_dict};

@@ -1,0 +1,536 @@
+//! Scenario tests of objects on a small cluster (DESIGN §5): uploads and reads through
+//! the manager, collection under deletion leases, repair of a chunk that missed writes,
+//! a manager crash in the middle of an upload, and watches.
+
+use super::*;
+use crate::config::{DeviceConfig, store_of};
+use crate::ids::{DeviceId, StoreId};
+use crate::io::{ClientError, ObjectRequest, Output, Request, Response, Writer};
+use crate::msg::Msg;
+use crate::testkit::Cluster;
+use std::time::Duration;
+
+const STORES: u32 = 4;
+
+fn tweak(cfg: &mut DeviceConfig) {
+    cfg.objects.block_size = 4;
+    cfg.objects.prune_after = Duration::from_secs(5);
+    cfg.objects.lease_timeout = Duration::from_secs(2);
+    cfg.objects.checkin_interval = Duration::from_millis(500);
+    cfg.objects.writing_timeout = Duration::from_secs(3);
+}
+
+fn cluster() -> Cluster {
+    let mut c = Cluster::with(3, STORES, tweak);
+    c.run_for(Duration::from_secs(3));
+    assert!(c.all_managed());
+    c
+}
+
+fn store(key: &str) -> StoreId {
+    store_of(key, STORES)
+}
+
+fn mgr(c: &Cluster, key: &str) -> DeviceId {
+    c.manager_of(store(key)).expect("managed").0
+}
+
+fn ask(c: &mut Cluster, key: &str, req: ObjectRequest) -> Result<Response, ClientError> {
+    ask_within(c, key, req, Duration::from_millis(200))
+}
+
+fn ask_within(
+    c: &mut Cluster,
+    key: &str,
+    req: ObjectRequest,
+    wait: Duration,
+) -> Result<Response, ClientError> {
+    let d = mgr(c, key);
+    let id = c.request(
+        d,
+        1,
+        Request::Object {
+            store: store(key),
+            req,
+        },
+    );
+    c.run_for(wait);
+    c.replies.remove(&id).expect("answered")
+}
+
+fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError> {
+    let req = ObjectRequest::Put {
+        key: key.into(),
+        data: Bytes::copy_from_slice(data),
+        writer: Writer::default(),
+        cond: Default::default(),
+        ephemeral: false,
+    };
+    ask(c, key, req)
+}
+
+fn get(c: &mut Cluster, key: &str) -> Result<Vec<u8>, ClientError> {
+    match ask(c, key, ObjectRequest::Get { key: key.into() })? {
+        Response::Object { data, .. } => Ok(data.to_vec()),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every chunk of the key's store holds the active object's blocks.
+fn blocks_everywhere(c: &Cluster, key: &str) -> bool {
+    let d = mgr(c, key);
+    let meta = c.devices[&d]
+        .managed_tables(store(key))
+        .and_then(|t| t.objects.meta(key))
+        .expect("active");
+    let chunks = c.chunks_of(store(key));
+    chunks.iter().all(|ch| {
+        let b = c.devices[&ch.id.device].chunk_blocks(ch.id).expect("chunk");
+        meta.blocks
+            .iter()
+            .all(|(id, info)| b.data.get(id).is_some_and(|d| BlockInfo::of(d) == *info))
+    })
+}
+
+#[test]
+fn put_then_get_returns_the_bytes_from_every_chunk() {
+    let mut c = cluster();
+    let r = put(&mut c, "/cfg/app", b"hello, objects!");
+    assert!(
+        matches!(r, Ok(Response::ObjectWritten { revision: 1, .. })),
+        "{r:?}"
+    );
+    assert_eq!(get(&mut c, "/cfg/app"), Ok(b"hello, objects!".to_vec()));
+    assert!(blocks_everywhere(&c, "/cfg/app"));
+    // Votes and ACCEPTs kept pending carry no block data: the chunks' records hold
+    // manifests only.
+    for ch in c.chunks_of(store("/cfg/app")) {
+        let rec = c.devices[&ch.id.device].chunk_record(ch.id).unwrap();
+        for (_, op) in rec.data.pending() {
+            assert_eq!(op.data_len(), 0);
+        }
+    }
+    assert_eq!(
+        get(&mut c, "/cfg/none"),
+        Err(ObjectError::NoSuchObject.into())
+    );
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let mut c = cluster();
+    assert!(matches!(
+        put(&mut c, "no-slash", b"x"),
+        Err(ClientError::InvalidName(_))
+    ));
+    let big = vec![0u8; (64 << 20) + 1];
+    assert_eq!(
+        put(&mut c, "/a/big", &big),
+        Err(ClientError::TooLarge {
+            size: big.len() as u64,
+            limit: 64 << 20
+        })
+    );
+    let long = format!("/{}", "k".repeat(2000));
+    assert!(matches!(
+        put(&mut c, &long, b"x"),
+        Err(ClientError::InvalidName(_))
+    ));
+    let d = mgr(&c, "/a/x");
+    let t = c.devices[&d].managed_tables(store("/a/x")).unwrap();
+    assert!(t.objects.keys.is_empty() && t.objects.revision == 0);
+}
+
+#[test]
+fn replacing_an_object_collects_the_old_blocks_then_prunes_the_tombstone() {
+    let mut c = cluster();
+    put(&mut c, "/gc/k", b"first version").unwrap();
+    put(&mut c, "/gc/k", b"second").unwrap();
+    let s = store("/gc/k");
+    let old: Vec<BlockId> = {
+        let t = c.devices[&mgr(&c, "/gc/k")].managed_tables(s).unwrap();
+        let d = &t.objects.keys["/gc/k"];
+        let m = d.values().find(|m| m.revision == 1).unwrap();
+        assert_eq!(m.state, ManifestState::PendingDelete);
+        m.blocks.iter().map(|(b, _)| *b).collect()
+    };
+    c.run_for(Duration::from_secs(2));
+    {
+        let t = c.devices[&mgr(&c, "/gc/k")].managed_tables(s).unwrap();
+        let states: Vec<_> = t.objects.keys["/gc/k"].values().map(|m| m.state).collect();
+        assert!(states.contains(&ManifestState::Deleted), "{states:?}");
+    }
+    for ch in c.chunks_of(s) {
+        let b = c.devices[&ch.id.device].chunk_blocks(ch.id).unwrap();
+        assert!(old.iter().all(|id| !b.data.contains_key(id)));
+    }
+    assert_eq!(get(&mut c, "/gc/k"), Ok(b"second".to_vec()));
+    // The tombstone is pruned after prune_after (5 s).
+    c.run_for(Duration::from_secs(7));
+    let t = c.devices[&mgr(&c, "/gc/k")].managed_tables(s).unwrap();
+    assert_eq!(t.objects.keys["/gc/k"].len(), 1);
+    assert!(t.objects.attention.is_empty());
+}
+
+#[test]
+fn a_chunk_that_missed_writes_repairs_from_a_peer_and_becomes_complete() {
+    let mut c = cluster();
+    let key = "/rep/k";
+    let s = store(key);
+    let (m, _) = c.manager_of(s).unwrap();
+    // Cut one chunk's device off from the manager: its ACCEPTs are lost, it is marked
+    // failed, and the write goes on with the other two.
+    let lagging = c
+        .chunks_of(s)
+        .into_iter()
+        .find(|ch| ch.id.device != m)
+        .unwrap()
+        .id;
+    let cut = lagging.device;
+    c.drop = Some(Box::new(move |from, to, _| {
+        (from == cut && to == m) || (from == m && to == cut)
+    }));
+    let req = ObjectRequest::Put {
+        key: key.into(),
+        data: Bytes::from_static(b"written while a chunk was away"),
+        writer: Writer::default(),
+        cond: Default::default(),
+        ephemeral: false,
+    };
+    let r = ask_within(&mut c, key, req, Duration::from_secs(2));
+    assert!(matches!(r, Ok(Response::ObjectWritten { .. })), "{r:?}");
+    c.run_for(Duration::from_secs(1));
+    assert!(!c.devices[&m].complete_chunks(s).contains(&lagging));
+    assert!(
+        c.devices[&cut]
+            .chunk_blocks(lagging)
+            .unwrap()
+            .data
+            .is_empty()
+    );
+    // It comes back; the outside policy relayouts (or regeneration brings it back).
+    c.drop = None;
+    c.run_for(Duration::from_secs(20));
+    let (m2, _) = c.manager_of(s).unwrap();
+    let chunks = c.chunks_of(s);
+    assert!(blocks_everywhere(&c, key), "every chunk repaired");
+    let repair_reads = c.count_delivered(|m| {
+        matches!(
+            m,
+            Msg::Blocks(blocks::BlockMsg::Read {
+                reply_to: blocks::Requester::Chunk(_),
+                ..
+            })
+        )
+    });
+    assert!(repair_reads > 0, "the blocks came by repair");
+    let complete = c.devices[&m2].complete_chunks(s);
+    assert_eq!(complete.len(), chunks.len(), "{complete:?} vs {chunks:?}");
+    assert_eq!(
+        get(&mut c, key),
+        Ok(b"written while a chunk was away".to_vec())
+    );
+}
+
+#[test]
+fn an_upload_interrupted_by_a_manager_crash_is_finished_by_its_retry() {
+    // Small batches: the upload takes many SafeTalk rounds.
+    let mut c = Cluster::with(3, STORES, |cfg| {
+        tweak(cfg);
+        cfg.objects.max_batch_bytes = 16;
+        cfg.objects.writing_timeout = Duration::from_secs(60);
+    });
+    c.run_for(Duration::from_secs(3));
+    let key = "/crash/k";
+    let s = store(key);
+    let (m, _) = c.manager_of(s).unwrap();
+    // Open a session for idempotent retries.
+    let id = c.request(
+        m,
+        1,
+        Request::OpenSession {
+            store: s,
+            ttl: Duration::from_secs(30),
+        },
+    );
+    c.run_for(Duration::from_millis(100));
+    let Ok(Response::SessionOpened { session, .. }) = c.replies.remove(&id).unwrap() else {
+        panic!()
+    };
+    let data = b"0123456789abcdefghijklmnopqrstuvwxyz".repeat(4);
+    let writer = Writer {
+        session: Some(session),
+        request_id: 77,
+    };
+    let req = || ObjectRequest::Put {
+        key: key.into(),
+        data: Bytes::copy_from_slice(&data),
+        writer,
+        cond: Default::default(),
+        ephemeral: false,
+    };
+    let rid = c.request(
+        m,
+        1,
+        Request::Object {
+            store: s,
+            req: req(),
+        },
+    );
+    // Let the first batches (Begin and some blocks) reach the chunks, then crash.
+    c.run_for(Duration::from_micros(5500));
+    c.crash(m);
+    c.run_for(Duration::from_secs(10));
+    assert!(matches!(
+        c.replies.remove(&rid),
+        None | Some(Err(ClientError::Unavailable { .. }))
+    ));
+    let (m2, _) = c.manager_of(s).expect("a new manager");
+    assert_ne!(m2, m);
+    {
+        let t = c.devices[&m2].managed_tables(s).unwrap();
+        let w: Vec<_> = t.objects.keys[key].values().collect();
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].state, ManifestState::Writing, "interrupted mid-upload");
+        assert!(!w[0].remaining_write.is_empty());
+    }
+    let r = ask(&mut c, key, req());
+    assert!(matches!(r, Ok(Response::ObjectWritten { .. })), "{r:?}");
+    // The retry is idempotent: again returns the same revision.
+    let again = ask(&mut c, key, req());
+    assert_eq!(r, again);
+    assert_eq!(get(&mut c, key), Ok(data.clone()));
+    // The retry finished the interrupted upload (the manifest the first attempt left
+    // in writing) rather than starting another.
+    let t = c.devices[&m2].managed_tables(s).unwrap();
+    let states: Vec<ManifestState> = t.objects.keys[key].values().map(|m| m.state).collect();
+    assert_eq!(states, vec![ManifestState::Active]);
+}
+
+#[test]
+fn watch_delivers_every_change_in_order_and_resumes_from_a_revision() {
+    let mut c = cluster();
+    let key = "/w/a";
+    let watch = |c: &mut Cluster, after| {
+        ask(
+            c,
+            key,
+            ObjectRequest::Watch {
+                watch: 9,
+                prefix: "/w".into(),
+                after,
+            },
+        )
+    };
+    assert_eq!(watch(&mut c, None), Ok(Response::Watching { revision: 0 }));
+    put(&mut c, "/w/a", b"1").unwrap();
+    put(&mut c, "/w/b", b"2").unwrap();
+    ask(
+        &mut c,
+        key,
+        ObjectRequest::Delete {
+            key: "/w/a".into(),
+            writer: Writer::default(),
+            cond: Default::default(),
+        },
+    )
+    .unwrap();
+    let revs = |c: &Cluster| -> Vec<u64> {
+        (c.watch_outputs.iter())
+            .flat_map(|(_, _, o)| match o {
+                Output::ObjectEvents { changes, .. } => changes.clone(),
+                _ => vec![],
+            })
+            .map(|ch| ch.revision)
+            .collect()
+    };
+    // /w/a and /w/b may be in different stores: each store's revisions are its own.
+    let same_store = store("/w/a") == store("/w/b");
+    if same_store {
+        assert_eq!(revs(&c), vec![1, 2, 3]);
+    } else {
+        assert_eq!(revs(&c), vec![1, 2]);
+    }
+    // Resuming from revision 1 replays what came after it.
+    c.watch_outputs.clear();
+    assert_eq!(
+        watch(&mut c, Some(1)),
+        Ok(Response::Watching { revision: 1 })
+    );
+    assert!(!revs(&c).is_empty() && revs(&c).iter().all(|r| *r > 1));
+}
+
+#[test]
+fn multipart_upload_through_the_manager() {
+    let mut c = cluster();
+    let key = "/mp/obj";
+    let Ok(Response::UploadStarted { upload }) = ask(
+        &mut c,
+        key,
+        ObjectRequest::MultipartInitiate {
+            key: key.into(),
+            writer: Writer::default(),
+        },
+    ) else {
+        panic!()
+    };
+    for (n, d) in [(2, &b"-second-"[..]), (1, b"first"), (3, b"unused")] {
+        let r = ask(
+            &mut c,
+            key,
+            ObjectRequest::MultipartPart {
+                key: key.into(),
+                upload,
+                part: n,
+                data: Bytes::copy_from_slice(d),
+            },
+        );
+        assert!(matches!(r, Ok(Response::PartStored { .. })), "{r:?}");
+    }
+    let r = ask(
+        &mut c,
+        key,
+        ObjectRequest::MultipartComplete {
+            key: key.into(),
+            upload,
+            parts: vec![1, 2],
+            writer: Writer::default(),
+            cond: Default::default(),
+        },
+    );
+    assert!(matches!(r, Ok(Response::ObjectWritten { .. })), "{r:?}");
+    assert_eq!(get(&mut c, key), Ok(b"first-second-".to_vec()));
+    // The unused part is collected and the manifest becomes multipart_clean.
+    c.run_for(Duration::from_secs(3));
+    let t = c.devices[&mgr(&c, key)].managed_tables(store(key)).unwrap();
+    let m = t.objects.active(key).unwrap();
+    assert!(m.props.multipart_clean, "{m:?}");
+    for ch in c.chunks_of(store(key)) {
+        let b = c.devices[&ch.id.device].chunk_blocks(ch.id).unwrap();
+        assert!(b.data.keys().all(|id| id.part != 3));
+    }
+}
+
+#[test]
+fn block_data_never_travels_in_a_vote_or_commit() {
+    let mut c = cluster();
+    put(&mut c, "/v/k", b"some block data here").unwrap();
+    // Force an epoch transition (a migration) and look at every vote and commit.
+    let s = store("/v/k");
+    let (m, _) = c.manager_of(s).unwrap();
+    let to = c.configs.keys().copied().find(|d| *d != m).unwrap();
+    c.policy(m, crate::io::PolicyCommand::Migrate { store: s, to });
+    c.run_for(Duration::from_secs(3));
+    assert_eq!(c.manager_of(s).unwrap().0, to);
+    let carried = |msg: &Msg| match msg {
+        Msg::ToManager {
+            msg: crate::msg::ToManager::Vote { data, .. },
+            ..
+        }
+        | Msg::ToChunk {
+            msg: crate::msg::ToChunk::Commit { data, .. },
+            ..
+        } => data
+            .pending()
+            .iter()
+            .map(|(_, o)| o.data_len())
+            .sum::<usize>(),
+        _ => 0,
+    };
+    let transitions = c.count_delivered(|m| {
+        matches!(
+            m,
+            Msg::ToManager {
+                msg: crate::msg::ToManager::Vote { .. },
+                ..
+            }
+        )
+    });
+    assert!(transitions > 0);
+    assert_eq!(
+        (c.delivered.iter())
+            .map(|(_, _, _, m)| carried(m))
+            .sum::<usize>(),
+        0
+    );
+    assert_eq!(get(&mut c, "/v/k"), Ok(b"some block data here".to_vec()));
+}
+
+#[test]
+fn an_upload_left_writing_is_abandoned_and_collected() {
+    let mut c = Cluster::with(3, STORES, |cfg| {
+        tweak(cfg);
+        cfg.objects.max_batch_bytes = 16;
+    });
+    c.run_for(Duration::from_secs(3));
+    let key = "/stale/k";
+    let s = store(key);
+    let (m, _) = c.manager_of(s).unwrap();
+    let req = ObjectRequest::Put {
+        key: key.into(),
+        data: Bytes::from(vec![7u8; 200]),
+        writer: Writer::default(),
+        cond: Default::default(),
+        ephemeral: false,
+    };
+    c.request(m, 1, Request::Object { store: s, req });
+    c.run_for(Duration::from_micros(5500));
+    c.crash(m);
+    // writing_timeout (3 s) passes; the new manager abandons the upload and collects
+    // the blocks that were written.
+    c.run_for(Duration::from_secs(8));
+    let (m2, _) = c.manager_of(s).unwrap();
+    let t = c.devices[&m2].managed_tables(s).unwrap();
+    let states: Vec<ManifestState> = t.objects.keys[key].values().map(|m| m.state).collect();
+    assert_eq!(states, vec![ManifestState::Deleted]);
+    for ch in c.chunks_of(s) {
+        assert!(
+            c.devices[&ch.id.device]
+                .chunk_blocks(ch.id)
+                .unwrap()
+                .data
+                .is_empty()
+        );
+    }
+}
+
+#[test]
+fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
+    let mut c = cluster();
+    let key = "/lease/k";
+    let s = store(key);
+    put(&mut c, key, b"old content").unwrap();
+    let (m, _) = c.manager_of(s).unwrap();
+    // The collector's deletions never arrive: it holds the lease and keeps checking in.
+    c.drop = Some(Box::new(|_, _, msg| {
+        matches!(msg, Msg::Blocks(blocks::BlockMsg::Delete { .. }))
+    }));
+    put(&mut c, key, b"new content").unwrap();
+    c.run_for(Duration::from_millis(600));
+    {
+        let t = c.devices[&m].managed_tables(s).unwrap();
+        let p = t.objects.keys[key]
+            .values()
+            .find(|m| m.revision == 1)
+            .unwrap();
+        assert_eq!(p.lease.map(|l| l.holder), Some(m), "lease taken");
+    }
+    // The collector dies with its manager; deletions flow again.
+    c.drop = None;
+    c.crash(m);
+    c.run_for(Duration::from_secs(10));
+    let (m2, _) = c.manager_of(s).unwrap();
+    assert!(c.observed(|o| matches!(o, crate::io::Observation::GcLeaseTakeover { .. })) > 0);
+    let t = c.devices[&m2].managed_tables(s).unwrap();
+    // Collected (deleted, or already pruned: prune_after is 5 s here).
+    let old = t.objects.keys[key].values().find(|m| m.revision == 1);
+    assert!(
+        old.is_none_or(|m| m.state == ManifestState::Deleted),
+        "{old:?}"
+    );
+    for ch in c.chunks_of(s) {
+        let b = c.devices[&ch.id.device].chunk_blocks(ch.id).unwrap();
+        assert_eq!(b.data.len(), 3, "only the new content's 3 blocks are left");
+    }
+    assert_eq!(get(&mut c, key), Ok(b"new content".to_vec()));
+}
