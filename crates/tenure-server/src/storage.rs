@@ -12,6 +12,10 @@
 //! lookup table) are upgraded in place. Persistent lookup entries and tombstones (seed
 //! 003, `PersistOp::LookupPut`/`LookupRemove`) live in the `lookup_entries` table under
 //! their key, postcard-encoded; they go through the same log and checkpoints as chunks.
+//! Object blocks (seed 001, `PersistOp::BlockPut`/`BlockDelete`) live in the
+//! `object_blocks` table under `(chunk, block id)`, raw bytes (up to a block, 1 MiB by
+//! default); they go through the log and checkpoints too, a `RemoveChunk` drops the
+//! chunk's blocks with its record, and format 4 (no block table) is upgraded in place.
 //!
 //! [`Storage::commit`] makes a whole group of [`PersistOp`]s durable at once (group
 //! commit): the driver hands it every persist gathered while the previous commit ran.
@@ -41,6 +45,7 @@ use std::path::{Path, PathBuf};
 use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
 use tenure_core::lookup::Entry;
+use tenure_core::objects::{BlockId, Bytes, Uuid};
 
 /// Chunk records: `(device, serial)` → postcard(`ChunkPersist`).
 const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
@@ -49,11 +54,13 @@ const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks"
 const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("chunk_deltas");
 /// Persistent lookup entries and tombstones: key → postcard(`lookup::Entry`).
 const LOOKUP: TableDefinition<&str, &[u8]> = TableDefinition::new("lookup_entries");
+/// Object blocks: `(device, serial, upload, part, generation, index)` → the block's bytes.
+const BLOCKS: TableDefinition<BlockKey, &[u8]> = TableDefinition::new("object_blocks");
 /// Small scalars: format version, serial counter, owning device.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 4;
+pub const FORMAT_VERSION: u64 = 5;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
@@ -245,6 +252,13 @@ impl Storage {
                 })?;
             state.lookup.insert(key, e);
         }
+        for (chunk, id, bytes) in raw.blocks {
+            state
+                .blocks
+                .entry(chunk)
+                .or_default()
+                .insert(id, Bytes::from(bytes));
+        }
         Ok((state, raw.next_delta))
     }
 
@@ -275,12 +289,19 @@ impl Storage {
             let (k, v) = row?;
             lookup.push((k.value().to_string(), v.value().to_vec()));
         }
+        let mut blocks = Vec::new();
+        for row in tx.open_table(BLOCKS)?.iter()? {
+            let (k, v) = row?;
+            let (chunk, id) = from_block_key(k.value());
+            blocks.push((chunk, id, v.value().to_vec()));
+        }
         Ok(Raw {
             next_serial,
             records,
             deltas,
             next_delta,
             lookup,
+            blocks,
         })
     }
 
@@ -343,6 +364,14 @@ impl Storage {
                 PersistOp::LookupRemove(k) => {
                     self.dirty.lookup.insert(k.clone());
                 }
+                PersistOp::BlockPut { chunk, id, .. } => {
+                    self.dirty.blocks.insert((*chunk, *id));
+                }
+                PersistOp::BlockDelete { chunk, ids } => {
+                    for id in ids {
+                        self.dirty.blocks.insert((*chunk, *id));
+                    }
+                }
             }
         }
     }
@@ -371,6 +400,20 @@ impl Storage {
                 None => PersistOp::LookupRemove(k),
             });
         }
+        for (chunk, id) in dirty.blocks {
+            let data = self.state.blocks.get(&chunk).and_then(|b| b.get(&id));
+            ops.push(match data {
+                Some(data) => PersistOp::BlockPut {
+                    chunk,
+                    id,
+                    data: data.clone(),
+                },
+                None => PersistOp::BlockDelete {
+                    chunk,
+                    ids: vec![id],
+                },
+            });
+        }
         let started = std::time::Instant::now();
         let generation = self.wal.generation() + 1;
         self.write_redb(&ops, generation)?;
@@ -383,7 +426,8 @@ impl Storage {
 
     /// Apply `ops` to redb in one write transaction (one fsync) that records the log's
     /// `generation`. Per chunk, only the last whole record (or removal) is written, then
-    /// the deltas that follow it; a whole record deletes the chunk's older deltas.
+    /// the deltas that follow it; a whole record deletes the chunk's older deltas. Block
+    /// writes and deletions are applied in order (a removal drops the chunk's blocks).
     fn write_redb(&mut self, ops: &[PersistOp], generation: u64) -> Result<(), StorageError> {
         // Index of the last whole record or removal of each chunk in the batch.
         let mut base: HashMap<(u64, u64), usize> = HashMap::new();
@@ -395,7 +439,8 @@ impl Storage {
         // Encode first so an encoding failure leaves the database untouched.
         let mut encoded = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let k = op.chunk().map(key);
+            let record_op = matches!(op, PersistOp::PutChunk(_) | PersistOp::Accept { .. });
+            let k = op.chunk().map(key).filter(|_| record_op);
             let superseded = k.and_then(|k| base.get(&k)).is_some_and(|b| *b > i);
             if superseded {
                 continue;
@@ -416,6 +461,12 @@ impl Storage {
                     postcard::to_stdvec(&**e).map_err(StorageError::Encode)?,
                 ),
                 PersistOp::LookupRemove(k) => Encoded::LookupRemove(k.clone()),
+                PersistOp::BlockPut { chunk, id, data } => {
+                    Encoded::BlockPut(block_key(*chunk, *id), data.clone())
+                }
+                PersistOp::BlockDelete { chunk, ids } => {
+                    Encoded::BlockRemove(ids.iter().map(|id| block_key(*chunk, *id)).collect())
+                }
             });
         }
         let mut next_delta = self.next_delta.clone();
@@ -437,6 +488,7 @@ impl Storage {
             let mut deltas = tx.open_table(DELTAS)?;
             let mut meta = tx.open_table(META)?;
             let mut lookup = tx.open_table(LOOKUP)?;
+            let mut blocks = tx.open_table(BLOCKS)?;
             for op in ops {
                 match op {
                     Encoded::Put(k, v) => {
@@ -446,6 +498,8 @@ impl Storage {
                     Encoded::Remove(k) => {
                         chunks.remove(*k)?;
                         drop_deltas(&mut deltas, next_delta, *k)?;
+                        let (lo, hi) = chunk_block_range(*k);
+                        blocks.retain_in(lo..=hi, |_, _| false)?;
                     }
                     Encoded::Delta(k, v) => {
                         let n = next_delta.entry(*k).or_insert(0);
@@ -460,6 +514,14 @@ impl Storage {
                     }
                     Encoded::LookupRemove(k) => {
                         lookup.remove(k.as_str())?;
+                    }
+                    Encoded::BlockPut(k, data) => {
+                        blocks.insert(*k, &data[..])?;
+                    }
+                    Encoded::BlockRemove(ks) => {
+                        for k in ks {
+                            blocks.remove(*k)?;
+                        }
                     }
                 }
             }
@@ -495,8 +557,8 @@ fn read_meta(db: &Database) -> Result<(Option<u64>, Option<u64>), redb::Error> {
 }
 
 /// Refuse another format or another device's directory. Formats 1 (no deltas), 2 (no
-/// log) and 3 (no lookup table) are this format without them: opening one adds what is
-/// missing.
+/// log), 3 (no lookup table) and 4 (no block table) are this format without them:
+/// opening one adds what is missing.
 fn check_meta(
     format: Option<u64>,
     owner: Option<u64>,
@@ -504,7 +566,7 @@ fn check_meta(
 ) -> Result<(), StorageError> {
     if let Some(v) = format
         && v != FORMAT_VERSION
-        && !(1..=3).contains(&v)
+        && !(1..=4).contains(&v)
     {
         return Err(StorageError::Format { found: v });
     }
@@ -529,6 +591,7 @@ fn write_meta(db: &Database, device: DeviceId) -> Result<(), redb::Error> {
         tx.open_table(CHUNKS)?;
         tx.open_table(DELTAS)?;
         tx.open_table(LOOKUP)?;
+        tx.open_table(BLOCKS)?;
     }
     tx.commit()?;
     Ok(())
@@ -548,6 +611,44 @@ fn key(c: ChunkId) -> (u64, u64) {
     (c.device.0, c.serial)
 }
 
+/// A block's key: its chunk, then its id's fields in the id's order.
+type BlockKey = (u64, u64, u128, u32, u32, u32);
+
+fn block_key(c: ChunkId, id: BlockId) -> BlockKey {
+    (
+        c.device.0,
+        c.serial,
+        id.upload.0,
+        id.part,
+        id.generation,
+        id.index,
+    )
+}
+
+fn from_block_key(k: BlockKey) -> (ChunkId, BlockId) {
+    let (device, serial, upload, part, generation, index) = k;
+    (
+        ChunkId {
+            device: DeviceId(device),
+            serial,
+        },
+        BlockId {
+            upload: Uuid(upload),
+            part,
+            generation,
+            index,
+        },
+    )
+}
+
+/// The first and last possible block keys of chunk `k`.
+fn chunk_block_range(k: (u64, u64)) -> (BlockKey, BlockKey) {
+    (
+        (k.0, k.1, 0, 0, 0, 0),
+        (k.0, k.1, u128::MAX, u32::MAX, u32::MAX, u32::MAX),
+    )
+}
+
 /// What the database holds, undecoded.
 struct Raw {
     next_serial: u64,
@@ -555,6 +656,7 @@ struct Raw {
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
     lookup: Vec<(String, Vec<u8>)>,
+    blocks: Vec<(ChunkId, BlockId, Vec<u8>)>,
 }
 
 /// What the log changed since the last checkpoint.
@@ -565,11 +667,17 @@ struct Dirty {
     serial: bool,
     /// Lookup keys written or removed (the state says which).
     lookup: BTreeSet<String>,
+    /// Blocks written or deleted (the state says which).
+    blocks: BTreeSet<(ChunkId, BlockId)>,
 }
 
 impl Dirty {
     fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.removed.is_empty() && !self.serial && self.lookup.is_empty()
+        self.chunks.is_empty()
+            && self.removed.is_empty()
+            && !self.serial
+            && self.lookup.is_empty()
+            && self.blocks.is_empty()
     }
 }
 
@@ -580,6 +688,8 @@ enum Encoded {
     Serial(u64),
     LookupPut(String, Vec<u8>),
     LookupRemove(String),
+    BlockPut(BlockKey, Bytes),
+    BlockRemove(Vec<BlockKey>),
 }
 
 #[cfg(test)]
@@ -908,6 +1018,198 @@ mod tests {
         assert_eq!(state, applied(&more));
         assert_eq!(state.lookup.len(), 4);
         assert!(!state.lookup.contains_key("/svc/n0"));
+    }
+
+    fn block(upload: u128, index: u32) -> BlockId {
+        BlockId {
+            upload: Uuid(upload),
+            part: 0,
+            generation: 0,
+            index,
+        }
+    }
+
+    fn block_data(upload: u128, index: u32, len: usize) -> Bytes {
+        Bytes::from(vec![(upload as u8) ^ (index as u8).wrapping_mul(31); len])
+    }
+
+    fn put_block(serial: u64, upload: u128, index: u32, len: usize) -> PersistOp {
+        PersistOp::BlockPut {
+            chunk: ChunkId {
+                device: DeviceId(1),
+                serial,
+            },
+            id: block(upload, index),
+            data: block_data(upload, index, len),
+        }
+    }
+
+    /// Object blocks (seed 001) survive a reopen from the log, from redb after a
+    /// checkpoint, and through a small log that checkpoints on its own; deletions delete.
+    #[test]
+    fn blocks_survive_reopen_through_the_log_and_checkpoints() {
+        let c0 = ChunkId {
+            device: DeviceId(1),
+            serial: 0,
+        };
+        let groups = vec![
+            vec![
+                PersistOp::PutChunk(Box::new(chunk(0, 1))),
+                put_block(0, 7, 0, 1000),
+                put_block(0, 7, 1, 10),
+            ],
+            vec![accept(0, 1, 0), put_block(0, 8, 0, 5000)],
+            vec![PersistOp::BlockDelete {
+                chunk: c0,
+                ids: vec![block(7, 1), block(99, 0)],
+            }],
+            // A block put before its chunk's whole record in one group is kept.
+            vec![
+                put_block(0, 9, 0, 300),
+                PersistOp::PutChunk(Box::new(chunk(0, 2))),
+            ],
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            for g in &groups {
+                s.commit(g.clone()).unwrap();
+            }
+            assert_eq!(s.checkpoints(), 0, "all of it is in the log");
+        }
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        let b = &state.blocks[&c0];
+        assert_eq!(b.len(), 3);
+        assert_eq!(b[&block(7, 0)], block_data(7, 0, 1000));
+        assert!(!b.contains_key(&block(7, 1)), "deleted");
+        assert_eq!(b[&block(9, 0)].len(), 300);
+        assert_eq!(s.checkpoints(), 1, "open moved the log into redb");
+        drop(s);
+        let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups), "from redb alone");
+
+        // A small log: blocks of 2 KiB fill it every few groups, and checkpoints write
+        // them to redb.
+        let dir = tempfile::tempdir().unwrap();
+        let mut more = vec![vec![PersistOp::PutChunk(Box::new(chunk(0, 1)))]];
+        for i in 0..30u32 {
+            let mut g = vec![put_block(0, 1, i, 2048)];
+            if i % 4 == 3 {
+                g.push(PersistOp::BlockDelete {
+                    chunk: c0,
+                    ids: vec![block(1, i - 2)],
+                });
+            }
+            more.push(g);
+        }
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 8192).unwrap();
+        for (i, g) in more.iter().enumerate() {
+            s.commit(g.clone()).unwrap();
+            if i % 11 == 5 {
+                drop(s);
+                let (s2, state) = Storage::open_with_log(dir.path(), DeviceId(1), 8192).unwrap();
+                assert_eq!(state, applied(&more[..=i]), "after group {i}");
+                s = s2;
+            }
+        }
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 8192).unwrap();
+        assert_eq!(state, applied(&more));
+        assert_eq!(state.blocks[&c0].len(), 30 - 7);
+    }
+
+    /// A group of block data larger than the whole log (a SafeTalk batch of several
+    /// 1 MiB blocks) goes straight into redb, and reads back whole.
+    #[test]
+    fn a_group_of_blocks_larger_than_the_log_goes_straight_to_redb() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+        let small = vec![PersistOp::PutChunk(Box::new(chunk(0, 1))), accept(0, 1, 0)];
+        s.commit(small.clone()).unwrap();
+        assert_eq!(s.checkpoints(), 0);
+        let big: Vec<PersistOp> = (0..3).map(|i| put_block(0, 5, i, 1 << 20)).collect();
+        s.commit(big.clone()).unwrap();
+        assert_eq!(s.checkpoints(), 2, "the log emptied first, then the group");
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+        let all = [small, big];
+        assert_eq!(state, applied(&all));
+        let c0 = ChunkId {
+            device: DeviceId(1),
+            serial: 0,
+        };
+        assert_eq!(state.blocks[&c0][&block(5, 2)], block_data(5, 2, 1 << 20));
+    }
+
+    /// Removing a chunk drops its blocks (and only its), in the log and in redb.
+    #[test]
+    fn remove_chunk_drops_its_blocks() {
+        let c = |serial| ChunkId {
+            device: DeviceId(1),
+            serial,
+        };
+        let setup = vec![
+            PersistOp::PutChunk(Box::new(chunk(0, 1))),
+            PersistOp::PutChunk(Box::new(chunk(1, 1))),
+            put_block(0, 3, 0, 100),
+            put_block(0, 3, 1, 100),
+            put_block(1, 3, 0, 100),
+        ];
+        for through_redb in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            {
+                let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+                s.commit(setup.clone()).unwrap();
+                if through_redb {
+                    // Reopen: the blocks are checkpointed into redb before the removal.
+                    drop(s);
+                    s = Storage::open(dir.path(), DeviceId(1)).unwrap().0;
+                }
+                s.commit(vec![PersistOp::RemoveChunk(c(0))]).unwrap();
+            }
+            let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            assert!(
+                !state.blocks.contains_key(&c(0)),
+                "through redb: {through_redb}"
+            );
+            assert_eq!(state.blocks[&c(1)].len(), 1);
+            assert!(!state.chunks.contains_key(&c(0)));
+            drop(s);
+            let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            assert!(!state.blocks.contains_key(&c(0)));
+            assert_eq!(state.blocks[&c(1)].len(), 1);
+        }
+    }
+
+    /// A format-4 directory (no block table) opens, and takes blocks from then on.
+    #[test]
+    fn a_format_4_directory_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            s.commit(vec![PersistOp::PutChunk(Box::new(chunk(0, 1)))])
+                .unwrap();
+        }
+        // Make it look like format 4: no block table, version 4.
+        {
+            let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.delete_table(BLOCKS).unwrap();
+            tx.open_table(META).unwrap().insert(KEY_FORMAT, 4).unwrap();
+            tx.commit().unwrap();
+        }
+        let (mut s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state.chunks.len(), 1);
+        assert!(state.blocks.is_empty());
+        s.commit(vec![put_block(0, 1, 0, 10)]).unwrap();
+        drop(s);
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state.blocks.values().map(|b| b.len()).sum::<usize>(), 1);
+        drop(s);
+        let (format, _) =
+            read_meta(&Database::create(dir.path().join("tenure.redb")).unwrap()).unwrap();
+        assert_eq!(format, Some(FORMAT_VERSION));
     }
 
     #[test]
