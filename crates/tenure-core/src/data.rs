@@ -98,6 +98,14 @@ pub enum StoreOp {
         /// Manager time.
         at: crate::time::Instant,
     },
+    /// A change applied only if a lock is held with exactly the presented fencing token,
+    /// checked atomically with it (a fenced release).
+    Fenced {
+        /// The lock and token.
+        fence: crate::objects::Fence,
+        /// The change.
+        op: Box<StoreOp>,
+    },
     /// A change to the store's objects (seed 001).
     Object {
         /// The change.
@@ -120,6 +128,9 @@ impl StoreOp {
 impl crate::safetalk::Kind for StoreOp {
     /// Releases travel in the R-list, everything else in the L-list (seed 004 §3).
     fn is_release(&self) -> bool {
+        if let StoreOp::Fenced { op, .. } = self {
+            return op.is_release();
+        }
         matches!(
             self,
             StoreOp::SessionEnd { .. }
@@ -173,6 +184,8 @@ pub enum OpResult {
     Lock(LockOpResult),
     /// An object change's result.
     Object(Result<crate::objects::ObjectOutcome, crate::io::ClientError>),
+    /// A fenced change whose token was not the lock's current one: nothing changed.
+    Refused(crate::io::ClientError),
 }
 
 impl Tables {
@@ -216,6 +229,12 @@ impl Tables {
                     )));
                 }
                 OpResult::Lock(self.locks.apply(op, *at))
+            }
+            StoreOp::Fenced { fence, op } => {
+                match crate::objects::table::check_fence(fence, &self.locks) {
+                    Ok(()) => self.execute(seq, op),
+                    Err(e) => OpResult::Refused(e),
+                }
             }
             StoreOp::Object { op, acc } => {
                 OpResult::Object(self.objects.execute(op, *acc, &self.locks))

@@ -150,6 +150,20 @@ pub enum Request {
         /// Lock name.
         name: String,
     },
+    /// Release a lock only if it is held with exactly `token` (checked atomically with
+    /// the release).
+    ReleaseFenced {
+        /// Store.
+        store: StoreId,
+        /// Holder session.
+        session: SessionId,
+        /// Idempotency key (0: none).
+        request_id: u64,
+        /// Lock name.
+        name: String,
+        /// The fencing token of the grant being released.
+        token: FencingToken,
+    },
     /// Who holds a lock (linearizable).
     Holders {
         /// Store.
@@ -297,6 +311,7 @@ impl Request {
             | Request::CloseSession { store, .. }
             | Request::Acquire { store, .. }
             | Request::Release { store, .. }
+            | Request::ReleaseFenced { store, .. }
             | Request::Holders { store, .. }
             | Request::LocksUnder { store, .. }
             | Request::Object { store, .. } => *store,

@@ -1440,16 +1440,25 @@ impl Manager {
                 if !self.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
-                StoreOp::Lock {
-                    op: match request_id {
-                        0 => LockOp::Release { name, session },
-                        id => LockOp::ReleaseRequest {
-                            name,
-                            session,
-                            request_id: RequestId(id),
-                        },
-                    },
-                    at: now,
+                release_op(session, request_id, name, now)
+            }
+            Request::ReleaseFenced {
+                session,
+                request_id,
+                name,
+                token,
+                ..
+            } => {
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                let fence = crate::objects::Fence {
+                    lock: name.clone(),
+                    token,
+                };
+                StoreOp::Fenced {
+                    fence,
+                    op: Box::new(release_op(session, request_id, name, now)),
                 }
             }
             Request::Holders { name, .. } => {
@@ -1614,6 +1623,7 @@ impl Manager {
             OpResult::Lock(LockOpResult::Epoch(_)) => {
                 (Err(ClientError::Unavailable { store }), vec![], vec![])
             }
+            OpResult::Refused(e) => (Err(e), vec![], vec![]),
             OpResult::Object(r) => (crate::objects::mgr::object_response(&op, r), vec![], vec![]),
         };
         if let Some(Output::Reply { result, .. }) = replies.first_mut() {
@@ -1991,6 +2001,21 @@ impl Manager {
 }
 
 /// The client-facing error for a refused release.
+/// The lock table change of a release (with its idempotency key, if any).
+fn release_op(session: SessionId, request_id: u64, name: String, at: Instant) -> StoreOp {
+    StoreOp::Lock {
+        op: match request_id {
+            0 => LockOp::Release { name, session },
+            id => LockOp::ReleaseRequest {
+                name,
+                session,
+                request_id: RequestId(id),
+            },
+        },
+        at,
+    }
+}
+
 fn release_error(e: &ReleaseError) -> ClientError {
     match e {
         ReleaseError::NotHeld { .. } => ClientError::NotHeld,

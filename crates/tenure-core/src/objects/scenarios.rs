@@ -534,3 +534,143 @@ fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
     }
     assert_eq!(get(&mut c, key), Ok(b"new content".to_vec()));
 }
+
+fn session(c: &mut Cluster, s: StoreId) -> crate::session::SessionId {
+    let (m, _) = c.manager_of(s).unwrap();
+    let id = c.request(
+        m,
+        1,
+        Request::OpenSession {
+            store: s,
+            ttl: Duration::from_secs(30),
+        },
+    );
+    c.run_for(Duration::from_millis(100));
+    match c.replies.remove(&id) {
+        Some(Ok(Response::SessionOpened { session, .. })) => session,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn lock_req(c: &mut Cluster, s: StoreId, req: Request) -> Result<Response, ClientError> {
+    let (m, _) = c.manager_of(s).unwrap();
+    let id = c.request(m, 1, req);
+    c.run_for(Duration::from_millis(100));
+    c.replies.remove(&id).expect("answered")
+}
+
+fn acquire(
+    c: &mut Cluster,
+    s: StoreId,
+    session: crate::session::SessionId,
+    name: &str,
+    id: u64,
+) -> crate::lockctl::FencingToken {
+    let r = lock_req(
+        c,
+        s,
+        Request::Acquire {
+            store: s,
+            session,
+            request_id: id,
+            name: name.into(),
+            mode: crate::lockctl::LockMode::Exclusive,
+            wait: crate::io::WaitSpec::Try,
+        },
+    );
+    match r {
+        Ok(Response::Granted { token }) => token,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_fenced_put_with_a_stale_token_never_lands() {
+    let mut c = cluster();
+    let (key, lock) = ("/fence/data", "/fence/lock");
+    let s = store(key);
+    assert_eq!(s, store(lock));
+    let (s1, s2) = (session(&mut c, s), session(&mut c, s));
+    let old = acquire(&mut c, s, s1, lock, 1);
+    let fenced = |token| crate::objects::Conditions {
+        fence: Some(Fence {
+            lock: lock.into(),
+            token,
+        }),
+        ..Default::default()
+    };
+    let put_with = |c: &mut Cluster, token, data: &'static [u8]| {
+        let req = ObjectRequest::Put {
+            key: key.into(),
+            data: Bytes::from_static(data),
+            writer: Writer::default(),
+            cond: fenced(token),
+            ephemeral: false,
+        };
+        ask(c, key, req)
+    };
+    assert!(matches!(
+        put_with(&mut c, old, b"by holder 1"),
+        Ok(Response::ObjectWritten { .. })
+    ));
+    // The lock moves to session 2.
+    let r = lock_req(
+        &mut c,
+        s,
+        Request::Release {
+            store: s,
+            session: s1,
+            request_id: 2,
+            name: lock.into(),
+        },
+    );
+    assert_eq!(r, Ok(Response::Released));
+    c.run_for(Duration::from_secs(2));
+    let new = acquire(&mut c, s, s2, lock, 3);
+    assert!(new > old);
+    assert_eq!(
+        put_with(&mut c, old, b"late write by holder 1"),
+        Err(ClientError::StaleToken { current: Some(new) })
+    );
+    assert!(matches!(
+        put_with(&mut c, new, b"by holder 2"),
+        Ok(Response::ObjectWritten { .. })
+    ));
+    assert_eq!(get(&mut c, key), Ok(b"by holder 2".to_vec()));
+}
+
+#[test]
+fn a_fenced_release_checks_the_token_atomically() {
+    let mut c = cluster();
+    let lock = "/frel/lock";
+    let s = store(lock);
+    let s1 = session(&mut c, s);
+    let token = acquire(&mut c, s, s1, lock, 1);
+    let release = |token| Request::ReleaseFenced {
+        store: s,
+        session: s1,
+        request_id: 0,
+        name: lock.into(),
+        token,
+    };
+    let stale = crate::lockctl::FencingToken {
+        epoch: token.epoch,
+        seq: token.seq + 1,
+    };
+    assert_eq!(
+        lock_req(&mut c, s, release(stale)),
+        Err(ClientError::StaleToken {
+            current: Some(token)
+        })
+    );
+    let holders = lock_req(
+        &mut c,
+        s,
+        Request::Holders {
+            store: s,
+            name: lock.into(),
+        },
+    );
+    assert!(matches!(holders, Ok(Response::Holders(h)) if h.len() == 1));
+    assert_eq!(lock_req(&mut c, s, release(token)), Ok(Response::Released));
+}

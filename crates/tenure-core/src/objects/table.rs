@@ -176,7 +176,10 @@ impl ObjectTable {
                 compacted: self.compacted,
             });
         }
-        Ok((self.history.iter())
+        // Revisions in the history are consecutive (every change records one), so the
+        // changes after `after` start at a known index.
+        let start = (after - self.compacted) as usize;
+        Ok((self.history.range(start.min(self.history.len())..))
             .filter(|c| c.revision > after && under(&c.key, prefix))
             .cloned()
             .collect())
@@ -232,14 +235,7 @@ impl ObjectTable {
             return Err(ObjectError::RevisionMismatch { current }.into());
         }
         if let Some(f) = &cond.fence {
-            let holders = locks
-                .holders(&f.lock)
-                .map_err(|e| ClientError::InvalidName(e.to_string()))?;
-            if !holders.iter().any(|h| h.token == f.token) {
-                return Err(ClientError::StaleToken {
-                    current: holders.first().map(|h| h.token),
-                });
-            }
+            check_fence(f, locks)?;
         }
         Ok(())
     }
@@ -672,6 +668,21 @@ impl ObjectTable {
                 self.attention.remove(key);
             }
         }
+    }
+}
+
+/// Server-side fencing: `fence.lock` must be held with exactly `fence.token`, else
+/// `StaleToken` with the current holder's token.
+pub fn check_fence(fence: &super::Fence, locks: &LockTable) -> Result<(), ClientError> {
+    let holders = locks
+        .holders(&fence.lock)
+        .map_err(|e| ClientError::InvalidName(e.to_string()))?;
+    if holders.iter().any(|h| h.token == fence.token) {
+        Ok(())
+    } else {
+        Err(ClientError::StaleToken {
+            current: holders.first().map(|h| h.token),
+        })
     }
 }
 
