@@ -1659,13 +1659,14 @@ impl Manager {
             op,
             replies,
         });
-        if self.inflight.is_none() {
+        // An object upload's changes are queued together and leave in one batch.
+        if self.inflight.is_none() && !self.objects.hold {
             self.flush(ctx);
         }
     }
 
     /// Group commit: send every queued change in one ACCEPT, with a piggybacked CONFIRM.
-    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
         if self.queue.is_empty() || self.inflight.is_some() {
             return;
         }

@@ -35,6 +35,9 @@ pub struct ObjMgr {
     watches: BTreeMap<(ClientId, u64), Watch>,
     /// The revision watches were last brought up to.
     watched: u64,
+    /// Changes being submitted for one request: hold them until the last is queued, so
+    /// they leave in one batch.
+    pub(crate) hold: bool,
     tag: u64,
 }
 
@@ -171,8 +174,14 @@ impl Manager {
         req_id: u64,
         req: ObjectRequest,
     ) {
-        if let Err(e) = self.object_request_inner(ctx, client, req_id, req) {
+        self.objects.hold = true;
+        let r = self.object_request_inner(ctx, client, req_id, req);
+        self.objects.hold = false;
+        if let Err(e) = r {
             reply(ctx, client, req_id, Err(e));
+        }
+        if self.inflight.is_none() {
+            self.flush(ctx);
         }
     }
 

@@ -674,3 +674,23 @@ fn a_fenced_release_checks_the_token_atomically() {
     assert!(matches!(holders, Ok(Response::Holders(h)) if h.len() == 1));
     assert_eq!(lock_req(&mut c, s, release(token)), Ok(Response::Released));
 }
+
+#[test]
+fn a_small_put_is_one_safetalk_batch() {
+    let mut c = cluster();
+    let accepts = |c: &Cluster| {
+        c.count_delivered(|m| {
+            matches!(
+                m,
+                Msg::ToChunk {
+                    msg: crate::msg::ToChunk::Accept { .. },
+                    ..
+                }
+            )
+        })
+    };
+    let before = accepts(&c);
+    put(&mut c, "/one/k", b"256 bytes or so").unwrap();
+    // Begin, the block and the activation travel in one ACCEPT to each of 3 chunks.
+    assert_eq!(accepts(&c) - before, 3);
+}
