@@ -155,6 +155,8 @@ pub enum Violation {
     },
     /// Invariant 7: a lookup invariant or bound (seed 003).
     Lookup(crate::lookup::checks::LookupViolation),
+    /// Invariant 6 and DESIGN §5: an object invariant (seed 001).
+    Objects(crate::objects::ObjectViolation),
 }
 
 impl Violation {
@@ -163,6 +165,7 @@ impl Violation {
         match self {
             Violation::NoManager { .. } | Violation::ClientStuck { .. } => ViolationKind::Liveness,
             Violation::Lookup(v) => v.kind(),
+            Violation::Objects(v) if v.is_liveness() => ViolationKind::Liveness,
             _ => ViolationKind::Correctness,
         }
     }
@@ -264,6 +267,7 @@ impl std::fmt::Display for Violation {
                 )
             }
             Violation::Lookup(v) => v.fmt(f),
+            Violation::Objects(v) => v.fmt(f),
             Violation::NoManager { store, why } => {
                 write!(
                     f,

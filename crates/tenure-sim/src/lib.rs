@@ -13,6 +13,7 @@ pub mod lockcheck;
 pub mod lookup;
 pub mod model;
 pub mod net;
+pub mod objects;
 pub mod sweep;
 pub mod world;
 

@@ -57,6 +57,8 @@ pub struct Summary {
     pub lock_checks: crate::lockcheck::LockCheckCounts,
     /// SafeTalk messages.
     pub safetalk: crate::world::SafeTalkCost,
+    /// What the object clients and watchers did, and the object checkers' counts.
+    pub objects: crate::objects::ObjectStats,
     /// The lookup world's figures (runs of `WorldKind::Lookup`).
     pub lookup: crate::lookup::summary::LookupSummary,
     /// Runs with a correctness violation.
@@ -78,6 +80,7 @@ impl Summary {
         self.locks.add(&r.locks);
         self.lock_checks.add(&r.lock_checks);
         self.safetalk.add(&r.safetalk);
+        self.objects.add(&r.objects);
         if let Some(l) = &r.lookup {
             self.lookup.add(r.seed, l);
         }

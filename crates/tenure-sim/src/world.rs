@@ -31,6 +31,7 @@
 //!   in which every store must regain a working manager within `liveness_us`.
 
 mod clients;
+mod objects;
 mod pipeline;
 
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
@@ -120,6 +121,8 @@ pub struct SimConfig {
     pub writes: bool,
     /// Which lock clients pipeline requests on their session stream.
     pub pipelining: Pipelining,
+    /// Run the object clients and watchers beside the lock clients ([`crate::objects`]).
+    pub objects: bool,
     /// Which world runs: the stores (layout, locks, registers) or the lookup service.
     pub world: WorldKind,
     /// The lookup world's failure class (drawn by the seed unless forced).
@@ -148,6 +151,7 @@ impl SimConfig {
             faults: true,
             writes: true,
             pipelining: Pipelining::Drawn,
+            objects: true,
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
             trace: false,
@@ -294,6 +298,11 @@ pub struct RunReport {
         Vec<crate::lincheck::Operation<crate::lincheck::LockInput, crate::lincheck::LockOutput>>,
     /// A hash of every event and observation (determinism check).
     pub fingerprint: u64,
+    /// The object workload this seed chose (when object clients ran).
+    pub object_knobs: Option<crate::objects::ObjectKnobs>,
+    /// What the object clients and watchers did, and how often the object checkers
+    /// compared something.
+    pub objects: crate::objects::ObjectStats,
     /// The lookup world's knobs.
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
     /// What the lookup world measured.
@@ -437,6 +446,18 @@ enum Event {
     KeepAliveDue(usize, SessionId),
     ClientDeadline(usize, SessionId),
     ClientResume(usize),
+    ObjStep(usize),
+    ObjArrive {
+        req: u64,
+        to: DeviceId,
+        boot: u64,
+    },
+    ObjTimeout {
+        req: u64,
+        attempt: u32,
+    },
+    ObjKeepAlive(usize, SessionId),
+    WatchCheck(usize),
 }
 
 impl Event {
@@ -446,6 +467,7 @@ impl Event {
             Event::Deliver { to, .. }
             | Event::ClientArrive { to, .. }
             | Event::LockArrive { to, .. }
+            | Event::ObjArrive { to, .. }
             | Event::PolicyArrive { to, .. } => Some(*to),
             Event::Timer { device, .. } => Some(*device),
             _ => None,
@@ -472,6 +494,11 @@ impl Event {
             Event::KeepAliveDue(c, s) => 16 | (*c as u64) << 8 | s.0 << 24,
             Event::ClientDeadline(c, s) => 17 | (*c as u64) << 8 | s.0 << 24,
             Event::ClientResume(c) => 18 | (*c as u64) << 8,
+            Event::ObjStep(c) => 19 | (*c as u64) << 8,
+            Event::ObjArrive { req, to, .. } => 20 | to.0 << 8 | req << 24,
+            Event::ObjTimeout { req, .. } => 21 | req << 8,
+            Event::ObjKeepAlive(c, s) => 22 | (*c as u64) << 8 | s.0 << 24,
+            Event::WatchCheck(w) => 23 | (*w as u64) << 8,
         }
     }
 }
@@ -553,6 +580,18 @@ pub struct World {
     locks: LockChecker,
     /// Per manager device, the last SafeTalk batch counted (epoch, first version).
     last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
+    obj_knobs: crate::objects::ObjectKnobs,
+    obj_rng: Rng,
+    obj_clients: Vec<objects::ObjClient>,
+    obj_watchers: Vec<objects::Watcher>,
+    obj_reqs: BTreeMap<u64, objects::ObjReq>,
+    objcheck: crate::objects::ObjectChecker,
+    /// The run is settling its objects: object clients, lock clients and the register
+    /// workload start nothing new (the lock history was already checked).
+    obj_quiet: bool,
+    /// Manifests seen collected by a manager.
+    obj_collected: BTreeSet<(StoreId, tenure_core::objects::Uuid)>,
+    next_watch: u64,
     /// Stores that have had a working manager at least once.
     ever_managed: BTreeSet<StoreId>,
     /// store → real time it lost its working manager (while without one).
@@ -578,6 +617,8 @@ impl World {
         let mut lock_knobs = LockKnobs::draw(&mut lock_rng, cfg.stores);
         let mut pipe_rng = root.fork();
         lock_knobs.draw_pipelining(&mut pipe_rng, cfg.pipelining);
+        let mut obj_rng = root.fork();
+        let obj_knobs = crate::objects::ObjectKnobs::draw(&mut obj_rng);
         let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         let timing = tenure_core::Timing::default();
         let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
@@ -587,6 +628,7 @@ impl World {
             let mut dc = DeviceConfig::new(d, cluster.clone());
             dc.planted = cfg.planted.clone();
             dc.whole_record_every = cfg.whole_record_every;
+            dc.objects = World::object_settings(obj_knobs.history);
             nodes.insert(
                 d,
                 Node {
@@ -607,6 +649,7 @@ impl World {
                 seed: cfg.seed,
                 knobs: Some(knobs.clone()),
                 lock_knobs: Some(lock_knobs.clone()),
+                object_knobs: cfg.objects.then(|| obj_knobs.clone()),
                 clocks: nodes
                     .iter()
                     .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
@@ -636,6 +679,15 @@ impl World {
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),
             last_batch: BTreeMap::new(),
+            obj_knobs,
+            obj_rng,
+            obj_clients: Vec::new(),
+            obj_watchers: Vec::new(),
+            obj_reqs: BTreeMap::new(),
+            objcheck: Default::default(),
+            obj_quiet: false,
+            obj_collected: BTreeSet::new(),
+            next_watch: 0,
             ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -647,6 +699,10 @@ impl World {
             w.trace(|| line);
             let line = format!("lock knobs {:?}", w.lock_knobs);
             w.trace(|| line);
+            if w.cfg.objects {
+                let line = format!("object knobs {:?}", w.obj_knobs);
+                w.trace(|| line);
+            }
             let clocks: Vec<String> = w
                 .nodes
                 .iter()
@@ -670,6 +726,9 @@ impl World {
         w.schedule(t, Event::Policy);
         w.schedule(w.now + SAMPLE_US, Event::Sample);
         w.start_lock_clients();
+        if w.cfg.objects {
+            w.start_object_clients();
+        }
         w
     }
 
@@ -785,13 +844,30 @@ impl World {
         let mut observed = Vec::new();
         for o in out {
             match o {
-                Output::Persist(op) => self.nodes.get_mut(&d).expect("node").disk.apply(&op),
-                Output::Send { to, msg } => self.send(d, to, msg),
+                Output::Persist(op) => {
+                    self.nodes.get_mut(&d).expect("node").disk.apply(&op);
+                    if let tenure_core::PersistOp::BlockDelete { chunk, ids } = &op {
+                        self.obj_on_block_delete(d, *chunk, ids);
+                    }
+                }
+                Output::Send { to, msg } => {
+                    self.obj_on_send(d, &msg);
+                    self.send(d, to, msg)
+                }
                 Output::Reply { req_id, result, .. } => self.reply(d, req_id, result),
                 Output::SetTimer(_) => {}
                 Output::Observe(ob) => observed.push(ob),
                 Output::LookupEvent(_) => {}
-                Output::ObjectEvents { .. } | Output::WatchEnded { .. } => {}
+                Output::ObjectEvents {
+                    client,
+                    watch,
+                    changes,
+                } => self.obj_events(client, watch, changes),
+                Output::WatchEnded {
+                    client,
+                    watch,
+                    reason,
+                } => self.obj_watch_ended(client, watch, reason),
             }
         }
         for ob in observed {
@@ -1021,6 +1097,9 @@ impl World {
         if self.lock_reqs.contains_key(&req) {
             return self.lock_reply(d, req, result);
         }
+        if self.is_obj_req(req) {
+            return self.obj_reply(d, req, result);
+        }
         match result {
             Ok(_) => {
                 self.writes.remove(&req);
@@ -1115,6 +1194,7 @@ impl World {
                     self.schedule(t, Event::Nemesis);
                 }
             }
+            Event::Workload if self.obj_quiet => {}
             Event::Workload => {
                 self.new_write();
                 let t = self.exp_workload();
@@ -1141,14 +1221,23 @@ impl World {
             }
             Event::Sample => {
                 self.sample();
+                if !self.obj_clients.is_empty() {
+                    self.obj_sample();
+                }
                 self.schedule(self.now + SAMPLE_US, Event::Sample);
             }
+            Event::LockStep(_) if self.obj_quiet => {}
             Event::LockStep(c) => self.lock_step(c),
             Event::LockArrive { req, to, boot } => self.lock_arrive(req, to, boot),
             Event::LockTimeout { req, attempt } => self.lock_timeout(req, attempt),
             Event::KeepAliveDue(c, s) => self.keepalive_due(c, s),
             Event::ClientDeadline(c, s) => self.client_deadline_event(c, s),
             Event::ClientResume(c) => self.client_resume(c),
+            Event::ObjStep(c) => self.obj_step(c),
+            Event::ObjArrive { req, to, boot } => self.obj_arrive(req, to, boot),
+            Event::ObjTimeout { req, attempt } => self.obj_timeout(req, attempt),
+            Event::ObjKeepAlive(c, s) => self.obj_keepalive_due(c, s),
+            Event::WatchCheck(w) => self.watch_check(w),
         }
         true
     }
@@ -1414,7 +1503,9 @@ impl World {
     }
 
     fn failed(&self) -> bool {
-        !self.checker.violations.is_empty() || !self.locks.violations.is_empty()
+        !self.checker.violations.is_empty()
+            || !self.locks.violations.is_empty()
+            || !self.objcheck.violations.is_empty()
     }
 
     /// Run both phases and return the report.
@@ -1464,6 +1555,9 @@ impl World {
                     self.report.liveness_converged_us = Some(self.now - start);
                     self.trace(|| "liveness: every store has a working manager".to_string());
                     self.settle_lock_clients();
+                    if !self.failed() {
+                        self.settle_objects();
+                    }
                     return self.finish();
                 }
                 self.schedule(self.now + SAMPLE_US, Event::Sample);
@@ -1526,6 +1620,13 @@ impl World {
         self.checker
             .violations
             .extend(std::mem::take(&mut self.locks.violations));
+        // Correctness before liveness: the first violation decides the outcome.
+        let (live, safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.objcheck.violations)
+            .into_iter()
+            .partition(|v| v.is_liveness());
+        (self.checker.violations).extend(safe.into_iter().map(Violation::Objects));
+        (self.checker.violations).extend(live.into_iter().map(Violation::Objects));
+        self.report.objects.checks = self.objcheck.counts.clone();
         self.report.lock_checks = self.locks.counts.clone();
         self.report.locks.history_ops = self.locks.ops.len() as u64;
         if self.cfg.keep_history {

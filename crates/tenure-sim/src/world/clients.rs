@@ -39,7 +39,7 @@ pub(super) struct ClientSession {
 /// One lock client.
 #[derive(Clone, Debug)]
 pub(super) struct LockClient {
-    store: StoreId,
+    pub(super) store: StoreId,
     pub(super) names: Vec<String>,
     pub(super) target: DeviceId,
     /// Bumped at every client crash: answers to an older incarnation are ignored.
@@ -537,6 +537,8 @@ impl World {
                 match result {
                     Some(Ok(Response::Granted { token })) => {
                         self.report.locks.grants += 1;
+                        let store = self.lock_clients[c].store;
+                        self.obj_note_grant(store, name, *mode, token);
                         self.locks.respond(op, now, LockOutput::Granted { token });
                         let cl = &mut self.lock_clients[c];
                         match cl.session.as_ref() {
@@ -593,8 +595,9 @@ impl World {
                             self.report.locks.releases_retried += 1;
                         }
                         self.locks.respond(op, now, LockOutput::Released);
+                        let store = self.lock_clients[c].store;
+                        self.obj_note_release(store, name, *token);
                         if let Some(s) = r.session {
-                            let store = self.lock_clients[c].store;
                             self.locks.release_acked(store, name, s, *token);
                         }
                     }
