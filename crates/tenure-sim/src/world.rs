@@ -123,6 +123,10 @@ pub struct SimConfig {
     pub pipelining: Pipelining,
     /// Run the object clients and watchers beside the lock clients ([`crate::objects`]).
     pub objects: bool,
+    /// Check every block deletion against the manifests active at that moment (object
+    /// checker 3). Off only to show that checker 2 finds, at the end of a run, the loss
+    /// checker 3 would report at once.
+    pub objects_watch_deletes: bool,
     /// Which world runs: the stores (layout, locks, registers) or the lookup service.
     pub world: WorldKind,
     /// The lookup world's failure class (drawn by the seed unless forced).
@@ -152,6 +156,7 @@ impl SimConfig {
             writes: true,
             pipelining: Pipelining::Drawn,
             objects: true,
+            objects_watch_deletes: true,
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
             trace: false,

@@ -924,6 +924,9 @@ impl World {
             return;
         };
         self.report.objects.blocks_deleted += ids.len() as u64;
+        if !self.cfg.objects_watch_deletes {
+            return;
+        }
         let Some(t) = (self.nodes[&d].device.as_ref()).and_then(|dev| dev.managed_tables(*store))
         else {
             return;
@@ -942,6 +945,9 @@ impl World {
         chunk: ChunkId,
         ids: &[tenure_core::objects::BlockId],
     ) {
+        if !self.cfg.objects_watch_deletes {
+            return;
+        }
         let Some(store) = (self.nodes[&d].disk.chunks.get(&chunk)).map(|r| r.store) else {
             return;
         };
