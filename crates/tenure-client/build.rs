@@ -9,6 +9,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Object content is `bytes::Bytes`: sliced into blocks and messages without copies.
+        .bytes(".tenure.v1.PutObjectRequest.data")
+        .bytes(".tenure.v1.UploadRequest.data")
+        .bytes(".tenure.v1.UploadPartRequest.data")
+        .bytes(".tenure.v1.GetObjectResponse.data")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -33,10 +33,19 @@
 //! the deadline; [`Client::watch`] and [`Client::alert`] keep a subscription on a `Watch`
 //! stream and report every change, resynchronising after a gap, a failover or a
 //! reconnection.
+//!
+//! Objects ([`Client::objects`], module [`objects`], seed 001): put (one message up to a
+//! MiB, streamed above), get, head, conditional puts (create only, compare-and-set on
+//! the revision, fenced by a lock guard's token), delete, list, multipart uploads, and
+//! watches that resume from the last revision seen when the store's manager moves and
+//! report a re-read explicitly when the history no longer reaches back. Writes carry the
+//! client's session in the store and one request id for every attempt, so a retry after
+//! a failover returns the first attempt's outcome.
 
 mod conn;
 pub mod locks;
 pub mod lookup;
+pub mod objects;
 mod stream;
 
 use std::collections::HashMap;
@@ -156,6 +165,50 @@ pub enum Error {
     /// keep-alive could confirm the session in time: the lock was released, not taken.
     #[error("lock {0:?} was granted too late to be safe and was released")]
     GrantUnconfirmed(String),
+    /// A create-only write found an active object under the key.
+    #[error("object {key:?} exists (revision {revision})")]
+    ObjectExists {
+        /// Key.
+        key: String,
+        /// Its revision.
+        revision: u64,
+    },
+    /// A compare-and-set found another revision (none: the key has no active object).
+    #[error("object {key:?} is at revision {current:?}, not the one expected")]
+    RevisionMismatch {
+        /// Key.
+        key: String,
+        /// The active revision, if any.
+        current: Option<u64>,
+    },
+    /// No active object under the key.
+    #[error("no object {0:?}")]
+    NoSuchObject(String),
+    /// No multipart upload in progress with this id.
+    #[error("no upload {upload} in progress under {key:?}")]
+    NoSuchUpload {
+        /// Key.
+        key: String,
+        /// Upload id.
+        upload: String,
+    },
+    /// A completion came before every block of the upload was written.
+    #[error("upload incomplete: {0} blocks missing")]
+    UploadIncomplete(u64),
+    /// A multipart completion named a part that was not uploaded.
+    #[error("no part {0} was uploaded")]
+    NoSuchPart(u32),
+    /// A watch's position is older than the history the store keeps: re-read.
+    #[error("revision {asked} is compacted (history starts after {compacted}): re-read")]
+    Compacted {
+        /// The revision asked for.
+        asked: u64,
+        /// History is kept after this revision.
+        compacted: u64,
+    },
+    /// No complete chunk could serve the object's data in time.
+    #[error("the data of object {0:?} is unavailable right now")]
+    DataUnavailable(String),
     /// The call's deadline passed before an answer came.
     #[error("no answer before the call's deadline")]
     DeadlinePassed,
@@ -206,6 +259,26 @@ impl Error {
             },
             Some(Kind::RequestIdReused(r)) => Error::RequestIdReused(r.request_id),
             Some(Kind::InvalidRequest(r)) => Error::InvalidRequest(r.reason),
+            Some(Kind::ObjectExists(x)) => Error::ObjectExists {
+                key: x.key,
+                revision: x.revision,
+            },
+            Some(Kind::RevisionMismatch(x)) => Error::RevisionMismatch {
+                key: x.key,
+                current: x.current,
+            },
+            Some(Kind::NoSuchObject(x)) => Error::NoSuchObject(x.key),
+            Some(Kind::NoSuchUpload(x)) => Error::NoSuchUpload {
+                key: x.key,
+                upload: x.upload,
+            },
+            Some(Kind::UploadIncomplete(x)) => Error::UploadIncomplete(x.missing),
+            Some(Kind::NoSuchPart(x)) => Error::NoSuchPart(x.part),
+            Some(Kind::Compacted(x)) => Error::Compacted {
+                asked: x.asked,
+                compacted: x.compacted,
+            },
+            Some(Kind::DataUnavailable(x)) => Error::DataUnavailable(x.key),
             None => Error::Malformed,
         }
     }
@@ -331,6 +404,7 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) struct Conns {
     tenure: TenureClient<Channel>,
     lookup: proto::lookup_client::LookupClient<Channel>,
+    objects: proto::objects_client::ObjectsClient<Channel>,
 }
 
 /// A Tenure client. Cheap to clone: clones share connections, routes and sessions. Call
@@ -468,7 +542,10 @@ impl Client {
             .connect_with_connector_lazy(conn::Connector::new());
         let conns = Conns {
             tenure: TenureClient::new(ch.clone()),
-            lookup: proto::lookup_client::LookupClient::new(ch)
+            lookup: proto::lookup_client::LookupClient::new(ch.clone())
+                .max_decoding_message_size(MAX_ANSWER_BYTES)
+                .max_encoding_message_size(MAX_ANSWER_BYTES),
+            objects: proto::objects_client::ObjectsClient::new(ch)
                 .max_decoding_message_size(MAX_ANSWER_BYTES)
                 .max_encoding_message_size(MAX_ANSWER_BYTES),
         };
@@ -782,10 +859,42 @@ impl Client {
         &self,
         store: u32,
         bounds: Bounds,
-        mut call: F,
+        call: F,
     ) -> Result<T>
     where
         F: FnMut(TenureClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Result<T>, tonic::Status>>,
+    {
+        self.routed_on(store, bounds, |c| c.tenure.clone(), call)
+            .await
+    }
+
+    /// [`Client::routed_with`] on the object service of each endpoint's connection.
+    pub(crate) async fn routed_objects<T, F, Fut>(
+        &self,
+        store: u32,
+        bounds: Bounds,
+        call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(proto::objects_client::ObjectsClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Result<T>, tonic::Status>>,
+    {
+        self.routed_on(store, bounds, |c| c.objects.clone(), call)
+            .await
+    }
+
+    /// The routing loop of [`Client::routed_with`] over the service `pick` takes from an
+    /// endpoint's connections.
+    async fn routed_on<S, T, F, Fut>(
+        &self,
+        store: u32,
+        bounds: Bounds,
+        pick: impl Fn(&Conns) -> S,
+        mut call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(S) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         let started = Instant::now();
@@ -797,7 +906,7 @@ impl Client {
         let mut redirects = Redirects::default();
         loop {
             attempts += 1;
-            let client = self.channel(&target)?;
+            let client = pick(&self.conns(&target)?);
             let mut cut = false;
             let err = match tokio::time::timeout(bounds.per_call, call(client)).await {
                 Ok(Ok(Ok(v))) => {

@@ -192,10 +192,10 @@ struct Pending {
 
 /// An open stream.
 #[derive(Debug)]
-struct Conn {
-    endpoint: String,
-    tx: mpsc::Sender<proto::SessionRequest>,
-    rx: tonic::Streaming<proto::SessionEvent>,
+pub(crate) struct Conn {
+    pub(crate) endpoint: String,
+    pub(crate) tx: mpsc::Sender<proto::SessionRequest>,
+    pub(crate) rx: tonic::Streaming<proto::SessionEvent>,
     max_in_flight: usize,
     in_flight: usize,
 }
@@ -776,7 +776,7 @@ impl Task {
 }
 
 /// The manager's endpoint a redirect names, if any.
-fn redirect_hint(r: proto::Redirect) -> Option<String> {
+pub(crate) fn redirect_hint(r: proto::Redirect) -> Option<String> {
     r.not_manager
         .map(|n| n.hint_endpoint)
         .filter(|h| !h.is_empty())
@@ -820,7 +820,7 @@ enum Refused {
 /// Race the endpoints for a started stream to the manager of `store` (see the module
 /// docs): the first that starts one wins; redirects are followed at once; an endpoint
 /// silent for `attempt_timeout` is passed over.
-async fn connect(
+pub(crate) async fn connect(
     client: &Client,
     store: u32,
     resume: Option<u64>,

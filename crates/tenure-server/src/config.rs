@@ -27,6 +27,15 @@
 //! max_value_bytes = 65536
 //! ups = 1                               # the UPS-designated node (default: the lowest
 //!                                       # device id; 0: none)
+//!
+//! [objects]                             # optional: the object store (seed 001)
+//! max_object_size = 67108864            # bytes (64 MiB)
+//! max_value_size = 1048576              # largest single-message put (1 MiB)
+//! prune_after = "5m"                    # tombstones are pruned this long after deletion
+//! lease_timeout = "10s"                 # a deletion lease not checked in is taken over
+//! checkin_interval = "2s"               # collectors check in this often
+//! writing_timeout = "5m"                # an unfinished upload is abandoned after this
+//! history = 10000                       # changes kept per store for watches
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +45,7 @@ use std::time::Duration;
 use tenure_core::config::{ClusterConfig, DeviceConfig, Timing};
 use tenure_core::ids::DeviceId;
 use tenure_core::lookup::LookupSettings;
+use tenure_core::objects::ObjectSettings;
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +189,9 @@ pub struct ServerConfig {
     /// means the lowest device id of the cluster; `ups = 0` means no UPS-designated node.
     #[serde(default)]
     pub lookup: LookupSettings,
+    /// The object store's limits and intervals (`[objects]`; seed 001).
+    #[serde(default)]
+    pub objects: ObjectSettings,
 }
 
 fn yes() -> bool {
@@ -267,6 +280,37 @@ impl ServerConfig {
                 l.max_value_bytes, self.max_frame_bytes
             )));
         }
+        let o = &self.objects;
+        if o.block_size == 0 || o.max_key_len == 0 || o.history == 0 {
+            return Err(ConfigError::Invalid(
+                "objects.block_size, objects.max_key_len and objects.history must be > 0".into(),
+            ));
+        }
+        if o.max_value_size > o.max_object_size {
+            return Err(ConfigError::Invalid(format!(
+                "objects.max_value_size ({}) must be <= objects.max_object_size ({})",
+                o.max_value_size, o.max_object_size
+            )));
+        }
+        if o.lease_timeout <= o.checkin_interval || o.checkin_interval.is_zero() {
+            return Err(ConfigError::Invalid(
+                "objects.checkin_interval must be > 0 and below objects.lease_timeout".into(),
+            ));
+        }
+        // Block data travels in peer frames: a SafeTalk batch (up to max_batch_bytes plus
+        // one block) and a read answer (up to READ_BATCH blocks) must each fit in one.
+        let block = o.block_size as usize;
+        let batch = o.max_batch_bytes + block + 64 * 1024;
+        let read = tenure_core::objects::blocks::READ_BATCH * block + 64 * 1024;
+        if batch.max(read) > self.max_frame_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "objects.max_batch_bytes ({}) plus a block, and {} blocks of                  objects.block_size ({}), must each fit in max_frame_bytes ({}) with 64 KiB                  to spare",
+                o.max_batch_bytes,
+                tenure_core::objects::blocks::READ_BATCH,
+                o.block_size,
+                self.max_frame_bytes
+            )));
+        }
         Ok(())
     }
 
@@ -293,6 +337,7 @@ impl ServerConfig {
             cfg.advertise = addr.to_string();
         }
         cfg.lookup = self.lookup.clone();
+        cfg.objects = self.objects.clone();
         cfg.lookup.ups = match self.lookup.ups {
             // The seed assumes a UPS-designated node; the lowest id plays it by default.
             None => cfg.cluster.devices.first().copied(),
@@ -392,6 +437,7 @@ mod tests {
             max_frame_bytes: 1 << 20,
             worker_threads: None,
             lookup: LookupSettings::default(),
+            objects: ObjectSettings::default(),
         };
         assert!(cfg.validate().is_err());
     }
@@ -454,6 +500,47 @@ mod tests {
             toml::from_str::<ServerConfig>(&unit).is_err(),
             "an unknown unit"
         );
+    }
+
+    #[test]
+    fn the_objects_section_maps_to_the_device_config() {
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.device_config().objects, ObjectSettings::default());
+
+        let text = format!(
+            "{base}\n[objects]\nmax_object_size = 1000000\nmax_value_size = 4096\n\
+             prune_after = \"90s\"\nlease_timeout = 3000\ncheckin_interval = \"500ms\"\n\
+             writing_timeout = \"2m\"\nhistory = 50\n"
+        );
+        let cfg: ServerConfig = toml::from_str(&text).unwrap();
+        cfg.validate().unwrap();
+        let o = cfg.device_config().objects;
+        assert_eq!(o.max_object_size, 1_000_000);
+        assert_eq!(o.max_value_size, 4096);
+        assert_eq!(o.prune_after, Duration::from_secs(90));
+        assert_eq!(o.lease_timeout, Duration::from_millis(3000));
+        assert_eq!(o.checkin_interval, Duration::from_millis(500));
+        assert_eq!(o.writing_timeout, Duration::from_secs(120));
+        assert_eq!(o.history, 50);
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+
+        let bad = format!("{base}\n[objects]\nmax_value_size = 2000000\nmax_object_size = 1000\n");
+        let cfg: ServerConfig = toml::from_str(&bad).unwrap();
+        assert!(cfg.validate().is_err(), "a value larger than an object");
+        let mut cfg: ServerConfig = toml::from_str(base).unwrap();
+        cfg.max_frame_bytes = 4 << 20;
+        assert!(cfg.validate().is_err(), "an 8 MiB batch in a 4 MiB frame");
     }
 
     #[test]

@@ -82,6 +82,17 @@ pub enum Call {
         /// Where the answer goes.
         reply: oneshot::Sender<Answer>,
     },
+    /// A protocol request made as an existing client: the object watches of a session
+    /// stream are made and removed as the stream's watch client ([`WatchRoutes`]), so
+    /// the core's `(client, watch)` names the same watch in both.
+    RequestAs {
+        /// The client.
+        client: ClientId,
+        /// The request.
+        req: Request,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Answer>,
+    },
     /// A snapshot of the device's state.
     Status {
         /// Where it goes.
@@ -190,6 +201,92 @@ impl SubRoutes {
     }
 }
 
+/// What a watch's stream is told.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchMsg {
+    /// Changes, in revision order.
+    Events(Vec<tenure_core::objects::Change>),
+    /// The watch ended at this device (its manager stopped managing the store, or its
+    /// history no longer reaches back to where it was): resume from the last revision
+    /// seen, elsewhere, or re-read.
+    Ended(ClientError),
+}
+
+/// A watch's destination: its store and its stream's channel.
+type WatchRoute = (StoreId, mpsc::UnboundedSender<(u64, WatchMsg)>);
+
+/// Where the object watches' pushed changes go (`Output::ObjectEvents`, `WatchEnded`):
+/// each session stream that watches takes a client id of its own here
+/// ([`WatchRoutes::new_client`]) and registers every watch it makes under it. The
+/// channel is unbounded: the driver never waits for a stream, and a watch must not lose
+/// a change (a slow stream costs memory until its client reads or goes away).
+#[derive(Clone, Debug, Default)]
+pub struct WatchRoutes {
+    inner: Arc<Mutex<HashMap<(ClientId, u64), WatchRoute>>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl WatchRoutes {
+    /// A client id for a stream's watches (disjoint from the driver's request ids).
+    pub fn new_client(&self) -> ClientId {
+        let n = (self.next).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ClientId((1 << 62) | n)
+    }
+
+    /// Send the events of `(client, watch)` in `store` to `tx`.
+    pub fn register(
+        &self,
+        client: ClientId,
+        watch: u64,
+        store: StoreId,
+        tx: mpsc::UnboundedSender<(u64, WatchMsg)>,
+    ) {
+        self.lock().insert((client, watch), (store, tx));
+    }
+
+    /// Stop routing the events of `(client, watch)`.
+    pub fn unregister(&self, client: ClientId, watch: u64) {
+        self.lock().remove(&(client, watch));
+    }
+
+    /// Watches routed (the watch-stream gauge).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no watch is routed.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn store_of(&self, client: ClientId, watch: u64) -> Option<StoreId> {
+        self.lock().get(&(client, watch)).map(|(s, _)| *s)
+    }
+
+    fn route(&self, client: ClientId, watch: u64, msg: WatchMsg) {
+        let mut m = self.lock();
+        let ended = matches!(msg, WatchMsg::Ended(_));
+        let gone = match m.get(&(client, watch)) {
+            Some((_, tx)) => tx.send((watch, msg)).is_err(),
+            None => {
+                debug!(
+                    client = client.0,
+                    watch, "object watch event for no stream here"
+                );
+                false
+            }
+        };
+        if ended || gone {
+            m.remove(&(client, watch));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ClientId, u64), WatchRoute>> {
+        // The map is always consistent: a panic elsewhere cannot leave it half-changed.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Driver failures (all fatal for the device).
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -258,6 +355,8 @@ pub struct Driver {
     events: tokio::sync::broadcast::Sender<DeviceEvent>,
     /// Where each lookup subscription's events go (its Watch stream).
     lookup_subs: SubRoutes,
+    /// Where each object watch's changes go (its session stream).
+    watches: WatchRoutes,
     /// When the lookup node's gauges were last set.
     gauges_at: std::time::Instant,
 }
@@ -278,9 +377,23 @@ impl Domain {
             Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
                 Domain::Store(*store)
             }
+            Msg::Blocks(b) => Domain::Store(block_store(b)),
             Msg::Lookup(_) => Domain::Lookup,
             Msg::Policy(_) => Domain::Device,
         }
+    }
+}
+
+/// The store a block message is about.
+fn block_store(m: &tenure_core::objects::blocks::BlockMsg) -> StoreId {
+    use tenure_core::objects::blocks::BlockMsg as B;
+    match m {
+        B::Read { store, .. }
+        | B::Data { store, .. }
+        | B::Delete { store, .. }
+        | B::Deleted { store, .. }
+        | B::Probe { store, .. }
+        | B::Complete { store, .. } => *store,
     }
 }
 
@@ -348,8 +461,25 @@ fn request_kind(req: &Request) -> &'static str {
         Request::CloseSession { .. } => "close_session",
         Request::Acquire { .. } => "acquire",
         Request::Release { .. } => "release",
+        Request::ReleaseFenced { .. } => "release_fenced",
         Request::Holders { .. } => "holders",
         Request::LocksUnder { .. } => "locks_under",
+        Request::Object { req, .. } => {
+            use tenure_core::io::ObjectRequest as O;
+            match req {
+                O::Put { .. } => "object_put",
+                O::Get { .. } => "object_get",
+                O::Head { .. } => "object_head",
+                O::Delete { .. } => "object_delete",
+                O::List { .. } => "object_list",
+                O::MultipartInitiate { .. } => "object_multipart_initiate",
+                O::MultipartPart { .. } => "object_multipart_part",
+                O::MultipartComplete { .. } => "object_multipart_complete",
+                O::MultipartAbort { .. } => "object_multipart_abort",
+                O::Watch { .. } => "object_watch",
+                O::Unwatch { .. } => "object_unwatch",
+            }
+        }
     }
 }
 
@@ -375,6 +505,7 @@ enum Held {
     Reply(u64, Answer),
     Status(oneshot::Sender<StatusSnapshot>),
     LookupEvent(SubEvent),
+    Watch(ClientId, u64, WatchMsg),
 }
 
 /// The storage thread: commits groups of persists in the order received (all the groups
@@ -490,6 +621,7 @@ impl Driver {
             metrics: HotMetrics::new(),
             events: tokio::sync::broadcast::channel(1).0,
             lookup_subs: SubRoutes::default(),
+            watches: WatchRoutes::default(),
             gauges_at: std::time::Instant::now(),
         };
         d.release(out);
@@ -512,6 +644,13 @@ impl Driver {
     /// their subscriptions there).
     pub fn with_lookup_routes(mut self, routes: SubRoutes) -> Driver {
         self.lookup_subs = routes;
+        self
+    }
+
+    /// Route object watch changes through `routes` (the session streams register their
+    /// watches there).
+    pub fn with_watch_routes(mut self, routes: WatchRoutes) -> Driver {
+        self.watches = routes;
         self
     }
 
@@ -576,6 +715,7 @@ impl Driver {
             if self.gauges_at.elapsed() >= Duration::from_secs(1) {
                 self.gauges_at = std::time::Instant::now();
                 lookup_gauges(&self.device.lookup().view());
+                self.object_gauges();
             }
             if self.pending.len() > 4096 {
                 self.pending.retain(|_, p| !p.reply.is_closed());
@@ -615,6 +755,18 @@ impl Driver {
         match call {
             Call::Request { req, reply } => {
                 let id = self.next_client;
+                self.call(
+                    Call::RequestAs {
+                        client: ClientId(id),
+                        req,
+                        reply,
+                    },
+                    out,
+                    statuses,
+                );
+            }
+            Call::RequestAs { client, req, reply } => {
+                let id = self.next_client;
                 self.next_client += 1;
                 self.pending.insert(
                     id,
@@ -627,7 +779,7 @@ impl Driver {
                 );
                 self.input(
                     Input::Request {
-                        client: ClientId(id),
+                        client,
                         req_id: id,
                         req,
                     },
@@ -672,7 +824,11 @@ impl Driver {
                             self.chunk_store.insert(c.id, c.store);
                             Some(c.store)
                         }
-                        PersistOp::Accept { chunk, .. } => self.chunk_store.get(chunk).copied(),
+                        PersistOp::Accept { chunk, .. }
+                        | PersistOp::BlockPut { chunk, .. }
+                        | PersistOp::BlockDelete { chunk, .. } => {
+                            self.chunk_store.get(chunk).copied()
+                        }
                         PersistOp::RemoveChunk(chunk) => self.chunk_store.remove(chunk),
                         PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
                             self.last_lookup_persist = g;
@@ -720,6 +876,16 @@ impl Driver {
                 }
                 Output::SetTimer(_) => {}
                 Output::LookupEvent(ev) => self.hold(Domain::Lookup, Held::LookupEvent(ev)),
+                Output::ObjectEvents {
+                    client,
+                    watch,
+                    changes,
+                } => self.hold_watch(client, watch, WatchMsg::Events(changes)),
+                Output::WatchEnded {
+                    client,
+                    watch,
+                    reason,
+                } => self.hold_watch(client, watch, WatchMsg::Ended(reason)),
             }
         }
     }
@@ -744,6 +910,44 @@ impl Driver {
         };
         // No stream listening is not an error.
         let _ = self.events.send(ev);
+    }
+
+    /// Queue a watch's message behind the persists of its store (after the answer to the
+    /// watch request, which is held the same way).
+    fn hold_watch(&mut self, client: ClientId, watch: u64, msg: WatchMsg) {
+        let domain = self
+            .watches
+            .store_of(client, watch)
+            .map_or(Domain::Device, Domain::Store);
+        self.hold(domain, Held::Watch(client, watch, msg));
+    }
+
+    /// The object gauges of the stores managed here: active objects and their bytes, the
+    /// collector's backlog (manifests pending deletion), and the watches served.
+    fn object_gauges(&self) {
+        use tenure_core::objects::ManifestState;
+        let (mut objects, mut bytes, mut backlog) = (0u64, 0u64, 0u64);
+        for m in self.device.manager_views() {
+            let Some(t) = self.device.managed_tables(m.store) else {
+                continue;
+            };
+            let t = &t.objects;
+            for dict in t.keys.values() {
+                backlog += (dict.values())
+                    .filter(|m| m.state == ManifestState::PendingDelete)
+                    .count() as u64;
+            }
+            for key in t.keys.keys() {
+                if let Some(a) = t.active(key) {
+                    objects += 1;
+                    bytes += a.size;
+                }
+            }
+        }
+        metrics::gauge!("tenure_objects").set(objects as f64);
+        metrics::gauge!("tenure_object_bytes").set(bytes as f64);
+        metrics::gauge!("tenure_object_gc_backlog").set(backlog as f64);
+        metrics::gauge!("tenure_object_watches").set(self.watches.len() as f64);
     }
 
     /// Queue an output behind every persist of its domain produced so far.
@@ -803,6 +1007,7 @@ impl Driver {
                 let _ = tx.send(snap);
             }
             Held::LookupEvent(ev) => self.lookup_subs.route(ev),
+            Held::Watch(client, watch, msg) => self.watches.route(client, watch, msg),
         }
     }
 
@@ -985,6 +1190,10 @@ fn observe(obs: &Observation, hot: &HotMetrics) {
                 "volatile"
             };
             metrics::counter!("tenure_lookup_expiries_total", "durability" => d).increment(1);
+        }
+        Observation::GcLeaseTakeover { store } => {
+            info!(%store, "deletion lease taken over");
+            metrics::counter!("tenure_object_gc_lease_takeovers_total").increment(1);
         }
         // Observations the core adds later are logged until they get a metric.
         #[allow(unreachable_patterns)]

@@ -38,6 +38,7 @@ pub struct Api {
     stores: u32,
     events: broadcast::Sender<DeviceEvent>,
     me: Option<DeviceId>,
+    watches: crate::driver::WatchRoutes,
 }
 
 impl Api {
@@ -56,6 +57,7 @@ impl Api {
             stores,
             events,
             me: None,
+            watches: Default::default(),
         }
     }
 
@@ -63,6 +65,17 @@ impl Api {
     pub fn with_device(mut self, me: DeviceId) -> Api {
         self.me = Some(me);
         self
+    }
+
+    /// Route object watch events through `routes` (shared with the driver).
+    pub fn with_watches(mut self, routes: crate::driver::WatchRoutes) -> Api {
+        self.watches = routes;
+        self
+    }
+
+    /// Where object watch events go.
+    pub(crate) fn watches(&self) -> &crate::driver::WatchRoutes {
+        &self.watches
     }
 
     /// The device serving, if known.
@@ -80,13 +93,43 @@ impl Api {
         self.stores
     }
 
+    /// The configured request timeout.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// A request made as `client` (an object watch's stream), answered within the
+    /// configured request timeout.
+    pub(crate) async fn request_as(
+        &self,
+        client: tenure_core::ids::ClientId,
+        req: Request,
+    ) -> Result<Answer, Status> {
+        let (tx, rx) = oneshot::channel();
+        self.calls
+            .send(Call::RequestAs {
+                client,
+                req,
+                reply: tx,
+            })
+            .await
+            .map_err(|_| Status::unavailable("device is shutting down"))?;
+        let limit = self.request_timeout;
+        tokio::time::timeout(limit, rx)
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!("no answer from the device within {limit:?}"))
+            })?
+            .map_err(|_| Status::unavailable("device is shutting down"))
+    }
+
     /// A request answered within the configured request timeout.
-    async fn request(&self, req: Request) -> Result<Answer, Status> {
+    pub(crate) async fn request(&self, req: Request) -> Result<Answer, Status> {
         self.request_within(req, Some(self.request_timeout)).await
     }
 
     /// A request answered within `limit` (`None`: whenever the core answers).
-    async fn request_within(
+    pub(crate) async fn request_within(
         &self,
         req: Request,
         limit: Option<Duration>,
@@ -176,6 +219,15 @@ impl Api {
             ClientError::Lookup(e) => Kind::Rejected(proto::Rejected {
                 reason: e.to_string(),
             }),
+            ClientError::TooLarge { size, limit } => Kind::TooLarge(proto::TooLarge {
+                size: *size,
+                limit: *limit,
+            }),
+            ClientError::StaleToken { current } => Kind::StaleToken(proto::StaleToken {
+                presented: None,
+                current: current.map(token_to_proto),
+            }),
+            ClientError::Object(e) => crate::objects::object_error_kind(e),
         };
         proto::Error {
             kind: Some(kind),
@@ -210,7 +262,7 @@ fn mode_to_proto(m: LockMode) -> i32 {
     }
 }
 
-fn token_to_proto(t: FencingToken) -> proto::FencingToken {
+pub(crate) fn token_to_proto(t: FencingToken) -> proto::FencingToken {
     proto::FencingToken {
         epoch: t.epoch.0,
         seq: t.seq,
@@ -235,7 +287,7 @@ fn waiter_to_proto(store: StoreId, w: &WaiterInfo) -> proto::SessionRef {
     }
 }
 
-fn unexpected(what: &str, r: &Response) -> Status {
+pub(crate) fn unexpected(what: &str, r: &Response) -> Status {
     Status::internal(format!("unexpected answer to {what}: {r:?}"))
 }
 
@@ -760,7 +812,7 @@ impl Api {
 
 /// A unary request no larger than [`crate::MAX_REQUEST_BYTES`] (tonic decodes up to
 /// [`crate::MAX_FRAME_BYTES`], for the session stream's typed `TooLarge`).
-fn sized<T: prost::Message>(r: T) -> Result<T, Status> {
+pub(crate) fn sized<T: prost::Message>(r: T) -> Result<T, Status> {
     let len = r.encoded_len();
     if len > crate::MAX_REQUEST_BYTES {
         return Err(Status::out_of_range(format!(
@@ -796,6 +848,21 @@ pub(crate) fn error_kind(e: &ClientError) -> &'static str {
         ClientError::NotHeld => "not_held",
         ClientError::Rejected(_) => "rejected",
         ClientError::Lookup(_) => "lookup",
+        ClientError::TooLarge { .. } => "too_large",
+        ClientError::StaleToken { .. } => "stale_token",
+        ClientError::Object(e) => {
+            use tenure_core::objects::ObjectError as O;
+            match e {
+                O::Exists { .. } => "object_exists",
+                O::RevisionMismatch { .. } => "revision_mismatch",
+                O::NoSuchObject => "no_such_object",
+                O::NoSuchUpload(_) => "no_such_upload",
+                O::Incomplete { .. } => "upload_incomplete",
+                O::NoSuchPart(_) => "no_such_part",
+                O::Compacted { .. } => "compacted",
+                O::DataUnavailable => "data_unavailable",
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //!   sent" for every output, with group commits pipelined on a storage thread;
 //! - [`grpc`]: the client API of `proto/tenure.proto`;
 //! - [`lookup`]: the lookup service's API (`service Lookup`, seed 003);
+//! - [`objects`]: the object service's API (`service Objects`, seed 001);
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
@@ -20,6 +21,7 @@ pub mod config;
 pub mod driver;
 pub mod grpc;
 pub mod lookup;
+pub mod objects;
 pub mod storage;
 pub mod stream;
 pub mod transport;
@@ -34,6 +36,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tenure_client::proto::lookup_server::LookupServer;
+use tenure_client::proto::objects_server::ObjectsServer;
 use tenure_client::proto::tenure_server::TenureServer;
 use tenure_core::ids::DeviceId;
 use tokio::net::TcpListener;
@@ -184,6 +187,8 @@ pub async fn start_with_listeners(
     });
     let (events, _) = tokio::sync::broadcast::channel(1024);
     let sub_routes = driver::SubRoutes::default();
+    let watch_routes = driver::WatchRoutes::default();
+    let object_settings = cfg.objects.clone();
     let max_value_bytes = cfg.lookup.max_value_bytes;
     let driver = Driver::boot(
         cfg.device_config(),
@@ -196,7 +201,8 @@ pub async fn start_with_listeners(
     )
     .await?
     .with_events(events.clone())
-    .with_lookup_routes(sub_routes.clone());
+    .with_lookup_routes(sub_routes.clone())
+    .with_watch_routes(watch_routes.clone());
 
     let endpoints: HashMap<DeviceId, SocketAddr> = cfg
         .peers
@@ -210,7 +216,9 @@ pub async fn start_with_listeners(
         cfg.cluster.stores,
         events,
     )
-    .with_device(me);
+    .with_device(me)
+    .with_watches(watch_routes);
+    let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let lookup_api = lookup::LookupApi::new(
         calls_tx,
         sub_routes,
@@ -233,9 +241,13 @@ pub async fn start_with_listeners(
         let lookup_service = LookupServer::new(lookup_api)
             .max_decoding_message_size(lookup::max_request_bytes(max_value_bytes))
             .max_encoding_message_size(MAX_ANSWER_BYTES);
+        let objects_service = ObjectsServer::new(objects_api)
+            .max_decoding_message_size(objects::max_request_bytes(&object_settings))
+            .max_encoding_message_size(MAX_ANSWER_BYTES);
         let r = tonic::transport::Server::builder()
             .add_service(service)
             .add_service(lookup_service)
+            .add_service(objects_service)
             .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
             .await;
         if let Err(e) = r {

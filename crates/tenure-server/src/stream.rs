@@ -19,6 +19,15 @@
 //! Pushed events (request id 0): `ended` when the core has ended the stream's session
 //! (expiry or a close from elsewhere; its locks are released), `expiring` when the
 //! session has not been kept alive for two thirds of its TTL.
+//!
+//! Object watches (DESIGN §5): `watch_objects` registers a watch of a prefix of the
+//! stream's store with the manager, as the stream's own watch client
+//! ([`crate::driver::WatchRoutes`]), and is answered `watching`; the changes follow as
+//! pushed `object_events`, in revision order. When the watch ends at this device (the
+//! manager stopped managing the store, or its history no longer reaches the watch's
+//! position) a pushed `watch_ended` carries the typed reason (`NotManager` with the hint,
+//! or `Compacted`); the client watches again elsewhere after the last revision it saw.
+//! The stream's watches are removed when it ends.
 
 use crate::driver::DeviceEvent;
 use crate::grpc::Api;
@@ -33,7 +42,8 @@ use tenure_client::proto::{
     self, error::Kind, session_event::Kind as Ev, session_request::Kind as Rq,
 };
 use tenure_core::config::store_of;
-use tenure_core::ids::StoreId;
+use tenure_core::ids::{ClientId, StoreId};
+use tenure_core::io::{ObjectRequest, Request, Response};
 use tenure_core::session::SessionId;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
@@ -57,7 +67,9 @@ pub fn serve(api: Api, inbound: Streaming<proto::SessionRequest>) -> EventStream
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + 16);
     tokio::spawn(async move {
         let events = api.subscribe();
-        let why = run(&api, inbound, &tx, events).await;
+        let mut watches = Watches::new(&api);
+        let why = run(&api, inbound, &tx, events, &mut watches).await;
+        watches.close(&api);
         debug!(?why, "session stream ended");
     });
     Box::pin(ReceiverStream::new(rx))
@@ -70,7 +82,52 @@ enum What {
     Open,
     KeepAlive,
     Close,
+    Watch(u64),
+    Unwatch(u64),
     Other,
+}
+
+/// A stream's object watches: its watch client, the watches asked for (until they end
+/// or are removed), and the channel the driver pushes their changes into.
+struct Watches {
+    client: ClientId,
+    store: Option<StoreId>,
+    asked: std::collections::HashSet<u64>,
+    tx: mpsc::UnboundedSender<(u64, crate::driver::WatchMsg)>,
+    rx: mpsc::UnboundedReceiver<(u64, crate::driver::WatchMsg)>,
+}
+
+impl Watches {
+    fn new(api: &Api) -> Watches {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Watches {
+            client: api.watches().new_client(),
+            store: None,
+            asked: Default::default(),
+            tx,
+            rx,
+        }
+    }
+
+    /// The stream ended: stop routing its watches and remove them from the manager (in
+    /// the background; a watch whose request is still on its way is removed after it).
+    fn close(&mut self, api: &Api) {
+        let Some(store) = self.store else {
+            return;
+        };
+        for watch in std::mem::take(&mut self.asked) {
+            api.watches().unregister(self.client, watch);
+            let api = api.clone();
+            let client = self.client;
+            tokio::spawn(async move {
+                let req = Request::Object {
+                    store,
+                    req: ObjectRequest::Unwatch { watch },
+                };
+                let _ = api.request_as(client, req).await;
+            });
+        }
+    }
 }
 
 /// What one request's run gives back.
@@ -109,6 +166,7 @@ async fn run(
     mut inbound: Streaming<proto::SessionRequest>,
     tx: &mpsc::Sender<Result<proto::SessionEvent, Status>>,
     mut events: broadcast::Receiver<DeviceEvent>,
+    watches: &mut Watches,
 ) -> End {
     let mut st = State::default();
     let mut running: FuturesUnordered<Running<'_>> = FuturesUnordered::new();
@@ -150,12 +208,22 @@ async fn run(
                     return End::Redirected;
                 }
                 st.answered(what, &ev);
+                match (what, &ev) {
+                    (What::Watch(_), Ev::Watching(_)) => {
+                        metrics::counter!("tenure_object_watches_started_total").increment(1);
+                    }
+                    (What::Watch(w), _) | (What::Unwatch(w), _) => {
+                        watches.asked.remove(&w);
+                        api.watches().unregister(watches.client, w);
+                    }
+                    _ => {}
+                }
                 if send(id, ev).await.is_err() {
                     return End::ClientGone;
                 }
             }
             msg = inbound.message(), if inbound_open => match msg {
-                Ok(Some(req)) => match st.accept(api, req, &mut buf) {
+                Ok(Some(req)) => match st.accept(api, req, &mut buf, watches) {
                     Accepted::Run(id, what, fut) => {
                         st.in_flight += 1;
                         let fut: Running<'_> = Box::pin(async move { (id, what, fut.await) });
@@ -176,6 +244,30 @@ async fn run(
                     return End::Malformed(reason);
                 }
             },
+            Some((watch, msg)) = watches.rx.recv() => {
+                let ev = match msg {
+                    crate::driver::WatchMsg::Events(changes) => {
+                        Ev::ObjectEvents(proto::ObjectEvents {
+                            watch,
+                            changes: changes.iter().map(crate::objects::change_to_proto).collect(),
+                        })
+                    }
+                    crate::driver::WatchMsg::Ended(reason) => {
+                        watches.asked.remove(&watch);
+                        let store = st.store.unwrap_or(StoreId(0));
+                        let kind = crate::grpc::error_kind(&reason);
+                        metrics::counter!("tenure_object_watch_ends_total", "reason" => kind)
+                            .increment(1);
+                        Ev::WatchEnded(proto::WatchEnded {
+                            watch,
+                            error: Some(api.client_error(store, &reason)),
+                        })
+                    }
+                };
+                if send(0, ev).await.is_err() {
+                    return End::ClientGone;
+                }
+            }
             ev = events.recv(), if events_open => match ev {
                 Ok(DeviceEvent::StoppedManaging { store }) if Some(store) == st.store => {
                     let redirect = proto::Redirect {
@@ -306,6 +398,7 @@ impl State {
         api: &'a Api,
         req: proto::SessionRequest,
         buf: &mut Vec<u8>,
+        watches: &mut Watches,
     ) -> Accepted<'a> {
         let id = req.request_id;
         if id == 0 {
@@ -359,7 +452,7 @@ impl State {
                 invalid("no request kind, or a kind this server does not know"),
             );
         };
-        let run = match self.check(api, id, kind) {
+        let run = match self.check(api, id, kind, watches) {
             Ok(run) => run,
             Err(e) => return Accepted::Refused(id, e),
         };
@@ -374,6 +467,7 @@ impl State {
         api: &'a Api,
         id: u64,
         kind: Rq,
+        watches: &mut Watches,
     ) -> Result<
         (
             What,
@@ -559,6 +653,62 @@ impl State {
                 (
                     What::Other,
                     Box::pin(async move { Ok(api.do_write(r).await?.into_event()) }),
+                )
+            }
+            Rq::WatchObjects(w) => {
+                if w.prefix != "/" {
+                    api.name(&w.prefix)?;
+                    this_store(&w.prefix)?;
+                }
+                if watches.asked.contains(&w.watch) {
+                    return Err(invalid(format!(
+                        "watch {} is already on this stream",
+                        w.watch
+                    )));
+                }
+                // Registered before the request goes: the first changes follow its answer.
+                watches.store = Some(store);
+                watches.asked.insert(w.watch);
+                let client = watches.client;
+                api.watches()
+                    .register(client, w.watch, store, watches.tx.clone());
+                let req = Request::Object {
+                    store,
+                    req: ObjectRequest::Watch {
+                        watch: w.watch,
+                        prefix: w.prefix,
+                        after: w.after,
+                    },
+                };
+                let watch = w.watch;
+                (
+                    What::Watch(watch),
+                    Box::pin(async move {
+                        Ok(match api.request_as(client, req).await? {
+                            Ok(Response::Watching { revision }) => {
+                                Ev::Watching(Watching { watch, revision })
+                            }
+                            Ok(other) => return Err(crate::grpc::unexpected("a watch", &other)),
+                            Err(e) => Ev::Error(api.client_error(store, &e)),
+                        })
+                    }),
+                )
+            }
+            Rq::UnwatchObjects(u) => {
+                let client = watches.client;
+                let watch = u.watch;
+                let req = Request::Object {
+                    store,
+                    req: ObjectRequest::Unwatch { watch },
+                };
+                (
+                    What::Unwatch(watch),
+                    Box::pin(async move {
+                        Ok(match api.request_as(client, req).await? {
+                            Ok(_) => Ev::Unwatched(Unwatched { watch }),
+                            Err(e) => Ev::Error(api.client_error(store, &e)),
+                        })
+                    }),
                 )
             }
         })

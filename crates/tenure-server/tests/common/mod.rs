@@ -113,9 +113,10 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             run_policies: true,
             rng_seed: Some(p.id),
             request_timeout_ms: 5000,
-            max_frame_bytes: 1 << 20,
+            max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: None,
             lookup: Default::default(),
+            objects: Default::default(),
         })
         .collect()
 }
