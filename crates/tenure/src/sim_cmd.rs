@@ -10,6 +10,9 @@
 //!   checkers catch it.
 //! - `--pipelining off|forced` overrides the seed's choice of lock clients that pipeline
 //!   requests on their session stream.
+//! - Object clients and watchers (seed 001) run beside the lock clients in every run of
+//!   the stores' world (`--no-objects` leaves them out); reports and summaries print
+//!   what they did and how often the object checkers compared something.
 //! - `--world lookup` runs the lookup service's world (seed 003) instead of the stores':
 //!   the seed draws the cluster, the seed's intervals and the failure class (common:
 //!   the seed's bounds are asserted; rare: safety and self-stabilisation), unless
@@ -76,6 +79,9 @@ pub struct SimArgs {
     /// Lock clients only (no register-write workload).
     #[arg(long)]
     no_writes: bool,
+    /// No object clients or watchers in the stores' world.
+    #[arg(long)]
+    no_objects: bool,
     /// Which lock clients pipeline requests on their session stream.
     #[arg(long, value_enum, default_value_t = Pipeline::Drawn)]
     pipelining: Pipeline,
@@ -133,6 +139,16 @@ enum Plant {
     LookupSyncRestartsSeq,
     /// The lookup maintainer never runs on LONG_TIMEOUT.
     LookupNoLongTimeout,
+    /// The object collector also deletes the blocks of active objects.
+    ObjectsCollectActive,
+    /// Fenced object writes are applied without checking the token.
+    ObjectsIgnoreFence,
+    /// A get returns the object's superseded content when there is one.
+    ObjectsReadSuperseded,
+    /// Object watches skip every change with an even revision.
+    ObjectsWatchDrop,
+    /// The object collector never runs.
+    ObjectsNeverCollect,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -197,6 +213,11 @@ impl SimArgs {
             lookup_silent_expiry: self.plant.contains(&Plant::LookupSilentExpiry),
             lookup_sync_restarts_seq: self.plant.contains(&Plant::LookupSyncRestartsSeq),
             lookup_no_long_timeout: self.plant.contains(&Plant::LookupNoLongTimeout),
+            objects_collect_active: self.plant.contains(&Plant::ObjectsCollectActive),
+            objects_ignore_fence: self.plant.contains(&Plant::ObjectsIgnoreFence),
+            objects_read_superseded: self.plant.contains(&Plant::ObjectsReadSuperseded),
+            objects_watch_drop: self.plant.contains(&Plant::ObjectsWatchDrop),
+            objects_never_collect: self.plant.contains(&Plant::ObjectsNeverCollect),
         };
         c.world = match self.world {
             World::Stores => WorldKind::Stores,
@@ -210,6 +231,7 @@ impl SimArgs {
         c.whole_record_every = self.whole_record_every;
         c.faults = !self.calm;
         c.writes = !self.no_writes;
+        c.objects = !self.no_objects;
         c.pipelining = match self.pipelining {
             Pipeline::Drawn => Pipelining::Drawn,
             Pipeline::Off => Pipelining::Off,
@@ -251,6 +273,9 @@ impl SimArgs {
         }
         if self.no_writes {
             s.push_str(" --no-writes");
+        }
+        if self.no_objects && self.world == World::Stores {
+            s.push_str(" --no-objects");
         }
         if self.pipelining != Pipeline::Drawn {
             s.push_str(" --pipelining ");
@@ -348,6 +373,10 @@ fn print_run(r: &RunReport, wall_s: f64, k: usize) {
     println!("  locks: {:?}", r.locks);
     println!("  checks: {:?}", r.checks);
     println!("  lock checks: {:?}", r.lock_checks);
+    if let Some(k) = &r.object_knobs {
+        println!("  object knobs: {k:?}");
+        print_objects(&r.objects, "  ");
+    }
     print_cost(&r.safetalk, r.locks.grants, k);
     for v in &r.violations {
         println!("  VIOLATION ({:?}): {v}", v.kind());
@@ -472,10 +501,61 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize) {
         c.linearizable_ops,
         c.linearizability_unknown
     );
+    if s.objects.puts + s.objects.gets + s.objects.watch_events > 0 {
+        print_objects(&s.objects, "");
+    }
     print_cost(&s.safetalk, s.locks.grants, k);
     println!(
         "violations: {} correctness, {} liveness",
         s.correctness_failures, s.liveness_failures
+    );
+}
+
+/// What the object clients and watchers did (seed 001), and how often the object
+/// checkers compared something.
+fn print_objects(o: &tenure_sim::objects::ObjectStats, indent: &str) {
+    println!(
+        "{indent}objects: {} puts ({} multi-block, {} ephemeral), {} gets ({} missing, {} data unavailable), {} heads, {} deletes, multipart {} started / {} parts ({} again) / {} completed / {} aborted, CAS {} wins / {} losses, fenced {} landed / {} refused, {} oversized refused, {} sessions lapsed, watch events {} ({} resumes, {} re-reads after compaction), GC'd manifests {} ({} block deletions sent), {} requests given up, longest settle {:.3} s",
+        o.puts,
+        o.multi_block,
+        o.ephemeral,
+        o.gets,
+        o.get_missing,
+        o.get_unavailable,
+        o.heads,
+        o.deletes,
+        o.multipart_started,
+        o.parts,
+        o.parts_again,
+        o.multipart_completed,
+        o.multipart_aborted,
+        o.cas_wins,
+        o.cas_losses,
+        o.fenced_landed,
+        o.fenced_refused,
+        o.too_large,
+        o.sessions_lapsed,
+        o.watch_events,
+        o.watch_resumes,
+        o.watch_compacted,
+        o.gc_manifests,
+        o.blocks_deleted,
+        o.gave_up,
+        secs(o.settle_us)
+    );
+    let k = &o.checks;
+    println!(
+        "{indent}object checks: {} reads, {} CAS wins, {} revisions cross-checked, {} acks in the final history, {} active blocks on chunks, {} deletions vs active manifests, {} stores collected, {} fenced puts, {} watch events, {} manifest merges",
+        k.read_checks,
+        k.cas_checks,
+        k.revision_checks,
+        k.ack_checks,
+        k.block_checks,
+        k.delete_checks,
+        k.collect_checks,
+        k.fence_checks,
+        k.watch_checks,
+        k.merge_checks
     );
 }
 
