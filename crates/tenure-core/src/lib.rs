@@ -18,6 +18,7 @@ pub mod config;
 pub mod ctx;
 pub mod data;
 pub mod device;
+pub mod election;
 pub mod ids;
 pub mod io;
 pub mod layout;
