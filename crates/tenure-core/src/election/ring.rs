@@ -191,7 +191,8 @@ impl Elector {
             .collect();
         for id in given_up {
             self.ring.own.remove(&id);
-            if !self.current.is_some_and(|t| t.n > 0)
+            // No result came back: elect again unless a coordinator is being followed.
+            if self.current.is_none_or(|t| t.n == 0)
                 || self.heard + self.settings.heartbeat * 3 <= now
             {
                 self.start_election(now);
