@@ -73,6 +73,9 @@ pub enum Violation {
         device: DeviceId,
         /// First differing chunk, if the chunks differ.
         chunk: Option<ChunkId>,
+        /// What differs (chunk records, a chunk's object blocks, lookup entries, the
+        /// serial counter).
+        what: String,
     },
     /// Invariant 3: two sessions believed they held conflicting locks at one instant.
     MutualExclusion {
@@ -205,10 +208,14 @@ impl std::fmt::Display for Violation {
                 f,
                 "{store} key {key}: write acked at {version:?} missing from {chunk} in {epoch} (holds {held:?})"
             ),
-            Violation::PersistDivergence { device, chunk } => {
+            Violation::PersistDivergence {
+                device,
+                chunk,
+                what,
+            } => {
                 write!(
                     f,
-                    "{device}: volatile persistent state not on disk (chunk {chunk:?})"
+                    "{device}: volatile persistent state not on disk (chunk {chunk:?}): {what}"
                 )
             }
             Violation::MutualExclusion {
@@ -457,8 +464,11 @@ impl Checker {
                         .find(|id| !memory.chunks.contains_key(id))
                         .copied()
                 });
-            self.violations
-                .push(Violation::PersistDivergence { device, chunk });
+            self.violations.push(Violation::PersistDivergence {
+                device,
+                chunk,
+                what: persist_difference(memory, disk),
+            });
         }
     }
 
@@ -484,6 +494,35 @@ impl Checker {
             });
         }
     }
+}
+
+/// What differs between a device's in-memory persistent records and its disk.
+fn persist_difference(memory: &DevicePersist, disk: &DevicePersist) -> String {
+    if memory.chunks != disk.chunks {
+        return "chunk records".into();
+    }
+    if memory.blocks != disk.blocks {
+        let chunks: std::collections::BTreeSet<&ChunkId> =
+            memory.blocks.keys().chain(disk.blocks.keys()).collect();
+        for c in chunks {
+            let (m, d) = (memory.blocks.get(c), disk.blocks.get(c));
+            if m != d {
+                let count = |b: Option<&BTreeMap<_, _>>| b.map(|b| b.len());
+                return format!(
+                    "object blocks of {c}: {:?} in memory, {:?} on disk",
+                    count(m),
+                    count(d)
+                );
+            }
+        }
+    }
+    if memory.lookup != disk.lookup {
+        return "lookup entries".into();
+    }
+    format!(
+        "serial counter {} in memory, {} on disk",
+        memory.next_serial, disk.next_serial
+    )
 }
 
 #[cfg(test)]
@@ -677,7 +716,8 @@ mod tests {
             c.violations,
             vec![Violation::PersistDivergence {
                 device: DeviceId(1),
-                chunk: Some(chunk())
+                chunk: Some(chunk()),
+                what: "chunk records".into(),
             }]
         );
     }

@@ -753,6 +753,10 @@ impl World {
                     self.obj_clients[c].known.insert(key, revision);
                 }
             }
+            // A completion the client gave up on may have landed, with its parts: the
+            // client forgets the upload rather than complete it again with others (the
+            // upload's completion answers every later completion with its own result).
+            (ObjKind::Complete { .. }, None) => self.obj_clients[c].upload = None,
             (ObjKind::Abort, Some(result)) => {
                 self.obj_clients[c].upload = None;
                 if let Ok(Response::UploadAborted) = result {
@@ -1014,7 +1018,7 @@ impl World {
                     .is_subset(&dev.complete_chunks(store))
                 && (self.obj_watchers.iter())
                     .filter(|w| w.store == store)
-                    .all(|w| w.pending.is_none() && w.last == watch_target(w, t))
+                    .all(|w| w.pending.is_none() && watch_behind(w, t).is_none())
         })
     }
 
@@ -1073,8 +1077,7 @@ impl World {
                 if wa.store != store {
                     continue;
                 }
-                let current = watch_target(wa, &table);
-                if wa.last != current {
+                if let Some(current) = watch_behind(wa, &table) {
                     self.objcheck.violations.push(ObjectViolation::WatchBehind {
                         store,
                         watcher: w,
@@ -1212,18 +1215,17 @@ impl World {
     }
 }
 
-/// The revision a caught-up watcher is at: the store's (a whole-store watcher), or its
-/// prefix's latest change (at least where the watcher started, or re-read).
-fn watch_target(w: &Watcher, t: &tenure_core::objects::ObjectTable) -> u64 {
+/// Whether a watcher is behind its store, and the revision it should have reached: a
+/// whole-store watcher must be at the store's revision; a prefix watcher must have seen
+/// every change of its prefix the history still holds.
+fn watch_behind(w: &Watcher, t: &tenure_core::objects::ObjectTable) -> Option<u64> {
     if w.whole {
-        return t.revision;
+        return (w.last != t.revision).then_some(t.revision);
     }
-    let latest = (t.history.iter().rev())
+    (t.history.iter().rev())
         .find(|c| tenure_core::objects::under(&c.key, &w.prefix))
-        .map_or(0, |c| c.revision);
-    latest
-        .max(w.start.unwrap_or(0))
-        .max(w.skipped.last().map_or(0, |s| s.1))
+        .map(|c| c.revision)
+        .filter(|r| *r > w.last)
 }
 
 /// The content of part `part` of the upload with `seed` (0 to 150 bytes).
