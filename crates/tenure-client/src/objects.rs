@@ -333,13 +333,10 @@ impl Objects {
         self.client
             .routed_objects(store, self.bounds(data.len()), |mut c| {
                 use proto::upload_request::Kind as U;
-                let msgs =
-                    upload_messages(U::Header(header.clone()), &data, U::Data, progress.clone());
+                let first = U::Header(header.clone());
+                let stream = upload_stream(first, data.clone(), U::Data, progress.clone());
                 async move {
-                    let stream = futures::stream::iter(msgs).map(|(m, report)| {
-                        report();
-                        proto::UploadRequest { kind: Some(m) }
-                    });
+                    let stream = stream.map(|kind| proto::UploadRequest { kind: Some(kind) });
                     Ok(written(c.upload(stream).await?.into_inner()))
                 }
             })
@@ -535,10 +532,9 @@ impl Objects {
         self.client
             .routed_objects(store, self.bounds(data.len()), |mut c| {
                 use proto::upload_part_request::Kind as U;
-                let msgs = upload_messages(U::Header(header.clone()), &data, U::Data, None);
+                let stream = upload_stream(U::Header(header.clone()), data.clone(), U::Data, None);
                 async move {
-                    let stream = futures::stream::iter(msgs)
-                        .map(|(m, _)| proto::UploadPartRequest { kind: Some(m) });
+                    let stream = stream.map(|kind| proto::UploadPartRequest { kind: Some(kind) });
                     use proto::upload_part_response::Result as R;
                     Ok(match c.upload_part(stream).await?.into_inner().result {
                         Some(R::Ok(p)) => Ok(p.checksum),
@@ -625,6 +621,8 @@ impl Objects {
             last: after,
             tx,
             ready: Some(ready_tx),
+            endpoint: String::new(),
+            established: false,
         };
         tokio::spawn(task.run());
         // The first registration's outcome: a bad prefix or a compacted `after` is the
@@ -637,41 +635,34 @@ impl Objects {
     }
 }
 
-/// The messages of an upload: the header, then the content in [`UPLOAD_SLICE`] slices,
-/// each with a callback that reports the bytes sent so far when the message is taken.
-#[allow(clippy::type_complexity)]
-fn upload_messages<K>(
+/// The messages of an upload: the header, then the content in [`UPLOAD_SLICE`] slices.
+/// A task feeds them to the connection one at a time and reports the bytes handed over
+/// so far to `progress`; it owns what it sends, so the request's future borrows nothing.
+fn upload_stream<K: Send + 'static>(
     header: K,
-    data: &Bytes,
+    data: Bytes,
     wrap: fn(Bytes) -> K,
     progress: Option<Progress>,
-) -> Vec<(K, Box<dyn FnOnce() + Send>)> {
-    let total = data.len() as u64;
-    let mut out: Vec<(K, Box<dyn FnOnce() + Send>)> = Vec::new();
-    let p = progress.clone();
-    out.push((
-        header,
-        Box::new(move || {
-            if let Some(p) = p {
-                p(0, total)
+) -> tokio_stream::wrappers::ReceiverStream<K> {
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        let total = data.len() as u64;
+        if tx.send(header).await.is_err() {
+            return;
+        }
+        let mut at = 0;
+        while at < data.len() {
+            let end = (at + UPLOAD_SLICE).min(data.len());
+            if tx.send(wrap(data.slice(at..end))).await.is_err() {
+                return;
             }
-        }),
-    ));
-    let mut at = 0;
-    while at < data.len() {
-        let end = (at + UPLOAD_SLICE).min(data.len());
-        let p = progress.clone();
-        out.push((
-            wrap(data.slice(at..end)),
-            Box::new(move || {
-                if let Some(p) = p {
-                    p(end as u64, total)
-                }
-            }),
-        ));
-        at = end;
-    }
-    out
+            if let Some(p) = &progress {
+                p(end as u64, total);
+            }
+            at = end;
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 use futures::StreamExt as _;
@@ -779,9 +770,14 @@ struct WatchTask {
     tx: mpsc::Sender<Result<WatchEvent>>,
     /// Where the first registration's outcome goes.
     ready: Option<tokio::sync::oneshot::Sender<Result<u64>>>,
+    /// The endpoint of the last stream.
+    endpoint: String,
+    /// Whether the last stream's watch was registered.
+    established: bool,
 }
 
 /// Why a watch's stream ended.
+#[derive(Debug)]
 enum Resume {
     /// Connect again at once, the hint first.
     Redirect(Option<String>),
@@ -798,20 +794,37 @@ impl WatchTask {
         let mut hint = None;
         let mut rotate = 0;
         let mut failures = 0u32;
+        let mut redirects = crate::Redirects::default();
         let started = Instant::now();
         loop {
+            self.established = false;
             let resume = self.once(hint.take(), rotate).await;
+            if self.established {
+                // The watch ran: what follows is a new incident.
+                failures = 0;
+                redirects.reset();
+            }
+            debug!(store = self.store, prefix = %self.prefix, last = ?self.last, resume = ?resume, "watch stream ended");
             let client = &self.objects.client;
             match resume {
                 Resume::Redirect(h) => {
                     client.clear_route(self.store);
-                    if h.is_none() {
+                    hint = redirects.follow(h.as_deref(), &self.endpoint);
+                    if hint.is_none() {
+                        // No hint, or a chain of hints that led nowhere: the endpoints
+                        // in turn, after a pause (a new manager may not be there yet).
                         rotate += 1;
+                        failures += 1;
+                        let o = &client.inner.opts;
+                        let d = o
+                            .backoff_min
+                            .saturating_mul(1 << failures.min(10))
+                            .min(o.backoff_max);
+                        tokio::time::sleep(d).await;
                     }
-                    hint = h;
-                    failures = 0;
                 }
                 Resume::Retry => {
+                    redirects.reset();
                     failures += 1;
                     if failures.is_multiple_of(3) {
                         client.clear_route(self.store);
@@ -914,6 +927,7 @@ impl WatchTask {
             return Resume::Retry;
         }
         let endpoint = conn.endpoint.clone();
+        self.endpoint = endpoint.clone();
         loop {
             let msg = tokio::select! {
                 m = conn.rx.message() => m,
@@ -927,9 +941,11 @@ impl WatchTask {
                     return Resume::Retry;
                 }
             };
+            tracing::trace!(store = self.store, %endpoint, request_id = ev.request_id, kind = ?ev.kind, "watch stream event");
             match ev.kind {
                 Some(Ev::Watching(w)) if ev.request_id == id => {
                     client.set_route(self.store, &endpoint);
+                    self.established = true;
                     if self.last.is_none() {
                         self.last = Some(w.revision);
                     }
@@ -980,5 +996,29 @@ impl WatchTask {
             e if e.retryable() => Resume::Retry,
             e => Resume::Stop(Some(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every object call can run in a spawned task with a borrowed key (a future that
+    /// holds a closure over a borrow can fail `Send` for all lifetimes).
+    #[allow(dead_code)]
+    fn calls_are_spawnable(o: Objects) {
+        tokio::spawn(async move {
+            let k = String::from("/a/b");
+            let _ = o.put(&k, vec![1u8]).await;
+            let _ = o.get(&k).await;
+            let _ = o.head(&k).await;
+            let _ = o.delete(&k).await;
+            let _ = o.list(&k).await;
+            let up = o.initiate(&k).await.unwrap();
+            let _ = o.upload_part(&up, 1, vec![1u8]).await;
+            let _ = o.complete(&up, &[1]).await;
+            let _ = o.abort(&up).await;
+            let _ = o.watch(&k, None).await;
+        });
     }
 }
