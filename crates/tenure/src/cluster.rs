@@ -195,6 +195,7 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: Some(workers),
             lookup: Default::default(),
+            objects: Default::default(),
         })
         .collect())
 }

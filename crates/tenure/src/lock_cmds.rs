@@ -167,7 +167,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn parse_token(s: &str) -> Result<FencingToken, String> {
+pub(crate) fn parse_token(s: &str) -> Result<FencingToken, String> {
     let (e, q) = s
         .split_once('.')
         .ok_or_else(|| format!("token {s:?} is not epoch.seq"))?;

@@ -7,6 +7,7 @@ mod client_cmds;
 mod cluster;
 mod lock_cmds;
 mod lookup_cmds;
+mod object_cmds;
 mod server_cmd;
 mod sim_cmd;
 
@@ -45,6 +46,8 @@ enum Command {
     /// The lookup service: publish (and keep while a command runs), get, list, watch,
     /// revoke entries.
     Lookup(lookup_cmds::LookupArgs),
+    /// The object store: put (conditional, fenced, ephemeral), get, rm, ls, watch.
+    Object(object_cmds::ObjectArgs),
     /// Stores, managers, epochs, sessions, held locks and the lookup nodes of a running
     /// cluster.
     Status(lock_cmds::StatusArgs),
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Unlock(args) => lock_cmds::unlock(args).map(|()| ExitCode::SUCCESS),
         Command::Locks(args) => lock_cmds::locks(args).map(|()| ExitCode::SUCCESS),
         Command::Lookup(args) => lookup_cmds::run(args),
+        Command::Object(args) => object_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
     };
