@@ -123,8 +123,14 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
 
 impl Cluster {
     pub fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, |_| {})
+    }
+
+    /// A cluster of `n` devices whose configurations `tweak` adjusts.
+    pub fn start_with(n: u64, tweak: impl Fn(&mut ServerConfig)) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let cfgs = configs(n, dir.path());
+        let mut cfgs = configs(n, dir.path());
+        cfgs.iter_mut().for_each(tweak);
         let nodes = cfgs.iter().cloned().map(Node::start).collect();
         Cluster {
             _dir: dir,
