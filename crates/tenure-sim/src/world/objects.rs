@@ -650,15 +650,27 @@ impl World {
                     st.puts += 1;
                     st.multi_block += (content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
                     st.ephemeral += ephemeral as u64;
-                    self.objcheck
-                        .put_acked(store, &key, revision, uuid, content, now);
+                    self.objcheck.put_acked(
+                        store,
+                        &key,
+                        revision,
+                        uuid,
+                        content,
+                        now - super::START_US,
+                    );
                     if let Some(expected) = cas {
                         self.report.objects.cas_wins += 1;
                         self.objcheck.cas_won(store, &key, expected, revision);
                     }
                     if let Some((lock, token)) = fence {
                         self.report.objects.fenced_landed += 1;
-                        (self.objcheck).fenced_landed(store, &key, &lock, token, r.first_sent);
+                        (self.objcheck).fenced_landed(
+                            store,
+                            &key,
+                            &lock,
+                            token,
+                            r.first_sent - super::START_US,
+                        );
                     }
                     self.obj_clients[c].known.insert(key, revision);
                 }
@@ -691,12 +703,19 @@ impl World {
                 Ok(Response::Object { meta, data }) => {
                     st.gets += 1;
                     let found = (meta.revision, meta.uuid, meta.checksum, meta.size);
-                    (self.objcheck).read(store, &key, r.first_sent, Some(found), Some(sum(&data)));
+                    (self.objcheck).read(
+                        store,
+                        &key,
+                        r.first_sent - super::START_US,
+                        Some(found),
+                        Some(sum(&data)),
+                    );
                     self.obj_clients[c].known.insert(key, meta.revision);
                 }
                 Err(ClientError::Object(ObjectError::NoSuchObject)) => {
                     st.get_missing += 1;
-                    self.objcheck.read(store, &key, r.first_sent, None, None);
+                    self.objcheck
+                        .read(store, &key, r.first_sent - super::START_US, None, None);
                     self.obj_clients[c].known.insert(key, 0);
                 }
                 Err(ClientError::Object(ObjectError::DataUnavailable)) => st.get_unavailable += 1,
@@ -706,18 +725,26 @@ impl World {
                 Ok(Response::ObjectMeta(meta)) => {
                     st.heads += 1;
                     let found = (meta.revision, meta.uuid, meta.checksum, meta.size);
-                    (self.objcheck).read(store, &key, r.first_sent, Some(found), None);
+                    (self.objcheck).read(
+                        store,
+                        &key,
+                        r.first_sent - super::START_US,
+                        Some(found),
+                        None,
+                    );
                     self.obj_clients[c].known.insert(key, meta.revision);
                 }
                 Err(ClientError::Object(ObjectError::NoSuchObject)) => {
                     st.get_missing += 1;
-                    self.objcheck.read(store, &key, r.first_sent, None, None);
+                    self.objcheck
+                        .read(store, &key, r.first_sent - super::START_US, None, None);
                 }
                 _ => {}
             },
             (ObjKind::Delete { key }, Some(Ok(Response::ObjectDeleted { revision }))) => {
                 st.deletes += 1;
-                self.objcheck.delete_acked(store, &key, revision, now);
+                self.objcheck
+                    .delete_acked(store, &key, revision, now - super::START_US);
                 self.obj_clients[c].known.insert(key, 0);
             }
             (ObjKind::Initiate { key }, Some(Ok(Response::UploadStarted { upload }))) => {
@@ -748,8 +775,14 @@ impl World {
                     st.puts += 1;
                     st.multi_block += (content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
                     st.multipart_completed += 1;
-                    self.objcheck
-                        .put_acked(store, &key, revision, uuid, content, now);
+                    self.objcheck.put_acked(
+                        store,
+                        &key,
+                        revision,
+                        uuid,
+                        content,
+                        now - super::START_US,
+                    );
                     self.obj_clients[c].known.insert(key, revision);
                 }
             }
@@ -938,7 +971,14 @@ impl World {
         let uploads: BTreeSet<Uuid> = ids.iter().map(|b| b.upload).collect();
         let blocks = ids.iter().copied().collect();
         let by = format!("the collector on {d}");
-        (self.objcheck).blocks_deleted(*store, &uploads, &blocks, &t.objects, &by, self.now);
+        (self.objcheck).blocks_deleted(
+            *store,
+            &uploads,
+            &blocks,
+            &t.objects,
+            &by,
+            self.since_start(),
+        );
     }
 
     /// A chunk deleted blocks durably: checked against the store's working manager's
@@ -965,7 +1005,14 @@ impl World {
         let uploads: BTreeSet<Uuid> = ids.iter().map(|b| b.upload).collect();
         let blocks = ids.iter().copied().collect();
         let by = format!("{chunk} on {d}");
-        (self.objcheck).blocks_deleted(store, &uploads, &blocks, &t.objects, &by, self.now);
+        (self.objcheck).blocks_deleted(
+            store,
+            &uploads,
+            &blocks,
+            &t.objects,
+            &by,
+            self.since_start(),
+        );
     }
 
     /// Sampling: count manifests the managers have collected.
@@ -1265,10 +1312,12 @@ impl World {
         mode: LockMode,
         token: FencingToken,
     ) {
-        self.objcheck.granted(store, name, token, mode, self.now);
+        self.objcheck
+            .granted(store, name, token, mode, self.since_start());
     }
 
     pub(super) fn obj_note_release(&mut self, store: StoreId, name: &str, token: FencingToken) {
-        self.objcheck.released(store, name, token, self.now);
+        self.objcheck
+            .released(store, name, token, self.since_start());
     }
 }
