@@ -218,9 +218,9 @@ fn replay_one_seed_from_the_environment() {
     eprintln!("{:?} {:?}", r.outcome, r.violations);
 }
 
-// Core bug (found by the 3,000-seed object sweep, e.g. `tenure sim --seed 2883`: "d2:
+// Core bug (found by the 3,000-seed object sweep, e.g. `tenure sim --seed 82`: "d2:
 // volatile persistent state not on disk (chunk None): object blocks of c2.1: None in
-// memory, Some(0) on disk"). `DevicePersist::apply(BlockDelete)` leaves a chunk whose
+// memory, Some(0) on disk"; also 100, 148, 2103). `DevicePersist::apply(BlockDelete)` leaves a chunk whose
 // every block was deleted with an empty block map on disk, while `Device::persistent()`
 // leaves chunks without blocks out, so the memory image of a device whose chunk lost
 // its last block never equals its disk, and the durable-before-acknowledged checker
