@@ -7,6 +7,7 @@
 //! `--pick rotate`), and releasing them, so contention on a name is real.
 
 mod lookup;
+mod objects;
 
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
@@ -31,6 +32,9 @@ enum BenchCmd {
     /// Lookup: providers keep entries refreshed, queriers read them (queries/s, latency,
     /// answer age, outage with --kill-leader).
     Lookup(lookup::LookupArgs),
+    /// Objects: puts and gets of small values at several client counts, then large
+    /// objects (MB/s); `--etcd` runs the same shapes against etcd.
+    Objects(objects::ObjectsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -101,6 +105,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         BenchCmd::Writes(w) => writes(w),
         BenchCmd::Locks(l) => locks(l),
         BenchCmd::Lookup(l) => lookup::run(l),
+        BenchCmd::Objects(o) => objects::run(o),
     }
 }
 
