@@ -411,6 +411,8 @@ struct HotMetrics {
 
 impl HotMetrics {
     fn new() -> HotMetrics {
+        // Counters that may stay at zero for a long time are shown from the start.
+        metrics::counter!("tenure_object_gc_lease_takeovers_total").increment(0);
         HotMetrics {
             batch_inputs: metrics::histogram!("tenure_driver_batch_inputs"),
             accept_local: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "local"),
