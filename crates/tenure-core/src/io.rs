@@ -671,6 +671,11 @@ impl DevicePersist {
                     for id in ids {
                         b.remove(id);
                     }
+                    // A chunk without blocks has no entry (as `Device::persistent` shows
+                    // it).
+                    if b.is_empty() {
+                        self.blocks.remove(chunk);
+                    }
                 }
             }
             PersistOp::SetNextSerial(n) => self.next_serial = *n,

@@ -218,15 +218,13 @@ fn replay_one_seed_from_the_environment() {
     eprintln!("{:?} {:?}", r.outcome, r.violations);
 }
 
-// Core bug (found by the 3,000-seed object sweep, e.g. `tenure sim --seed 82`: "d2:
-// volatile persistent state not on disk (chunk None): object blocks of c2.1: None in
-// memory, Some(0) on disk"; also 100, 148, 2103). `DevicePersist::apply(BlockDelete)` leaves a chunk whose
-// every block was deleted with an empty block map on disk, while `Device::persistent()`
-// leaves chunks without blocks out, so the memory image of a device whose chunk lost
-// its last block never equals its disk, and the durable-before-acknowledged checker
-// (DESIGN §10) reports the crash. Minimal: a block written then deleted, then a restart.
+// Found by the 3,000-seed object sweep (`tenure sim --seed 82`: "d2: volatile persistent
+// state not on disk (chunk None): object blocks of c2.1: None in memory, Some(0) on
+// disk"; also 100, 148, 2103): a chunk whose every block was deleted kept an empty block
+// map on disk while `Device::persistent()` leaves chunks without blocks out, so the
+// durable-before-acknowledged checker (DESIGN §10) reported the crash. Minimal: a block
+// written then deleted, then a restart.
 #[test]
-#[ignore = "core bug: empty per-chunk block maps on disk vs none in Device::persistent()"]
 fn a_chunk_that_deleted_its_last_block_has_the_same_image_in_memory_and_on_disk() {
     use tenure_core::io::{DevicePersist, PersistOp};
     use tenure_core::objects::{BlockId, Bytes, Uuid};
