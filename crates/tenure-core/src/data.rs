@@ -230,15 +230,43 @@ impl Tables {
                 }
                 OpResult::Lock(self.locks.apply(op, *at))
             }
-            StoreOp::Fenced { fence, op } => {
-                match crate::objects::table::check_fence(fence, &self.locks) {
-                    Ok(()) => self.execute(seq, op),
-                    Err(e) => OpResult::Refused(e),
-                }
-            }
+            StoreOp::Fenced { fence, op } => match self.fenced(fence, op) {
+                Ok(()) => self.execute(seq, op),
+                Err(e) => OpResult::Refused(e),
+            },
             StoreOp::Object { op, acc } => {
                 OpResult::Object(self.objects.execute(op, *acc, &self.locks))
             }
+        }
+    }
+}
+
+impl Tables {
+    /// The fencing check of a fenced change. A release checks the releasing session's
+    /// own grant: a session that does not hold the lock goes on to the release, which
+    /// answers `NotHeld`; one that holds it with another token is refused with that
+    /// token. Anything else needs some holder of the lock to hold it with the token.
+    fn fenced(
+        &self,
+        fence: &crate::objects::Fence,
+        op: &StoreOp,
+    ) -> Result<(), crate::io::ClientError> {
+        let releaser = match op {
+            StoreOp::Lock {
+                op: LockOp::Release { session, .. } | LockOp::ReleaseRequest { session, .. },
+                ..
+            } => Some(*session),
+            _ => None,
+        };
+        let Some(session) = releaser else {
+            return crate::objects::table::check_fence(fence, &self.locks);
+        };
+        let holders = self.locks.holders(&fence.lock).unwrap_or_default();
+        match holders.iter().find(|h| h.session == session) {
+            Some(h) if h.token != fence.token => Err(crate::io::ClientError::StaleToken {
+                current: Some(h.token),
+            }),
+            _ => Ok(()),
         }
     }
 }

@@ -262,6 +262,13 @@ fn mode_to_proto(m: LockMode) -> i32 {
     }
 }
 
+pub(crate) fn token_from_proto(t: proto::FencingToken) -> FencingToken {
+    FencingToken {
+        epoch: tenure_core::Epoch(t.epoch),
+        seq: t.seq,
+    }
+}
+
 pub(crate) fn token_to_proto(t: FencingToken) -> proto::FencingToken {
     proto::FencingToken {
         epoch: t.epoch.0,
@@ -644,41 +651,24 @@ impl Api {
             }
             Err(e) => return reply(R::Error(e)),
         }
-        if let Some(presented) = r.token {
-            // Server-side fencing of the release: the session's current grant must carry
-            // the presented token.
-            let holders = match self
-                .request(Request::Holders {
-                    store,
-                    name: r.name.clone(),
-                })
-                .await?
-            {
-                Ok(Response::Holders(h)) => h,
-                Err(e) => return reply(R::Error(self.client_error(store, &e))),
-                Ok(other) => return Err(unexpected("Holders", &other)),
-            };
-            match holders.iter().find(|h| h.session == session) {
-                Some(h) if token_to_proto(h.token) != presented => {
-                    return reply(R::Error(proto::Error {
-                        message: format!("stale fencing token for {}", r.name),
-                        kind: Some(Kind::StaleToken(proto::StaleToken {
-                            presented: Some(presented),
-                            current: Some(token_to_proto(h.token)),
-                        })),
-                    }));
-                }
-                _ => {}
-            }
-        }
-        let answer = self
-            .request(Request::Release {
+        // Server-side fencing of the release: with a token, the session's grant must
+        // carry it, checked in the same replicated change as the release.
+        let req = match r.token {
+            Some(presented) => Request::ReleaseFenced {
                 store,
                 session,
                 request_id: r.request_id,
                 name: r.name.clone(),
-            })
-            .await?;
+                token: token_from_proto(presented),
+            },
+            None => Request::Release {
+                store,
+                session,
+                request_id: r.request_id,
+                name: r.name.clone(),
+            },
+        };
+        let answer = self.request(req).await?;
         match answer {
             Ok(Response::Released) => {
                 metrics::counter!("tenure_lock_releases_total").increment(1);
@@ -688,6 +678,10 @@ impl Api {
             Err(e) => {
                 let mut err = self.client_error(store, &e);
                 fill_name(&mut err, &r.name);
+                if let Some(Kind::StaleToken(st)) = err.kind.as_mut() {
+                    st.presented = r.token;
+                    err.message = format!("stale fencing token for {}", r.name);
+                }
                 reply(R::Error(err))
             }
             Ok(other) => Err(unexpected("Release", &other)),

@@ -136,6 +136,15 @@ fn fenced_puts_cas_races_and_watches() {
             .unwrap_err();
         assert!(matches!(e, Error::StaleToken), "{e}");
         assert_eq!(&o.get("/fence/data").await.unwrap().data[..], b"one");
+        // A fenced release checks the token in the same change as the release: the
+        // stale token is refused and the lock stays held; the current one releases.
+        let (store, session) = (g2.store(), g2.session());
+        let e = other
+            .release_raw(store, session, "/fence/lock", Some(stale))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::StaleToken), "{e}");
+        assert_eq!(c.holders("/fence/lock").await.unwrap().holders.len(), 1);
         // A lock in another store cannot fence.
         let e = o
             .put_fenced(&g2, "/elsewhere/data", b"x".to_vec())
