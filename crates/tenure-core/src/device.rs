@@ -315,7 +315,11 @@ impl Device {
                 ..
             } => Stale::One(Role::Lookup),
             Input::Message {
-                msg: Msg::Policy(_) | Msg::Blocks(_),
+                msg: Msg::Blocks(b),
+                ..
+            } => Stale::One(block_role(b)),
+            Input::Message {
+                msg: Msg::Policy(_),
                 ..
             }
             | Input::Tick
@@ -704,6 +708,23 @@ fn chunk_is_garbage(c: &Chunk) -> bool {
 /// A manager role with nothing in it: not managing, and no forwarding address.
 fn manager_is_garbage(m: &Manager) -> bool {
     m.state == MgrState::None && m.forwarding.is_none()
+}
+
+/// The one role a block message reaches (see [`Device::timers`]).
+fn block_role(m: &crate::objects::blocks::BlockMsg) -> Role {
+    use crate::objects::blocks::{BlockMsg, Requester};
+    match m {
+        BlockMsg::Read { chunk, .. }
+        | BlockMsg::Delete { chunk, .. }
+        | BlockMsg::Probe { chunk, .. }
+        | BlockMsg::Data {
+            to: Requester::Chunk(chunk),
+            ..
+        } => Role::Chunk(*chunk),
+        BlockMsg::Data { store, .. }
+        | BlockMsg::Deleted { store, .. }
+        | BlockMsg::Complete { store, .. } => Role::Manager(*store),
+    }
 }
 
 /// Route block traffic (DESIGN §5): reads, deletions and probes to the chunk named,

@@ -31,7 +31,7 @@
 //! [objects]                             # optional: the object store (seed 001)
 //! max_object_size = 67108864            # bytes (64 MiB)
 //! max_value_size = 1048576              # largest single-message put (1 MiB)
-//! prune_after = "5m"                    # tombstones are pruned this long after deletion
+//! prune_after = "30s"                   # tombstones are pruned this long after deletion
 //! lease_timeout = "10s"                 # a deletion lease not checked in is taken over
 //! checkin_interval = "2s"               # collectors check in this often
 //! writing_timeout = "5m"                # an unfinished upload is abandoned after this

@@ -414,7 +414,7 @@ impl Default for ObjectSettings {
             max_object_size: 64 << 20,
             max_value_size: 1 << 20,
             max_key_len: 1024,
-            prune_after: Duration::from_secs(300),
+            prune_after: Duration::from_secs(30),
             lease_timeout: Duration::from_secs(10),
             checkin_interval: Duration::from_secs(2),
             writing_timeout: Duration::from_secs(300),
