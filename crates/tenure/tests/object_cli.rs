@@ -444,3 +444,116 @@ fn watch_through_a_manager_failover_misses_nothing() {
     drop(watcher);
     rt.block_on(c.close()).ok();
 }
+
+/// A lock holder that is paused (SIGSTOP) longer than its session's TTL loses the lock
+/// to another process; when it resumes, its fenced put with the token it was granted is
+/// refused (the store checks the token atomically with the write), and the object keeps
+/// the new holder's content.
+#[test]
+fn a_paused_lock_holders_fenced_put_is_refused_after_the_lock_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    up(&data);
+    let d = data.to_str().unwrap().to_string();
+    let tok_file = dir.path().join("token");
+    // Holder 1: takes the lock with a 2 s TTL and hands its token to the test, then
+    // would go on working.
+    let script = format!(
+        "echo $TENURE_FENCING_TOKEN > {}; sleep 60",
+        tok_file.display()
+    );
+    let mut holder = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args([
+            "lock",
+            "/pause/lock",
+            "--ttl",
+            "2s",
+            "--data",
+            &d,
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let token = loop {
+        if let Ok(t) = std::fs::read_to_string(&tok_file)
+            && !t.trim().is_empty()
+        {
+            break t.trim().to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "holder 1 got no lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Pause holder 1 (the process keeping its session alive) past its TTL.
+    let pid = holder.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Holder 2 gets the lock once holder 1's session expired, and writes under it.
+    let new = dir.path().join("new");
+    std::fs::write(&new, b"holder 2").unwrap();
+    let (ok, out, err) = tenure(&[
+        "lock",
+        "/pause/lock",
+        "--timeout",
+        "30s",
+        "--data",
+        &d,
+        "--",
+        env!("CARGO_BIN_EXE_tenure"),
+        "object",
+        "put",
+        "/pause/data",
+        new.to_str().unwrap(),
+        "--fenced-by",
+        "/pause/lock",
+        "--data",
+        &d,
+    ]);
+    assert!(ok, "holder 2: {out} {err}");
+    // Holder 1 resumes and writes with the token it was granted: refused.
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let old = dir.path().join("old");
+    std::fs::write(&old, b"holder 1, late").unwrap();
+    let (ok, out, err) = cli(
+        &data,
+        &[
+            "object",
+            "put",
+            "/pause/data",
+            old.to_str().unwrap(),
+            "--fenced-by",
+            "/pause/lock",
+            "--token",
+            &token,
+        ],
+    );
+    assert!(!ok, "the stale fenced put must fail: {out}");
+    assert!(err.contains("stale"), "{err}");
+    let got = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["object", "get", "/pause/data", "--data", &d])
+        .output()
+        .unwrap();
+    assert_eq!(got.stdout, b"holder 2");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
