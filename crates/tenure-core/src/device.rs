@@ -794,13 +794,7 @@ fn on_block_msg(
             }
         }
         m @ (BlockMsg::Data { .. } | BlockMsg::Deleted { .. } | BlockMsg::Complete { .. }) => {
-            let store = match &m {
-                BlockMsg::Data { store, .. }
-                | BlockMsg::Deleted { store, .. }
-                | BlockMsg::Complete { store, .. } => *store,
-                _ => unreachable!("matched above"),
-            };
-            if let Some(mgr) = managers.get_mut(&store) {
+            if let Some(mgr) = managers.get_mut(&m.store()) {
                 mgr.on_block_msg(ctx, from, m);
             }
         }

@@ -16,7 +16,7 @@ use crate::io::PersistOp;
 use crate::msg::Msg;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Most blocks asked for in one read.
 pub const READ_BATCH: usize = 8;
@@ -98,6 +98,20 @@ pub enum BlockMsg {
         /// Its epoch.
         epoch: Epoch,
     },
+}
+
+impl BlockMsg {
+    /// The store the message is about.
+    pub fn store(&self) -> StoreId {
+        match self {
+            BlockMsg::Read { store, .. }
+            | BlockMsg::Data { store, .. }
+            | BlockMsg::Delete { store, .. }
+            | BlockMsg::Deleted { store, .. }
+            | BlockMsg::Probe { store, .. }
+            | BlockMsg::Complete { store, .. } => *store,
+        }
+    }
 }
 
 /// A repair in progress.
@@ -215,13 +229,6 @@ impl ChunkBlocks {
             });
             self.ask(ctx, store, chunk);
         }
-    }
-
-    /// The chunk left its epoch (a new transition began, or it lost its lease): a
-    /// repair stops, and completeness is re-established at the next commit.
-    pub fn reset(&mut self) {
-        self.repair = None;
-        self.complete = None;
     }
 
     fn ask(&mut self, ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId) {
@@ -363,14 +370,6 @@ impl ChunkBlocks {
         {
             self.ask(ctx, store, chunk);
         }
-    }
-
-    /// Blocks still missing (for status and tests).
-    pub fn missing(&self) -> BTreeSet<BlockId> {
-        self.repair
-            .as_ref()
-            .map(|r| r.missing.keys().copied().collect())
-            .unwrap_or_default()
     }
 }
 

@@ -73,13 +73,6 @@ struct Deleting {
     deadline: Instant,
 }
 
-impl ObjMgr {
-    /// Number of watches (status and metrics).
-    pub fn watch_count(&self) -> usize {
-        self.watches.len()
-    }
-}
-
 fn reply(ctx: &mut Ctx<'_>, client: ClientId, req_id: u64, result: Result<Response, ClientError>) {
     ctx.out.push(Output::Reply {
         client,
@@ -556,14 +549,13 @@ impl Manager {
 
     /// A complete live chunk not yet tried, this device's own first.
     fn pick_chunk(&self, ctx: &Ctx<'_>, tried: &BTreeSet<ChunkId>) -> Option<ChunkId> {
-        let live = self.live();
-        let mut ok = (self.objects.complete.iter())
-            .filter(|c| live.contains(c) && !tried.contains(c))
-            .copied();
-        let all: Vec<ChunkId> = ok.by_ref().collect();
-        all.iter()
-            .find(|c| c.device == ctx.me())
-            .or(all.first())
+        let usable: Vec<ChunkId> = (self.objects.complete.iter())
+            .filter(|c| !self.failed.contains(c) && self.metadata.contains(**c))
+            .filter(|c| !tried.contains(c))
+            .copied()
+            .collect();
+        (usable.iter().find(|c| c.device == ctx.me()))
+            .or(usable.first())
             .copied()
     }
 
@@ -742,54 +734,40 @@ impl Manager {
                             uuid,
                             lease: self.lease(ctx),
                         };
-                        self.submit_object(ctx, op, None);
-                        self.objects.gc.insert(
-                            id,
-                            GcTask {
-                                since: now,
-                                deleting: None,
-                            },
-                        );
+                        self.submit_gc(ctx, id, op, &|_| true);
                     }
                 }
+                // Finishing, abandoning and pruning are one change each, submitted
+                // again only if the last one has not shown in the tables for a while.
                 GcWork::Finish { key, uuid } => {
-                    if stale(self.objects.gc.get(&id)) {
-                        self.submit_object(ctx, ObjectOp::GcDone { key, uuid }, None);
-                        self.objects.gc.insert(
-                            id,
-                            GcTask {
-                                since: now,
-                                deleting: None,
-                            },
-                        );
-                    }
+                    self.submit_gc(ctx, id, ObjectOp::GcDone { key, uuid }, &stale)
                 }
                 GcWork::Abandon { key, uuid } => {
-                    if stale(self.objects.gc.get(&id)) {
-                        self.submit_object(ctx, ObjectOp::Abandon { key, uuid }, None);
-                        self.objects.gc.insert(
-                            id,
-                            GcTask {
-                                since: now,
-                                deleting: None,
-                            },
-                        );
-                    }
+                    self.submit_gc(ctx, id, ObjectOp::Abandon { key, uuid }, &stale)
                 }
-                GcWork::Prune { key } => {
-                    if stale(self.objects.gc.get(&id)) {
-                        self.submit_object(ctx, ObjectOp::Prune { key }, None);
-                        self.objects.gc.insert(
-                            id,
-                            GcTask {
-                                since: now,
-                                deleting: None,
-                            },
-                        );
-                    }
-                }
+                GcWork::Prune { key } => self.submit_gc(ctx, id, ObjectOp::Prune { key }, &stale),
             }
         }
+    }
+
+    /// Submit a collector's change and remember when, unless `stale` says the last one
+    /// for this manifest is still recent.
+    fn submit_gc(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: (String, Uuid),
+        op: ObjectOp,
+        stale: &dyn Fn(Option<&GcTask>) -> bool,
+    ) {
+        if !stale(self.objects.gc.get(&id)) {
+            return;
+        }
+        self.submit_object(ctx, op, None);
+        let task = GcTask {
+            since: ctx.now,
+            deleting: None,
+        };
+        self.objects.gc.insert(id, task);
     }
 
     /// Planted bug `objects_collect_active`: delete the blocks of one active object.
