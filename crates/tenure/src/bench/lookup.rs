@@ -83,16 +83,7 @@ impl Backend {
     async fn get(&mut self, key: &str) -> anyhow::Result<Option<Vec<u8>>> {
         match self {
             Backend::Tenure(c) => Ok(c.get(key).await?.map(|e| e.value)),
-            Backend::Etcd(kv) => {
-                let r = kv
-                    .range(etcd::RangeRequest {
-                        key: key.as_bytes().to_vec(),
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner();
-                Ok(r.kvs.into_iter().next().map(|kv| kv.value))
-            }
+            Backend::Etcd(kv) => etcd_get(kv, key).await,
         }
     }
 }
@@ -103,6 +94,33 @@ pub mod etcd {
     tonic::include_proto!("etcdserverpb");
 }
 
+/// A channel to etcd at `endpoint` (`host:port`, or a URL).
+pub(super) async fn etcd_connect(endpoint: &str) -> anyhow::Result<tonic::transport::Channel> {
+    let url = if endpoint.starts_with("http") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Ok(tonic::transport::Endpoint::from_shared(url)?
+        .connect()
+        .await?)
+}
+
+/// The value under `key` in etcd (a linearizable Range; `None`: absent).
+pub(super) async fn etcd_get(
+    kv: &mut etcd::kv_client::KvClient<tonic::transport::Channel>,
+    key: &str,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let r = kv
+        .range(etcd::RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+}
+
 /// Providers against etcd: one lease per provider (TTL two intervals, at least etcd's
 /// minimum), kept alive and its keys put with a new value every interval.
 async fn etcd_providers(
@@ -110,14 +128,7 @@ async fn etcd_providers(
     endpoint: &str,
     keys: &[String],
 ) -> anyhow::Result<(Backend, tokio::task::JoinHandle<()>)> {
-    let url = if endpoint.starts_with("http") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    };
-    let ch = tonic::transport::Endpoint::from_shared(url)?
-        .connect()
-        .await?;
+    let ch = etcd_connect(endpoint).await?;
     let kv = etcd::kv_client::KvClient::new(ch.clone());
     let mut lease = etcd::lease_client::LeaseClient::new(ch);
     let ttl = (a.interval * 2).as_secs().max(2) as i64;

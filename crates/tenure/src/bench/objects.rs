@@ -8,7 +8,7 @@
 //! load reaches every store's manager, as a user's keyspace would.
 
 use super::CpuMeter;
-use super::lookup::etcd;
+use super::lookup::{etcd, etcd_connect, etcd_get};
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
 use std::sync::Arc;
@@ -73,19 +73,10 @@ enum Backend {
 impl Backend {
     async fn connect(a: &ObjectsArgs) -> anyhow::Result<Backend> {
         Ok(match &a.etcd {
-            Some(ep) => {
-                let url = if ep.starts_with("http") {
-                    ep.clone()
-                } else {
-                    format!("http://{ep}")
-                };
-                let ch = tonic::transport::Endpoint::from_shared(url)?
-                    .connect()
-                    .await?;
-                Backend::Etcd(
-                    etcd::kv_client::KvClient::new(ch).max_decoding_message_size(64 << 20),
-                )
-            }
+            Some(ep) => Backend::Etcd(
+                etcd::kv_client::KvClient::new(etcd_connect(ep).await?)
+                    .max_decoding_message_size(64 << 20),
+            ),
             None => Backend::Tenure(Client::new(a.target.endpoints()?)?),
         })
     }
@@ -115,21 +106,10 @@ impl Backend {
                 let objects = c.objects();
                 Ok(objects.get(&key).await?.data.len())
             }
-            Backend::Etcd(kv) => {
-                let r = kv
-                    .range(etcd::RangeRequest {
-                        key: key.as_bytes().to_vec(),
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner();
-                let kv = r
-                    .kvs
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("{key} is absent"))?;
-                Ok(kv.value.len())
-            }
+            Backend::Etcd(kv) => etcd_get(kv, &key)
+                .await?
+                .map(|v| v.len())
+                .ok_or_else(|| anyhow::anyhow!("{key} is absent")),
         }
     }
 }
