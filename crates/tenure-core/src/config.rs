@@ -112,6 +112,12 @@ pub struct PlantedBugs {
     pub objects_watch_drop: bool,
     /// The collector never runs: pending_delete manifests stay forever.
     pub objects_never_collect: bool,
+    /// A device applies coordinator commands whatever their term (no fencing).
+    pub election_ignore_term: bool,
+    /// A device that follows a coordinator acts as coordinator too, under its term.
+    pub election_follower_acts: bool,
+    /// A member never starts an election when the coordinator falls silent.
+    pub election_no_restart: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.
@@ -216,6 +222,9 @@ pub struct DeviceConfig {
     /// The object service's limits and intervals (`[objects]`).
     #[serde(default)]
     pub objects: crate::objects::ObjectSettings,
+    /// Elections of the coordinator (`[election]`).
+    #[serde(default)]
+    pub election: crate::election::ElectionSettings,
     /// A chunk persists its whole record after this many delta persists in a row
     /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
@@ -233,6 +242,7 @@ impl DeviceConfig {
             planted: PlantedBugs::default(),
             lookup: crate::lookup::LookupSettings::default(),
             objects: crate::objects::ObjectSettings::default(),
+            election: crate::election::ElectionSettings::default(),
             advertise: String::new(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }

@@ -9,6 +9,8 @@
 
 use crate::config::DeviceConfig;
 use crate::ctx::Ctx;
+use crate::election::coordinator::{CoordMsg, Coordinator};
+use crate::election::{Elector, ElectorOut, Term};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{
     ChunkPersist, ClientError, DevicePersist, Input, Observation, Output, PersistOp, PolicyCommand,
@@ -39,6 +41,14 @@ pub struct Device {
     requested: Vec<StoreId>,
     /// The device's lookup node (seed 003).
     lookup: Node,
+    /// The coordinator's election (seed 002 §14.3; DESIGN §6).
+    elector: Elector,
+    /// The coordinator's view and decisions, used while this device is coordinator.
+    coord: Coordinator,
+    /// The newest coordinator term seen, persisted: commands of older terms are refused.
+    term: Term,
+    /// When this device next reports to the coordinator.
+    next_report: Instant,
 }
 
 /// Cached next timeouts, see [`Device::timers`].
@@ -57,6 +67,7 @@ enum Role {
     Chunk(ChunkId),
     Manager(StoreId),
     Lookup,
+    Election,
 }
 
 /// Which cached timeouts may be out of date.
@@ -103,6 +114,9 @@ impl Device {
         now: Instant,
         rng_seed: u64,
     ) -> (Device, Vec<Output>) {
+        let cfg_id = cfg.id;
+        let members = cfg.cluster.devices.clone();
+        let election = cfg.election.clone();
         let mut dev = Device {
             next_serial: disk.next_serial,
             env: Env {
@@ -118,8 +132,14 @@ impl Device {
             timers: Default::default(),
             requested: Vec::new(),
             lookup: Node::placeholder(),
+            elector: Elector::new(cfg_id, members, election, disk.term, now),
+            coord: Coordinator::default(),
+            term: disk.term,
+            next_report: now,
         };
+        dev.elector.plant_no_restart = dev.env.cfg.planted.election_no_restart;
         let mut out = Vec::new();
+        dev.drain_elector(now, &mut out);
         dev.lookup = {
             let mut ctx = dev.env.ctx(now, &mut out);
             let mut node = Node::boot(&mut ctx, disk.lookup.into_values().collect());
@@ -319,7 +339,11 @@ impl Device {
                 ..
             } => Stale::One(block_role(b)),
             Input::Message {
-                msg: Msg::Policy(_),
+                msg: Msg::Election(_),
+                ..
+            } => Stale::One(Role::Election),
+            Input::Message {
+                msg: Msg::Policy(_) | Msg::Coord(_),
                 ..
             }
             | Input::Tick
@@ -338,11 +362,23 @@ impl Device {
     }
 
     fn on_message(&mut self, now: Instant, from: DeviceId, msg: Msg, out: &mut Vec<Output>) {
-        if let Msg::Lookup(m) = msg {
-            let mut ctx = self.env.ctx(now, out);
-            self.lookup.on_msg(&mut ctx, from, m);
-            return;
-        }
+        let msg = match msg {
+            Msg::Lookup(m) => {
+                let mut ctx = self.env.ctx(now, out);
+                self.lookup.on_msg(&mut ctx, from, m);
+                return;
+            }
+            Msg::Election(m) => {
+                self.elector.handle_msg(now, from, m);
+                self.drain_elector(now, out);
+                return;
+            }
+            Msg::Coord(m) => {
+                self.on_coord(now, from, m, out);
+                return;
+            }
+            other => other,
+        };
         let Device {
             env,
             managers,
@@ -412,7 +448,7 @@ impl Device {
                 }
             }
             Msg::Blocks(m) => on_block_msg(&mut ctx, chunks, managers, from, m),
-            Msg::Lookup(_) => unreachable!("handled above"),
+            Msg::Lookup(_) | Msg::Election(_) | Msg::Coord(_) => unreachable!("handled above"),
         }
         self.collect_garbage();
     }
@@ -470,7 +506,161 @@ impl Device {
                 m.on_tick(&mut ctx);
             }
         }
+        if self.election_timeout().is_some_and(|t| t <= now) {
+            self.on_election_tick(now, out);
+        }
         self.collect_garbage();
+    }
+
+    // ---- the coordinator (DESIGN §6) ----------------------------------------------
+
+    /// The election role's next deadline: the elector's, the coordinator's next round,
+    /// and the next report.
+    fn election_timeout(&self) -> Option<Instant> {
+        use crate::time::earliest;
+        if !self.env.cfg.election.enabled {
+            return None;
+        }
+        let t = earliest(self.elector.poll_timeout(), self.coord.next_timeout());
+        earliest(t, Some(self.next_report))
+    }
+
+    fn on_election_tick(&mut self, now: Instant, out: &mut Vec<Output>) {
+        if self.elector.poll_timeout().is_some_and(|t| t <= now) {
+            self.elector.handle_timeout(now);
+            self.drain_elector(now, out);
+        }
+        if self.next_report <= now {
+            self.next_report = now + self.env.cfg.timing.renewal_period;
+            self.report(now, out);
+        }
+        if self.coord.next_timeout().is_some_and(|t| t <= now) {
+            let decisions = self.coord.on_tick(now, &self.env.cfg);
+            let Some(term) = self.coord.term() else {
+                return;
+            };
+            let me = self.id();
+            for d in decisions {
+                out.push(Output::Observe(Observation::CommandSent {
+                    term,
+                    to: d.to,
+                    cmd: d.cmd.clone(),
+                }));
+                let msg = CoordMsg::Command { term, cmd: d.cmd };
+                if d.to == me {
+                    self.on_coord(now, me, msg, out);
+                } else {
+                    out.push(Output::Send {
+                        to: d.to,
+                        msg: Msg::Coord(msg),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Take the elector's outputs: messages go out; a newly followed term is persisted
+    /// before anything of this batch leaves the device, and starts or stops this
+    /// device's coordinator role.
+    fn drain_elector(&mut self, now: Instant, out: &mut Vec<Output>) {
+        if !self.env.cfg.election.enabled {
+            while self.elector.poll_output().is_some() {}
+            return;
+        }
+        while let Some(o) = self.elector.poll_output() {
+            match o {
+                ElectorOut::Send { to, msg } => out.push(Output::Send {
+                    to,
+                    msg: Msg::Election(msg),
+                }),
+                ElectorOut::Coordinator { term } => {
+                    self.raise_term(term, out);
+                    out.push(Output::Observe(Observation::Coordinator { term }));
+                    let acts =
+                        term.leader == self.id() || self.env.cfg.planted.election_follower_acts;
+                    if acts {
+                        self.coord.start(term, now, &self.env.cfg);
+                    } else {
+                        self.coord.stop();
+                    }
+                    // Report to the new coordinator at once.
+                    self.next_report = now;
+                }
+            }
+        }
+    }
+
+    /// Record (durably) that `term` exists, if it is the newest seen.
+    fn raise_term(&mut self, term: Term, out: &mut Vec<Output>) {
+        if term > self.term {
+            self.term = term;
+            out.push(Output::Persist(PersistOp::SetTerm(term)));
+        }
+    }
+
+    /// Report to the coordinator this device follows: the chunks it holds and the
+    /// stores it manages.
+    fn report(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let Some(term) = self.elector.coordinator() else {
+            return;
+        };
+        let mut msgs = vec![CoordMsg::Member {
+            term,
+            chunks: self.chunks.len() as u32,
+        }];
+        msgs.extend(
+            (self.managers.values())
+                .filter_map(|m| m.report(now))
+                .map(|report| CoordMsg::Store { term, report }),
+        );
+        let me = self.id();
+        for msg in msgs {
+            if term.leader == me {
+                self.on_coord(now, me, msg, out);
+            } else {
+                out.push(Output::Send {
+                    to: term.leader,
+                    msg: Msg::Coord(msg),
+                });
+            }
+        }
+    }
+
+    fn on_coord(&mut self, now: Instant, from: DeviceId, msg: CoordMsg, out: &mut Vec<Output>) {
+        match msg {
+            CoordMsg::Member { term, chunks } => self.coord.on_member(now, from, term, chunks),
+            CoordMsg::Store { term, report } => self.coord.on_store(now, from, term, report),
+            CoordMsg::Command { term, cmd } => {
+                if term < self.term && !self.env.cfg.planted.election_ignore_term {
+                    out.push(Output::Observe(Observation::CommandRefused {
+                        term,
+                        newest: self.term,
+                    }));
+                    return;
+                }
+                self.raise_term(term, out);
+                out.push(Output::Observe(Observation::CommandApplied {
+                    term,
+                    cmd: cmd.clone(),
+                }));
+                self.on_policy(now, cmd, out);
+            }
+        }
+    }
+
+    /// The election machine (read only).
+    pub fn elector(&self) -> &Elector {
+        &self.elector
+    }
+
+    /// The coordinator this device follows (or is), with its term.
+    pub fn coordinator(&self) -> Option<Term> {
+        self.elector.coordinator()
+    }
+
+    /// The term this device acts in as coordinator, if it does.
+    pub fn acting_coordinator(&self) -> Option<Term> {
+        self.coord.term()
     }
 
     /// For a store this device does not manage: the manager whose regular lease a local
@@ -510,7 +700,7 @@ impl Device {
             }
             let reached_store = match role {
                 Role::Manager(s) => Some(s),
-                Role::Chunk(_) | Role::Lookup => None,
+                Role::Chunk(_) | Role::Lookup | Role::Election => None,
             };
             for s in requested.into_iter().chain(reached_store) {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {
@@ -544,6 +734,7 @@ impl Device {
             Role::Chunk(id) => self.chunks.get(&id).and_then(|c| c.next_timeout(drift)),
             Role::Manager(s) => self.managers.get(&s).and_then(Manager::next_timeout),
             Role::Lookup => self.lookup.next_timeout(&self.env.cfg.lookup),
+            Role::Election => self.election_timeout(),
         };
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
@@ -551,7 +742,7 @@ impl Device {
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
                     .chain(self.managers.keys().map(|s| Role::Manager(*s)))
-                    .chain([Role::Lookup]);
+                    .chain([Role::Lookup, Role::Election]);
                 timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
                 timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
                 return;
@@ -591,6 +782,7 @@ impl Device {
                 .filter(|(_, c)| !c.blocks.data.is_empty())
                 .map(|(k, c)| (*k, c.blocks.data.clone()))
                 .collect(),
+            term: self.term,
         }
     }
 

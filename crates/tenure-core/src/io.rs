@@ -50,7 +50,7 @@ pub enum Input {
 }
 
 /// Outside-policy commands (seed 000 §3: the interface the policies use).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PolicyCommand {
     /// `migrate(node)`: move management of `store` to `to`.
     Migrate {
@@ -590,6 +590,9 @@ pub enum PersistOp {
         /// The blocks.
         ids: Vec<crate::objects::BlockId>,
     },
+    /// The newest coordinator term this device has seen (DESIGN §6): commands of older
+    /// terms are refused, also after a restart.
+    SetTerm(crate::election::Term),
 }
 
 /// All persistent state of a device: what survives a crash.
@@ -605,6 +608,9 @@ pub struct DevicePersist {
     /// Object blocks, by chunk.
     #[serde(default)]
     pub blocks: BTreeMap<ChunkId, BTreeMap<crate::objects::BlockId, crate::objects::Bytes>>,
+    /// The newest coordinator term seen ([`PersistOp::SetTerm`]).
+    #[serde(default)]
+    pub term: crate::election::Term,
 }
 
 /// By default, a chunk writes its whole record after this many delta persists in a row
@@ -627,9 +633,10 @@ impl PersistOp {
             | PersistOp::RemoveChunk(chunk)
             | PersistOp::BlockPut { chunk, .. }
             | PersistOp::BlockDelete { chunk, .. } => Some(*chunk),
-            PersistOp::SetNextSerial(_) | PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
-                None
-            }
+            PersistOp::SetNextSerial(_)
+            | PersistOp::LookupPut(_)
+            | PersistOp::LookupRemove(_)
+            | PersistOp::SetTerm(_) => None,
         }
     }
 
@@ -685,6 +692,7 @@ impl DevicePersist {
             PersistOp::LookupRemove(k) => {
                 self.lookup.remove(k);
             }
+            PersistOp::SetTerm(t) => self.term = self.term.max(*t),
         }
     }
 }
@@ -801,6 +809,34 @@ pub enum Observation {
         store: StoreId,
         /// Whether it committed.
         committed: bool,
+    },
+    /// This device now follows (or is) the coordinator of `term` (DESIGN §6).
+    Coordinator {
+        /// The term, naming the coordinator.
+        term: crate::election::Term,
+    },
+    /// This device, as coordinator of `term`, sent a command.
+    CommandSent {
+        /// The coordinator's term.
+        term: crate::election::Term,
+        /// The store's manager it went to.
+        to: DeviceId,
+        /// The command.
+        cmd: PolicyCommand,
+    },
+    /// A coordinator's command was applied here (its preconditions are checked next).
+    CommandApplied {
+        /// The command's term.
+        term: crate::election::Term,
+        /// The command.
+        cmd: PolicyCommand,
+    },
+    /// A coordinator's command was refused: its term is older than `newest`.
+    CommandRefused {
+        /// The command's term.
+        term: crate::election::Term,
+        /// The newest term this device has seen.
+        newest: crate::election::Term,
     },
 }
 

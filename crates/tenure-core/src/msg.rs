@@ -45,6 +45,10 @@ pub enum Msg {
     Lookup(crate::lookup::LookupMsg),
     /// Object block traffic (seed 001; DESIGN §5).
     Blocks(crate::objects::blocks::BlockMsg),
+    /// Elections of the cluster's coordinator (seed 002 §14.3; DESIGN §6).
+    Election(crate::election::ElectionMsg),
+    /// Reports to the coordinator and its commands (DESIGN §6).
+    Coord(crate::election::coordinator::CoordMsg),
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -379,7 +379,7 @@ impl Domain {
             }
             Msg::Blocks(b) => Domain::Store(block_store(b)),
             Msg::Lookup(_) => Domain::Lookup,
-            Msg::Policy(_) => Domain::Device,
+            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) => Domain::Device,
         }
     }
 }
@@ -841,7 +841,7 @@ impl Driver {
                             self.open.push(op);
                             continue;
                         }
-                        PersistOp::SetNextSerial(_) => None,
+                        PersistOp::SetNextSerial(_) | PersistOp::SetTerm(_) => None,
                     };
                     match store {
                         Some(s) => {

@@ -42,6 +42,7 @@ use crate::wal::{self, Wal, WalError};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use tenure_core::election::Term;
 use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
 use tenure_core::lookup::Entry;
@@ -64,6 +65,9 @@ pub const FORMAT_VERSION: u64 = 5;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
+/// The newest coordinator term seen: its counter and its coordinator.
+const KEY_TERM_N: &str = "term_n";
+const KEY_TERM_LEADER: &str = "term_leader";
 const KEY_DEVICE: &str = "device";
 /// Generation of the write-ahead log whose records follow what redb holds.
 const KEY_WAL_GENERATION: &str = "wal_generation";
@@ -230,6 +234,7 @@ impl Storage {
         let raw = self.load_raw()?;
         let mut state = DevicePersist {
             next_serial: raw.next_serial,
+            term: raw.term,
             ..Default::default()
         };
         for (chunk, bytes) in raw.records {
@@ -266,6 +271,10 @@ impl Storage {
         let tx = self.db.begin_read()?;
         let meta = tx.open_table(META)?;
         let next_serial = meta.get(KEY_NEXT_SERIAL)?.map(|g| g.value()).unwrap_or(0);
+        let term = Term {
+            n: meta.get(KEY_TERM_N)?.map(|g| g.value()).unwrap_or(0),
+            leader: DeviceId(meta.get(KEY_TERM_LEADER)?.map(|g| g.value()).unwrap_or(0)),
+        };
         let chunk_id = |device, serial| ChunkId {
             device: DeviceId(device),
             serial,
@@ -297,6 +306,7 @@ impl Storage {
         }
         Ok(Raw {
             next_serial,
+            term,
             records,
             deltas,
             next_delta,
@@ -358,6 +368,7 @@ impl Storage {
                     self.dirty.removed.insert(*id);
                 }
                 PersistOp::SetNextSerial(_) => self.dirty.serial = true,
+                PersistOp::SetTerm(_) => self.dirty.term = true,
                 PersistOp::LookupPut(e) => {
                     self.dirty.lookup.insert(e.key.clone());
                 }
@@ -393,6 +404,9 @@ impl Storage {
         }
         if dirty.serial {
             ops.push(PersistOp::SetNextSerial(self.state.next_serial));
+        }
+        if dirty.term {
+            ops.push(PersistOp::SetTerm(self.state.term));
         }
         for k in dirty.lookup {
             ops.push(match self.state.lookup.get(&k) {
@@ -456,6 +470,7 @@ impl Storage {
                     postcard::to_stdvec(op).map_err(StorageError::Encode)?,
                 ),
                 PersistOp::SetNextSerial(n) => Encoded::Serial(*n),
+                PersistOp::SetTerm(t) => Encoded::Term(*t),
                 PersistOp::LookupPut(e) => Encoded::LookupPut(
                     e.key.clone(),
                     postcard::to_stdvec(&**e).map_err(StorageError::Encode)?,
@@ -508,6 +523,10 @@ impl Storage {
                     }
                     Encoded::Serial(n) => {
                         meta.insert(KEY_NEXT_SERIAL, *n)?;
+                    }
+                    Encoded::Term(t) => {
+                        meta.insert(KEY_TERM_N, t.n)?;
+                        meta.insert(KEY_TERM_LEADER, t.leader.0)?;
                     }
                     Encoded::LookupPut(k, v) => {
                         lookup.insert(k.as_str(), v.as_slice())?;
@@ -652,6 +671,7 @@ fn chunk_block_range(k: (u64, u64)) -> (BlockKey, BlockKey) {
 /// What the database holds, undecoded.
 struct Raw {
     next_serial: u64,
+    term: Term,
     records: Vec<(ChunkId, Vec<u8>)>,
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
@@ -665,6 +685,7 @@ struct Dirty {
     chunks: BTreeSet<ChunkId>,
     removed: BTreeSet<ChunkId>,
     serial: bool,
+    term: bool,
     /// Lookup keys written or removed (the state says which).
     lookup: BTreeSet<String>,
     /// Blocks written or deleted (the state says which).
@@ -676,6 +697,7 @@ impl Dirty {
         self.chunks.is_empty()
             && self.removed.is_empty()
             && !self.serial
+            && !self.term
             && self.lookup.is_empty()
             && self.blocks.is_empty()
     }
@@ -686,6 +708,7 @@ enum Encoded {
     Remove((u64, u64)),
     Delta((u64, u64), Vec<u8>),
     Serial(u64),
+    Term(Term),
     LookupPut(String, Vec<u8>),
     LookupRemove(String),
     BlockPut(BlockKey, Bytes),

@@ -399,6 +399,7 @@ impl PalladioModel {
                 c.run_policies = false;
                 c.planted = cfg.planted.clone();
                 c.lookup.enabled = false;
+                c.election.enabled = false;
                 c
             })
             .collect();
@@ -452,6 +453,7 @@ impl PalladioModel {
             let mut disk = if CHUNK_HOSTS.contains(&d) {
                 let mut cfg = DeviceConfig::new(d, hosts.clone());
                 cfg.lookup.enabled = false;
+                cfg.election.enabled = false;
                 let (dev, _) = Device::new(cfg, DevicePersist::default(), s.now, 0);
                 dev.persistent()
             } else {
@@ -460,6 +462,7 @@ impl PalladioModel {
                     chunks: BTreeMap::new(),
                     lookup: BTreeMap::new(),
                     blocks: BTreeMap::new(),
+                    term: Default::default(),
                 }
             };
             for c in disk.chunks.values_mut() {
@@ -557,6 +560,7 @@ impl PalladioModel {
             chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
             lookup: BTreeMap::new(),
             blocks: BTreeMap::new(),
+            term: Default::default(),
         };
         // Transaction ids are nonces drawn from the device's generator: seeding it from the
         // device's state and the clock keeps them a function of the state (as stateright

@@ -149,6 +149,12 @@ enum Plant {
     ObjectsWatchDrop,
     /// The object collector never runs.
     ObjectsNeverCollect,
+    /// Coordinator commands are applied whatever their term.
+    ElectionIgnoreTerm,
+    /// A member that follows a coordinator acts as coordinator too.
+    ElectionFollowerActs,
+    /// Members never start an election when the coordinator falls silent.
+    ElectionNoRestart,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -218,6 +224,9 @@ impl SimArgs {
             objects_read_superseded: self.plant.contains(&Plant::ObjectsReadSuperseded),
             objects_watch_drop: self.plant.contains(&Plant::ObjectsWatchDrop),
             objects_never_collect: self.plant.contains(&Plant::ObjectsNeverCollect),
+            election_ignore_term: self.plant.contains(&Plant::ElectionIgnoreTerm),
+            election_follower_acts: self.plant.contains(&Plant::ElectionFollowerActs),
+            election_no_restart: self.plant.contains(&Plant::ElectionNoRestart),
         };
         c.world = match self.world {
             World::Stores => WorldKind::Stores,

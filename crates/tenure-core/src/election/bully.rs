@@ -53,8 +53,9 @@ impl Elector {
         if higher.is_empty() {
             return self.bully_win(now, id);
         }
+        let max_n = self.max_n;
         for h in higher {
-            self.send(h, ElectionMsg::Election { id });
+            self.send(h, ElectionMsg::Election { id, max_n });
         }
         self.bully.own = Some(Own {
             id,
@@ -77,7 +78,8 @@ impl Elector {
         if from >= self.me {
             return;
         }
-        self.send(from, ElectionMsg::Ok { id });
+        let max_n = self.max_n;
+        self.send(from, ElectionMsg::Ok { id, max_n });
         if self.bully.own.is_none() {
             self.start_election(now);
         }

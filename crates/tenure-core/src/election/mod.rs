@@ -15,6 +15,7 @@
 //! three heartbeats starts an election, as does a member that just booted.
 
 mod bully;
+pub mod coordinator;
 mod ring;
 
 #[cfg(test)]
@@ -67,11 +68,16 @@ pub enum ElectionMsg {
     Election {
         /// The election.
         id: ElectionId,
+        /// The highest term counter the sender has seen (a winner's term is above every
+        /// counter it heard of, even after it lost its own record).
+        max_n: u64,
     },
     /// Bully: OK, a higher id is alive and takes over.
     Ok {
         /// The election answered.
         id: ElectionId,
+        /// The highest term counter the sender has seen.
+        max_n: u64,
     },
     /// Bully: COORDINATOR ("I won"), to everyone.
     Coordinator {
@@ -126,6 +132,9 @@ impl ElectionMsg {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ElectionSettings {
+    /// Whether the device takes part in elections (off only in the model checker, whose
+    /// state space has no room for them).
+    pub enabled: bool,
     /// The algorithm.
     pub algorithm: Algorithm,
     /// How long a bully candidate waits for OK, and a ring sender for its successor's
@@ -145,6 +154,7 @@ pub struct ElectionSettings {
 impl Default for ElectionSettings {
     fn default() -> Self {
         ElectionSettings {
+            enabled: true,
             algorithm: Algorithm::Bully,
             answer_timeout: Duration::from_millis(200),
             result_timeout: Duration::from_secs(1),
@@ -189,17 +199,23 @@ pub struct Elector {
     bully: bully::Bully,
     ring: ring::Ring,
     out: VecDeque<ElectorOut>,
+    /// The highest term counter heard of in any election message.
+    max_n: u64,
     /// Counted messages sent, by election.
     pub sent: BTreeMap<ElectionId, u64>,
+    /// Planted bug (tests only): never start an election when the coordinator is silent.
+    pub plant_no_restart: bool,
 }
 
 impl Elector {
-    /// A member that just booted: it starts an election (§14.3.1: "a process initiates
-    /// an election if it just recovered from failure").
+    /// A member that just booted, with the highest term it had recorded (`Term::default()`
+    /// on a first boot): it starts an election (§14.3.1: "a process initiates an election
+    /// if it just recovered from failure").
     pub fn new(
         me: DeviceId,
         members: impl IntoIterator<Item = DeviceId>,
         settings: ElectionSettings,
+        term: Term,
         now: Instant,
     ) -> Elector {
         let mut members: Vec<DeviceId> = members.into_iter().collect();
@@ -210,14 +226,16 @@ impl Elector {
             members,
             settings,
             current: None,
-            term: Term::default(),
+            term,
             heard: now,
             next_alive: now,
             serial: 0,
             bully: Default::default(),
             ring: Default::default(),
             out: VecDeque::new(),
+            max_n: term.n,
             sent: BTreeMap::new(),
+            plant_no_restart: false,
         };
         e.start_election(now);
         e
@@ -267,6 +285,16 @@ impl Elector {
         if !self.members.contains(&from) {
             return;
         }
+        let heard_n = match &msg {
+            ElectionMsg::Election { max_n, .. }
+            | ElectionMsg::Ok { max_n, .. }
+            | ElectionMsg::RingElection { max_n, .. } => *max_n,
+            ElectionMsg::Coordinator { term, .. }
+            | ElectionMsg::RingCoordinator { term, .. }
+            | ElectionMsg::Alive { term } => term.n,
+            ElectionMsg::RingAck { .. } => 0,
+        };
+        self.max_n = self.max_n.max(heard_n);
         match msg {
             ElectionMsg::Alive { term } => {
                 if self.current == Some(term) {
@@ -284,8 +312,8 @@ impl Elector {
                     }
                 }
             }
-            ElectionMsg::Election { id } => self.bully_on_election(now, from, id),
-            ElectionMsg::Ok { id } => self.bully_on_ok(now, id),
+            ElectionMsg::Election { id, .. } => self.bully_on_election(now, from, id),
+            ElectionMsg::Ok { id, .. } => self.bully_on_ok(now, id),
             ElectionMsg::Coordinator { id, term } => self.bully_on_coordinator(now, from, id, term),
             ElectionMsg::RingElection { id, ids, max_n } => {
                 self.ring_on_election(now, from, id, ids, max_n)
@@ -309,7 +337,7 @@ impl Elector {
                     self.send(m, ElectionMsg::Alive { term });
                 }
             }
-        } else if self.heard + self.settings.heartbeat * 3 <= now {
+        } else if self.heard + self.settings.heartbeat * 3 <= now && !self.plant_no_restart {
             // The coordinator is silent (or there is none): elect one, unless an
             // election is already running here.
             self.heard = now;
@@ -351,8 +379,8 @@ impl Elector {
 
     fn send(&mut self, to: DeviceId, msg: ElectionMsg) {
         let id = match &msg {
-            ElectionMsg::Election { id }
-            | ElectionMsg::Ok { id }
+            ElectionMsg::Election { id, .. }
+            | ElectionMsg::Ok { id, .. }
             | ElectionMsg::Coordinator { id, .. }
             | ElectionMsg::RingElection { id, .. }
             | ElectionMsg::RingCoordinator { id, .. } => Some(*id),
@@ -367,7 +395,7 @@ impl Elector {
     /// The next term this member would start as coordinator.
     fn next_term(&self, leader: DeviceId) -> Term {
         Term {
-            n: self.term.n + 1,
+            n: self.term.n.max(self.max_n) + 1,
             leader,
         }
     }
@@ -379,6 +407,7 @@ impl Elector {
             return false;
         }
         self.term = term;
+        self.max_n = self.max_n.max(term.n);
         self.heard = now;
         if self.current != Some(term) {
             self.current = Some(term);

@@ -60,7 +60,7 @@ impl Elector {
         let msg = ElectionMsg::RingElection {
             id,
             ids: vec![self.me],
-            max_n: self.term.n,
+            max_n: self.max_n,
         };
         self.ring_forward(now, msg, Vec::new());
     }
@@ -79,7 +79,7 @@ impl Elector {
                 _ => {
                     let leader = ids.iter().copied().max().unwrap_or(self.me).max(self.me);
                     let term = Term {
-                        n: max_n.max(self.term.n) + 1,
+                        n: max_n.max(self.max_n) + 1,
                         leader,
                     };
                     self.ring.own.remove(&id);
@@ -137,7 +137,7 @@ impl Elector {
             return;
         }
         ids.push(self.me);
-        let max_n = max_n.max(self.term.n);
+        let max_n = max_n.max(self.max_n);
         self.ring_forward(
             now,
             ElectionMsg::RingElection { id, ids, max_n },

@@ -49,7 +49,7 @@ impl Net {
 
     fn boot(&mut self, d: DeviceId) {
         let members = ids(self.n);
-        let e = Elector::new(d, members, self.settings(), self.now);
+        let e = Elector::new(d, members, self.settings(), Term::default(), self.now);
         self.nodes.insert(d, e);
         self.down.remove(&d);
         self.drain(d);
@@ -341,7 +341,13 @@ fn ring_coordinator_crash_is_detected_by_missed_heartbeats() {
 
 #[test]
 fn messages_from_strangers_are_ignored() {
-    let mut e = Elector::new(DeviceId(1), ids(3), ElectionSettings::default(), Instant(0));
+    let mut e = Elector::new(
+        DeviceId(1),
+        ids(3),
+        ElectionSettings::default(),
+        Term::default(),
+        Instant(0),
+    );
     let before = e.coordinator();
     let term = Term {
         n: 99,

@@ -1895,6 +1895,9 @@ impl Manager {
 
     // ---- outside policies (seed 000 §3) -------------------------------------------
 
+    /// The outside policies this manager runs for itself; the cluster-wide ones
+    /// (replacing failed chunks, spreading managers) are the coordinator's (DESIGN §6,
+    /// [`crate::election::coordinator`]), which this manager reports to ([`Self::report`]).
     fn run_policies(&mut self, ctx: &mut Ctx<'_>) {
         let t = &ctx.cfg.timing;
         let now = ctx.now;
@@ -1903,13 +1906,6 @@ impl Manager {
         if !ctx.cfg.run_policies || now < self.policy.backoff_until {
             return;
         }
-        let heard_recently = |d: DeviceId, ctx: &Ctx<'_>| {
-            d == ctx.me()
-                || ctx
-                    .heard
-                    .get(&d)
-                    .is_some_and(|h| now.saturating_since(*h) <= t.liveness_window)
-        };
         if let Some((_, _, deadline)) = self.policy.creating
             && deadline <= now
         {
@@ -1919,51 +1915,30 @@ impl Manager {
         if !self.recovered.is_empty() && self.policy.creating.is_none() {
             let md = self.metadata.clone();
             self.relayout(ctx, md);
-            return;
         }
-        // Replace a chunk that has stayed failed for two lease lengths.
-        let replace_after = t.lease * 2;
-        if self.policy.creating.is_none()
-            && let Some(f) = self
-                .failed
-                .iter()
-                .find(|c| {
-                    self.policy
-                        .failed_at
-                        .get(c)
-                        .is_some_and(|at| now.saturating_since(*at) >= replace_after)
+    }
+
+    /// This manager's report to the coordinator (none unless it manages the store).
+    pub fn report(&self, now: Instant) -> Option<crate::election::coordinator::StoreReport> {
+        if self.state != MgrState::Manager {
+            return None;
+        }
+        Some(crate::election::coordinator::StoreReport {
+            store: self.store,
+            epoch: self.epoch,
+            chunks: self.metadata.chunks.iter().copied().collect(),
+            failed: (self.failed.iter())
+                .map(|c| {
+                    let at = self.policy.failed_at.get(c).copied().unwrap_or(now);
+                    (*c, now.saturating_since(at))
                 })
-                .copied()
-        {
-            let holders: BTreeSet<DeviceId> =
-                self.metadata.chunks.iter().map(|c| c.device).collect();
-            // Prefer devices heard from recently; an unanswered request times out and the
-            // next candidate is tried.
-            let mut candidates: Vec<DeviceId> = ctx
-                .cfg
-                .cluster
-                .ranked_devices(self.store)
-                .into_iter()
-                .filter(|d| !holders.contains(d) && !self.policy.tried.contains(d))
-                .collect();
-            candidates.sort_by_key(|d| !heard_recently(*d, ctx));
-            let candidate = candidates.first().copied();
-            match candidate {
-                Some(d) => self.request_chunk(ctx, f, d),
-                None => self.policy.tried.clear(),
-            }
-            return;
-        }
-        // Migrate back to the store's preferred device once things are quiet.
-        let preferred = ctx.cfg.cluster.preferred_manager(self.store);
-        if self.failed.is_empty()
-            && self.policy.creating.is_none()
-            && preferred != ctx.me()
-            && heard_recently(preferred, ctx)
-            && now.saturating_since(self.entered_at) >= t.migrate_after
-        {
-            self.migrate(ctx, preferred);
-        }
+                .collect(),
+            managing_for: now.saturating_since(self.entered_at),
+            busy: self.tx.is_some()
+                || self.policy.creating.is_some()
+                || !self.recovered.is_empty()
+                || now < self.policy.backoff_until,
+        })
     }
 
     /// Ask `device` for a new chunk to replace `old`.
