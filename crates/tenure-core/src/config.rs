@@ -118,6 +118,9 @@ pub struct PlantedBugs {
     pub election_follower_acts: bool,
     /// A member never starts an election when the coordinator falls silent.
     pub election_no_restart: bool,
+    /// A device processes a message tagged with a snapshot's marker before recording
+    /// its state for that snapshot.
+    pub snapshot_record_late: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.
@@ -225,6 +228,9 @@ pub struct DeviceConfig {
     /// Elections of the coordinator (`[election]`).
     #[serde(default)]
     pub election: crate::election::ElectionSettings,
+    /// Snapshots (`[snapshot]`).
+    #[serde(default)]
+    pub snapshot: crate::snapshot::SnapshotSettings,
     /// A chunk persists its whole record after this many delta persists in a row
     /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
@@ -243,6 +249,7 @@ impl DeviceConfig {
             lookup: crate::lookup::LookupSettings::default(),
             objects: crate::objects::ObjectSettings::default(),
             election: crate::election::ElectionSettings::default(),
+            snapshot: crate::snapshot::SnapshotSettings::default(),
             advertise: String::new(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }

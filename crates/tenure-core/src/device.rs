@@ -21,6 +21,7 @@ use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
 use crate::lookup::Node;
 use crate::msg::{Msg, PolicyMsg, ToChunk, ToManager};
 use crate::rng::Rng;
+use crate::snapshot::Snapshots;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,6 +50,10 @@ pub struct Device {
     term: Term,
     /// When this device next reports to the coordinator.
     next_report: Instant,
+    /// Snapshots this device takes part in (seed 002 §14.1).
+    snaps: Snapshots,
+    /// When the coordinator next starts a scheduled snapshot.
+    next_snapshot: Option<Instant>,
 }
 
 /// Cached next timeouts, see [`Device::timers`].
@@ -68,6 +73,7 @@ enum Role {
     Manager(StoreId),
     Lookup,
     Election,
+    Snapshot,
 }
 
 /// Which cached timeouts may be out of date.
@@ -136,7 +142,10 @@ impl Device {
             coord: Coordinator::default(),
             term: disk.term,
             next_report: now,
+            snaps: Snapshots::default(),
+            next_snapshot: None,
         };
+        dev.snaps.plant_record_late = dev.env.cfg.planted.snapshot_record_late;
         dev.elector.plant_no_restart = dev.env.cfg.planted.election_no_restart;
         let mut out = Vec::new();
         dev.drain_elector(now, &mut out);
@@ -264,11 +273,73 @@ impl Device {
                 let mut ctx = self.env.ctx(now, &mut out);
                 self.lookup.on_request(&mut ctx, client, req_id, req);
             }
+            Input::StartSnapshot => self.start_snapshot(now, &mut out),
         }
         self.publish_managers(now, &mut out);
         self.refresh_hints();
+        self.snaps.tag(&mut out);
         self.finish(&mut out);
         out
+    }
+
+    /// Start a snapshot here (DESIGN §6).
+    fn start_snapshot(&mut self, now: Instant, out: &mut Vec<Output>) {
+        let me = self.id();
+        let peers = self.peers();
+        let state = self.persistent();
+        let id = self.snaps.start(now, me, &peers, state, out);
+        out.push(Output::SnapshotStarted { id });
+        self.timers.get_mut().stale = Stale::All;
+    }
+
+    /// Every other device of the cluster (the peer channels).
+    fn peers(&self) -> Vec<DeviceId> {
+        let me = self.id();
+        (self.env.cfg.cluster.devices.iter())
+            .copied()
+            .filter(|d| *d != me)
+            .collect()
+    }
+
+    /// A snapshot message from `from`. A tag is a marker that arrived with a message: the
+    /// state is recorded before the message is processed.
+    fn on_snapshot_msg(
+        &mut self,
+        now: Instant,
+        from: DeviceId,
+        msg: crate::snapshot::SnapMsg,
+        out: &mut Vec<Output>,
+    ) {
+        use crate::snapshot::SnapMsg;
+        let me = self.id();
+        let peers = self.peers();
+        match msg {
+            SnapMsg::Marker { id } => {
+                let state = || self.persistent();
+                let state = state();
+                self.snaps
+                    .on_marker(now, me, &peers, from, id, || state, out);
+            }
+            SnapMsg::Tagged { ids, msg } => {
+                if self.snaps.plant_record_late {
+                    self.on_message(now, from, *msg, out);
+                    for id in ids {
+                        let state = self.persistent();
+                        self.snaps
+                            .on_marker(now, me, &peers, from, id, || state, out);
+                    }
+                    return;
+                }
+                for id in ids {
+                    let state = self.persistent();
+                    self.snaps
+                        .on_marker(now, me, &peers, from, id, || state, out);
+                }
+                self.on_message(now, from, *msg, out);
+            }
+            other => self.snaps.on_msg(me, from, other, out),
+        }
+        self.timers.get_mut().stale = Stale::All;
     }
 
     /// Rebuild the store → manager hints when the lookup data changed.
@@ -343,9 +414,10 @@ impl Device {
                 ..
             } => Stale::One(Role::Election),
             Input::Message {
-                msg: Msg::Policy(_) | Msg::Coord(_),
+                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_),
                 ..
             }
+            | Input::StartSnapshot
             | Input::Tick
             | Input::Policy(_) => Stale::All,
         }
@@ -362,6 +434,9 @@ impl Device {
     }
 
     fn on_message(&mut self, now: Instant, from: DeviceId, msg: Msg, out: &mut Vec<Output>) {
+        if !matches!(msg, Msg::Snapshot(_)) {
+            self.snaps.on_regular(from, &msg);
+        }
         let msg = match msg {
             Msg::Lookup(m) => {
                 let mut ctx = self.env.ctx(now, out);
@@ -375,6 +450,10 @@ impl Device {
             }
             Msg::Coord(m) => {
                 self.on_coord(now, from, m, out);
+                return;
+            }
+            Msg::Snapshot(m) => {
+                self.on_snapshot_msg(now, from, m, out);
                 return;
             }
             other => other,
@@ -448,7 +527,9 @@ impl Device {
                 }
             }
             Msg::Blocks(m) => on_block_msg(&mut ctx, chunks, managers, from, m),
-            Msg::Lookup(_) | Msg::Election(_) | Msg::Coord(_) => unreachable!("handled above"),
+            Msg::Lookup(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => {
+                unreachable!("handled above")
+            }
         }
         self.collect_garbage();
     }
@@ -509,6 +590,10 @@ impl Device {
         if self.election_timeout().is_some_and(|t| t <= now) {
             self.on_election_tick(now, out);
         }
+        let me = self.id();
+        if (self.snaps.next_timeout(&self.env.cfg.snapshot)).is_some_and(|t| t <= now) {
+            (self.snaps).on_tick(now, me, &self.env.cfg.snapshot, out);
+        }
         self.collect_garbage();
     }
 
@@ -522,6 +607,7 @@ impl Device {
             return None;
         }
         let t = earliest(self.elector.poll_timeout(), self.coord.next_timeout());
+        let t = earliest(t, self.next_snapshot);
         earliest(t, Some(self.next_report))
     }
 
@@ -533,6 +619,19 @@ impl Device {
         if self.next_report <= now {
             self.next_report = now + self.env.cfg.timing.renewal_period;
             self.report(now, out);
+        }
+        let every = self.env.cfg.snapshot.every;
+        if self.coord.term().is_some() && !every.is_zero() {
+            match self.next_snapshot {
+                None => self.next_snapshot = Some(now + every),
+                Some(t) if t <= now => {
+                    self.next_snapshot = Some(now + every);
+                    self.start_snapshot(now, out);
+                }
+                Some(_) => {}
+            }
+        } else {
+            self.next_snapshot = None;
         }
         if self.coord.next_timeout().is_some_and(|t| t <= now) {
             let decisions = self.coord.on_tick(now, &self.env.cfg);
@@ -700,7 +799,7 @@ impl Device {
             }
             let reached_store = match role {
                 Role::Manager(s) => Some(s),
-                Role::Chunk(_) | Role::Lookup | Role::Election => None,
+                Role::Chunk(_) | Role::Lookup | Role::Election | Role::Snapshot => None,
             };
             for s in requested.into_iter().chain(reached_store) {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {
@@ -735,6 +834,7 @@ impl Device {
             Role::Manager(s) => self.managers.get(&s).and_then(Manager::next_timeout),
             Role::Lookup => self.lookup.next_timeout(&self.env.cfg.lookup),
             Role::Election => self.election_timeout(),
+            Role::Snapshot => self.snaps.next_timeout(&self.env.cfg.snapshot),
         };
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
@@ -742,7 +842,7 @@ impl Device {
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
                     .chain(self.managers.keys().map(|s| Role::Manager(*s)))
-                    .chain([Role::Lookup, Role::Election]);
+                    .chain([Role::Lookup, Role::Election, Role::Snapshot]);
                 timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
                 timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
                 return;

@@ -47,6 +47,9 @@ pub enum Input {
         /// The request.
         req: crate::lookup::LookupRequest,
     },
+    /// Start a consistent snapshot of the cluster from this device (seed 002 §14.1); the
+    /// outputs say its id ([`Output::SnapshotStarted`]) and, later, its result.
+    StartSnapshot,
 }
 
 /// Outside-policy commands (seed 000 §3: the interface the policies use).
@@ -518,6 +521,32 @@ pub enum Output {
         /// Why, and where to go.
         reason: ClientError,
     },
+    /// A snapshot started here ([`Input::StartSnapshot`], or scheduled by the
+    /// coordinator).
+    SnapshotStarted {
+        /// Its id.
+        id: crate::snapshot::SnapshotId,
+    },
+    /// This device's recorded part of a snapshot: made durable by the driver before any
+    /// later output of the batch is sent.
+    SnapshotPart(Box<crate::snapshot::SnapshotPart>),
+    /// A snapshot this device initiated ended.
+    SnapshotEnded {
+        /// Its id.
+        id: crate::snapshot::SnapshotId,
+        /// The devices whose parts make it up, or why it failed.
+        result: Result<SnapshotSummary, String>,
+    },
+}
+
+/// A completed snapshot, as its initiator knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotSummary {
+    /// Devices whose parts make up the snapshot.
+    pub devices: Vec<DeviceId>,
+    /// §14.2 termination detection: every device answered Done, so no message was in
+    /// flight at the cut (the recorded channels are all empty).
+    pub terminated: bool,
 }
 
 /// Persistent state of one chunk (the bold-face variables of seed 000 §4.1).
@@ -830,6 +859,12 @@ pub enum Observation {
         term: crate::election::Term,
         /// The command.
         cmd: PolicyCommand,
+    },
+    /// This device recorded its state for a snapshot (before it processes the message
+    /// that brought the marker).
+    SnapshotRecorded {
+        /// The snapshot.
+        id: crate::snapshot::SnapshotId,
     },
     /// A coordinator's command was refused: its term is older than `newest`.
     CommandRefused {

@@ -29,6 +29,7 @@ pub mod objects;
 pub mod rng;
 pub mod safetalk;
 pub mod session;
+pub mod snapshot;
 pub mod testkit;
 pub mod time;
 

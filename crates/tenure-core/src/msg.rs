@@ -49,6 +49,8 @@ pub enum Msg {
     Election(crate::election::ElectionMsg),
     /// Reports to the coordinator and its commands (DESIGN §6).
     Coord(crate::election::coordinator::CoordMsg),
+    /// Snapshot markers, tags and termination detection (seed 002 §14.1–§14.2).
+    Snapshot(crate::snapshot::SnapMsg),
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -45,6 +45,8 @@ pub struct Cluster {
     pub events: Vec<(Instant, DeviceId, crate::lookup::SubEvent)>,
     /// Object watch outputs (events and ends), in order.
     pub watch_outputs: Vec<(Instant, DeviceId, Output)>,
+    /// Snapshot outputs (started, parts, ended), in order.
+    pub snapshot_outputs: Vec<(Instant, DeviceId, Output)>,
 }
 
 /// A message filter: `(from, to, msg) -> drop?`.
@@ -76,6 +78,7 @@ impl Cluster {
             drop: None,
             events: Vec::new(),
             watch_outputs: Vec::new(),
+            snapshot_outputs: Vec::new(),
         };
         for d in cluster.devices.clone() {
             let mut cfg = DeviceConfig::new(d, cluster.clone());
@@ -132,6 +135,9 @@ impl Cluster {
                 o @ (Output::ObjectEvents { .. } | Output::WatchEnded { .. }) => {
                     self.watch_outputs.push((self.now, d, o))
                 }
+                o @ (Output::SnapshotStarted { .. }
+                | Output::SnapshotPart(_)
+                | Output::SnapshotEnded { .. }) => self.snapshot_outputs.push((self.now, d, o)),
             }
         }
     }

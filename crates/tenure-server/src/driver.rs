@@ -379,7 +379,7 @@ impl Domain {
             }
             Msg::Blocks(b) => Domain::Store(block_store(b)),
             Msg::Lookup(_) => Domain::Lookup,
-            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) => Domain::Device,
+            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => Domain::Device,
         }
     }
 }
@@ -878,6 +878,10 @@ impl Driver {
                 }
                 Output::SetTimer(_) => {}
                 Output::LookupEvent(ev) => self.hold(Domain::Lookup, Held::LookupEvent(ev)),
+                // Snapshots are not started by this server yet.
+                Output::SnapshotStarted { .. }
+                | Output::SnapshotPart(_)
+                | Output::SnapshotEnded { .. } => {}
                 Output::ObjectEvents {
                     client,
                     watch,

@@ -669,7 +669,10 @@ impl PalladioModel {
                 | Output::SetTimer(_)
                 | Output::LookupEvent(_)
                 | Output::ObjectEvents { .. }
-                | Output::WatchEnded { .. } => {}
+                | Output::WatchEnded { .. }
+                | Output::SnapshotStarted { .. }
+                | Output::SnapshotPart(_)
+                | Output::SnapshotEnded { .. } => {}
             }
         }
     }

@@ -873,6 +873,10 @@ impl World {
                     watch,
                     reason,
                 } => self.obj_watch_ended(client, watch, reason),
+                // The store world starts no snapshots yet.
+                Output::SnapshotStarted { .. }
+                | Output::SnapshotPart(_)
+                | Output::SnapshotEnded { .. } => {}
             }
         }
         for ob in observed {

@@ -155,6 +155,8 @@ enum Plant {
     ElectionFollowerActs,
     /// Members never start an election when the coordinator falls silent.
     ElectionNoRestart,
+    /// A device processes a message tagged with a snapshot marker before recording.
+    SnapshotRecordLate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -227,6 +229,7 @@ impl SimArgs {
             election_ignore_term: self.plant.contains(&Plant::ElectionIgnoreTerm),
             election_follower_acts: self.plant.contains(&Plant::ElectionFollowerActs),
             election_no_restart: self.plant.contains(&Plant::ElectionNoRestart),
+            snapshot_record_late: self.plant.contains(&Plant::SnapshotRecordLate),
         };
         c.world = match self.world {
             World::Stores => WorldKind::Stores,

@@ -363,6 +363,10 @@ impl World {
                 Output::LookupEvent(ev) => self.event_out(d, ev),
                 // The lookup world runs no object clients.
                 Output::ObjectEvents { .. } | Output::WatchEnded { .. } => {}
+                // Nor snapshots.
+                Output::SnapshotStarted { .. }
+                | Output::SnapshotPart(_)
+                | Output::SnapshotEnded { .. } => {}
             }
         }
         self.arm_timer(d);

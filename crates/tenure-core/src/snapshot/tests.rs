@@ -1,0 +1,138 @@
+//! Snapshots on the test cluster: seed 002 §14.1 (Chandy-Lamport) and §14.2 (Done /
+//! Continue termination detection).
+
+use super::*;
+use crate::io::{Input, Output, SnapshotSummary};
+use crate::testkit::Cluster;
+
+const D1: DeviceId = DeviceId(1);
+
+fn ended(c: &Cluster) -> Vec<(SnapshotId, Result<SnapshotSummary, String>)> {
+    (c.snapshot_outputs.iter())
+        .filter_map(|(_, _, o)| match o {
+            Output::SnapshotEnded { id, result } => Some((*id, result.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn parts(c: &Cluster, id: SnapshotId) -> Vec<SnapshotPart> {
+    (c.snapshot_outputs.iter())
+        .filter_map(|(_, _, o)| match o {
+            Output::SnapshotPart(p) if p.id == id => Some((**p).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn started(c: &Cluster) -> Vec<SnapshotId> {
+    (c.snapshot_outputs.iter())
+        .filter_map(|(_, _, o)| match o {
+            Output::SnapshotStarted { id } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// §14.1: the initiator records, every device records at its first marker and sends one
+/// part; §14.2: the initiator learns the snapshot is complete with every device in it.
+#[test]
+fn snapshot_every_device_records_one_part_and_the_initiator_learns_completion() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(Duration::from_secs(3));
+    c.input(D1, Input::StartSnapshot);
+    c.run_for(Duration::from_secs(1));
+    let ids = started(&c);
+    assert_eq!(ids.len(), 1);
+    let id = ids[0];
+    assert_eq!(id.initiator, D1);
+    let ended = ended(&c);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let summary = ended[0].1.clone().expect("completed");
+    assert_eq!(summary.devices, (1..=5).map(DeviceId).collect::<Vec<_>>());
+    let parts = parts(&c, id);
+    let mut devs: Vec<DeviceId> = parts.iter().map(|p| p.device).collect();
+    devs.sort();
+    assert_eq!(devs, summary.devices, "one part per device");
+    // Each part holds the device's chunks at the cut.
+    for p in &parts {
+        assert!(!p.state.chunks.is_empty(), "device {} has chunks", p.device);
+    }
+    // Termination detection agrees with the recorded channels.
+    let quiet = parts.iter().all(|p| p.channels.values().all(Vec::is_empty));
+    assert_eq!(summary.terminated, quiet);
+}
+
+/// §14.1 "as many checkpoints going on simultaneously as you want": two snapshots from
+/// two initiators at the same instant both complete, each with its own parts.
+#[test]
+fn snapshot_two_at_once_from_two_initiators_both_complete() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(Duration::from_secs(3));
+    c.input(D1, Input::StartSnapshot);
+    c.input(DeviceId(4), Input::StartSnapshot);
+    c.run_for(Duration::from_secs(1));
+    let ids = started(&c);
+    assert_eq!(ids.len(), 2);
+    let ended = ended(&c);
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    for (id, r) in ended {
+        assert_eq!(r.expect("completed").devices.len(), 5);
+        assert_eq!(parts(&c, id).len(), 5);
+    }
+}
+
+/// A device that is down never answers: the snapshot fails at the initiator after the
+/// timeout, naming the silent device.
+#[test]
+fn snapshot_with_a_device_down_fails_naming_it() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(Duration::from_secs(3));
+    c.crash(DeviceId(3));
+    c.input(D1, Input::StartSnapshot);
+    c.run_for(Duration::from_secs(12));
+    let ended = ended(&c);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let why = ended[0].1.clone().expect_err("failed");
+    assert!(why.contains('3'), "{why}");
+}
+
+/// A lost marker: messages to the peer travel tagged until it acknowledges, so the
+/// peer still records and the snapshot completes.
+#[test]
+fn snapshot_lost_marker_is_replaced_by_the_tag_on_the_next_message() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(Duration::from_secs(3));
+    let mut dropped = 0;
+    c.drop = Some(Box::new(move |from, to, msg| {
+        let lose = from == D1
+            && to == DeviceId(2)
+            && matches!(msg, Msg::Snapshot(SnapMsg::Marker { .. }))
+            && dropped == 0;
+        if lose {
+            dropped += 1;
+        }
+        lose
+    }));
+    c.input(D1, Input::StartSnapshot);
+    c.run_for(Duration::from_secs(2));
+    assert!(
+        c.count_delivered(|m| matches!(m, Msg::Snapshot(SnapMsg::Tagged { .. }))) > 0,
+        "a tagged message carried the marker"
+    );
+    let ended = ended(&c);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0].1.clone().expect("completed").devices.len(), 5);
+}
+
+#[test]
+fn snapshot_id_round_trips_through_its_text_form() {
+    let id = SnapshotId {
+        initiator: DeviceId(3),
+        serial: 1_234_567,
+    };
+    assert_eq!(id.to_string(), "3-1234567");
+    assert_eq!("3-1234567".parse::<SnapshotId>(), Ok(id));
+    assert!("x-1".parse::<SnapshotId>().is_err());
+    assert!("31234567".parse::<SnapshotId>().is_err());
+}
