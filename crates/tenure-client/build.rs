@@ -1,11 +1,17 @@
-//! Generates the gRPC code from `proto/tenure.proto` with `protox` (a pure-Rust protobuf
-//! compiler), so building needs no system `protoc`.
+//! Generates the gRPC code from `proto/*.proto` (`tenure.proto`, `elections.proto`,
+//! `snapshots.proto`, one package) with `protox` (a pure-Rust protobuf compiler), so
+//! building needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let file = root.join("tenure.proto");
-    println!("cargo:rerun-if-changed={}", file.display());
-    let fds = protox::compile([&file], [&root])?;
+    let files: Vec<_> = ["tenure.proto", "elections.proto", "snapshots.proto"]
+        .iter()
+        .map(|f| root.join(f))
+        .collect();
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let fds = protox::compile(&files, [&root])?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
