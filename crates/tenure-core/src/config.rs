@@ -231,6 +231,10 @@ pub struct DeviceConfig {
     /// Snapshots (`[snapshot]`).
     #[serde(default)]
     pub snapshot: crate::snapshot::SnapshotSettings,
+    /// This device joins a running cluster (`tenure cluster add`): it creates no
+    /// bootstrap chunks and waits for the coordinator to admit it.
+    #[serde(default)]
+    pub join: bool,
     /// A chunk persists its whole record after this many delta persists in a row
     /// (default [`crate::io::CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
@@ -250,6 +254,7 @@ impl DeviceConfig {
             objects: crate::objects::ObjectSettings::default(),
             election: crate::election::ElectionSettings::default(),
             snapshot: crate::snapshot::SnapshotSettings::default(),
+            join: false,
             advertise: String::new(),
             whole_record_every: crate::io::CHECKPOINT_EVERY,
         }

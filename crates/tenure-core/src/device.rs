@@ -10,6 +10,7 @@
 use crate::config::DeviceConfig;
 use crate::ctx::Ctx;
 use crate::election::coordinator::{CoordMsg, Coordinator};
+use crate::election::members::Members;
 use crate::election::{Elector, ElectorOut, Term};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{
@@ -50,6 +51,8 @@ pub struct Device {
     term: Term,
     /// When this device next reports to the coordinator.
     next_report: Instant,
+    /// The newest membership record seen (DESIGN §6).
+    members: Members,
     /// Snapshots this device takes part in (seed 002 §14.1).
     snaps: Snapshots,
     /// When the coordinator next starts a scheduled snapshot.
@@ -120,8 +123,20 @@ impl Device {
         now: Instant,
         rng_seed: u64,
     ) -> (Device, Vec<Output>) {
+        let mut cfg = cfg;
         let cfg_id = cfg.id;
-        let members = cfg.cluster.devices.clone();
+        let record = disk.members.clone().unwrap_or_else(|| {
+            let mut ids = cfg.cluster.devices.clone();
+            if cfg.join {
+                // Not a member until the coordinator admits it.
+                ids.retain(|d| *d != cfg_id);
+            }
+            Members::bootstrap(&ids)
+        });
+        if disk.members.is_some() || cfg.join {
+            cfg.cluster.devices = record.ids();
+        }
+        let members = record.ids();
         let election = cfg.election.clone();
         let mut dev = Device {
             next_serial: disk.next_serial,
@@ -142,6 +157,7 @@ impl Device {
             coord: Coordinator::default(),
             term: disk.term,
             next_report: now,
+            members: record,
             snaps: Snapshots::default(),
             next_snapshot: None,
         };
@@ -164,7 +180,12 @@ impl Device {
         let mut blocks = disk.blocks;
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
         if dev.next_serial == 0 && records.is_empty() {
-            records = dev.bootstrap(&mut out);
+            if dev.env.cfg.join {
+                dev.next_serial = dev.env.cfg.cluster.first_free_serial();
+                out.push(Output::Persist(PersistOp::SetNextSerial(dev.next_serial)));
+            } else {
+                records = dev.bootstrap(&mut out);
+            }
         }
         for p in records {
             let id = p.id;
@@ -535,6 +556,9 @@ impl Device {
     }
 
     fn on_policy(&mut self, now: Instant, cmd: PolicyCommand, out: &mut Vec<Output>) {
+        if cmd.store().is_none() {
+            return self.membership_request(now, cmd, out);
+        }
         let Device { env, managers, .. } = self;
         let mut ctx = env.ctx(now, out);
         match cmd {
@@ -557,6 +581,9 @@ impl Device {
                 {
                     m.request_chunk(&mut ctx, old, device);
                 }
+            }
+            PolicyCommand::AddDevice { .. } | PolicyCommand::RemoveDevice { .. } => {
+                unreachable!("membership requests are handled above")
             }
         }
     }
@@ -634,12 +661,24 @@ impl Device {
             self.next_snapshot = None;
         }
         if self.coord.next_timeout().is_some_and(|t| t <= now) {
-            let decisions = self.coord.on_tick(now, &self.env.cfg);
+            let round = self.coord.on_tick(now, &self.env.cfg);
             let Some(term) = self.coord.term() else {
                 return;
             };
             let me = self.id();
-            for d in decisions {
+            if let Some((members, to)) = round.members {
+                for d in to {
+                    out.push(Output::Send {
+                        to: d,
+                        msg: Msg::Coord(CoordMsg::Members {
+                            term,
+                            members: members.clone(),
+                        }),
+                    });
+                }
+                self.adopt_members(now, members, out);
+            }
+            for d in round.decisions {
                 out.push(Output::Observe(Observation::CommandSent {
                     term,
                     to: d.to,
@@ -678,7 +717,7 @@ impl Device {
                     let acts =
                         term.leader == self.id() || self.env.cfg.planted.election_follower_acts;
                     if acts {
-                        self.coord.start(term, now, &self.env.cfg);
+                        self.coord.start(term, now, &self.env.cfg, &self.members);
                     } else {
                         self.coord.stop();
                     }
@@ -706,6 +745,7 @@ impl Device {
         let mut msgs = vec![CoordMsg::Member {
             term,
             chunks: self.chunks.len() as u32,
+            members: self.members.clone(),
         }];
         msgs.extend(
             (self.managers.values())
@@ -727,7 +767,16 @@ impl Device {
 
     fn on_coord(&mut self, now: Instant, from: DeviceId, msg: CoordMsg, out: &mut Vec<Output>) {
         match msg {
-            CoordMsg::Member { term, chunks } => self.coord.on_member(now, from, term, chunks),
+            CoordMsg::Member {
+                term,
+                chunks,
+                members,
+            } => {
+                self.coord.on_member(now, from, term, chunks, &members);
+                self.adopt_members(now, members, out);
+            }
+            CoordMsg::Members { members, .. } => self.adopt_members(now, members, out),
+            CoordMsg::Request { cmd } => self.membership_request(now, cmd, out),
             CoordMsg::Store { term, report } => self.coord.on_store(now, from, term, report),
             CoordMsg::Command { term, cmd } => {
                 if term < self.term && !self.env.cfg.planted.election_ignore_term {
@@ -745,6 +794,53 @@ impl Device {
                 self.on_policy(now, cmd, out);
             }
         }
+    }
+
+    /// An operator's membership request: the coordinator applies it, anyone else
+    /// forwards it to the coordinator it follows.
+    fn membership_request(&mut self, _now: Instant, cmd: PolicyCommand, out: &mut Vec<Output>) {
+        if self.coord.term().is_some() {
+            self.coord.on_request(cmd);
+        } else if let Some(t) = self.elector.coordinator()
+            && t.leader != self.id()
+        {
+            out.push(Output::Send {
+                to: t.leader,
+                msg: Msg::Coord(CoordMsg::Request { cmd }),
+            });
+        }
+    }
+
+    /// Adopt `members` if it is newer than the record this device has: persisted first,
+    /// then the cluster's device list, the election and the lookup service follow it.
+    fn adopt_members(&mut self, now: Instant, members: Members, out: &mut Vec<Output>) {
+        if members.version <= self.members.version {
+            return;
+        }
+        out.push(Output::Persist(PersistOp::SetMembers(Box::new(
+            members.clone(),
+        ))));
+        let me = self.id();
+        let retired = members.retired.contains(&me) && !self.members.retired.contains(&me);
+        let ids = members.ids();
+        if self.coord.term().is_some() && members.version > self.coord.members.version {
+            self.coord.members = members.clone();
+        }
+        self.members = members.clone();
+        self.env.cfg.cluster.devices = ids.clone();
+        self.lookup.set_devices(ids.clone());
+        self.elector.set_members(now, ids);
+        self.drain_elector(now, out);
+        out.push(Output::Observe(Observation::Members { members }));
+        if retired {
+            out.push(Output::Observe(Observation::Retired));
+        }
+        self.timers.get_mut().stale = Stale::All;
+    }
+
+    /// The membership record this device has.
+    pub fn members(&self) -> &Members {
+        &self.members
     }
 
     /// The election machine (read only).
@@ -883,6 +979,7 @@ impl Device {
                 .map(|(k, c)| (*k, c.blocks.data.clone()))
                 .collect(),
             term: self.term,
+            members: (self.members.version != Default::default()).then(|| self.members.clone()),
         }
     }
 

@@ -79,6 +79,32 @@ pub enum PolicyCommand {
         /// Device to put the new chunk on.
         device: DeviceId,
     },
+    /// Admit a device to the cluster (DESIGN §6; applied by the coordinator).
+    AddDevice {
+        /// The device.
+        device: DeviceId,
+        /// Its peer address (opaque to the core).
+        peer_addr: String,
+        /// Its client address (opaque to the core).
+        client_addr: String,
+    },
+    /// Drain a device and retire it (applied by the coordinator).
+    RemoveDevice {
+        /// The device.
+        device: DeviceId,
+    },
+}
+
+impl PolicyCommand {
+    /// The store a store command is about (none for membership commands).
+    pub fn store(&self) -> Option<StoreId> {
+        match self {
+            PolicyCommand::Migrate { store, .. }
+            | PolicyCommand::Relayout { store, .. }
+            | PolicyCommand::ReplaceChunk { store, .. } => Some(*store),
+            PolicyCommand::AddDevice { .. } | PolicyCommand::RemoveDevice { .. } => None,
+        }
+    }
 }
 
 /// How long an acquire may wait.
@@ -622,6 +648,8 @@ pub enum PersistOp {
     /// The newest coordinator term this device has seen (DESIGN §6): commands of older
     /// terms are refused, also after a restart.
     SetTerm(crate::election::Term),
+    /// The newest membership record seen (DESIGN §6).
+    SetMembers(Box<crate::election::members::Members>),
 }
 
 /// All persistent state of a device: what survives a crash.
@@ -640,6 +668,10 @@ pub struct DevicePersist {
     /// The newest coordinator term seen ([`PersistOp::SetTerm`]).
     #[serde(default)]
     pub term: crate::election::Term,
+    /// The newest membership record seen ([`PersistOp::SetMembers`]; none: the
+    /// configured devices).
+    #[serde(default)]
+    pub members: Option<crate::election::members::Members>,
 }
 
 /// By default, a chunk writes its whole record after this many delta persists in a row
@@ -665,7 +697,8 @@ impl PersistOp {
             PersistOp::SetNextSerial(_)
             | PersistOp::LookupPut(_)
             | PersistOp::LookupRemove(_)
-            | PersistOp::SetTerm(_) => None,
+            | PersistOp::SetTerm(_)
+            | PersistOp::SetMembers(_) => None,
         }
     }
 
@@ -722,6 +755,11 @@ impl DevicePersist {
                 self.lookup.remove(k);
             }
             PersistOp::SetTerm(t) => self.term = self.term.max(*t),
+            PersistOp::SetMembers(m) => {
+                if self.members.as_ref().is_none_or(|o| o.version < m.version) {
+                    self.members = Some((**m).clone());
+                }
+            }
         }
     }
 }
@@ -866,6 +904,14 @@ pub enum Observation {
         /// The snapshot.
         id: crate::snapshot::SnapshotId,
     },
+    /// This device adopted a newer membership record (drivers connect to new members'
+    /// addresses).
+    Members {
+        /// The record.
+        members: crate::election::members::Members,
+    },
+    /// This device retired: it left the membership (drivers may stop it).
+    Retired,
     /// A coordinator's command was refused: its term is older than `newest`.
     CommandRefused {
         /// The command's term.

@@ -102,6 +102,20 @@ impl Cluster {
         self.process(d, out);
     }
 
+    /// Start a new device `d` that joins the running cluster (`tenure cluster add`): it
+    /// knows every configured device and waits to be admitted.
+    pub fn join(&mut self, d: DeviceId) {
+        let mut cfg = self.configs.values().next().expect("devices").clone();
+        cfg.id = d;
+        cfg.join = true;
+        if !cfg.cluster.devices.contains(&d) {
+            cfg.cluster.devices.push(d);
+        }
+        self.configs.insert(d, cfg);
+        self.disks.insert(d, DevicePersist::default());
+        self.boot(d);
+    }
+
     /// Crash a device: volatile state is lost, its disk is kept.
     pub fn crash(&mut self, d: DeviceId) {
         self.devices.remove(&d);

@@ -841,7 +841,9 @@ impl Driver {
                             self.open.push(op);
                             continue;
                         }
-                        PersistOp::SetNextSerial(_) | PersistOp::SetTerm(_) => None,
+                        PersistOp::SetNextSerial(_)
+                        | PersistOp::SetTerm(_)
+                        | PersistOp::SetMembers(_) => None,
                     };
                     match store {
                         Some(s) => {

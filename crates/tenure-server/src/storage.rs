@@ -57,6 +57,9 @@ const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("ch
 const LOOKUP: TableDefinition<&str, &[u8]> = TableDefinition::new("lookup_entries");
 /// Object blocks: `(device, serial, upload, part, generation, index)` → the block's bytes.
 const BLOCKS: TableDefinition<BlockKey, &[u8]> = TableDefinition::new("object_blocks");
+/// Cluster-wide records this device keeps: `members` → postcard(`Members`).
+const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
+const KEY_MEMBERS: &str = "members";
 /// Small scalars: format version, serial counter, owning device.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -86,6 +89,9 @@ pub enum StorageError {
         /// Why.
         source: postcard::Error,
     },
+    /// The membership record does not decode.
+    #[error("decoding the membership record: {0}")]
+    MembersDecode(postcard::Error),
     /// A persistent lookup entry does not decode.
     #[error("lookup entry {key:?} does not decode: {source}")]
     LookupDecode {
@@ -232,9 +238,14 @@ impl Storage {
         &self,
     ) -> Result<(DevicePersist, HashMap<(u64, u64), u64>), StorageError> {
         let raw = self.load_raw()?;
+        let members = match raw.members {
+            Some(bytes) => Some(postcard::from_bytes(&bytes).map_err(StorageError::MembersDecode)?),
+            None => None,
+        };
         let mut state = DevicePersist {
             next_serial: raw.next_serial,
             term: raw.term,
+            members,
             ..Default::default()
         };
         for (chunk, bytes) in raw.records {
@@ -304,9 +315,15 @@ impl Storage {
             let (chunk, id) = from_block_key(k.value());
             blocks.push((chunk, id, v.value().to_vec()));
         }
+        let members = match tx.open_table(CLUSTER) {
+            Ok(t) => t.get(KEY_MEMBERS)?.map(|v| v.value().to_vec()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
         Ok(Raw {
             next_serial,
             term,
+            members,
             records,
             deltas,
             next_delta,
@@ -369,6 +386,7 @@ impl Storage {
                 }
                 PersistOp::SetNextSerial(_) => self.dirty.serial = true,
                 PersistOp::SetTerm(_) => self.dirty.term = true,
+                PersistOp::SetMembers(_) => self.dirty.members = true,
                 PersistOp::LookupPut(e) => {
                     self.dirty.lookup.insert(e.key.clone());
                 }
@@ -407,6 +425,11 @@ impl Storage {
         }
         if dirty.term {
             ops.push(PersistOp::SetTerm(self.state.term));
+        }
+        if dirty.members
+            && let Some(m) = &self.state.members
+        {
+            ops.push(PersistOp::SetMembers(Box::new(m.clone())));
         }
         for k in dirty.lookup {
             ops.push(match self.state.lookup.get(&k) {
@@ -471,6 +494,9 @@ impl Storage {
                 ),
                 PersistOp::SetNextSerial(n) => Encoded::Serial(*n),
                 PersistOp::SetTerm(t) => Encoded::Term(*t),
+                PersistOp::SetMembers(m) => {
+                    Encoded::Members(postcard::to_stdvec(&**m).map_err(StorageError::Encode)?)
+                }
                 PersistOp::LookupPut(e) => Encoded::LookupPut(
                     e.key.clone(),
                     postcard::to_stdvec(&**e).map_err(StorageError::Encode)?,
@@ -504,6 +530,7 @@ impl Storage {
             let mut meta = tx.open_table(META)?;
             let mut lookup = tx.open_table(LOOKUP)?;
             let mut blocks = tx.open_table(BLOCKS)?;
+            let mut cluster = tx.open_table(CLUSTER)?;
             for op in ops {
                 match op {
                     Encoded::Put(k, v) => {
@@ -527,6 +554,9 @@ impl Storage {
                     Encoded::Term(t) => {
                         meta.insert(KEY_TERM_N, t.n)?;
                         meta.insert(KEY_TERM_LEADER, t.leader.0)?;
+                    }
+                    Encoded::Members(v) => {
+                        cluster.insert(KEY_MEMBERS, v.as_slice())?;
                     }
                     Encoded::LookupPut(k, v) => {
                         lookup.insert(k.as_str(), v.as_slice())?;
@@ -672,6 +702,7 @@ fn chunk_block_range(k: (u64, u64)) -> (BlockKey, BlockKey) {
 struct Raw {
     next_serial: u64,
     term: Term,
+    members: Option<Vec<u8>>,
     records: Vec<(ChunkId, Vec<u8>)>,
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
@@ -686,6 +717,7 @@ struct Dirty {
     removed: BTreeSet<ChunkId>,
     serial: bool,
     term: bool,
+    members: bool,
     /// Lookup keys written or removed (the state says which).
     lookup: BTreeSet<String>,
     /// Blocks written or deleted (the state says which).
@@ -698,6 +730,7 @@ impl Dirty {
             && self.removed.is_empty()
             && !self.serial
             && !self.term
+            && !self.members
             && self.lookup.is_empty()
             && self.blocks.is_empty()
     }
@@ -709,6 +742,7 @@ enum Encoded {
     Delta((u64, u64), Vec<u8>),
     Serial(u64),
     Term(Term),
+    Members(Vec<u8>),
     LookupPut(String, Vec<u8>),
     LookupRemove(String),
     BlockPut(BlockKey, Bytes),

@@ -463,6 +463,7 @@ impl PalladioModel {
                     lookup: BTreeMap::new(),
                     blocks: BTreeMap::new(),
                     term: Default::default(),
+                    members: None,
                 }
             };
             for c in disk.chunks.values_mut() {
@@ -561,6 +562,7 @@ impl PalladioModel {
             lookup: BTreeMap::new(),
             blocks: BTreeMap::new(),
             term: Default::default(),
+            members: None,
         };
         // Transaction ids are nonces drawn from the device's generator: seeding it from the
         // device's state and the clock keeps them a function of the state (as stateright

@@ -11,7 +11,13 @@
 //!   chunk on the live device holding the fewest chunks that does not hold one of the
 //!   store's chunks already (spreading chunks over devices);
 //! - **spread managers**: a store whose layout is whole and that has been stable for
-//!   `migrate_after` migrates to its preferred device when that device is live.
+//!   `migrate_after` migrates to its preferred device when that device is live;
+//! - **admit and retire devices** ([`super::members`]): operators' requests change the
+//!   membership record, which the coordinator sends every member each round; a retiring
+//!   device's chunks are replaced and its managers migrate; a drained one retires;
+//! - **balance**: a chunk moves from a device holding at least [`BALANCE_GAP`] more chunks
+//!   than the least loaded live active device onto it (so a newcomer, or a device back
+//!   from a long outage, takes its share), [`BALANCE_AT_ONCE`] stores at a time.
 //!
 //! Each decision is a [`CoordMsg::Command`] to the store's manager, carrying the
 //! coordinator's [`Term`]. A device refuses a command whose term is older than the
@@ -20,6 +26,7 @@
 //! repeated, or sent by two coordinators of different terms, changes nothing twice.
 
 use super::Term;
+use super::members::{MemberState, Members};
 use crate::config::DeviceConfig;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::PolicyCommand;
@@ -37,6 +44,21 @@ pub enum CoordMsg {
         term: Term,
         /// Chunks the member holds.
         chunks: u32,
+        /// The newest membership record the member has.
+        members: Members,
+    },
+    /// The coordinator's membership record, sent to every member each round (and to
+    /// devices being admitted or just retired).
+    Members {
+        /// The coordinator's term.
+        term: Term,
+        /// The record.
+        members: Members,
+    },
+    /// An operator's membership request, forwarded to the coordinator.
+    Request {
+        /// `AddDevice` or `RemoveDevice`.
+        cmd: PolicyCommand,
     },
     /// A store manager's report to the coordinator of `term`.
     Store {
@@ -78,13 +100,34 @@ pub struct Coordinator {
     /// Latest report per store: (from, received, report).
     stores: BTreeMap<StoreId, (DeviceId, Instant, StoreReport)>,
     /// Latest member report: (received, chunks held).
-    members: BTreeMap<DeviceId, (Instant, u32)>,
+    reports: BTreeMap<DeviceId, (Instant, u32)>,
     /// No new command for a store before this time (the last one is under way).
     pending: BTreeMap<StoreId, Instant>,
     /// The term the view was gathered in (reports of another term are not used).
     term: Option<Term>,
     /// The next decision round.
     next_round: Option<Instant>,
+    /// The newest membership record known.
+    pub members: Members,
+    /// Operators' membership requests not applied yet.
+    requests: Vec<PolicyCommand>,
+    /// Stores with a balancing move under way.
+    balancing: BTreeMap<StoreId, Instant>,
+}
+
+/// A device holding this many more chunks than the least loaded live active device
+/// gives it one.
+pub const BALANCE_GAP: u32 = 3;
+/// At most this many stores move a chunk for balance at once.
+pub const BALANCE_AT_ONCE: usize = 2;
+
+/// What a decision round produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Round {
+    /// Commands to stores' managers.
+    pub decisions: Vec<Decision>,
+    /// The membership record to send, and to whom.
+    pub members: Option<(Members, Vec<DeviceId>)>,
 }
 
 /// A decision: send `cmd` to `to`.
@@ -99,12 +142,13 @@ pub struct Decision {
 impl Coordinator {
     /// Start (or keep) acting as coordinator of `term` at `now`. A new term starts from an
     /// empty view: reports gathered for another term may be out of date.
-    pub fn start(&mut self, term: Term, now: Instant, cfg: &DeviceConfig) {
+    pub fn start(&mut self, term: Term, now: Instant, cfg: &DeviceConfig, members: &Members) {
         if self.term != Some(term) {
             *self = Coordinator {
                 term: Some(term),
                 // The first round waits for a full set of reports.
                 next_round: Some(now + cfg.timing.renewal_period * 2),
+                members: members.clone(),
                 ..Coordinator::default()
             };
         }
@@ -113,6 +157,13 @@ impl Coordinator {
     /// Stop acting as coordinator.
     pub fn stop(&mut self) {
         *self = Coordinator::default();
+    }
+
+    /// An operator's membership request (kept until applied).
+    pub fn on_request(&mut self, cmd: PolicyCommand) {
+        if self.term.is_some() && !self.requests.contains(&cmd) {
+            self.requests.push(cmd);
+        }
     }
 
     /// The term acted in, if coordinator.
@@ -126,9 +177,19 @@ impl Coordinator {
     }
 
     /// A member's report.
-    pub fn on_member(&mut self, now: Instant, from: DeviceId, term: Term, chunks: u32) {
+    pub fn on_member(
+        &mut self,
+        now: Instant,
+        from: DeviceId,
+        term: Term,
+        chunks: u32,
+        members: &Members,
+    ) {
         if self.term == Some(term) {
-            self.members.insert(from, (now, chunks));
+            self.reports.insert(from, (now, chunks));
+            if members.version > self.members.version {
+                self.members = members.clone();
+            }
         }
     }
 
@@ -146,96 +207,207 @@ impl Coordinator {
         }
     }
 
-    /// Run a decision round if one is due; returns the commands to send.
-    pub fn on_tick(&mut self, now: Instant, cfg: &DeviceConfig) -> Vec<Decision> {
+    /// Run a decision round if one is due.
+    pub fn on_tick(&mut self, now: Instant, cfg: &DeviceConfig) -> Round {
         let Some(round) = self.next_round else {
-            return Vec::new();
+            return Round::default();
+        };
+        let Some(term) = self.term else {
+            return Round::default();
         };
         if round > now {
-            return Vec::new();
+            return Round::default();
         }
         let t = &cfg.timing;
         self.next_round = Some(now + t.renewal_period);
         if !cfg.run_policies {
-            return Vec::new();
+            return Round::default();
         }
         let fresh = t.renewal_period * 3;
         let me = cfg.id;
-        // Live members: this device, and those that reported recently.
-        let live: BTreeMap<DeviceId, u32> = (self.members.iter())
+        // Live devices: this one, and those that reported recently.
+        let live: BTreeMap<DeviceId, u32> = (self.reports.iter())
             .filter(|(d, (at, _))| **d == me || now.saturating_since(*at) <= fresh)
             .map(|(d, (_, n))| (*d, *n))
-            .chain([(me, self.members.get(&me).map_or(0, |m| m.1))])
+            .chain([(me, self.reports.get(&me).map_or(0, |m| m.1))])
             .collect();
+        let before = self.members.clone();
+        self.apply_requests(term, cfg);
+        self.retire_drained(term, now, &live, fresh);
         self.pending.retain(|_, until| *until > now);
-        let mut load = live.clone();
+        self.balancing.retain(|_, until| *until > now);
+        let mut view = View {
+            cfg,
+            members: &self.members,
+            live: &live,
+            load: live.clone(),
+            balancing: self.balancing.len(),
+        };
         let mut out = Vec::new();
         for (store, (from, at, r)) in &self.stores {
             if now.saturating_since(*at) > fresh || r.busy || self.pending.contains_key(store) {
                 continue;
             }
-            let d = decide(cfg, &live, &load, *from, r);
-            if let Some(d) = d {
+            if let Some((d, balance)) = view.decide(*from, r) {
                 if let PolicyCommand::ReplaceChunk { device, .. } = &d.cmd {
-                    *load.entry(*device).or_default() += 1;
+                    *view.load.entry(*device).or_default() += 1;
+                }
+                if balance {
+                    view.balancing += 1;
+                    self.balancing
+                        .insert(*store, now + t.msg_timeout * 4 + t.lease * 2);
                 }
                 out.push(d);
             }
         }
         for d in &out {
-            let store = match &d.cmd {
-                PolicyCommand::Migrate { store, .. }
-                | PolicyCommand::ReplaceChunk { store, .. }
-                | PolicyCommand::Relayout { store, .. } => *store,
-            };
             // A chunk creation takes up to four message timeouts and a relayout; a
             // migration a transition.
-            self.pending
-                .insert(store, now + t.msg_timeout * 4 + t.lease + t.renewal_period);
+            self.pending.insert(
+                d.cmd.store().expect("store command"),
+                now + t.msg_timeout * 4 + t.lease + t.renewal_period,
+            );
         }
-        out
+        // Everyone in the record hears it each round; devices that just left it hear it
+        // once more, so they learn they retired.
+        let mut to: Vec<DeviceId> = self.members.ids();
+        to.extend(
+            before
+                .ids()
+                .into_iter()
+                .filter(|d| !self.members.contains(*d)),
+        );
+        to.retain(|d| *d != me);
+        Round {
+            decisions: out,
+            members: Some((self.members.clone(), to)),
+        }
+    }
+
+    /// Apply the operators' membership requests.
+    fn apply_requests(&mut self, term: Term, cfg: &DeviceConfig) {
+        let min_active = cfg.cluster.replication.max(1);
+        for cmd in std::mem::take(&mut self.requests) {
+            match cmd {
+                PolicyCommand::AddDevice {
+                    device,
+                    peer_addr,
+                    client_addr,
+                } => {
+                    self.members.admit(term, device, &peer_addr, &client_addr);
+                }
+                PolicyCommand::RemoveDevice { device } => {
+                    self.members.start_retiring(term, device, min_active);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A retiring device that holds no chunk and manages no store retires.
+    fn retire_drained(
+        &mut self,
+        term: Term,
+        now: Instant,
+        live: &BTreeMap<DeviceId, u32>,
+        fresh: std::time::Duration,
+    ) {
+        let retiring: Vec<DeviceId> = (self.members.devices.iter())
+            .filter(|(_, i)| i.state == MemberState::Retiring)
+            .map(|(d, _)| *d)
+            .collect();
+        for d in retiring {
+            let empty = live.get(&d) == Some(&0);
+            let holds = (self.stores.values()).any(|(from, at, r)| {
+                now.saturating_since(*at) <= fresh
+                    && (*from == d || r.chunks.iter().any(|c| c.device == d))
+            });
+            if empty && !holds {
+                self.members.retire(term, d);
+            }
+        }
     }
 }
 
-/// The decision for one store, if any (see the module documentation).
-fn decide(
-    cfg: &DeviceConfig,
-    live: &BTreeMap<DeviceId, u32>,
-    load: &BTreeMap<DeviceId, u32>,
-    manager: DeviceId,
-    r: &StoreReport,
-) -> Option<Decision> {
-    let t = &cfg.timing;
-    let replace_after = t.lease * 2;
-    if let Some((old, _)) = r.failed.iter().find(|(_, age)| *age >= replace_after) {
+/// What a round's decisions look at.
+struct View<'a> {
+    cfg: &'a DeviceConfig,
+    members: &'a Members,
+    live: &'a BTreeMap<DeviceId, u32>,
+    /// Chunks per device, counting the moves decided this round.
+    load: BTreeMap<DeviceId, u32>,
+    /// Balancing moves under way.
+    balancing: usize,
+}
+
+impl View<'_> {
+    /// Whether `d` can take new chunks and managers: live and active.
+    fn candidate(&self, d: DeviceId) -> bool {
+        self.live.contains_key(&d) && self.members.is_active(d)
+    }
+
+    fn load(&self, d: DeviceId) -> u32 {
+        self.load.get(&d).copied().unwrap_or(0)
+    }
+
+    /// The least loaded candidate for a new chunk of a store held by `holders`.
+    fn target(&self, store: StoreId, holders: &BTreeSet<DeviceId>) -> Option<DeviceId> {
+        let ranked = self.cfg.cluster.ranked_devices(store);
+        (ranked.iter().enumerate())
+            .filter(|(_, d)| self.candidate(**d) && !holders.contains(d))
+            .min_by_key(|(rank, d)| (self.load(**d), *rank))
+            .map(|(_, d)| *d)
+    }
+
+    /// The decision for one store, if any, and whether it is a balancing move.
+    fn decide(&self, manager: DeviceId, r: &StoreReport) -> Option<(Decision, bool)> {
+        let t = &self.cfg.timing;
         let holders: BTreeSet<DeviceId> = r.chunks.iter().map(|c| c.device).collect();
-        let ranked = cfg.cluster.ranked_devices(r.store);
-        let device = (ranked.iter().enumerate())
-            .filter(|(_, d)| live.contains_key(d) && !holders.contains(d))
-            .min_by_key(|(rank, d)| (load.get(d).copied().unwrap_or(0), *rank))
-            .map(|(_, d)| *d)?;
-        return Some(Decision {
+        let replace = |old: ChunkId, device: DeviceId| Decision {
             to: manager,
             cmd: PolicyCommand::ReplaceChunk {
                 store: r.store,
-                old: *old,
+                old,
                 device,
             },
-        });
+        };
+        // A chunk failed for two lease lengths.
+        if let Some((old, _)) = r.failed.iter().find(|(_, age)| *age >= t.lease * 2) {
+            return Some((replace(*old, self.target(r.store, &holders)?), false));
+        }
+        if !r.failed.is_empty() {
+            return None;
+        }
+        // A chunk on a device that is retiring or no longer a member.
+        if let Some(old) = (r.chunks.iter()).find(|c| !self.members.is_active(c.device)) {
+            return Some((replace(*old, self.target(r.store, &holders)?), false));
+        }
+        // The manager is retiring: migrate to the best live active device.
+        let ranked = self.cfg.cluster.ranked_devices(r.store);
+        let best = ranked.iter().copied().find(|d| self.candidate(*d));
+        if !self.members.is_active(manager) {
+            let to = best?;
+            let cmd = PolicyCommand::Migrate { store: r.store, to };
+            return Some((Decision { to: manager, cmd }, false));
+        }
+        // Balance.
+        if self.balancing < BALANCE_AT_ONCE
+            && let Some(old) = (r.chunks.iter()).max_by_key(|c| (self.load(c.device), c.device))
+            && let Some(to) = self.target(r.store, &holders)
+            && self.load(old.device) >= self.load(to) + BALANCE_GAP
+        {
+            return Some((replace(*old, to), true));
+        }
+        // Spread managers: the store's preferred active device, when it is live and
+        // things are quiet.
+        let preferred = ranked.iter().copied().find(|d| self.members.is_active(*d));
+        if preferred.is_some_and(|p| p != manager && self.candidate(p))
+            && r.managing_for >= t.migrate_after
+        {
+            let to = preferred?;
+            let cmd = PolicyCommand::Migrate { store: r.store, to };
+            return Some((Decision { to: manager, cmd }, false));
+        }
+        None
     }
-    let preferred = cfg.cluster.preferred_manager(r.store);
-    if r.failed.is_empty()
-        && preferred != manager
-        && live.contains_key(&preferred)
-        && r.managing_for >= t.migrate_after
-    {
-        return Some(Decision {
-            to: manager,
-            cmd: PolicyCommand::Migrate {
-                store: r.store,
-                to: preferred,
-            },
-        });
-    }
-    None
 }

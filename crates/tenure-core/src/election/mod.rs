@@ -16,8 +16,11 @@
 
 mod bully;
 pub mod coordinator;
+pub mod members;
 mod ring;
 
+#[cfg(test)]
+mod scenarios;
 #[cfg(test)]
 mod tests;
 
@@ -266,6 +269,38 @@ impl Elector {
         self.bully.running() || self.ring.running()
     }
 
+    /// Whether this device is a member (a device being admitted is not yet, a retired
+    /// one no longer is: neither takes part in elections).
+    pub fn is_member(&self) -> bool {
+        self.members.binary_search(&self.me).is_ok()
+    }
+
+    /// The members changed (DESIGN §6). A device just admitted starts an election, as
+    /// one that just booted; so does every member if the coordinator left.
+    pub fn set_members(&mut self, now: Instant, members: impl IntoIterator<Item = DeviceId>) {
+        let was = self.is_member();
+        let mut members: Vec<DeviceId> = members.into_iter().collect();
+        members.sort();
+        members.dedup();
+        self.members = members;
+        if !self.is_member() {
+            self.current = None;
+            self.bully = Default::default();
+            self.ring = Default::default();
+            return;
+        }
+        let leader_left = self
+            .current
+            .is_some_and(|t| self.members.binary_search(&t.leader).is_err());
+        if leader_left {
+            self.current = None;
+        }
+        if (!was || leader_left) && !self.electing() {
+            self.heard = now;
+            self.start_election(now);
+        }
+    }
+
     /// Start an election now, with a new id.
     pub fn start_election(&mut self, now: Instant) -> ElectionId {
         self.serial += 1;
@@ -273,6 +308,9 @@ impl Elector {
             initiator: self.me,
             serial: self.serial,
         };
+        if !self.is_member() {
+            return id;
+        }
         match self.settings.algorithm {
             Algorithm::Bully => self.bully_start(now, id),
             Algorithm::Ring => self.ring_start(now, id),
@@ -282,7 +320,7 @@ impl Elector {
 
     /// A message from `from`.
     pub fn handle_msg(&mut self, now: Instant, from: DeviceId, msg: ElectionMsg) {
-        if !self.members.contains(&from) {
+        if !self.members.contains(&from) || !self.is_member() {
             return;
         }
         let heard_n = match &msg {
@@ -327,6 +365,9 @@ impl Elector {
 
     /// Fire every deadline due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if !self.is_member() {
+            return;
+        }
         self.bully_timeout(now);
         self.ring_timeout(now);
         if self.is_coordinator() {
@@ -350,6 +391,9 @@ impl Elector {
     /// The earliest deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         use crate::time::earliest;
+        if !self.is_member() {
+            return None;
+        }
         let mut t = earliest(self.bully.next_timeout(), self.ring.next_timeout());
         t = earliest(
             t,

@@ -129,6 +129,14 @@ impl Node {
         }
     }
 
+    /// The cluster's devices changed (membership, DESIGN §6): heartbeats and multicasts
+    /// go to the new set.
+    pub fn set_devices(&mut self, devices: Vec<DeviceId>) {
+        if self.enabled {
+            self.devices = devices;
+        }
+    }
+
     /// `main()`: a node boots passive with its persistent entries and calls `Join()`.
     pub fn boot(ctx: &mut Ctx, persistent: Vec<Entry>) -> Node {
         if !ctx.cfg.lookup.enabled {

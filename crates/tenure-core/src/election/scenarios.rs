@@ -1,0 +1,170 @@
+//! The coordinator on the test cluster (DESIGN §6): elected, it replaces failed chunks,
+//! admits and retires devices; its commands are fenced by its term.
+
+use super::Term;
+use super::coordinator::CoordMsg;
+use crate::ids::{DeviceId, Epoch, StoreId};
+use crate::io::{Input, Observation, PolicyCommand};
+use crate::msg::Msg;
+use crate::testkit::Cluster;
+use std::time::Duration;
+
+const S: Duration = Duration::from_secs(1);
+
+fn d(n: u64) -> DeviceId {
+    DeviceId(n)
+}
+
+fn coordinators(c: &Cluster) -> Vec<(DeviceId, Option<Term>)> {
+    (c.devices.iter())
+        .map(|(id, dev)| (*id, dev.coordinator()))
+        .collect()
+}
+
+/// §14.3.1: after boot every device follows the highest id, which acts as coordinator.
+#[test]
+fn coordinator_bully_elects_the_highest_id_and_everyone_follows_it() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(3 * S);
+    for (id, t) in coordinators(&c) {
+        assert_eq!(t.map(|t| t.leader), Some(d(5)), "device {id}");
+    }
+    assert!(c.devices[&d(5)].acting_coordinator().is_some());
+    assert!(c.devices[&d(1)].acting_coordinator().is_none());
+}
+
+/// A coordinator that crashes is replaced by the next highest id with a larger term.
+#[test]
+fn coordinator_crash_elects_a_successor_with_a_larger_term() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(3 * S);
+    let before = c.devices[&d(1)].coordinator().expect("term");
+    c.crash(d(5));
+    c.run_for(3 * S);
+    for (id, t) in coordinators(&c) {
+        let t = t.expect("a coordinator");
+        assert_eq!(t.leader, d(4), "device {id}");
+        assert!(t > before);
+    }
+}
+
+/// DESIGN §6: a command from an older term is refused, and changes nothing.
+#[test]
+fn coordinator_command_of_an_older_term_is_refused() {
+    let mut c = Cluster::new(3, 4);
+    c.run_for(3 * S);
+    let term = c.devices[&d(1)].coordinator().expect("term");
+    let old = Term {
+        n: term.n - 1,
+        leader: d(2),
+    };
+    let (store, mgr) = (0..4)
+        .map(StoreId)
+        .find_map(|s| c.manager_of(s).map(|(m, _)| (s, m)))
+        .expect("a managed store");
+    let to = [d(1), d(2), d(3)].into_iter().find(|x| *x != mgr).unwrap();
+    let epoch = c.manager_of(store).map(|(_, e)| e).unwrap_or(Epoch(0));
+    c.input(
+        mgr,
+        Input::Message {
+            from: d(2),
+            msg: Msg::Coord(CoordMsg::Command {
+                term: old,
+                cmd: PolicyCommand::Migrate { store, to },
+            }),
+        },
+    );
+    assert_eq!(
+        c.observed(|o| matches!(o, Observation::CommandRefused { term: t, .. } if *t == old)),
+        1
+    );
+    c.run_for(2 * S);
+    assert_eq!(c.manager_of(store), Some((mgr, epoch)), "nothing moved");
+}
+
+/// The coordinator replaces the chunks a crashed device held, on other devices.
+#[test]
+fn coordinator_replaces_the_chunks_of_a_device_that_stays_down() {
+    let mut c = Cluster::new(5, 8);
+    c.run_for(3 * S);
+    c.crash(d(2));
+    c.run_for(30 * S);
+    assert!(c.all_managed());
+    for s in 0..8 {
+        let chunks = c.chunks_of(StoreId(s));
+        let live = chunks.iter().filter(|ch| ch.id.device != d(2)).count();
+        assert!(live >= 3, "store {s}: {chunks:?}");
+    }
+    assert!(
+        c.observed(|o| matches!(o, Observation::CommandSent { term, .. } if term.leader == d(5)))
+            > 0
+    );
+}
+
+/// `tenure cluster add`: a joining device is admitted, takes chunks and, being the
+/// highest id, becomes coordinator.
+#[test]
+fn membership_add_admits_the_device_which_takes_its_share_of_chunks() {
+    let mut c = Cluster::new(4, 16);
+    c.run_for(3 * S);
+    c.join(d(5));
+    c.run_for(2 * S);
+    assert!(
+        c.devices[&d(5)].chunk_views().is_empty(),
+        "not admitted yet"
+    );
+    assert_eq!(
+        c.devices[&d(5)].coordinator(),
+        None,
+        "no election before it is a member"
+    );
+    c.policy(
+        d(1),
+        PolicyCommand::AddDevice {
+            device: d(5),
+            peer_addr: "127.0.0.1:7105".into(),
+            client_addr: "127.0.0.1:7205".into(),
+        },
+    );
+    c.run_for(90 * S);
+    for (id, dev) in &c.devices {
+        assert!(dev.members().is_active(d(5)), "device {id} admits 5");
+        assert_eq!(
+            dev.coordinator().map(|t| t.leader),
+            Some(d(5)),
+            "device {id}"
+        );
+    }
+    let mine = c.devices[&d(5)].chunk_views().len();
+    assert!(mine >= 16 * 3 / 5 - 3, "device 5 holds {mine} chunks");
+    assert!(c.all_managed());
+}
+
+/// `tenure cluster remove`: the device's chunks move, its managers migrate, then it
+/// retires and is told so.
+#[test]
+fn membership_remove_drains_the_device_then_retires_it() {
+    let mut c = Cluster::new(5, 16);
+    c.run_for(3 * S);
+    c.policy(d(3), PolicyCommand::RemoveDevice { device: d(2) });
+    c.run_for(90 * S);
+    assert!(c.devices[&d(2)].chunk_views().is_empty());
+    assert!(c.devices[&d(2)].manager_views().is_empty());
+    for (id, dev) in &c.devices {
+        assert!(!dev.members().contains(d(2)), "device {id}");
+    }
+    assert!(
+        c.observations
+            .iter()
+            .any(|(_, who, o)| *who == d(2) && matches!(o, Observation::Retired))
+    );
+    assert!(c.all_managed());
+    for s in 0..16 {
+        let n = c
+            .chunks_of(StoreId(s))
+            .iter()
+            .filter(|ch| ch.id.device != d(2))
+            .count();
+        assert!(n >= 3, "store {s} keeps three chunks");
+    }
+}
