@@ -1,10 +1,10 @@
 //! Generates the gRPC code from `proto/*.proto` (`tenure.proto`, `elections.proto`,
-//! `snapshots.proto`, one package) with `protox` (a pure-Rust protobuf compiler), so
+//! `snapshots.proto`, `cluster.proto`, one package) with `protox` (a pure-Rust protobuf compiler), so
 //! building needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files: Vec<_> = ["tenure.proto", "elections.proto", "snapshots.proto"]
+    let files: Vec<_> = ["tenure.proto", "elections.proto", "snapshots.proto", "cluster.proto"]
         .iter()
         .map(|f| root.join(f))
         .collect();
