@@ -1,13 +1,18 @@
 //! Generates the gRPC code from `proto/*.proto` (`tenure.proto`, `elections.proto`,
-//! `snapshots.proto`, `cluster.proto`, one package) with `protox` (a pure-Rust protobuf compiler), so
-//! building needs no system `protoc`.
+//! `snapshots.proto`, `cluster.proto`, one package) with `protox` (a pure-Rust protobuf
+//! compiler), so building needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files: Vec<_> = ["tenure.proto", "elections.proto", "snapshots.proto", "cluster.proto"]
-        .iter()
-        .map(|f| root.join(f))
-        .collect();
+    let files: Vec<_> = [
+        "tenure.proto",
+        "elections.proto",
+        "snapshots.proto",
+        "cluster.proto",
+    ]
+    .iter()
+    .map(|f| root.join(f))
+    .collect();
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }
