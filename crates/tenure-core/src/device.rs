@@ -336,27 +336,23 @@ impl Device {
         let peers = self.peers();
         match msg {
             SnapMsg::Marker { id } => {
-                let state = || self.persistent();
-                let state = state();
-                self.snaps
-                    .on_marker(now, me, &peers, from, id, || state, out);
+                let state = (!self.snaps.knows(id)).then(|| self.persistent());
+                self.snaps.on_marker(now, me, &peers, from, id, state, out);
             }
             SnapMsg::Tagged { ids, msg } => {
-                if self.snaps.plant_record_late {
-                    self.on_message(now, from, *msg, out);
-                    for id in ids {
-                        let state = self.persistent();
-                        self.snaps
-                            .on_marker(now, me, &peers, from, id, || state, out);
-                    }
-                    return;
+                let mut msg = Some(*msg);
+                if self.snaps.plant_record_late
+                    && let Some(m) = msg.take()
+                {
+                    self.on_message(now, from, m, out);
                 }
                 for id in ids {
-                    let state = self.persistent();
-                    self.snaps
-                        .on_marker(now, me, &peers, from, id, || state, out);
+                    let state = (!self.snaps.knows(id)).then(|| self.persistent());
+                    self.snaps.on_marker(now, me, &peers, from, id, state, out);
                 }
-                self.on_message(now, from, *msg, out);
+                if let Some(m) = msg {
+                    self.on_message(now, from, m, out);
+                }
             }
             other => self.snaps.on_msg(me, from, other, out),
         }

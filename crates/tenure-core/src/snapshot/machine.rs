@@ -69,6 +69,12 @@ impl Snapshots {
         id
     }
 
+    /// Whether this device has recorded `id` already (it is running or finished here):
+    /// its state is not needed for a marker of `id`.
+    pub fn knows(&self, id: SnapshotId) -> bool {
+        self.active.contains_key(&id) || self.finished.contains(&id)
+    }
+
     /// Whether `id` is being recorded here.
     pub fn is_active(&self, id: SnapshotId) -> bool {
         self.active.contains_key(&id)
@@ -120,8 +126,9 @@ impl Snapshots {
         );
     }
 
-    /// A marker (or a tag) of `id` from `from`. `state` gives the device's persistent
-    /// state, recorded if this is the device's first marker of `id`.
+    /// A marker (or a tag) of `id` from `from`. `state` is the device's persistent state,
+    /// needed (and recorded) only if this is the device's first marker of `id`
+    /// ([`Self::knows`]).
     #[allow(clippy::too_many_arguments)]
     pub fn on_marker(
         &mut self,
@@ -130,7 +137,7 @@ impl Snapshots {
         peers: &[DeviceId],
         from: DeviceId,
         id: SnapshotId,
-        state: impl FnOnce() -> DevicePersist,
+        state: Option<DevicePersist>,
         out: &mut Vec<Output>,
     ) {
         out.push(Output::Send {
@@ -148,7 +155,10 @@ impl Snapshots {
                 if !peers.contains(&from) {
                     return;
                 }
-                self.record(now, id, Some(from), peers, state(), out);
+                let Some(state) = state else {
+                    return;
+                };
+                self.record(now, id, Some(from), peers, state, out);
             }
             Some(l) => {
                 // A marker after the first only stops its channel (the first one's channel
