@@ -41,11 +41,16 @@
 //! report a re-read explicitly when the history no longer reaches back. Writes carry the
 //! client's session in the store and one request id for every attempt, so a retry after
 //! a failover returns the first attempt's outcome.
+//!
+//! Snapshots ([`Client::snapshots`], module [`snapshots`], seed 002 §14.1): start a
+//! consistent snapshot of the cluster on a device and wait for it to complete, list the
+//! snapshots a device took part in, and fetch a device's part, checksummed.
 
 mod conn;
 pub mod locks;
 pub mod lookup;
 pub mod objects;
+pub mod snapshots;
 mod stream;
 
 use std::collections::HashMap;

@@ -98,6 +98,12 @@ pub enum Call {
         /// Where it goes.
         reply: oneshot::Sender<StatusSnapshot>,
     },
+    /// Start a consistent snapshot of the cluster here (`Input::StartSnapshot`); the
+    /// reply is its id, at once ([`crate::snapshots::Book`] follows it).
+    StartSnapshot {
+        /// Where the id goes.
+        reply: oneshot::Sender<tenure_core::snapshot::SnapshotId>,
+    },
 }
 
 /// What the driver tells the client API's session streams (a broadcast: every stream
@@ -359,6 +365,10 @@ pub struct Driver {
     watches: WatchRoutes,
     /// When the lookup node's gauges were last set.
     gauges_at: std::time::Instant,
+    /// The snapshots this device takes part in (their parts are written with the commits).
+    snapshots: crate::snapshots::Book,
+    /// Storage work of the open group that is not a persist (snapshot parts, results).
+    open_jobs: Vec<crate::snapshots::StorageJob>,
 }
 
 /// The persists an output may depend on: those of one store, those of the lookup node,
@@ -514,7 +524,7 @@ enum Held {
 /// queued at once in one commit), and reports the newest group number each commit made
 /// durable.
 struct Committer {
-    jobs: Option<std::sync::mpsc::Sender<(u64, Vec<PersistOp>)>>,
+    jobs: Option<std::sync::mpsc::Sender<CommitGroup>>,
     done: mpsc::UnboundedReceiver<(u64, Result<(), StorageError>)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -530,9 +540,13 @@ impl Drop for Committer {
     }
 }
 
+/// A commit group: its number, its persists, and the storage work done once they are
+/// durable, before the group is reported durable.
+type CommitGroup = (u64, Vec<PersistOp>, Vec<crate::snapshots::StorageJob>);
+
 impl Committer {
     fn start(storage: Storage) -> Result<Committer, DriverError> {
-        let (jobs, rx) = std::sync::mpsc::channel::<(u64, Vec<PersistOp>)>();
+        let (jobs, rx) = std::sync::mpsc::channel::<CommitGroup>();
         let (tx, done) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("tenure-storage".into())
@@ -542,11 +556,12 @@ impl Committer {
                 let commits = metrics::counter!("tenure_storage_commits_total");
                 let committed_ops = metrics::counter!("tenure_storage_ops_total");
                 let checkpoints = metrics::counter!("tenure_storage_checkpoints_total");
-                while let Ok((mut group, mut ops)) = rx.recv() {
+                while let Ok((mut group, mut ops, mut after)) = rx.recv() {
                     // Every group queued meanwhile joins this commit (in order).
-                    while let Ok((g, more)) = rx.try_recv() {
+                    while let Ok((g, more, more_after)) = rx.try_recv() {
                         group = g;
                         ops.extend(more);
+                        after.extend(more_after);
                     }
                     let n = ops.len();
                     let started = std::time::Instant::now();
@@ -562,6 +577,9 @@ impl Committer {
                             return;
                         }
                     };
+                    for job in after {
+                        job();
+                    }
                     // Durable: announce it first, then bring the in-memory copy up to
                     // date (it is only read by the next commit's checkpoint).
                     if tx.send((group, Ok(()))).is_err() {
@@ -625,6 +643,8 @@ impl Driver {
             lookup_subs: SubRoutes::default(),
             watches: WatchRoutes::default(),
             gauges_at: std::time::Instant::now(),
+            snapshots: crate::snapshots::Book::default(),
+            open_jobs: Vec::new(),
         };
         d.release(out);
         d.flush_held();
@@ -654,6 +674,30 @@ impl Driver {
     pub fn with_watch_routes(mut self, routes: WatchRoutes) -> Driver {
         self.watches = routes;
         self
+    }
+
+    /// Write snapshot parts into `book`'s directory and keep the results there.
+    pub fn with_snapshots(mut self, book: crate::snapshots::Book) -> Driver {
+        self.snapshots = book;
+        self
+    }
+
+    /// Feed a restored device the messages its snapshot recorded in flight towards it,
+    /// before any other input ([`crate::snapshots::take_replay`]), and wait until what
+    /// they changed is durable.
+    pub async fn replay(&mut self, msgs: Vec<(DeviceId, Msg)>) -> Result<(), DriverError> {
+        let mut out = Vec::new();
+        for (from, msg) in msgs {
+            self.input(Input::Message { from, msg }, &mut out);
+        }
+        self.release(out);
+        self.flush_held();
+        self.start_commit();
+        while self.durable < self.sent {
+            self.await_commit().await?;
+            self.start_commit();
+        }
+        Ok(())
     }
 
     /// Run until the call channel closes (the server shut down) or storage fails.
@@ -810,6 +854,16 @@ impl Driver {
                 );
             }
             Call::Status { reply } => statuses.push(reply),
+            Call::StartSnapshot { reply } => {
+                let from = out.len();
+                self.input(Input::StartSnapshot, out);
+                if let Some(id) = out[from..].iter().find_map(|o| match o {
+                    Output::SnapshotStarted { id } => Some(*id),
+                    _ => None,
+                }) {
+                    let _ = reply.send(id);
+                }
+            }
         }
     }
 
@@ -880,10 +934,17 @@ impl Driver {
                 }
                 Output::SetTimer(_) => {}
                 Output::LookupEvent(ev) => self.hold(Domain::Lookup, Held::LookupEvent(ev)),
-                // Snapshots are not started by this server yet.
-                Output::SnapshotStarted { .. }
-                | Output::SnapshotPart(_)
-                | Output::SnapshotEnded { .. } => {}
+                Output::SnapshotStarted { id } => self.snapshots.started(id),
+                // A device-wide persist: every later output (its Done/Continue first)
+                // waits until the group that writes it is durable.
+                Output::SnapshotPart(part) => {
+                    self.last_persist = self.open_group;
+                    self.last_device_persist = self.open_group;
+                    self.open_jobs.push(self.snapshots.part_job(part));
+                }
+                Output::SnapshotEnded { id, result } => {
+                    self.open_jobs.push(self.snapshots.ended_job(id, result));
+                }
                 Output::ObjectEvents {
                     client,
                     watch,
@@ -1002,7 +1063,9 @@ impl Driver {
     fn emit(&mut self, h: Held) {
         match h {
             Held::Send(to, msg) => {
-                self.transport.send(to, msg);
+                if !self.snapshots.withholds(&msg) {
+                    self.transport.send(to, msg);
+                }
             }
             Held::Reply(req_id, result) => {
                 if let Some(p) = self.pending.remove(&req_id) {
@@ -1022,16 +1085,17 @@ impl Driver {
     /// Hand the open group to the storage thread. Groups queue there while a commit runs,
     /// and the next commit takes all of them at once.
     fn start_commit(&mut self) {
-        if self.open.is_empty() {
+        if self.open.is_empty() && self.open_jobs.is_empty() {
             return;
         }
         let ops = std::mem::take(&mut self.open);
+        let after = std::mem::take(&mut self.open_jobs);
         let group = self.open_group;
         self.open_group += 1;
         self.sent = group;
         // A closed channel means the storage thread stopped: `committed` reports it.
         if let Some(jobs) = &self.committer.jobs {
-            let _ = jobs.send((group, ops));
+            let _ = jobs.send((group, ops, after));
         }
     }
 

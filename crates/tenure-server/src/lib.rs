@@ -11,6 +11,7 @@
 //! - [`grpc`]: the client API of `proto/tenure.proto`;
 //! - [`lookup`]: the lookup service's API (`service Lookup`, seed 003);
 //! - [`objects`]: the object service's API (`service Objects`, seed 001);
+//! - [`snapshots`]: consistent snapshots' files and API (`service Snapshots`, seed 002);
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
@@ -22,6 +23,7 @@ pub mod driver;
 pub mod grpc;
 pub mod lookup;
 pub mod objects;
+pub mod snapshots;
 pub mod storage;
 pub mod stream;
 pub mod transport;
@@ -37,6 +39,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tenure_client::proto::lookup_server::LookupServer;
 use tenure_client::proto::objects_server::ObjectsServer;
+use tenure_client::proto::snapshots_server::SnapshotsServer;
 use tenure_client::proto::tenure_server::TenureServer;
 use tenure_core::ids::DeviceId;
 use tokio::net::TcpListener;
@@ -69,6 +72,9 @@ pub enum ServerError {
     /// The driver stopped on a fatal error.
     #[error(transparent)]
     Driver(#[from] driver::DriverError),
+    /// A snapshot file (a restored device's replay) could not be read.
+    #[error(transparent)]
+    Snapshot(#[from] snapshots::SnapshotError),
     /// Binding a listener failed.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -190,8 +196,12 @@ pub async fn start_with_listeners(
     let watch_routes = driver::WatchRoutes::default();
     let object_settings = cfg.objects.clone();
     let max_value_bytes = cfg.lookup.max_value_bytes;
-    let driver = Driver::boot(
-        cfg.device_config(),
+    let snapshot_book = snapshots::Book::open(&cfg.data_dir);
+    let replay = snapshots::take_replay(&cfg.data_dir)?;
+    let device_config = cfg.device_config();
+    let snapshot_wait = 2 * device_config.snapshot.timeout + Duration::from_secs(5);
+    let mut driver = Driver::boot(
+        device_config,
         storage,
         state,
         seed,
@@ -202,7 +212,9 @@ pub async fn start_with_listeners(
     .await?
     .with_events(events.clone())
     .with_lookup_routes(sub_routes.clone())
-    .with_watch_routes(watch_routes.clone());
+    .with_watch_routes(watch_routes.clone())
+    .with_snapshots(snapshot_book.clone());
+    driver.replay(replay).await?;
 
     let endpoints: HashMap<DeviceId, SocketAddr> = cfg
         .peers
@@ -219,6 +231,8 @@ pub async fn start_with_listeners(
     .with_device(me)
     .with_watches(watch_routes);
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
+    let snapshots_api =
+        snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
     let lookup_api = lookup::LookupApi::new(
         calls_tx,
         sub_routes,
@@ -248,6 +262,7 @@ pub async fn start_with_listeners(
             .add_service(service)
             .add_service(lookup_service)
             .add_service(objects_service)
+            .add_service(SnapshotsServer::new(snapshots_api))
             .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
             .await;
         if let Err(e) = r {

@@ -150,19 +150,31 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
-    if a.devices == 0 {
+    local_configs(a.devices, a.stores, a.replication, a.base_port, data)
+}
+
+/// The configurations of a new local cluster of devices 1..=`devices` whose data lives
+/// under `data` (`dN/`), on ports from `base_port` (0: free ports).
+pub(crate) fn local_configs(
+    devices: u64,
+    stores: u32,
+    replication: usize,
+    base_port: u16,
+    data: &Path,
+) -> anyhow::Result<Vec<ServerConfig>> {
+    if devices == 0 {
         bail!("--devices must be at least 1");
     }
     let port = |offset: u64, id: u64| -> anyhow::Result<u16> {
-        if a.base_port == 0 {
+        if base_port == 0 {
             Ok(tenure_server::config::free_local_port()?)
         } else {
-            u16::try_from(a.base_port as u64 + offset + id).context("port out of range")
+            u16::try_from(base_port as u64 + offset + id).context("port out of range")
         }
     };
     let mut peers = Vec::new();
     let mut metrics = Vec::new();
-    for id in 1..=a.devices {
+    for id in 1..=devices {
         peers.push(PeerConfig {
             id,
             peer_addr: SocketAddr::from(([127, 0, 0, 1], port(0, id)?)),
@@ -173,7 +185,7 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     let data = std::path::absolute(data)?;
     // The devices share this machine's cores.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = (cores / a.devices as usize).max(1);
+    let workers = (cores / devices as usize).max(1);
     Ok(peers
         .iter()
         .zip(metrics)
@@ -184,8 +196,8 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
             client_listen: p.client_addr,
             metrics_listen: Some(m),
             cluster: ClusterShape {
-                stores: a.stores,
-                replication: a.replication,
+                stores,
+                replication,
             },
             peers: peers.clone(),
             timing: TimingOverrides::default(),

@@ -10,6 +10,7 @@ mod lookup_cmds;
 mod object_cmds;
 mod server_cmd;
 mod sim_cmd;
+mod snapshot_cmds;
 
 /// mimalloc: the server allocates and frees many small buffers per request (frames, messages,
 /// futures); glibc malloc cost about 6% of its CPU under lock load.
@@ -53,6 +54,8 @@ enum Command {
     Status(lock_cmds::StatusArgs),
     /// Benchmarks against a running cluster.
     Bench(bench::BenchArgs),
+    /// Consistent snapshots of the cluster: create, ls, verify, restore.
+    Snapshot(snapshot_cmds::SnapshotArgs),
 }
 
 /// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Object(args) => object_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Snapshot(args) => snapshot_cmds::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

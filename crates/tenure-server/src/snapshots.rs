@@ -1,0 +1,815 @@
+//! Snapshots at the server (DESIGN §6; seed 002 §14.1–§14.2): the files a device writes,
+//! the book of the snapshots it took part in, and the gRPC API (`service Snapshots` in
+//! `proto/snapshots.proto`).
+//!
+//! The core records a device's part of a snapshot ([`Output::SnapshotPart`]) and, at the
+//! initiator, its result ([`Output::SnapshotEnded`]). The driver hands both to the storage
+//! thread with the commit group that is open when they come out ([`Book::part_job`],
+//! [`Book::ended_job`]), and makes the part a device-wide persist: every output after it
+//! in the batch, the device's Done/Continue to its predecessor first, waits until the
+//! group is durable, and so until the part file is. A snapshot the initiator reports
+//! complete is therefore on disk at every device of it. A part that cannot be written
+//! (disk full) is not fatal: the device withholds its Done/Continue for that snapshot
+//! ([`Book::withholds`]), so the snapshot fails at the initiator on its timeout, naming
+//! this device, and the service goes on.
+//!
+//! Files, under the device's data directory:
+//!
+//! ```text
+//! snapshots/<id>/device-<n>.part   the part: header + postcard-encoded SnapshotPart
+//! snapshots/<id>/result.bin        at the initiator: the outcome (postcard)
+//! snapshot-replay.bin              a restored device's recorded channel messages
+//! ```
+//!
+//! A part file and a replay file start with a 24-byte header: 8 bytes of magic, the
+//! format (u32), the CRC-32 of the content (u32) and its length (u64), little-endian. A
+//! file is written to a temporary name, fsynced, renamed, and its directory fsynced.
+//!
+//! Replay (`tenure snapshot restore`): a restored device's data directory holds the
+//! messages its incoming channels had in flight at the cut. At boot, before any other
+//! input, the server renames the file away (durably) and feeds the messages to the core
+//! as `Input::Message`s ([`take_replay`], then `Driver::replay`). Renaming first makes
+//! the replay happen at most once: a crash in between loses the messages, which the core
+//! takes as a broken peer connection (peer channels may lose what was queued on them),
+//! where a second replay would deliver them twice.
+
+use crate::driver::Call;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tenure_client::proto::{self, snapshots_server::Snapshots};
+use tenure_core::ids::DeviceId;
+use tenure_core::io::SnapshotSummary;
+use tenure_core::msg::Msg;
+use tenure_core::snapshot::{SnapMsg, SnapshotId, SnapshotPart};
+use tokio::sync::{mpsc, oneshot, watch};
+use tonic::{Request as GrpcRequest, Response as GrpcResponse, Status};
+use tracing::{error, info, warn};
+
+/// Magic of a part file.
+pub const PART_MAGIC: [u8; 8] = *b"TNRPART\0";
+/// Magic of a replay file.
+pub const REPLAY_MAGIC: [u8; 8] = *b"TNRRPLY\0";
+/// Format of both files this build writes and reads.
+pub const FORMAT: u32 = 1;
+/// Size of a file's header.
+pub const HEADER_BYTES: usize = 24;
+/// The replay file in a device's data directory.
+pub const REPLAY_FILE: &str = "snapshot-replay.bin";
+/// What the replay file is renamed to before it is replayed.
+pub const REPLAYED_FILE: &str = "snapshot-replay.done";
+/// The snapshots directory in a device's data directory.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+/// How much of a part one `FetchPart` message carries.
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Snapshot file and service failures.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Encoding failed.
+    #[error("encoding a snapshot file: {0}")]
+    Encode(postcard::Error),
+    /// The file does not start with the magic of its kind.
+    #[error("not a {what} file (its first bytes are not the {what} magic)")]
+    Magic {
+        /// Part or replay.
+        what: &'static str,
+    },
+    /// The file's format is not one this build reads.
+    #[error("{what} file of format {found}; this build reads format {FORMAT}")]
+    Format {
+        /// Part or replay.
+        what: &'static str,
+        /// The format found.
+        found: u32,
+    },
+    /// The file is shorter or longer than its header says.
+    #[error(
+        "{what} file is truncated or padded: its header announces {expected} bytes of content, {found} follow"
+    )]
+    Length {
+        /// Part or replay.
+        what: &'static str,
+        /// Length in the header.
+        expected: u64,
+        /// Bytes present.
+        found: u64,
+    },
+    /// The content's checksum is not the header's.
+    #[error(
+        "{what} file is corrupt: its content has CRC-32 {found:#010x}, its header says {expected:#010x}"
+    )]
+    Checksum {
+        /// Part or replay.
+        what: &'static str,
+        /// CRC-32 in the header.
+        expected: u32,
+        /// CRC-32 of the content.
+        found: u32,
+    },
+    /// The content does not decode.
+    #[error("{what} file does not decode: {source}")]
+    Decode {
+        /// Part or replay.
+        what: &'static str,
+        /// Why.
+        source: postcard::Error,
+    },
+    /// The book has no directory to write to.
+    #[error("this device has no snapshot directory")]
+    NoDir,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
+    move |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// CRC-32 (IEEE) of `bytes`: the checksum of part files and of snapshot manifests.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+fn frame(magic: [u8; 8], body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + body.len());
+    out.extend_from_slice(&magic);
+    out.extend_from_slice(&FORMAT.to_le_bytes());
+    out.extend_from_slice(&crc32(body).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+fn unframe<'a>(
+    magic: [u8; 8],
+    what: &'static str,
+    bytes: &'a [u8],
+) -> Result<&'a [u8], SnapshotError> {
+    if bytes.len() < HEADER_BYTES || bytes[..8] != magic {
+        return Err(SnapshotError::Magic { what });
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+    let format = u32_at(8);
+    if format != FORMAT {
+        return Err(SnapshotError::Format {
+            what,
+            found: format,
+        });
+    }
+    let expected_crc = u32_at(12);
+    let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    let body = &bytes[HEADER_BYTES..];
+    if body.len() as u64 != len {
+        return Err(SnapshotError::Length {
+            what,
+            expected: len,
+            found: body.len() as u64,
+        });
+    }
+    let found = crc32(body);
+    if found != expected_crc {
+        return Err(SnapshotError::Checksum {
+            what,
+            expected: expected_crc,
+            found,
+        });
+    }
+    Ok(body)
+}
+
+/// A part file's bytes.
+pub fn encode_part(part: &SnapshotPart) -> Result<Vec<u8>, SnapshotError> {
+    let body = postcard::to_stdvec(part).map_err(SnapshotError::Encode)?;
+    Ok(frame(PART_MAGIC, &body))
+}
+
+/// Read a part file's bytes (header, length, checksum, content).
+pub fn decode_part(bytes: &[u8]) -> Result<SnapshotPart, SnapshotError> {
+    let what = "snapshot part";
+    let body = unframe(PART_MAGIC, what, bytes)?;
+    postcard::from_bytes(body).map_err(|source| SnapshotError::Decode { what, source })
+}
+
+/// The name of a device's part file in a snapshot's directory.
+pub fn part_file_name(device: DeviceId) -> String {
+    format!("device-{}.part", device.0)
+}
+
+/// Write `bytes` to `path` durably: a temporary file, fsync, rename, fsync of the
+/// directory. A crash leaves the old file or the new one, never a mix.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io_err(path))?;
+    sync_dir(dir)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Write a restored device's recorded channel messages (in the order it must receive
+/// them) into its data directory, for the server to replay at boot.
+pub fn write_replay(data_dir: &Path, msgs: &[(DeviceId, Msg)]) -> Result<(), SnapshotError> {
+    let body = postcard::to_stdvec(msgs).map_err(SnapshotError::Encode)?;
+    write_durably(&data_dir.join(REPLAY_FILE), &frame(REPLAY_MAGIC, &body))
+}
+
+/// Read a replay file's messages.
+pub fn read_replay(path: &Path) -> Result<Vec<(DeviceId, Msg)>, SnapshotError> {
+    let what = "snapshot replay";
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let body = unframe(REPLAY_MAGIC, what, &bytes)?;
+    postcard::from_bytes(body).map_err(|source| SnapshotError::Decode { what, source })
+}
+
+/// At boot: the messages a restored device must receive before anything else, taken out
+/// of its data directory (renamed to [`REPLAYED_FILE`], durably, before they are handed
+/// out: see the module documentation). None when there is nothing to replay.
+pub fn take_replay(data_dir: &Path) -> Result<Vec<(DeviceId, Msg)>, SnapshotError> {
+    let path = data_dir.join(REPLAY_FILE);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let msgs = read_replay(&path)?;
+    let done = data_dir.join(REPLAYED_FILE);
+    std::fs::rename(&path, &done).map_err(io_err(&path))?;
+    sync_dir(data_dir)?;
+    info!(
+        messages = msgs.len(),
+        file = %done.display(),
+        "replaying the channel messages recorded in the snapshot this device was restored from"
+    );
+    Ok(msgs)
+}
+
+/// The initiator's outcome of a snapshot, as kept on disk (`result.bin`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Outcome {
+    /// When it started (Unix ms).
+    unix_ms: u64,
+    /// How long it took (µs).
+    duration_us: u64,
+    result: Result<SnapshotSummary, String>,
+}
+
+/// This device's part of one snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum PartState {
+    /// Not written (yet).
+    #[default]
+    Recording,
+    /// On disk.
+    Written { bytes: u64, crc32: u32 },
+    /// Could not be written.
+    Failed(String),
+}
+
+/// What this device knows of one snapshot.
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    initiated_here: bool,
+    /// When it started here or the part was written (Unix ms).
+    unix_ms: u64,
+    /// When it started here (for its duration).
+    started: Option<std::time::Instant>,
+    part: PartState,
+    outcome: Option<Outcome>,
+}
+
+/// The snapshots this device took part in, shared by the driver (which records parts and
+/// results), the storage thread (which writes them) and the API (which waits for results
+/// and serves parts). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Book {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// `<data_dir>/snapshots` (none: parts cannot be written).
+    dir: Option<PathBuf>,
+    entries: Mutex<BTreeMap<SnapshotId, Entry>>,
+    /// Bumped at every change (waiters look again).
+    changed: watch::Sender<u64>,
+}
+
+/// A unit of work the storage thread runs with a commit group, after the group's
+/// persists are durable and before the group is reported durable.
+pub type StorageJob = Box<dyn FnOnce() + Send>;
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Book {
+    /// The book of the device whose data directory is `data_dir`: snapshots live in its
+    /// `snapshots` directory.
+    pub fn open(data_dir: &Path) -> Book {
+        Book {
+            inner: Arc::new(Inner {
+                dir: Some(data_dir.join(SNAPSHOTS_DIR)),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// The directory of snapshot `id`.
+    fn snapshot_dir(&self, id: SnapshotId) -> Option<PathBuf> {
+        Some(self.inner.dir.as_ref()?.join(id.to_string()))
+    }
+
+    fn update(&self, id: SnapshotId, f: impl FnOnce(&mut Entry)) {
+        let mut m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+        f(m.entry(id).or_default());
+        drop(m);
+        self.inner.changed.send_modify(|n| *n += 1);
+    }
+
+    fn get(&self, id: SnapshotId) -> Option<Entry> {
+        let m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&id).cloned()
+    }
+
+    /// The core started snapshot `id` here (`Output::SnapshotStarted`).
+    pub fn started(&self, id: SnapshotId) {
+        info!(snapshot = %id, "snapshot started");
+        metrics::counter!("tenure_snapshots_started_total").increment(1);
+        self.update(id, |e| {
+            e.initiated_here = true;
+            e.unix_ms = unix_ms(SystemTime::now());
+            e.started = Some(std::time::Instant::now());
+        });
+    }
+
+    /// The storage thread's work for this device's part of a snapshot
+    /// (`Output::SnapshotPart`): write it durably and record that it is on disk (or why
+    /// not).
+    pub fn part_job(&self, part: Box<SnapshotPart>) -> StorageJob {
+        let book = self.clone();
+        Box::new(move || book.write_part(&part))
+    }
+
+    fn write_part(&self, part: &SnapshotPart) {
+        let started = std::time::Instant::now();
+        let id = part.id;
+        let written = (|| {
+            let dir = self.snapshot_dir(id).ok_or(SnapshotError::NoDir)?;
+            let bytes = encode_part(part)?;
+            write_durably(&dir.join(part_file_name(part.device)), &bytes)?;
+            Ok::<_, SnapshotError>(PartState::Written {
+                bytes: bytes.len() as u64,
+                crc32: crc32(&bytes),
+            })
+        })();
+        let seconds = started.elapsed().as_secs_f64();
+        let state = match written {
+            Ok(w) => {
+                let in_flight: usize = part.channels.values().map(Vec::len).sum();
+                if let PartState::Written { bytes, .. } = &w {
+                    info!(snapshot = %id, bytes, chunks = part.state.chunks.len(), in_flight, seconds, "snapshot part written");
+                    metrics::histogram!("tenure_snapshot_part_seconds").record(seconds);
+                    metrics::gauge!("tenure_snapshot_part_bytes").set(*bytes as f64);
+                }
+                w
+            }
+            Err(e) => {
+                // Withheld Done/Continue: the snapshot fails at its initiator, not the device.
+                error!(snapshot = %id, "snapshot part not written, the snapshot will fail: {e}");
+                metrics::counter!("tenure_snapshot_part_failures_total").increment(1);
+                PartState::Failed(e.to_string())
+            }
+        };
+        self.update(id, |e| {
+            if e.unix_ms == 0 {
+                e.unix_ms = unix_ms(SystemTime::now());
+            }
+            e.part = state;
+        });
+    }
+
+    /// The storage thread's work for the initiator's result (`Output::SnapshotEnded`),
+    /// which comes after its own part: record it, on disk too.
+    pub fn ended_job(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) -> StorageJob {
+        let book = self.clone();
+        Box::new(move || book.end(id, result))
+    }
+
+    fn end(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
+        let e = self.get(id).unwrap_or_default();
+        // Every other part is durable when the result says complete; this device's own
+        // part is the one the core cannot know about.
+        let result = match (result, &e.part) {
+            (Ok(_), PartState::Failed(why)) => Err(format!(
+                "this device (the initiator) could not write its part: {why}"
+            )),
+            (Ok(_), PartState::Recording) => Err("this device's part was not recorded".into()),
+            (r, _) => r,
+        };
+        let outcome = Outcome {
+            unix_ms: e.unix_ms,
+            duration_us: e.started.map_or(0, |s| s.elapsed().as_micros() as u64),
+            result,
+        };
+        match &outcome.result {
+            Ok(s) => {
+                info!(snapshot = %id, devices = s.devices.len(), terminated = s.terminated, ms = outcome.duration_us / 1000, "snapshot complete");
+                metrics::counter!("tenure_snapshots_total", "result" => "complete").increment(1);
+                metrics::histogram!("tenure_snapshot_seconds")
+                    .record(outcome.duration_us as f64 / 1e6);
+            }
+            Err(why) => {
+                warn!(snapshot = %id, "snapshot failed: {why}");
+                metrics::counter!("tenure_snapshots_total", "result" => "failed").increment(1);
+            }
+        }
+        if let Some(dir) = self.snapshot_dir(id) {
+            let saved = postcard::to_stdvec(&outcome)
+                .map_err(SnapshotError::Encode)
+                .and_then(|b| write_durably(&dir.join("result.bin"), &b));
+            if let Err(e) = saved {
+                warn!(snapshot = %id, "snapshot result not saved: {e}");
+            }
+        }
+        self.update(id, |e| e.outcome = Some(outcome));
+    }
+
+    /// Whether `msg` must not leave: the Done/Continue of a snapshot whose part this device
+    /// could not write (see the module documentation).
+    pub fn withholds(&self, msg: &Msg) -> bool {
+        let (Msg::Snapshot(SnapMsg::Done { id, .. }) | Msg::Snapshot(SnapMsg::Continue { id, .. })) =
+            msg
+        else {
+            return false;
+        };
+        let m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(m.get(id).map(|e| &e.part), Some(PartState::Failed(_)))
+    }
+
+    /// Wait until snapshot `id`, started here, has ended.
+    async fn outcome(&self, id: SnapshotId) -> Outcome {
+        let mut rx = self.inner.changed.subscribe();
+        loop {
+            if let Some(o) = self.get(id).and_then(|e| e.outcome) {
+                return o;
+            }
+            // The sender lives as long as `self`.
+            let _ = rx.changed().await;
+        }
+    }
+
+    /// Every snapshot this device knows of: the ones in memory, and those whose
+    /// directories are on disk (from before a restart).
+    fn list(&self) -> Vec<(SnapshotId, Entry)> {
+        let mut all: BTreeMap<SnapshotId, Entry> = {
+            let m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+            m.clone()
+        };
+        let Some(dir) = &self.inner.dir else {
+            return all.into_iter().collect();
+        };
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return all.into_iter().collect();
+        };
+        for d in rd.flatten() {
+            let Some(id) = (d.file_name().to_str()).and_then(|s| s.parse::<SnapshotId>().ok())
+            else {
+                continue;
+            };
+            let e = all.entry(id).or_default();
+            if e.outcome.is_none()
+                && let Ok(b) = std::fs::read(d.path().join("result.bin"))
+                && let Ok(o) = postcard::from_bytes::<Outcome>(&b)
+            {
+                e.initiated_here = true;
+                e.unix_ms = o.unix_ms;
+                e.outcome = Some(o);
+            }
+            if e.part == PartState::Recording
+                && let Some(path) = self.part_path(id)
+                && let Ok(bytes) = std::fs::read(&path)
+            {
+                e.part = PartState::Written {
+                    bytes: bytes.len() as u64,
+                    crc32: crc32(&bytes),
+                };
+                if e.unix_ms == 0 {
+                    e.unix_ms = (std::fs::metadata(&path).and_then(|m| m.modified()))
+                        .map(unix_ms)
+                        .unwrap_or(0);
+                }
+            }
+        }
+        all.into_iter().collect()
+    }
+
+    /// Where this device's part of `id` is (whether or not it exists).
+    fn part_path(&self, id: SnapshotId) -> Option<PathBuf> {
+        // The file name holds the device id, which the directory's only part file has.
+        let dir = self.snapshot_dir(id)?;
+        let rd = std::fs::read_dir(&dir).ok()?;
+        rd.flatten()
+            .map(|d| d.path())
+            .find(|p| p.extension().is_some_and(|x| x == "part"))
+    }
+}
+
+/// The snapshots service.
+#[derive(Clone, Debug)]
+pub struct SnapshotsApi {
+    calls: mpsc::Sender<Call>,
+    book: Book,
+    device: DeviceId,
+    /// How long `Create` waits for the result.
+    wait: Duration,
+}
+
+impl SnapshotsApi {
+    /// A service that starts snapshots through the driver behind `calls` and reads their
+    /// outcome from `book`; `Create` waits at most `wait` (the core fails a snapshot
+    /// whose peers are silent past its `[snapshot] timeout`, so this is a backstop).
+    pub fn new(calls: mpsc::Sender<Call>, book: Book, device: DeviceId, wait: Duration) -> Self {
+        SnapshotsApi {
+            calls,
+            book,
+            device,
+            wait,
+        }
+    }
+}
+
+fn snap_error(k: proto::snapshot_error::Kind) -> proto::SnapshotError {
+    proto::SnapshotError { kind: Some(k) }
+}
+
+type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::FetchPartResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Snapshots for SnapshotsApi {
+    async fn create(
+        &self,
+        _request: GrpcRequest<proto::CreateSnapshotRequest>,
+    ) -> Result<GrpcResponse<proto::CreateSnapshotResponse>, Status> {
+        use proto::create_snapshot_response::Result as R;
+        use proto::snapshot_error::Kind as K;
+        let gone = || Status::unavailable("device is shutting down");
+        let (tx, rx) = oneshot::channel();
+        (self.calls.send(Call::StartSnapshot { reply: tx }).await).map_err(|_| gone())?;
+        let id = rx.await.map_err(|_| gone())?;
+        let result = match tokio::time::timeout(self.wait, self.book.outcome(id)).await {
+            Ok(Outcome {
+                result: Ok(s),
+                duration_us,
+                ..
+            }) => R::Ok(proto::SnapshotCreated {
+                initiator: self.device.0,
+                devices: s.devices.iter().map(|d| d.0).collect(),
+                terminated: s.terminated,
+                duration_us,
+            }),
+            Ok(Outcome {
+                result: Err(why), ..
+            }) => R::Error(snap_error(K::Failed(why))),
+            Err(_) => R::Error(snap_error(K::Timeout(format!(
+                "snapshot {id} did not end within {:?}",
+                self.wait
+            )))),
+        };
+        Ok(GrpcResponse::new(proto::CreateSnapshotResponse {
+            id: id.to_string(),
+            result: Some(result),
+        }))
+    }
+
+    async fn list(
+        &self,
+        _request: GrpcRequest<proto::ListSnapshotsRequest>,
+    ) -> Result<GrpcResponse<proto::ListSnapshotsResponse>, Status> {
+        let book = self.book.clone();
+        let entries = tokio::task::spawn_blocking(move || book.list())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let snapshots = entries
+            .into_iter()
+            .map(|(id, e)| entry_to_proto(id, e))
+            .collect();
+        Ok(GrpcResponse::new(proto::ListSnapshotsResponse {
+            device: self.device.0,
+            snapshots,
+        }))
+    }
+
+    type FetchPartStream = FetchStream;
+
+    async fn fetch_part(
+        &self,
+        request: GrpcRequest<proto::FetchPartRequest>,
+    ) -> Result<GrpcResponse<Self::FetchPartStream>, Status> {
+        use proto::fetch_part_response::Item;
+        use proto::snapshot_error::Kind as K;
+        let one = |k: K| -> FetchStream {
+            let m = proto::FetchPartResponse {
+                item: Some(Item::Error(snap_error(k))),
+            };
+            Box::pin(futures::stream::iter([Ok(m)]))
+        };
+        let raw = request.into_inner().id;
+        let id: SnapshotId = match raw.parse() {
+            Ok(id) => id,
+            Err(e) => return Ok(GrpcResponse::new(one(K::InvalidId(e)))),
+        };
+        let book = self.book.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let path = book.part_path(id)?;
+            Some(std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?;
+        let bytes = match read {
+            None => {
+                let k = K::NoSuchPart(format!(
+                    "device {} holds no part of snapshot {id}",
+                    self.device.0
+                ));
+                return Ok(GrpcResponse::new(one(k)));
+            }
+            Some(Err(e)) => return Ok(GrpcResponse::new(one(K::Storage(e)))),
+            Some(Ok(b)) => b,
+        };
+        let header = proto::FetchPartResponse {
+            item: Some(Item::Header(proto::SnapshotPartHeader {
+                id: id.to_string(),
+                device: self.device.0,
+                part: Some(proto::SnapshotPartInfo {
+                    bytes: bytes.len() as u64,
+                    crc32: crc32(&bytes),
+                }),
+            })),
+        };
+        let bytes = bytes::Bytes::from(bytes);
+        let chunks = (0..bytes.len())
+            .step_by(CHUNK_BYTES)
+            .map(move |at| {
+                let end = (at + CHUNK_BYTES).min(bytes.len());
+                Ok(proto::FetchPartResponse {
+                    item: Some(Item::Data(bytes.slice(at..end).to_vec())),
+                })
+            })
+            .collect::<Vec<_>>();
+        let all = std::iter::once(Ok(header)).chain(chunks);
+        Ok(GrpcResponse::new(Box::pin(futures::stream::iter(all))))
+    }
+}
+
+fn entry_to_proto(id: SnapshotId, e: Entry) -> proto::SnapshotEntry {
+    let mut out = proto::SnapshotEntry {
+        id: id.to_string(),
+        initiated_here: e.initiated_here,
+        unix_ms: e.unix_ms,
+        ..Default::default()
+    };
+    if let PartState::Written { bytes, crc32 } = e.part {
+        out.part = Some(proto::SnapshotPartInfo { bytes, crc32 });
+    }
+    let (status, error) = match (&e.outcome, &e.part) {
+        (Some(o), _) => match &o.result {
+            Ok(s) => {
+                out.devices = s.devices.iter().map(|d| d.0).collect();
+                out.terminated = s.terminated;
+                ("complete", String::new())
+            }
+            Err(why) => ("failed", why.clone()),
+        },
+        (None, PartState::Failed(why)) => ("failed", why.clone()),
+        (None, _) if e.initiated_here => ("running", String::new()),
+        (None, PartState::Written { .. }) => ("recorded", String::new()),
+        (None, PartState::Recording) => ("recording", String::new()),
+    };
+    out.status = status.to_string();
+    out.error = error;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure_core::io::DevicePersist;
+
+    fn part() -> SnapshotPart {
+        let mut channels = BTreeMap::new();
+        channels.insert(
+            DeviceId(2),
+            vec![Msg::Snapshot(SnapMsg::MarkerAck {
+                id: SnapshotId::default(),
+            })],
+        );
+        SnapshotPart {
+            id: SnapshotId {
+                initiator: DeviceId(1),
+                serial: 7,
+            },
+            device: DeviceId(3),
+            state: DevicePersist {
+                next_serial: 12,
+                ..Default::default()
+            },
+            channels,
+        }
+    }
+
+    #[test]
+    fn part_round_trips_and_corruption_is_named() {
+        let p = part();
+        let mut bytes = encode_part(&p).unwrap();
+        assert_eq!(decode_part(&bytes).unwrap(), p);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        let e = decode_part(&bytes).unwrap_err();
+        assert!(matches!(e, SnapshotError::Checksum { .. }), "{e}");
+        assert!(e.to_string().contains("corrupt"), "{e}");
+        bytes.truncate(bytes.len() - 1);
+        assert!(matches!(
+            decode_part(&bytes).unwrap_err(),
+            SnapshotError::Length { .. }
+        ));
+        assert!(matches!(
+            decode_part(b"not a part at all, not at all").unwrap_err(),
+            SnapshotError::Magic { .. }
+        ));
+    }
+
+    #[test]
+    fn replay_is_taken_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let msgs = vec![(
+            DeviceId(2),
+            Msg::Snapshot(SnapMsg::MarkerAck {
+                id: SnapshotId::default(),
+            }),
+        )];
+        write_replay(dir.path(), &msgs).unwrap();
+        assert_eq!(take_replay(dir.path()).unwrap(), msgs);
+        assert!(take_replay(dir.path()).unwrap().is_empty());
+        assert!(dir.path().join(REPLAYED_FILE).exists());
+    }
+
+    #[tokio::test]
+    async fn a_part_that_cannot_be_written_withholds_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the snapshots directory should be: nothing can be written under it.
+        std::fs::write(dir.path().join(SNAPSHOTS_DIR), b"in the way").unwrap();
+        let book = Book::open(dir.path());
+        let p = part();
+        let id = p.id;
+        book.part_job(Box::new(p))();
+        let done = Msg::Snapshot(SnapMsg::Done {
+            id,
+            devices: vec![DeviceId(3)],
+        });
+        assert!(book.withholds(&done));
+        let other = Msg::Snapshot(SnapMsg::Done {
+            id: SnapshotId::default(),
+            devices: vec![],
+        });
+        assert!(!book.withholds(&other));
+
+        // A written part is listed, with its size and checksum.
+        let ok = tempfile::tempdir().unwrap();
+        let book = Book::open(ok.path());
+        book.part_job(Box::new(part()))();
+        assert!(!book.withholds(&done));
+        let listed = book.list();
+        assert_eq!(listed.len(), 1);
+        let e = entry_to_proto(listed[0].0, listed[0].1.clone());
+        assert_eq!(e.status, "recorded");
+        let path = book.part_path(id).unwrap();
+        let bytes = std::fs::read(path).unwrap();
+        assert_eq!(e.part.unwrap().crc32, crc32(&bytes));
+    }
+}
