@@ -229,6 +229,9 @@ pub enum ToManager {
         tx: u64,
         /// The chunk's store state.
         data: StoreData,
+        /// The epoch the chunk last committed (pending changes of older epochs were
+        /// decided by that epoch's merge).
+        committed: Epoch,
     },
     /// The chunk cannot take part in the epoch transition (wrong state or epoch).
     VoteAbort {

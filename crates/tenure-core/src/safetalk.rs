@@ -16,6 +16,7 @@
 //! to: grants pending anywhere are installed, releases pending anywhere are applied, and
 //! when both are pending the later sequence number decides.
 
+use crate::ids::Epoch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -124,7 +125,14 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
 /// apply, in sequence order, every change pending at any chunk beyond it (the sets L and
 /// R with maximum forward progress). The result has empty pending lists: it is what the
 /// UPDATE TABLE message installs everywhere.
-pub fn merge<Op, T>(replicas: &[Replica<Op, T>]) -> Replica<Op, T>
+///
+/// `newest_committed` is the newest epoch any voter has committed. A change pending from
+/// an older epoch is dropped: that epoch's own merge already decided it — applied it if
+/// any of its voters held it (then it is in the base table), or left it out because none
+/// did, in which case it was never answered, and changes ordered since may contradict it
+/// (a grant of the same lock to someone else). Replaying it now, because a chunk that
+/// missed the newer epoch still holds it, would apply it over answered changes.
+pub fn merge<Op, T>(replicas: &[Replica<Op, T>], newest_committed: Epoch) -> Replica<Op, T>
 where
     Op: Clone + Kind,
     T: Apply<Op> + Clone + Default,
@@ -137,7 +145,7 @@ where
     let mut pending: BTreeMap<Seq, Op> = BTreeMap::new();
     for r in replicas {
         for (s, op) in r.pending() {
-            if s > base.confirmed {
+            if s > base.confirmed && s.epoch >= newest_committed {
                 pending.insert(s, op);
             }
         }
@@ -234,7 +242,7 @@ mod tests {
 
     fn held_after(q: &[(u8, u8, u8)]) -> bool {
         let replicas: Vec<_> = q.iter().map(|&(a, b, c)| llc(a, b, c)).collect();
-        let m = merge(&replicas);
+        let m = merge(&replicas, Epoch(1));
         assert!(m.l_list.is_empty() && m.r_list.is_empty());
         m.table.0.contains(&X)
     }
@@ -306,7 +314,48 @@ mod tests {
         };
         b.accept(regrant, LockOp::Grant(X));
         a.accept(regrant, LockOp::Grant(X));
-        assert!(merge(&[a, b]).table.0.contains(&X));
+        assert!(merge(&[a, b], Epoch(1)).table.0.contains(&X));
+    }
+    // A grant pending from epoch 3 at a chunk that missed epoch 4 (epoch 4's merge did not
+    // see it, so it was never answered), while epoch 4 ordered a grant of the same lock to
+    // someone else: the epoch-5 merge keeps epoch 4's grant and drops the stale one.
+    #[test]
+    fn merge_drops_pending_changes_of_epochs_older_than_the_newest_committed() {
+        const Y: u32 = 8;
+        let base = Seq {
+            epoch: Epoch(3),
+            seq: 5,
+        };
+        // The chunk that missed epoch 4: committed epoch 3, a grant of X to "A" pending.
+        let mut stale = Replica::<LockOp, Locks>::default();
+        stale.confirm(base);
+        let stale_seq = Seq {
+            epoch: Epoch(3),
+            seq: 6,
+        };
+        stale.accept(stale_seq, LockOp::Grant(X));
+        // Epoch 4's chunks: X was never granted there; epoch 4 granted Y (pending) and
+        // released nothing. In the lock model, granting X in epoch 3 and then Y in epoch 4
+        // is the contradiction (the test's two locks stand for "X to A" vs "X to B").
+        let mut fresh = Replica::<LockOp, Locks>::default();
+        fresh.confirm(base);
+        fresh.accept(
+            Seq {
+                epoch: Epoch(4),
+                seq: 1,
+            },
+            LockOp::Grant(Y),
+        );
+        let m = merge(&[stale.clone(), fresh.clone()], Epoch(4));
+        assert!(m.table.0.contains(&Y), "epoch 4's pending grant is kept");
+        assert!(
+            !m.table.0.contains(&X),
+            "the stale epoch-3 grant is dropped"
+        );
+        // Without the rule (every voter at epoch 3) the stale grant is replayed: the state
+        // the test builds is the one the rule exists for.
+        let m = merge(&[stale, fresh], Epoch(3));
+        assert!(m.table.0.contains(&X));
     }
     // §2: ACCEPT then CONFIRM moves a change from the L-list into the LOCK table; a
     // replayed ACCEPT of a confirmed change is ignored.

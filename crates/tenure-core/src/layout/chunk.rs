@@ -587,6 +587,7 @@ impl Chunk {
             new_epoch: log.new_epoch,
             tx: log.tx,
             data: self.p.data.clone(),
+            committed: self.p.epoch,
         };
         self.to_mgr(ctx, log.new_mgr, vote);
         self.state = match self.state {

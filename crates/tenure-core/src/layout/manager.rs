@@ -73,8 +73,9 @@ pub struct Tx {
     pub participants: BTreeSet<ChunkId>,
     /// Chunks that voted.
     pub votes: BTreeSet<ChunkId>,
-    /// Reconciliation inputs so far (the voters' replicas, and this manager's own).
-    pub inputs: Vec<StoreData>,
+    /// Reconciliation inputs so far (the voters' replicas, and this manager's own), each
+    /// with the epoch its holder last committed.
+    pub inputs: Vec<(Epoch, StoreData)>,
     /// Migration: the outgoing manager's vote is still awaited.
     pub await_mgr: Option<DeviceId>,
     /// Abort if not complete by then.
@@ -662,6 +663,7 @@ impl Manager {
                     new_epoch,
                     tx: id,
                     data,
+                    committed,
                 },
             ) => {
                 if let Some(tx) = self
@@ -671,7 +673,7 @@ impl Manager {
                     && tx.participants.contains(&c)
                     && tx.votes.insert(c)
                 {
-                    tx.inputs.push(data);
+                    tx.inputs.push((committed, data));
                     self.check_votes(ctx);
                 }
             }
@@ -975,7 +977,15 @@ impl Manager {
             metadata,
             participants,
             votes: BTreeSet::new(),
-            inputs: vec![self.data.clone()],
+            // A regenerating manager's own state is empty: it holds no epoch.
+            inputs: vec![(
+                if kind == TxKind::Recovery {
+                    Epoch::default()
+                } else {
+                    old_epoch
+                },
+                self.data.clone(),
+            )],
             await_mgr: None,
             deadline: ctx.now + ctx.cfg.timing.transition_timeout,
         });
@@ -1005,7 +1015,9 @@ impl Manager {
         self.remember(tx.id);
         let expiry = ctx.now + ctx.cfg.timing.commit_window;
         // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1).
-        let merged = crate::safetalk::merge(&tx.inputs);
+        let newest = tx.inputs.iter().map(|(e, _)| *e).max().unwrap_or_default();
+        let replicas: Vec<StoreData> = tx.inputs.into_iter().map(|(_, d)| d).collect();
+        let merged = crate::safetalk::merge(&replicas, newest);
         for c in &tx.participants {
             self.to_chunk(
                 ctx,
@@ -1243,7 +1255,7 @@ impl Manager {
                     metadata,
                     participants,
                     votes: BTreeSet::new(),
-                    inputs: vec![self.data.clone()],
+                    inputs: vec![(old_epoch, self.data.clone())],
                     await_mgr: Some(from),
                     // The outgoing manager's deadline, made conservative for clock skew.
                     deadline: (ctx.now + ctx.cfg.timing.transition_timeout)

@@ -374,6 +374,7 @@ fn into_reconciling_done_waits_for_every_vote_and_the_old_manager() {
         new_epoch: e(4),
         tx: TX + 1,
         data: StoreData::default(),
+        committed: crate::ids::Epoch::default(),
     };
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
     assert_eq!(m.state, S::IntoReconciling);

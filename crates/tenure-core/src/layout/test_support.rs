@@ -279,7 +279,7 @@ pub(crate) fn tx(
         metadata,
         participants,
         votes: BTreeSet::new(),
-        inputs: vec![StoreData::default()],
+        inputs: vec![(Epoch::default(), StoreData::default())],
         await_mgr: None,
         deadline: T0 + timing().transition_timeout,
     }
@@ -296,6 +296,7 @@ pub(crate) fn vote(new_epoch: u64) -> ToManager {
         new_epoch: e(new_epoch),
         tx: TX,
         data: StoreData::default(),
+        committed: Epoch::default(),
     }
 }
 
