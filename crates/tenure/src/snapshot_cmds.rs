@@ -665,8 +665,7 @@ fn check_cut(m: &Manifest, parts: &[SnapshotPart], v: &mut Verified) {
     for (store, chunks) in &by_store {
         check_store(*store, chunks, v);
         let records: Vec<_> = chunks.iter().map(|c| c.data.clone()).collect();
-        let newest = chunks.iter().map(|c| c.epoch).max().unwrap_or_default();
-        let t = tenure_core::safetalk::merge(&records, newest).table;
+        let t = tenure_core::safetalk::merge(&records).table;
         for l in t.locks.locks_under("/").unwrap_or_default() {
             for h in &l.holders {
                 v.holders.push(CutHolder {
@@ -809,6 +808,7 @@ fn persists_of(state: &DevicePersist) -> Vec<tenure_core::io::PersistOp> {
         PersistOp::SetNextSerial(state.next_serial),
         PersistOp::SetTerm(state.term),
     ];
+    ops.extend((state.members.iter()).map(|m| PersistOp::SetMembers(Box::new(m.clone()))));
     ops.extend((state.chunks.values()).map(|c| PersistOp::PutChunk(Box::new(c.clone()))));
     ops.extend((state.lookup.values()).map(|e| PersistOp::LookupPut(Box::new(e.clone()))));
     for (chunk, blocks) in &state.blocks {
@@ -863,6 +863,7 @@ fn restore(a: RestoreArgs) -> anyhow::Result<()> {
     let mut restored = Vec::new();
     for (cfg, part) in cfgs.iter().zip(sorted(&parts)) {
         let dev = part.device;
+        let state = readdressed(&part.state, &cfgs);
         std::fs::create_dir_all(&cfg.data_dir)
             .with_context(|| format!("creating {}", cfg.data_dir.display()))?;
         let (mut storage, empty) = Storage::open(&cfg.data_dir, dev)
@@ -871,12 +872,12 @@ fn restore(a: RestoreArgs) -> anyhow::Result<()> {
             bail!("{} already holds a device's state", cfg.data_dir.display());
         }
         storage
-            .commit(persists_of(&part.state))
+            .commit(persists_of(&state))
             .with_context(|| format!("writing the state of device {}", dev.0))?;
         drop(storage);
         // Read it back as the server will.
         let (_, back) = Storage::open(&cfg.data_dir, dev)?;
-        if back != part.state {
+        if back != state {
             bail!(
                 "the restored storage of device {} does not read back as the snapshot's state",
                 dev.0
@@ -927,6 +928,28 @@ fn restore(a: RestoreArgs) -> anyhow::Result<()> {
     );
     println!("start it with: tenure cluster up --data {}", into.display());
     Ok(())
+}
+
+/// `state` with the addresses its membership record gives the restored devices replaced
+/// by their new ones (the restored cluster runs on fresh ports).
+fn readdressed(
+    state: &DevicePersist,
+    cfgs: &[tenure_server::config::ServerConfig],
+) -> DevicePersist {
+    let mut state = state.clone();
+    if let Some(m) = &mut state.members {
+        for c in cfgs {
+            if let Some(info) = m.devices.get_mut(&DeviceId(c.id)) {
+                if !info.peer_addr.is_empty() {
+                    info.peer_addr = c.peer_listen.to_string();
+                }
+                if !info.client_addr.is_empty() {
+                    info.client_addr = c.client_listen.to_string();
+                }
+            }
+        }
+    }
+    state
 }
 
 fn sorted(parts: &[SnapshotPart]) -> Vec<&SnapshotPart> {
