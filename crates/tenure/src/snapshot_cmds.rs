@@ -665,7 +665,8 @@ fn check_cut(m: &Manifest, parts: &[SnapshotPart], v: &mut Verified) {
     for (store, chunks) in &by_store {
         check_store(*store, chunks, v);
         let records: Vec<_> = chunks.iter().map(|c| c.data.clone()).collect();
-        let t = tenure_core::safetalk::merge(&records).table;
+        let newest = chunks.iter().map(|c| c.epoch).max().unwrap_or_default();
+        let t = tenure_core::safetalk::merge(&records, newest).table;
         for l in t.locks.locks_under("/").unwrap_or_default() {
             for h in &l.holders {
                 v.holders.push(CutHolder {
