@@ -365,10 +365,9 @@ pub struct Driver {
     watches: WatchRoutes,
     /// When the lookup node's gauges were last set.
     gauges_at: std::time::Instant,
-    /// The snapshots this device takes part in (their parts are written with the commits).
+    /// The snapshots this device takes part in (their parts are written on a thread of
+    /// their own; a Done/Continue leaves once its part is durable).
     snapshots: crate::snapshots::Book,
-    /// Storage work of the open group that is not a persist (snapshot parts, results).
-    open_jobs: Vec<crate::snapshots::StorageJob>,
 }
 
 /// The persists an output may depend on: those of one store, those of the lookup node,
@@ -524,7 +523,7 @@ enum Held {
 /// queued at once in one commit), and reports the newest group number each commit made
 /// durable.
 struct Committer {
-    jobs: Option<std::sync::mpsc::Sender<CommitGroup>>,
+    jobs: Option<std::sync::mpsc::Sender<(u64, Vec<PersistOp>)>>,
     done: mpsc::UnboundedReceiver<(u64, Result<(), StorageError>)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -540,13 +539,9 @@ impl Drop for Committer {
     }
 }
 
-/// A commit group: its number, its persists, and the storage work done once they are
-/// durable, before the group is reported durable.
-type CommitGroup = (u64, Vec<PersistOp>, Vec<crate::snapshots::StorageJob>);
-
 impl Committer {
     fn start(storage: Storage) -> Result<Committer, DriverError> {
-        let (jobs, rx) = std::sync::mpsc::channel::<CommitGroup>();
+        let (jobs, rx) = std::sync::mpsc::channel::<(u64, Vec<PersistOp>)>();
         let (tx, done) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("tenure-storage".into())
@@ -556,12 +551,11 @@ impl Committer {
                 let commits = metrics::counter!("tenure_storage_commits_total");
                 let committed_ops = metrics::counter!("tenure_storage_ops_total");
                 let checkpoints = metrics::counter!("tenure_storage_checkpoints_total");
-                while let Ok((mut group, mut ops, mut after)) = rx.recv() {
+                while let Ok((mut group, mut ops)) = rx.recv() {
                     // Every group queued meanwhile joins this commit (in order).
-                    while let Ok((g, more, more_after)) = rx.try_recv() {
+                    while let Ok((g, more)) = rx.try_recv() {
                         group = g;
                         ops.extend(more);
-                        after.extend(more_after);
                     }
                     let n = ops.len();
                     let started = std::time::Instant::now();
@@ -577,9 +571,6 @@ impl Committer {
                             return;
                         }
                     };
-                    for job in after {
-                        job();
-                    }
                     // Durable: announce it first, then bring the in-memory copy up to
                     // date (it is only read by the next commit's checkpoint).
                     if tx.send((group, Ok(()))).is_err() {
@@ -644,7 +635,6 @@ impl Driver {
             watches: WatchRoutes::default(),
             gauges_at: std::time::Instant::now(),
             snapshots: crate::snapshots::Book::default(),
-            open_jobs: Vec::new(),
         };
         d.release(out);
         d.flush_held();
@@ -678,6 +668,7 @@ impl Driver {
 
     /// Write snapshot parts into `book`'s directory and keep the results there.
     pub fn with_snapshots(mut self, book: crate::snapshots::Book) -> Driver {
+        book.attach(self.transport.clone());
         self.snapshots = book;
         self
     }
@@ -935,16 +926,10 @@ impl Driver {
                 Output::SetTimer(_) => {}
                 Output::LookupEvent(ev) => self.hold(Domain::Lookup, Held::LookupEvent(ev)),
                 Output::SnapshotStarted { id } => self.snapshots.started(id),
-                // A device-wide persist: every later output (its Done/Continue first)
-                // waits until the group that writes it is durable.
-                Output::SnapshotPart(part) => {
-                    self.last_persist = self.open_group;
-                    self.last_device_persist = self.open_group;
-                    self.open_jobs.push(self.snapshots.part_job(part));
-                }
-                Output::SnapshotEnded { id, result } => {
-                    self.open_jobs.push(self.snapshots.ended_job(id, result));
-                }
+                // Written on the book's thread; the device's Done/Continue for it waits
+                // until it is durable (`pass` below).
+                Output::SnapshotPart(part) => self.snapshots.record(part),
+                Output::SnapshotEnded { id, result } => self.snapshots.ended(id, result),
                 Output::ObjectEvents {
                     client,
                     watch,
@@ -1063,7 +1048,7 @@ impl Driver {
     fn emit(&mut self, h: Held) {
         match h {
             Held::Send(to, msg) => {
-                if !self.snapshots.withholds(&msg) {
+                if let Some(msg) = self.snapshots.pass(to, msg) {
                     self.transport.send(to, msg);
                 }
             }
@@ -1085,17 +1070,16 @@ impl Driver {
     /// Hand the open group to the storage thread. Groups queue there while a commit runs,
     /// and the next commit takes all of them at once.
     fn start_commit(&mut self) {
-        if self.open.is_empty() && self.open_jobs.is_empty() {
+        if self.open.is_empty() {
             return;
         }
         let ops = std::mem::take(&mut self.open);
-        let after = std::mem::take(&mut self.open_jobs);
         let group = self.open_group;
         self.open_group += 1;
         self.sent = group;
         // A closed channel means the storage thread stopped: `committed` reports it.
         if let Some(jobs) = &self.committer.jobs {
-            let _ = jobs.send((group, ops, after));
+            let _ = jobs.send((group, ops));
         }
     }
 

@@ -2,16 +2,24 @@
 //! the book of the snapshots it took part in, and the gRPC API (`service Snapshots` in
 //! `proto/snapshots.proto`).
 //!
-//! The core records a device's part of a snapshot ([`Output::SnapshotPart`]) and, at the
-//! initiator, its result ([`Output::SnapshotEnded`]). The driver hands both to the storage
-//! thread with the commit group that is open when they come out ([`Book::part_job`],
-//! [`Book::ended_job`]), and makes the part a device-wide persist: every output after it
-//! in the batch, the device's Done/Continue to its predecessor first, waits until the
-//! group is durable, and so until the part file is. A snapshot the initiator reports
-//! complete is therefore on disk at every device of it. A part that cannot be written
-//! (disk full) is not fatal: the device withholds its Done/Continue for that snapshot
-//! ([`Book::withholds`]), so the snapshot fails at the initiator on its timeout, naming
-//! this device, and the service goes on.
+//! The core records a device's part of a snapshot ([`tenure_core::io::Output::SnapshotPart`]) and, at the
+//! initiator, its result ([`tenure_core::io::Output::SnapshotEnded`]). The driver hands both to the
+//! [`Book`] ([`Book::record`], [`Book::ended`]), whose thread writes them in order, off the
+//! path of the storage commits: the stores go on committing while a part is written. The
+//! part must be durable before the device tells its predecessor it is done, so the
+//! driver passes every message through [`Book::pass`] as it leaves: a Done/Continue whose
+//! part is still being written waits in the book and leaves from the writer thread once
+//! the part is durable (it needs no place among the device's other messages: it closes
+//! nothing, the channels' markers went out when the device recorded). A snapshot the
+//! initiator reports complete is therefore on disk at every device of it. A part that
+//! cannot be written (disk full) is not fatal: its Done/Continue never leaves, so the
+//! snapshot fails at the initiator on its timeout, naming this device, and the service
+//! goes on.
+//!
+//! The part holds the device's state as the core recorded it, which may include persists
+//! of the open commit group: a Done/Continue is also a device-wide output, held until
+//! every persist before it is durable, so a snapshot that completes never holds state
+//! its device could lose in a crash.
 //!
 //! Files, under the device's data directory:
 //!
@@ -34,6 +42,7 @@
 //! where a second replay would deliver them twice.
 
 use crate::driver::Call;
+use crate::transport::Transport;
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -280,9 +289,11 @@ struct Outcome {
 /// This device's part of one snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 enum PartState {
-    /// Not written (yet).
+    /// Not handed out by the core (yet).
     #[default]
     Recording,
+    /// Being written: its Done/Continue waits in [`Entry::waiting`].
+    Writing,
     /// On disk.
     Written { bytes: u64, crc32: u32 },
     /// Could not be written.
@@ -298,12 +309,14 @@ struct Entry {
     /// When it started here (for its duration).
     started: Option<std::time::Instant>,
     part: PartState,
+    /// Messages that leave once the part is durable (the device's Done/Continue).
+    waiting: Vec<(DeviceId, Msg)>,
     outcome: Option<Outcome>,
 }
 
-/// The snapshots this device took part in, shared by the driver (which records parts and
-/// results), the storage thread (which writes them) and the API (which waits for results
-/// and serves parts). Cheap to clone.
+/// The snapshots this device took part in, shared by the driver (which hands out parts,
+/// results and its Done/Continue messages), the book's writer thread (which writes parts
+/// and results) and the API (which waits for results and serves parts). Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Book {
     inner: Arc<Inner>,
@@ -316,11 +329,17 @@ struct Inner {
     entries: Mutex<BTreeMap<SnapshotId, Entry>>,
     /// Bumped at every change (waiters look again).
     changed: watch::Sender<u64>,
+    /// The writer thread's queue (none without a directory).
+    writer: Option<Mutex<std::sync::mpsc::Sender<Job>>>,
+    /// Where held messages go once their part is durable.
+    transport: std::sync::OnceLock<Transport>,
 }
 
-/// A unit of work the storage thread runs with a commit group, after the group's
-/// persists are durable and before the group is reported durable.
-pub type StorageJob = Box<dyn FnOnce() + Send>;
+/// Work for the writer thread, done in order.
+enum Job {
+    Part(Box<SnapshotPart>),
+    Ended(SnapshotId, Result<SnapshotSummary, String>),
+}
 
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
@@ -330,14 +349,37 @@ fn unix_ms(t: SystemTime) -> u64 {
 
 impl Book {
     /// The book of the device whose data directory is `data_dir`: snapshots live in its
-    /// `snapshots` directory.
+    /// `snapshots` directory, written by a thread of the book's own (it stops when the
+    /// last clone of the book is dropped).
     pub fn open(data_dir: &Path) -> Book {
-        Book {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let book = Book {
             inner: Arc::new(Inner {
                 dir: Some(data_dir.join(SNAPSHOTS_DIR)),
+                writer: Some(Mutex::new(tx)),
                 ..Default::default()
             }),
+        };
+        let weak = Arc::downgrade(&book.inner);
+        let spawned = std::thread::Builder::new()
+            .name("tenure-snapshots".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    let Some(inner) = weak.upgrade() else {
+                        return;
+                    };
+                    Book { inner }.run(job);
+                }
+            });
+        if let Err(e) = spawned {
+            error!("snapshot writer not started, snapshots will fail here: {e}");
         }
+        book
+    }
+
+    /// Send the messages held for durable parts through `transport`.
+    pub fn attach(&self, transport: Transport) {
+        let _ = self.inner.transport.set(transport);
     }
 
     /// The directory of snapshot `id`.
@@ -345,16 +387,38 @@ impl Book {
         Some(self.inner.dir.as_ref()?.join(id.to_string()))
     }
 
-    fn update(&self, id: SnapshotId, f: impl FnOnce(&mut Entry)) {
+    fn update<T>(&self, id: SnapshotId, f: impl FnOnce(&mut Entry) -> T) -> T {
         let mut m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
-        f(m.entry(id).or_default());
+        let r = f(m.entry(id).or_default());
         drop(m);
         self.inner.changed.send_modify(|n| *n += 1);
+        r
     }
 
     fn get(&self, id: SnapshotId) -> Option<Entry> {
         let m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
         m.get(&id).cloned()
+    }
+
+    /// Hand a job to the writer thread, or do it here when there is none.
+    fn queue(&self, job: Job) {
+        let sent = match &self.inner.writer {
+            Some(w) => {
+                let tx = w.lock().unwrap_or_else(|e| e.into_inner());
+                tx.send(job).map_err(|e| e.0)
+            }
+            None => Err(job),
+        };
+        if let Err(job) = sent {
+            self.run(job);
+        }
+    }
+
+    fn run(&self, job: Job) {
+        match job {
+            Job::Part(p) => self.write_part(&p),
+            Job::Ended(id, result) => self.end(id, result),
+        }
     }
 
     /// The core started snapshot `id` here (`Output::SnapshotStarted`).
@@ -368,12 +432,40 @@ impl Book {
         });
     }
 
-    /// The storage thread's work for this device's part of a snapshot
-    /// (`Output::SnapshotPart`): write it durably and record that it is on disk (or why
-    /// not).
-    pub fn part_job(&self, part: Box<SnapshotPart>) -> StorageJob {
-        let book = self.clone();
-        Box::new(move || book.write_part(&part))
+    /// This device's part of a snapshot (`Output::SnapshotPart`): written durably by the
+    /// writer thread; until then the device's Done/Continue for it waits ([`Self::pass`]).
+    pub fn record(&self, part: Box<SnapshotPart>) {
+        self.update(part.id, |e| e.part = PartState::Writing);
+        self.queue(Job::Part(part));
+    }
+
+    /// The initiator's result (`Output::SnapshotEnded`), recorded after its own part.
+    pub fn ended(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
+        self.queue(Job::Ended(id, result));
+    }
+
+    /// What the driver sends to `to`: `msg`, unless it is the Done/Continue of a
+    /// snapshot whose part is not durable yet (it leaves when the part is) or could not be
+    /// written (it never leaves, so the snapshot fails at its initiator).
+    pub fn pass(&self, to: DeviceId, msg: Msg) -> Option<Msg> {
+        let (Msg::Snapshot(SnapMsg::Done { id, .. }) | Msg::Snapshot(SnapMsg::Continue { id, .. })) =
+            &msg
+        else {
+            return Some(msg);
+        };
+        let id = *id;
+        let mut m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match m.get_mut(&id) {
+            Some(e) if e.part == PartState::Writing => {
+                e.waiting.push((to, msg));
+                None
+            }
+            Some(Entry {
+                part: PartState::Failed(_),
+                ..
+            }) => None,
+            _ => Some(msg),
+        }
     }
 
     fn write_part(&self, part: &SnapshotPart) {
@@ -400,25 +492,26 @@ impl Book {
                 w
             }
             Err(e) => {
-                // Withheld Done/Continue: the snapshot fails at its initiator, not the device.
+                // Its Done/Continue never leaves: the snapshot fails at its initiator, and
+                // this device goes on serving.
                 error!(snapshot = %id, "snapshot part not written, the snapshot will fail: {e}");
                 metrics::counter!("tenure_snapshot_part_failures_total").increment(1);
                 PartState::Failed(e.to_string())
             }
         };
-        self.update(id, |e| {
+        let durable = matches!(state, PartState::Written { .. });
+        let waiting = self.update(id, |e| {
             if e.unix_ms == 0 {
                 e.unix_ms = unix_ms(SystemTime::now());
             }
             e.part = state;
+            std::mem::take(&mut e.waiting)
         });
-    }
-
-    /// The storage thread's work for the initiator's result (`Output::SnapshotEnded`),
-    /// which comes after its own part: record it, on disk too.
-    pub fn ended_job(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) -> StorageJob {
-        let book = self.clone();
-        Box::new(move || book.end(id, result))
+        if durable && let Some(t) = self.inner.transport.get() {
+            for (to, msg) in waiting {
+                t.send(to, msg);
+            }
+        }
     }
 
     fn end(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
@@ -429,7 +522,9 @@ impl Book {
             (Ok(_), PartState::Failed(why)) => Err(format!(
                 "this device (the initiator) could not write its part: {why}"
             )),
-            (Ok(_), PartState::Recording) => Err("this device's part was not recorded".into()),
+            (Ok(_), PartState::Recording | PartState::Writing) => {
+                Err("this device's part was not recorded".into())
+            }
             (r, _) => r,
         };
         let outcome = Outcome {
@@ -458,18 +553,6 @@ impl Book {
             }
         }
         self.update(id, |e| e.outcome = Some(outcome));
-    }
-
-    /// Whether `msg` must not leave: the Done/Continue of a snapshot whose part this device
-    /// could not write (see the module documentation).
-    pub fn withholds(&self, msg: &Msg) -> bool {
-        let (Msg::Snapshot(SnapMsg::Done { id, .. }) | Msg::Snapshot(SnapMsg::Continue { id, .. })) =
-            msg
-        else {
-            return false;
-        };
-        let m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(m.get(id).map(|e| &e.part), Some(PartState::Failed(_)))
     }
 
     /// Wait until snapshot `id`, started here, has ended.
@@ -709,7 +792,7 @@ fn entry_to_proto(id: SnapshotId, e: Entry) -> proto::SnapshotEntry {
         (None, PartState::Failed(why)) => ("failed", why.clone()),
         (None, _) if e.initiated_here => ("running", String::new()),
         (None, PartState::Written { .. }) => ("recorded", String::new()),
-        (None, PartState::Recording) => ("recording", String::new()),
+        (None, PartState::Recording | PartState::Writing) => ("recording", String::new()),
     };
     out.status = status.to_string();
     out.error = error;
@@ -779,37 +862,50 @@ mod tests {
         assert!(dir.path().join(REPLAYED_FILE).exists());
     }
 
-    #[tokio::test]
-    async fn a_part_that_cannot_be_written_withholds_the_answer() {
-        let dir = tempfile::tempdir().unwrap();
-        // A file where the snapshots directory should be: nothing can be written under it.
-        std::fs::write(dir.path().join(SNAPSHOTS_DIR), b"in the way").unwrap();
-        let book = Book::open(dir.path());
+    /// The part's state once the writer thread is done with it.
+    fn settled(book: &Book, id: SnapshotId) -> PartState {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = book.get(id).map(|e| e.part).unwrap_or_default();
+            if st != PartState::Writing || std::time::Instant::now() > deadline {
+                return st;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn the_answer_waits_for_the_part_and_never_leaves_when_it_cannot_be_written() {
         let p = part();
         let id = p.id;
-        book.part_job(Box::new(p))();
         let done = Msg::Snapshot(SnapMsg::Done {
             id,
             devices: vec![DeviceId(3)],
         });
-        assert!(book.withholds(&done));
-        let other = Msg::Snapshot(SnapMsg::Done {
-            id: SnapshotId::default(),
-            devices: vec![],
-        });
-        assert!(!book.withholds(&other));
+        let other = Msg::Snapshot(SnapMsg::MarkerAck { id });
 
-        // A written part is listed, with its size and checksum.
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the snapshots directory should be: nothing can be written under it.
+        std::fs::write(dir.path().join(SNAPSHOTS_DIR), b"in the way").unwrap();
+        let book = Book::open(dir.path());
+        book.record(Box::new(p));
+        assert_eq!(book.pass(DeviceId(1), done.clone()), None);
+        assert!(matches!(settled(&book, id), PartState::Failed(_)));
+        assert_eq!(book.pass(DeviceId(1), done.clone()), None);
+        assert!(book.get(id).unwrap().waiting.is_empty());
+        assert_eq!(book.pass(DeviceId(1), other.clone()), Some(other));
+
+        // A written part lets the answer through, and is listed with its checksum.
         let ok = tempfile::tempdir().unwrap();
         let book = Book::open(ok.path());
-        book.part_job(Box::new(part()))();
-        assert!(!book.withholds(&done));
+        book.record(Box::new(part()));
+        assert!(matches!(settled(&book, id), PartState::Written { .. }));
+        assert_eq!(book.pass(DeviceId(1), done.clone()), Some(done));
         let listed = book.list();
         assert_eq!(listed.len(), 1);
         let e = entry_to_proto(listed[0].0, listed[0].1.clone());
         assert_eq!(e.status, "recorded");
-        let path = book.part_path(id).unwrap();
-        let bytes = std::fs::read(path).unwrap();
+        let bytes = std::fs::read(book.part_path(id).unwrap()).unwrap();
         assert_eq!(e.part.unwrap().crc32, crc32(&bytes));
     }
 }
