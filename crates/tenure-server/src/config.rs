@@ -36,6 +36,12 @@
 //! checkin_interval = "2s"               # collectors check in this often
 //! writing_timeout = "5m"                # an unfinished upload is abandoned after this
 //! history = 10000                       # changes kept per store for watches
+//!
+//! [election]                            # optional: electing the coordinator (seed 002 §14.3)
+//! algorithm = "bully"                   # or "ring"
+//! answer_timeout = "200ms"              # bully: wait for OK; ring: for the successor's ack
+//! result_timeout = "1s"                 # bully: wait for COORDINATOR; ring: for the round
+//! heartbeat = "300ms"                   # the coordinator's; 3 missed start an election
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +49,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tenure_core::config::{ClusterConfig, DeviceConfig, Timing};
+use tenure_core::election::ElectionSettings;
 use tenure_core::ids::DeviceId;
 use tenure_core::lookup::LookupSettings;
 use tenure_core::objects::ObjectSettings;
@@ -192,6 +199,10 @@ pub struct ServerConfig {
     /// The object store's limits and intervals (`[objects]`; seed 001).
     #[serde(default)]
     pub objects: ObjectSettings,
+    /// How the cluster's coordinator is elected (`[election]`; seed 002 §14.3): the
+    /// algorithm (bully or ring) and its timeouts. Every device should use the same.
+    #[serde(default)]
+    pub election: ElectionSettings,
 }
 
 fn yes() -> bool {
@@ -280,6 +291,14 @@ impl ServerConfig {
                 l.max_value_bytes, self.max_frame_bytes
             )));
         }
+        let e = &self.election;
+        if e.answer_timeout.is_zero() || e.result_timeout.is_zero() || e.heartbeat.is_zero() {
+            return Err(ConfigError::Invalid(
+                "election.answer_timeout, election.result_timeout and election.heartbeat must \
+                 be > 0"
+                    .into(),
+            ));
+        }
         let o = &self.objects;
         if o.block_size == 0 || o.max_key_len == 0 || o.history == 0 {
             return Err(ConfigError::Invalid(
@@ -338,6 +357,7 @@ impl ServerConfig {
         }
         cfg.lookup = self.lookup.clone();
         cfg.objects = self.objects.clone();
+        cfg.election = self.election.clone();
         cfg.lookup.ups = match self.lookup.ups {
             // The seed assumes a UPS-designated node; the lowest id plays it by default.
             None => cfg.cluster.devices.first().copied(),
@@ -438,6 +458,7 @@ mod tests {
             worker_threads: None,
             lookup: LookupSettings::default(),
             objects: ObjectSettings::default(),
+            election: ElectionSettings::default(),
         };
         assert!(cfg.validate().is_err());
     }
@@ -541,6 +562,46 @@ mod tests {
         let mut cfg: ServerConfig = toml::from_str(base).unwrap();
         cfg.max_frame_bytes = 4 << 20;
         assert!(cfg.validate().is_err(), "an 8 MiB batch in a 4 MiB frame");
+    }
+
+    #[test]
+    fn the_election_section_maps_to_the_device_config() {
+        use tenure_core::election::Algorithm;
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.device_config().election, ElectionSettings::default());
+
+        let text = format!(
+            "{base}\n[election]\nalgorithm = \"ring\"\nanswer_timeout = \"150ms\"\n\
+             result_timeout = 2000\nheartbeat = \"250ms\"\n"
+        );
+        let cfg: ServerConfig = toml::from_str(&text).unwrap();
+        cfg.validate().unwrap();
+        let e = cfg.device_config().election;
+        assert_eq!(e.algorithm, Algorithm::Ring);
+        assert_eq!(e.answer_timeout, Duration::from_millis(150));
+        assert_eq!(e.result_timeout, Duration::from_secs(2));
+        assert_eq!(e.heartbeat, Duration::from_millis(250));
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+
+        let unknown = format!("{base}\n[election]\nalgorithm = \"raft\"\n");
+        assert!(
+            toml::from_str::<ServerConfig>(&unknown).is_err(),
+            "an unknown algorithm"
+        );
+        let zero = format!("{base}\n[election]\nheartbeat = 0\n");
+        let cfg: ServerConfig = toml::from_str(&zero).unwrap();
+        assert!(cfg.validate().is_err(), "a zero heartbeat");
     }
 
     #[test]

@@ -143,6 +143,10 @@ pub struct StatusSnapshot {
     pub tables: BTreeMap<StoreId, TableCounts>,
     /// Local time.
     pub now: Instant,
+    /// The coordinator this device follows (or is), if it knows one.
+    pub coordinator: Option<tenure_core::election::Term>,
+    /// Whether this device acts as the coordinator.
+    pub acting_coordinator: bool,
 }
 
 /// Sizes of a managed store's tables, for status pages.
@@ -422,6 +426,10 @@ impl HotMetrics {
     fn new() -> HotMetrics {
         // Counters that may stay at zero for a long time are shown from the start.
         metrics::counter!("tenure_object_gc_lease_takeovers_total").increment(0);
+        for outcome in ["sent", "applied", "refused"] {
+            metrics::counter!("tenure_coordinator_commands_total", "outcome" => outcome)
+                .increment(0);
+        }
         HotMetrics {
             batch_inputs: metrics::histogram!("tenure_driver_batch_inputs"),
             accept_local: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "local"),
@@ -752,6 +760,7 @@ impl Driver {
             if self.gauges_at.elapsed() >= Duration::from_secs(1) {
                 self.gauges_at = std::time::Instant::now();
                 lookup_gauges(&self.device.lookup().view());
+                coordinator_gauges(&self.device);
                 self.object_gauges();
             }
             if self.pending.len() > 4096 {
@@ -1136,8 +1145,18 @@ impl Driver {
             managers,
             tables,
             now: self.clock.now(),
+            coordinator: self.device.coordinator(),
+            acting_coordinator: self.device.acting_coordinator().is_some(),
         }
     }
+}
+
+/// The coordinator's gauges (set about once a second): its term as this device knows
+/// it, and whether this device acts as the coordinator.
+fn coordinator_gauges(d: &tenure_core::Device) {
+    metrics::gauge!("tenure_coordinator_term").set(d.coordinator().map_or(0.0, |t| t.n as f64));
+    metrics::gauge!("tenure_is_coordinator")
+        .set(f64::from(u8::from(d.acting_coordinator().is_some())));
 }
 
 /// The lookup node's gauges (set about once a second from its view).
@@ -1250,6 +1269,30 @@ fn observe(obs: &Observation, hot: &HotMetrics) {
         Observation::GcLeaseTakeover { store } => {
             info!(%store, "deletion lease taken over");
             metrics::counter!("tenure_object_gc_lease_takeovers_total").increment(1);
+        }
+        Observation::Coordinator { term } => {
+            info!(coordinator = %term.leader, term = term.n, "coordinator elected");
+            metrics::gauge!("tenure_coordinator_term").set(term.n as f64);
+            metrics::counter!("tenure_coordinator_changes_total").increment(1);
+        }
+        Observation::CommandSent { term, to, cmd } => {
+            debug!(term = term.n, %to, ?cmd, "coordinator command sent");
+            metrics::counter!("tenure_coordinator_commands_total", "outcome" => "sent")
+                .increment(1);
+        }
+        Observation::CommandApplied { term, cmd } => {
+            info!(term = term.n, coordinator = %term.leader, ?cmd, "coordinator command applied");
+            metrics::counter!("tenure_coordinator_commands_total", "outcome" => "applied")
+                .increment(1);
+        }
+        Observation::CommandRefused { term, newest } => {
+            info!(
+                term = term.n,
+                newest = newest.n,
+                "coordinator command of an older term refused"
+            );
+            metrics::counter!("tenure_coordinator_commands_total", "outcome" => "refused")
+                .increment(1);
         }
         // Observations the core adds later are logged until they get a metric.
         #[allow(unreachable_patterns)]

@@ -896,5 +896,8 @@ pub fn status_to_proto(s: &StatusSnapshot) -> proto::StatusResponse {
             })
             .collect(),
         now_micros: s.now.0,
+        coordinator: s.coordinator.map(|t| t.leader.0),
+        coordinator_term: s.coordinator.map_or(0, |t| t.n),
+        acting_coordinator: s.acting_coordinator,
     }
 }

@@ -208,6 +208,7 @@ pub(crate) fn local_configs(
             worker_threads: Some(workers),
             lookup: Default::default(),
             objects: Default::default(),
+            election: Default::default(),
         })
         .collect())
 }
@@ -587,6 +588,58 @@ fn down(a: CommonArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The coordinator as a cluster's devices report it (DESIGN §6): JSON, and one line for
+/// people. The coordinator is the one named with the highest term; the devices that name
+/// another (or none) are listed, as is whether the named device acts as coordinator.
+pub(crate) fn coordinator_summary(answers: &[&StatusResponse]) -> (serde_json::Value, String) {
+    let views: Vec<serde_json::Value> = answers
+        .iter()
+        .map(|s| {
+            serde_json::json!({"device": s.device, "coordinator": s.coordinator,
+                "term": s.coordinator_term, "acting": s.acting_coordinator})
+        })
+        .collect();
+    let best = answers
+        .iter()
+        .filter_map(|s| Some((s.coordinator_term, s.coordinator?)))
+        .max();
+    let Some((term, leader)) = best else {
+        let line = format!(
+            "coordinator: none known ({} devices answered; an election may be running)",
+            answers.len()
+        );
+        return (serde_json::json!({"device": null, "views": views}), line);
+    };
+    let agree: Vec<u64> = answers
+        .iter()
+        .filter(|s| s.coordinator == Some(leader) && s.coordinator_term == term)
+        .map(|s| s.device)
+        .collect();
+    let others: Vec<String> = answers
+        .iter()
+        .filter(|s| !agree.contains(&s.device))
+        .map(|s| match s.coordinator {
+            Some(c) => format!("d{} follows d{c} (term {})", s.device, s.coordinator_term),
+            None => format!("d{} knows none", s.device),
+        })
+        .collect();
+    let acting = answers
+        .iter()
+        .any(|s| s.device == leader && s.acting_coordinator);
+    let mut line = format!(
+        "coordinator: d{leader} (term {term}){}, followed by {} of {} devices answering",
+        if acting { ", acting" } else { "" },
+        agree.len(),
+        answers.len()
+    );
+    if !others.is_empty() {
+        line.push_str(&format!(" ({})", others.join("; ")));
+    }
+    let json = serde_json::json!({"device": leader, "term": term, "acting": acting,
+        "followed_by": agree, "views": views});
+    (json, line)
+}
+
 fn status(a: CommonArgs) -> anyhow::Result<()> {
     let file = ClusterFile::load(&a.data)?;
     let rt = runtime()?;
@@ -594,9 +647,11 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
         let client = Client::new(file.endpoints())?;
         let mut devices = Vec::new();
         let mut stores: BTreeMap<u32, Vec<serde_json::Value>> = BTreeMap::new();
+        let mut answers = Vec::new();
         for d in &file.devices {
             match client.status_of(&d.client_addr.to_string()).await {
                 Ok(s) => {
+                    answers.push(s.clone());
                     for m in &s.managers {
                         stores.entry(m.store).or_default().push(serde_json::json!({
                             "device": s.device, "state": m.state, "epoch": m.epoch,
@@ -615,13 +670,16 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
                 })),
             }
         }
+        let (coordinator, coordinator_line) =
+            coordinator_summary(&answers.iter().collect::<Vec<_>>());
         if a.json {
             let stores: Vec<_> = (0..file.stores)
                 .map(|s| serde_json::json!({"store": s, "managers": stores.get(&s).cloned().unwrap_or_default()}))
                 .collect();
             println!(
                 "{}",
-                serde_json::to_string_pretty(&serde_json::json!({"devices": devices, "stores": stores}))?
+                serde_json::to_string_pretty(&serde_json::json!({"devices": devices,
+                    "coordinator": coordinator, "stores": stores}))?
             );
             return anyhow::Ok(());
         }
@@ -639,6 +697,7 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        println!("{coordinator_line}");
         println!("stores:");
         let mut unmanaged = 0;
         for s in 0..file.stores {

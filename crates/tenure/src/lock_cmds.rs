@@ -97,7 +97,7 @@ impl Outcome {
 }
 
 /// The status a finished command passes on, and how to describe it.
-fn command_status(st: std::process::ExitStatus) -> (u8, String) {
+pub(crate) fn command_status(st: std::process::ExitStatus) -> (u8, String) {
     use std::os::unix::process::ExitStatusExt;
     match (st.code(), st.signal()) {
         (Some(c), _) => (c.clamp(0, 255) as u8, format!("status {c}")),
@@ -177,7 +177,7 @@ pub(crate) fn parse_token(s: &str) -> Result<FencingToken, String> {
     })
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -422,6 +422,9 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             crate::lookup_cmds::status(&client),
         )
         .await;
+        let coordinator = crate::cluster::coordinator_summary(
+            &answers.iter().filter_map(|a| a.as_ref().ok()).collect::<Vec<_>>(),
+        );
         for (e, answer) in endpoints.iter().zip(answers) {
             match answer {
                 Ok(s) => {
@@ -454,6 +457,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 serde_json::to_string_pretty(&serde_json::json!({
                     "devices": devices, "stores": n_stores,
                     "managed": stores.values().collect::<Vec<_>>(),
+                    "coordinator": coordinator.0,
                     "lookup": lookup_json,
                 }))?
             );
@@ -476,6 +480,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        println!("{}", coordinator.1);
         println!(
             "{:>6} {:>8} {:>6} {:>9} {:>6}",
             "store", "manager", "epoch", "sessions", "locks"

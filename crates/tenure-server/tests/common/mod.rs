@@ -117,6 +117,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             worker_threads: None,
             lookup: Default::default(),
             objects: Default::default(),
+            election: Default::default(),
         })
         .collect()
 }
