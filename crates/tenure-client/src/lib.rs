@@ -45,8 +45,15 @@
 //! Snapshots ([`Client::snapshots`], module [`snapshots`], seed 002 §14.1): start a
 //! consistent snapshot of the cluster on a device and wait for it to complete, list the
 //! snapshots a device took part in, and fetch a device's part, checksummed.
+//!
+//! Elections ([`Client::elections`], module [`elections`], DESIGN §6): campaign (wait to
+//! lead an election under the client's session in its store, publishing a value), a
+//! [`elections::Leadership`] with its fencing token that tells the holder when leadership
+//! may be lost before its conservative deadline (as a [`LockGuard`] does), proclaim,
+//! resign, the current leader, and observations of every change, "no leader" included.
 
 mod conn;
+pub mod elections;
 pub mod locks;
 pub mod lookup;
 pub mod objects;
@@ -410,6 +417,7 @@ pub(crate) struct Conns {
     tenure: TenureClient<Channel>,
     lookup: proto::lookup_client::LookupClient<Channel>,
     objects: proto::objects_client::ObjectsClient<Channel>,
+    elections: proto::elections_client::ElectionsClient<Channel>,
 }
 
 /// A Tenure client. Cheap to clone: clones share connections, routes and sessions. Call
@@ -550,6 +558,7 @@ impl Client {
             lookup: proto::lookup_client::LookupClient::new(ch.clone())
                 .max_decoding_message_size(MAX_ANSWER_BYTES)
                 .max_encoding_message_size(MAX_ANSWER_BYTES),
+            elections: proto::elections_client::ElectionsClient::new(ch.clone()),
             objects: proto::objects_client::ObjectsClient::new(ch)
                 .max_decoding_message_size(MAX_ANSWER_BYTES)
                 .max_encoding_message_size(MAX_ANSWER_BYTES),
@@ -887,6 +896,29 @@ impl Client {
     {
         self.routed_on(store, bounds, |c| c.objects.clone(), call)
             .await
+    }
+
+    /// [`Client::routed_with`] on the election service of each endpoint's connection.
+    pub(crate) async fn routed_elections<T, F, Fut>(
+        &self,
+        store: u32,
+        bounds: Bounds,
+        call: F,
+    ) -> Result<T>
+    where
+        F: FnMut(proto::elections_client::ElectionsClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Result<T>, tonic::Status>>,
+    {
+        self.routed_on(store, bounds, |c| c.elections.clone(), call)
+            .await
+    }
+
+    /// The election service's client on `endpoint`'s connection.
+    pub(crate) fn elections_channel(
+        &self,
+        endpoint: &str,
+    ) -> Result<proto::elections_client::ElectionsClient<Channel>> {
+        self.conns(endpoint).map(|c| c.elections)
     }
 
     /// The routing loop of [`Client::routed_with`] over the service `pick` takes from an

@@ -271,33 +271,7 @@ impl LockGuard {
     /// the deadline if no keep-alive has extended it by then, or as soon as the manager
     /// reports the session expired. Cancel-safe; can be awaited again.
     pub async fn lost(&self) -> Loss {
-        let mut rx = self.state.clone();
-        let warn = self.loss_warning();
-        loop {
-            let s = *rx.borrow_and_update();
-            if s.expired {
-                return Loss::Expired;
-            }
-            let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
-            if Instant::now() >= at {
-                return Loss::DeadlineNear;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(at.into()) => {}
-                r = rx.changed() => {
-                    if r.is_err() {
-                        // The keep-alive task is gone: nothing will extend the deadline.
-                        let s = *rx.borrow();
-                        if s.expired {
-                            return Loss::Expired;
-                        }
-                        let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
-                        tokio::time::sleep_until(at.into()).await;
-                        return Loss::DeadlineNear;
-                    }
-                }
-            }
-        }
+        may_be_lost(self.state.clone(), self.loss_warning()).await
     }
 
     /// Release the lock and wait for the answer.
@@ -305,6 +279,37 @@ impl LockGuard {
         self.released = true;
         let (store, session, name) = (self.session.store, self.session.id, self.name.clone());
         self.client.release_raw(store, session, &name, None).await
+    }
+}
+
+/// Resolves when what a session holds may be lost: `warn` before the session's deadline
+/// if no keep-alive has extended it by then, or as soon as the session is known to have
+/// expired. Shared by [`LockGuard::lost`] and the elections' leaderships.
+pub(crate) async fn may_be_lost(mut rx: watch::Receiver<SessionState>, warn: Duration) -> Loss {
+    loop {
+        let s = *rx.borrow_and_update();
+        if s.expired {
+            return Loss::Expired;
+        }
+        let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
+        if Instant::now() >= at {
+            return Loss::DeadlineNear;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            r = rx.changed() => {
+                if r.is_err() {
+                    // The keep-alive task is gone: nothing will extend the deadline.
+                    let s = *rx.borrow();
+                    if s.expired {
+                        return Loss::Expired;
+                    }
+                    let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
+                    tokio::time::sleep_until(at.into()).await;
+                    return Loss::DeadlineNear;
+                }
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`lookup`]: the lookup service's API (`service Lookup`, seed 003);
 //! - [`objects`]: the object service's API (`service Objects`, seed 001);
 //! - [`snapshots`]: consistent snapshots' files and API (`service Snapshots`, seed 002);
+//! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
@@ -20,6 +21,7 @@
 
 pub mod config;
 pub mod driver;
+pub mod elections;
 pub mod grpc;
 pub mod lookup;
 pub mod objects;
@@ -37,6 +39,7 @@ use crate::transport::{Transport, TransportConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
+use tenure_client::proto::elections_server::ElectionsServer;
 use tenure_client::proto::lookup_server::LookupServer;
 use tenure_client::proto::objects_server::ObjectsServer;
 use tenure_client::proto::snapshots_server::SnapshotsServer;
@@ -233,6 +236,7 @@ pub async fn start_with_listeners(
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let snapshots_api =
         snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
+    let elections_api = elections::ElectionsApi::new(api.clone());
     let lookup_api = lookup::LookupApi::new(
         calls_tx,
         sub_routes,
@@ -263,6 +267,9 @@ pub async fn start_with_listeners(
             .add_service(lookup_service)
             .add_service(objects_service)
             .add_service(SnapshotsServer::new(snapshots_api))
+            .add_service(
+                ElectionsServer::new(elections_api).max_decoding_message_size(MAX_FRAME_BYTES),
+            )
             .serve_with_incoming_shutdown(incoming, grpc_stop.clone().cancelled_owned())
             .await;
         if let Err(e) = r {

@@ -5,6 +5,7 @@
 mod bench;
 mod client_cmds;
 mod cluster;
+mod elect_cmds;
 mod lock_cmds;
 mod lookup_cmds;
 mod object_cmds;
@@ -44,6 +45,11 @@ enum Command {
     Unlock(lock_cmds::UnlockArgs),
     /// List locks, their holders and queues, under a path.
     Locks(lock_cmds::LocksArgs),
+    /// Campaign in an election; lead while a command runs (after `--`), or until Ctrl-C.
+    Elect(elect_cmds::ElectArgs),
+    /// The current leader of an election (value, fencing token); --watch prints every
+    /// change.
+    Leader(elect_cmds::LeaderArgs),
     /// The lookup service: publish (and keep while a command runs), get, list, watch,
     /// revoke entries.
     Lookup(lookup_cmds::LookupArgs),
@@ -96,6 +102,8 @@ fn main() -> ExitCode {
         Command::Lock(args) => lock_cmds::lock(args),
         Command::Unlock(args) => lock_cmds::unlock(args).map(|()| ExitCode::SUCCESS),
         Command::Locks(args) => lock_cmds::locks(args).map(|()| ExitCode::SUCCESS),
+        Command::Elect(args) => elect_cmds::elect(args),
+        Command::Leader(args) => elect_cmds::leader(args).map(|()| ExitCode::SUCCESS),
         Command::Lookup(args) => lookup_cmds::run(args),
         Command::Object(args) => object_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
