@@ -11,6 +11,10 @@
 //!   ever leads;
 //! - a leader whose store's manager is paused learns that leadership may be lost before
 //!   its conservative deadline;
+//! - the store's manager is killed with SIGKILL under a leader, a waiting campaign and an
+//!   observer: the leader keeps leading with its token, the campaign keeps its place (and
+//!   leads, with a token of the new epoch, when the leader resigns), and the observer
+//!   resumes at the new manager without a missed or repeated change;
 //! - the coordinator device is killed with SIGKILL: the others elect a new one, with a
 //!   larger term, and `tenure status` shows it.
 //!
@@ -559,6 +563,109 @@ fn a_new_coordinator_is_elected_after_kill_9_of_the_coordinator() {
         let line = out.lines().find(|l| l.starts_with("coordinator:")).unwrap();
         eprintln!("tenure cluster status: {line}");
         assert!(line.starts_with(&format!("coordinator: d{new} (term {term}), acting")));
+        let _ = c.close().await;
+    });
+}
+
+#[test]
+fn leadership_a_waiting_campaign_and_an_observer_survive_kill_9_of_the_store_manager() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rt = runtime();
+    let _in_rt = rt.enter();
+    let cluster = Cluster::up();
+    let c = cluster.client();
+    let name = "/e2e/failover";
+    let key = election_key(name);
+
+    rt.block_on(async {
+        let watch = cluster.spawn("watch", &["leader", name, "--watch", "--json"]);
+        until(Duration::from_secs(20), "the observer starts", || async {
+            (!watch.json_lines().is_empty()).then_some(())
+        })
+        .await;
+        // The default TTL (10 s) outlasts the store's failover.
+        let elect = |tag: &str, value: &str| {
+            let mut args = vec!["elect", name, value, "--json", "--"];
+            args.extend(WHILE_PARENT_LIVES);
+            cluster.spawn(tag, &args)
+        };
+        let a = elect("a", "A");
+        let a_won = until(Duration::from_secs(20), "A is elected", || async {
+            elected(&a)
+        })
+        .await;
+        let b = elect("b", "B");
+        until(Duration::from_secs(20), "B campaigns", || async {
+            let s = c.holders(&key).await.ok()?;
+            (s.waiters.len() == 1).then_some(())
+        })
+        .await;
+        let store = a_won["store"].as_u64().unwrap() as u32;
+        let manager = until(Duration::from_secs(10), "the store's manager", || async {
+            for e in &cluster.endpoints {
+                if let Ok(s) = c.status_of(e).await
+                    && s.managers
+                        .iter()
+                        .any(|m| m.store == store && m.state == "Manager")
+                {
+                    return Some(s.device);
+                }
+            }
+            None
+        })
+        .await;
+        let killed_at = Instant::now();
+        kill9(cluster.pid(manager));
+
+        // A still leads with its token, B still waits: both sessions were resumed at the
+        // new manager, and B's campaign kept its place.
+        let a_token = a_won["token"].as_str().unwrap().to_string();
+        until(
+            Duration::from_secs(30),
+            "the store served again",
+            || async {
+                let l = c.elections().leader(name).await.ok()??;
+                let s = c.holders(&key).await.ok()?;
+                (l.token.to_string() == a_token && s.waiters.len() == 1).then_some(())
+            },
+        )
+        .await;
+        eprintln!(
+            "manager d{manager} of store {store} killed: the election served again {:?} later, \
+             A still leading",
+            killed_at.elapsed()
+        );
+        assert!(elected(&b).is_none(), "{}", b.stdout());
+        assert!(
+            !a.stderr().contains("may be lost"),
+            "A gave up: {}",
+            a.stderr()
+        );
+
+        // A resigns: B leads, with a token of the new epoch.
+        signal("-TERM", a.pid() as u64);
+        let b_won = until(Duration::from_secs(20), "B is elected", || async {
+            elected(&b)
+        })
+        .await;
+        let (ta, tb) = (token(&a_token), token(b_won["token"].as_str().unwrap()));
+        assert!(
+            tb.0 > ta.0,
+            "B's token {tb:?} is not of a newer epoch than {ta:?}"
+        );
+        let lines = until(Duration::from_secs(10), "the observer sees B", || async {
+            let lines = watch.json_lines();
+            lines
+                .iter()
+                .any(|v| v["leader"]["value"] == "B")
+                .then_some(lines)
+        })
+        .await;
+        let shape: Vec<String> = lines
+            .iter()
+            .map(|v| v["leader"]["value"].as_str().unwrap_or("none").to_string())
+            .collect();
+        assert_eq!(shape, ["none", "A", "none", "B"], "{lines:?}");
         let _ = c.close().await;
     });
 }
