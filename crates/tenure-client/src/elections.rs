@@ -194,7 +194,16 @@ impl Elections {
                 })
             }
         });
+        // A timed campaign returns within its time plus the client's slack, whatever the
+        // devices do (as a timed lock wait does).
+        let limit = async {
+            match wait {
+                Wait::Timeout(d) => tokio::time::sleep_until((now + d + o.wait_slack).into()).await,
+                _ => futures::future::pending().await,
+            }
+        };
         let leader = tokio::select! {
+            () = limit => return Err(Error::Timeout(name.to_string())),
             r = call => r.inspect_err(|e| {
                 if matches!(e, Error::SessionExpired(_)) {
                     session.expire();
