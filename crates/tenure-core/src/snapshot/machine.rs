@@ -11,12 +11,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// taken for a new snapshot.
 const FINISHED_KEPT: usize = 256;
 
+/// The answer a device sent its predecessor when it finished a snapshot (Done or
+/// Continue), sent again if the predecessor's marker comes again: the first answer may
+/// have been lost, and the marker (a tag) comes again only because the predecessor has
+/// not heard from this device.
+type Answer = Option<(DeviceId, SnapMsg)>;
+
 /// One device's snapshot machine: every snapshot it takes part in.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshots {
     last_serial: u64,
     active: BTreeMap<SnapshotId, Local>,
-    finished: BTreeSet<SnapshotId>,
+    finished: BTreeMap<SnapshotId, Answer>,
     finished_order: VecDeque<SnapshotId>,
     /// Planted bug (tests only): record the state after the message carrying a tag is
     /// processed, not before.
@@ -72,7 +78,7 @@ impl Snapshots {
     /// Whether this device has recorded `id` already (it is running or finished here):
     /// its state is not needed for a marker of `id`.
     pub fn knows(&self, id: SnapshotId) -> bool {
-        self.active.contains_key(&id) || self.finished.contains(&id)
+        self.active.contains_key(&id) || self.finished.contains_key(&id)
     }
 
     /// Whether `id` is being recorded here.
@@ -145,10 +151,16 @@ impl Snapshots {
             msg: Msg::Snapshot(SnapMsg::MarkerAck { id }),
         });
         match self.active.get_mut(&id) {
-            None if self.finished.contains(&id) => {
+            None if self.finished.contains_key(&id) => {
+                // The predecessor is still waiting for this device's answer (it was lost);
+                // anyone else learns this device is not its successor.
+                let msg = match &self.finished[&id] {
+                    Some((pred, answer)) if *pred == from => answer.clone(),
+                    _ => SnapMsg::NotSuccessor { id },
+                };
                 out.push(Output::Send {
                     to: from,
-                    msg: Msg::Snapshot(SnapMsg::NotSuccessor { id }),
+                    msg: Msg::Snapshot(msg),
                 });
             }
             None => {
@@ -245,7 +257,7 @@ impl Snapshots {
         devices.insert(me);
         let devices: Vec<DeviceId> = devices.into_iter().collect();
         let done = l.all_done && quiet;
-        match l.pred {
+        let answer = match l.pred {
             Some(p) => {
                 let msg = if done {
                     SnapMsg::Done { id, devices }
@@ -254,22 +266,26 @@ impl Snapshots {
                 };
                 out.push(Output::Send {
                     to: p,
-                    msg: Msg::Snapshot(msg),
+                    msg: Msg::Snapshot(msg.clone()),
                 });
+                Some((p, msg))
             }
-            None => out.push(Output::SnapshotEnded {
-                id,
-                result: Ok(crate::io::SnapshotSummary {
-                    devices,
-                    terminated: done,
-                }),
-            }),
-        }
-        self.remember(id);
+            None => {
+                out.push(Output::SnapshotEnded {
+                    id,
+                    result: Ok(crate::io::SnapshotSummary {
+                        devices,
+                        terminated: done,
+                    }),
+                });
+                None
+            }
+        };
+        self.remember(id, answer);
     }
 
-    fn remember(&mut self, id: SnapshotId) {
-        if self.finished.insert(id) {
+    fn remember(&mut self, id: SnapshotId, answer: Answer) {
+        if self.finished.insert(id, answer).is_none() {
             self.finished_order.push_back(id);
             if self.finished_order.len() > FINISHED_KEPT
                 && let Some(old) = self.finished_order.pop_front()
@@ -284,7 +300,7 @@ impl Snapshots {
         let Some(l) = self.active.remove(&id) else {
             return;
         };
-        self.remember(id);
+        self.remember(id, None);
         // Everyone still waiting on this device stops too.
         for p in l.awaiting.iter().chain(l.pred.iter()) {
             out.push(Output::Send {

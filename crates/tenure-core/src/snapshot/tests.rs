@@ -136,3 +136,55 @@ fn snapshot_id_round_trips_through_its_text_form() {
     assert!("x-1".parse::<SnapshotId>().is_err());
     assert!("31234567".parse::<SnapshotId>().is_err());
 }
+
+/// §14.2 over a lossy channel: a successor whose Done was lost answers its predecessor's
+/// repeated marker (a tag on the predecessor's next message, sent because the
+/// predecessor never heard back) with the same Done again. Answering NotSuccessor made
+/// the predecessor drop the successor's whole subtree: the simulator's seed 406 saw an
+/// initiator report a complete snapshot naming two devices of five.
+#[test]
+fn a_finished_successor_repeats_its_answer_to_a_repeated_marker_of_its_predecessor() {
+    use crate::time::Instant;
+    let (d2, d3) = (DeviceId(2), DeviceId(3));
+    let peers = [D1, d3];
+    let id = SnapshotId {
+        initiator: D1,
+        serial: 7,
+    };
+    let now = Instant(1_000);
+    let mut s = Snapshots::default();
+    let mut out = Vec::new();
+    let state = Some(crate::io::DevicePersist::default());
+    s.on_marker(now, d2, &peers, D1, id, state, &mut out);
+    s.on_marker(now, d2, &peers, d3, id, None, &mut out);
+    s.on_msg(d2, D1, SnapMsg::NotSuccessor { id }, &mut out);
+    s.on_msg(d2, d3, SnapMsg::NotSuccessor { id }, &mut out);
+    let answers = |out: &[Output], to: DeviceId| -> Vec<SnapMsg> {
+        (out.iter())
+            .filter_map(|o| match o {
+                Output::Send {
+                    to: t,
+                    msg: Msg::Snapshot(m),
+                } if *t == to
+                    && !matches!(m, SnapMsg::Marker { .. } | SnapMsg::MarkerAck { .. }) =>
+                {
+                    Some(m.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let done = SnapMsg::Done {
+        id,
+        devices: vec![d2],
+    };
+    assert_eq!(answers(&out, D1), vec![done.clone()]);
+    // The Done is lost; the predecessor tags its next message to this device.
+    let mut again = Vec::new();
+    s.on_marker(now, d2, &peers, D1, id, None, &mut again);
+    assert_eq!(answers(&again, D1), vec![done]);
+    // A device that is not the sender's successor still says so.
+    let mut other = Vec::new();
+    s.on_marker(now, d2, &peers, d3, id, None, &mut other);
+    assert_eq!(answers(&other, d3), vec![SnapMsg::NotSuccessor { id }]);
+}
