@@ -356,3 +356,37 @@ fn messages_from_strangers_are_ignored() {
     e.handle_msg(Instant(1), DeviceId(9), ElectionMsg::Alive { term });
     assert_eq!(e.coordinator(), before);
 }
+
+#[test]
+fn planted_no_restart_waits_for_a_new_coordinator_without_spinning() {
+    // The planted bug (tests only) never starts an election on a silent coordinator, but
+    // its deadline still moves on: a deadline left in the past is a timer that fires at
+    // once, forever (the simulator saw millions of events per second of such a device).
+    let mut e = Elector::new(
+        DeviceId(1),
+        ids(3),
+        ElectionSettings::default(),
+        Term::default(),
+        Instant(0),
+    );
+    e.plant_no_restart = true;
+    e.handle_msg(
+        Instant(1),
+        DeviceId(3),
+        ElectionMsg::Coordinator {
+            id: ElectionId {
+                initiator: DeviceId(3),
+                serial: 1,
+            },
+            term: Term {
+                n: 1,
+                leader: DeviceId(3),
+            },
+        },
+    );
+    while e.poll_output().is_some() {}
+    let late = Instant(10_000_000);
+    e.handle_timeout(late);
+    assert!(e.poll_timeout().is_some_and(|t| t > late));
+    assert!(e.poll_output().is_none(), "no election started");
+}
