@@ -160,6 +160,11 @@ pub enum Violation {
     Lookup(crate::lookup::checks::LookupViolation),
     /// Invariant 6 and DESIGN §5: an object invariant (seed 001).
     Objects(crate::objects::ObjectViolation),
+    /// DESIGN §6: an election invariant (one coordinator per term, fencing by term,
+    /// convergence after faults stop).
+    Election(crate::election::ElectionViolation),
+    /// Invariant 8: a snapshot is not a consistent cut, or its restore fails.
+    Snapshot(crate::snapshot::SnapshotViolation),
 }
 
 impl Violation {
@@ -169,6 +174,8 @@ impl Violation {
             Violation::NoManager { .. } | Violation::ClientStuck { .. } => ViolationKind::Liveness,
             Violation::Lookup(v) => v.kind(),
             Violation::Objects(v) if v.is_liveness() => ViolationKind::Liveness,
+            Violation::Election(v) if v.is_liveness() => ViolationKind::Liveness,
+            Violation::Snapshot(v) if v.is_liveness() => ViolationKind::Liveness,
             _ => ViolationKind::Correctness,
         }
     }
@@ -275,6 +282,8 @@ impl std::fmt::Display for Violation {
             }
             Violation::Lookup(v) => v.fmt(f),
             Violation::Objects(v) => v.fmt(f),
+            Violation::Election(v) => v.fmt(f),
+            Violation::Snapshot(v) => v.fmt(f),
             Violation::NoManager { store, why } => {
                 write!(
                     f,

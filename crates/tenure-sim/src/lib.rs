@@ -7,6 +7,7 @@
 
 pub mod checks;
 pub mod clock;
+pub mod election;
 pub mod knobs;
 pub mod lincheck;
 pub mod lockcheck;
@@ -14,6 +15,7 @@ pub mod lookup;
 pub mod model;
 pub mod net;
 pub mod objects;
+pub mod snapshot;
 pub mod sweep;
 pub mod world;
 

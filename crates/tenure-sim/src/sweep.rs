@@ -59,6 +59,11 @@ pub struct Summary {
     pub safetalk: crate::world::SafeTalkCost,
     /// What the object clients and watchers did, and the object checkers' counts.
     pub objects: crate::objects::ObjectStats,
+    /// What the elections did (message counts per algorithm), and the election
+    /// checkers' counts.
+    pub elections: crate::election::ElectionStats,
+    /// What the snapshots did, and the snapshot checkers' counts.
+    pub snapshots: crate::snapshot::SnapshotStats,
     /// The lookup world's figures (runs of `WorldKind::Lookup`).
     pub lookup: crate::lookup::summary::LookupSummary,
     /// Runs with a correctness violation.
@@ -81,6 +86,8 @@ impl Summary {
         self.lock_checks.add(&r.lock_checks);
         self.safetalk.add(&r.safetalk);
         self.objects.add(&r.objects);
+        self.elections.add(&r.elections);
+        self.snapshots.add(&r.snapshots);
         if let Some(l) = &r.lookup {
             self.lookup.add(r.seed, l);
         }

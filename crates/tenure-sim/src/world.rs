@@ -31,8 +31,10 @@
 //!   in which every store must regain a working manager within `liveness_us`.
 
 mod clients;
+mod elections;
 mod objects;
 mod pipeline;
+mod snapshots;
 
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
@@ -308,6 +310,14 @@ pub struct RunReport {
     /// What the object clients and watchers did, and how often the object checkers
     /// compared something.
     pub objects: crate::objects::ObjectStats,
+    /// The election knobs this seed chose.
+    pub election_knobs: Option<crate::election::ElectionKnobs>,
+    /// What the elections did, and how often the election checkers looked.
+    pub elections: crate::election::ElectionStats,
+    /// The snapshot knobs this seed chose.
+    pub snapshot_knobs: Option<crate::snapshot::SnapshotKnobs>,
+    /// What the snapshots did, and how often the snapshot checkers looked.
+    pub snapshots: crate::snapshot::SnapshotStats,
     /// The lookup world's knobs.
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
     /// What the lookup world measured.
@@ -411,6 +421,8 @@ enum Event {
         from: DeviceId,
         to: DeviceId,
         boot: u64,
+        /// The message's number on its channel (0: a snapshot protocol message).
+        seq: u64,
         msg: Box<Msg>,
     },
     ClientArrive {
@@ -463,6 +475,8 @@ enum Event {
     },
     ObjKeepAlive(usize, SessionId),
     WatchCheck(usize),
+    /// Start a snapshot at a random running device (while faults are on).
+    Snapshot,
 }
 
 impl Event {
@@ -504,6 +518,7 @@ impl Event {
             Event::ObjTimeout { req, .. } => 21 | req << 8,
             Event::ObjKeepAlive(c, s) => 22 | (*c as u64) << 8 | s.0 << 24,
             Event::WatchCheck(w) => 23 | (*w as u64) << 8,
+            Event::Snapshot => 24,
         }
     }
 }
@@ -547,6 +562,10 @@ struct Node {
     /// A crash armed to strike in the middle of the device's next output batch, with the
     /// restart delay to use.
     torn_crash: Option<u64>,
+    /// The rest of an output batch a pause stopped (it leaves when the device resumes).
+    held: Option<Vec<Output>>,
+    /// Queue keys of the inputs a pause deferred (moved up if it ends early).
+    deferred: Vec<(u64, u64)>,
 }
 
 struct ClientWrite {
@@ -602,12 +621,42 @@ pub struct World {
     /// store → real time it lost its working manager (while without one).
     unmanaged_since: BTreeMap<StoreId, u64>,
     hash: u64,
+    /// Counts every input and output the devices handle: orders records of snapshots
+    /// against acknowledgements.
+    tick: u64,
+    /// The message being delivered, while its receiver handles it: (sender, number).
+    delivering: Option<(DeviceId, u64)>,
+    el_knobs: crate::election::ElectionKnobs,
+    el_rng: Rng,
+    elections: crate::election::ElectionChecker,
+    /// The liveness phase's crash of the coordinator.
+    coord_down: elections::CoordDown,
+    /// When the liveness phase last disturbed the election (its start, a restart).
+    disturbed_at: u64,
+    /// Whether the election has converged since that disturbance.
+    el_converged: bool,
+    snap_knobs: crate::snapshot::SnapshotKnobs,
+    snap_rng: Rng,
+    cuts: crate::snapshot::CutTracker,
+    /// Complete snapshots waiting for their restore.
+    to_restore: Vec<crate::snapshot::Cut>,
+    /// Restores of snapshots started while faults were on, so far.
+    restores_faulty: u32,
+    /// This world is a cluster restored from a snapshot: no clients, no snapshots, and
+    /// every takeover's tables kept for the restore check.
+    restore: Option<crate::snapshot::Restored>,
 }
 
 impl World {
     /// Build the world for a configuration (which must be valid, see
     /// [`SimConfig::validate`]).
     pub fn new(cfg: SimConfig) -> World {
+        World::build(cfg, None)
+    }
+
+    /// Build a world; with `restore`, a cluster booting from a snapshot's parts (see
+    /// [`crate::snapshot`]).
+    fn build(cfg: SimConfig, restore: Option<&crate::snapshot::Cut>) -> World {
         let mut root = Rng::new(mix64(cfg.seed ^ 0x7e4e_5e1d_0000_0001));
         let knobs = Knobs::draw(&mut root, cfg.devices);
         let mut net = Network::new(root.fork(), &knobs);
@@ -624,6 +673,10 @@ impl World {
         lock_knobs.draw_pipelining(&mut pipe_rng, cfg.pipelining);
         let mut obj_rng = root.fork();
         let obj_knobs = crate::objects::ObjectKnobs::draw(&mut obj_rng);
+        let mut el_rng = root.fork();
+        let el_knobs = crate::election::ElectionKnobs::draw(&mut el_rng);
+        let mut snap_rng = root.fork();
+        let snap_knobs = crate::snapshot::SnapshotKnobs::draw(&mut snap_rng);
         let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         let timing = tenure_core::Timing::default();
         let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
@@ -634,11 +687,16 @@ impl World {
             dc.planted = cfg.planted.clone();
             dc.whole_record_every = cfg.whole_record_every;
             dc.objects = World::object_settings(obj_knobs.history);
+            dc.election.algorithm = el_knobs.algorithm;
+            let disk = restore
+                .and_then(|c| c.parts.get(&d))
+                .map(|p| p.state.clone())
+                .unwrap_or_default();
             nodes.insert(
                 d,
                 Node {
                     device: None,
-                    disk: DevicePersist::default(),
+                    disk,
                     cfg: dc,
                     clock: Clock::draw(&mut clock_rng, skew_max_us, horizon),
                     paused_until: None,
@@ -646,15 +704,23 @@ impl World {
                     boot: 0,
                     rng: device_rng.fork(),
                     torn_crash: None,
+                    held: None,
+                    deferred: Vec::new(),
                 },
             );
         }
+        let election = tenure_core::election::ElectionSettings {
+            algorithm: el_knobs.algorithm,
+            ..Default::default()
+        };
         let mut w = World {
             report: RunReport {
                 seed: cfg.seed,
                 knobs: Some(knobs.clone()),
                 lock_knobs: Some(lock_knobs.clone()),
                 object_knobs: cfg.objects.then(|| obj_knobs.clone()),
+                election_knobs: Some(el_knobs.clone()),
+                snapshot_knobs: restore.is_none().then(|| snap_knobs.clone()),
                 clocks: nodes
                     .iter()
                     .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
@@ -696,6 +762,20 @@ impl World {
             ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
             hash: 0xcbf2_9ce4_8422_2325,
+            tick: 0,
+            delivering: None,
+            el_knobs,
+            el_rng,
+            elections: crate::election::ElectionChecker::new(&election),
+            coord_down: elections::CoordDown::Done,
+            disturbed_at: 0,
+            el_converged: false,
+            snap_knobs,
+            snap_rng,
+            cuts: Default::default(),
+            to_restore: Vec::new(),
+            restores_faulty: 0,
+            restore: restore.map(|_| Default::default()),
         };
         if w.cfg.trace {
             let line = format!("config {:?}", w.cfg);
@@ -708,6 +788,10 @@ impl World {
                 let line = format!("object knobs {:?}", w.obj_knobs);
                 w.trace(|| line);
             }
+            let line = format!("election knobs {:?}", w.el_knobs);
+            w.trace(|| line);
+            let line = format!("snapshot knobs {:?}", w.snap_knobs);
+            w.trace(|| line);
             let clocks: Vec<String> = w
                 .nodes
                 .iter()
@@ -721,6 +805,11 @@ impl World {
         for d in ids {
             w.boot(d);
         }
+        if let Some(cut) = restore {
+            w.deliver_recorded(cut);
+            w.schedule(w.now + SAMPLE_US, Event::Sample);
+            return w;
+        }
         let t = w.exp_nemesis();
         w.schedule(t, Event::Nemesis);
         if w.cfg.writes {
@@ -733,6 +822,10 @@ impl World {
         w.start_lock_clients();
         if w.cfg.objects {
             w.start_object_clients();
+        }
+        if w.cfg.faults {
+            let t = w.now + exp(&mut w.snap_rng, w.snap_knobs.mean_us);
+            w.schedule(t, Event::Snapshot);
         }
         w
     }
@@ -793,11 +886,15 @@ impl World {
         let node = self.nodes.get_mut(&d).expect("node");
         node.boot += 1;
         node.paused_until = None;
+        node.held = None;
+        node.deferred.clear();
         let seed = node.rng.next_u64();
         let local = node.clock.local(now);
         let (dev, out) = Device::new(node.cfg.clone(), node.disk.clone(), local, seed);
         node.device = Some(dev);
         let boot = node.boot;
+        let term = node.disk.term;
+        self.elections.booted(d, term);
         self.trace(|| format!("{d} boot #{boot}"));
         self.mix(0xb007 ^ d.0);
         self.process(d, out);
@@ -808,9 +905,14 @@ impl World {
     fn crash(&mut self, d: DeviceId, torn: bool) {
         let node = self.nodes.get_mut(&d).expect("node");
         node.torn_crash = None;
+        // A batch a pause stopped half-way is torn by the crash.
+        let torn = torn || node.held.take().is_some();
+        self.cuts.crashed(d);
+        let node = self.nodes.get_mut(&d).expect("node");
         if let Some(dev) = node.device.take() {
             node.timer_generation += 1;
             node.paused_until = None;
+            node.deferred.clear();
             if !torn {
                 let memory = dev.persistent();
                 self.checker.persisted(d, &memory, &self.nodes[&d].disk);
@@ -824,11 +926,30 @@ impl World {
     fn input(&mut self, d: DeviceId, input: Input) {
         let node = self.nodes.get_mut(&d).expect("node");
         let local = node.clock.local(self.now);
-        let Some(dev) = node.device.as_mut() else {
+        if node.device.is_none() {
             return;
-        };
+        }
+        self.tick += 1;
+        self.snap_note_request(&input);
+        let node = self.nodes.get_mut(&d).expect("node");
+        let dev = node.device.as_mut().expect("running");
         let out = dev.handle(local, input);
         self.process(d, out);
+    }
+
+    /// Give `d` a tick if a timer of its is due (at most a few times in a row).
+    fn fire_due_timers(&mut self, d: DeviceId) {
+        for _ in 0..3 {
+            let node = &self.nodes[&d];
+            let local = node.clock.local(self.now);
+            let due = (node.device.as_ref())
+                .and_then(Device::poll_timeout)
+                .is_some_and(|t| t <= local);
+            if !due {
+                return;
+            }
+            self.input(d, Input::Tick);
+        }
     }
 
     /// Apply one device's outputs in order (persist to its disk, send, reply), then run
@@ -846,47 +967,83 @@ impl World {
             }
             _ => None,
         };
+        // A pause that waits for a coordinator command stops the process between
+        // deciding it and sending it: the rest of the batch leaves when it resumes.
+        let held = match torn {
+            None => self.hold_at_command(d, &mut out),
+            Some(_) => None,
+        };
+        // The message being delivered: whether any of its effects left before a record.
+        let delivering = self.delivering.take();
+        let mut effects = false;
         let mut observed = Vec::new();
         for o in out {
+            self.tick += 1;
             match o {
                 Output::Persist(op) => {
+                    effects = true;
                     self.nodes.get_mut(&d).expect("node").disk.apply(&op);
                     if let tenure_core::PersistOp::BlockDelete { chunk, ids } = &op {
                         self.obj_on_block_delete(d, *chunk, ids);
                     }
                 }
                 Output::Send { to, msg } => {
+                    effects |= crate::snapshot::carried(&msg).is_some();
                     self.obj_on_send(d, &msg);
                     self.send(d, to, msg)
                 }
-                Output::Reply { req_id, result, .. } => self.reply(d, req_id, result),
+                Output::Reply { req_id, result, .. } => {
+                    effects = true;
+                    self.snap_note_reply(d, req_id, &result);
+                    self.reply(d, req_id, result)
+                }
                 Output::SetTimer(_) => {}
-                Output::Observe(ob) => observed.push(ob),
-                Output::LookupEvent(_) => {}
+                Output::Observe(Observation::SnapshotRecorded { id }) => {
+                    let at = delivering.map(|(from, seq)| (from, seq, effects));
+                    self.snap_recorded(d, id, at);
+                    observed.push((self.tick, Observation::SnapshotRecorded { id }));
+                }
+                Output::Observe(ob) => {
+                    effects = true;
+                    observed.push((self.tick, ob))
+                }
+                Output::LookupEvent(_) => effects = true,
                 Output::ObjectEvents {
                     client,
                     watch,
                     changes,
-                } => self.obj_events(client, watch, changes),
+                } => {
+                    effects = true;
+                    self.obj_events(client, watch, changes)
+                }
                 Output::WatchEnded {
                     client,
                     watch,
                     reason,
-                } => self.obj_watch_ended(client, watch, reason),
-                // The store world starts no snapshots yet.
-                Output::SnapshotStarted { .. }
-                | Output::SnapshotPart(_)
-                | Output::SnapshotEnded { .. } => {}
+                } => {
+                    effects = true;
+                    self.obj_watch_ended(client, watch, reason)
+                }
+                Output::SnapshotStarted { id } => self.snap_started(d, id),
+                Output::SnapshotPart(part) => self.snap_part(d, *part),
+                Output::SnapshotEnded { id, result } => self.snap_ended(id, result),
             }
         }
-        for ob in observed {
-            self.observe(d, ob);
+        for (tick, ob) in observed {
+            self.observe(d, tick, ob);
         }
         if let Some(delay) = torn {
             self.report.faults.torn_crashes += 1;
             self.crash(d, true);
             self.schedule(self.now + delay, Event::Restart(d));
             return;
+        }
+        if let Some(rest) = held {
+            self.nodes.get_mut(&d).expect("node").held = Some(rest);
+        }
+        if let Some(dev) = self.nodes[&d].device.as_ref() {
+            let acting = dev.acting_coordinator();
+            self.elections.acting(d, acting);
         }
         if let Some(dev) = self.nodes[&d].device.as_ref() {
             for v in dev.manager_views() {
@@ -916,7 +1073,7 @@ impl World {
         );
     }
 
-    fn observe(&mut self, d: DeviceId, ob: Observation) {
+    fn observe(&mut self, d: DeviceId, tick: u64, ob: Observation) {
         self.trace(|| format!("{d} observe {ob:?}"));
         match ob {
             Observation::BecameManager {
@@ -928,6 +1085,12 @@ impl World {
                 self.mix(0x1000 ^ d.0 ^ (store.0 as u64) << 8 ^ epoch.0 << 32);
                 self.checker.became_manager(d, store, epoch);
                 self.lock_takeover(d, store);
+                if let Some(r) = self.restore.as_mut()
+                    && let Some(t) =
+                        (self.nodes[&d].device.as_ref()).and_then(|dev| dev.managed_tables(store))
+                {
+                    r.takeovers.push((store, d, t.clone()));
+                }
                 match cause {
                     EpochCause::Regeneration => self.report.regenerations += 1,
                     EpochCause::Migration => self.report.migrations += 1,
@@ -950,6 +1113,7 @@ impl World {
             } => {
                 self.mix(0x3000 ^ key << 8 ^ version.seq << 24 ^ version.epoch.0 << 48);
                 self.report.writes_acked += 1;
+                self.cuts.facts.write_acked(d, tick, store, key, version);
                 let chunks = self.nodes.values().flat_map(|n| n.disk.chunks.values());
                 self.checker.write_acked(store, key, version, chunks);
             }
@@ -971,6 +1135,7 @@ impl World {
                 ..
             } => {
                 self.mix(0x7000 ^ session.0 << 8);
+                self.cuts.facts.session_touched(tick, store, session);
                 self.locks
                     .session_ending(store, d, session, &released, self.now);
             }
@@ -979,12 +1144,41 @@ impl World {
                 self.report.locks.session_ends += 1;
                 self.locks.session_ended(store, d, session, self.now);
             }
+            Observation::Coordinator { term } => {
+                self.mix(0x9000 ^ term.n << 8 ^ term.leader.0 << 40);
+                self.elections.coordinator(d, term);
+            }
+            Observation::CommandSent { term, .. } => {
+                self.mix(0xa000 ^ term.n << 8);
+                self.elections.command_sent(d, term);
+            }
+            Observation::CommandApplied { term, .. } => {
+                self.mix(0xb000 ^ term.n << 8);
+                self.elections.command_applied(d, term);
+            }
+            Observation::CommandRefused { .. } => {
+                self.mix(0xc000);
+                self.elections.command_refused();
+            }
             _ => self.mix(0x6000),
         }
     }
 
     fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
         self.count_safetalk(from, to, &msg);
+        if let Msg::Election(m) = &msg
+            && let Some(id) = crate::election::counted_id(m)
+        {
+            let running: Vec<DeviceId> = (self.nodes.keys().copied())
+                .filter(|d| self.running(*d))
+                .collect();
+            let boot = self.nodes.get(&id.initiator).map_or(0, |n| n.boot);
+            self.elections.message(self.now, id, boot, &running);
+        }
+        let seq = match crate::snapshot::carried(&msg) {
+            Some(_) => self.cuts.send(from, to),
+            None => 0,
+        };
         let msg = Box::new(msg);
         let Some(boot) = self.nodes.get(&to).map(|n| n.boot) else {
             return;
@@ -1002,6 +1196,7 @@ impl World {
                             from,
                             to,
                             boot,
+                            seq,
                             msg: msg.clone(),
                         },
                     );
@@ -1131,12 +1326,21 @@ impl World {
         };
         self.now = at;
         // A paused device handles nothing until it resumes: defer its inputs, in order.
+        // At the end of the pause it resumes before the first of them (the rest of a batch
+        // the pause stopped leaves first).
         if let Some(t) = ev.target()
             && let Some(until) = self.nodes[&t].paused_until
-            && until > self.now
         {
-            self.queue.insert((until, seq), ev);
-            return true;
+            if until > self.now {
+                self.queue.insert((until, seq), ev);
+                self.nodes
+                    .get_mut(&t)
+                    .expect("node")
+                    .deferred
+                    .push((until, seq));
+                return true;
+            }
+            self.resume(t);
         }
         self.report.events += 1;
         self.mix(at ^ ev.tag().rotate_left(17));
@@ -1145,6 +1349,7 @@ impl World {
                 from,
                 to,
                 boot,
+                seq,
                 msg,
             } => {
                 let node = &self.nodes[&to];
@@ -1154,8 +1359,20 @@ impl World {
                     self.report.faults.lost += 1;
                     self.trace(|| format!("{from}->{to} dropped (partition)"));
                 } else {
-                    self.trace(|| format!("{from}->{to} {msg:?}"));
+                    self.trace(|| format!("{from}->{to} #{seq} {msg:?}"));
+                    if seq > 0 {
+                        // Timers already due fire first, as an input of their own: what
+                        // leaves the device in the delivery's batch is then the message's
+                        // doing (or the snapshot machine's).
+                        self.fire_due_timers(to);
+                        self.cuts.delivering(from, to, boot, seq, &msg);
+                        self.delivering = Some((from, seq));
+                    }
                     self.input(to, Input::Message { from, msg: *msg });
+                    self.delivering = None;
+                    if seq > 0 {
+                        self.cuts.processed(from, to, seq);
+                    }
                 }
             }
             Event::ClientArrive { req, to, boot } => {
@@ -1164,6 +1381,7 @@ impl World {
                     && node.device.is_some()
                     && let Some(w) = self.writes.get(&req)
                 {
+                    self.cuts.facts.write_received(to, self.tick, w.value);
                     let req_in = Request::Write {
                         store: w.store,
                         key: w.key,
@@ -1230,6 +1448,8 @@ impl World {
             }
             Event::Sample => {
                 self.sample();
+                let timeout = self.nodes[&DeviceId(1)].cfg.snapshot.timeout;
+                self.cuts.prune(self.now, timeout.as_micros() as u64);
                 if !self.obj_clients.is_empty() {
                     self.obj_sample();
                 }
@@ -1247,15 +1467,42 @@ impl World {
             Event::ObjTimeout { req, attempt } => self.obj_timeout(req, attempt),
             Event::ObjKeepAlive(c, s) => self.obj_keepalive_due(c, s),
             Event::WatchCheck(w) => self.watch_check(w),
+            Event::Snapshot => {
+                if self.faults_on {
+                    self.start_snapshot();
+                    let t = self.now + exp(&mut self.snap_rng, self.snap_knobs.mean_us);
+                    self.schedule(t, Event::Snapshot);
+                }
+            }
         }
+        self.restore_pending();
         true
+    }
+
+    /// End a pause early: the inputs it deferred move up to now, in their order, so
+    /// that nothing sent later overtakes them (channels are FIFO).
+    fn resume_now(&mut self, d: DeviceId) {
+        let node = self.nodes.get_mut(&d).expect("node");
+        node.paused_until = Some(self.now);
+        for key in std::mem::take(&mut node.deferred) {
+            if let Some(ev) = self.queue.remove(&key) {
+                self.queue.insert((self.now, key.1), ev);
+            }
+        }
+        self.resume(d);
     }
 
     fn resume(&mut self, d: DeviceId) {
         let node = self.nodes.get_mut(&d).expect("node");
         if node.paused_until.is_some_and(|u| u <= self.now) {
             node.paused_until = None;
+            node.deferred.clear();
+            let held = node.held.take();
             self.trace(|| format!("{d} resumes"));
+            // The rest of a batch the pause stopped leaves first.
+            if let Some(rest) = held {
+                self.process(d, rest);
+            }
             // Let it notice how much time passed.
             if self.nodes[&d].device.is_some() {
                 self.input(d, Input::Tick);
@@ -1326,6 +1573,7 @@ impl World {
             }
             NemesisAction::Crash => {
                 let d = ids[self.nemesis_rng.below(n) as usize];
+                let d = self.aim_at_coordinator(d);
                 if self.nodes[&d].device.is_none()
                     || (self.nodes[&d].paused_until.is_none()
                         && self.down_count() >= self.knobs.down_max)
@@ -1343,9 +1591,11 @@ impl World {
             }
             NemesisAction::Pause => {
                 let d = ids[self.nemesis_rng.below(n) as usize];
-                if !self.running(d) || self.down_count() >= self.knobs.down_max {
+                let aimed = self.aim_at_coordinator(d);
+                if !self.running(aimed) || self.down_count() >= self.knobs.down_max {
                     return;
                 }
+                let d = aimed;
                 let dur = 1 + self.nemesis_rng.below(self.knobs.pause_max_us);
                 self.nodes.get_mut(&d).expect("node").paused_until = Some(self.now + dur);
                 self.report.faults.pauses += 1;
@@ -1515,6 +1765,8 @@ impl World {
         !self.checker.violations.is_empty()
             || !self.locks.violations.is_empty()
             || !self.objcheck.violations.is_empty()
+            || !self.elections.violations.is_empty()
+            || !self.cuts.violations.is_empty()
     }
 
     /// Run both phases and return the report.
@@ -1527,7 +1779,10 @@ impl World {
             .is_some_and(|((t, _), _)| *t <= safety_end)
         {
             self.step();
-            if self.failed() || self.report.events > EVENTS_MAX {
+            if self.report.events > EVENTS_MAX && !self.failed() {
+                self.event_storm();
+            }
+            if self.failed() {
                 return self.finish();
             }
         }
@@ -1543,11 +1798,11 @@ impl World {
             if self.nodes[&d].device.is_none() {
                 self.boot(d);
             } else if self.nodes[&d].paused_until.is_some() {
-                self.nodes.get_mut(&d).expect("node").paused_until = Some(self.now);
-                self.resume(d);
+                self.resume_now(d);
             }
         }
         self.lock_clients_heal();
+        self.liveness_election_start();
         let start = self.now;
         let deadline = start + self.cfg.liveness_us;
         while self.now < deadline && !self.failed() && self.report.events <= EVENTS_MAX {
@@ -1560,12 +1815,19 @@ impl World {
                 self.queue.pop_first();
                 self.now = t;
                 self.report.events += 1;
-                if self.sample() {
+                let stores = self.sample();
+                if self.sample_election() && stores {
                     self.report.liveness_converged_us = Some(self.now - start);
-                    self.trace(|| "liveness: every store has a working manager".to_string());
+                    self.trace(|| {
+                        "liveness: every store has a working manager, one coordinator".to_string()
+                    });
+                    self.start_calm_snapshots();
                     self.settle_lock_clients();
                     if !self.failed() {
                         self.settle_objects();
+                    }
+                    if !self.failed() {
+                        self.settle_snapshots();
                     }
                     return self.finish();
                 }
@@ -1575,6 +1837,7 @@ impl World {
             self.step();
         }
         if !self.failed() {
+            self.election_not_converged();
             for (store, verdict) in self.managed() {
                 if let Err(why) = verdict {
                     self.checker
@@ -1583,13 +1846,19 @@ impl World {
                 }
             }
             if self.report.events > EVENTS_MAX {
-                self.checker.violations.push(Violation::NoManager {
-                    store: StoreId(0),
-                    why: format!("event storm: more than {EVENTS_MAX} events"),
-                });
+                self.event_storm();
             }
         }
         self.finish()
+    }
+
+    /// Too many events: the run is stuck in a storm (a timer firing at once forever, a
+    /// message loop), which no deployment would survive.
+    fn event_storm(&mut self) {
+        self.checker.violations.push(Violation::NoManager {
+            store: StoreId(0),
+            why: format!("event storm: more than {EVENTS_MAX} events"),
+        });
     }
 
     /// Once every store has a manager again, lock clients must be answered within
@@ -1633,8 +1902,26 @@ impl World {
         let (live, safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.objcheck.violations)
             .into_iter()
             .partition(|v| v.is_liveness());
+        let (el_live, el_safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.elections.violations)
+            .into_iter()
+            .partition(|v| v.is_liveness());
+        let (snap_live, snap_safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cuts.violations)
+            .into_iter()
+            .partition(|v| v.is_liveness());
+        (self.checker.violations).extend(el_safe.into_iter().map(Violation::Election));
+        (self.checker.violations).extend(snap_safe.into_iter().map(Violation::Snapshot));
         (self.checker.violations).extend(safe.into_iter().map(Violation::Objects));
         (self.checker.violations).extend(live.into_iter().map(Violation::Objects));
+        (self.checker.violations).extend(el_live.into_iter().map(Violation::Election));
+        (self.checker.violations).extend(snap_live.into_iter().map(Violation::Snapshot));
+        // Correctness first, in the order found.
+        let (safe, live): (Vec<_>, Vec<_>) = std::mem::take(&mut self.checker.violations)
+            .into_iter()
+            .partition(|v| v.kind() == ViolationKind::Correctness);
+        self.checker.violations = safe.into_iter().chain(live).collect();
+        self.elections.finish();
+        self.report.elections = self.elections.stats.clone();
+        self.report.snapshots = self.cuts.stats.clone();
         self.report.objects.checks = self.objcheck.counts.clone();
         self.report.lock_checks = self.locks.counts.clone();
         self.report.locks.history_ops = self.locks.ops.len() as u64;

@@ -335,7 +335,7 @@ fn single(args: &SimArgs, seed: u64) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print_run(&r, wall.as_secs_f64(), args.replication);
+        print_run(&r, wall.as_secs_f64(), args.replication, args.devices);
         if r.outcome != Outcome::Passed {
             println!("replay: {}", args.replay_command(seed));
         }
@@ -343,7 +343,7 @@ fn single(args: &SimArgs, seed: u64) -> anyhow::Result<ExitCode> {
     Ok(exit_code(r.outcome))
 }
 
-fn print_run(r: &RunReport, wall_s: f64, k: usize) {
+fn print_run(r: &RunReport, wall_s: f64, k: usize, n: u64) {
     if r.lookup.is_some() {
         return print_lookup_run(r, wall_s);
     }
@@ -389,6 +389,14 @@ fn print_run(r: &RunReport, wall_s: f64, k: usize) {
         println!("  object knobs: {k:?}");
         print_objects(&r.objects, "  ");
     }
+    if let Some(k) = &r.election_knobs {
+        println!("  election knobs: {k:?}");
+    }
+    print_elections(&r.elections, n, "  ");
+    if let Some(k) = &r.snapshot_knobs {
+        println!("  snapshot knobs: {k:?}");
+    }
+    print_snapshots(&r.snapshots, "  ");
     print_cost(&r.safetalk, r.locks.grants, k);
     for v in &r.violations {
         println!("  VIOLATION ({:?}): {v}", v.kind());
@@ -427,7 +435,7 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print_summary(&summary, wall, args.replication);
+        print_summary(&summary, wall, args.replication, args.devices);
         for f in &summary.failures {
             println!(
                 "FAILED seed {} ({:?} at {:.3} s): {}",
@@ -442,7 +450,7 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     Ok(exit_code(summary.outcome()))
 }
 
-fn print_summary(s: &Summary, wall_s: f64, k: usize) {
+fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
     if s.lookup.common_runs + s.lookup.rare_runs > 0 {
         return print_lookup_summary(s, wall_s);
     }
@@ -516,6 +524,8 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize) {
     if s.objects.puts + s.objects.gets + s.objects.watch_events > 0 {
         print_objects(&s.objects, "");
     }
+    print_elections(&s.elections, n, "");
+    print_snapshots(&s.snapshots, "");
     print_cost(&s.safetalk, s.locks.grants, k);
     println!(
         "violations: {} correctness, {} liveness",
@@ -568,6 +578,85 @@ fn print_objects(o: &tenure_sim::objects::ObjectStats, indent: &str) {
         k.fence_checks,
         k.watch_checks,
         k.merge_checks
+    );
+}
+
+/// What the elections did, and the counted messages per election beside the lecture's
+/// figures (seed 002 §14.3.3) for n devices.
+fn print_elections(e: &tenure_sim::election::ElectionStats, n: u64, indent: &str) {
+    if e.bully.runs + e.ring.runs == 0 {
+        return;
+    }
+    let bound = tenure_sim::election::convergence_bound_us(&Default::default(), n);
+    println!(
+        "{indent}elections: {} terms followed, {} commands sent ({} applied, {} refused as stale), {} crashes and pauses aimed at the coordinator, {} coordinators paused with a command decided but not yet sent, {} liveness phases with the coordinator kept down, longest convergence {:.3} s (bound {:.3} s)",
+        e.terms,
+        e.commands_sent,
+        e.commands_applied,
+        e.commands_refused,
+        e.coordinator_faults,
+        e.paused_at_command,
+        e.coordinator_kept_down,
+        secs(e.max_convergence_us),
+        secs(bound)
+    );
+    let h = |h: &tenure_sim::election::Histogram| match (h.median(), h.max()) {
+        (Some(m), Some(x)) => format!("median {m}, max {x} ({} counted)", h.count()),
+        _ => "none counted".to_string(),
+    };
+    if e.bully.runs > 0 {
+        let b = &e.bully;
+        println!(
+            "{indent}  bully ({} runs): messages per election {}; when the highest running device initiated: {} — lecture best case n − 2 = {} to live processes (the highest live initiates after the coordinator crashed; {n} in all with its ELECTION and COORDINATOR to the crashed one)",
+            b.runs,
+            h(&b.per_election),
+            h(&b.per_election_highest),
+            n.saturating_sub(2)
+        );
+        println!(
+            "{indent}    per episode (every election until the next quiet spell) {}; begun by the lowest device with all running: {} — lecture worst case O(n²): n² − 1 = {} when the lowest initiates with all live",
+            h(&b.per_episode),
+            h(&b.per_episode_lowest),
+            (n * n).saturating_sub(1)
+        );
+    }
+    if e.ring.runs > 0 {
+        let r = &e.ring;
+        println!(
+            "{indent}  ring ({} runs): messages per election {} — lecture 2(n − 1) = {} with every process live (more when successors are skipped or messages lost); per episode {}",
+            r.runs,
+            h(&r.per_election),
+            2 * n.saturating_sub(1),
+            h(&r.per_episode)
+        );
+    }
+    println!(
+        "{indent}election checks: {} commands and roles against their term's coordinator, {} applied commands against the newest term seen, {} convergence samples",
+        e.coordinator_checks, e.fencing_checks, e.convergence_checks
+    );
+}
+
+/// What the snapshots did, and how often the snapshot checkers compared something.
+fn print_snapshots(s: &tenure_sim::snapshot::SnapshotStats, indent: &str) {
+    if s.started == 0 {
+        return;
+    }
+    println!(
+        "{indent}snapshots: {} started, {} completed ({} terminated: nothing in flight), {} failed; {} parts, {} messages recorded in flight, {} records by a restarted device; {} restored ({} events, every store managed within {:.3} s)",
+        s.started,
+        s.completed,
+        s.terminated,
+        s.failed,
+        s.parts,
+        s.channel_messages,
+        s.rerecords,
+        s.restores,
+        s.restore_events,
+        secs(s.restore_max_us)
+    );
+    println!(
+        "{indent}snapshot checks: {} channel pairs (processed ≤ sent), {} recorded messages matched, {} recorded chunks, {} restored facts",
+        s.pair_checks, s.channel_checks, s.state_checks, s.restore_checks
     );
 }
 

@@ -90,7 +90,7 @@ pub(super) struct LockReq {
     pub(super) id: u64,
     pub(super) client: usize,
     incarnation: u64,
-    req: Request,
+    pub(super) req: Request,
     pub(super) kind: Kind,
     attempt: u32,
     /// First send (real µs): deadlines are computed from it, conservatively.
