@@ -99,7 +99,7 @@ pub enum ElectionViolation {
     /// After faults stopped, the devices did not agree on a running, acting coordinator
     /// within the bound.
     NoCoordinator {
-        /// How long since the last disturbance (µs).
+        /// How long since the liveness phase last changed the cluster (µs).
         after_us: u64,
         /// The bound (µs).
         bound_us: u64,
@@ -138,7 +138,7 @@ impl std::fmt::Display for ElectionViolation {
                 why,
             } => write!(
                 f,
-                "no agreed coordinator {:.3} s after faults stopped (bound {:.3} s): {why}",
+                "no agreed coordinator {:.3} s after the liveness phase last changed the cluster (faults stopped, or its coordinator crashed or restarted; bound {:.3} s): {why}",
                 *after_us as f64 / 1e6,
                 *bound_us as f64 / 1e6
             ),

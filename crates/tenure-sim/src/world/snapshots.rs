@@ -69,15 +69,15 @@ impl World {
 
     /// A request reached a device: note what may end a session's grants.
     pub(super) fn snap_note_request(&mut self, input: &Input) {
-        if let Input::Request { req, .. } = input {
-            match req {
+        if let Input::Request {
+            req:
                 Request::Release { store, session, .. }
                 | Request::ReleaseFenced { store, session, .. }
-                | Request::CloseSession { store, session } => {
-                    self.cuts.facts.session_touched(self.tick, *store, *session)
-                }
-                _ => {}
-            }
+                | Request::CloseSession { store, session },
+            ..
+        } = input
+        {
+            self.cuts.facts.session_touched(self.tick, *store, *session)
         }
     }
 

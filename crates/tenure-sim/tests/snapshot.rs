@@ -1,0 +1,133 @@
+//! Snapshots in the simulator (seed 002 §14.1–§14.2; DESIGN §6, §9.8): a bounded sweep
+//! takes snapshots under faults and after them, finds every complete one a consistent cut
+//! that restores into a working cluster holding what was acknowledged at the cut, and the
+//! cut checker catches the planted bug of a device that records its state after
+//! processing the message that carried the marker, on a seed that passes without it.
+//! Runs are shortened (10 s of faults) to keep the file well under a minute in
+//! `--release` on two cores.
+
+use tenure_core::PlantedBugs;
+use tenure_sim::snapshot::SnapshotViolation;
+use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
+
+fn short(seed: u64) -> SimConfig {
+    let mut c = SimConfig::new(seed);
+    c.safety_us = 10_000_000;
+    c
+}
+
+/// Seeds swept by `bounded_snapshot_sweep_finds_no_violation` (override with `SIM_SEEDS`).
+fn seeds() -> u64 {
+    std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+}
+
+// DESIGN §9.8: no seed of a bounded sweep takes a snapshot that is not a consistent cut
+// or does not restore, and the sweep exercised what the checkers look at: complete and
+// failed snapshots, messages recorded in flight, terminated ones, restores, and devices
+// that recorded again after a restart.
+#[test]
+fn bounded_snapshot_sweep_finds_no_violation() {
+    let n = seeds();
+    let s = sweep(0, n, 2, &short(0), 0, |_, _| {});
+    for f in &s.failures {
+        eprintln!("seed {} {:?}: {}", f.seed, f.outcome, f.message);
+    }
+    let k = &s.snapshots;
+    eprintln!("{k:#?}");
+    assert!(k.started > 0 && k.completed > 0 && k.failed > 0 && k.terminated > 0);
+    assert!(k.parts > 0 && k.channel_messages > 0 && k.rerecords > 0);
+    assert!(k.pair_checks > 0 && k.channel_checks > 0 && k.state_checks > 0);
+    assert!(k.restores >= 2 * n, "every run restores its calm snapshots");
+    assert!(k.restore_events > 0 && k.restore_checks > 0);
+    assert_eq!(
+        s.failures.len(),
+        0,
+        "failing seeds: {:?}",
+        s.failures.iter().map(|f| f.seed).collect::<Vec<_>>()
+    );
+}
+
+// DESIGN §10: a run with snapshots (and their restores) replays exactly.
+#[test]
+fn a_seed_with_snapshots_replays() {
+    let once = |seed| {
+        let mut c = short(seed);
+        c.trace = true;
+        let r = run(c);
+        (r.fingerprint, r.events, r.trace.len(), r.snapshots.restores)
+    };
+    let a = once(5);
+    assert_eq!(a, once(5));
+    assert!(a.3 > 0, "restores ran");
+}
+
+// The cut checker: a device that processes a tagged message before recording its state
+// puts in its part (or in a channel it records) a message its sender sent after its own
+// record.
+#[test]
+fn planted_record_late_is_caught_as_an_inconsistent_cut() {
+    let mut c = short(0);
+    c.planted = PlantedBugs {
+        snapshot_record_late: true,
+        ..Default::default()
+    };
+    let limit = 10;
+    let s = sweep(0, limit, 2, &c, 1, |_, _| {});
+    let Some(f) = s.failures.into_iter().next() else {
+        panic!("no seed below {limit} caught the planted bug");
+    };
+    let Violation::Snapshot(v) = &f.violation else {
+        panic!(
+            "seed {}: expected a snapshot violation, got {}",
+            f.seed, f.message
+        );
+    };
+    assert!(
+        matches!(
+            v,
+            SnapshotViolation::ReceivedNotSent { .. } | SnapshotViolation::BadChannel { .. }
+        ),
+        "seed {}: {v}",
+        f.seed
+    );
+    assert_eq!(f.outcome, Outcome::Correctness);
+    let clean = run(short(f.seed));
+    assert_eq!(
+        clean.outcome,
+        Outcome::Passed,
+        "seed {} without the bug: {:?}",
+        f.seed,
+        clean.violations
+    );
+}
+
+// Not a lucky seed: the bug shows in a third of the runs or more (as a message recorded in flight that its
+// sender sent after recording, the common shape: the marker came first on that channel,
+// and the late record let the tagged message into the channel's recording; the other
+// shape, a tagged first marker whose message was processed before the record, is shown
+// on hand-built records in the checker's unit tests).
+#[test]
+fn planted_record_late_is_caught_in_many_seeds() {
+    let mut c = short(0);
+    c.planted = PlantedBugs {
+        snapshot_record_late: true,
+        ..Default::default()
+    };
+    let n = 10;
+    let s = sweep(0, n, 2, &c, 0, |_, _| {});
+    let cut = (s.failures.iter())
+        .filter(|f| {
+            matches!(
+                &f.violation,
+                Violation::Snapshot(
+                    SnapshotViolation::ReceivedNotSent { .. }
+                        | SnapshotViolation::BadChannel { .. }
+                )
+            )
+        })
+        .count() as u64;
+    assert!(3 * cut >= n, "{cut} of {n} seeds caught it");
+}
