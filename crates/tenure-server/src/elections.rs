@@ -464,6 +464,8 @@ async fn campaign_task(
         Some(A::Ok(g)) => token_from_proto(g.token.unwrap_or_default()),
         Some(A::Error(mut err)) => {
             fill(&mut err, &e, session);
+            metrics::counter!("tenure_election_campaigns_total", "outcome" => "failed")
+                .increment(1);
             return reply(R::Error(err));
         }
         None => return Err(Status::internal("empty answer to an acquire")),
@@ -473,29 +475,42 @@ async fn campaign_task(
         // Request id 0: not the campaign's (the lock table knows that one as the acquire).
         svc.release(&e, session, 0, token).await?.ok();
         metrics::counter!("tenure_election_campaigns_total", "outcome" => "abandoned").increment(1);
-        return reply(R::Error(error(
-            Kind::Rejected(proto::Rejected {
-                reason: "abandoned".into(),
-            }),
-            format!("the campaign for {} was abandoned by its caller", e.name),
-        )));
+        return reply(R::Error(abandoned(&e)));
     }
     let written = svc
         .write_record(&e, session, r.request_id, r.value.clone(), token)
         .await?;
     match written {
+        Ok(_) if run.callers.load(Ordering::SeqCst) == 0 => {
+            info!(name = %e.name, session = session.0, "elected after the campaign was abandoned: resigning");
+            svc.resign_token(&e, session, 0, token).await?.ok();
+            metrics::counter!("tenure_election_campaigns_total", "outcome" => "abandoned")
+                .increment(1);
+            reply(R::Error(abandoned(&e)))
+        }
         Ok(leader) => {
-            if run.callers.load(Ordering::SeqCst) == 0 {
-                info!(name = %e.name, session = session.0, "elected after the campaign was abandoned: resigning");
-                svc.resign_token(&e, session, 0, token).await?.ok();
-            }
             info!(name = %e.name, session = session.0, token = %format!("{}.{}", token.epoch.0, token.seq), "elected");
             metrics::counter!("tenure_election_campaigns_total", "outcome" => "elected")
                 .increment(1);
             reply(R::Ok(leader))
         }
-        Err(err) => reply(R::Error(err)),
+        Err(err) => {
+            metrics::counter!("tenure_election_campaigns_total", "outcome" => "failed")
+                .increment(1);
+            reply(R::Error(err))
+        }
     }
+}
+
+/// The answer of a campaign whose callers all went away (nobody reads it but a late
+/// retry).
+fn abandoned(e: &Election) -> proto::Error {
+    error(
+        Kind::Rejected(proto::Rejected {
+            reason: "abandoned".into(),
+        }),
+        format!("the campaign for {} was abandoned by its caller", e.name),
+    )
 }
 
 type ObserveStream =
