@@ -171,8 +171,11 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
             (false, None) => Wait::Forever,
         };
         let started = Instant::now();
+        // Who leads now, for people: worth a second at most (the campaign reports what
+        // is wrong with the cluster if anything is).
+        let current = tokio::time::timeout(Duration::from_secs(1), elections.leader(&a.name));
         if !a.json
-            && let Ok(Some(l)) = elections.leader(&a.name).await
+            && let Ok(Ok(Some(l))) = current.await
         {
             eprintln!("{} is led by {}; campaigning", a.name, leader_line(&l));
         }
