@@ -34,6 +34,9 @@
 //! stream and report every change, resynchronising after a gap, a failover or a
 //! reconnection.
 //!
+//! Cluster membership ([`Client::cluster`], module [`cluster`], DESIGN §6): add a device
+//! started to join, remove (drain and retire) one, read the membership record.
+//!
 //! Objects ([`Client::objects`], module [`objects`], seed 001): put (one message up to a
 //! MiB, streamed above), get, head, conditional puts (create only, compare-and-set on
 //! the revision, fenced by a lock guard's token), delete, list, multipart uploads, and
@@ -52,6 +55,7 @@
 //! may be lost before its conservative deadline (as a [`LockGuard`] does), proclaim,
 //! resign, the current leader, and observations of every change, "no leader" included.
 
+pub mod cluster;
 mod conn;
 pub mod elections;
 pub mod locks;

@@ -7,6 +7,8 @@
 //! client_listen = "127.0.0.1:7201"
 //! metrics_listen = "127.0.0.1:7301"   # optional
 //! worker_threads = 1                    # optional; default one per core; 1 = current-thread runtime
+//! join = true                          # optional: started to join a running cluster
+//!                                       # (`tenure cluster add`; default false)
 //!
 //! [cluster]
 //! stores = 64
@@ -177,6 +179,11 @@ pub struct ServerConfig {
     /// Whether this device runs the outside policies.
     #[serde(default = "yes")]
     pub run_policies: bool,
+    /// This device joins a running cluster (`tenure cluster add`; DESIGN §6): it creates
+    /// no chunks and takes no part in elections until the coordinator admits it, which an
+    /// `AddDevice` request naming it asks for. `peers` lists the members and this device.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
     /// Seed of the core's PRNG (default: derived from the id and the boot time).
     #[serde(default)]
     pub rng_seed: Option<u64>,
@@ -345,6 +352,7 @@ impl ServerConfig {
         let mut cfg = DeviceConfig::new(DeviceId(self.id), cluster);
         cfg.timing = self.timing.apply(cfg.timing);
         cfg.run_policies = self.run_policies;
+        cfg.join = self.join;
         // The server's storage compacts deltas itself: a checkpoint writes each changed
         // chunk's whole record from its copy of the durable state. A whole record from
         // the core (idempotency windows included, up to a megabyte) would only be
@@ -452,6 +460,7 @@ mod tests {
             peers: vec![],
             timing: TimingOverrides::default(),
             run_policies: true,
+            join: false,
             rng_seed: None,
             request_timeout_ms: 5000,
             max_frame_bytes: 1 << 20,

@@ -98,6 +98,14 @@ pub enum Call {
         /// Where it goes.
         reply: oneshot::Sender<StatusSnapshot>,
     },
+    /// The membership record (DESIGN §6), after `cmd` is handed to the core as
+    /// `Input::Policy`, if there is one ([`crate::cluster_api`]).
+    Membership {
+        /// An operator's `AddDevice` or `RemoveDevice`.
+        cmd: Option<tenure_core::io::PolicyCommand>,
+        /// Where the record goes.
+        reply: oneshot::Sender<crate::cluster_api::MembersView>,
+    },
     /// Start a consistent snapshot of the cluster here (`Input::StartSnapshot`); the
     /// reply is its id, at once ([`crate::snapshots::Book`] follows it).
     StartSnapshot {
@@ -369,6 +377,10 @@ pub struct Driver {
     watches: WatchRoutes,
     /// When the lookup node's gauges were last set.
     gauges_at: std::time::Instant,
+    /// Redirect hints, kept in line with the membership record.
+    endpoints: crate::cluster_api::Endpoints,
+    /// This device retired from the cluster: it stops once its outputs are out.
+    retired: bool,
     /// The snapshots this device takes part in (their parts are written on a thread of
     /// their own; a Done/Continue leaves once its part is durable).
     snapshots: crate::snapshots::Book,
@@ -642,6 +654,8 @@ impl Driver {
             lookup_subs: SubRoutes::default(),
             watches: WatchRoutes::default(),
             gauges_at: std::time::Instant::now(),
+            endpoints: Default::default(),
+            retired: false,
             snapshots: crate::snapshots::Book::default(),
         };
         d.release(out);
@@ -699,8 +713,24 @@ impl Driver {
         Ok(())
     }
 
-    /// Run until the call channel closes (the server shut down) or storage fails.
+    /// Keep the transport's peers and the redirect hints in `endpoints` in line with the
+    /// membership record, from the record the device booted with on.
+    pub fn with_members(mut self, endpoints: crate::cluster_api::Endpoints) -> Driver {
+        self.endpoints = endpoints;
+        let me = self.device.id();
+        let members = self.device.members();
+        crate::cluster_api::apply_members(me, members, &self.transport, &self.endpoints);
+        self
+    }
+
+    /// Run until the call channel closes (the server shut down), storage fails, or the
+    /// device retires from the cluster.
     pub async fn run(mut self) -> Result<(), DriverError> {
+        let me = self.device.id();
+        if self.device.members().retired.contains(&me) {
+            info!(device = %me, "this device retired from the cluster (a retired id never returns); not serving");
+            return Ok(());
+        }
         loop {
             let now = self.clock.now();
             let wait = self
@@ -765,6 +795,9 @@ impl Driver {
             }
             if self.pending.len() > 4096 {
                 self.pending.retain(|_, p| !p.reply.is_closed());
+            }
+            if self.retired {
+                return self.retire().await;
             }
         }
     }
@@ -854,6 +887,12 @@ impl Driver {
                 );
             }
             Call::Status { reply } => statuses.push(reply),
+            Call::Membership { cmd, reply } => {
+                if let Some(cmd) = cmd {
+                    self.input(Input::Policy(cmd), out);
+                }
+                let _ = reply.send(crate::cluster_api::MembersView::of(&self.device));
+            }
             Call::StartSnapshot { reply } => {
                 let from = out.len();
                 self.input(Input::StartSnapshot, out);
@@ -930,6 +969,7 @@ impl Driver {
                 }
                 Output::Observe(obs) => {
                     self.event(&obs);
+                    self.membership(&obs);
                     observe(&obs, &self.metrics)
                 }
                 Output::SetTimer(_) => {}
@@ -951,6 +991,36 @@ impl Driver {
                 } => self.hold_watch(client, watch, WatchMsg::Ended(reason)),
             }
         }
+    }
+
+    /// Follow a membership change: new members become peers and redirect targets, retired
+    /// ones are dropped; this device's own retirement stops it after this turn.
+    fn membership(&mut self, obs: &Observation) {
+        match obs {
+            Observation::Members { members } => {
+                info!(
+                    "membership record {}",
+                    crate::cluster_api::describe(members)
+                );
+                let me = self.device.id();
+                crate::cluster_api::apply_members(me, members, &self.transport, &self.endpoints);
+            }
+            Observation::Retired => self.retired = true,
+            _ => {}
+        }
+    }
+
+    /// This device retired: make what it produced durable and let it out, then stop.
+    async fn retire(&mut self) -> Result<(), DriverError> {
+        while self.durable < self.sent {
+            self.await_commit().await?;
+            self.start_commit();
+        }
+        self.flush_held();
+        // The transport writes what was just queued before it closes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        info!(device = %self.device.id(), "this device retired from the cluster: it holds no chunks and manages no stores; stopping");
+        Ok(())
     }
 
     /// Tell the session streams what concerns them. A session's end goes out once it is

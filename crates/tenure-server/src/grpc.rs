@@ -16,7 +16,6 @@ use crate::driver::{Answer, Call, DeviceEvent, StatusSnapshot};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind, tenure_server::Tenure};
 use tenure_core::config::store_of;
@@ -33,7 +32,8 @@ use tracing::{debug, info};
 #[derive(Clone, Debug)]
 pub struct Api {
     calls: mpsc::Sender<Call>,
-    endpoints: Arc<HashMap<DeviceId, SocketAddr>>,
+    /// Client endpoints for redirect hints (configured, then the membership record's).
+    endpoints: crate::cluster_api::Endpoints,
     request_timeout: Duration,
     stores: u32,
     events: broadcast::Sender<DeviceEvent>,
@@ -52,13 +52,18 @@ impl Api {
     ) -> Api {
         Api {
             calls,
-            endpoints: Arc::new(endpoints),
+            endpoints: endpoints.into(),
             request_timeout,
             stores,
             events,
             me: None,
             watches: Default::default(),
         }
+    }
+
+    /// The redirect hints' endpoints (the driver adds the members admitted at runtime).
+    pub fn endpoints(&self) -> &crate::cluster_api::Endpoints {
+        &self.endpoints
     }
 
     /// The device serving (reported to session streams).
@@ -192,7 +197,7 @@ impl Api {
                 store: store.0,
                 hint_device: hint.map(|d| d.0),
                 hint_endpoint: hint
-                    .and_then(|d| self.endpoints.get(&d))
+                    .and_then(|d| self.endpoints.get(d))
                     .map(|a| a.to_string())
                     .unwrap_or_default(),
             }),

@@ -11,6 +11,7 @@
 //! - [`grpc`]: the client API of `proto/tenure.proto`;
 //! - [`lookup`]: the lookup service's API (`service Lookup`, seed 003);
 //! - [`objects`]: the object service's API (`service Objects`, seed 001);
+//! - [`cluster_api`]: cluster membership's API (`service Cluster`) and the driver's part in it;
 //! - [`snapshots`]: consistent snapshots' files and API (`service Snapshots`, seed 002);
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`config`]: the TOML configuration;
@@ -19,6 +20,7 @@
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
 
+pub mod cluster_api;
 pub mod config;
 pub mod driver;
 pub mod elections;
@@ -40,6 +42,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tenure_client::proto::elections_server::ElectionsServer;
+use tenure_client::proto::cluster_server::ClusterServer;
 use tenure_client::proto::lookup_server::LookupServer;
 use tenure_client::proto::objects_server::ObjectsServer;
 use tenure_client::proto::snapshots_server::SnapshotsServer;
@@ -233,6 +236,11 @@ pub async fn start_with_listeners(
     )
     .with_device(me)
     .with_watches(watch_routes);
+    let driver = driver.with_members(api.endpoints().clone());
+    let cluster_api = cluster_api::ClusterApi::new(
+        calls_tx.clone(),
+        Duration::from_millis(cfg.request_timeout_ms),
+    );
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let snapshots_api =
         snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
@@ -266,6 +274,7 @@ pub async fn start_with_listeners(
             .add_service(service)
             .add_service(lookup_service)
             .add_service(objects_service)
+            .add_service(ClusterServer::new(cluster_api))
             .add_service(SnapshotsServer::new(snapshots_api))
             .add_service(
                 ElectionsServer::new(elections_api).max_decoding_message_size(MAX_FRAME_BYTES),

@@ -10,6 +10,20 @@
 //! task forwards incoming frames to the device driver. The outbound queue is bounded; when
 //! it is full (peer down for long) new messages are dropped and counted.
 //!
+//! The set of peers changes at runtime (cluster membership, DESIGN §6). The configured
+//! peers are known from the start; the driver adds every member the membership record
+//! names as soon as it adopts the record ([`Transport::set_peer`], with the record's peer
+//! address: an admitted device always has one) and removes the ones that retired
+//! ([`Transport::remove_peer`]). A device started to join knows every member from its
+//! configuration. So when the coordinator admits a device, the members with lower ids
+//! dial it as soon as they hold the record naming it, and a joining device with a lower
+//! id than a member keeps dialing that member, which accepts it once its record names
+//! the newcomer (until then the connection is refused, as is any device that is neither
+//! configured nor in the record). A message for a device whose address is not known
+//! yet waits in its queue until the address or a connection arrives. A removed peer is
+//! closed after [`TransportConfig::linger`] (the message telling it that it retired
+//! leaves first) and its connections are refused from then on.
+//!
 //! Frames are length-delimited with a maximum size ([`crate::wire`]). A connection opens
 //! with a `Hello` each way; a frame that is oversized, malformed, of another wire version,
 //! or claims another sender closes that connection with a logged reason and changes
@@ -17,13 +31,14 @@
 
 use crate::wire::{self, Frame};
 use futures::{SinkExt, StreamExt};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tenure_core::ids::DeviceId;
 use tenure_core::msg::Msg;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -36,7 +51,7 @@ pub type Inbound = (DeviceId, Msg);
 pub struct TransportConfig {
     /// This device.
     pub me: DeviceId,
-    /// Every other device and its peer address.
+    /// The devices known at start and their peer addresses.
     pub peers: Vec<(DeviceId, SocketAddr)>,
     /// Largest frame accepted or sent.
     pub max_frame_bytes: usize,
@@ -48,6 +63,8 @@ pub struct TransportConfig {
     pub backoff_max: Duration,
     /// How long a handshake may take.
     pub handshake_timeout: Duration,
+    /// How long a removed peer stays reachable, so what was sent to it last leaves.
+    pub linger: Duration,
 }
 
 impl TransportConfig {
@@ -61,18 +78,99 @@ impl TransportConfig {
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_millis(1000),
             handshake_timeout: Duration::from_secs(3),
+            linger: Duration::from_secs(5),
         }
     }
 }
 
 type Conn = Framed<TcpStream, LengthDelimitedCodec>;
 
-/// Sending side of the transport (cheap to clone).
+/// One peer's task handles.
+#[derive(Debug)]
+struct Peer {
+    queue: mpsc::Sender<Msg>,
+    accepted: mpsc::Sender<Conn>,
+    addr: watch::Sender<Option<SocketAddr>>,
+    stop: CancellationToken,
+    /// A removal under way (its serial): the peer goes when it is due.
+    leaving: Option<u64>,
+}
+
+/// The peers, shared by the sending side, the accept loop and removals.
+#[derive(Debug, Default)]
+struct Table {
+    peers: HashMap<DeviceId, Peer>,
+    /// Devices that left the cluster: never a peer again.
+    removed: HashSet<DeviceId>,
+    next_removal: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cfg: TransportConfig,
+    inbox: mpsc::Sender<Inbound>,
+    stop: CancellationToken,
+    table: Mutex<Table>,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // Every change to the table is a single insert or remove: a panic elsewhere
+        // cannot leave it half-changed.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The peer `id`, started if new (at `addr`, or waiting for an address or a
+    /// connection), its address updated if `addr` is newer. None for this device and for
+    /// a removed one once its linger time is over.
+    fn peer<'a>(
+        self: &Arc<Self>,
+        table: &'a mut Table,
+        id: DeviceId,
+        addr: Option<SocketAddr>,
+    ) -> Option<&'a Peer> {
+        if let Some(p) = table.peers.get(&id) {
+            if addr.is_some() && *p.addr.borrow() != addr && p.leaving.is_none() {
+                info!(peer = %id, addr = ?addr, "peer address updated");
+                p.addr.send_replace(addr);
+            }
+            return table.peers.get(&id);
+        }
+        if id == self.cfg.me || table.removed.contains(&id) {
+            return None;
+        }
+        let (qtx, qrx) = mpsc::channel(self.cfg.queue_len);
+        let (ctx, crx) = mpsc::channel(4);
+        let (atx, arx) = watch::channel(addr);
+        let stop = self.stop.child_token();
+        let task = PeerTask {
+            cfg: self.cfg.clone(),
+            peer: id,
+            addr: arx,
+            queue: qrx,
+            accepted: crx,
+            inbox: self.inbox.clone(),
+            stop: stop.clone(),
+        };
+        tokio::spawn(task.run());
+        table.peers.insert(
+            id,
+            Peer {
+                queue: qtx,
+                accepted: ctx,
+                addr: atx,
+                stop,
+                leaving: None,
+            },
+        );
+        table.peers.get(&id)
+    }
+}
+
+/// Sending side of the transport (cheap to clone), and the peer set's controls.
 #[derive(Clone, Debug)]
 pub struct Transport {
-    me: DeviceId,
-    queues: HashMap<DeviceId, mpsc::Sender<Msg>>,
-    inbox: mpsc::Sender<Inbound>,
+    shared: Arc<Shared>,
 }
 
 impl Transport {
@@ -84,61 +182,105 @@ impl Transport {
         inbox: mpsc::Sender<Inbound>,
         stop: CancellationToken,
     ) -> Transport {
-        let mut queues = HashMap::new();
-        let mut accepted = HashMap::new();
-        for &(peer, addr) in &cfg.peers {
-            if peer == cfg.me {
-                continue;
-            }
-            let (qtx, qrx) = mpsc::channel(cfg.queue_len);
-            let (ctx, crx) = mpsc::channel(4);
-            queues.insert(peer, qtx);
-            accepted.insert(peer, ctx);
-            let task = PeerTask {
-                cfg: cfg.clone(),
-                peer,
-                addr,
-                queue: qrx,
-                accepted: crx,
-                inbox: inbox.clone(),
-                stop: stop.clone(),
-            };
-            tokio::spawn(task.run());
-        }
-        tokio::spawn(accept_loop(cfg.clone(), listener, accepted, stop));
-        Transport {
-            me: cfg.me,
-            queues,
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
             inbox,
+            stop: stop.clone(),
+            table: Mutex::new(Table::default()),
+        });
+        {
+            let mut table = shared.table();
+            for &(peer, addr) in &cfg.peers {
+                shared.peer(&mut table, peer, Some(addr));
+            }
+        }
+        tokio::spawn(accept_loop(shared.clone(), listener, stop));
+        Transport { shared }
+    }
+
+    /// Reach `peer` at `addr` from now on: a new peer (a member admitted at runtime), or
+    /// a known one's new address. Ignored for this device and removed ones.
+    pub fn set_peer(&self, peer: DeviceId, addr: SocketAddr) {
+        let mut table = self.shared.table();
+        let known = table.peers.contains_key(&peer);
+        if self.shared.peer(&mut table, peer, Some(addr)).is_some() && !known {
+            info!(%peer, %addr, "peer added");
         }
     }
 
-    /// Queue a message for `to`. Never blocks: returns false when it was dropped (unknown
-    /// peer or full queue).
-    pub fn send(&self, to: DeviceId, msg: Msg) -> bool {
-        if to == self.me {
-            return match self.inbox.try_send((self.me, msg)) {
-                Ok(()) => true,
-                Err(_) => {
-                    metrics::counter!("tenure_peer_dropped_total").increment(1);
-                    false
-                }
-            };
+    /// `peer` left the cluster: close it after the linger time (what was queued for it
+    /// leaves first), and refuse its connections from then on.
+    pub fn remove_peer(&self, peer: DeviceId) {
+        if peer == self.shared.cfg.me {
+            return;
         }
-        match self.queues.get(&to) {
-            Some(q) => match q.try_send(msg) {
-                Ok(()) => true,
-                Err(_) => {
-                    metrics::counter!("tenure_peer_dropped_total").increment(1);
-                    debug!(peer = %to, "outbound queue full or closed; message dropped");
-                    false
-                }
-            },
-            None => {
-                warn!(peer = %to, "message for an unknown device dropped");
-                false
+        let serial = {
+            let mut table = self.shared.table();
+            if !table.removed.insert(peer) {
+                return;
             }
+            let serial = table.next_removal;
+            table.next_removal += 1;
+            match table.peers.get_mut(&peer) {
+                Some(p) => p.leaving = Some(serial),
+                None => return,
+            }
+            serial
+        };
+        info!(%peer, linger = ?self.shared.cfg.linger, "peer left the cluster; closing its connection");
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shared.stop.cancelled() => return,
+                _ = tokio::time::sleep(shared.cfg.linger) => {}
+            }
+            let mut table = shared.table();
+            if table
+                .peers
+                .get(&peer)
+                .is_some_and(|p| p.leaving == Some(serial))
+                && let Some(p) = table.peers.remove(&peer)
+            {
+                p.stop.cancel();
+                debug!(%peer, "peer closed");
+            }
+        });
+    }
+
+    /// The current peers and their addresses (none: reached only over connections they
+    /// open), ascending.
+    pub fn peers(&self) -> Vec<(DeviceId, Option<SocketAddr>)> {
+        let table = self.shared.table();
+        let mut out: Vec<_> = (table.peers.iter())
+            .map(|(d, p)| (*d, *p.addr.borrow()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Queue a message for `to`. Never blocks: returns false when it was dropped (a removed
+    /// device, or a full queue). A device not known yet gets a queue that waits for its
+    /// address or its connection.
+    pub fn send(&self, to: DeviceId, msg: Msg) -> bool {
+        let shared = &self.shared;
+        let sent = if to == shared.cfg.me {
+            shared.inbox.try_send((to, msg)).is_ok()
+        } else {
+            let mut table = shared.table();
+            let Some(p) = shared.peer(&mut table, to, None) else {
+                debug!(peer = %to, "message for a device that left the cluster dropped");
+                return false;
+            };
+            let sent = p.queue.try_send(msg).is_ok();
+            if !sent {
+                debug!(peer = %to, "outbound queue full or closed; message dropped");
+            }
+            sent
+        };
+        if !sent {
+            metrics::counter!("tenure_peer_dropped_total").increment(1);
         }
+        sent
     }
 }
 
@@ -149,12 +291,7 @@ fn codec(max: usize) -> LengthDelimitedCodec {
         .new_codec()
 }
 
-async fn accept_loop(
-    cfg: TransportConfig,
-    listener: TcpListener,
-    accepted: HashMap<DeviceId, mpsc::Sender<Conn>>,
-    stop: CancellationToken,
-) {
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: CancellationToken) {
     loop {
         let (stream, remote) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -167,9 +304,9 @@ async fn accept_loop(
                 }
             },
         };
-        let cfg = cfg.clone();
-        let accepted = accepted.clone();
+        let shared = shared.clone();
         tokio::spawn(async move {
+            let cfg = &shared.cfg;
             let _ = stream.set_nodelay(true);
             let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
             let hello =
@@ -185,8 +322,20 @@ async fn accept_loop(
                     return;
                 }
             };
-            let Some(slot) = accepted.get(&peer) else {
-                reject(remote, &format!("unknown device {peer}"));
+            let (slot, removed) = {
+                let table = shared.table();
+                let slot = table.peers.get(&peer).map(|p| p.accepted.clone());
+                (slot, table.removed.contains(&peer))
+            };
+            let Some(slot) = slot else {
+                let why = if removed {
+                    format!("device {peer} left the cluster")
+                } else {
+                    format!(
+                        "unknown device {peer} (neither configured nor in the membership record)"
+                    )
+                };
+                reject(remote, &why);
                 return;
             };
             let reply = Frame::Hello {
@@ -227,7 +376,8 @@ async fn expect_hello(conn: &mut Conn, me: DeviceId) -> Result<DeviceId, String>
 struct PeerTask {
     cfg: TransportConfig,
     peer: DeviceId,
-    addr: SocketAddr,
+    /// Its address (none: not known yet).
+    addr: watch::Receiver<Option<SocketAddr>>,
     queue: mpsc::Receiver<Msg>,
     accepted: mpsc::Receiver<Conn>,
     inbox: mpsc::Sender<Inbound>,
@@ -246,7 +396,20 @@ impl PeerTask {
             let conn = match next.take() {
                 Some(c) => c,
                 None if self.dials() => {
-                    let dial = dial(self.cfg.me, self.peer, self.addr, self.cfg.max_frame_bytes);
+                    let known = *self.addr.borrow_and_update();
+                    let Some(addr) = known else {
+                        // Not known yet: wait for its address, or its connection.
+                        tokio::select! {
+                            _ = self.stop.cancelled() => return,
+                            c = self.accepted.recv() => match c {
+                                Some(c) => next = Some(c),
+                                None => return,
+                            },
+                            r = self.addr.changed() => if r.is_err() { return },
+                        }
+                        continue;
+                    };
+                    let dial = dial(self.cfg.me, self.peer, addr, self.cfg.max_frame_bytes);
                     let attempt = tokio::select! {
                         _ = self.stop.cancelled() => return,
                         c = self.accepted.recv() => c.ok_or_else(|| "closed".to_string()),
@@ -260,10 +423,12 @@ impl PeerTask {
                             c
                         }
                         Err(e) => {
-                            debug!(peer = %self.peer, addr = %self.addr, "dial failed: {e}; retrying in {backoff:?}");
+                            debug!(peer = %self.peer, %addr, "dial failed: {e}; retrying in {backoff:?}");
                             tokio::select! {
                                 _ = self.stop.cancelled() => return,
                                 _ = tokio::time::sleep(backoff) => {}
+                                // A new address is dialed at once.
+                                r = self.addr.changed() => if r.is_err() { return },
                             }
                             backoff = (backoff * 2).min(self.cfg.backoff_max);
                             continue;
@@ -413,4 +578,117 @@ enum Served {
     Stop,
     Broken,
     Replaced(Conn),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure_core::election::{ElectionMsg, Term};
+
+    fn alive(n: u64) -> Msg {
+        Msg::Election(ElectionMsg::Alive {
+            term: Term {
+                n,
+                leader: DeviceId(1),
+            },
+        })
+    }
+
+    struct Node {
+        t: Transport,
+        addr: SocketAddr,
+        inbox: mpsc::Receiver<Inbound>,
+    }
+
+    async fn node(me: u64, peers: Vec<(u64, SocketAddr)>, stop: &CancellationToken) -> Node {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        node_on(l, me, peers, stop)
+    }
+
+    fn node_on(
+        l: TcpListener,
+        me: u64,
+        peers: Vec<(u64, SocketAddr)>,
+        stop: &CancellationToken,
+    ) -> Node {
+        let addr = l.local_addr().unwrap();
+        let peers = peers.into_iter().map(|(d, a)| (DeviceId(d), a)).collect();
+        let mut cfg = TransportConfig::new(DeviceId(me), peers);
+        cfg.linger = Duration::from_millis(200);
+        let (tx, inbox) = mpsc::channel(64);
+        let t = Transport::start(cfg, l, tx, stop.clone());
+        Node { t, addr, inbox }
+    }
+
+    async fn recv(n: &mut Node) -> Inbound {
+        tokio::time::timeout(Duration::from_secs(5), n.inbox.recv())
+            .await
+            .expect("a message in time")
+            .expect("inbox open")
+    }
+
+    /// A member admitted at runtime: device 1 learns device 2's address from the record
+    /// and dials it; what device 2 queued for device 1 before then arrives, in order.
+    #[tokio::test]
+    async fn transport_reaches_a_peer_added_at_runtime() {
+        let stop = CancellationToken::new();
+        let mut a = node(1, vec![], &stop).await;
+        let mut b = node(2, vec![(1, a.addr)], &stop).await;
+        assert!(
+            b.t.send(DeviceId(1), alive(1)),
+            "queued until device 1 dials"
+        );
+        assert!(b.t.send(DeviceId(1), alive(2)));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(a.inbox.try_recv().is_err(), "device 1 does not dial yet");
+        a.t.set_peer(DeviceId(2), b.addr);
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(1)));
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
+        assert!(a.t.send(DeviceId(2), alive(3)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(3)));
+        stop.cancel();
+    }
+
+    /// A device not known yet (a joining one with a lower id) dials: refused until the
+    /// membership record names it, then accepted and answered over.
+    #[tokio::test]
+    async fn transport_accepts_a_device_once_the_record_names_it() {
+        let stop = CancellationToken::new();
+        let mut b = node(2, vec![], &stop).await;
+        let mut a = node(1, vec![(2, b.addr)], &stop).await;
+        assert!(a.t.send(DeviceId(2), alive(1)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(b.inbox.try_recv().is_err(), "an unknown device is refused");
+        assert_eq!(b.t.peers(), vec![]);
+        b.t.set_peer(DeviceId(1), a.addr);
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(1)));
+        assert!(b.t.send(DeviceId(1), alive(2)));
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
+        stop.cancel();
+    }
+
+    /// A removed peer still gets what was sent within the linger time, then it is
+    /// closed, nothing more is sent to it and its connections are refused.
+    #[tokio::test]
+    async fn transport_closes_a_removed_peer_after_the_linger_and_refuses_it() {
+        let stop = CancellationToken::new();
+        let lb = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let b_addr = lb.local_addr().unwrap();
+        let mut a = node(1, vec![(2, b_addr)], &stop).await;
+        let mut b = node_on(lb, 2, vec![(1, a.addr)], &stop);
+        assert!(a.t.send(DeviceId(2), alive(1)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(1)));
+        b.t.remove_peer(DeviceId(1));
+        assert!(b.t.send(DeviceId(1), alive(2)), "within the linger time");
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(b.t.peers(), vec![]);
+        assert!(
+            !b.t.send(DeviceId(1), alive(3)),
+            "nothing is sent to a removed peer"
+        );
+        let r = dial(DeviceId(1), DeviceId(2), b_addr, wire::MAX_FRAME_BYTES).await;
+        assert!(r.is_err(), "a removed device's connection is refused");
+        stop.cancel();
+    }
 }

@@ -202,6 +202,7 @@ pub(crate) fn local_configs(
             peers: peers.clone(),
             timing: TimingOverrides::default(),
             run_policies: true,
+            join: false,
             rng_seed: None,
             request_timeout_ms: 5000,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,

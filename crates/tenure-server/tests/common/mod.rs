@@ -111,6 +111,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             peers: peers.clone(),
             timing: TimingOverrides::default(),
             run_policies: true,
+            join: false,
             rng_seed: Some(p.id),
             request_timeout_ms: 5000,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
