@@ -240,6 +240,7 @@ fn planted_confirm_before_all_accepted_is_caught_by_lock_checkers() {
     let mut c = short(0);
     c.planted.confirm_before_all_accepted = true;
     c.writes = false;
+    c.objects = false;
     let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
     eprintln!("confirm-before-all-accepted caught at seed {seed}: {v}");
     assert!(
@@ -384,6 +385,7 @@ fn planted_confirm_before_all_accepted_is_caught_with_pipelined_clients() {
     let mut c = pipelined(0);
     c.planted.confirm_before_all_accepted = true;
     c.writes = false;
+    c.objects = false;
     let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
     eprintln!("confirm-before-all-accepted, pipelined, caught at seed {seed}: {v}");
     assert!(
