@@ -1,4 +1,4 @@
-//! `tenure cluster up|down|status`: a local cluster of `tenure server` processes on
+//! `tenure cluster up|down|status|add|remove`: a local cluster of `tenure server` processes on
 //! 127.0.0.1, each with its own data directory and generated configuration under the
 //! cluster's data directory (default `./tenure-data`):
 //!
@@ -44,6 +44,10 @@ enum ClusterCmd {
     Down(CommonArgs),
     /// Show every store's manager and epoch.
     Status(CommonArgs),
+    /// Start a new device and join it to the running cluster (stores relayout onto it).
+    Add(crate::cluster_members::AddArgs),
+    /// Drain a device (its chunks move, its managers migrate), then retire it.
+    Remove(crate::cluster_members::RemoveArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +136,8 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCmd::Up(a) => up(a),
         ClusterCmd::Down(a) => down(a),
         ClusterCmd::Status(a) => status(a),
+        ClusterCmd::Add(a) => crate::cluster_members::add(a),
+        ClusterCmd::Remove(a) => crate::cluster_members::remove(a),
     }
 }
 
@@ -216,12 +222,13 @@ pub(crate) fn local_configs(
 
 fn existing_configs(data: &Path) -> anyhow::Result<Option<Vec<ServerConfig>>> {
     let mut cfgs = Vec::new();
-    for id in 1.. {
+    // A device removed from the cluster keeps its directory, its configuration renamed
+    // (`cluster remove`): it is not started again.
+    for id in crate::cluster_members::device_dirs(data)? {
         let p = data.join(format!("d{id}")).join("server.toml");
-        if !p.exists() {
-            break;
+        if p.exists() {
+            cfgs.push(ServerConfig::load(&p)?);
         }
-        cfgs.push(ServerConfig::load(&p)?);
     }
     Ok((!cfgs.is_empty()).then_some(cfgs))
 }
@@ -671,6 +678,7 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
                 })),
             }
         }
+        let membership = crate::cluster_members::annotate(&client, &mut devices).await;
         let (coordinator, coordinator_line) =
             coordinator_summary(&answers.iter().collect::<Vec<_>>());
         if a.json {
@@ -684,6 +692,7 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
             );
             return anyhow::Ok(());
         }
+        println!("{membership}");
         println!("devices:");
         for d in &devices {
             if d["up"] == true {

@@ -5,6 +5,7 @@
 mod bench;
 mod client_cmds;
 mod cluster;
+mod cluster_members;
 mod elect_cmds;
 mod lock_cmds;
 mod lookup_cmds;
@@ -35,7 +36,7 @@ enum Command {
     Sim(sim_cmd::SimArgs),
     /// Run one device (server process) from a TOML configuration.
     Server(server_cmd::ServerArgs),
-    /// A local cluster of device processes on 127.0.0.1: up, down, status.
+    /// A local cluster of device processes on 127.0.0.1: up, down, status, add, remove.
     Cluster(cluster::ClusterArgs),
     /// Write a test register in a store (checks a store end to end).
     Write(client_cmds::WriteArgs),

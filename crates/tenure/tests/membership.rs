@@ -1,0 +1,330 @@
+//! Membership with real processes on 127.0.0.1 (DESIGN §6): `tenure cluster up` starts
+//! three devices; clients acquire and release locks in a loop while `tenure cluster add`
+//! joins a fourth device and `tenure cluster remove` drains and retires one of the first
+//! three. No lock is lost (every acknowledged grant is released by its holder, one lock
+//! held throughout keeps its holder and token, the holders of a name never overlap, the
+//! tokens of a name increase), the clients see no error (the client library's retries
+//! absorb redirects and the removed device going away), the new device ends up holding
+//! chunks and the removed one retires. Every wait is bounded; a guard kills the processes
+//! if a step fails.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tenure_client::{Client, ClientOptions, FencingToken, LockMode, Wait};
+
+mod common;
+use common::{Guard, STORES, cluster_file, tenure, up};
+
+/// Lock names of the load: different first segments, so different stores.
+const NAMES: usize = 8;
+/// Clients acquiring and releasing.
+const WORKERS: usize = 4;
+/// Each phase (a membership change) is bounded by this.
+const PHASE: Duration = Duration::from_secs(60);
+
+fn client(endpoints: &[String]) -> Client {
+    let opts = ClientOptions {
+        request_timeout: Duration::from_secs(3),
+        retry_deadline: Duration::from_secs(30),
+        max_attempts: 1000,
+        session_ttl: Duration::from_secs(5),
+        ..Default::default()
+    };
+    Client::with_options(endpoints.to_vec(), opts).unwrap()
+}
+
+/// One acknowledged grant and its release, as the holder saw them.
+#[derive(Clone, Debug)]
+struct Hold {
+    name: String,
+    session: u64,
+    token: FencingToken,
+    /// The grant's answer arrived.
+    granted: Instant,
+    /// The release was sent (the holder held the lock at least until then).
+    releasing: Instant,
+}
+
+#[derive(Default)]
+struct Load {
+    holds: Mutex<Vec<Hold>>,
+    errors: Mutex<Vec<String>>,
+}
+
+/// Acquire, hold briefly, release, over and over, until `stop`.
+async fn worker(
+    c: Client,
+    names: Vec<String>,
+    first: usize,
+    load: Arc<Load>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut k = first;
+    while !stop.load(Ordering::Relaxed) {
+        let name = names[k % names.len()].clone();
+        k += 1;
+        let limit = Duration::from_secs(30);
+        let g = match tokio::time::timeout(limit, c.lock(&name, LockMode::Exclusive, Wait::Forever))
+            .await
+        {
+            Ok(Ok(g)) => g,
+            Ok(Err(e)) => {
+                load.errors
+                    .lock()
+                    .unwrap()
+                    .push(format!("lock {name}: {e}"));
+                continue;
+            }
+            Err(_) => {
+                load.errors
+                    .lock()
+                    .unwrap()
+                    .push(format!("lock {name}: no answer within {limit:?}"));
+                continue;
+            }
+        };
+        let granted = Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (session, token) = (g.session(), g.token());
+        let releasing = Instant::now();
+        match tokio::time::timeout(limit, g.release()).await {
+            Ok(Ok(())) => load.holds.lock().unwrap().push(Hold {
+                name,
+                session,
+                token,
+                granted,
+                releasing,
+            }),
+            Ok(Err(e)) => load
+                .errors
+                .lock()
+                .unwrap()
+                .push(format!("release {name} (token {token}): {e}")),
+            Err(_) => load
+                .errors
+                .lock()
+                .unwrap()
+                .push(format!("release {name}: no answer within {limit:?}")),
+        }
+    }
+}
+
+/// Per name: holders never overlap (one's grant comes after the previous one's release
+/// was sent) and tokens increase in grant order.
+fn check_holds(holds: &[Hold]) {
+    let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in holds {
+        by_name.entry(&h.name).or_default().push(h);
+    }
+    for (name, mut hs) in by_name {
+        hs.sort_by_key(|h| h.granted);
+        for w in hs.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            assert!(
+                b.granted > a.releasing,
+                "{name}: session {} was granted (token {}) while session {} held it (token {})",
+                b.session,
+                b.token,
+                a.session,
+                a.token
+            );
+            assert!(
+                b.token > a.token,
+                "{name}: token {} granted after token {}",
+                b.token,
+                a.token
+            );
+        }
+    }
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let (ok, out, err) = tenure(args);
+    assert!(ok, "tenure {args:?} failed:\n{out}\n{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("tenure {args:?}: {e}\n{out}"))
+}
+
+#[test]
+fn membership_add_and_remove_under_lock_load_lose_no_lock() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let d = data.to_str().unwrap();
+    let _guard = Guard(data.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    up(&data);
+    let file = cluster_file(&data);
+    let endpoints: Vec<String> = (file["devices"].as_array().unwrap().iter())
+        .map(|d| d["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    let names: Vec<String> = (0..NAMES).map(|i| format!("/members{i}/lock")).collect();
+    let load = Arc::new(Load::default());
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let (add, remove, (add_took, remove_took)) = rt.block_on(async {
+        // One lock held through both changes.
+        let holder = client(&endpoints);
+        let kept = holder
+            .lock("/members-kept/lock", LockMode::Exclusive, Wait::Forever)
+            .await
+            .expect("the kept lock");
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|i| {
+                let c = client(&endpoints);
+                tokio::spawn(worker(c, names.clone(), i, load.clone(), stop.clone()))
+            })
+            .collect();
+        let ops = || load.holds.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = ops();
+        assert!(before > 0, "the load runs");
+
+        // Add a fourth device.
+        let t = Instant::now();
+        let add = tokio::task::spawn_blocking({
+            let d = d.to_string();
+            move || run_json(&["cluster", "add", "--data", &d, "--wait-secs", "60", "--json"])
+        });
+        let add = tokio::time::timeout(PHASE, add).await.expect("cluster add in time").unwrap();
+        let add_took = t.elapsed();
+        let during_add = ops() - before;
+        eprintln!(
+            "membership change duration: cluster add {:.1}s (admitted after {} ms, first chunk after {} ms; {during_add} lock cycles meanwhile)",
+            add_took.as_secs_f64(),
+            add["admitted_ms"],
+            add["first_chunk_ms"],
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        // Remove device 2.
+        let before = ops();
+        let t = Instant::now();
+        let remove = tokio::task::spawn_blocking({
+            let d = d.to_string();
+            move || run_json(&["cluster", "remove", "2", "--data", &d, "--wait-secs", "60", "--json"])
+        });
+        let remove = tokio::time::timeout(PHASE, remove)
+            .await
+            .expect("cluster remove in time")
+            .unwrap();
+        let remove_took = t.elapsed();
+        let during_remove = ops() - before;
+        eprintln!(
+            "membership change duration: cluster remove {:.1}s (retired after {} ms; {} chunks moved, {} managers migrated; {during_remove} lock cycles meanwhile)",
+            remove_took.as_secs_f64(),
+            remove["retired_ms"],
+            remove["chunks_before"],
+            remove["managers_before"],
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            tokio::time::timeout(Duration::from_secs(40), w)
+                .await
+                .expect("workers stop")
+                .unwrap();
+        }
+        assert!(ops() > during_add + during_remove, "the load ran throughout");
+
+        // The lock held throughout is still held by its holder, with its token.
+        let probe = client(&endpoints);
+        let s = probe.holders("/members-kept/lock").await.expect("holders");
+        assert_eq!(s.holders.len(), 1, "{s:?}");
+        assert_eq!(s.holders[0].session, kept.session(), "{s:?}");
+        assert_eq!(s.holders[0].token, kept.token(), "{s:?}");
+        kept.release().await.expect("the kept lock is released by its holder");
+        (add, remove, (add_took, remove_took))
+    });
+
+    let errors = load.errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "client errors: {errors:#?}");
+    let holds = load.holds.lock().unwrap().clone();
+    check_holds(&holds);
+    eprintln!(
+        "{} lock cycles, no error, no overlap; cluster add {:.1}s, cluster remove {:.1}s",
+        holds.len(),
+        add_took.as_secs_f64(),
+        remove_took.as_secs_f64()
+    );
+
+    // The fourth device holds chunks; device 2 retired and stopped.
+    assert_eq!(add["device"], 4, "{add}");
+    assert!(add["chunks"].as_u64().unwrap() > 0, "{add}");
+    assert_eq!(remove["device"], 2);
+    assert!(
+        remove["retired"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(2)),
+        "{remove}"
+    );
+    let members: Vec<u64> = (remove["members"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(members, vec![1, 3, 4]);
+    let file = cluster_file(&data);
+    let ids: Vec<u64> = (file["devices"].as_array().unwrap().iter())
+        .map(|d| d["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1, 3, 4]);
+    assert!(data.join("d2/server.toml.retired").exists());
+    let status = run_json(&["cluster", "status", "--data", d, "--json"]);
+    for dev in status["devices"].as_array().unwrap() {
+        assert_eq!(dev["member"], "active", "{dev}");
+        assert_eq!(dev["up"], true, "{dev}");
+    }
+    let d4 = (status["devices"].as_array().unwrap().iter())
+        .find(|x| x["id"] == 4)
+        .unwrap();
+    assert!(d4["chunks"].as_u64().unwrap() > 0, "{d4}");
+    let managed = (status["stores"].as_array().unwrap().iter())
+        .filter(|s| !s["managers"].as_array().unwrap().is_empty())
+        .count();
+    assert_eq!(managed, STORES as usize, "{status}");
+
+    // Redirect hints name the device admitted at runtime: device 1, configured with
+    // devices 1 to 3 only, points a write of a store device 4 manages at device 4's
+    // client address, which it learned from the membership record.
+    let d4_addr = add["client_addr"].as_str().unwrap().to_string();
+    let d1_addr = format!("http://{}", endpoints[0]);
+    rt.block_on(async {
+        use tenure_client::proto::{self, error::Kind, tenure_client::TenureClient};
+        let mut c = TenureClient::connect(d1_addr).await.unwrap();
+        let start = Instant::now();
+        'found: loop {
+            for store in 0..STORES {
+                let req = proto::WriteRequest {
+                    store,
+                    key: 1,
+                    value: 1,
+                };
+                let Ok(r) = c.write(req).await else { continue };
+                if let Some(proto::write_response::Result::Error(proto::Error {
+                    kind: Some(Kind::NotManager(nm)),
+                    ..
+                })) = r.into_inner().result
+                    && nm.hint_device == Some(4)
+                {
+                    assert_eq!(nm.hint_endpoint, d4_addr, "store {store}: {nm:?}");
+                    break 'found;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "device 1 never redirected to device 4"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let (ok, out, err) = tenure(&["cluster", "down", "--data", d]);
+    assert!(ok, "cluster down failed:\n{out}\n{err}");
+}
