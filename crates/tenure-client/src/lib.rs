@@ -107,7 +107,7 @@ pub enum Error {
         store: u32,
     },
     /// The session expired.
-    #[error("session {0} expired")]
+    #[error("{}", if *.0 == 0 { "the session expired".to_string() } else { format!("session {} expired", .0) })]
     SessionExpired(u64),
     /// The request was the youngest in a deadlock cycle.
     #[error("deadlock on {0}")]
@@ -149,8 +149,9 @@ pub enum Error {
     /// The server does not serve this operation yet.
     #[error("not implemented by the server: {0}")]
     Unimplemented(String),
-    /// A gRPC failure that is not one of the above.
-    #[error("rpc failed: {0}")]
+    /// A gRPC failure that is not one of the above: no device could be reached, no answer
+    /// in time, or a status the client does not know (see [`describe_status`]).
+    #[error("{}", describe_status(.0))]
     Rpc(Box<tonic::Status>),
     /// The server answered with an empty `oneof`.
     #[error("malformed answer from the server")]
@@ -327,6 +328,42 @@ impl Error {
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A gRPC status for people: what failed and what to do, without the transport's debug
+/// dump. A connection failure names its cause (the innermost error of the chain, e.g.
+/// "Connection refused (os error 111)"), a missed deadline says so, anything else gives
+/// its code and message.
+pub fn describe_status(s: &tonic::Status) -> String {
+    let mut causes: Vec<String> = Vec::new();
+    let mut source = std::error::Error::source(s);
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !text.is_empty()
+            && !causes
+                .iter()
+                .any(|c| c.contains(&text) || text.contains(c.as_str()))
+        {
+            causes.push(text);
+        }
+        source = e.source();
+    }
+    let cause = causes
+        .last()
+        .cloned()
+        .unwrap_or_else(|| s.message().to_string());
+    match s.code() {
+        tonic::Code::Unavailable if !causes.is_empty() || s.message().contains("connect") => {
+            format!(
+                "cannot connect ({cause}); is the cluster running? \
+                 (`tenure cluster status`, or check --endpoints)"
+            )
+        }
+        tonic::Code::Unavailable => format!("the device is unavailable: {cause}"),
+        tonic::Code::DeadlineExceeded => format!("no answer in time: {}", s.message()),
+        tonic::Code::Cancelled => format!("the request was cancelled: {}", s.message()),
+        code => format!("request failed ({code:?}): {cause}"),
+    }
+}
 
 /// Retry and timeout settings.
 #[derive(Clone, Debug)]
@@ -1095,6 +1132,38 @@ pub(crate) fn normalize(e: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_read_as_what_failed_and_what_to_do() {
+        assert_eq!(Error::SessionExpired(0).to_string(), "the session expired");
+        assert_eq!(Error::SessionExpired(7).to_string(), "session 7 expired");
+        let refused = tonic::Status::unavailable("tcp connect error");
+        let text = Error::from_status(refused).to_string();
+        assert!(
+            text.starts_with("cannot connect (tcp connect error)"),
+            "{text}"
+        );
+        assert!(text.contains("tenure cluster status"), "{text}");
+        let late = Error::from_status(tonic::Status::deadline_exceeded("store 3"));
+        assert_eq!(late.to_string(), "no answer in time: store 3");
+        let other = Error::from_status(tonic::Status::internal("boom"));
+        assert_eq!(other.to_string(), "request failed (Internal): boom");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_names_the_cause_not_the_transport_dump() {
+        let c = Client::with_options(
+            vec!["127.0.0.1:1".to_string()],
+            ClientOptions {
+                retry_deadline: std::time::Duration::from_millis(300),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let e = c.status_of("127.0.0.1:1").await.unwrap_err().to_string();
+        assert!(e.starts_with("cannot connect ("), "{e}");
+        assert!(!e.contains("tonic::transport"), "{e}");
+    }
 
     #[test]
     fn endpoints_are_normalized_and_required() {

@@ -286,7 +286,11 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
                 if !expired {
                     match guard.release().await {
                         Ok(()) | Err(tenure_client::Error::SessionExpired(_)) => {}
-                        Err(e) => return Err(e).context("releasing"),
+                        Err(e) => {
+                            return Err(e).with_context(|| {
+                                format!("releasing {} (session {session})", a.name)
+                            });
+                        }
                     }
                 }
                 Outcome::Lost
@@ -294,7 +298,10 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
             Some((status, _)) if !expired => match guard.release().await {
                 Ok(()) => Outcome::Released(status),
                 Err(tenure_client::Error::SessionExpired(_)) => Outcome::ExpiredAtRelease(status),
-                Err(e) => return Err(e).context("releasing"),
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("releasing {} (session {session})", a.name));
+                }
             },
             Some((status, _)) => Outcome::ExpiredAtRelease(status),
         };
@@ -461,7 +468,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                     "lookup": lookup_json,
                 }))?
             );
-            return anyhow::Ok(());
+            return none_answered(&devices);
         }
         for d in &devices {
             if d["up"] == true {
@@ -480,6 +487,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        none_answered(&devices)?;
         println!("{}", coordinator.1);
         println!(
             "{:>6} {:>8} {:>6} {:>9} {:>6}",
@@ -524,6 +532,18 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// `tenure status` fails (exit status 1) when no device answered: there is nothing to show.
+fn none_answered(devices: &[serde_json::Value]) -> anyhow::Result<()> {
+    if devices.iter().any(|d| d["up"] == true) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "no device answered ({} endpoint(s) tried); start the cluster (`tenure cluster up`) \
+         or check --endpoints",
+        devices.len()
+    )
 }
 
 #[cfg(test)]
