@@ -72,7 +72,9 @@ use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
 
-pub use locks::{FencingToken, Holder, LockGuard, LockMode, LockState, Loss, SessionState, Wait};
+pub use locks::{
+    FencingToken, Holder, LockGuard, LockMode, LockOptions, LockState, Loss, SessionState, Wait,
+};
 
 /// Code generated from `proto/tenure.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

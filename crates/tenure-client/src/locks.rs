@@ -201,6 +201,15 @@ impl Session {
     }
 }
 
+/// Per-lock options of [`Client::lock_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockOptions {
+    /// If the session expires while holding the lock, nobody gets the name for this long
+    /// (Chubby's lock-delay; `None`: the server's, 1 s by default; at most 60 s). Zero
+    /// suits locks whose holders check fencing tokens, which need no delay.
+    pub lock_delay: Option<Duration>,
+}
+
 /// A granted lock. Dropping it releases the lock (from a spawned task); use
 /// [`LockGuard::release`] to wait for the release and see its outcome.
 #[derive(Debug)]
@@ -442,8 +451,22 @@ impl Client {
     /// Acquire `name` in `mode`, waiting as `wait` says. The guard carries the fencing
     /// token; dropping it releases the lock.
     pub async fn lock(&self, name: &str, mode: LockMode, wait: Wait) -> Result<LockGuard> {
+        self.lock_with(name, mode, wait, LockOptions::default())
+            .await
+    }
+
+    /// [`Client::lock`] with per-lock options (its lock-delay).
+    pub async fn lock_with(
+        &self,
+        name: &str,
+        mode: LockMode,
+        wait: Wait,
+        options: LockOptions,
+    ) -> Result<LockGuard> {
         if self.inner.opts.transport == Transport::Unary {
-            return self.lock_on(name, mode, wait, Instant::now()).await;
+            return self
+                .lock_on(name, mode, wait, options, Instant::now())
+                .await;
         }
         // The whole call is bounded: a try by the retry deadline, a timed wait by its
         // time plus a small slack, whatever the devices do (a frozen one included).
@@ -454,7 +477,7 @@ impl Client {
             Wait::Timeout(d) => Some(started + d + o.wait_slack),
             Wait::Forever => None,
         };
-        let run = self.lock_on(name, mode, wait, started);
+        let run = self.lock_on(name, mode, wait, options, started);
         match deadline {
             None => run.await,
             Some(d) => match tokio::time::timeout_at(d.into(), run).await {
@@ -475,6 +498,7 @@ impl Client {
         name: &str,
         mode: LockMode,
         wait: Wait,
+        options: LockOptions,
         started: Instant,
     ) -> Result<LockGuard> {
         let store = self.store_of(name).await?;
@@ -490,9 +514,10 @@ impl Client {
                     ),
                     w => w,
                 };
-                self.acquire_stream(&session, name, mode, wait).await
+                self.acquire_stream(&session, name, mode, wait, options)
+                    .await
             } else {
-                self.acquire(&session, name, mode, wait).await
+                self.acquire(&session, name, mode, wait, options).await
             };
             match acquired {
                 Ok(token) => {
@@ -559,6 +584,7 @@ impl Client {
         name: &str,
         mode: LockMode,
         wait: Wait,
+        options: LockOptions,
     ) -> Result<FencingToken> {
         let (r#try, timeout_ms) = match wait {
             Wait::Try => (true, 0),
@@ -576,6 +602,7 @@ impl Client {
             r#try,
             timeout_ms,
             request_id: id,
+            lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
         };
         let quick = r#try;
         match self
@@ -600,6 +627,7 @@ impl Client {
         name: &str,
         mode: LockMode,
         wait: Wait,
+        options: LockOptions,
     ) -> Result<FencingToken> {
         let o = &self.inner.opts;
         let request_id = self.next_request_id();
@@ -643,6 +671,7 @@ impl Client {
             r#try,
             timeout_ms,
             request_id,
+            lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
         };
         let watch = session.state.subscribe();
         let store = session.store;

@@ -30,6 +30,7 @@ fn acquire(session: u64, request: u64, name: &str) -> LockOp {
         name: name.to_string(),
         mode: LockMode::Exclusive,
         wait: Wait::Forever,
+        lock_delay: None,
     })
 }
 

@@ -44,6 +44,10 @@ pub struct Timing {
     pub liveness_window: Duration,
     /// After a manager change, every session is extended by this before any expires.
     pub session_grace: Duration,
+    /// After a session expiry releases a lock, nobody is granted its name for this long
+    /// (Chubby's lock-delay), so that a holder that does not yet know it lost the lock
+    /// cannot overlap with the next one. An acquire may ask for its own (0 included).
+    pub lock_delay: Duration,
 }
 
 impl Default for Timing {
@@ -63,6 +67,7 @@ impl Default for Timing {
             migrate_after: Duration::from_millis(5000),
             liveness_window: Duration::from_millis(1500),
             session_grace: Duration::from_millis(3000),
+            lock_delay: Duration::from_secs(1),
         }
     }
 }

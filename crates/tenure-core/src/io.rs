@@ -166,6 +166,10 @@ pub enum Request {
         mode: LockMode,
         /// Try, wait with a timeout, or wait.
         wait: WaitSpec,
+        /// The hold's lock-delay if its session expires (none: the device's
+        /// `timing.lock_delay`); longer than `lockctl::MAX_LOCK_DELAY` is rejected.
+        #[serde(default)]
+        lock_delay: Option<std::time::Duration>,
     },
     /// Release a lock.
     Release {

@@ -60,6 +60,7 @@ fn acquire(name: &str, session: SessionId, request_id: u64, wait: WaitSpec) -> R
         name: name.into(),
         mode: LockMode::Exclusive,
         wait,
+        lock_delay: None,
     }
 }
 
@@ -287,6 +288,59 @@ fn silent_holder_expires_and_waiter_gets_lock_after_lock_delay() {
             }
         ),
         Err(ClientError::SessionExpired)
+    );
+}
+
+// DESIGN §4, Chubby's lock-delay as a per-lock option: a hold that asked for none is free
+// as soon as its session expires; a device's `timing.lock_delay` applies to the others; a
+// request asking for more than the maximum is rejected and changes nothing.
+#[test]
+fn lock_delay_is_per_lock_and_a_device_setting() {
+    let mut c = Cluster::with(5, STORES, |cfg| {
+        cfg.run_policies = false;
+        cfg.timing.lock_delay = ms(3000);
+    });
+    c.run_for(Duration::from_secs(3));
+    let a = open(&mut c, 1, Duration::from_millis(1000));
+    let b = open(&mut c, 2, Duration::from_secs(30));
+    let mut none = acquire(NAME, a, 1, WaitSpec::Forever);
+    if let Request::Acquire { lock_delay, .. } = &mut none {
+        *lock_delay = Some(Duration::ZERO);
+    }
+    let t1 = token(&call(&mut c, 1, none));
+    let other = "/billing/invoices/43";
+    assert_eq!(store_of(other, STORES), store(), "same store");
+    token(&call(&mut c, 1, acquire(other, a, 2, WaitSpec::Forever)));
+    let mut huge = acquire("/billing/invoices/44", b, 9, WaitSpec::Try);
+    if let Request::Acquire { lock_delay, .. } = &mut huge {
+        *lock_delay = Some(Duration::from_secs(61));
+    }
+    assert!(matches!(
+        call(&mut c, 2, huge),
+        Err(ClientError::Rejected(_))
+    ));
+    let m = manager(&c);
+    let wb = c.request(m, 2, acquire(NAME, b, 1, WaitSpec::Forever));
+    let wo = c.request(m, 2, acquire(other, b, 2, WaitSpec::Forever));
+    // The session expires about 1 s after its last keep-alive (plus the manager's margin).
+    let mut waited = Duration::ZERO;
+    while !c.replies.contains_key(&wb) {
+        c.run_for(ms(50));
+        waited += ms(50);
+        assert!(waited < ms(2500), "no grant soon after expiry");
+    }
+    assert!(token(&c.replies[&wb]) > t1);
+    assert!(!c.replies.contains_key(&wo), "the other lock waits out 3 s");
+    c.run_for(ms(2500));
+    assert!(
+        !c.replies.contains_key(&wo),
+        "still within the device's lock-delay"
+    );
+    c.run_for(ms(1000));
+    token(
+        c.replies
+            .get(&wo)
+            .expect("granted after the device's lock-delay"),
     );
 }
 

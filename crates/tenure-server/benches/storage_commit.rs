@@ -31,6 +31,7 @@ fn acquire_delta(chunk: ChunkId, seq: u64) -> PersistOp {
                     name: format!("/bench-{}/lock", seq % 16),
                     mode: LockMode::Exclusive,
                     wait: Wait::Forever,
+                    lock_delay: None,
                 }),
                 at: Instant(seq),
             },

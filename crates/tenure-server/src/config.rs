@@ -21,6 +21,7 @@
 //!
 //! [timing]                              # optional overrides of seed 000 §2 constants
 //! lease_ms = 2000
+//! lock_delay_ms = 1000                  # after an expiry releases a lock (per lock too)
 //!
 //! [lookup]                              # optional: the lookup service (seed 003)
 //! heartbeat_interval = "300ms"          # durations: milliseconds or "300ms"/"2s"/"5m"
@@ -130,6 +131,9 @@ pub struct TimingOverrides {
     pub migrate_after_ms: Option<u64>,
     pub liveness_window_ms: Option<u64>,
     pub session_grace_ms: Option<u64>,
+    /// Lock-delay after a session expiry releases a lock (default 1000; an acquire may ask
+    /// for its own; at most 60000).
+    pub lock_delay_ms: Option<u64>,
 }
 
 impl TimingOverrides {
@@ -145,7 +149,7 @@ impl TimingOverrides {
              help_wait <- help_wait_ms, transition_timeout <- transition_timeout_ms,
              transition_wait <- transition_wait_ms, ack_timeout <- ack_timeout_ms,
              migrate_after <- migrate_after_ms, liveness_window <- liveness_window_ms,
-             session_grace <- session_grace_ms);
+             session_grace <- session_grace_ms, lock_delay <- lock_delay_ms);
         if let Some(n) = self.gather_rounds_max {
             t.gather_rounds_max = n;
         }
@@ -261,6 +265,11 @@ impl ServerConfig {
         if self.cluster.replication == 0 {
             return Err(ConfigError::Invalid(
                 "cluster.replication must be > 0".into(),
+            ));
+        }
+        if self.timing.lock_delay_ms.unwrap_or(0) > 60_000 {
+            return Err(ConfigError::Invalid(
+                "timing.lock_delay_ms must be <= 60000".into(),
             ));
         }
         if self.max_frame_bytes < 1024 {

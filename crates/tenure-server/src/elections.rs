@@ -458,6 +458,7 @@ async fn campaign_task(
         r#try: r.r#try,
         timeout_ms: r.timeout_ms,
         request_id: r.request_id,
+        lock_delay_ms: None,
     };
     use proto::acquire_response::Result as A;
     let token = match svc.api.do_acquire(acquire).await?.result {

@@ -606,6 +606,7 @@ impl Api {
                     name: r.name.clone(),
                     mode,
                     wait,
+                    lock_delay: r.lock_delay_ms.map(Duration::from_millis),
                 },
                 limit,
             )

@@ -1025,6 +1025,7 @@ mod tests {
                                 name: name.clone(),
                                 mode,
                                 wait: Wait::Try,
+                                lock_delay: None,
                             },
                             now,
                         );

@@ -1207,6 +1207,12 @@ impl World {
 
     /// Message cost accounting (seed 004 §8): SafeTalk's messages, local or remote.
     fn count_safetalk(&mut self, from: DeviceId, to: DeviceId, msg: &Msg) {
+        // A message sent while a snapshot's marker is unacknowledged travels tagged: it
+        // is counted as what it carries.
+        let mut msg = msg;
+        while let Msg::Snapshot(tenure_core::snapshot::SnapMsg::Tagged { msg: inner, .. }) = msg {
+            msg = inner;
+        }
         let st = &mut self.report.safetalk;
         let kind = match msg {
             Msg::ToChunk {

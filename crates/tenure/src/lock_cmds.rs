@@ -23,7 +23,7 @@ use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockState, Wait};
+use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockOptions, LockState, Wait};
 
 /// Arguments of `tenure lock`.
 #[derive(clap::Args, Debug)]
@@ -43,6 +43,11 @@ pub struct LockArgs {
     /// Session TTL.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     ttl: Duration,
+    /// If the session expires while holding the lock, nobody gets it for this long
+    /// (e.g. 0s, 500ms, 5s; at most 60s). Default: the server's (`[timing] lock_delay_ms`,
+    /// 1 s).
+    #[arg(long, value_parser = parse_duration)]
+    lock_delay: Option<Duration>,
     #[command(flatten)]
     target: Target,
     /// Machine-readable output.
@@ -223,7 +228,8 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
         };
         let started = Instant::now();
         let guard = tokio::select! {
-            g = client.lock(&a.name, mode, wait) => g.with_context(|| format!("locking {}", a.name))?,
+            g = client.lock_with(&a.name, mode, wait, LockOptions { lock_delay: a.lock_delay }) =>
+                g.with_context(|| format!("locking {}", a.name))?,
             _ = tokio::signal::ctrl_c() => bail!("interrupted while waiting for {}", a.name),
         };
         let waited = started.elapsed();

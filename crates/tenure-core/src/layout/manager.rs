@@ -1413,8 +1413,19 @@ impl Manager {
                 name,
                 mode,
                 wait,
+                lock_delay,
                 ..
             } => {
+                if lock_delay.is_some_and(|d| d > crate::lockctl::MAX_LOCK_DELAY) {
+                    return reply(
+                        ctx,
+                        Err(ClientError::Rejected(format!(
+                            "lock_delay {:?} is longer than the maximum {:?}",
+                            lock_delay.unwrap_or_default(),
+                            crate::lockctl::MAX_LOCK_DELAY
+                        ))),
+                    );
+                }
                 if crate::config::store_of(&name, ctx.cfg.cluster.stores) != self.store {
                     return reply(
                         ctx,
@@ -1439,6 +1450,8 @@ impl Manager {
                         name,
                         mode,
                         wait,
+                        // Resolved here, so that every replica applies the same.
+                        lock_delay: Some(lock_delay.unwrap_or(ctx.cfg.timing.lock_delay)),
                     }),
                     at: now,
                 }

@@ -46,6 +46,6 @@ pub use mode::{GranularMode, LockMode, conflicts, mode_on};
 pub use name::{InvalidName, LockName, NAME_DEPTH_MAX, NAME_LEN_MAX};
 pub use table::{
     Acquire, AcquireError, Acquired, EndedWait, FencingToken, Grant, HolderInfo, LockInfo, LockOp,
-    LockOpResult, LockTable, LockTableConfig, ReleaseError, Released, RequestId, SessionId,
-    SessionRelease, StaleEpoch, Ticket, Wait, WaiterInfo, Wakeups,
+    LockOpResult, LockTable, LockTableConfig, MAX_LOCK_DELAY, ReleaseError, Released, RequestId,
+    SessionId, SessionRelease, StaleEpoch, Ticket, Wait, WaiterInfo, Wakeups,
 };

@@ -58,7 +58,15 @@ pub struct Acquire {
     pub mode: LockMode,
     /// Try, or wait with or without a deadline.
     pub wait: Wait,
+    /// The lock-delay of this hold if its session expires (none: the table's
+    /// [`LockTableConfig::lock_delay`]). At most [`MAX_LOCK_DELAY`]; longer values are
+    /// capped.
+    #[serde(default)]
+    pub lock_delay: Option<Duration>,
 }
+
+/// The longest lock-delay a request may ask for (Chubby's limit).
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 
 /// A granted lock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -350,6 +358,8 @@ struct Held {
     token: FencingToken,
     request_id: RequestId,
     granted_at: Instant,
+    /// How long the name stays unavailable if the session expires holding it.
+    lock_delay: Duration,
 }
 
 /// What is left of a lock released by a session expiry, during its lock-delay.
@@ -379,6 +389,7 @@ struct Waiter {
     request_id: RequestId,
     mode: LockMode,
     deadline: Option<Instant>,
+    lock_delay: Duration,
 }
 
 impl Waiter {
@@ -837,8 +848,12 @@ impl LockTable {
             Wait::Until(d) => Some(d),
             Wait::Try | Wait::Forever => None,
         };
+        let delay = req
+            .lock_delay
+            .unwrap_or(self.config.lock_delay)
+            .min(MAX_LOCK_DELAY);
         if self.grantable(name, req.mode, session, None, now) {
-            let g = self.grant(name, req.mode, session, req.request_id, None, now);
+            let g = self.grant(name, req.mode, session, req.request_id, None, delay, now);
             return Ok(Acquired::Granted(g));
         }
         match req.wait {
@@ -863,6 +878,7 @@ impl LockTable {
                 request_id: req.request_id,
                 mode: req.mode,
                 deadline,
+                lock_delay: delay,
             },
         );
         self.entries
@@ -881,6 +897,7 @@ impl LockTable {
         })
     }
 
+    #[allow(clippy::too_many_arguments)] // the grant's fields, one by one
     fn grant(
         &mut self,
         name: &LockName,
@@ -888,6 +905,7 @@ impl LockTable {
         session: SessionId,
         request_id: RequestId,
         ticket: Option<Ticket>,
+        lock_delay: Duration,
         now: Instant,
     ) -> Grant {
         self.last_seq += 1;
@@ -906,6 +924,7 @@ impl LockTable {
                     token,
                     request_id,
                     granted_at: now,
+                    lock_delay,
                 },
             );
         self.sessions
@@ -937,7 +956,15 @@ impl LockTable {
                 continue;
             }
             self.dequeue(t);
-            let g = self.grant(&w.name, w.mode, w.session, w.request_id, Some(t), now);
+            let g = self.grant(
+                &w.name,
+                w.mode,
+                w.session,
+                w.request_id,
+                Some(t),
+                w.lock_delay,
+                now,
+            );
             self.set_outcome(w.session, w.request_id, Outcome::Granted(g.clone()));
             granted.push(g);
         }
@@ -1137,7 +1164,6 @@ impl LockTable {
             .map(|t| self.end_wait(*t, AcquireError::SessionEnded))
             .collect();
         let mut released = Vec::new();
-        let until = now + self.config.lock_delay;
         for name in &state.held {
             let Some(e) = self.entries.get_mut(name) else {
                 continue;
@@ -1145,6 +1171,7 @@ impl LockTable {
             let Some(h) = e.holders.remove(&session) else {
                 continue;
             };
+            let until = now + h.lock_delay;
             if delay && until > now {
                 let ghost = match e.ghost.take() {
                     Some(g) if g.until > now => Ghost {

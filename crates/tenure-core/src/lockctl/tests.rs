@@ -26,6 +26,7 @@ fn req(session: SessionId, id: u64, name: &str, mode: LockMode, wait: Wait) -> A
         name: name.to_owned(),
         mode,
         wait,
+        lock_delay: None,
     }
 }
 
@@ -544,6 +545,55 @@ fn session_expiry_releases_with_lock_delay() {
     );
     assert!(wake.granted[0].token > g1.token);
     assert_eq!(lt.locks_under("/b").unwrap().len(), 1);
+}
+
+#[test]
+fn session_expiry_uses_each_holds_own_lock_delay() {
+    // Chubby's lock-delay per lock: a hold that asked for none is free at once after its
+    // session expires, one that asked for longer than the table's waits that long, and a
+    // waiter's request carries its delay into the grant that serves it.
+    let mut lt = table(); // default delay 1 s
+    let mut zero = req(S1, 1, "/zero", X, Wait::Try);
+    zero.lock_delay = Some(Duration::ZERO);
+    granted(lt.acquire(&zero, t(0)));
+    let mut long = req(S1, 2, "/long", X, Wait::Try);
+    long.lock_delay = Some(Duration::from_secs(5));
+    granted(lt.acquire(&long, t(0)));
+    granted(lt.acquire(&req(S1, 3, "/plain", X, Wait::Try), t(0)));
+    queued(lt.acquire(&req(S2, 1, "/zero", X, Wait::Forever), t(1)));
+    let mut w = req(S3, 1, "/long", X, Wait::Forever);
+    w.lock_delay = Some(Duration::ZERO);
+    queued(lt.acquire(&w, t(1)));
+    let out = lt.release_session(S1, t(10));
+    assert_eq!(out.released.len(), 3);
+    let now: Vec<_> = out.granted.iter().map(|g| g.name.to_string()).collect();
+    assert_eq!(now, vec!["/zero".to_string()]);
+    // The table's default for the hold that asked for nothing.
+    assert_eq!(
+        lt.acquire(&req(S2, 2, "/plain", X, Wait::Try), t(1009)),
+        Err(AcquireError::WouldBlock)
+    );
+    granted(lt.acquire(&req(S2, 3, "/plain", X, Wait::Try), t(1010)));
+    assert!(lt.tick(t(5009)).granted.is_empty());
+    let wake = lt.tick(t(5010));
+    assert_eq!(wake.granted.len(), 1);
+    assert_eq!(wake.granted[0].session, S3);
+    // S3's hold has no delay: its expiry frees /long at once.
+    queued(lt.acquire(&req(S2, 4, "/long", X, Wait::Forever), t(5011)));
+    let out = lt.release_session(S3, t(5020));
+    assert_eq!(out.granted.len(), 1);
+    assert_eq!(out.granted[0].session, S2);
+}
+
+#[test]
+fn a_lock_delay_longer_than_the_maximum_is_capped() {
+    let mut lt = table();
+    let mut r = req(S1, 1, "/a", X, Wait::Try);
+    r.lock_delay = Some(Duration::from_secs(3600));
+    granted(lt.acquire(&r, t(0)));
+    lt.release_session(S1, t(0));
+    let free_at = t(MAX_LOCK_DELAY.as_millis() as u64);
+    assert_eq!(lt.next_deadline(), Some(free_at));
 }
 
 #[test]

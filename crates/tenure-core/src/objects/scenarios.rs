@@ -576,6 +576,7 @@ fn acquire(
             name: name.into(),
             mode: crate::lockctl::LockMode::Exclusive,
             wait: crate::io::WaitSpec::Try,
+            lock_delay: None,
         },
     );
     match r {

@@ -394,6 +394,7 @@ fn put_if_token_checks_the_lock_atomically() {
         name: "/a/lock".into(),
         mode: LockMode::Exclusive,
         wait: Wait::Try,
+        lock_delay: None,
     };
     let token = match l.acquire(&acq, t(1)) {
         Ok(crate::lockctl::Acquired::Granted(g)) => g.token,

@@ -263,6 +263,9 @@ impl World {
         } else {
             WaitSpec::Timeout(Duration::from_micros(50_000 + r.below(2_000_000)))
         };
+        // Some holds ask for no lock-delay: mutual exclusion must then rest on the
+        // clients' conservative deadlines alone.
+        let lock_delay = r.chance(0.25).then_some(Duration::ZERO);
         let cl = &mut self.lock_clients[c];
         cl.next_request_id += 1;
         let request_id = cl.next_request_id;
@@ -283,6 +286,7 @@ impl World {
             name: name.clone(),
             mode,
             wait,
+            lock_delay,
         };
         self.lock_request(c, req, Kind::Acquire { name, mode }, Some(op));
     }
