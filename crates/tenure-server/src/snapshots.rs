@@ -36,7 +36,8 @@
 //! whose part could not be written): snapshot ids do not order snapshots of different
 //! initiators, whose serials come from different clocks. A snapshot whose part is still
 //! being written, or that this device initiated and is still running, is never removed
-//! (it stays until a later part is written).
+//! (it stays until a later part is written). `Delete` (`tenure snapshot rm`) removes one
+//! snapshot's directory at once, under the same rule.
 //!
 //! Removal is crash-safe: the directory is renamed to `<id>.deleting` (which is not a
 //! snapshot's name, so nothing lists it), the snapshots directory is fsynced, then the
@@ -362,7 +363,7 @@ struct Inner {
     transport: std::sync::OnceLock<Transport>,
     /// How many snapshots' directories are kept (0: all).
     keep: usize,
-    /// Held while a snapshot's directory is removed (one removal at a time).
+    /// Held while a snapshot's directory is removed (retention and `Delete` take turns).
     removing: Mutex<()>,
 }
 
@@ -789,7 +790,7 @@ fn held(root: &Path) -> std::io::Result<Vec<(SystemTime, SnapshotId)>> {
             continue;
         };
         let dir = d.path();
-        // Not a directory, or removed meanwhile: not held.
+        // Not a directory, or removed meanwhile (`Delete`): not held.
         let Ok(files) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -891,6 +892,14 @@ impl Snapshots for SnapshotsApi {
         }))
     }
 
+    async fn delete(
+        &self,
+        request: GrpcRequest<proto::DeleteSnapshotRequest>,
+    ) -> Result<GrpcResponse<proto::DeleteSnapshotResponse>, Status> {
+        let id = request.into_inner().id;
+        Ok(GrpcResponse::new(self.delete_part(id).await?))
+    }
+
     type FetchPartStream = FetchStream;
 
     async fn fetch_part(
@@ -911,8 +920,8 @@ impl Snapshots for SnapshotsApi {
             Err(e) => return Ok(GrpcResponse::new(one(K::InvalidId(e)))),
         };
         let book = self.book.clone();
-        // The whole part is read before any of it is sent: a removal meanwhile (retention)
-        // either leaves this read the whole file or takes its name away first.
+        // The whole part is read before any of it is sent: a removal meanwhile (retention,
+        // Delete) either leaves this read the whole file or takes its name away first.
         let read = tokio::task::spawn_blocking(move || {
             let path = book.part_path(id)?;
             match std::fs::read(&path) {
@@ -955,6 +964,37 @@ impl Snapshots for SnapshotsApi {
             .collect::<Vec<_>>();
         let all = std::iter::once(Ok(header)).chain(chunks);
         Ok(GrpcResponse::new(Box::pin(futures::stream::iter(all))))
+    }
+}
+
+impl SnapshotsApi {
+    /// `Delete` (see `proto/snapshots.proto`).
+    async fn delete_part(&self, raw: String) -> Result<proto::DeleteSnapshotResponse, Status> {
+        use proto::delete_snapshot_response::Result as R;
+        use proto::snapshot_error::Kind as K;
+        let answer = |r: R| proto::DeleteSnapshotResponse {
+            device: self.device.0,
+            result: Some(r),
+        };
+        let id: SnapshotId = match raw.parse() {
+            Ok(id) => id,
+            Err(e) => return Ok(answer(R::Error(snap_error(K::InvalidId(e))))),
+        };
+        let book = self.book.clone();
+        let removed = tokio::task::spawn_blocking(move || book.remove(id, "deleted"))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(answer(match removed {
+            Ok(deleted) => R::Deleted(deleted),
+            Err(e @ SnapshotError::Busy { .. }) => R::Error(snap_error(K::Busy(format!(
+                "device {}: {e}; try again when it has ended",
+                self.device.0
+            )))),
+            Err(e) => R::Error(snap_error(K::Storage(format!(
+                "device {}: {e}",
+                self.device.0
+            )))),
+        }))
     }
 }
 
@@ -1221,5 +1261,57 @@ mod tests {
         assert_eq!(on_disk(dir.path()), vec![kept_id]);
         let listed: Vec<SnapshotId> = book.list().into_iter().map(|(id, _)| id).collect();
         assert_eq!(listed, vec![kept_id]);
+    }
+
+    #[tokio::test]
+    async fn delete_removes_a_part_once_and_fetch_then_answers_no_such_part() {
+        use futures::StreamExt;
+        use proto::delete_snapshot_response::Result as R;
+        use proto::snapshot_error::Kind as K;
+        let dir = tempfile::tempdir().unwrap();
+        let book = Book::open(dir.path(), 10);
+        let p = part_of(1, 7);
+        let id = p.id;
+        let b = book.clone();
+        tokio::task::spawn_blocking(move || write(&b, p))
+            .await
+            .unwrap();
+        let (calls, _rx) = mpsc::channel(1);
+        let api = SnapshotsApi::new(calls, book.clone(), DeviceId(3), Duration::from_secs(1));
+        let kind = |r: proto::DeleteSnapshotResponse| match r.result {
+            Some(R::Error(proto::SnapshotError { kind: Some(k) })) => k,
+            other => panic!("not an error: {other:?}"),
+        };
+
+        let r = api.delete_part("1-x".into()).await.unwrap();
+        assert!(matches!(kind(r), K::InvalidId(_)));
+        // Busy while its part is written.
+        book.update(id, |e| e.part = PartState::Writing);
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert!(matches!(kind(r), K::Busy(m) if m.contains("being written")));
+        assert_eq!(on_disk(dir.path()), vec![id]);
+        book.update(id, |e| e.part = PartState::Written { bytes: 0, crc32: 0 });
+
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert_eq!((r.device, r.result), (3, Some(R::Deleted(true))));
+        assert!(on_disk(dir.path()).is_empty());
+        assert!(book.list().is_empty(), "no longer listed");
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert_eq!(r.result, Some(R::Deleted(false)), "idempotent");
+
+        let req = GrpcRequest::new(proto::FetchPartRequest { id: id.to_string() });
+        let mut s = api.fetch_part(req).await.unwrap().into_inner();
+        let first = s.next().await.unwrap().unwrap();
+        assert!(
+            matches!(
+                first.item,
+                Some(proto::fetch_part_response::Item::Error(
+                    proto::SnapshotError {
+                        kind: Some(K::NoSuchPart(_))
+                    }
+                ))
+            ),
+            "{first:?}"
+        );
     }
 }
