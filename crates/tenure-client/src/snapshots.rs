@@ -6,7 +6,8 @@
 //! part is durable in its own data directory. [`Snapshots::fetch_part`] brings one
 //! device's part over, checked against the size and CRC-32 the device announced, so a
 //! tool can collect a snapshot's directory; [`Snapshots::list`] says which snapshots a
-//! device took part in and how those it initiated ended.
+//! device took part in and how those it initiated ended; [`Snapshots::delete`] removes a
+//! device's part of one.
 //!
 //! These are administrative calls made to a named device, not routed by store: a
 //! snapshot involves every device whichever one initiates it.
@@ -51,9 +52,13 @@ pub enum SnapshotError {
     /// The device holds no part of the snapshot.
     #[error("{0}")]
     NoSuchPart(String),
-    /// The device could not read its part.
+    /// The device could not read (or remove) its part.
     #[error("reading the part on the device: {0}")]
     Storage(String),
+    /// Delete: the device's part is still being written, or the snapshot it initiated is
+    /// still running; nothing was removed.
+    #[error("{0}")]
+    Busy(String),
     /// What arrived is not what the device announced.
     #[error(
         "part of snapshot {id} from {endpoint} arrived damaged: {got} bytes with CRC-32 {got_crc:#010x}, \
@@ -111,6 +116,15 @@ pub struct Part {
     pub crc32: u32,
 }
 
+/// What one device answered a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deleted {
+    /// The device.
+    pub device: u64,
+    /// It held files of the snapshot and removed them (false: it held none).
+    pub deleted: bool,
+}
+
 /// The snapshots API of a [`Client`].
 #[derive(Clone, Debug)]
 pub struct Snapshots {
@@ -140,6 +154,7 @@ fn error_of(id: &str, e: proto::SnapshotError) -> SnapshotError {
             reason,
         },
         Some(K::Storage(s)) => SnapshotError::Storage(s),
+        Some(K::Busy(s)) => SnapshotError::Busy(s),
         None => SnapshotError::Malformed("empty error"),
     }
 }
@@ -247,5 +262,30 @@ impl Snapshots {
             bytes,
             crc32: got_crc,
         })
+    }
+
+    /// Remove the device at `endpoint`'s files of snapshot `id` (idempotent: a device
+    /// that holds none answers `deleted: false`).
+    pub async fn delete(&self, endpoint: &str, id: &str) -> Result<Deleted> {
+        use proto::delete_snapshot_response::Result as R;
+        let mut c = self.channel(endpoint)?;
+        let limit = self.client.options().request_timeout;
+        let req = proto::DeleteSnapshotRequest { id: id.to_string() };
+        let r = crate::within(limit, "Delete", c.delete(req)).await?;
+        match r.result {
+            Some(R::Deleted(deleted)) => Ok(Deleted {
+                device: r.device,
+                deleted,
+            }),
+            Some(R::Error(e)) => Err(error_of(id, e)),
+            None => Err(SnapshotError::Malformed("empty result")),
+        }
+    }
+
+    /// [`Self::delete`] at every known endpoint, at once, in endpoint order.
+    pub async fn delete_all(&self, id: &str) -> Vec<(String, Result<Deleted>)> {
+        let eps = self.client.endpoints();
+        let answers = futures::future::join_all(eps.iter().map(|e| self.delete(e, id))).await;
+        eps.into_iter().zip(answers).collect()
     }
 }

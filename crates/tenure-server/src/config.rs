@@ -45,6 +45,14 @@
 //! answer_timeout = "200ms"              # bully: wait for OK; ring: for the successor's ack
 //! result_timeout = "1s"                 # bully: wait for COORDINATOR; ring: for the round
 //! heartbeat = "300ms"                   # the coordinator's; 3 missed start an election
+//!
+//! [snapshot]                            # optional: consistent snapshots (seed 002 §14.1)
+//! every = "1h"                          # the coordinator starts one this often (default
+//!                                       # 0: only when asked, `tenure snapshot create`)
+//! timeout = "10s"                       # a device that hears nothing of a snapshot for this
+//!                                       # long fails it (a peer is down or cut off)
+//! keep = 10                             # this device keeps its parts of the 10 newest
+//!                                       # snapshots and removes older ones (0: keep all)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +64,7 @@ use tenure_core::election::ElectionSettings;
 use tenure_core::ids::DeviceId;
 use tenure_core::lookup::LookupSettings;
 use tenure_core::objects::ObjectSettings;
+use tenure_core::snapshot::SnapshotSettings;
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +166,47 @@ impl TimingOverrides {
     }
 }
 
+/// How many snapshots a device keeps its part of by default (`[snapshot] keep`).
+pub const DEFAULT_SNAPSHOT_KEEP: usize = 10;
+
+/// Snapshots (`[snapshot]`): the core's settings ([`SnapshotSettings`]) and the server's
+/// retention. A struct of the server's own rather than the core's settings flattened into
+/// one, because serde does not reject unknown keys of a struct holding a flattened one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotConfig {
+    /// A snapshot a device has recorded but not finished within this long fails there.
+    #[serde(with = "tenure_core::lookup::humantime_serde_compat")]
+    pub timeout: Duration,
+    /// The coordinator starts a snapshot this often (zero: never; only on request).
+    #[serde(with = "tenure_core::lookup::humantime_serde_compat")]
+    pub every: Duration,
+    /// How many snapshots this device keeps its part of: once a part is written, the
+    /// oldest beyond this many are removed (see [`crate::snapshots`]). 0 keeps them all.
+    pub keep: usize,
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        let core = SnapshotSettings::default();
+        SnapshotConfig {
+            timeout: core.timeout,
+            every: core.every,
+            keep: DEFAULT_SNAPSHOT_KEEP,
+        }
+    }
+}
+
+impl SnapshotConfig {
+    /// The core's part of these settings.
+    pub fn settings(&self) -> SnapshotSettings {
+        SnapshotSettings {
+            timeout: self.timeout,
+            every: self.every,
+        }
+    }
+}
+
 /// Everything one `tenure server` process is configured with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -214,6 +264,10 @@ pub struct ServerConfig {
     /// algorithm (bully or ring) and its timeouts. Every device should use the same.
     #[serde(default)]
     pub election: ElectionSettings,
+    /// Consistent snapshots (`[snapshot]`; seed 002 §14.1): how often the coordinator
+    /// starts one, when a silent peer fails one, and how many this device keeps.
+    #[serde(default)]
+    pub snapshot: SnapshotConfig,
 }
 
 fn yes() -> bool {
@@ -315,6 +369,11 @@ impl ServerConfig {
                     .into(),
             ));
         }
+        if self.snapshot.timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "snapshot.timeout must be > 0 (a snapshot would fail as soon as it started)".into(),
+            ));
+        }
         let o = &self.objects;
         if o.block_size == 0 || o.max_key_len == 0 || o.history == 0 {
             return Err(ConfigError::Invalid(
@@ -375,6 +434,7 @@ impl ServerConfig {
         cfg.lookup = self.lookup.clone();
         cfg.objects = self.objects.clone();
         cfg.election = self.election.clone();
+        cfg.snapshot = self.snapshot.settings();
         cfg.lookup.ups = match self.lookup.ups {
             // The seed assumes a UPS-designated node; the lowest id plays it by default.
             None => cfg.cluster.devices.first().copied(),
@@ -477,6 +537,7 @@ mod tests {
             lookup: LookupSettings::default(),
             objects: ObjectSettings::default(),
             election: ElectionSettings::default(),
+            snapshot: SnapshotConfig::default(),
         };
         assert!(cfg.validate().is_err());
     }
@@ -620,6 +681,75 @@ mod tests {
         let zero = format!("{base}\n[election]\nheartbeat = 0\n");
         let cfg: ServerConfig = toml::from_str(&zero).unwrap();
         assert!(cfg.validate().is_err(), "a zero heartbeat");
+    }
+
+    #[test]
+    fn the_snapshot_section_maps_to_the_device_config() {
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.device_config().snapshot, SnapshotSettings::default());
+        assert_eq!(cfg.snapshot.keep, DEFAULT_SNAPSHOT_KEEP);
+
+        let text = format!("{base}\n[snapshot]\nevery = \"5m\"\ntimeout = 2500\nkeep = 3\n");
+        let cfg: ServerConfig = toml::from_str(&text).unwrap();
+        cfg.validate().unwrap();
+        let s = cfg.device_config().snapshot;
+        assert_eq!(s.every, Duration::from_secs(300));
+        assert_eq!(s.timeout, Duration::from_millis(2500));
+        assert_eq!(cfg.snapshot.keep, 3);
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+
+        let misspelt = format!("{base}\n[snapshot]\nkeeep = 3\n");
+        let e = toml::from_str::<ServerConfig>(&misspelt).unwrap_err();
+        assert!(e.to_string().contains("keeep"), "{e}");
+        let zero = format!("{base}\n[snapshot]\ntimeout = \"0s\"\n");
+        let cfg: ServerConfig = toml::from_str(&zero).unwrap();
+        let e = cfg.validate().unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Invalid(m) if m.contains("snapshot.timeout")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn election_keys_are_checked_and_enabled_is_not_one_of_them() {
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let misspelt = format!("{base}\n[election]\nheartbeet = \"1s\"\n");
+        assert!(toml::from_str::<ServerConfig>(&misspelt).is_err());
+        let off = format!("{base}\n[election]\nenabled = false\n");
+        let e = toml::from_str::<ServerConfig>(&off).unwrap_err();
+        assert!(e.to_string().contains("cannot be turned off"), "{e}");
+        // Configurations written before `enabled` left the file still read.
+        let old = format!("{base}\n[election]\nenabled = true\nheartbeat = 300\n");
+        assert!(
+            toml::from_str::<ServerConfig>(&old)
+                .unwrap()
+                .election
+                .enabled
+        );
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        assert!(cfg.device_config().election.enabled);
+        let written: toml::Value = toml::from_str(&cfg.to_toml()).unwrap();
+        assert!(written["election"].get("enabled").is_none(), "{written}");
     }
 
     #[test]

@@ -202,7 +202,7 @@ pub async fn start_with_listeners(
     let watch_routes = driver::WatchRoutes::default();
     let object_settings = cfg.objects.clone();
     let max_value_bytes = cfg.lookup.max_value_bytes;
-    let snapshot_book = snapshots::Book::open(&cfg.data_dir);
+    let snapshot_book = snapshots::Book::open(&cfg.data_dir, cfg.snapshot.keep);
     let replay = snapshots::take_replay(&cfg.data_dir)?;
     let device_config = cfg.device_config();
     let snapshot_wait = 2 * device_config.snapshot.timeout + Duration::from_secs(5);

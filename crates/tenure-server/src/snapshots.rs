@@ -29,6 +29,23 @@
 //! snapshot-replay.bin              a restored device's recorded channel messages
 //! ```
 //!
+//! Retention: a device keeps its parts of the newest `[snapshot] keep` snapshots (10 by
+//! default; 0 keeps every one). Once a part is durable, the writer thread removes the
+//! directories of older ones. "Newest" is by the time the part was written here (the part
+//! file's modification time; the directory's for a snapshot without a part, such as one
+//! whose part could not be written): snapshot ids do not order snapshots of different
+//! initiators, whose serials come from different clocks. A snapshot whose part is still
+//! being written, or that this device initiated and is still running, is never removed
+//! (it stays until a later part is written). `Delete` (`tenure snapshot rm`) removes one
+//! snapshot's directory at once, under the same rule.
+//!
+//! Removal is crash-safe: the directory is renamed to `<id>.deleting` (which is not a
+//! snapshot's name, so nothing lists it), the snapshots directory is fsynced, then the
+//! renamed directory is removed; a crash in between leaves a `.deleting` directory, which
+//! the next start removes ([`Book::open`]). A `FetchPart` reads the whole part before it
+//! sends any of it: a removal during its read either leaves it the whole file (an open
+//! file outlives its name) or makes it answer `no_such_part`.
+//!
 //! A part file and a replay file start with a 24-byte header: 8 bytes of magic, the
 //! format (u32), the CRC-32 of the content (u32) and its length (u64), little-endian. A
 //! file is written to a temporary name, fsynced, renamed, and its directory fsynced.
@@ -73,6 +90,8 @@ pub const REPLAY_FILE: &str = "snapshot-replay.bin";
 pub const REPLAYED_FILE: &str = "snapshot-replay.done";
 /// The snapshots directory in a device's data directory.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
+/// What a snapshot's directory is renamed to while it is removed (`<id>.deleting`).
+pub const DELETING_SUFFIX: &str = ".deleting";
 /// How much of a part one `FetchPart` message carries.
 const CHUNK_BYTES: usize = 256 * 1024;
 
@@ -139,6 +158,15 @@ pub enum SnapshotError {
     /// The book has no directory to write to.
     #[error("this device has no snapshot directory")]
     NoDir,
+    /// A snapshot's files were not removed: its part is still being written, or it is
+    /// still running at this device, its initiator.
+    #[error("snapshot {id} is not removed: {why}")]
+    Busy {
+        /// The snapshot.
+        id: SnapshotId,
+        /// What it is still doing.
+        why: &'static str,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
@@ -333,12 +361,19 @@ struct Inner {
     writer: Option<Mutex<std::sync::mpsc::Sender<Job>>>,
     /// Where held messages go once their part is durable.
     transport: std::sync::OnceLock<Transport>,
+    /// How many snapshots' directories are kept (0: all).
+    keep: usize,
+    /// Held while a snapshot's directory is removed (retention and `Delete` take turns).
+    removing: Mutex<()>,
 }
 
 /// Work for the writer thread, done in order.
 enum Job {
     Part(Box<SnapshotPart>),
     Ended(SnapshotId, Result<SnapshotSummary, String>),
+    /// Answers once every job before it is done.
+    #[cfg(test)]
+    Flush(std::sync::mpsc::SyncSender<()>),
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -350,13 +385,17 @@ fn unix_ms(t: SystemTime) -> u64 {
 impl Book {
     /// The book of the device whose data directory is `data_dir`: snapshots live in its
     /// `snapshots` directory, written by a thread of the book's own (it stops when the
-    /// last clone of the book is dropped).
-    pub fn open(data_dir: &Path) -> Book {
+    /// last clone of the book is dropped), which keeps the newest `keep` of them (0: all).
+    /// Directories left half removed by a crash (`<id>.deleting`) are removed now.
+    pub fn open(data_dir: &Path, keep: usize) -> Book {
+        let dir = data_dir.join(SNAPSHOTS_DIR);
+        clean_leftovers(&dir);
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let book = Book {
             inner: Arc::new(Inner {
-                dir: Some(data_dir.join(SNAPSHOTS_DIR)),
+                dir: Some(dir),
                 writer: Some(Mutex::new(tx)),
+                keep,
                 ..Default::default()
             }),
         };
@@ -418,6 +457,10 @@ impl Book {
         match job {
             Job::Part(p) => self.write_part(&p),
             Job::Ended(id, result) => self.end(id, result),
+            #[cfg(test)]
+            Job::Flush(done) => {
+                let _ = done.send(());
+            }
         }
     }
 
@@ -512,6 +555,101 @@ impl Book {
                 t.send(to, msg);
             }
         }
+        if durable {
+            self.retain();
+        }
+    }
+
+    /// Remove the directories of the snapshots older than the newest `keep` (see the
+    /// module documentation), except those still being written or running.
+    fn retain(&self) {
+        let keep = self.inner.keep;
+        let Some(root) = &self.inner.dir else {
+            return;
+        };
+        if keep == 0 {
+            return;
+        }
+        let mut held = match held(root) {
+            Ok(h) => h,
+            Err(e) => {
+                warn!(dir = %root.display(), "old snapshots not removed: {e}");
+                return;
+            }
+        };
+        if held.len() <= keep {
+            return;
+        }
+        // Newest first: by the time written here, then by id.
+        held.sort_by(|a, b| b.cmp(a));
+        for (_, id) in held.into_iter().skip(keep) {
+            match self.remove(id, "retention") {
+                Ok(_) => {}
+                Err(e @ SnapshotError::Busy { .. }) => {
+                    info!(snapshot = %id, keep, "old snapshot kept for now: {e}")
+                }
+                Err(e) => warn!(snapshot = %id, keep, "old snapshot not removed: {e}"),
+            }
+        }
+    }
+
+    /// Remove this device's files of snapshot `id` (crash-safe: see the module
+    /// documentation) and forget it. True when there were files to remove; `Busy` when
+    /// its part is being written or it is running here. `reason` names the caller in the
+    /// log and in `tenure_snapshots_removed_total`.
+    pub fn remove(&self, id: SnapshotId, reason: &'static str) -> Result<bool, SnapshotError> {
+        let _one_at_a_time = self
+            .inner
+            .removing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let busy = |e: &Entry| -> Option<&'static str> {
+            if e.part == PartState::Writing {
+                Some("this device's part is still being written")
+            } else if e.initiated_here && e.outcome.is_none() {
+                Some("it is still running (this device initiated it)")
+            } else {
+                None
+            }
+        };
+        if let Some(why) = self.get(id).as_ref().and_then(busy) {
+            return Err(SnapshotError::Busy { id, why });
+        }
+        let forget = || {
+            let mut m = self.inner.entries.lock().unwrap_or_else(|e| e.into_inner());
+            if m.get(&id).is_some_and(|e| busy(e).is_none()) {
+                m.remove(&id);
+            }
+            drop(m);
+            self.inner.changed.send_modify(|n| *n += 1);
+        };
+        let Some(root) = &self.inner.dir else {
+            forget();
+            return Ok(false);
+        };
+        let dir = root.join(id.to_string());
+        let doomed = root.join(format!("{id}{DELETING_SUFFIX}"));
+        if doomed.exists() {
+            // An earlier removal of the same snapshot that did not finish.
+            std::fs::remove_dir_all(&doomed).map_err(io_err(&doomed))?;
+        }
+        match std::fs::rename(&dir, &doomed) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                forget();
+                return Ok(false);
+            }
+            Err(e) => return Err(io_err(&dir)(e)),
+        }
+        // From here on the snapshot is gone, after a crash too.
+        sync_dir(root)?;
+        forget();
+        if let Err(e) = std::fs::remove_dir_all(&doomed) {
+            warn!(snapshot = %id, dir = %doomed.display(), "snapshot's files not all removed (the next start removes them): {e}");
+        }
+        info!(snapshot = %id, reason, keep = self.inner.keep, "snapshot's files removed from this device");
+        metrics::counter!("tenure_snapshots_removed_total", "reason" => reason).increment(1);
+        Ok(true)
     }
 
     fn end(&self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
@@ -623,6 +761,52 @@ impl Book {
     }
 }
 
+/// Remove what removals interrupted by a crash left in `root` (`<id>.deleting`).
+fn clean_leftovers(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for d in rd.flatten() {
+        let name = d.file_name();
+        if !name.to_string_lossy().ends_with(DELETING_SUFFIX) {
+            continue;
+        }
+        let path = d.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                info!(dir = %path.display(), "removed a snapshot's directory whose removal a crash interrupted")
+            }
+            Err(e) => warn!(dir = %path.display(), "a half-removed snapshot directory stays: {e}"),
+        }
+    }
+}
+
+/// The snapshots whose directories are in `root`, each with the time it was written here:
+/// its part file's modification time, or the directory's when it holds no part.
+fn held(root: &Path) -> std::io::Result<Vec<(SystemTime, SnapshotId)>> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(root)?.flatten() {
+        let Some(id) = (d.file_name().to_str()).and_then(|s| s.parse::<SnapshotId>().ok()) else {
+            continue;
+        };
+        let dir = d.path();
+        // Not a directory, or removed meanwhile (`Delete`): not held.
+        let Ok(files) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let part = (files.flatten())
+            .map(|f| f.path())
+            .find(|p| p.extension().is_some_and(|x| x == "part"));
+        let written = part
+            .and_then(|p| std::fs::metadata(p).ok())
+            .or_else(|| std::fs::metadata(&dir).ok())
+            .and_then(|m| m.modified().ok())
+            .unwrap_or(UNIX_EPOCH);
+        out.push((written, id));
+    }
+    Ok(out)
+}
+
 /// The snapshots service.
 #[derive(Clone, Debug)]
 pub struct SnapshotsApi {
@@ -708,6 +892,14 @@ impl Snapshots for SnapshotsApi {
         }))
     }
 
+    async fn delete(
+        &self,
+        request: GrpcRequest<proto::DeleteSnapshotRequest>,
+    ) -> Result<GrpcResponse<proto::DeleteSnapshotResponse>, Status> {
+        let id = request.into_inner().id;
+        Ok(GrpcResponse::new(self.delete_part(id).await?))
+    }
+
     type FetchPartStream = FetchStream;
 
     async fn fetch_part(
@@ -728,9 +920,14 @@ impl Snapshots for SnapshotsApi {
             Err(e) => return Ok(GrpcResponse::new(one(K::InvalidId(e)))),
         };
         let book = self.book.clone();
+        // The whole part is read before any of it is sent: a removal meanwhile (retention,
+        // Delete) either leaves this read the whole file or takes its name away first.
         let read = tokio::task::spawn_blocking(move || {
             let path = book.part_path(id)?;
-            Some(std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())))
+            match std::fs::read(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                r => Some(r.map_err(|e| format!("{}: {e}", path.display()))),
+            }
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?;
@@ -767,6 +964,37 @@ impl Snapshots for SnapshotsApi {
             .collect::<Vec<_>>();
         let all = std::iter::once(Ok(header)).chain(chunks);
         Ok(GrpcResponse::new(Box::pin(futures::stream::iter(all))))
+    }
+}
+
+impl SnapshotsApi {
+    /// `Delete` (see `proto/snapshots.proto`).
+    async fn delete_part(&self, raw: String) -> Result<proto::DeleteSnapshotResponse, Status> {
+        use proto::delete_snapshot_response::Result as R;
+        use proto::snapshot_error::Kind as K;
+        let answer = |r: R| proto::DeleteSnapshotResponse {
+            device: self.device.0,
+            result: Some(r),
+        };
+        let id: SnapshotId = match raw.parse() {
+            Ok(id) => id,
+            Err(e) => return Ok(answer(R::Error(snap_error(K::InvalidId(e))))),
+        };
+        let book = self.book.clone();
+        let removed = tokio::task::spawn_blocking(move || book.remove(id, "deleted"))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(answer(match removed {
+            Ok(deleted) => R::Deleted(deleted),
+            Err(e @ SnapshotError::Busy { .. }) => R::Error(snap_error(K::Busy(format!(
+                "device {}: {e}; try again when it has ended",
+                self.device.0
+            )))),
+            Err(e) => R::Error(snap_error(K::Storage(format!(
+                "device {}: {e}",
+                self.device.0
+            )))),
+        }))
     }
 }
 
@@ -887,7 +1115,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // A file where the snapshots directory should be: nothing can be written under it.
         std::fs::write(dir.path().join(SNAPSHOTS_DIR), b"in the way").unwrap();
-        let book = Book::open(dir.path());
+        let book = Book::open(dir.path(), 0);
         book.record(Box::new(p));
         assert_eq!(book.pass(DeviceId(1), done.clone()), None);
         assert!(matches!(settled(&book, id), PartState::Failed(_)));
@@ -897,7 +1125,7 @@ mod tests {
 
         // A written part lets the answer through, and is listed with its checksum.
         let ok = tempfile::tempdir().unwrap();
-        let book = Book::open(ok.path());
+        let book = Book::open(ok.path(), 0);
         book.record(Box::new(part()));
         assert!(matches!(settled(&book, id), PartState::Written { .. }));
         assert_eq!(book.pass(DeviceId(1), done.clone()), Some(done));
@@ -907,5 +1135,183 @@ mod tests {
         assert_eq!(e.status, "recorded");
         let bytes = std::fs::read(book.part_path(id).unwrap()).unwrap();
         assert_eq!(e.part.unwrap().crc32, crc32(&bytes));
+    }
+
+    fn part_of(initiator: u64, serial: u64) -> Box<SnapshotPart> {
+        let mut p = part();
+        p.id = SnapshotId {
+            initiator: DeviceId(initiator),
+            serial,
+        };
+        Box::new(p)
+    }
+
+    /// The snapshots with a directory under `data`, in id order.
+    fn on_disk(data: &Path) -> Vec<SnapshotId> {
+        let mut ids: Vec<SnapshotId> = held(&data.join(SNAPSHOTS_DIR))
+            .unwrap()
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Record `p` and wait until the writer thread wrote it (and applied retention).
+    fn write(book: &Book, p: Box<SnapshotPart>) {
+        let id = p.id;
+        book.record(p);
+        // Retention runs on the writer thread after the part is written.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        book.queue(Job::Flush(tx));
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(matches!(settled(book, id), PartState::Written { .. }));
+        // Part files' modification times order them; keep them apart.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+
+    #[test]
+    fn retention_keeps_the_newest_parts_by_write_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = Book::open(dir.path(), 2);
+        // Written in this order; the ids order them otherwise (different initiators).
+        let order = [(3, 100), (1, 900), (2, 50), (1, 10)];
+        for (i, (init, serial)) in order.iter().enumerate() {
+            write(&book, part_of(*init, *serial));
+            assert_eq!(on_disk(dir.path()).len(), (i + 1).min(2));
+        }
+        let id = |i: u64, s: u64| SnapshotId {
+            initiator: DeviceId(i),
+            serial: s,
+        };
+        assert_eq!(on_disk(dir.path()), vec![id(1, 10), id(2, 50)]);
+        // Forgotten, not only gone from the disk.
+        let listed: Vec<SnapshotId> = book.list().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, vec![id(1, 10), id(2, 50)]);
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(SNAPSHOTS_DIR))
+            .unwrap()
+            .flatten()
+            .map(|d| d.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+
+        // keep = 0 keeps every one.
+        let all = tempfile::tempdir().unwrap();
+        let book = Book::open(all.path(), 0);
+        for (init, serial) in order {
+            write(&book, part_of(init, serial));
+        }
+        assert_eq!(on_disk(all.path()).len(), 4);
+    }
+
+    #[test]
+    fn retention_never_removes_a_part_being_written_or_a_snapshot_running_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = Book::open(dir.path(), 1);
+        let (a, b, c, d) = (part_of(1, 1), part_of(1, 2), part_of(1, 3), part_of(1, 4));
+        let (a_id, b_id, c_id, d_id) = (a.id, b.id, c.id, d.id);
+        // Started here, its part written: running until its result.
+        book.started(a_id);
+        write(&book, a);
+        write(&book, b);
+        assert_eq!(
+            on_disk(dir.path()),
+            vec![a_id, b_id],
+            "the running one stays"
+        );
+        // B's part being written again (what `record` marks before the writer runs).
+        book.update(b_id, |e| e.part = PartState::Writing);
+        write(&book, c);
+        assert_eq!(on_disk(dir.path()), vec![a_id, b_id, c_id]);
+        assert!(matches!(
+            book.remove(b_id, "test"),
+            Err(SnapshotError::Busy { .. })
+        ));
+        // Both settle: the next part written removes them.
+        book.update(b_id, |e| e.part = PartState::Failed("test".into()));
+        book.ended(
+            a_id,
+            Ok(SnapshotSummary {
+                devices: vec![DeviceId(3)],
+                terminated: true,
+            }),
+        );
+        write(&book, d);
+        assert_eq!(on_disk(dir.path()), vec![d_id]);
+    }
+
+    #[test]
+    fn leftover_deleting_directories_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(SNAPSHOTS_DIR);
+        let doomed = root.join(format!("1-5{DELETING_SUFFIX}"));
+        std::fs::create_dir_all(&doomed).unwrap();
+        std::fs::write(doomed.join(part_file_name(DeviceId(3))), b"half removed").unwrap();
+        let kept = part_of(1, 6);
+        let kept_id = kept.id;
+        write_durably(
+            &root
+                .join(kept_id.to_string())
+                .join(part_file_name(DeviceId(3))),
+            &encode_part(&kept).unwrap(),
+        )
+        .unwrap();
+        let book = Book::open(dir.path(), 10);
+        assert!(!doomed.exists());
+        assert_eq!(on_disk(dir.path()), vec![kept_id]);
+        let listed: Vec<SnapshotId> = book.list().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(listed, vec![kept_id]);
+    }
+
+    #[tokio::test]
+    async fn delete_removes_a_part_once_and_fetch_then_answers_no_such_part() {
+        use futures::StreamExt;
+        use proto::delete_snapshot_response::Result as R;
+        use proto::snapshot_error::Kind as K;
+        let dir = tempfile::tempdir().unwrap();
+        let book = Book::open(dir.path(), 10);
+        let p = part_of(1, 7);
+        let id = p.id;
+        let b = book.clone();
+        tokio::task::spawn_blocking(move || write(&b, p))
+            .await
+            .unwrap();
+        let (calls, _rx) = mpsc::channel(1);
+        let api = SnapshotsApi::new(calls, book.clone(), DeviceId(3), Duration::from_secs(1));
+        let kind = |r: proto::DeleteSnapshotResponse| match r.result {
+            Some(R::Error(proto::SnapshotError { kind: Some(k) })) => k,
+            other => panic!("not an error: {other:?}"),
+        };
+
+        let r = api.delete_part("1-x".into()).await.unwrap();
+        assert!(matches!(kind(r), K::InvalidId(_)));
+        // Busy while its part is written.
+        book.update(id, |e| e.part = PartState::Writing);
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert!(matches!(kind(r), K::Busy(m) if m.contains("being written")));
+        assert_eq!(on_disk(dir.path()), vec![id]);
+        book.update(id, |e| e.part = PartState::Written { bytes: 0, crc32: 0 });
+
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert_eq!((r.device, r.result), (3, Some(R::Deleted(true))));
+        assert!(on_disk(dir.path()).is_empty());
+        assert!(book.list().is_empty(), "no longer listed");
+        let r = api.delete_part(id.to_string()).await.unwrap();
+        assert_eq!(r.result, Some(R::Deleted(false)), "idempotent");
+
+        let req = GrpcRequest::new(proto::FetchPartRequest { id: id.to_string() });
+        let mut s = api.fetch_part(req).await.unwrap().into_inner();
+        let first = s.next().await.unwrap().unwrap();
+        assert!(
+            matches!(
+                first.item,
+                Some(proto::fetch_part_response::Item::Error(
+                    proto::SnapshotError {
+                        kind: Some(K::NoSuchPart(_))
+                    }
+                ))
+            ),
+            "{first:?}"
+        );
     }
 }

@@ -71,6 +71,11 @@ struct UpArgs {
     /// Chunks per store (new clusters only).
     #[arg(long, default_value_t = 3)]
     replication: usize,
+    /// How many snapshots each device keeps its part of; older ones are removed as new
+    /// ones are written (0: all). New clusters only: it is `[snapshot] keep` in each
+    /// device's dN/server.toml, where it can be changed for the next start.
+    #[arg(long, default_value_t = tenure_server::config::DEFAULT_SNAPSHOT_KEEP)]
+    snapshot_keep: usize,
     /// First port: device i uses base+i (peer), base+100+i (client), base+200+i (metrics).
     /// 0 picks free ports (below the kernel's ephemeral range, so a restarted device gets its
     /// ports back).
@@ -156,7 +161,11 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
-    local_configs(a.devices, a.stores, a.replication, a.base_port, data)
+    let mut cfgs = local_configs(a.devices, a.stores, a.replication, a.base_port, data)?;
+    for c in &mut cfgs {
+        c.snapshot.keep = a.snapshot_keep;
+    }
+    Ok(cfgs)
 }
 
 /// The configurations of a new local cluster of devices 1..=`devices` whose data lives
@@ -216,6 +225,7 @@ pub(crate) fn local_configs(
             lookup: Default::default(),
             objects: Default::default(),
             election: Default::default(),
+            snapshot: Default::default(),
         })
         .collect())
 }

@@ -61,7 +61,7 @@ enum Command {
     Status(lock_cmds::StatusArgs),
     /// Benchmarks against a running cluster.
     Bench(bench::BenchArgs),
-    /// Consistent snapshots of the cluster: create, ls, verify, restore.
+    /// Consistent snapshots of the cluster: create, ls, verify, restore, rm.
     Snapshot(snapshot_cmds::SnapshotArgs),
 }
 

@@ -1,4 +1,4 @@
-//! `tenure snapshot create|ls|verify|restore`: consistent snapshots of a running cluster
+//! `tenure snapshot create|ls|verify|restore|rm`: consistent snapshots of a running cluster
 //! (DESIGN §6, §8; seed 002 §14.1–§14.2).
 //!
 //! `create` asks one device to initiate a Chandy-Lamport snapshot, waits until
@@ -23,6 +23,10 @@
 //! fresh ports, so it can run beside the original): each device's storage holds its
 //! part's state, and its recorded channel messages wait in `snapshot-replay.bin`, which the
 //! server replays before anything else at its first boot.
+//!
+//! `rm` removes a snapshot: every device's part (each device also removes its oldest parts
+//! on its own beyond `[snapshot] keep`) and the copy collected under `--data`, unless
+//! `--keep-collected`.
 
 use crate::client_cmds::Target;
 use anyhow::{Context, bail};
@@ -63,6 +67,10 @@ enum SnapshotCmd {
     /// Write a new local cluster's data directory from a collected snapshot; start it with
     /// `tenure cluster up --data DIR`.
     Restore(RestoreArgs),
+    /// Remove a snapshot: every device's part of it, and its copy collected under --data.
+    /// Fails (non-zero exit) when a device could not be reached or refused, after the
+    /// others removed theirs.
+    Rm(RmArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -84,6 +92,20 @@ struct CreateArgs {
 struct LsArgs {
     #[command(flatten)]
     target: Target,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct RmArgs {
+    /// The snapshot's id (`<initiator>-<serial>`, as `create` and `ls` print it).
+    id: String,
+    #[command(flatten)]
+    target: Target,
+    /// Leave the copy collected under --data (<data>/snapshots/<id>) in place.
+    #[arg(long)]
+    keep_collected: bool,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -174,6 +196,7 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<()> {
         SnapshotCmd::Ls(a) => runtime()?.block_on(ls(a)),
         SnapshotCmd::Verify(a) => verify_cmd(a),
         SnapshotCmd::Restore(a) => restore(a),
+        SnapshotCmd::Rm(a) => runtime()?.block_on(rm(a)),
     }
 }
 
@@ -469,6 +492,121 @@ async fn ls(a: LsArgs) -> anyhow::Result<()> {
     }
     for u in &unreachable {
         eprintln!("not listed: {u}");
+    }
+    Ok(())
+}
+
+/// One device's answer to `rm`.
+#[derive(Debug, Serialize)]
+struct RmAnswer {
+    endpoint: String,
+    /// The device (when it answered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<u64>,
+    /// "removed", "absent" (it held no part), "refused" (busy, storage), "unreachable" or
+    /// "failed" (another RPC failure).
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    error: String,
+}
+
+/// The innermost error of `e`'s chain ("Connection refused (os error 111)" rather than the
+/// whole transport error), or `e` itself.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(s) = last.source() {
+        last = s;
+    }
+    last.to_string()
+}
+
+async fn rm(a: RmArgs) -> anyhow::Result<()> {
+    let id: SnapshotId = a.id.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let id = id.to_string();
+    let endpoints = a.target.endpoints()?;
+    let client = Client::new(endpoints)?;
+    let mut answers = Vec::new();
+    for (endpoint, r) in client.snapshots().delete_all(&id).await {
+        use tenure_client::snapshots::SnapshotError as E;
+        let (device, outcome, error) = match r {
+            Ok(d) if d.deleted => (Some(d.device), "removed", String::new()),
+            Ok(d) => (Some(d.device), "absent", String::new()),
+            Err(E::Client(tenure_client::Error::Rpc(s)))
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                ) =>
+            {
+                let why = match std::error::Error::source(s.as_ref()) {
+                    Some(inner) => root_cause(inner),
+                    None => s.message().to_string(),
+                };
+                (None, "unreachable", why)
+            }
+            Err(E::Client(e)) => (None, "failed", e.to_string()),
+            Err(e) => (None, "refused", e.to_string()),
+        };
+        answers.push(RmAnswer {
+            endpoint,
+            device,
+            outcome,
+            error,
+        });
+    }
+    // The copy `create` collected, where `ls` finds it.
+    let local = a.target.data.join("snapshots").join(&id);
+    let collected = read_manifest(&local).is_ok_and(|m| m.id == id);
+    let removed_local = collected && !a.keep_collected;
+    if removed_local {
+        std::fs::remove_dir_all(&local).with_context(|| format!("removing {}", local.display()))?;
+    }
+    let failed: Vec<&RmAnswer> = answers
+        .iter()
+        .filter(|r| matches!(r.outcome, "unreachable" | "refused" | "failed"))
+        .collect();
+    if a.json {
+        let v = serde_json::json!({
+            "id": id,
+            "devices": answers,
+            "collected": if removed_local { "removed" } else if collected { "kept" } else { "none" },
+            "collected_dir": std::path::absolute(&local)?,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        let with = |o: &str| -> Vec<u64> {
+            (answers.iter())
+                .filter(|r| r.outcome == o)
+                .filter_map(|r| r.device)
+                .collect()
+        };
+        let (removed, absent) = (with("removed"), with("absent"));
+        println!("snapshot {id}:");
+        if !removed.is_empty() {
+            println!("  part removed on devices {removed:?}");
+        }
+        if !absent.is_empty() {
+            println!("  no part on devices {absent:?} (never recorded, or removed before)");
+        }
+        for r in &failed {
+            println!("  {} {}: {}", r.endpoint, r.outcome, r.error);
+        }
+        if removed_local {
+            println!("  collected copy removed: {}", local.display());
+        } else if collected {
+            println!("  collected copy kept: {}", local.display());
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "snapshot {id} is not removed everywhere: {} device(s) could not remove their part ({}); \
+             run `tenure snapshot rm {id}` again when they are back",
+            failed.len(),
+            failed
+                .iter()
+                .map(|r| format!("{} {}", r.endpoint, r.outcome))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     Ok(())
 }

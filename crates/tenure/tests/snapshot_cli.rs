@@ -6,7 +6,9 @@
 //! message on a damaged part. `restore` writes a new cluster's data directory that
 //! `cluster up` starts beside the original, and every lock and session of the cut is
 //! there. The load's throughput before and during each snapshot, and the snapshots'
-//! durations, are printed: measured, never asserted (DESIGN §10).
+//! durations, are printed: measured, never asserted (DESIGN §10). Retention and
+//! `tenure snapshot rm`: a cluster that keeps two snapshots' parts, and a removal on every
+//! device, with one of them down.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -418,5 +420,117 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
         "restored cluster: all {} locks (holders, tokens) and {} sessions of the cut are there",
         holders.len(),
         sessions.len()
+    );
+}
+
+/// `tenure snapshot ls --json` of the cluster under `data`: each snapshot's id → the devices
+/// holding their part of it, and whether it is collected under `data`.
+fn listed(data: &str) -> BTreeMap<String, (Vec<u64>, bool)> {
+    let (ok, out, err) = tenure(&["snapshot", "ls", "--data", data, "--json"]);
+    assert!(ok, "ls failed:\n{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["unreachable"], serde_json::json!([]), "{v}");
+    (v["snapshots"].as_array().unwrap().iter())
+        .map(|s| {
+            let mut parts: Vec<u64> = (s["parts_on_devices"].as_array().unwrap().iter())
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            parts.sort_unstable();
+            let id = s["id"].as_str().unwrap().to_string();
+            (id, (parts, s.get("collected").is_some()))
+        })
+        .collect()
+}
+
+/// Retention and `rm` on real processes: with `--snapshot-keep 2`, the devices keep their
+/// parts of the two newest of three snapshots (the oldest stays collected under --data);
+/// `rm` removes a snapshot's parts on every device and its collected copy, so `ls` no
+/// longer shows it, again is harmless, and leaves the newest verifiable; `rm` with a
+/// device down removes the others' parts, names the device and fails.
+#[test]
+fn retention_keeps_the_newest_snapshots_and_rm_removes_one_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    let d = data.to_str().unwrap();
+    let stores = STORES.to_string();
+    let (ok, out, err) = tenure(&[
+        "cluster",
+        "up",
+        "--devices",
+        "3",
+        "--stores",
+        &stores,
+        "--data",
+        d,
+        "--snapshot-keep",
+        "2",
+        "--wait-secs",
+        "60",
+        "--json",
+    ]);
+    assert!(ok, "cluster up failed:\n{out}\n{err}");
+    let toml = std::fs::read_to_string(data.join("d1/server.toml")).unwrap();
+    assert!(
+        toml.contains("[snapshot]") && toml.contains("keep = 2"),
+        "{toml}"
+    );
+
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (ok, out, err) = tenure(&["snapshot", "create", "--data", d, "--json"]);
+        assert!(ok, "snapshot create failed:\n{out}\n{err}");
+        let m: serde_json::Value = serde_json::from_str(&out).unwrap();
+        ids.push(m["id"].as_str().unwrap().to_string());
+    }
+    let all = vec![1, 2, 3];
+    // A device removes the oldest part right after it wrote the newest; `create` may
+    // return just before.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ls = listed(d);
+    while ls[&ids[0]].0 != Vec::<u64>::new() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        ls = listed(d);
+    }
+    assert_eq!(ls.len(), 3, "{ls:?}");
+    assert_eq!(ls[&ids[0]], (vec![], true), "the oldest: collected only");
+    assert_eq!(ls[&ids[1]], (all.clone(), true));
+    assert_eq!(ls[&ids[2]], (all.clone(), true));
+    let on_devices = |ls: &BTreeMap<String, (Vec<u64>, bool)>| {
+        ls.values().filter(|(p, _)| !p.is_empty()).count()
+    };
+    assert_eq!(on_devices(&ls), 2);
+
+    let (ok, out, err) = tenure(&["snapshot", "rm", &ids[1], "--data", d, "--json"]);
+    assert!(ok, "rm failed:\n{out}\n{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let outcomes: Vec<&str> = (r["devices"].as_array().unwrap().iter())
+        .map(|x| x["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["removed"; 3], "{r}");
+    assert_eq!(r["collected"], "removed");
+    let ls = listed(d);
+    assert!(!ls.contains_key(&ids[1]), "{ls:?}");
+    assert_eq!(on_devices(&ls), 1);
+    assert_eq!(ls[&ids[2]], (all.clone(), true));
+
+    // Again: nothing left to remove, not an error.
+    let (ok, out, err) = tenure(&["snapshot", "rm", &ids[1], "--data", d]);
+    assert!(ok, "a second rm failed:\n{out}\n{err}");
+    assert!(out.contains("no part on devices [1, 2, 3]"), "{out}");
+
+    let (ok, out, err) = tenure(&["snapshot", "verify", &ids[2], "--data", d]);
+    assert!(ok, "verify of the newest failed:\n{out}\n{err}");
+
+    // A device down: the others remove their parts, the command names it and fails.
+    let pid = cluster_file(&data)["devices"][2]["pid"].as_u64().unwrap();
+    common::kill9(pid);
+    let (ok, out, err) = tenure(&["snapshot", "rm", &ids[2], "--data", d]);
+    assert!(!ok, "rm with a device down succeeded:\n{out}\n{err}");
+    assert!(out.contains("part removed on devices [1, 2]"), "{out}");
+    assert!(out.contains("unreachable"), "{out}");
+    assert!(
+        err.contains("1 device(s) could not remove their part"),
+        "{err}"
     );
 }

@@ -133,10 +133,18 @@ impl ElectionMsg {
 
 /// Election settings (`[election]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ElectionSettings {
     /// Whether the device takes part in elections (off only in the model checker, whose
-    /// state space has no room for them).
+    /// state space has no room for them). Set in code, not in a configuration file: a
+    /// device that ignores elections would leave its cluster without a coordinator. It is
+    /// not written out, and reading accepts only `enabled = true` (which configurations
+    /// written by earlier versions hold), so a file cannot turn elections off.
+    #[serde(
+        default = "enabled_by_default",
+        skip_serializing,
+        deserialize_with = "always_enabled"
+    )]
     pub enabled: bool,
     /// The algorithm.
     pub algorithm: Algorithm,
@@ -152,6 +160,19 @@ pub struct ElectionSettings {
     /// missed heartbeats.
     #[serde(with = "crate::lookup::humantime_serde_compat")]
     pub heartbeat: Duration,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+fn always_enabled<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    match bool::deserialize(d)? {
+        true => Ok(true),
+        false => Err(serde::de::Error::custom(
+            "elections cannot be turned off in a configuration (every device must take part)",
+        )),
+    }
 }
 
 impl Default for ElectionSettings {

@@ -85,11 +85,13 @@ pub struct LookupSettings {
 }
 
 /// Durations in the TOML config are written as milliseconds (`heartbeat_interval = 300`)
-/// or as strings with a unit (`"300ms"`, `"2s"`, `"5m"`).
-pub(crate) mod humantime_serde_compat {
+/// or as strings with a unit (`"300ms"`, `"2s"`, `"5m"`). For `#[serde(with = ...)]` on a
+/// `Duration` field (the server's own configuration sections use it too).
+pub mod humantime_serde_compat {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
+    /// A duration as milliseconds.
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(d.as_millis() as u64)
     }
@@ -101,6 +103,7 @@ pub(crate) mod humantime_serde_compat {
         Text(String),
     }
 
+    /// Milliseconds, or a string with a unit.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         match Raw::deserialize(d)? {
             Raw::Millis(ms) => Ok(Duration::from_millis(ms)),

@@ -136,7 +136,7 @@ pub struct SnapshotPart {
 
 /// Snapshot settings (`[snapshot]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SnapshotSettings {
     /// A snapshot a device has recorded but not finished within this long fails there
     /// (a peer is down or cut off).

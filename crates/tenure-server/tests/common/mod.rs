@@ -119,6 +119,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             lookup: Default::default(),
             objects: Default::default(),
             election: Default::default(),
+            snapshot: Default::default(),
         })
         .collect()
 }
