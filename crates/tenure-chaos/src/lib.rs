@@ -259,6 +259,7 @@ async fn inner(
         faults: fault_counts,
         unavailability: summary::unavailability(&recorded.ops, stop_us),
         recovery: summary::recovery(&recorded.ops, &recorded.faults),
+        reasons: summary::reasons(&recorded.ops),
         fault_log: recorded.faults,
         checks,
         full_restart_ms: Some(restart.as_millis() as u64),

@@ -51,6 +51,8 @@ pub struct Summary {
     pub faults: BTreeMap<String, u64>,
     /// Every fault.
     pub fault_log: Vec<Fault>,
+    /// Why operations ended unknown or failed: reason → count.
+    pub reasons: BTreeMap<String, u64>,
     /// The checks.
     pub checks: Vec<CheckResult>,
     /// Per-store unavailability.
@@ -183,6 +185,28 @@ pub fn recovery(ops: &[Op], faults: &[Fault]) -> Vec<Recovery> {
         .collect()
 }
 
+/// Why operations failed or ended unknown, by kind and reason (numbers and names
+/// blanked so that reasons group).
+pub fn reasons(ops: &[Op]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for o in ops {
+        let (what, why) = match &o.outcome {
+            Outcome::Fail(w) => ("fail", w),
+            Outcome::Unknown(w) => ("unknown", w),
+            _ => continue,
+        };
+        let why: String = why
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '#' } else { c })
+            .collect::<String>()
+            .replace(&o.name, "NAME");
+        let why: String = why.chars().take(110).collect();
+        *out.entry(format!("{} {what}: {why}", kind_name(&o.kind)))
+            .or_default() += 1;
+    }
+    out
+}
+
 /// Counts of operations and faults.
 pub fn counts(
     r: &Recorded,
@@ -217,6 +241,12 @@ impl std::fmt::Display for Summary {
             let total: u64 = outs.values().sum();
             let parts: Vec<String> = outs.iter().map(|(k, v)| format!("{k} {v}")).collect();
             let _ = writeln!(s, "  {kind:<12} {total:>6}  ({})", parts.join(", "));
+        }
+        if !self.reasons.is_empty() {
+            let _ = writeln!(s, "  fail/unknown reasons:");
+            for (r, n) in &self.reasons {
+                let _ = writeln!(s, "    {n:>6}  {r}");
+            }
         }
         let _ = writeln!(s, "\nfaults:");
         for (kind, n) in &self.faults {

@@ -186,7 +186,8 @@ fn lost_grant_and_lost_release_after_restart_are_caught() {
 
 #[test]
 fn unfinished_linearizability_search_is_unchecked_not_pass() {
-    // Many concurrent acquires whose outcome is unknown, and a step budget of 1.
+    // Concurrent acquires whose outcome is unknown, then a read that saw one of them
+    // holding: only a search that keeps the unknown ops explains it.
     let mut ops: Vec<Op> = (0..12)
         .map(|i| Op {
             outcome: Outcome::Unknown("gave up".into()),
@@ -194,7 +195,24 @@ fn unfinished_linearizability_search_is_unchecked_not_pass() {
             ..acquire(i, 100 + i, i, i, 0)
         })
         .collect();
-    ops.push(acquire(50, 50, 5, 500, 9));
+    ops.push(Op {
+        client: 50,
+        kind: OpKind::Holders,
+        name: "/a/x".into(),
+        store: 3,
+        session: 0,
+        invoke_us: 50,
+        response_us: Some(60),
+        outcome: Outcome::Holders(vec![(105, tok(0))]),
+    });
     let r = run_checks(&ops, &[], None, 1);
     assert_eq!(status(&r, "linearizable").status, "unchecked", "{r:?}");
+    let r = run_checks(&ops, &[], None, 100_000);
+    assert_eq!(status(&r, "linearizable").status, "pass", "{r:?}");
+    // A read of a holder no acquire could have made is a violation.
+    if let Outcome::Holders(h) = &mut ops.last_mut().unwrap().outcome {
+        h[0].0 = 999;
+    }
+    let r = run_checks(&ops, &[], None, 100_000);
+    assert_eq!(status(&r, "linearizable").status, "fail", "{r:?}");
 }
