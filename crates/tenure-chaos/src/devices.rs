@@ -129,9 +129,10 @@ impl Devices {
             .arg("server")
             .arg("--config")
             .arg(cfg)
+            // The run's own RUST_LOG is for the clients.
             .env(
                 "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or("info".into()),
+                std::env::var("TENURE_CHAOS_SERVER_LOG").unwrap_or("info".into()),
             )
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

@@ -135,7 +135,7 @@ pub async fn run(cfg: &ChaosConfig) -> anyhow::Result<Summary> {
             }
             Ok(s)
         }
-        Err(e) => Err(e.context(format!("logs kept in {}", data.display()))),
+        Err(e) => Err(anyhow::anyhow!("{e:#} (logs kept in {})", data.display())),
     }
 }
 
@@ -242,8 +242,10 @@ async fn inner(
         let _ = tokio::time::timeout(Duration::from_secs(5), h.client.close()).await;
     }
 
-    // Checks.
+    // Checks. The history goes beside the logs (kept when something failed, or with
+    // `keep_data`) for a look at what the clients saw.
     let recorded = rec.snapshot();
+    std::fs::write(data.join("history.json"), serde_json::to_vec(&recorded)?)?;
     let (ops, holds, max_steps) = (recorded.ops.clone(), recorded.holds.clone(), cfg.max_steps);
     let fr = final_read.clone();
     let checks =
