@@ -35,6 +35,13 @@ pub struct ChaosArgs {
 }
 
 pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
+    // The clients' logs (retries, redirects, failovers), when asked for with RUST_LOG.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let bin = std::env::current_exe()?;
     let seed = a.seed.unwrap_or_else(tenure_chaos::random_seed);
     let mut cfg = ChaosConfig::new(
