@@ -3,6 +3,7 @@
 //! subcommands are one enum variant and one module.
 
 mod bench;
+mod chaos_cmd;
 mod client_cmds;
 mod cluster;
 mod cluster_members;
@@ -63,6 +64,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Consistent snapshots of the cluster: create, ls, verify, restore, rm.
     Snapshot(snapshot_cmds::SnapshotArgs),
+    /// Fault testing of real devices on test hosts (network namespaces; root and nft).
+    Chaos(chaos_cmd::ChaosArgs),
 }
 
 /// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Snapshot(args) => snapshot_cmds::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Chaos(args) => chaos_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,259 @@
+//! The devices: one `tenure server` process per test host, started with
+//! `ip netns exec HOST tenure server --config dN/server.toml` (`ip netns exec` execs the
+//! server, so the child's pid is the server's and signals reach it directly). The
+//! configurations are those of `tenure cluster up` (`local_configs`), with the hosts'
+//! addresses and fixed ports instead of 127.0.0.1 and free ones.
+
+use crate::net::{CLIENT_PORT, PEER_PORT, TestNet};
+use anyhow::{Context, bail};
+use rustix::process::{Pid, Signal, kill_process};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tenure_client::{Client, ClientOptions};
+use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
+
+/// The devices of a run and their processes.
+pub struct Devices {
+    bin: PathBuf,
+    cfgs: Vec<(String, PathBuf, PathBuf)>,
+    procs: Vec<Option<Child>>,
+    endpoints: Vec<String>,
+    stores: u32,
+}
+
+/// Server configurations for the hosts of `net` (stores, replication, data under `data`).
+pub fn configs(
+    net: &TestNet,
+    stores: u32,
+    replication: usize,
+    data: &Path,
+    seed: u64,
+) -> Vec<ServerConfig> {
+    let peers: Vec<PeerConfig> = net
+        .hosts
+        .iter()
+        .map(|h| PeerConfig {
+            id: h.id,
+            peer_addr: SocketAddr::from((h.addr, PEER_PORT)),
+            client_addr: SocketAddr::from((h.addr, CLIENT_PORT)),
+        })
+        .collect();
+    // The devices share this machine's cores.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = (cores / net.hosts.len()).max(1);
+    peers
+        .iter()
+        .map(|p| ServerConfig {
+            id: p.id,
+            data_dir: data.join(format!("d{}", p.id)),
+            peer_listen: p.peer_addr,
+            client_listen: p.client_addr,
+            metrics_listen: None,
+            cluster: ClusterShape {
+                stores,
+                replication,
+            },
+            peers: peers.clone(),
+            timing: TimingOverrides::default(),
+            run_policies: true,
+            join: false,
+            rng_seed: Some(tenure_core::rng::mix64(seed ^ p.id)),
+            request_timeout_ms: 5000,
+            max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
+            worker_threads: Some(workers),
+            lookup: Default::default(),
+            objects: Default::default(),
+            election: Default::default(),
+        })
+        .collect()
+}
+
+impl Devices {
+    /// Write the configurations and start every device.
+    pub fn start(bin: &Path, net: &TestNet, cfgs: &[ServerConfig]) -> anyhow::Result<Devices> {
+        let mut d = Devices {
+            bin: bin.to_path_buf(),
+            cfgs: Vec::new(),
+            procs: Vec::new(),
+            endpoints: Vec::new(),
+            stores: cfgs.first().map_or(0, |c| c.cluster.stores),
+        };
+        for (c, h) in cfgs.iter().zip(&net.hosts) {
+            std::fs::create_dir_all(&c.data_dir)?;
+            let path = c.data_dir.join("server.toml");
+            std::fs::write(&path, c.to_toml())?;
+            d.cfgs
+                .push((h.ns.clone(), path, c.data_dir.join("server.log")));
+            d.procs.push(None);
+            d.endpoints.push(net.client_endpoint(h.id));
+        }
+        for id in 1..=cfgs.len() as u64 {
+            d.spawn(id)?;
+        }
+        Ok(d)
+    }
+
+    /// Client endpoints, device 1 first.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Number of devices.
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Whether there are no devices.
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// Log file of device `id`.
+    pub fn log(&self, id: u64) -> &Path {
+        &self.cfgs[(id - 1) as usize].2
+    }
+
+    /// Start device `id` (its process must not be running).
+    pub fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        let (ns, cfg, log) = &self.cfgs[(id - 1) as usize];
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(&self.bin)
+            .arg("server")
+            .arg("--config")
+            .arg(cfg)
+            // The run's own RUST_LOG is for the clients.
+            .env(
+                "RUST_LOG",
+                std::env::var("TENURE_CHAOS_SERVER_LOG").unwrap_or("info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting device {id}"))?;
+        self.procs[(id - 1) as usize] = Some(child);
+        Ok(())
+    }
+
+    fn signal(&self, id: u64, sig: Signal) -> anyhow::Result<()> {
+        let child = self.procs[(id - 1) as usize]
+            .as_ref()
+            .with_context(|| format!("device {id} is not running"))?;
+        let pid = Pid::from_raw(child.id() as i32).context("pid")?;
+        kill_process(pid, sig).with_context(|| format!("signal to device {id}"))?;
+        Ok(())
+    }
+
+    /// kill -9 device `id` and reap it.
+    pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
+        // A stopped process dies of SIGKILL too.
+        self.signal(id, Signal::KILL)?;
+        if let Some(mut c) = self.procs[(id - 1) as usize].take() {
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGSTOP device `id`.
+    pub fn pause(&self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, Signal::STOP)
+    }
+
+    /// SIGCONT device `id`.
+    pub fn resume(&self, id: u64) -> anyhow::Result<()> {
+        self.signal(id, Signal::CONT)
+    }
+
+    /// Whether device `id`'s process runs (not killed by the nemesis, not exited).
+    pub fn running(&mut self, id: u64) -> bool {
+        match self.procs[(id - 1) as usize].as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Devices whose process exited on its own (not killed by the nemesis).
+    pub fn exited(&mut self) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            if let Some(c) = p
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                out.push((i as u64 + 1, st.to_string()));
+            }
+        }
+        out
+    }
+
+    /// Wait until every device answers Status with every chunk in a regular lease and
+    /// every store has a manager (what `tenure cluster up` waits for), at most `limit`.
+    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<Duration> {
+        let opts = ClientOptions {
+            request_timeout: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let client = Client::with_options(self.endpoints.clone(), opts)?;
+        let started = Instant::now();
+        loop {
+            let mut ready = true;
+            let mut managed = BTreeSet::new();
+            let mut why = String::new();
+            for (e, r) in client.status_all().await {
+                match r {
+                    Ok(s) => {
+                        let waiting = s
+                            .chunks
+                            .iter()
+                            .filter(|c| c.state != "GarbageCollect" && c.state != "RegularLease")
+                            .count();
+                        if waiting > 0 {
+                            ready = false;
+                            why = format!("{e}: {waiting} chunks not in a regular lease");
+                        }
+                        managed.extend(
+                            s.managers
+                                .iter()
+                                .filter(|m| m.state == "Manager")
+                                .map(|m| m.store),
+                        );
+                    }
+                    Err(err) => {
+                        ready = false;
+                        why = format!("{e}: {err}");
+                    }
+                }
+            }
+            if ready && managed.len() == self.stores as usize {
+                return Ok(started.elapsed());
+            }
+            if let Some((id, st)) = self.exited().into_iter().next() {
+                bail!("device {id} exited ({st}); see {}", self.log(id).display());
+            }
+            if started.elapsed() > limit {
+                bail!(
+                    "cluster not ready after {limit:?}: {why}; {}/{} stores managed",
+                    managed.len(),
+                    self.stores
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Devices {
+    fn drop(&mut self) {
+        for c in self.procs.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The real-time history of a run: every client operation as invoke / ok / fail /
+//! unknown with its bounds on one clock (microseconds since the run started), the
+//! clients' holding intervals and the faults.
+
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A fencing token as the client reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Token {
+    /// Epoch of the granting manager.
+    pub epoch: u64,
+    /// Grant counter.
+    pub seq: u64,
+}
+
+impl From<tenure_client::FencingToken> for Token {
+    fn from(t: tenure_client::FencingToken) -> Token {
+        Token {
+            epoch: t.epoch,
+            seq: t.seq,
+        }
+    }
+}
+
+/// What an operation asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Acquire (exclusive) with a timed wait.
+    Acquire,
+    /// An explicit release.
+    Release,
+    /// The end of a session the client learned of (or may have happened: its deadline
+    /// passed unextended): it released every lock the session held. Invoked at the
+    /// session's last conservative deadline.
+    Expiry,
+    /// A read of the lock's holders.
+    Holders,
+}
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Acquire granted.
+    Granted {
+        /// Its token.
+        token: Token,
+    },
+    /// Release (or expiry) done.
+    Released,
+    /// Release found the lock not held by the session.
+    NotHeld,
+    /// Holders read: (session, token) of each holder.
+    Holders(Vec<(u64, Token)>),
+    /// Definitely no effect (timeout in the queue, would block, session already ended).
+    Fail(String),
+    /// May or may not have taken effect (the client gave up, the connection broke).
+    Unknown(String),
+}
+
+/// One operation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Op {
+    /// Worker (client) index.
+    pub client: u64,
+    /// What it asked.
+    pub kind: OpKind,
+    /// The lock.
+    pub name: String,
+    /// The lock's store.
+    pub store: u32,
+    /// The session it ran on (per store; 0 = none was open).
+    pub session: u64,
+    /// Invoke time (µs since the run started).
+    pub invoke_us: u64,
+    /// Response time (µs); none for `Unknown`.
+    pub response_us: Option<u64>,
+    /// The outcome.
+    pub outcome: Outcome,
+}
+
+impl Op {
+    /// Whether the operation succeeded (for availability).
+    pub fn ok(&self) -> bool {
+        matches!(
+            self.outcome,
+            Outcome::Granted { .. } | Outcome::Released | Outcome::Holders(_)
+        ) && self.kind != OpKind::Expiry
+    }
+}
+
+/// A client's belief that it holds a lock: from the grant's answer to the release sent
+/// or the conservative deadline, whichever came first.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hold {
+    /// Worker.
+    pub client: u64,
+    /// Lock.
+    pub name: String,
+    /// Store.
+    pub store: u32,
+    /// Session.
+    pub session: u64,
+    /// Token of the grant.
+    pub token: Token,
+    /// Grant received (µs).
+    pub start_us: u64,
+    /// Stopped believing (µs); none: still held at the end.
+    pub end_us: Option<u64>,
+}
+
+/// A fault the nemesis injected.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fault {
+    /// Kind (kill, pause, isolate, split, one-way, loss).
+    pub kind: String,
+    /// What exactly (devices, direction, percentage).
+    pub detail: String,
+    /// Devices affected.
+    pub devices: Vec<u64>,
+    /// Start (µs).
+    pub start_us: u64,
+    /// End (µs); none if the run ended first.
+    pub end_us: Option<u64>,
+}
+
+/// The shared, growing history of a run.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    origin: Instant,
+    inner: Arc<Mutex<Recorded>>,
+}
+
+/// Everything recorded.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Recorded {
+    /// Operations in the order they were recorded.
+    pub ops: Vec<Op>,
+    /// Holding intervals.
+    pub holds: Vec<Hold>,
+    /// Faults.
+    pub faults: Vec<Fault>,
+}
+
+impl Recorder {
+    /// A recorder whose clock starts at `origin`.
+    pub fn new(origin: Instant) -> Recorder {
+        Recorder {
+            origin,
+            inner: Arc::default(),
+        }
+    }
+
+    /// Microseconds since the run started.
+    pub fn us(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.origin).as_micros() as u64
+    }
+
+    /// Now, in microseconds since the run started.
+    pub fn now(&self) -> u64 {
+        self.us(Instant::now())
+    }
+
+    /// Record an operation.
+    pub fn op(&self, op: Op) {
+        self.inner.lock().expect("recorder").ops.push(op);
+    }
+
+    /// Record a holding interval; returns its index.
+    pub fn hold(&self, h: Hold) -> usize {
+        let mut r = self.inner.lock().expect("recorder");
+        r.holds.push(h);
+        r.holds.len() - 1
+    }
+
+    /// End holding interval `i` at `end_us`.
+    pub fn unhold(&self, i: usize, end_us: u64) {
+        let mut r = self.inner.lock().expect("recorder");
+        let h = &mut r.holds[i];
+        if h.end_us.is_none() {
+            h.end_us = Some(end_us.max(h.start_us));
+        }
+    }
+
+    /// Record the start of a fault; returns its index.
+    pub fn fault(&self, kind: &str, detail: String, devices: Vec<u64>) -> usize {
+        let mut r = self.inner.lock().expect("recorder");
+        r.faults.push(Fault {
+            kind: kind.to_string(),
+            detail,
+            devices,
+            start_us: self.now(),
+            end_us: None,
+        });
+        r.faults.len() - 1
+    }
+
+    /// Record the end of fault `i`.
+    pub fn fault_end(&self, i: usize) {
+        let now = self.now();
+        self.inner.lock().expect("recorder").faults[i].end_us = Some(now);
+    }
+
+    /// A copy of everything recorded so far.
+    pub fn snapshot(&self) -> Recorded {
+        self.inner.lock().expect("recorder").clone()
+    }
+}

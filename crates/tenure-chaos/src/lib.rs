@@ -1,0 +1,323 @@
+//! # tenure-chaos
+//!
+//! Fault testing of real `tenure server` processes, in the manner of Jepsen: test hosts
+//! (network namespaces, [`net`]), one device per host ([`devices`]), a seeded nemesis
+//! that kills, pauses, partitions and drops packets ([`nemesis`]), a workload of lock
+//! clients recording a real-time history ([`workload`], [`history`]), and at the end the
+//! simulator's checkers run on that history ([`check`]) and a summary is printed
+//! ([`summary`]).
+//!
+//! A run has four phases: faults for the configured time; heal and a fault-free settle
+//! while the workload goes on (recovery); stop the workload with some locks held, kill
+//! every device and start them all again; read every lock's holders and compare them
+//! with what the clients were told. One seed drives every choice of the nemesis and the
+//! workload (timing of real processes still varies between runs of one seed).
+//!
+//! Needs root (namespaces) and `nft`; [`net::unsupported`] says why not when it cannot
+//! run, so tests can skip.
+
+pub mod check;
+pub mod devices;
+pub mod history;
+pub mod nemesis;
+pub mod net;
+pub mod summary;
+pub mod workload;
+
+use anyhow::{Context, bail};
+use check::FinalRead;
+use devices::Devices;
+use history::{Op, OpKind, Outcome, Recorder, Token};
+use net::TestNet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use summary::Summary;
+use tenure_client::{Client, ClientOptions};
+use tenure_core::rng::Rng;
+use workload::{HeldAtEnd, WorkloadConfig};
+
+/// What a run does.
+#[derive(Clone, Debug)]
+pub struct ChaosConfig {
+    /// Devices (test hosts).
+    pub devices: usize,
+    /// Lock clients.
+    pub clients: usize,
+    /// The seed.
+    pub seed: u64,
+    /// How long faults are injected.
+    pub duration: Duration,
+    /// The `tenure` binary the devices run.
+    pub bin: PathBuf,
+    /// Stores of the cluster.
+    pub stores: u32,
+    /// Lock names (spread over stores by their first segment).
+    pub names: usize,
+    /// Fault-free time with the workload after the last fault.
+    pub settle: Duration,
+    /// Session TTL of the clients.
+    pub ttl: Duration,
+    /// Step bound of the linearizability search per name.
+    pub max_steps: u64,
+    /// Keep the data directory (logs) even when nothing failed.
+    pub keep_data: bool,
+}
+
+impl ChaosConfig {
+    /// Defaults for `devices` devices running `bin`.
+    pub fn new(bin: PathBuf, devices: usize, seed: u64, duration: Duration) -> ChaosConfig {
+        ChaosConfig {
+            devices,
+            clients: 4,
+            seed,
+            duration,
+            bin,
+            stores: 16,
+            names: 3,
+            settle: Duration::from_secs(5),
+            ttl: Duration::from_secs(5),
+            max_steps: 2_000_000,
+            keep_data: false,
+        }
+    }
+}
+
+/// A fresh seed (from the clock and the process id) when none is given.
+pub fn random_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    tenure_core::rng::mix64(t ^ ((std::process::id() as u64) << 32))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(t) => { t.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+/// Run one chaos test. The test hosts and processes are gone when this returns (or
+/// panics, or is interrupted by Ctrl-C / SIGTERM).
+pub async fn run(cfg: &ChaosConfig) -> anyhow::Result<Summary> {
+    if cfg.devices < 3 {
+        bail!("at least 3 devices: a minority must be able to fail");
+    }
+    if let Some(why) = net::unsupported() {
+        bail!("cannot make test hosts here: {why}");
+    }
+    println!(
+        "chaos: seed {} ({} devices, {} clients, {:?} of faults)",
+        cfg.seed, cfg.devices, cfg.clients, cfg.duration
+    );
+    let net = TestNet::create(cfg.devices)?;
+    let data = std::env::temp_dir().join(format!("tenure-chaos-{}", net.tag));
+    std::fs::create_dir_all(&data)?;
+    let result = tokio::select! {
+        r = inner(cfg, &net, &data) => r,
+        _ = interrupted() => Err(anyhow::anyhow!("interrupted")),
+    };
+    let keep = cfg.keep_data || !matches!(&result, Ok(s) if s.violations() == 0);
+    drop(net);
+    match result {
+        Ok(mut s) => {
+            if keep {
+                s.data_dir = Some(data.display().to_string());
+            } else {
+                let _ = std::fs::remove_dir_all(&data);
+            }
+            Ok(s)
+        }
+        Err(e) => Err(anyhow::anyhow!("{e:#} (logs kept in {})", data.display())),
+    }
+}
+
+async fn inner(
+    cfg: &ChaosConfig,
+    net: &TestNet,
+    data: &std::path::Path,
+) -> anyhow::Result<Summary> {
+    let cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed);
+    let mut devices = Devices::start(&cfg.bin, net, &cfgs)?;
+    devices
+        .wait_ready(Duration::from_secs(60))
+        .await
+        .context("starting the cluster")?;
+    let rec = Recorder::new(Instant::now());
+    let mut rng = Rng::new(cfg.seed);
+    let nemesis_rng = rng.fork();
+    let names: Vec<String> = (0..cfg.names).map(|i| format!("/chaos{i}/lock")).collect();
+    let wl = WorkloadConfig {
+        names: names.clone(),
+        stores: cfg.stores,
+        ttl: cfg.ttl,
+        acquire_wait: Duration::from_secs(3),
+        hold_max: Duration::from_millis(300),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let endpoints = devices.endpoints().to_vec();
+    let workers: Vec<_> = (0..cfg.clients as u64)
+        .map(|i| {
+            tokio::spawn(workload::worker(
+                i,
+                endpoints.clone(),
+                wl.clone(),
+                rec.clone(),
+                rng.fork(),
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
+
+    // Phase 1: faults.
+    let started = Instant::now();
+    let lease = tenure_core::config::Timing::default().lease;
+    let nem = nemesis::run(
+        net,
+        &mut devices,
+        &rec,
+        nemesis_rng,
+        started + cfg.duration,
+        lease,
+    )
+    .await;
+    let fault_secs = started.elapsed().as_secs_f64();
+    // Phase 2: heal, settle.
+    net.heal()?;
+    nem?;
+    tokio::time::sleep(cfg.settle).await;
+
+    // Phase 3: stop with locks held, full restart.
+    let stop_us = rec.now();
+    let _ = stop_tx.send(true);
+    let mut held: Vec<HeldAtEnd> = Vec::new();
+    for w in workers {
+        match tokio::time::timeout(Duration::from_secs(60), w).await {
+            Ok(Ok(Ok(Some(h)))) => held.push(h),
+            Ok(Ok(Ok(None))) => {}
+            Ok(Ok(Err(e))) => bail!("a client failed: {e:#}"),
+            Ok(Err(e)) => bail!("a client panicked: {e}"),
+            Err(_) => bail!("a client did not stop within 60 s"),
+        }
+    }
+    let restart_at = Instant::now();
+    for id in 1..=devices.len() as u64 {
+        devices.kill(id)?;
+    }
+    for id in 1..=devices.len() as u64 {
+        devices.spawn(id)?;
+    }
+    devices
+        .wait_ready(Duration::from_secs(90))
+        .await
+        .context("full restart")?;
+    // Serving, as a user sees it: every name's holders can be read.
+    let probe = Client::new(endpoints.clone())?;
+    for name in &names {
+        let _ = tokio::time::timeout(Duration::from_secs(60), probe.holders(name)).await;
+    }
+    let restart = restart_at.elapsed();
+    let _ = probe.close().await;
+
+    // Phase 4: every held lock's session confirmed alive after the restart, or ended.
+    let drift = ClientOptions::default().clock_drift;
+    let confirmed = |h: &HeldAtEnd| {
+        let st = *h.guard.watch().borrow();
+        st.expired || st.deadline > restart_at + cfg.ttl - drift
+    };
+    let wait_until = Instant::now() + cfg.ttl + Duration::from_secs(10);
+    while !held.iter().all(confirmed) && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let final_read = read_holders(&rec, &endpoints, &names, &held, cfg.clients as u64).await;
+    for h in held {
+        let _ = tokio::time::timeout(Duration::from_secs(5), h.guard.release()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), h.client.close()).await;
+    }
+
+    // Checks. The history goes beside the logs (kept when something failed, or with
+    // `keep_data`) for a look at what the clients saw.
+    let recorded = rec.snapshot();
+    std::fs::write(data.join("history.json"), serde_json::to_vec(&recorded)?)?;
+    let (ops, holds, max_steps) = (recorded.ops.clone(), recorded.holds.clone(), cfg.max_steps);
+    let fr = final_read.clone();
+    let checks =
+        tokio::task::spawn_blocking(move || check::run_checks(&ops, &holds, Some(&fr), max_steps))
+            .await?;
+    let (op_counts, fault_counts) = summary::counts(&recorded);
+    Ok(Summary {
+        seed: cfg.seed,
+        devices: cfg.devices,
+        clients: cfg.clients,
+        fault_secs,
+        ops: op_counts,
+        faults: fault_counts,
+        unavailability: summary::unavailability(&recorded.ops, stop_us),
+        recovery: summary::recovery(&recorded.ops, &recorded.faults),
+        reasons: summary::reasons(&recorded.ops),
+        fault_log: recorded.faults,
+        checks,
+        full_restart_ms: Some(restart.as_millis() as u64),
+        data_dir: None,
+    })
+}
+
+/// Read every name's holders after the full restart (recorded in the history too) and
+/// note which held locks' sessions are known to live.
+async fn read_holders(
+    rec: &Recorder,
+    endpoints: &[String],
+    names: &[String],
+    held: &[HeldAtEnd],
+    reader: u64,
+) -> FinalRead {
+    let mut fr = FinalRead {
+        at_us: rec.now(),
+        ..Default::default()
+    };
+    let Ok(client) = Client::new(endpoints.to_vec()) else {
+        return fr;
+    };
+    let stores = client.stores().await.unwrap_or(0);
+    for name in names {
+        let invoke = rec.now();
+        if let Ok(Ok(st)) =
+            tokio::time::timeout(Duration::from_secs(20), client.holders(name)).await
+        {
+            let h: Vec<(u64, Token)> = st
+                .holders
+                .iter()
+                .map(|h| (h.session, Token::from(h.token)))
+                .collect();
+            rec.op(Op {
+                client: reader,
+                kind: OpKind::Holders,
+                name: name.clone(),
+                store: tenure_core::config::store_of(name, stores).0,
+                session: 0,
+                invoke_us: invoke,
+                response_us: Some(rec.now()),
+                outcome: Outcome::Holders(h.clone()),
+            });
+            fr.holders.insert(name.clone(), h);
+        }
+    }
+    // Sessions alive throughout the reads: deadline still ahead after them.
+    let now = Instant::now();
+    for h in held {
+        let st = *h.guard.watch().borrow();
+        if !st.expired && st.deadline > now {
+            fr.live
+                .insert((h.guard.store(), h.guard.session()), rec.us(st.deadline));
+        }
+    }
+    let _ = client.close().await;
+    fr
+}

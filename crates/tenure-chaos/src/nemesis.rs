@@ -1,0 +1,134 @@
+//! The nemesis: one fault at a time, drawn from the run's seed. Every round is a
+//! shuffled permutation of the six kinds, so even a short run sees each of them:
+//!
+//! - `kill`: kill -9 one device, restart it later (same data directory);
+//! - `pause`: SIGSTOP one device for longer than the chunk lease, then SIGCONT;
+//! - `isolate`: one host drops everything from and to every other host;
+//! - `split`: a minority of hosts drops everything from and to the majority;
+//! - `one-way`: one host drops what the others send it (or what it sends them);
+//! - `loss`: every host drops a share of its peer packets (`numgen random mod 100`).
+//!
+//! At most one fault is on at a time, so at most one device (a minority) is down. The
+//! clients' traffic from the root namespace is never dropped: a client beside a
+//! partitioned device still reaches it, as a client on the minority side would.
+
+use crate::devices::Devices;
+use crate::history::Recorder;
+use crate::net::TestNet;
+use std::time::{Duration, Instant};
+use tenure_core::rng::Rng;
+
+/// The kinds of fault, in summary order.
+pub const KINDS: [&str; 6] = ["kill", "pause", "isolate", "split", "one-way", "loss"];
+
+fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.below(hi - lo + 1))
+}
+
+/// Inject faults until `until`, then heal everything and restart what is down. `lease`
+/// is the chunk lease: pauses outlast it.
+pub async fn run(
+    net: &TestNet,
+    devices: &mut Devices,
+    rec: &Recorder,
+    mut rng: Rng,
+    until: Instant,
+    lease: Duration,
+) -> anyhow::Result<()> {
+    let n = devices.len() as u64;
+    let all: Vec<u64> = (1..=n).collect();
+    let mut round: Vec<&str> = Vec::new();
+    // Let the workload start before the first fault.
+    tokio::time::sleep(ms(&mut rng, 1000, 2000)).await;
+    while Instant::now() + Duration::from_secs(2) < until {
+        if round.is_empty() {
+            round = KINDS.to_vec();
+            for i in (1..round.len()).rev() {
+                round.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let kind = round.pop().expect("non-empty");
+        let target = 1 + rng.below(n);
+        let others: Vec<u64> = all.iter().copied().filter(|d| *d != target).collect();
+        let left = until.saturating_duration_since(Instant::now());
+        let dur = ms(&mut rng, 2000, 5000).min(left);
+        match kind {
+            "kill" => {
+                let f = rec.fault(kind, format!("kill -9 d{target}"), vec![target]);
+                devices.kill(target)?;
+                tokio::time::sleep(dur).await;
+                devices.spawn(target)?;
+                rec.fault_end(f);
+            }
+            "pause" => {
+                let dur = lease + ms(&mut rng, 500, 3000);
+                let f = rec.fault(kind, format!("SIGSTOP d{target} for {dur:?}"), vec![target]);
+                devices.pause(target)?;
+                tokio::time::sleep(dur).await;
+                devices.resume(target)?;
+                rec.fault_end(f);
+            }
+            "isolate" => {
+                let f = rec.fault(kind, format!("d{target} | {others:?}"), vec![target]);
+                net.set_rules(target, &others, &others, None)?;
+                tokio::time::sleep(dur).await;
+                net.heal()?;
+                rec.fault_end(f);
+            }
+            "split" => {
+                let mut hosts = all.clone();
+                for i in (1..hosts.len()).rev() {
+                    hosts.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                let minority: Vec<u64> = hosts[..((n as usize - 1) / 2).max(1)].to_vec();
+                let majority: Vec<u64> = hosts[minority.len()..].to_vec();
+                let f = rec.fault(
+                    kind,
+                    format!("{minority:?} | {majority:?}"),
+                    minority.clone(),
+                );
+                for m in &minority {
+                    net.set_rules(*m, &majority, &majority, None)?;
+                }
+                tokio::time::sleep(dur).await;
+                net.heal()?;
+                rec.fault_end(f);
+            }
+            "one-way" => {
+                let inbound = rng.below(2) == 0;
+                let detail = if inbound {
+                    format!("d{target} hears nothing from {others:?}")
+                } else {
+                    format!("nothing from d{target} reaches {others:?}")
+                };
+                let f = rec.fault(kind, detail, vec![target]);
+                if inbound {
+                    net.set_rules(target, &others, &[], None)?;
+                } else {
+                    net.set_rules(target, &[], &others, None)?;
+                }
+                tokio::time::sleep(dur).await;
+                net.heal()?;
+                rec.fault_end(f);
+            }
+            _ => {
+                let pct = 10 + rng.below(31) as u32;
+                let f = rec.fault(kind, format!("{pct}% of peer packets dropped"), all.clone());
+                for d in &all {
+                    net.set_rules(*d, &[], &[], Some(pct))?;
+                }
+                tokio::time::sleep(dur).await;
+                net.heal()?;
+                rec.fault_end(f);
+            }
+        }
+        if let Some((id, st)) = devices.exited().into_iter().next() {
+            anyhow::bail!(
+                "device {id} exited on its own ({st}); see {}",
+                devices.log(id).display()
+            );
+        }
+        tokio::time::sleep(ms(&mut rng, 1000, 2500)).await;
+    }
+    Ok(())
+}

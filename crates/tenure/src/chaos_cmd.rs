@@ -1,0 +1,69 @@
+//! `tenure chaos`: fault testing of real device processes on test hosts (network
+//! namespaces on this machine; needs root and nftables). A seeded nemesis kills, pauses,
+//! partitions and drops packets while lock clients record a history; at the end the
+//! simulator's checkers run on it and a Jepsen-style summary is printed (`--json` for
+//! scripts). Exit status: 0 when no check failed, 2 on a violation, 1 on an error.
+
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+use tenure_chaos::ChaosConfig;
+
+/// Exit status for a violation.
+const EXIT_VIOLATION: u8 = 2;
+
+#[derive(Args, Debug)]
+pub struct ChaosArgs {
+    /// How long faults are injected, in minutes (fractions allowed).
+    #[arg(long, default_value_t = 1.0)]
+    minutes: f64,
+    /// Devices (one test host each).
+    #[arg(long, default_value_t = 5)]
+    devices: usize,
+    /// Seed of every nemesis and workload choice [default: random, printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Lock clients.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Keep the devices' data and logs even when every check passes.
+    #[arg(long)]
+    keep: bool,
+    /// Machine-readable summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
+    // The clients' logs (retries, redirects, failovers), when asked for with RUST_LOG.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let bin = std::env::current_exe()?;
+    let seed = a.seed.unwrap_or_else(tenure_chaos::random_seed);
+    let mut cfg = ChaosConfig::new(
+        bin,
+        a.devices,
+        seed,
+        Duration::from_secs_f64(a.minutes.max(0.0) * 60.0),
+    );
+    cfg.clients = a.clients.max(1);
+    cfg.keep_data = a.keep;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let summary = rt.block_on(tenure_chaos::run(&cfg))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{summary}");
+    }
+    Ok(if summary.violations() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_VIOLATION)
+    })
+}
