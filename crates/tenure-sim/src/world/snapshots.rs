@@ -22,10 +22,10 @@ impl World {
         s.timeout.as_micros() as u64
     }
 
-    /// Start a snapshot at a random running device.
+    /// Start a snapshot at a random running member.
     pub(super) fn start_snapshot(&mut self) {
         let running: Vec<DeviceId> = (self.device_ids().into_iter())
-            .filter(|d| self.running(*d))
+            .filter(|d| self.running(*d) && self.is_member(*d))
             .collect();
         if running.is_empty() {
             return;
@@ -141,6 +141,8 @@ impl World {
 
     pub(super) fn snap_started(&mut self, d: DeviceId, id: SnapshotId) {
         self.trace(|| format!("{d} started snapshot {id}"));
+        let members = (self.nodes[&d].device.as_ref()).map(|dev| dev.members().ids());
+        self.snap_members.insert(id, members.unwrap_or_default());
         self.cuts.started(id, !self.faults_on);
     }
 
@@ -154,7 +156,7 @@ impl World {
     pub(super) fn snap_ended(&mut self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
         self.trace(|| format!("snapshot {id} ended: {result:?}"));
         let calm = self.cuts.is_calm(id);
-        let devices = self.device_ids();
+        let devices = self.snapshot_devices(id, &result);
         let Some(cut) = self.cuts.ended(id, result, &devices) else {
             return;
         };
@@ -168,6 +170,33 @@ impl World {
             self.restores_faulty += 1;
         }
         self.to_restore.push(cut);
+    }
+
+    /// The devices a complete snapshot must have a part from: the members of its
+    /// initiator's record when it started — or, when membership changed while it ran,
+    /// the devices it names, which must include every one of those still a member.
+    fn snapshot_devices(
+        &mut self,
+        id: SnapshotId,
+        result: &Result<SnapshotSummary, String>,
+    ) -> Vec<DeviceId> {
+        let start = self.snap_members.remove(&id).unwrap_or_default();
+        let (Ok(summary), false) = (result, start.is_empty()) else {
+            return self.device_ids();
+        };
+        let newest = self.members.newest();
+        let changed = start != newest.ids();
+        if !changed {
+            return start;
+        }
+        let mut named = summary.devices.clone();
+        for d in start {
+            if newest.contains(d) && !named.contains(&d) {
+                named.push(d);
+            }
+        }
+        named.sort();
+        named
     }
 
     /// Restore the complete snapshots waiting, each into a fresh cluster, and judge it.
