@@ -130,6 +130,9 @@ pub struct SimConfig {
     /// checker 3). Off only to show that checker 2 finds, at the end of a run, the loss
     /// checker 3 would report at once.
     pub objects_watch_deletes: bool,
+    /// Membership changes in the store world (spare devices, adds and removes,
+    /// [`crate::membership`]); off, the seed's runs are the ones it gave before them.
+    pub membership: bool,
     /// Which world runs: the stores (layout, locks, registers) or the lookup service.
     pub world: WorldKind,
     /// The lookup world's failure class (drawn by the seed unless forced).
@@ -160,6 +163,7 @@ impl SimConfig {
             pipelining: Pipelining::Drawn,
             objects: true,
             objects_watch_deletes: true,
+            membership: true,
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
             trace: false,
@@ -701,7 +705,7 @@ impl World {
         let snap_knobs = crate::snapshot::SnapshotKnobs::draw(&mut snap_rng);
         let mut mem_rng = root.fork();
         let mut mem_knobs = crate::membership::MembershipKnobs::draw(&mut mem_rng);
-        if !cfg.faults || restore.is_some() {
+        if !cfg.faults || !cfg.membership || restore.is_some() {
             mem_knobs.spares = 0;
             mem_knobs.change_mean_us = 0;
         }
