@@ -126,6 +126,16 @@ pub struct PlantedBugs {
     /// A device processes a message tagged with a snapshot's marker before recording
     /// its state for that snapshot.
     pub snapshot_record_late: bool,
+    /// A device adopts any membership record whose version differs from its own, older
+    /// ones too.
+    pub members_adopt_older: bool,
+    /// The coordinator retires a retiring device at once, before its chunks have moved
+    /// and its managers migrated.
+    pub members_retire_undrained: bool,
+    /// The coordinator never retires a drained device (it stays retiring).
+    pub members_never_retire: bool,
+    /// The coordinator changes the membership record without a new version.
+    pub members_same_version: bool,
 }
 
 /// The static shape of a cluster, fixed at bootstrap.

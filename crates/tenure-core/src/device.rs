@@ -771,7 +771,13 @@ impl Device {
                 self.coord.on_member(now, from, term, chunks, &members);
                 self.adopt_members(now, members, out);
             }
-            CoordMsg::Members { members, .. } => self.adopt_members(now, members, out),
+            // DESIGN §6: a record from a deposed coordinator is refused, as its commands
+            // are (its change may be lost: a device must not retire on it).
+            CoordMsg::Members { term, members } => {
+                if term >= self.term || self.env.cfg.planted.members_adopt_older {
+                    self.adopt_members(now, members, out)
+                }
+            }
             CoordMsg::Request { cmd } => self.membership_request(now, cmd, out),
             CoordMsg::Store { term, report } => self.coord.on_store(now, from, term, report),
             CoordMsg::Command { term, cmd } => {
@@ -810,7 +816,12 @@ impl Device {
     /// Adopt `members` if it is newer than the record this device has: persisted first,
     /// then the cluster's device list, the election and the lookup service follow it.
     fn adopt_members(&mut self, now: Instant, members: Members, out: &mut Vec<Output>) {
-        if members.version <= self.members.version {
+        let older = if self.env.cfg.planted.members_adopt_older {
+            members.version == self.members.version
+        } else {
+            members.version <= self.members.version
+        };
+        if older {
             return;
         }
         out.push(Output::Persist(PersistOp::SetMembers(Box::new(

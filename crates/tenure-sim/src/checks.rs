@@ -165,6 +165,9 @@ pub enum Violation {
     Election(crate::election::ElectionViolation),
     /// Invariant 8: a snapshot is not a consistent cut, or its restore fails.
     Snapshot(crate::snapshot::SnapshotViolation),
+    /// DESIGN §6: a membership invariant (records move forward, retired devices stay
+    /// out, changes complete after faults stop).
+    Membership(crate::membership::MembershipViolation),
 }
 
 impl Violation {
@@ -176,6 +179,7 @@ impl Violation {
             Violation::Objects(v) if v.is_liveness() => ViolationKind::Liveness,
             Violation::Election(v) if v.is_liveness() => ViolationKind::Liveness,
             Violation::Snapshot(v) if v.is_liveness() => ViolationKind::Liveness,
+            Violation::Membership(v) if v.is_liveness() => ViolationKind::Liveness,
             _ => ViolationKind::Correctness,
         }
     }
@@ -284,6 +288,7 @@ impl std::fmt::Display for Violation {
             Violation::Objects(v) => v.fmt(f),
             Violation::Election(v) => v.fmt(f),
             Violation::Snapshot(v) => v.fmt(f),
+            Violation::Membership(v) => v.fmt(f),
             Violation::NoManager { store, why } => {
                 write!(
                     f,

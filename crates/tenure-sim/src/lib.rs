@@ -12,6 +12,7 @@ pub mod knobs;
 pub mod lincheck;
 pub mod lockcheck;
 pub mod lookup;
+pub mod membership;
 pub mod model;
 pub mod net;
 pub mod objects;

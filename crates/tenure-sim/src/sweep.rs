@@ -64,6 +64,8 @@ pub struct Summary {
     pub elections: crate::election::ElectionStats,
     /// What the snapshots did, and the snapshot checkers' counts.
     pub snapshots: crate::snapshot::SnapshotStats,
+    /// What the membership changes did, and the membership checkers' counts.
+    pub membership: crate::membership::MembershipStats,
     /// The lookup world's figures (runs of `WorldKind::Lookup`).
     pub lookup: crate::lookup::summary::LookupSummary,
     /// Runs with a correctness violation.
@@ -88,6 +90,7 @@ impl Summary {
         self.objects.add(&r.objects);
         self.elections.add(&r.elections);
         self.snapshots.add(&r.snapshots);
+        self.membership.add(&r.membership);
         if let Some(l) = &r.lookup {
             self.lookup.add(r.seed, l);
         }

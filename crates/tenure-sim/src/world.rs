@@ -32,6 +32,7 @@
 
 mod clients;
 mod elections;
+mod membership;
 mod objects;
 mod pipeline;
 mod snapshots;
@@ -129,6 +130,9 @@ pub struct SimConfig {
     /// checker 3). Off only to show that checker 2 finds, at the end of a run, the loss
     /// checker 3 would report at once.
     pub objects_watch_deletes: bool,
+    /// Membership changes in the store world (spare devices, adds and removes,
+    /// [`crate::membership`]); off, the seed's runs are the ones it gave before them.
+    pub membership: bool,
     /// Which world runs: the stores (layout, locks, registers) or the lookup service.
     pub world: WorldKind,
     /// The lookup world's failure class (drawn by the seed unless forced).
@@ -159,6 +163,7 @@ impl SimConfig {
             pipelining: Pipelining::Drawn,
             objects: true,
             objects_watch_deletes: true,
+            membership: true,
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
             trace: false,
@@ -318,6 +323,10 @@ pub struct RunReport {
     pub snapshot_knobs: Option<crate::snapshot::SnapshotKnobs>,
     /// What the snapshots did, and how often the snapshot checkers looked.
     pub snapshots: crate::snapshot::SnapshotStats,
+    /// The membership knobs this seed chose.
+    pub membership_knobs: Option<crate::membership::MembershipKnobs>,
+    /// What the membership changes did, and how often the membership checkers looked.
+    pub membership: crate::membership::MembershipStats,
     /// The lookup world's knobs.
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
     /// What the lookup world measured.
@@ -477,6 +486,10 @@ enum Event {
     WatchCheck(usize),
     /// Start a snapshot at a random running device (while faults are on).
     Snapshot,
+    /// The operator asks for a membership change (while faults are on).
+    MembershipChange,
+    /// The operator repeats membership request `i` unless the record shows it.
+    MembershipRepeat(usize),
 }
 
 impl Event {
@@ -519,6 +532,8 @@ impl Event {
             Event::ObjKeepAlive(c, s) => 22 | (*c as u64) << 8 | s.0 << 24,
             Event::WatchCheck(w) => 23 | (*w as u64) << 8,
             Event::Snapshot => 24,
+            Event::MembershipChange => 25,
+            Event::MembershipRepeat(i) => 26 | (*i as u64) << 8,
         }
     }
 }
@@ -566,6 +581,10 @@ struct Node {
     held: Option<Vec<Output>>,
     /// Queue keys of the inputs a pause deferred (moved up if it ends early).
     deferred: Vec<(u64, u64)>,
+    /// The device observed its retirement in the batch being processed.
+    retire_pending: bool,
+    /// The device retired: its process stopped for good.
+    retired: bool,
 }
 
 struct ClientWrite {
@@ -645,6 +664,13 @@ pub struct World {
     /// This world is a cluster restored from a snapshot: no clients, no snapshots, and
     /// every takeover's tables kept for the restore check.
     restore: Option<crate::snapshot::Restored>,
+    mem_knobs: crate::membership::MembershipKnobs,
+    mem_rng: Rng,
+    members: crate::membership::MembershipChecker,
+    /// The operator's membership requests, in order.
+    mem_requests: Vec<membership::MemberRequest>,
+    /// The snapshots started, with the members of their initiator's record then.
+    snap_members: BTreeMap<tenure_core::snapshot::SnapshotId, Vec<DeviceId>>,
 }
 
 impl World {
@@ -677,13 +703,32 @@ impl World {
         let el_knobs = crate::election::ElectionKnobs::draw(&mut el_rng);
         let mut snap_rng = root.fork();
         let snap_knobs = crate::snapshot::SnapshotKnobs::draw(&mut snap_rng);
-        let cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
+        let mut mem_rng = root.fork();
+        let mut mem_knobs = crate::membership::MembershipKnobs::draw(&mut mem_rng);
+        if !cfg.faults || !cfg.membership || restore.is_some() {
+            mem_knobs.spares = 0;
+            mem_knobs.change_mean_us = 0;
+        }
+        let mut cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
+        if let Some(cut) = restore {
+            // A restored cluster is the snapshot's devices (a device whose disk holds no
+            // record boots with them as its bootstrap record).
+            cluster.devices = cut.parts.keys().copied().collect();
+        }
+        let bootstrap = tenure_core::election::members::Members::bootstrap(&cluster.devices);
+        // Spare devices, started to join: ids above the members'.
+        let top = cluster.devices.iter().map(|d| d.0).max().unwrap_or(0);
+        let spares: Vec<DeviceId> = (1..=mem_knobs.spares).map(|i| DeviceId(top + i)).collect();
         let timing = tenure_core::Timing::default();
         let skew_max_us = timing.clock_drift.as_micros() as u64 / 2;
         let horizon = START_US + cfg.safety_us + cfg.liveness_us + 1_000_000;
         let mut nodes = BTreeMap::new();
-        for d in cluster.devices.clone() {
+        for d in cluster.devices.iter().chain(&spares).copied() {
             let mut dc = DeviceConfig::new(d, cluster.clone());
+            if spares.contains(&d) {
+                dc.join = true;
+                dc.cluster.devices.push(d);
+            }
             dc.planted = cfg.planted.clone();
             dc.whole_record_every = cfg.whole_record_every;
             dc.objects = World::object_settings(obj_knobs.history);
@@ -706,6 +751,8 @@ impl World {
                     torn_crash: None,
                     held: None,
                     deferred: Vec::new(),
+                    retire_pending: false,
+                    retired: false,
                 },
             );
         }
@@ -721,6 +768,7 @@ impl World {
                 object_knobs: cfg.objects.then(|| obj_knobs.clone()),
                 election_knobs: Some(el_knobs.clone()),
                 snapshot_knobs: restore.is_none().then(|| snap_knobs.clone()),
+                membership_knobs: restore.is_none().then(|| mem_knobs.clone()),
                 clocks: nodes
                     .iter()
                     .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
@@ -776,6 +824,11 @@ impl World {
             to_restore: Vec::new(),
             restores_faulty: 0,
             restore: restore.map(|_| Default::default()),
+            mem_knobs,
+            mem_rng,
+            members: crate::membership::MembershipChecker::new(bootstrap),
+            mem_requests: Vec::new(),
+            snap_members: BTreeMap::new(),
         };
         if w.cfg.trace {
             let line = format!("config {:?}", w.cfg);
@@ -792,6 +845,8 @@ impl World {
             w.trace(|| line);
             let line = format!("snapshot knobs {:?}", w.snap_knobs);
             w.trace(|| line);
+            let line = format!("membership knobs {:?}", w.mem_knobs);
+            w.trace(|| line);
             let clocks: Vec<String> = w
                 .nodes
                 .iter()
@@ -801,6 +856,7 @@ impl World {
                 w.trace(|| format!("clock {c}"));
             }
         }
+        w.members.stats.runs_with_spares = (w.mem_knobs.spares > 0) as u64;
         let ids: Vec<DeviceId> = w.nodes.keys().copied().collect();
         for d in ids {
             w.boot(d);
@@ -826,6 +882,10 @@ impl World {
         if w.cfg.faults {
             let t = w.now + exp(&mut w.snap_rng, w.snap_knobs.mean_us);
             w.schedule(t, Event::Snapshot);
+        }
+        if w.mem_knobs.change_mean_us > 0 {
+            let t = w.now + exp(&mut w.mem_rng, w.mem_knobs.change_mean_us);
+            w.schedule(t, Event::MembershipChange);
         }
         w
     }
@@ -877,13 +937,19 @@ impl World {
     fn down_count(&self) -> u64 {
         self.nodes
             .values()
-            .filter(|n| n.device.is_none() || n.paused_until.is_some())
+            .filter(|n| !n.retired && (n.device.is_none() || n.paused_until.is_some()))
             .count() as u64
     }
 
     fn boot(&mut self, d: DeviceId) {
         let now = self.now;
         let node = self.nodes.get_mut(&d).expect("node");
+        node.retire_pending = false;
+        // A retired device is never started again (the server exits at boot).
+        if node.retired || (node.disk.members.as_ref()).is_some_and(|m| m.retired.contains(&d)) {
+            node.retired = true;
+            return;
+        }
         node.boot += 1;
         node.paused_until = None;
         node.held = None;
@@ -894,7 +960,9 @@ impl World {
         node.device = Some(dev);
         let boot = node.boot;
         let term = node.disk.term;
+        let record = node.disk.members.clone();
         self.elections.booted(d, term);
+        self.members.booted(now, d, record.as_ref());
         self.trace(|| format!("{d} boot #{boot}"));
         self.mix(0xb007 ^ d.0);
         self.process(d, out);
@@ -1038,6 +1106,10 @@ impl World {
             self.schedule(self.now + delay, Event::Restart(d));
             return;
         }
+        if self.nodes[&d].retire_pending {
+            self.stop_retired(d);
+            return;
+        }
         if let Some(rest) = held {
             self.nodes.get_mut(&d).expect("node").held = Some(rest);
         }
@@ -1099,6 +1171,7 @@ impl World {
             }
             Observation::ChunkServed { chunk, epoch } => {
                 self.mix(0x2000 ^ chunk.serial << 8 ^ epoch.0 << 32);
+                self.members.chunk_served(d, chunk);
                 let node = &self.nodes[&d];
                 let view = node.device.as_ref().and_then(|x| x.chunk_view(chunk));
                 let local = node.clock.local(self.now);
@@ -1147,6 +1220,7 @@ impl World {
             Observation::Coordinator { term } => {
                 self.mix(0x9000 ^ term.n << 8 ^ term.leader.0 << 40);
                 self.elections.coordinator(d, term);
+                self.members.coordinator(d, term);
             }
             Observation::CommandSent { term, .. } => {
                 self.mix(0xa000 ^ term.n << 8);
@@ -1155,10 +1229,20 @@ impl World {
             Observation::CommandApplied { term, .. } => {
                 self.mix(0xb000 ^ term.n << 8);
                 self.elections.command_applied(d, term);
+                self.members.command_applied(d, term);
             }
             Observation::CommandRefused { .. } => {
                 self.mix(0xc000);
                 self.elections.command_refused();
+            }
+            Observation::Members { members } => {
+                self.mix(0xd000 ^ members.version.n << 8 ^ members.version.term.n << 32);
+                self.members.adopted(self.now, d, &members);
+                self.membership_note_done();
+            }
+            Observation::Retired => {
+                self.mix(0xe000 ^ d.0);
+                self.nodes.get_mut(&d).expect("node").retire_pending = true;
             }
             _ => self.mix(0x6000),
         }
@@ -1166,6 +1250,13 @@ impl World {
 
     fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
         self.count_safetalk(from, to, &msg);
+        if let Msg::Coord(tenure_core::election::coordinator::CoordMsg::Members {
+            members, ..
+        }) = &msg
+        {
+            // The coordinator's record, as it sends it.
+            self.members.sent(self.now, from, members);
+        }
         if let Msg::Election(m) = &msg
             && let Some(id) = crate::election::counted_id(m)
         {
@@ -1454,6 +1545,7 @@ impl World {
             }
             Event::Sample => {
                 self.sample();
+                self.check_retired_chunks();
                 let timeout = self.nodes[&DeviceId(1)].cfg.snapshot.timeout;
                 self.cuts.prune(self.now, timeout.as_micros() as u64);
                 if !self.obj_clients.is_empty() {
@@ -1480,6 +1572,14 @@ impl World {
                     self.schedule(t, Event::Snapshot);
                 }
             }
+            Event::MembershipChange => {
+                if self.faults_on {
+                    self.membership_change();
+                    let t = self.now + exp(&mut self.mem_rng, self.mem_knobs.change_mean_us);
+                    self.schedule(t, Event::MembershipChange);
+                }
+            }
+            Event::MembershipRepeat(i) => self.membership_send(i),
         }
         self.restore_pending();
         true
@@ -1620,6 +1720,7 @@ impl World {
         let target = DeviceId(1 + r.below(self.cfg.devices));
         let kind = r.below(3);
         let pick = r.next_u64();
+        let target = self.policy_target(target);
         let Some((mgr, _)) = self.manager_of(store) else {
             return;
         };
@@ -1773,6 +1874,7 @@ impl World {
             || !self.objcheck.violations.is_empty()
             || !self.elections.violations.is_empty()
             || !self.cuts.violations.is_empty()
+            || !self.members.violations.is_empty()
     }
 
     /// Run both phases and return the report.
@@ -1809,6 +1911,7 @@ impl World {
         }
         self.lock_clients_heal();
         self.liveness_election_start();
+        self.liveness_membership_start();
         let start = self.now;
         let deadline = start + self.cfg.liveness_us;
         while self.now < deadline && !self.failed() && self.report.events <= EVENTS_MAX {
@@ -1822,7 +1925,11 @@ impl World {
                 self.now = t;
                 self.report.events += 1;
                 let stores = self.sample();
-                if self.sample_election() && stores {
+                self.check_retired_chunks();
+                let settled = self.membership_settled();
+                if self.sample_election() && stores && settled.is_ok() {
+                    let m = &mut self.members.stats.max_settle_us;
+                    *m = (*m).max(self.now - start);
                     self.report.liveness_converged_us = Some(self.now - start);
                     self.trace(|| {
                         "liveness: every store has a working manager, one coordinator".to_string()
@@ -1844,6 +1951,7 @@ impl World {
         }
         if !self.failed() {
             self.election_not_converged();
+            self.membership_not_converged(start);
             for (store, verdict) in self.managed() {
                 if let Err(why) = verdict {
                     self.checker
@@ -1914,12 +2022,17 @@ impl World {
         let (snap_live, snap_safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cuts.violations)
             .into_iter()
             .partition(|v| v.is_liveness());
+        let (mem_live, mem_safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.members.violations)
+            .into_iter()
+            .partition(|v| v.is_liveness());
+        (self.checker.violations).extend(mem_safe.into_iter().map(Violation::Membership));
         (self.checker.violations).extend(el_safe.into_iter().map(Violation::Election));
         (self.checker.violations).extend(snap_safe.into_iter().map(Violation::Snapshot));
         (self.checker.violations).extend(safe.into_iter().map(Violation::Objects));
         (self.checker.violations).extend(live.into_iter().map(Violation::Objects));
         (self.checker.violations).extend(el_live.into_iter().map(Violation::Election));
         (self.checker.violations).extend(snap_live.into_iter().map(Violation::Snapshot));
+        (self.checker.violations).extend(mem_live.into_iter().map(Violation::Membership));
         // Correctness first, in the order found.
         let (safe, live): (Vec<_>, Vec<_>) = std::mem::take(&mut self.checker.violations)
             .into_iter()
@@ -1928,6 +2041,7 @@ impl World {
         self.elections.finish();
         self.report.elections = self.elections.stats.clone();
         self.report.snapshots = self.cuts.stats.clone();
+        self.report.membership = self.members.stats.clone();
         self.report.objects.checks = self.objcheck.counts.clone();
         self.report.lock_checks = self.locks.counts.clone();
         self.report.locks.history_ops = self.locks.ops.len() as u64;

@@ -12,6 +12,8 @@ use tenure_sim::{Outcome, Pipelining, SimConfig, Violation, run, sweep};
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
     c.safety_us = 10_000_000;
+    // Membership changes have their own tests (tests/membership.rs).
+    c.membership = false;
     c
 }
 
@@ -69,6 +71,7 @@ fn seeds_that_once_failed_pass() {
         for pipelining in [Pipelining::Drawn, Pipelining::Off] {
             let mut c = SimConfig::new(seed);
             c.pipelining = pipelining;
+            c.membership = false;
             let r = run(c);
             assert!(
                 r.outcome == Outcome::Passed,

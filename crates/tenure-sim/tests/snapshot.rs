@@ -13,6 +13,8 @@ use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
     c.safety_us = 10_000_000;
+    // Membership changes have their own tests (tests/membership.rs).
+    c.membership = false;
     c
 }
 

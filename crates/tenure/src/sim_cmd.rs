@@ -157,6 +157,14 @@ enum Plant {
     ElectionNoRestart,
     /// A device processes a message tagged with a snapshot marker before recording.
     SnapshotRecordLate,
+    /// A device adopts membership records older than its own.
+    MembersAdoptOlder,
+    /// The coordinator retires a device before its chunks have moved.
+    MembersRetireUndrained,
+    /// The coordinator never retires a drained device.
+    MembersNeverRetire,
+    /// The coordinator changes the membership record without a new version.
+    MembersSameVersion,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -230,6 +238,10 @@ impl SimArgs {
             election_follower_acts: self.plant.contains(&Plant::ElectionFollowerActs),
             election_no_restart: self.plant.contains(&Plant::ElectionNoRestart),
             snapshot_record_late: self.plant.contains(&Plant::SnapshotRecordLate),
+            members_adopt_older: self.plant.contains(&Plant::MembersAdoptOlder),
+            members_retire_undrained: self.plant.contains(&Plant::MembersRetireUndrained),
+            members_never_retire: self.plant.contains(&Plant::MembersNeverRetire),
+            members_same_version: self.plant.contains(&Plant::MembersSameVersion),
         };
         c.world = match self.world {
             World::Stores => WorldKind::Stores,
@@ -397,6 +409,10 @@ fn print_run(r: &RunReport, wall_s: f64, k: usize, n: u64) {
         println!("  snapshot knobs: {k:?}");
     }
     print_snapshots(&r.snapshots, "  ");
+    if let Some(k) = &r.membership_knobs {
+        println!("  membership knobs: {k:?}");
+    }
+    print_membership(&r.membership, "  ");
     print_cost(&r.safetalk, r.locks.grants, k);
     for v in &r.violations {
         println!("  VIOLATION ({:?}): {v}", v.kind());
@@ -526,6 +542,7 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
     }
     print_elections(&s.elections, n, "");
     print_snapshots(&s.snapshots, "");
+    print_membership(&s.membership, "");
     print_cost(&s.safetalk, s.locks.grants, k);
     println!(
         "violations: {} correctness, {} liveness",
@@ -657,6 +674,40 @@ fn print_snapshots(s: &tenure_sim::snapshot::SnapshotStats, indent: &str) {
     println!(
         "{indent}snapshot checks: {} channel pairs (processed ≤ sent), {} recorded messages matched, {} recorded chunks, {} restored facts",
         s.pair_checks, s.channel_checks, s.state_checks, s.restore_checks
+    );
+}
+
+/// What the membership changes did (DESIGN §6), with the simulated time each took, and
+/// how often the membership checkers looked.
+fn print_membership(m: &tenure_sim::membership::MembershipStats, indent: &str) {
+    if m.adds_requested + m.removes_requested + m.runs_with_spares == 0 {
+        return;
+    }
+    let h = |h: &tenure_sim::election::Histogram| match (h.median(), h.max()) {
+        (Some(med), Some(x)) => format!(
+            "median {:.3} s, max {:.3} s",
+            med as f64 / 1e3,
+            x as f64 / 1e3
+        ),
+        _ => "none".to_string(),
+    };
+    println!(
+        "{indent}membership: {} runs with spares; {} adds asked ({} admitted: {}), {} removes asked ({} retired: {}), {} retired processes stopped, {} requests sent (repeats included), {} liveness phases began with a change pending, longest settle after faults stopped {:.3} s",
+        m.runs_with_spares,
+        m.adds_requested,
+        m.adds_admitted,
+        h(&m.add_ms),
+        m.removes_requested,
+        m.removes_retired,
+        h(&m.remove_ms),
+        m.retirements,
+        m.requests_sent,
+        m.pending_at_liveness,
+        secs(m.max_settle_us)
+    );
+    println!(
+        "{indent}membership checks: {} records against their device's previous one and their version, {} actions and chunks against retirements, {} settle samples",
+        m.record_checks, m.retired_checks, m.convergence_checks
     );
 }
 

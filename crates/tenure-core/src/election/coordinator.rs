@@ -190,6 +190,13 @@ impl Coordinator {
             if members.version > self.members.version {
                 self.members = members.clone();
             }
+            // A retirement another coordinator decided (in a record that lost to a newer
+            // one) still holds: that device has stopped for good.
+            for d in &members.retired {
+                if self.members.contains(*d) {
+                    self.members.retire(term, *d);
+                }
+            }
         }
     }
 
@@ -233,7 +240,13 @@ impl Coordinator {
             .collect();
         let before = self.members.clone();
         self.apply_requests(term, cfg);
-        self.retire_drained(term, now, &live, fresh);
+        let p = &cfg.planted;
+        if !p.members_never_retire {
+            self.retire_drained(term, now, &live, fresh, p.members_retire_undrained);
+        }
+        if p.members_same_version && self.members != before {
+            self.members.version = before.version;
+        }
         self.pending.retain(|_, until| *until > now);
         self.balancing.retain(|_, until| *until > now);
         let mut view = View {
@@ -268,14 +281,15 @@ impl Coordinator {
                 now + t.msg_timeout * 4 + t.lease + t.renewal_period,
             );
         }
-        // Everyone in the record hears it each round; devices that just left it hear it
-        // once more, so they learn they retired.
+        // Everyone in the record hears it each round, and so does every retired device
+        // (one that missed the record retiring it learns it at the next round).
         let mut to: Vec<DeviceId> = self.members.ids();
+        to.extend(self.members.retired.iter().copied());
         to.extend(
             before
                 .ids()
                 .into_iter()
-                .filter(|d| !self.members.contains(*d)),
+                .filter(|d| !self.members.contains(*d) && !self.members.retired.contains(d)),
         );
         to.retain(|d| *d != me);
         Round {
@@ -304,13 +318,15 @@ impl Coordinator {
         }
     }
 
-    /// A retiring device that holds no chunk and manages no store retires.
+    /// A retiring device that holds no chunk and manages no store retires (any retiring
+    /// device with `undrained`, a planted bug).
     fn retire_drained(
         &mut self,
         term: Term,
         now: Instant,
         live: &BTreeMap<DeviceId, u32>,
         fresh: std::time::Duration,
+        undrained: bool,
     ) {
         let retiring: Vec<DeviceId> = (self.members.devices.iter())
             .filter(|(_, i)| i.state == MemberState::Retiring)
@@ -322,7 +338,7 @@ impl Coordinator {
                 now.saturating_since(*at) <= fresh
                     && (*from == d || r.chunks.iter().any(|c| c.device == d))
             });
-            if empty && !holds {
+            if (empty && !holds) || undrained {
                 self.members.retire(term, d);
             }
         }

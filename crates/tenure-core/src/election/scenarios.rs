@@ -168,3 +168,65 @@ fn membership_remove_drains_the_device_then_retires_it() {
         assert!(n >= 3, "store {s} keeps three chunks");
     }
 }
+
+/// DESIGN §6: a membership record from a deposed coordinator is refused, as its
+/// commands are — a device acting on it could retire on a change the cluster's record
+/// never holds, and stop for good while the record still counts it (simulator seeds 58,
+/// 144: a member that is not running after faults stop).
+#[test]
+fn membership_record_of_an_older_term_is_refused() {
+    let mut c = Cluster::new(3, 4);
+    c.run_for(3 * S);
+    let term = c.devices[&d(1)].coordinator().expect("term");
+    let old = Term {
+        n: term.n - 1,
+        leader: d(2),
+    };
+    let mut record = c.devices[&d(1)].members().clone();
+    assert!(record.start_retiring(old, d(1), 1));
+    record.retire(old, d(1));
+    c.input(
+        d(1),
+        Input::Message {
+            from: d(2),
+            msg: Msg::Coord(CoordMsg::Members {
+                term: old,
+                members: record,
+            }),
+        },
+    );
+    assert!(c.devices[&d(1)].members().contains(d(1)));
+    assert_eq!(
+        c.observed(|o| matches!(o, Observation::Retired)),
+        0,
+        "no retirement on a deposed coordinator's record"
+    );
+}
+
+/// DESIGN §6: a retirement decided by another coordinator (in a record that lost to a
+/// newer one) reaches the current coordinator's record through a member's report: the
+/// retired device has stopped for good and must not stay a member.
+#[test]
+fn membership_retirement_in_a_reported_record_is_kept_by_the_coordinator() {
+    use super::coordinator::Coordinator;
+    use crate::config::{ClusterConfig, DeviceConfig};
+    use crate::time::Instant;
+    let cfg = DeviceConfig::new(d(3), ClusterConfig::new(4, 4, 3));
+    let boot = super::members::Members::bootstrap(&[d(1), d(2), d(3), d(4)]);
+    let t5 = Term { n: 5, leader: d(3) };
+    // This coordinator's record is newer than the reported one, which loses.
+    let mut mine = boot.clone();
+    assert!(mine.admit(t5, d(5), "", ""));
+    assert!(mine.admit(t5, d(6), "", ""));
+    let mut co = Coordinator::default();
+    co.start(t5, Instant(0), &cfg, &mine);
+    let mut other = boot.clone();
+    let t4 = Term { n: 4, leader: d(2) };
+    assert!(other.start_retiring(t4, d(4), 3));
+    other.retire(t4, d(4));
+    assert!(other.version < mine.version);
+    co.on_member(Instant(1), d(1), t5, 2, &other);
+    assert!(co.members.contains(d(6)), "the newer record stays");
+    assert!(!co.members.contains(d(4)));
+    assert!(co.members.retired.contains(&d(4)));
+}

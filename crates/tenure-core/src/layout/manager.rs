@@ -116,6 +116,22 @@ pub struct PolicyState {
     /// No new policy action before this time (set when one aborts, so a change that
     /// keeps failing does not turn into a storm of epoch transitions).
     pub backoff_until: Instant,
+    /// A transition asked for while a SafeTalk batch was queued or in flight, with the
+    /// time it is given up at: it starts once the manager is idle (see
+    /// [`Manager::relayout`]).
+    pub deferred: Option<(Deferred, Instant)>,
+}
+
+/// An epoch transition waiting for the batch in flight (Tenure): a relayout or a
+/// migration needs an idle manager, and under steady traffic — a barrier per lock
+/// holders query — a manager is never idle between two batches, so one refused while
+/// busy was refused forever (a retiring device's chunks never moved off it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deferred {
+    /// [`Manager::relayout`] onto this layout.
+    Relayout(Metadata),
+    /// [`Manager::migrate`] to this device.
+    Migrate(DeviceId),
 }
 
 /// One device's manager role for one store: the variables of §5.1.
@@ -1153,7 +1169,11 @@ impl Manager {
 
     /// §5.3.7 migrate(node).
     pub fn migrate(&mut self, ctx: &mut Ctx<'_>, node: DeviceId) -> bool {
-        if self.state != MgrState::Manager || node == ctx.me() || self.busy() {
+        if self.state != MgrState::Manager || node == ctx.me() {
+            return false;
+        }
+        if self.busy() {
+            self.defer(ctx, Deferred::Migrate(node));
             return false;
         }
         self.fail_writes(ctx);
@@ -1204,7 +1224,11 @@ impl Manager {
 
     /// §5.3.7 relayout(new metadata).
     pub fn relayout(&mut self, ctx: &mut Ctx<'_>, new: Metadata) -> bool {
-        if self.state != MgrState::Manager || new.chunks.is_empty() || self.busy() {
+        if self.state != MgrState::Manager || new.chunks.is_empty() {
+            return false;
+        }
+        if self.busy() {
+            self.defer(ctx, Deferred::Relayout(new));
             return false;
         }
         // Participants: every live chunk, and every chunk of the new layout except those
@@ -1325,6 +1349,34 @@ impl Manager {
         self.inflight.is_some() || !self.queue.is_empty()
     }
 
+    /// A transition asked for while busy waits until the batches under way are done
+    /// (new client requests meanwhile are answered `Unavailable`, as during the
+    /// transition itself), for a few acknowledgement timeouts at most.
+    fn defer(&mut self, ctx: &mut Ctx<'_>, d: Deferred) {
+        let until = ctx.now + ctx.cfg.timing.ack_timeout * 4;
+        self.policy.deferred = Some((d, until));
+    }
+
+    /// Start the deferred transition if the manager is idle now (or drop it if its time
+    /// passed).
+    fn start_deferred(&mut self, ctx: &mut Ctx<'_>) {
+        match &self.policy.deferred {
+            Some((_, until)) if *until <= ctx.now => self.policy.deferred = None,
+            Some(_) if self.state == MgrState::Manager && !self.busy() => {
+                match self.policy.deferred.take().map(|d| d.0) {
+                    Some(Deferred::Relayout(md)) => {
+                        self.relayout(ctx, md);
+                    }
+                    Some(Deferred::Migrate(to)) => {
+                        self.migrate(ctx, to);
+                    }
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// A client write: queue it; it goes out in the next SafeTalk batch.
     pub fn write(
         &mut self,
@@ -1365,7 +1417,7 @@ impl Manager {
             })
         };
         let refused = match self.state {
-            MgrState::Manager if !self.leases_valid(ctx) => {
+            MgrState::Manager if !self.leases_valid(ctx) || self.policy.deferred.is_some() => {
                 Some(ClientError::Unavailable { store: self.store })
             }
             MgrState::Manager => None,
@@ -1764,6 +1816,7 @@ impl Manager {
         } else {
             self.flush(ctx);
         }
+        self.start_deferred(ctx);
     }
 
     /// Time-driven changes: expire sessions past their deadline, and let the lock table
@@ -1810,6 +1863,7 @@ impl Manager {
         if self.state == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
+            t = earliest(t, self.policy.deferred.as_ref().map(|d| d.1));
             t = earliest(t, self.liveness.next_deadline());
             t = earliest(
                 t,
@@ -1910,6 +1964,9 @@ impl Manager {
             }
         }
         if self.state == MgrState::Manager {
+            self.start_deferred(ctx);
+        }
+        if self.state == MgrState::Manager {
             self.lock_timers(ctx);
         }
         if self.state == MgrState::Manager && self.stable_since <= now {
@@ -1937,7 +1994,11 @@ impl Manager {
             self.policy.creating = None;
         }
         // A recovered chunk rejoins through a relayout onto the same layout.
-        if !self.recovered.is_empty() && self.policy.creating.is_none() {
+        if !self.recovered.is_empty()
+            && self.policy.creating.is_none()
+            && self.policy.deferred.is_none()
+            && self.state == MgrState::Manager
+        {
             let md = self.metadata.clone();
             self.relayout(ctx, md);
         }
@@ -1961,6 +2022,7 @@ impl Manager {
             managing_for: now.saturating_since(self.entered_at),
             busy: self.tx.is_some()
                 || self.policy.creating.is_some()
+                || self.policy.deferred.is_some()
                 || !self.recovered.is_empty()
                 || now < self.policy.backoff_until,
         })

@@ -2371,3 +2371,66 @@ fn accepted(epoch: u64, upto: crate::data::Version) -> ToManager {
         upto,
     }
 }
+
+#[test]
+fn manager_relayout_asked_while_a_batch_is_in_flight_starts_when_it_completes() {
+    // seed 000 §5.3.7 manager: relayout. Tenure: a relayout needs an idle manager; under
+    // steady lock traffic (a barrier batch per holders query) the manager is never idle
+    // between batches, so a relayout refused while busy was refused forever and a
+    // retiring device's chunks never moved off it (simulator seed 1, membership on). It
+    // now waits for the batch in flight, answering new requests Unavailable meanwhile.
+    use crate::io::Request;
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.write(&mut env.ctx(T0), ClientId(1), 9, 1, 1);
+    let accepts: Vec<_> = to_chunks(&env.take())
+        .into_iter()
+        .filter_map(|(k, x)| match x {
+            ToChunk::Accept { ops, .. } => Some((k, ops.last().map(|o| o.0))),
+            _ => None,
+        })
+        .collect();
+    let upto = accepts[0].1.expect("a sequenced change");
+    let new = md(&[1, 2, 5]);
+    assert!(!m.relayout(&mut env.ctx(T0), new.clone()), "busy: deferred");
+    assert_eq!(m.state, S::Manager);
+    assert!(m.report(T0).expect("managing").busy);
+    let read = Request::Holders {
+        store: STORE,
+        name: "/a".into(),
+    };
+    m.request(&mut env.ctx(T0), ClientId(1), 10, read);
+    assert_eq!(
+        replies(&env.take()),
+        vec![&Output::Reply {
+            client: ClientId(1),
+            req_id: 10,
+            result: Err(ClientError::Unavailable { store: STORE })
+        }],
+        "no new work while the relayout waits"
+    );
+    for n in [1, 2, 3] {
+        from_chunk(&mut m, &mut env, T0 + ms(1), n, accepted(3, upto));
+    }
+    let out = env.take();
+    assert_eq!(replies(&out).len(), 1, "the write is answered");
+    assert_eq!(m.state, S::RelayoutReconciling);
+    assert_eq!(m.new_metadata_log, Some(new));
+    assert_eq!(m.policy.deferred, None);
+}
+
+#[test]
+fn manager_deferred_relayout_is_dropped_when_its_time_passes() {
+    // Tenure: a deferred transition whose batch never completes (here no chunk answers)
+    // is given up after a few acknowledgement timeouts: it cannot hold requests off for
+    // ever.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.write(&mut env.ctx(T0), ClientId(1), 9, 1, 1);
+    env.take();
+    assert!(!m.relayout(&mut env.ctx(T0), md(&[1, 2, 5])));
+    let until = m.policy.deferred.as_ref().expect("deferred").1;
+    assert!(m.next_timeout().is_some_and(|t| t <= until));
+    m.on_tick(&mut env.ctx(until));
+    assert_eq!(m.policy.deferred, None);
+}

@@ -96,9 +96,10 @@ impl World {
         };
     }
 
+    /// Running members (spares not admitted take no part in elections).
     fn election_views(&self) -> Vec<MemberView> {
         (self.nodes.iter())
-            .filter(|(d, _)| self.running(**d))
+            .filter(|(d, _)| self.running(**d) && self.is_member(**d))
             .filter_map(|(d, n)| {
                 let dev = n.device.as_ref()?;
                 Some(MemberView {
@@ -112,7 +113,7 @@ impl World {
 
     fn election_bound_us(&self) -> u64 {
         let s = &self.nodes.values().next().expect("a device").cfg.election;
-        convergence_bound_us(s, self.cfg.devices)
+        convergence_bound_us(s, self.nodes.len() as u64)
     }
 
     /// A liveness sample of the election: whether the running devices agree on a running,

@@ -11,6 +11,8 @@ use tenure_core::snapshot::{SnapshotId, SnapshotPart};
 /// After the liveness phase's snapshots start, they get the snapshot timeout and this
 /// much more to complete (µs).
 const SNAPSHOT_SETTLE_SLACK_US: u64 = 2_000_000;
+/// Every store of a restored cluster regains a manager within this long at least (µs).
+const RESTORE_BOUND_US: u64 = 30_000_000;
 
 impl World {
     fn device_ids(&self) -> Vec<DeviceId> {
@@ -22,10 +24,10 @@ impl World {
         s.timeout.as_micros() as u64
     }
 
-    /// Start a snapshot at a random running device.
+    /// Start a snapshot at a random running member.
     pub(super) fn start_snapshot(&mut self) {
         let running: Vec<DeviceId> = (self.device_ids().into_iter())
-            .filter(|d| self.running(*d))
+            .filter(|d| self.running(*d) && self.is_member(*d))
             .collect();
         if running.is_empty() {
             return;
@@ -141,6 +143,8 @@ impl World {
 
     pub(super) fn snap_started(&mut self, d: DeviceId, id: SnapshotId) {
         self.trace(|| format!("{d} started snapshot {id}"));
+        let members = (self.nodes[&d].device.as_ref()).map(|dev| dev.members().ids());
+        self.snap_members.insert(id, members.unwrap_or_default());
         self.cuts.started(id, !self.faults_on);
     }
 
@@ -154,7 +158,7 @@ impl World {
     pub(super) fn snap_ended(&mut self, id: SnapshotId, result: Result<SnapshotSummary, String>) {
         self.trace(|| format!("snapshot {id} ended: {result:?}"));
         let calm = self.cuts.is_calm(id);
-        let devices = self.device_ids();
+        let devices = self.snapshot_devices(id, &result);
         let Some(cut) = self.cuts.ended(id, result, &devices) else {
             return;
         };
@@ -168,6 +172,33 @@ impl World {
             self.restores_faulty += 1;
         }
         self.to_restore.push(cut);
+    }
+
+    /// The devices a complete snapshot must have a part from: the members of its
+    /// initiator's record when it started — or, when membership changed while it ran,
+    /// the devices it names, which must include every one of those still a member.
+    fn snapshot_devices(
+        &mut self,
+        id: SnapshotId,
+        result: &Result<SnapshotSummary, String>,
+    ) -> Vec<DeviceId> {
+        let start = self.snap_members.remove(&id).unwrap_or_default();
+        let (Ok(summary), false) = (result, start.is_empty()) else {
+            return self.device_ids();
+        };
+        let newest = self.members.newest();
+        let changed = start != newest.ids();
+        if !changed {
+            return start;
+        }
+        let mut named = summary.devices.clone();
+        for d in start {
+            if newest.contains(d) && !named.contains(&d) {
+                named.push(d);
+            }
+        }
+        named.sort();
+        named
     }
 
     /// Restore the complete snapshots waiting, each into a fresh cluster, and judge it.
@@ -231,7 +262,9 @@ impl World {
         cfg.liveness_us = cfg.liveness_us.max(SimConfig::new(0).liveness_us);
         let mut w = World::build(cfg, Some(cut));
         let start = w.now;
-        let deadline = start + w.cfg.liveness_us;
+        // A restore is judged on its own bound: a run whose liveness phase is made short
+        // (to show liveness failures) must not turn a slow restore into a broken cut.
+        let deadline = start + w.cfg.liveness_us.max(RESTORE_BOUND_US);
         let mut converged = None;
         while w.now < deadline && !w.failed() && w.report.events <= EVENTS_MAX {
             let Some(((t, _), ev)) = w.queue.first_key_value() else {
