@@ -67,6 +67,7 @@ pub fn configs(
             lookup: Default::default(),
             objects: Default::default(),
             election: Default::default(),
+            snapshot: Default::default(),
         })
         .collect()
 }

@@ -257,9 +257,6 @@ impl World {
         cfg.writes = false;
         cfg.objects = false;
         cfg.keep_history = false;
-        // The restored cluster gets the default liveness bound whatever the run's own
-        // (a test may shorten that one to provoke liveness failures of the run itself).
-        cfg.liveness_us = cfg.liveness_us.max(SimConfig::new(0).liveness_us);
         let mut w = World::build(cfg, Some(cut));
         let start = w.now;
         // A restore is judged on its own bound: a run whose liveness phase is made short
