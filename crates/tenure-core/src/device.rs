@@ -768,6 +768,19 @@ impl Device {
                 chunks,
                 members,
             } => {
+                // A member that reports an older record than ours (it refused the newer
+                // one from a coordinator since deposed, and now follows a term that has
+                // ended) gets ours, under our term: otherwise it ignores the members it
+                // does not know, the coordinator among them, and elects forever.
+                if members.version < self.members.version && from != self.id() {
+                    out.push(Output::Send {
+                        to: from,
+                        msg: Msg::Coord(CoordMsg::Members {
+                            term: self.term,
+                            members: self.members.clone(),
+                        }),
+                    });
+                }
                 self.coord.on_member(now, from, term, chunks, &members);
                 self.adopt_members(now, members, out);
             }
