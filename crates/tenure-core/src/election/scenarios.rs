@@ -230,3 +230,49 @@ fn membership_retirement_in_a_reported_record_is_kept_by_the_coordinator() {
     assert!(!co.members.contains(d(4)));
     assert!(co.members.retired.contains(&d(4)));
 }
+
+/// DESIGN §6: a member whose report carries an older record than the receiver's gets the
+/// receiver's record back, under the receiver's term. A device that refused a newer
+/// record from a deposed coordinator otherwise kept following an ended term and ignored
+/// the coordinator it did not know as a member (simulator seed 1043).
+#[test]
+fn membership_a_report_with_an_older_record_is_answered_with_the_newer_one() {
+    use crate::io::Output;
+    let mut c = Cluster::new(4, 4);
+    c.run_for(3 * S);
+    let old = c.devices[&d(1)].members().clone();
+    c.policy(d(1), PolicyCommand::RemoveDevice { device: d(4) });
+    c.run_for(90 * S);
+    let newer = c.devices[&d(1)].members().clone();
+    assert!(newer.version > old.version, "the removal changed the record");
+    let term = c.devices[&d(1)].coordinator().expect("term");
+    let now = c.now;
+    let dev = c.devices.get_mut(&d(1)).unwrap();
+    let report = |members| Input::Message {
+        from: d(2),
+        msg: Msg::Coord(CoordMsg::Member {
+            term,
+            chunks: 1,
+            members,
+        }),
+    };
+    let answers = |out: &[Output]| {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send {
+                    to,
+                    msg: Msg::Coord(CoordMsg::Members { term, members }),
+                } if *to == d(2) => Some((*term, members.clone())),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let out = dev.handle(now, report(old));
+    let sent = answers(&out);
+    assert_eq!(sent.len(), 1, "{out:?}");
+    assert_eq!(sent[0].1, newer);
+    assert!(sent[0].0 >= term);
+    // A report with the same record gets no answer.
+    let out = dev.handle(now, report(newer));
+    assert!(answers(&out).is_empty());
+}
