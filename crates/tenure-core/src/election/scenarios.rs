@@ -244,7 +244,10 @@ fn membership_a_report_with_an_older_record_is_answered_with_the_newer_one() {
     c.policy(d(1), PolicyCommand::RemoveDevice { device: d(4) });
     c.run_for(90 * S);
     let newer = c.devices[&d(1)].members().clone();
-    assert!(newer.version > old.version, "the removal changed the record");
+    assert!(
+        newer.version > old.version,
+        "the removal changed the record"
+    );
     let term = c.devices[&d(1)].coordinator().expect("term");
     let now = c.now;
     let dev = c.devices.get_mut(&d(1)).unwrap();
