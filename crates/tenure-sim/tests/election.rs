@@ -5,6 +5,7 @@
 //! without it. Runs are shortened (10 s of faults) to keep the file well under a minute
 //! in `--release` on two cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_sim::election::ElectionViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
@@ -19,10 +20,7 @@ fn short(seed: u64) -> SimConfig {
 
 /// Seeds swept by `bounded_election_sweep_finds_no_violation` (override with `SIM_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40)
+    common::seeds_from_env("SIM_SEEDS", 40)
 }
 
 // DESIGN §6: no seed of a bounded sweep breaks an election invariant, and the sweep

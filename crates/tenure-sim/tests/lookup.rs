@@ -3,6 +3,7 @@
 //! exactly; and each checker catches the planted bug meant for it. Runs have 40 s of
 //! faults, to keep the file well under a minute in `--release` on two cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lookup::checks::LookupViolation;
@@ -20,10 +21,7 @@ fn lookup(seed: u64, profile: ProfileChoice) -> SimConfig {
 /// Seeds swept by `lookup_bounded_sweep_finds_no_violation` (override with
 /// `LOOKUP_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("LOOKUP_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
+    common::seeds_from_env("LOOKUP_SEEDS", 300)
 }
 
 // DESIGN §9.7: at most one leader once stable; the seed's outage and staleness bounds

@@ -4,6 +4,7 @@
 //! bug it is meant for, on a seed that passes without it. Runs are shortened (10 s of
 //! faults) to keep the file well under a minute in `--release` on two cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_sim::membership::MembershipViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
@@ -17,10 +18,7 @@ fn short(seed: u64) -> SimConfig {
 /// Seeds swept by `bounded_membership_sweep_finds_no_violation` (override with
 /// `SIM_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(32)
+    common::seeds_from_env("SIM_SEEDS", 32)
 }
 
 // DESIGN §6: no seed of a bounded sweep breaks a safety invariant (membership or any

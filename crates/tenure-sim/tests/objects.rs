@@ -4,6 +4,7 @@
 //! shortened (10 s of faults) to keep the file well under a minute in `--release` on two
 //! cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_sim::objects::ObjectViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
@@ -18,10 +19,7 @@ fn short(seed: u64) -> SimConfig {
 
 /// Seeds swept by `bounded_object_sweep_finds_no_violation` (override with `SIM_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(150)
+    common::seeds_from_env("SIM_SEEDS", 150)
 }
 
 // DESIGN §9.6 and §5: no seed of a bounded sweep breaks an object invariant, and the

@@ -4,6 +4,7 @@
 //! to bite. Runs are shortened (10 s of faults, at most 30 s to converge) to keep the
 //! sweep well under a minute in `--release` on two cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lincheck::{self, LockModel, Verdict};
@@ -26,10 +27,7 @@ fn pipelined(seed: u64) -> SimConfig {
 
 /// Seeds swept by `bounded_sweep_finds_no_violation` (override with `SIM_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
+    common::seeds_from_env("SIM_SEEDS", 300)
 }
 
 // DESIGN §9 (invariants 1, 2, 4) and the liveness rule: no seed of a bounded sweep breaks

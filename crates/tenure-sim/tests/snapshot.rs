@@ -6,6 +6,7 @@
 //! Runs are shortened (10 s of faults) to keep the file well under a minute in
 //! `--release` on two cores.
 
+mod common;
 use tenure_core::PlantedBugs;
 use tenure_sim::snapshot::SnapshotViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
@@ -20,10 +21,7 @@ fn short(seed: u64) -> SimConfig {
 
 /// Seeds swept by `bounded_snapshot_sweep_finds_no_violation` (override with `SIM_SEEDS`).
 fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40)
+    common::seeds_from_env("SIM_SEEDS", 40)
 }
 
 // DESIGN §9.8: no seed of a bounded sweep takes a snapshot that is not a consistent cut
