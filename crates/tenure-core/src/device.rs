@@ -137,6 +137,7 @@ impl Device {
             cfg.cluster.devices = record.ids();
         }
         let members = record.ids();
+        let retiring = record.retiring();
         let election = cfg.election.clone();
         let mut dev = Device {
             next_serial: disk.next_serial,
@@ -153,7 +154,7 @@ impl Device {
             timers: Default::default(),
             requested: Vec::new(),
             lookup: Node::placeholder(),
-            elector: Elector::new(cfg_id, members, election, disk.term, now),
+            elector: Elector::new(cfg_id, members, retiring, election, disk.term, now),
             coord: Coordinator::default(),
             term: disk.term,
             next_report: now,
@@ -785,9 +786,14 @@ impl Device {
                 self.adopt_members(now, members, out);
             }
             // DESIGN §6: a record from a deposed coordinator is refused, as its commands
-            // are (its change may be lost: a device must not retire on it).
+            // are (its change may be lost: a device must not retire on it). The
+            // coordinator this device follows is not deposed even when it writes an
+            // older term: it can have been elected again under a newer one whose
+            // announcement reached this device and not it (the members that carried it
+            // had dropped this device from their record).
             CoordMsg::Members { term, members } => {
-                if term >= self.term || self.env.cfg.planted.members_adopt_older {
+                let followed = self.elector.coordinator().is_some_and(|t| t.leader == from);
+                if term >= self.term || followed || self.env.cfg.planted.members_adopt_older {
                     self.adopt_members(now, members, out)
                 }
             }
@@ -850,6 +856,7 @@ impl Device {
         self.env.cfg.cluster.devices = ids.clone();
         self.lookup.set_devices(ids.clone());
         self.elector.set_members(now, ids);
+        self.elector.set_retiring(now, self.members.retiring());
         self.drain_elector(now, out);
         out.push(Output::Observe(Observation::Members { members }));
         if retired {

@@ -270,6 +270,10 @@ pub enum MgrMsg {
         deadline: Instant,
         /// The old manager's epoch.
         old_epoch: Epoch,
+        /// The epoch the migration commits: above the old one and above every epoch a
+        /// chunk of the store is known to have prepared (an aborted attempt can linger
+        /// at a chunk that missed the abort, and a chunk never votes twice for an epoch).
+        new_epoch: Epoch,
         /// Layout.
         metadata: Metadata,
         /// Chunks the old manager believes failed.

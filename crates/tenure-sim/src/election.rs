@@ -301,6 +301,9 @@ pub struct MemberView {
     pub follows: Option<Term>,
     /// The term it acts in as coordinator.
     pub acting: Option<Term>,
+    /// Whether its own membership record says it is being retired (it then ranks below
+    /// every other member and is never elected).
+    pub retiring: bool,
 }
 
 /// The election checkers' memory of a run.
@@ -491,8 +494,10 @@ impl ElectionChecker {
                 term.leader, term.n, leader.acting
             ));
         }
+        // Bully elects the highest-ranked running member: members being retired rank
+        // below the others (DESIGN §6).
         if algorithm == Algorithm::Bully
-            && let Some(top) = members.last()
+            && let Some(top) = members.iter().max_by_key(|m| (!m.retiring, m.device))
             && top.device != term.leader
         {
             return Err(format!(
@@ -560,6 +565,7 @@ mod tests {
 
     fn view(d: u64, follows: Option<Term>, acting: Option<Term>) -> MemberView {
         MemberView {
+            retiring: false,
             device: DeviceId(d),
             follows,
             acting,

@@ -48,7 +48,7 @@ impl Elector {
     pub(super) fn bully_start(&mut self, now: Instant, id: ElectionId) {
         let higher: Vec<DeviceId> = (self.members.iter())
             .copied()
-            .filter(|m| *m > self.me)
+            .filter(|m| self.outranks(*m, self.me))
             .collect();
         if higher.is_empty() {
             return self.bully_win(now, id);
@@ -67,6 +67,9 @@ impl Elector {
 
     fn bully_win(&mut self, now: Instant, id: ElectionId) {
         self.bully.own = None;
+        if !self.may_lead() {
+            return;
+        }
         let term = self.next_term(self.me);
         self.follow(now, term);
         for m in self.others() {
@@ -75,7 +78,7 @@ impl Elector {
     }
 
     pub(super) fn bully_on_election(&mut self, now: Instant, from: DeviceId, id: ElectionId) {
-        if from >= self.me {
+        if !self.outranks(self.me, from) {
             return;
         }
         let max_n = self.max_n;
@@ -106,7 +109,7 @@ impl Elector {
         if term.leader != from {
             return;
         }
-        if from < self.me {
+        if self.outranks(self.me, from) {
             if self.bully.own.is_none() {
                 self.start_election(now);
             }

@@ -96,6 +96,14 @@ impl Members {
             .collect()
     }
 
+    /// Members being retired, ascending.
+    pub fn retiring(&self) -> Vec<DeviceId> {
+        (self.devices.iter())
+            .filter(|(_, i)| i.state == MemberState::Retiring)
+            .map(|(d, _)| *d)
+            .collect()
+    }
+
     /// Whether `d` is a member.
     pub fn contains(&self, d: DeviceId) -> bool {
         self.devices.contains_key(&d)

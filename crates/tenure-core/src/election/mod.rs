@@ -27,7 +27,7 @@ mod tests;
 use crate::ids::DeviceId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// Which algorithm elects the coordinator.
@@ -210,6 +210,9 @@ pub struct Elector {
     me: DeviceId,
     /// Every member, ascending (the ring's order).
     members: Vec<DeviceId>,
+    /// Members being retired (DESIGN §6): they rank below every other member and are
+    /// never elected.
+    retiring: BTreeSet<DeviceId>,
     settings: ElectionSettings,
     /// The coordinator followed and its term.
     current: Option<Term>,
@@ -238,6 +241,7 @@ impl Elector {
     pub fn new(
         me: DeviceId,
         members: impl IntoIterator<Item = DeviceId>,
+        retiring: impl IntoIterator<Item = DeviceId>,
         settings: ElectionSettings,
         term: Term,
         now: Instant,
@@ -248,6 +252,7 @@ impl Elector {
         let mut e = Elector {
             me,
             members,
+            retiring: retiring.into_iter().collect(),
             settings,
             current: None,
             term,
@@ -322,6 +327,40 @@ impl Elector {
         }
     }
 
+    /// The members being retired changed. They rank below every other member (bully
+    /// asks and defers to members of higher rank; the ring picks the highest rank
+    /// collected) and never claim a term, so a device being drained is not elected
+    /// coordinator — it would be retired under the cluster it coordinates. A
+    /// coordinator that learns it is being retired calls an election to hand over.
+    pub fn set_retiring(&mut self, now: Instant, retiring: impl IntoIterator<Item = DeviceId>) {
+        self.retiring = retiring.into_iter().collect();
+        if self.is_coordinator()
+            && self.retiring.contains(&self.me)
+            && self.members.iter().any(|m| !self.retiring.contains(m))
+            && !self.electing()
+        {
+            self.start_election(now);
+        }
+    }
+
+    /// Whether this member may claim a term: a member being retired never does. It
+    /// follows whoever is elected; were it to elect itself when no other member
+    /// answers (cut off, or already retired by a record it has not received), its
+    /// solitary terms would outrank the coordinator that is to tell it it retired.
+    fn may_lead(&self) -> bool {
+        !self.retiring.contains(&self.me)
+    }
+
+    /// Election rank: members not being retired first, then by id.
+    fn rank(&self, d: DeviceId) -> (bool, DeviceId) {
+        (!self.retiring.contains(&d), d)
+    }
+
+    /// Whether `a` outranks `b`.
+    fn outranks(&self, a: DeviceId, b: DeviceId) -> bool {
+        self.rank(a) > self.rank(b)
+    }
+
     /// Start an election now, with a new id.
     pub fn start_election(&mut self, now: Instant) -> ElectionId {
         self.serial += 1;
@@ -362,7 +401,7 @@ impl Elector {
                     // A coordinator this member did not hear elected (it was down or
                     // cut off): follow it — unless this member outranks it under bully,
                     // in which case it bullies it out.
-                    if self.settings.algorithm == Algorithm::Bully && from < self.me {
+                    if self.settings.algorithm == Algorithm::Bully && self.outranks(self.me, from) {
                         if !self.electing() {
                             self.start_election(now);
                         }

@@ -77,12 +77,18 @@ impl Elector {
                 }
                 // The circle is closed: announce.
                 _ => {
-                    let leader = ids.iter().copied().max().unwrap_or(self.me).max(self.me);
+                    let leader = (ids.iter().copied().chain([self.me]))
+                        .max_by_key(|d| self.rank(*d))
+                        .unwrap_or(self.me);
+                    self.ring.own.remove(&id);
+                    if self.retiring.contains(&leader) {
+                        // Only members being retired took part: none may lead.
+                        return;
+                    }
                     let term = Term {
                         n: max_n.max(self.max_n) + 1,
                         leader,
                     };
-                    self.ring.own.remove(&id);
                     self.follow(now, term);
                     let msg = ElectionMsg::RingCoordinator {
                         id,

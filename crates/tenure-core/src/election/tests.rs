@@ -49,7 +49,7 @@ impl Net {
 
     fn boot(&mut self, d: DeviceId) {
         let members = ids(self.n);
-        let e = Elector::new(d, members, self.settings(), Term::default(), self.now);
+        let e = Elector::new(d, members, [], self.settings(), Term::default(), self.now);
         self.nodes.insert(d, e);
         self.down.remove(&d);
         self.drain(d);
@@ -344,6 +344,7 @@ fn messages_from_strangers_are_ignored() {
     let mut e = Elector::new(
         DeviceId(1),
         ids(3),
+        [],
         ElectionSettings::default(),
         Term::default(),
         Instant(0),
@@ -365,6 +366,7 @@ fn planted_no_restart_waits_for_a_new_coordinator_without_spinning() {
     let mut e = Elector::new(
         DeviceId(1),
         ids(3),
+        [],
         ElectionSettings::default(),
         Term::default(),
         Instant(0),
@@ -389,4 +391,54 @@ fn planted_no_restart_waits_for_a_new_coordinator_without_spinning() {
     e.handle_timeout(late);
     assert!(e.poll_timeout().is_some_and(|t| t > late));
     assert!(e.poll_output().is_none(), "no election started");
+}
+
+// ---- members being retired (DESIGN §6) ----
+
+impl Net {
+    fn set_retiring(&mut self, retiring: &[u64]) {
+        let now = self.now;
+        let ds: Vec<DeviceId> = self.nodes.keys().copied().collect();
+        for d in ds {
+            let r = retiring.iter().map(|i| DeviceId(*i));
+            self.nodes.get_mut(&d).expect("node").set_retiring(now, r);
+            self.drain(d);
+        }
+    }
+}
+
+fn retiring_member_is_not_elected(alg: Algorithm) {
+    // d5 and d4 are being drained: d3 is the highest member that may coordinate. The
+    // election runs with every member up, started by a retiring one (d5 knows it is
+    // being retired and does not claim the term for itself).
+    let mut net = Net::new(5, alg);
+    net.run_for(Duration::from_secs(2));
+    assert_eq!(net.agreed().map(|t| t.leader), Some(DeviceId(5)));
+    net.set_retiring(&[4, 5]);
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(net.agreed().map(|t| t.leader), Some(DeviceId(3)));
+    net.elect_at(DeviceId(5));
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(net.agreed().map(|t| t.leader), Some(DeviceId(3)));
+    assert!(net.one_coordinator_per_term());
+    // With every other member down, the retiring ones elect nobody: no term is ever
+    // claimed by a member being retired.
+    let since = net.now;
+    for d in 1..=3 {
+        net.crash(DeviceId(d));
+    }
+    net.run_for(Duration::from_secs(5));
+    let claimed =
+        (net.follows.iter()).filter(|(t, _, term)| *t >= since && term.leader > DeviceId(3));
+    assert_eq!(claimed.count(), 0);
+}
+
+#[test]
+fn bully_a_member_being_retired_ranks_below_every_other_member() {
+    retiring_member_is_not_elected(Algorithm::Bully);
+}
+
+#[test]
+fn ring_a_member_being_retired_ranks_below_every_other_member() {
+    retiring_member_is_not_elected(Algorithm::Ring);
 }

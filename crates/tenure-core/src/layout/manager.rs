@@ -182,6 +182,10 @@ pub struct Manager {
     pub out_deadline: Option<Instant>,
     /// Tenure: the migration attempt this manager is handing off.
     pub out_tx: Option<u64>,
+    /// Tenure: the newest epoch a chunk reported prepared above ours while we manage
+    /// (an attempt that aborted, lingering at a chunk that missed the abort). A chunk
+    /// never votes twice for an epoch number, so the next transition starts above it.
+    pub prepared_floor: Epoch,
     /// Tenure: transition attempts already committed or aborted here (replays of their
     /// messages change nothing). Survives state resets; lost on a crash.
     pub finished: BTreeSet<u64>,
@@ -238,6 +242,7 @@ impl Manager {
             tx: None,
             out_deadline: None,
             out_tx: None,
+            prepared_floor: Epoch::default(),
             finished: BTreeSet::new(),
             data: StoreData::default(),
             seq: 0,
@@ -490,7 +495,16 @@ impl Manager {
                 self.newly_awake(ctx);
             }
             // §5.3.7 manager: ack / ack-conditional from a failed chunk → recovered
-            (S::Manager, ToManager::Ack { .. } | ToManager::AckConditional { .. }) => {
+            (S::Manager, ToManager::Ack { prepared, .. }) => {
+                if let Some(p) = prepared.filter(|p| p.new_epoch > self.epoch) {
+                    self.prepared_floor = self.prepared_floor.max(p.new_epoch);
+                }
+                if self.failed.contains(&c) {
+                    self.recovered.insert(c);
+                    self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+                }
+            }
+            (S::Manager, ToManager::AckConditional { .. }) => {
                 if self.failed.contains(&c) {
                     self.recovered.insert(c);
                     self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
@@ -1167,6 +1181,12 @@ impl Manager {
 
     // ---- migration and relayout ----------------------------------------------------
 
+    /// The epoch of the next transition this manager starts: above its own and above
+    /// every epoch a chunk reported prepared ([`Self::prepared_floor`]).
+    fn next_epoch(&self) -> Epoch {
+        self.epoch.max(self.prepared_floor).next()
+    }
+
     /// §5.3.7 migrate(node).
     pub fn migrate(&mut self, ctx: &mut Ctx<'_>, node: DeviceId) -> bool {
         if self.state != MgrState::Manager || node == ctx.me() {
@@ -1177,7 +1197,7 @@ impl Manager {
             return false;
         }
         self.fail_writes(ctx);
-        let new_epoch = self.epoch.next();
+        let new_epoch = self.next_epoch();
         let tx = ctx.rng.next_u64();
         self.out_tx = Some(tx);
         ctx.send(
@@ -1188,6 +1208,7 @@ impl Manager {
                     tx,
                     deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                     old_epoch: self.epoch,
+                    new_epoch,
                     metadata: self.metadata.clone(),
                     failed: self.failed.iter().copied().collect(),
                     data: self.data.clone(),
@@ -1243,7 +1264,7 @@ impl Manager {
         }
         self.fail_writes(ctx);
         self.new_metadata_log = Some(new.clone());
-        let new_epoch = self.epoch.next();
+        let new_epoch = self.next_epoch();
         self.begin_tx(ctx, TxKind::Relayout, new_epoch, new, participants);
         self.state = MgrState::RelayoutReconciling;
         true
@@ -1259,13 +1280,14 @@ impl Manager {
                     tx: id,
                     deadline,
                     old_epoch,
+                    new_epoch,
                     metadata,
                     failed,
                     data,
                 },
-            ) if !self.finished.contains(&id) => {
+            ) if !self.finished.contains(&id) && new_epoch > old_epoch => {
                 self.reset();
-                self.epoch = old_epoch.next();
+                self.epoch = new_epoch;
                 self.metadata = metadata.clone();
                 self.old_mgr = Some(from);
                 self.failed = failed.into_iter().collect();
@@ -1286,17 +1308,14 @@ impl Manager {
                         .min(deadline.saturating_sub(ctx.cfg.timing.clock_drift)),
                 });
             }
-            (_, MgrMsg::Handoff { tx, old_epoch, .. }) => {
+            (_, MgrMsg::Handoff { tx, new_epoch, .. }) => {
                 // Tenure: busy with this store, or a replay of a finished attempt;
                 // refuse so the old manager resumes.
                 ctx.send(
                     from,
                     Msg::Mgr {
                         store: self.store,
-                        msg: MgrMsg::HandoffAbort {
-                            new_epoch: old_epoch.next(),
-                            tx,
-                        },
+                        msg: MgrMsg::HandoffAbort { new_epoch, tx },
                     },
                 );
             }
@@ -1313,7 +1332,7 @@ impl Manager {
             // §5.3.6 out of transition: commit tx
             (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch, tx }) => {
                 if Some(from) == self.new_mgr
-                    && new_epoch == self.epoch.next()
+                    && new_epoch == self.next_epoch()
                     && self.out_tx == Some(tx)
                 {
                     self.newly_awake(ctx);
@@ -1323,7 +1342,7 @@ impl Manager {
             // §5.3.6 out of transition: abort tx
             (S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
                 if Some(from) == self.new_mgr
-                    && new_epoch == self.epoch.next()
+                    && new_epoch == self.next_epoch()
                     && self.out_tx == Some(tx)
                 {
                     self.out_tx = None;

@@ -198,6 +198,7 @@ fn none_handoff_enters_into_reconciling() {
         tx: TX,
         deadline: Instant(u64::MAX),
         old_epoch: e(3),
+        new_epoch: e(4),
         metadata: layout(),
         failed: vec![c(3)],
         data: data.clone(),
@@ -230,6 +231,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
         tx: TX,
         deadline: Instant(u64::MAX),
         old_epoch: e(3),
+        new_epoch: e(4),
         metadata: layout(),
         failed: vec![],
         data: StoreData::default(),
@@ -258,6 +260,7 @@ fn manager_handoff_while_busy_is_refused() {
         tx: TX,
         deadline: Instant(u64::MAX),
         old_epoch: e(5),
+        new_epoch: e(6),
         metadata: layout(),
         failed: vec![],
         data: StoreData::default(),
@@ -672,6 +675,7 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
                 // Tenure: the attempt's deadline travels with the handoff.
                 deadline: now + env.cfg.timing.transition_timeout,
                 old_epoch: e(3),
+                new_epoch: e(4),
                 metadata: layout(),
                 failed: vec![c(3)],
                 data: data_with(3, 1, 4),
@@ -2433,4 +2437,41 @@ fn manager_deferred_relayout_is_dropped_when_its_time_passes() {
     assert!(m.next_timeout().is_some_and(|t| t <= until));
     m.on_tick(&mut env.ctx(until));
     assert_eq!(m.policy.deferred, None);
+}
+
+#[test]
+fn manager_ack_with_a_lingering_prepare_moves_the_next_transition_above_it() {
+    // seed 000 §5.3.7 manager: ack from a failed chunk → recovered. Tenure: the chunk
+    // still holds the prepare of an attempt at epoch 4 that aborted (it missed the
+    // abort) and never votes twice for an epoch number, so the next relayout and the
+    // next migration prepare epoch 5 (simulator seed 1070: a store retried a relayout
+    // to epoch 4 forever and its retiring chunks never moved).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    let lingering = ToManager::Ack {
+        epoch: e(3),
+        prepared: Some(Prepared {
+            new_epoch: e(4),
+            metadata: layout(),
+            new_mgr: M,
+        }),
+    };
+    from_chunk(&mut m, &mut env, T0 + ms(9), 3, lingering);
+    assert_eq!(m.recovered, set(&[3]));
+    env.take();
+    let mut relayout = m.clone();
+    assert!(relayout.relayout(&mut env.ctx(T0 + ms(10)), md(&[1, 2, 3])));
+    let out = env.take();
+    assert!(!epoch_transitions(&out).is_empty());
+    assert!(epoch_transitions(&out).iter().all(|t| (t.1, t.2) == (3, 5)));
+    assert!(m.migrate(&mut env.ctx(T0 + ms(10)), N));
+    let out = env.take();
+    assert!(!epoch_transitions(&out).is_empty());
+    assert!(epoch_transitions(&out).iter().all(|t| (t.1, t.2) == (3, 5)));
+    let handoff = mgr_msgs(&out).into_iter().find_map(|(_, msg)| match msg {
+        MgrMsg::Handoff { new_epoch, .. } => Some(new_epoch),
+        _ => None,
+    });
+    assert_eq!(handoff, Some(e(5)));
 }

@@ -106,6 +106,7 @@ impl World {
                     device: *d,
                     follows: dev.coordinator(),
                     acting: dev.acting_coordinator(),
+                    retiring: dev.members().retiring().contains(d),
                 })
             })
             .collect()
