@@ -1,0 +1,77 @@
+//! The lab: the seeds' analytic tables reproduced by measurement (DESIGN §6). Each
+//! experiment runs real state machines — the mutual-exclusion machines of
+//! `tenure_core::mutex`, the election machines of `tenure_core::election`, Tenure's store
+//! and lock service — in a seeded, deterministic simulation, counts what they do, and sets
+//! the count beside the seed's figure with a verdict ([`report::Verdict`]).
+//!
+//! - [`mutex`], [`mutex_problems`]: lecture Fig. 14.7 (seed 002 §14.4).
+
+pub mod mutex;
+pub mod mutex_problems;
+pub mod mutex_sim;
+pub mod report;
+
+pub use report::{Row, Verdict};
+use serde::Serialize;
+
+/// An experiment of the lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Experiment {
+    /// Lecture Fig. 14.7: mutual exclusion.
+    Mutex,
+}
+
+impl Experiment {
+    /// Every experiment, in table order.
+    pub const ALL: [Experiment; 1] = [Experiment::Mutex];
+
+    /// The experiment's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Mutex => "mutex",
+        }
+    }
+}
+
+/// How large a lab run is.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scale {
+    /// Seeds per measured figure.
+    pub seeds: u64,
+    /// Process counts of the mutual-exclusion figures.
+    pub mutex_sizes: Vec<u64>,
+    /// Process count of the "Problems" and checker runs.
+    pub problems_n: u64,
+}
+
+impl Scale {
+    /// The full run of `tenure lab`.
+    pub fn full(seeds: u64) -> Scale {
+        Scale {
+            seeds,
+            mutex_sizes: vec![3, 8, 16],
+            problems_n: 5,
+        }
+    }
+
+    /// A small run for tests.
+    pub fn small(seeds: u64) -> Scale {
+        Scale {
+            seeds,
+            mutex_sizes: vec![3, 5],
+            problems_n: 3,
+        }
+    }
+}
+
+/// Run one experiment.
+pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
+    match e {
+        Experiment::Mutex => {
+            let mut rows = mutex::rows(&scale.mutex_sizes, scale.seeds);
+            rows.extend(mutex_problems::rows(scale.problems_n, scale.seeds));
+            rows
+        }
+    }
+}

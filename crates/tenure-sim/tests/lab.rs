@@ -1,0 +1,28 @@
+//! The lab at small scale: every experiment runs and every verdict holds.
+
+use tenure_sim::lab::{Experiment, Scale, run};
+
+fn check(e: Experiment) {
+    let rows = run(e, &Scale::small(3));
+    assert!(!rows.is_empty());
+    for r in &rows {
+        println!(
+            "{:<70} {:<24} {:>8} {:>8} {:<12} {}",
+            r.what,
+            r.paper,
+            r.median,
+            r.max,
+            r.verdict.name(),
+            r.note
+        );
+    }
+    for r in &rows {
+        assert!(r.verdict.holds(), "{}: {:?}", r.what, r);
+    }
+}
+
+// Lecture (seed 002) §14.4, Fig. 14.7.
+#[test]
+fn mutex_verdicts_hold() {
+    check(Experiment::Mutex);
+}
