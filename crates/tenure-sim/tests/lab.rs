@@ -26,3 +26,9 @@ fn check(e: Experiment) {
 fn mutex_verdicts_hold() {
     check(Experiment::Mutex);
 }
+
+// Lecture (seed 002) §14.3.3: bully n − 2 and O(n²), ring 2(n − 1).
+#[test]
+fn election_verdicts_hold() {
+    check(Experiment::Election);
+}

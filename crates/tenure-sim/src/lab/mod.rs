@@ -5,7 +5,9 @@
 //! the count beside the seed's figure with a verdict ([`report::Verdict`]).
 //!
 //! - [`mutex`], [`mutex_problems`]: lecture Fig. 14.7 (seed 002 §14.4).
+//! - [`election`]: lecture §14.3.3, bully and ring message counts.
 
+pub mod election;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
@@ -20,16 +22,19 @@ use serde::Serialize;
 pub enum Experiment {
     /// Lecture Fig. 14.7: mutual exclusion.
     Mutex,
+    /// Lecture §14.3.3: bully and ring elections.
+    Election,
 }
 
 impl Experiment {
     /// Every experiment, in table order.
-    pub const ALL: [Experiment; 1] = [Experiment::Mutex];
+    pub const ALL: [Experiment; 2] = [Experiment::Mutex, Experiment::Election];
 
     /// The experiment's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Experiment::Mutex => "mutex",
+            Experiment::Election => "election",
         }
     }
 }
@@ -43,6 +48,10 @@ pub struct Scale {
     pub mutex_sizes: Vec<u64>,
     /// Process count of the "Problems" and checker runs.
     pub problems_n: u64,
+    /// Process counts of the election figures.
+    pub election_sizes: Vec<u64>,
+    /// Those shown row by row (the others in the summary rows).
+    pub election_shown: Vec<u64>,
 }
 
 impl Scale {
@@ -52,6 +61,8 @@ impl Scale {
             seeds,
             mutex_sizes: vec![3, 8, 16],
             problems_n: 5,
+            election_sizes: (3..=32).collect(),
+            election_shown: vec![3, 4, 8, 16, 32],
         }
     }
 
@@ -61,6 +72,8 @@ impl Scale {
             seeds,
             mutex_sizes: vec![3, 5],
             problems_n: 3,
+            election_sizes: (3..=6).collect(),
+            election_shown: vec![3, 6],
         }
     }
 }
@@ -72,6 +85,9 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
             let mut rows = mutex::rows(&scale.mutex_sizes, scale.seeds);
             rows.extend(mutex_problems::rows(scale.problems_n, scale.seeds));
             rows
+        }
+        Experiment::Election => {
+            election::rows(&scale.election_sizes, &scale.election_shown, scale.seeds)
         }
     }
 }
