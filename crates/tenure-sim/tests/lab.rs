@@ -32,3 +32,15 @@ fn mutex_verdicts_hold() {
 fn election_verdicts_hold() {
     check(Experiment::Election);
 }
+
+// Seed 004 §3: SafeTalk 3 messages per remote participant, two-phase commit 4.
+#[test]
+fn safetalk_verdicts_hold() {
+    check(Experiment::SafeTalk);
+}
+
+// Seed 004 §8: C_updt = (3k − 1)M with the LC among the k sites.
+#[test]
+fn update_verdicts_hold() {
+    check(Experiment::Update);
+}

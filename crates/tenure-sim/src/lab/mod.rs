@@ -6,12 +6,16 @@
 //!
 //! - [`mutex`], [`mutex_problems`]: lecture Fig. 14.7 (seed 002 §14.4).
 //! - [`election`]: lecture §14.3.3, bully and ring message counts.
+//! - [`safetalk`] (with [`twopc`]): seed 004 §3 and §8, SafeTalk against two-phase commit
+//!   and Menasce's update cost C_updt.
 
 pub mod election;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
 pub mod report;
+pub mod safetalk;
+pub mod twopc;
 
 pub use report::{Row, Verdict};
 use serde::Serialize;
@@ -24,17 +28,28 @@ pub enum Experiment {
     Mutex,
     /// Lecture §14.3.3: bully and ring elections.
     Election,
+    /// Seed 004 §3: SafeTalk against two-phase commit.
+    SafeTalk,
+    /// Seed 004 §8: Menasce's update cost.
+    Update,
 }
 
 impl Experiment {
     /// Every experiment, in table order.
-    pub const ALL: [Experiment; 2] = [Experiment::Mutex, Experiment::Election];
+    pub const ALL: [Experiment; 4] = [
+        Experiment::Mutex,
+        Experiment::Election,
+        Experiment::SafeTalk,
+        Experiment::Update,
+    ];
 
     /// The experiment's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Experiment::Mutex => "mutex",
             Experiment::Election => "election",
+            Experiment::SafeTalk => "safetalk",
+            Experiment::Update => "update",
         }
     }
 }
@@ -52,6 +67,10 @@ pub struct Scale {
     pub election_sizes: Vec<u64>,
     /// Those shown row by row (the others in the summary rows).
     pub election_shown: Vec<u64>,
+    /// Chunks per store of the SafeTalk rows.
+    pub safetalk_k: u64,
+    /// Chunks per store of the update-cost rows.
+    pub update_ks: Vec<u64>,
 }
 
 impl Scale {
@@ -63,6 +82,8 @@ impl Scale {
             problems_n: 5,
             election_sizes: (3..=32).collect(),
             election_shown: vec![3, 4, 8, 16, 32],
+            safetalk_k: 3,
+            update_ks: (2..=9).collect(),
         }
     }
 
@@ -74,6 +95,8 @@ impl Scale {
             problems_n: 3,
             election_sizes: (3..=6).collect(),
             election_shown: vec![3, 6],
+            safetalk_k: 3,
+            update_ks: vec![2, 3],
         }
     }
 }
@@ -89,5 +112,7 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
         Experiment::Election => {
             election::rows(&scale.election_sizes, &scale.election_shown, scale.seeds)
         }
+        Experiment::SafeTalk => safetalk::rows(scale.safetalk_k, scale.seeds),
+        Experiment::Update => safetalk::update_rows(&scale.update_ks, scale.seeds),
     }
 }
