@@ -25,6 +25,7 @@ pub mod layout;
 pub mod lockctl;
 pub mod lookup;
 pub mod msg;
+pub mod mutex;
 pub mod objects;
 pub mod rng;
 pub mod safetalk;

@@ -9,6 +9,7 @@ pub mod checks;
 pub mod clock;
 pub mod election;
 pub mod knobs;
+pub mod lab;
 pub mod lincheck;
 pub mod lockcheck;
 pub mod lookup;

@@ -8,6 +8,7 @@ mod client_cmds;
 mod cluster;
 mod cluster_members;
 mod elect_cmds;
+mod lab_cmd;
 mod lock_cmds;
 mod lookup_cmds;
 mod object_cmds;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Run the deterministic simulator: replay one seed, or sweep many.
     Sim(sim_cmd::SimArgs),
+    /// The seeds' tables measured: mutual exclusion, elections, SafeTalk, update cost.
+    Lab(lab_cmd::LabArgs),
     /// Run one device (server process) from a TOML configuration.
     Server(server_cmd::ServerArgs),
     /// A local cluster of device processes on 127.0.0.1: up, down, status, add, remove.
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim_cmd::run(args),
+        Command::Lab(args) => lab_cmd::run_lab(args),
         Command::Server(args) => server_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cluster(args) => cluster::run(args).map(|()| ExitCode::SUCCESS),
         Command::Write(args) => client_cmds::write(args).map(|()| ExitCode::SUCCESS),

@@ -1,0 +1,118 @@
+//! The lab: the seeds' analytic tables reproduced by measurement (DESIGN §6). Each
+//! experiment runs real state machines — the mutual-exclusion machines of
+//! `tenure_core::mutex`, the election machines of `tenure_core::election`, Tenure's store
+//! and lock service — in a seeded, deterministic simulation, counts what they do, and sets
+//! the count beside the seed's figure with a verdict ([`report::Verdict`]).
+//!
+//! - [`mutex`], [`mutex_problems`]: lecture Fig. 14.7 (seed 002 §14.4).
+//! - [`election`]: lecture §14.3.3, bully and ring message counts.
+//! - [`safetalk`] (with [`twopc`]): seed 004 §3 and §8, SafeTalk against two-phase commit
+//!   and Menasce's update cost C_updt.
+
+pub mod election;
+pub mod mutex;
+pub mod mutex_problems;
+pub mod mutex_sim;
+pub mod report;
+pub mod safetalk;
+pub mod twopc;
+
+pub use report::{Row, Verdict};
+use serde::Serialize;
+
+/// An experiment of the lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Experiment {
+    /// Lecture Fig. 14.7: mutual exclusion.
+    Mutex,
+    /// Lecture §14.3.3: bully and ring elections.
+    Election,
+    /// Seed 004 §3: SafeTalk against two-phase commit.
+    SafeTalk,
+    /// Seed 004 §8: Menasce's update cost.
+    Update,
+}
+
+impl Experiment {
+    /// Every experiment, in table order.
+    pub const ALL: [Experiment; 4] = [
+        Experiment::Mutex,
+        Experiment::Election,
+        Experiment::SafeTalk,
+        Experiment::Update,
+    ];
+
+    /// The experiment's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Experiment::Mutex => "mutex",
+            Experiment::Election => "election",
+            Experiment::SafeTalk => "safetalk",
+            Experiment::Update => "update",
+        }
+    }
+}
+
+/// How large a lab run is.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scale {
+    /// Seeds per measured figure.
+    pub seeds: u64,
+    /// Process counts of the mutual-exclusion figures.
+    pub mutex_sizes: Vec<u64>,
+    /// Process count of the "Problems" and checker runs.
+    pub problems_n: u64,
+    /// Process counts of the election figures.
+    pub election_sizes: Vec<u64>,
+    /// Those shown row by row (the others in the summary rows).
+    pub election_shown: Vec<u64>,
+    /// Chunks per store of the SafeTalk rows.
+    pub safetalk_k: u64,
+    /// Chunks per store of the update-cost rows.
+    pub update_ks: Vec<u64>,
+}
+
+impl Scale {
+    /// The full run of `tenure lab`.
+    pub fn full(seeds: u64) -> Scale {
+        Scale {
+            seeds,
+            mutex_sizes: vec![3, 8, 16],
+            problems_n: 5,
+            election_sizes: (3..=32).collect(),
+            election_shown: vec![3, 4, 8, 16, 32],
+            safetalk_k: 3,
+            update_ks: (2..=9).collect(),
+        }
+    }
+
+    /// A small run for tests.
+    pub fn small(seeds: u64) -> Scale {
+        Scale {
+            seeds,
+            mutex_sizes: vec![3, 5],
+            problems_n: 3,
+            election_sizes: (3..=6).collect(),
+            election_shown: vec![3, 6],
+            safetalk_k: 3,
+            update_ks: vec![2, 3],
+        }
+    }
+}
+
+/// Run one experiment.
+pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
+    match e {
+        Experiment::Mutex => {
+            let mut rows = mutex::rows(&scale.mutex_sizes, scale.seeds);
+            rows.extend(mutex_problems::rows(scale.problems_n, scale.seeds));
+            rows
+        }
+        Experiment::Election => {
+            election::rows(&scale.election_sizes, &scale.election_shown, scale.seeds)
+        }
+        Experiment::SafeTalk => safetalk::rows(scale.safetalk_k, scale.seeds),
+        Experiment::Update => safetalk::update_rows(&scale.update_ks, scale.seeds),
+    }
+}
