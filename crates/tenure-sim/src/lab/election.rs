@@ -88,6 +88,7 @@ impl Run {
             let e = Elector::new(
                 *m,
                 members.clone(),
+                [],
                 settings.clone(),
                 Term::default(),
                 Instant(0),
