@@ -791,9 +791,20 @@ impl Device {
             // older term: it can have been elected again under a newer one whose
             // announcement reached this device and not it (the members that carried it
             // had dropped this device from their record).
+            // Nor is a record that leaves out the coordinator this device follows: that
+            // coordinator's term counts for nothing in it (a device admitted by a record
+            // that lost to another of the same number elects itself alone, and its terms
+            // would otherwise keep the members that followed it from ever learning).
             CoordMsg::Members { term, members } => {
                 let followed = self.elector.coordinator().is_some_and(|t| t.leader == from);
-                if term >= self.term || followed || self.env.cfg.planted.members_adopt_older {
+                let outside = (self.elector.coordinator())
+                    .is_some_and(|t| !members.contains(t.leader))
+                    && members.version > self.members.version;
+                if term >= self.term
+                    || followed
+                    || outside
+                    || self.env.cfg.planted.members_adopt_older
+                {
                     self.adopt_members(now, members, out)
                 }
             }

@@ -495,16 +495,13 @@ impl Manager {
                 self.newly_awake(ctx);
             }
             // §5.3.7 manager: ack / ack-conditional from a failed chunk → recovered
-            (S::Manager, ToManager::Ack { prepared, .. }) => {
+            (
+                S::Manager,
+                ToManager::Ack { prepared, .. } | ToManager::AckConditional { prepared, .. },
+            ) => {
                 if let Some(p) = prepared.filter(|p| p.new_epoch > self.epoch) {
                     self.prepared_floor = self.prepared_floor.max(p.new_epoch);
                 }
-                if self.failed.contains(&c) {
-                    self.recovered.insert(c);
-                    self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
-                }
-            }
-            (S::Manager, ToManager::AckConditional { .. }) => {
                 if self.failed.contains(&c) {
                     self.recovered.insert(c);
                     self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);

@@ -2475,3 +2475,30 @@ fn manager_ack_with_a_lingering_prepare_moves_the_next_transition_above_it() {
     });
     assert_eq!(handoff, Some(e(5)));
 }
+
+#[test]
+fn manager_ack_conditional_with_a_lingering_prepare_moves_the_next_transition_above_it() {
+    // seed 000 §5.3.7 manager: ack-conditional from a failed chunk → recovered; the
+    // same lingering prepare as above, reported by a chunk that also missed a commit
+    // (simulator seed 1086).
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.failed = set(&[3]);
+    let lingering = ToManager::AckConditional {
+        mgr_epoch: e(3),
+        chunk_epoch: e(2),
+        metadata: layout(),
+        prepared: Some(Prepared {
+            new_epoch: e(4),
+            metadata: layout(),
+            new_mgr: M,
+        }),
+    };
+    from_chunk(&mut m, &mut env, T0 + ms(9), 3, lingering);
+    assert_eq!(m.recovered, set(&[3]));
+    env.take();
+    assert!(m.relayout(&mut env.ctx(T0 + ms(10)), md(&[1, 2, 3])));
+    let out = env.take();
+    assert!(!epoch_transitions(&out).is_empty());
+    assert!(epoch_transitions(&out).iter().all(|t| (t.1, t.2) == (3, 5)));
+}
