@@ -811,7 +811,11 @@ impl Device {
             CoordMsg::Request { cmd } => self.membership_request(now, cmd, out),
             CoordMsg::Store { term, report } => self.coord.on_store(now, from, term, report),
             CoordMsg::Command { term, cmd } => {
-                if term < self.term && !self.env.cfg.planted.election_ignore_term {
+                // A command of a coordinator this device's record lists as retired is
+                // refused like a deposed one's (it was elected by a side of a partition
+                // that had not heard of the retirement).
+                let retired = self.members.retired.contains(&term.leader);
+                if (term < self.term || retired) && !self.env.cfg.planted.election_ignore_term {
                     out.push(Output::Observe(Observation::CommandRefused {
                         term,
                         newest: self.term,

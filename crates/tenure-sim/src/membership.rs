@@ -302,33 +302,42 @@ impl MembershipChecker {
         }
     }
 
-    /// Device `d` follows (or is) the coordinator of `term`: no device follows a
-    /// retired device as coordinator of a term elected after it retired. (A retired
-    /// device that has not heard of its retirement yet may elect itself in isolation;
-    /// that is its own business as long as nobody follows it.)
-    pub fn coordinator(&mut self, d: DeviceId, term: Term) {
+    /// Device `d`, holding `record`, follows (or is) the coordinator of `term`: no device
+    /// follows a device its own record lists as retired. (Elections are not quorum
+    /// votes, seed 002 §14.3: a side of a partition that has not heard of a retirement
+    /// may elect the retired device; once a member holds the record it must not follow
+    /// it, and the liveness check requires everyone to hold it after the faults stop.)
+    pub fn coordinator(&mut self, d: DeviceId, term: Term, record: &Members) {
         self.stats.retired_checks += 1;
         let who = term.leader;
-        if who != d
-            && let Some((_, n)) = self.retired.get(&who)
-            && term.n > *n
-        {
+        if who != d && record.retired.contains(&who) {
             let what = format!(
-                "is followed by {d} as coordinator of term {}, elected after it retired",
-                term.n
+                "is followed by {d} as coordinator of term {}, though {d}'s record (version {}/{}) says it retired",
+                term.n, record.version.n, record.version.term.n
             );
             self.push(MembershipViolation::RetiredActed { device: who, what });
         }
         self.max_term_n = self.max_term_n.max(term.n);
     }
 
-    /// Device `d` applied a coordinator command of `term`.
-    pub fn command_applied(&mut self, d: DeviceId, term: Term) {
+    /// Device `d`, holding `record`, applied a coordinator command of `term`: a retired
+    /// device applies none, and no device applies one from a coordinator its record
+    /// lists as retired.
+    pub fn command_applied(&mut self, d: DeviceId, term: Term, record: &Members) {
         self.stats.retired_checks += 1;
         if self.is_retired(d) {
             self.push(MembershipViolation::RetiredActed {
                 device: d,
                 what: format!("applied a command of term {}/{}", term.n, term.leader),
+            });
+        }
+        if term.leader != d && record.retired.contains(&term.leader) {
+            self.push(MembershipViolation::RetiredActed {
+                device: term.leader,
+                what: format!(
+                    "had its command of term {} applied by {d}, whose record says it retired",
+                    term.n
+                ),
             });
         }
     }
@@ -408,26 +417,30 @@ mod tests {
         ));
     }
 
-    // DESIGN §6: once retired, a device applies nothing, serves nothing, and takes part
-    // in no later election; what it did before does not count.
+    // DESIGN §6: once retired, a device applies nothing and serves nothing, and no
+    // member that knows it retired follows it or applies its commands; what happened
+    // before does not count.
     #[test]
     fn a_retired_device_acting_is_caught() {
         let mut c = MembershipChecker::new(boot3());
-        c.coordinator(DeviceId(2), t(4, 3));
-        c.command_applied(DeviceId(2), t(4, 3));
+        c.coordinator(DeviceId(2), t(4, 3), &boot3());
+        c.command_applied(DeviceId(2), t(4, 3), &boot3());
         let mut m = boot3();
         assert!(m.start_retiring(t(4, 3), DeviceId(2), 1));
         m.retire(t(4, 3), DeviceId(2));
         c.adopted(10, DeviceId(3), &m);
         assert!(c.is_retired(DeviceId(2)));
-        c.coordinator(DeviceId(2), t(4, 3));
-        c.coordinator(DeviceId(2), t(6, 2));
+        c.coordinator(DeviceId(2), t(4, 3), &boot3());
+        c.coordinator(DeviceId(2), t(6, 2), &boot3());
+        // A member that has not received the retirement may follow it (a partition).
+        c.coordinator(DeviceId(1), t(5, 2), &boot3());
         assert!(c.violations.is_empty(), "{:?}", c.violations);
-        c.coordinator(DeviceId(1), t(5, 2));
-        c.command_applied(DeviceId(2), t(4, 3));
+        c.coordinator(DeviceId(1), t(5, 2), &m);
+        c.command_applied(DeviceId(3), t(5, 2), &m);
+        c.command_applied(DeviceId(2), t(4, 3), &boot3());
         c.chunk_served(DeviceId(2), "c");
         c.chunk_in_use(DeviceId(2), "c", "s", DeviceId(1));
-        assert_eq!(c.violations.len(), 4);
+        assert_eq!(c.violations.len(), 5);
         assert!(c.violations.iter().all(|v| !v.is_liveness()));
     }
 }

@@ -1220,7 +1220,8 @@ impl World {
             Observation::Coordinator { term } => {
                 self.mix(0x9000 ^ term.n << 8 ^ term.leader.0 << 40);
                 self.elections.coordinator(d, term);
-                self.members.coordinator(d, term);
+                let record = self.record_of(d);
+                self.members.coordinator(d, term, &record);
             }
             Observation::CommandSent { term, .. } => {
                 self.mix(0xa000 ^ term.n << 8);
@@ -1229,7 +1230,8 @@ impl World {
             Observation::CommandApplied { term, .. } => {
                 self.mix(0xb000 ^ term.n << 8);
                 self.elections.command_applied(d, term);
-                self.members.command_applied(d, term);
+                let record = self.record_of(d);
+                self.members.command_applied(d, term, &record);
             }
             Observation::CommandRefused { .. } => {
                 self.mix(0xc000);

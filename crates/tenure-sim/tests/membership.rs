@@ -48,13 +48,10 @@ fn bounded_membership_sweep_finds_no_safety_violation() {
     );
 }
 
-// The same sweep, liveness included. Known open failures (seeds 10 and 11 here, about
-// one seed in ten over longer sweeps): a retiring device keeps one orphan chunk or one
-// managed store past the liveness bound, a member stays on an old term after a change,
-// and a device retired by a coordinator whose record lost stays in the newest record.
-// Run with `cargo test --release -- --ignored` while fixing them.
+// DESIGN §6, §10: the same sweep, liveness included: every change settles after the
+// faults stop (a retiring device drained and stopped, every member on the newest record
+// and one coordinator).
 #[test]
-#[ignore = "known liveness failures with membership changes, see the comment"]
 fn bounded_membership_sweep_finds_no_violation() {
     let s = sweep(0, seeds(), 2, &short(0), 0, |_, _| {});
     for f in &s.failures {

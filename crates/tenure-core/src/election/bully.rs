@@ -77,12 +77,28 @@ impl Elector {
         }
     }
 
-    pub(super) fn bully_on_election(&mut self, now: Instant, from: DeviceId, id: ElectionId) {
+    pub(super) fn bully_on_election(
+        &mut self,
+        now: Instant,
+        from: DeviceId,
+        id: ElectionId,
+        their_n: u64,
+    ) {
         if !self.outranks(self.me, from) {
             return;
         }
         let max_n = self.max_n;
         self.send(from, ElectionMsg::Ok { id, max_n });
+        // §14.3.1: the receiver takes over. A coordinator already in office whose term
+        // is not behind the initiator's answers with its announcement instead of
+        // holding a new election: a member that keeps calling elections (one that does
+        // not hear the coordinator, say) would otherwise make every member above it
+        // elect again, and the coordinator change terms, each time.
+        if self.is_coordinator() && self.bully.own.is_none() && their_n <= self.term.n {
+            let term = self.term;
+            self.send(from, ElectionMsg::Coordinator { id, term });
+            return;
+        }
         if self.bully.own.is_none() {
             self.start_election(now);
         }

@@ -410,7 +410,7 @@ impl Elector {
                     }
                 }
             }
-            ElectionMsg::Election { id, .. } => self.bully_on_election(now, from, id),
+            ElectionMsg::Election { id, max_n } => self.bully_on_election(now, from, id, max_n),
             ElectionMsg::Ok { id, .. } => self.bully_on_ok(now, id),
             ElectionMsg::Coordinator { id, term } => self.bully_on_coordinator(now, from, id, term),
             ElectionMsg::RingElection { id, ids, max_n } => {
@@ -506,9 +506,12 @@ impl Elector {
     }
 
     /// Follow (or become) the coordinator of `term`, if it is not older than the
-    /// highest term seen.
+    /// highest term seen and its coordinator is a member.
     fn follow(&mut self, now: Instant, term: Term) -> bool {
-        if term < self.term {
+        // A coordinator that is not a member here (retired, or admitted by a record this
+        // member has not received yet) is not followed: an announcement forwarded by a
+        // member with an older record can name a device already retired.
+        if term < self.term || self.members.binary_search(&term.leader).is_err() {
             return false;
         }
         self.term = term;

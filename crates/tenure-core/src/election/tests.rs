@@ -442,3 +442,38 @@ fn bully_a_member_being_retired_ranks_below_every_other_member() {
 fn ring_a_member_being_retired_ranks_below_every_other_member() {
     retiring_member_is_not_elected(Algorithm::Ring);
 }
+
+#[test]
+fn an_announcement_naming_a_device_that_is_not_a_member_is_not_followed() {
+    // DESIGN §6: d3 retired (it is no longer in d1's members); a ring announcement
+    // forwarded by d2, which still counts d3 a member, names d3 coordinator.
+    let mut e = Elector::new(
+        DeviceId(1),
+        ids(3),
+        [],
+        ElectionSettings {
+            algorithm: Algorithm::Ring,
+            ..Default::default()
+        },
+        Term::default(),
+        Instant(0),
+    );
+    e.set_members(Instant(1), [DeviceId(1), DeviceId(2)]);
+    let before = e.coordinator();
+    let term = Term {
+        n: 50,
+        leader: DeviceId(3),
+    };
+    let id = ElectionId {
+        initiator: DeviceId(2),
+        serial: 9,
+    };
+    let seen = vec![DeviceId(2)];
+    e.handle_msg(
+        Instant(2),
+        DeviceId(2),
+        ElectionMsg::RingCoordinator { id, term, seen },
+    );
+    assert_eq!(e.coordinator(), before);
+    assert_ne!(e.term(), term);
+}

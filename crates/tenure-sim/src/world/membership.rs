@@ -28,6 +28,15 @@ impl World {
         self.members.newest().contains(d) && !self.nodes[&d].retired
     }
 
+    /// The membership record device `d` holds (the newest record seen, if it has no
+    /// running machine).
+    pub(super) fn record_of(&self, d: DeviceId) -> tenure_core::election::members::Members {
+        (self.nodes.get(&d))
+            .and_then(|n| n.device.as_ref())
+            .map(|dev| dev.members().clone())
+            .unwrap_or_else(|| self.members.newest().clone())
+    }
+
     /// A device the operator's outside-policy commands may name: `drawn` if it is an
     /// active member, else an active member chosen from it (no draw, so a run without
     /// membership changes draws as before).
