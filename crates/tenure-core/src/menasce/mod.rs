@@ -208,6 +208,13 @@ impl MenasceMsg {
         )
     }
 
+    /// Whether the seed counts this as the underlying network's acknowledgment rather
+    /// than a protocol message (§2: "a copy of a message is kept by its sender until an
+    /// acknowledgment for it is received"): the nominee's acknowledgment of an AN.
+    pub fn is_transport_ack(&self) -> bool {
+        matches!(self, MenasceMsg::NominationAcknowledged { .. })
+    }
+
     /// The seed's abbreviation.
     pub fn name(&self) -> &'static str {
         match self {

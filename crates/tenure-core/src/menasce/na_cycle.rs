@@ -2,7 +2,8 @@
 //! LC's up list, each site adding its L- and R-list to the sets L and R by sequence
 //! number; a site keeps the NA of the most recently nominated LC (its trial list `T`)
 //! and answers an older one with KILL NA. Each site acknowledges the NA to its generator
-//! after forwarding it, so the generator can resume the cycle past a crashed site.
+//! after forwarding it, so the generator can resume the cycle past a crashed site (the
+//! last site's forward goes to the generator itself and is its acknowledgment).
 
 use super::{Generating, MenasceMsg, Na, Site, Status, Timer};
 use crate::ids::DeviceId;
@@ -124,13 +125,17 @@ impl Site {
         }
         let to = Self::next_in_cycle(&na, self.me);
         self.send(to, MenasceMsg::NominationAccepted(Box::new(na.clone())));
-        self.send(
-            k,
-            MenasceMsg::NaForwarded {
-                na: Box::new(na),
-                to,
-            },
-        );
+        // The last site forwards the NA to its generator itself: that is its
+        // acknowledgment.
+        if to != k {
+            self.send(
+                k,
+                MenasceMsg::NaForwarded {
+                    na: Box::new(na),
+                    to,
+                },
+            );
+        }
         self.set_timer(Timer::Recovery, now + self.settings.recovery_timeout);
     }
 

@@ -138,9 +138,11 @@ impl Site {
         self.new_lc = Some(self.me);
         self.timers.remove(&Timer::Recovery);
         // The cycle: the up list in the nomination order after this site, without the
-        // crashed LC and the sites the nominator found down.
+        // crashed LC. The sites the nominator tried stay in it: a nominee that did not
+        // answer in time may be up (it then adds its lists); one that is down is skipped
+        // by the generator's timeout.
         let cycle: Vec<DeviceId> = (self.order_after(self.me).into_iter())
-            .filter(|s| self.up.contains(s) && *s != old_lc && !trial.contains(s))
+            .filter(|s| self.up.contains(s) && *s != old_lc)
             .collect();
         let mut na = Na {
             new_lc: self.me,
