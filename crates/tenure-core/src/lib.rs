@@ -24,6 +24,7 @@ pub mod io;
 pub mod layout;
 pub mod lockctl;
 pub mod lookup;
+pub mod menasce;
 pub mod msg;
 pub mod mutex;
 pub mod objects;

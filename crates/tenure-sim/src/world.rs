@@ -33,6 +33,7 @@
 mod clients;
 mod elections;
 mod membership;
+mod mgr_crash;
 mod objects;
 mod pipeline;
 mod snapshots;
@@ -44,6 +45,7 @@ use crate::knobs::{LockKnobs, Pipelining};
 use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
 use clients::{LockClient, LockReq};
+pub use mgr_crash::ManagerCrash;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -137,6 +139,10 @@ pub struct SimConfig {
     pub world: WorldKind,
     /// The lookup world's failure class (drawn by the seed unless forced).
     pub lookup_profile: crate::lookup::knobs::ProfileChoice,
+    /// Crash the manager of store 0 once, this long (µs) after the start, and measure
+    /// what it takes until a new manager serves the store ([`ManagerCrash`]). Meant for
+    /// calm runs (`faults` off): the crashed device stays down until the liveness phase.
+    pub crash_manager_at_us: Option<u64>,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
@@ -166,6 +172,7 @@ impl SimConfig {
             membership: true,
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
+            crash_manager_at_us: None,
             trace: false,
             keep_history: false,
         }
@@ -327,6 +334,8 @@ pub struct RunReport {
     pub membership_knobs: Option<crate::membership::MembershipKnobs>,
     /// What the membership changes did, and how often the membership checkers looked.
     pub membership: crate::membership::MembershipStats,
+    /// The measured manager crash ([`SimConfig::crash_manager_at_us`]).
+    pub manager_crash: Option<ManagerCrash>,
     /// The lookup world's knobs.
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
     /// What the lookup world measured.
@@ -490,6 +499,8 @@ enum Event {
     MembershipChange,
     /// The operator repeats membership request `i` unless the record shows it.
     MembershipRepeat(usize),
+    /// Crash the manager of store 0 ([`SimConfig::crash_manager_at_us`]).
+    CrashManager,
 }
 
 impl Event {
@@ -534,6 +545,7 @@ impl Event {
             Event::Snapshot => 24,
             Event::MembershipChange => 25,
             Event::MembershipRepeat(i) => 26 | (*i as u64) << 8,
+            Event::CrashManager => 27,
         }
     }
 }
@@ -868,6 +880,9 @@ impl World {
         }
         let t = w.exp_nemesis();
         w.schedule(t, Event::Nemesis);
+        if let Some(at) = w.cfg.crash_manager_at_us {
+            w.schedule(START_US + at, Event::CrashManager);
+        }
         if w.cfg.writes {
             let t = w.exp_workload();
             w.schedule(t, Event::Workload);
@@ -1252,6 +1267,7 @@ impl World {
 
     fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
         self.count_safetalk(from, to, &msg);
+        self.count_manager_crash(from, to, &msg);
         if let Msg::Coord(tenure_core::election::coordinator::CoordMsg::Members {
             members, ..
         }) = &msg
@@ -1582,6 +1598,7 @@ impl World {
                 }
             }
             Event::MembershipRepeat(i) => self.membership_send(i),
+            Event::CrashManager => self.crash_manager(),
         }
         self.restore_pending();
         true
@@ -1889,6 +1906,7 @@ impl World {
             .is_some_and(|((t, _), _)| *t <= safety_end)
         {
             self.step();
+            self.probe_manager_crash();
             if self.report.events > EVENTS_MAX && !self.failed() {
                 self.event_storm();
             }

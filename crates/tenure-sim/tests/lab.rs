@@ -44,3 +44,10 @@ fn safetalk_verdicts_hold() {
 fn update_verdicts_hold() {
     check(Experiment::Update);
 }
+
+// Seed 004 §4.1, §8: (5n − 4)M ≤ C_rec < (6n − 6)M, R within its bounds, maximum forward
+// progress and one LC in every run; Tenure's manager crash measured beside it.
+#[test]
+fn recovery_verdicts_hold() {
+    check(Experiment::Recovery);
+}

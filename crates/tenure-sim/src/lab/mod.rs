@@ -8,11 +8,16 @@
 //! - [`election`]: lecture §14.3.3, bully and ring message counts.
 //! - [`safetalk`] (with [`twopc`]): seed 004 §3 and §8, SafeTalk against two-phase commit
 //!   and Menasce's update cost C_updt.
+//! - [`recovery`] (with [`recovery_sim`]): seed 004 §4.1 and §8, Menasce's logical
+//!   component recovery C_rec and R, with its checkers, beside Tenure's own recovery from
+//!   a manager crash. The logical component merge (§4.5) is not built.
 
 pub mod election;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
+pub mod recovery;
+pub mod recovery_sim;
 pub mod report;
 pub mod safetalk;
 pub mod twopc;
@@ -32,15 +37,18 @@ pub enum Experiment {
     SafeTalk,
     /// Seed 004 §8: Menasce's update cost.
     Update,
+    /// Seed 004 §4.1, §8: logical component recovery, and Tenure's.
+    Recovery,
 }
 
 impl Experiment {
     /// Every experiment, in table order.
-    pub const ALL: [Experiment; 4] = [
+    pub const ALL: [Experiment; 5] = [
         Experiment::Mutex,
         Experiment::Election,
         Experiment::SafeTalk,
         Experiment::Update,
+        Experiment::Recovery,
     ];
 
     /// The experiment's name on the command line.
@@ -50,6 +58,7 @@ impl Experiment {
             Experiment::Election => "election",
             Experiment::SafeTalk => "safetalk",
             Experiment::Update => "update",
+            Experiment::Recovery => "recovery",
         }
     }
 }
@@ -71,6 +80,12 @@ pub struct Scale {
     pub safetalk_k: u64,
     /// Chunks per store of the update-cost rows.
     pub update_ks: Vec<u64>,
+    /// Sites taking part in the recovery rows (`n`).
+    pub recovery_sizes: Vec<u64>,
+    /// Those shown row by row (the others in the summary rows).
+    pub recovery_shown: Vec<u64>,
+    /// `n` of Tenure's manager-crash rows (`n + 1` devices).
+    pub tenure_recovery_sizes: Vec<u64>,
 }
 
 impl Scale {
@@ -84,6 +99,9 @@ impl Scale {
             election_shown: vec![3, 4, 8, 16, 32],
             safetalk_k: 3,
             update_ks: (2..=9).collect(),
+            recovery_sizes: (3..=16).collect(),
+            recovery_shown: vec![3, 4, 8, 16],
+            tenure_recovery_sizes: vec![3, 4, 8, 16],
         }
     }
 
@@ -97,6 +115,9 @@ impl Scale {
             election_shown: vec![3, 6],
             safetalk_k: 3,
             update_ks: vec![2, 3],
+            recovery_sizes: (3..=5).collect(),
+            recovery_shown: vec![3, 5],
+            tenure_recovery_sizes: vec![3],
         }
     }
 }
@@ -114,5 +135,11 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
         }
         Experiment::SafeTalk => safetalk::rows(scale.safetalk_k, scale.seeds),
         Experiment::Update => safetalk::update_rows(&scale.update_ks, scale.seeds),
+        Experiment::Recovery => recovery::rows(
+            &scale.recovery_sizes,
+            &scale.recovery_shown,
+            &scale.tenure_recovery_sizes,
+            scale.seeds,
+        ),
     }
 }

@@ -13,6 +13,8 @@ pub enum Verdict {
     /// Not the seed's figure, for the reason given, which the run also measured (the
     /// figure is explained, not merely different).
     Differs,
+    /// Tenure's own figure, measured beside the seed's for comparison (no bound).
+    ForComparison,
     /// Neither the seed's figure nor the explanation: something is wrong.
     Fails,
 }
@@ -29,6 +31,7 @@ impl Verdict {
             Verdict::Matches => "matches",
             Verdict::WithinBound => "within bound",
             Verdict::Differs => "differs",
+            Verdict::ForComparison => "for comparison",
             Verdict::Fails => "FAILS",
         }
     }
