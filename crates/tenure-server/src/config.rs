@@ -53,6 +53,12 @@
 //!                                       # long fails it (a peer is down or cut off)
 //! keep = 10                             # this device keeps its parts of the 10 newest
 //!                                       # snapshots and removes older ones (0: keep all)
+//!
+//! [tls]                                 # optional: TLS on the client port, mutual TLS on
+//!                                       # the peer port (without it both are plaintext)
+//! ca = "tenure-data/tls/ca.pem"         # the cluster's CA certificate (PEM)
+//! cert = "tenure-data/d1/tls/device.pem"   # this device's certificate, signed by the CA
+//! key = "tenure-data/d1/tls/device.key"    # its private key (PEM)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -268,6 +274,10 @@ pub struct ServerConfig {
     /// starts one, when a silent peer fails one, and how many this device keeps.
     #[serde(default)]
     pub snapshot: SnapshotConfig,
+    /// TLS on both ports (`[tls]`: the cluster's CA, this device's certificate and key;
+    /// see [`crate::tls`]). None: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 fn yes() -> bool {
@@ -538,6 +548,7 @@ mod tests {
             objects: ObjectSettings::default(),
             election: ElectionSettings::default(),
             snapshot: SnapshotConfig::default(),
+            tls: None,
         };
         assert!(cfg.validate().is_err());
     }

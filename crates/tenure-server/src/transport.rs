@@ -24,11 +24,18 @@
 //! closed after [`TransportConfig::linger`] (the message telling it that it retired
 //! leaves first) and its connections are refused from then on.
 //!
+//! With TLS ([`TransportConfig::tls`]; [`crate::tls`]) every connection is mutual TLS
+//! before anything else: the dialer checks the accepting device's certificate against the
+//! cluster's CA and its address, the acceptor requires a certificate of the same CA. A
+//! connection whose handshake fails (no certificate, one of another CA, plaintext) is
+//! closed with a logged reason and counted; nothing else changes.
+//!
 //! Frames are length-delimited with a maximum size ([`crate::wire`]). A connection opens
 //! with a `Hello` each way; a frame that is oversized, malformed, of another wire version,
 //! or claims another sender closes that connection with a logged reason and changes
 //! nothing else.
 
+use crate::tls::{Conn as Stream, PeerTls};
 use crate::wire::{self, Frame};
 use futures::{SinkExt, StreamExt};
 use std::collections::{HashMap, HashSet};
@@ -65,6 +72,8 @@ pub struct TransportConfig {
     pub handshake_timeout: Duration,
     /// How long a removed peer stays reachable, so what was sent to it last leaves.
     pub linger: Duration,
+    /// Mutual TLS on every connection (none: plaintext).
+    pub tls: Option<PeerTls>,
 }
 
 impl TransportConfig {
@@ -79,11 +88,12 @@ impl TransportConfig {
             backoff_max: Duration::from_millis(1000),
             handshake_timeout: Duration::from_secs(3),
             linger: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
 
-type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+type Conn = Framed<Stream, LengthDelimitedCodec>;
 
 /// One peer's task handles.
 #[derive(Debug)]
@@ -308,6 +318,25 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Cancellat
         tokio::spawn(async move {
             let cfg = &shared.cfg;
             let _ = stream.set_nodelay(true);
+            let stream = match &cfg.tls {
+                None => Stream::Plain(stream),
+                Some(tls) => {
+                    let accepted =
+                        tokio::time::timeout(cfg.handshake_timeout, tls.acceptor.accept(stream))
+                            .await;
+                    match accepted {
+                        Ok(Ok(s)) => Stream::Tls(Box::new(s.into())),
+                        Ok(Err(e)) => {
+                            reject(remote, &format!("TLS handshake failed: {e}"));
+                            return;
+                        }
+                        Err(_) => {
+                            reject(remote, "TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
             let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
             let hello =
                 tokio::time::timeout(cfg.handshake_timeout, expect_hello(&mut conn, cfg.me)).await;
@@ -392,6 +421,7 @@ impl PeerTask {
     async fn run(mut self) {
         let mut backoff = self.cfg.backoff_min;
         let mut next: Option<Conn> = None;
+        let mut tls_warned: Option<String> = None;
         loop {
             let conn = match next.take() {
                 Some(c) => c,
@@ -409,7 +439,7 @@ impl PeerTask {
                         }
                         continue;
                     };
-                    let dial = dial(self.cfg.me, self.peer, addr, self.cfg.max_frame_bytes);
+                    let dial = dial(&self.cfg, self.peer, addr);
                     let attempt = tokio::select! {
                         _ = self.stop.cancelled() => return,
                         c = self.accepted.recv() => c.ok_or_else(|| "closed".to_string()),
@@ -423,6 +453,12 @@ impl PeerTask {
                             c
                         }
                         Err(e) => {
+                            // A refused TLS handshake is a configuration problem (another
+                            // CA, a certificate not naming the address): said once.
+                            if e.starts_with("TLS") && tls_warned.as_deref() != Some(e.as_str()) {
+                                warn!(peer = %self.peer, %addr, "dial failed: {e}; retrying");
+                                tls_warned = Some(e.clone());
+                            }
                             debug!(peer = %self.peer, %addr, "dial failed: {e}; retrying in {backoff:?}");
                             tokio::select! {
                                 _ = self.stop.cancelled() => return,
@@ -558,11 +594,24 @@ where
     sink.flush().await.map_err(|e| e.to_string())
 }
 
-/// Connect to `peer` and exchange `Hello`s.
-async fn dial(me: DeviceId, peer: DeviceId, addr: SocketAddr, max: usize) -> Result<Conn, String> {
+/// Connect to `peer` (with TLS when configured: its certificate must be of the CA and
+/// name `addr`) and exchange `Hello`s.
+async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result<Conn, String> {
+    let me = cfg.me;
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let mut conn = Framed::new(stream, codec(max));
+    let stream = match &cfg.tls {
+        None => Stream::Plain(stream),
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let s = tls.connector.connect(name, stream).await.map_err(|e| {
+                metrics::counter!("tenure_peer_tls_failures_total").increment(1);
+                format!("TLS handshake with {addr} failed: {e}")
+            })?;
+            Stream::Tls(Box::new(s.into()))
+        }
+    };
+    let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
     let hello = Frame::Hello { from: me, to: peer };
     conn.send(wire::encode(&hello).map_err(|e| e.to_string())?)
         .await
@@ -687,7 +736,12 @@ mod tests {
             !b.t.send(DeviceId(1), alive(3)),
             "nothing is sent to a removed peer"
         );
-        let r = dial(DeviceId(1), DeviceId(2), b_addr, wire::MAX_FRAME_BYTES).await;
+        let r = dial(
+            &TransportConfig::new(DeviceId(1), vec![]),
+            DeviceId(2),
+            b_addr,
+        )
+        .await;
         assert!(r.is_err(), "a removed device's connection is refused");
         stop.cancel();
     }
