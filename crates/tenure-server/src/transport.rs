@@ -502,6 +502,12 @@ impl PeerTask {
             while let Some(item) = stream.next().await {
                 let body = match item {
                     Ok(b) => b,
+                    // A TLS peer that went away without closing its session (a crash, a
+                    // kill): a lost connection, as a plain TCP close is.
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        debug!(%peer, "peer connection ended: {e}");
+                        return;
+                    }
                     Err(e) => {
                         metrics::counter!("tenure_peer_frames_rejected_total").increment(1);
                         warn!(%peer, "closing peer connection: {e}");
@@ -667,6 +673,93 @@ mod tests {
         let (tx, inbox) = mpsc::channel(64);
         let t = Transport::start(cfg, l, tx, stop.clone());
         Node { t, addr, inbox }
+    }
+
+    /// Mutual TLS settings for device `id` with a certificate of the CA in `ca_dir`,
+    /// trusting the CA in `trust_dir`.
+    fn peer_tls(ca_dir: &std::path::Path, trust_dir: &std::path::Path, id: u64) -> PeerTls {
+        let ca = crate::certs::Authority::load(ca_dir).unwrap();
+        let (cert, key) = (
+            ca_dir.join(format!("d{id}.pem")),
+            ca_dir.join(format!("d{id}.key")),
+        );
+        ca.issue(&format!("tenure device {id}"), &[], &cert, &key)
+            .unwrap();
+        crate::tls::DeviceTls::load(&crate::tls::TlsFiles {
+            ca: trust_dir.join(crate::certs::CA_CERT),
+            cert,
+            key,
+        })
+        .unwrap()
+        .peer()
+    }
+
+    fn tls_node(
+        me: u64,
+        peers: Vec<(u64, SocketAddr)>,
+        l: TcpListener,
+        tls: PeerTls,
+        stop: &CancellationToken,
+    ) -> Node {
+        let addr = l.local_addr().unwrap();
+        let peers = peers.into_iter().map(|(d, a)| (DeviceId(d), a)).collect();
+        let mut cfg = TransportConfig::new(DeviceId(me), peers);
+        cfg.tls = Some(tls);
+        let (tx, inbox) = mpsc::channel(64);
+        let t = Transport::start(cfg, l, tx, stop.clone());
+        Node { t, addr, inbox }
+    }
+
+    /// With mutual TLS, two devices of the cluster's CA talk; a device whose certificate
+    /// is of another CA is refused in both directions (it neither reaches a member nor is
+    /// reached), and the members go on talking.
+    #[tokio::test]
+    async fn transport_with_mutual_tls_refuses_a_device_of_another_ca() {
+        let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        crate::certs::Authority::create(ours.path()).unwrap();
+        crate::certs::Authority::create(theirs.path()).unwrap();
+        let stop = CancellationToken::new();
+        let ls: Vec<TcpListener> =
+            futures::future::join_all((0..3).map(|_| TcpListener::bind("127.0.0.1:0")))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        let all = |me: u64| -> Vec<(u64, SocketAddr)> {
+            (1..=3u64)
+                .filter(|d| *d != me)
+                .map(|d| (d, addrs[d as usize - 1]))
+                .collect()
+        };
+        let mut ls = ls.into_iter();
+        let (o, t) = (ours.path(), theirs.path());
+        let mut a = tls_node(1, all(1), ls.next().unwrap(), peer_tls(o, o, 1), &stop);
+        let mut b = tls_node(2, all(2), ls.next().unwrap(), peer_tls(o, o, 2), &stop);
+        // Device 3 holds a certificate of another CA but trusts ours.
+        let mut c = tls_node(3, all(3), ls.next().unwrap(), peer_tls(t, o, 3), &stop);
+        assert!(a.t.send(DeviceId(2), alive(1)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(1)));
+        assert!(b.t.send(DeviceId(1), alive(2)));
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
+        // Device 3 has the highest id: the members dial it, and refuse the certificate
+        // it answers with. (The accepting side's refusal of a foreign dialer is in the
+        // process test, `crates/tenure/tests/tls.rs`.)
+        assert!(c.t.send(DeviceId(1), alive(3)));
+        assert!(a.t.send(DeviceId(3), alive(4)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            a.inbox.try_recv().is_err(),
+            "nothing from the foreign device"
+        );
+        assert!(
+            c.inbox.try_recv().is_err(),
+            "nothing reaches the foreign device"
+        );
+        // The members still talk.
+        assert!(a.t.send(DeviceId(2), alive(5)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(5)));
+        stop.cancel();
     }
 
     async fn recv(n: &mut Node) -> Inbound {

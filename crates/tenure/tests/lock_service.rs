@@ -14,10 +14,10 @@ use tenure_client::{Client, ClientOptions, Error, LockGuard, LockMode, Wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-use common::{Guard, STORES, cluster_file, kill9, tenure, up};
+use common::{Guard, STORES, cluster_file, kill9, tenure, up, with_tls};
 const NAME: &str = "/orders/batch";
 
-fn client(endpoints: &[String]) -> Client {
+fn client(data: &std::path::Path, endpoints: &[String]) -> Client {
     let opts = ClientOptions {
         request_timeout: Duration::from_secs(3),
         retry_deadline: Duration::from_secs(40),
@@ -27,7 +27,7 @@ fn client(endpoints: &[String]) -> Client {
         wait_poll: Duration::from_secs(5),
         ..Default::default()
     };
-    Client::with_options(endpoints.to_vec(), opts).unwrap()
+    Client::with_options(endpoints.to_vec(), with_tls(data, opts)).unwrap()
 }
 
 /// Poll `f` every 50 ms until it returns `Some`, at most `limit`.
@@ -122,10 +122,10 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
 
     rt.block_on(async {
         let (a, b, c, d) = (
-            client(&endpoints),
-            client(&endpoints),
-            client(&endpoints),
-            client(&endpoints),
+            client(&data, &endpoints),
+            client(&data, &endpoints),
+            client(&data, &endpoints),
+            client(&data, &endpoints),
         );
 
         // (a) Contention: exactly one holder; release hands over in FIFO order.
@@ -169,7 +169,7 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
             .filter(|e| **e != victim_entry["client_addr"].as_str().unwrap())
             .cloned()
             .collect();
-        let probe = client(&survivors);
+        let probe = client(&data, &survivors);
         let (new_mgr, new_epoch) = until(Duration::from_secs(40), "a new manager", || async {
             manager_of(&probe, &survivors, store).await
         })
