@@ -23,12 +23,13 @@ pub struct Target {
     /// not given; without either, plaintext.
     #[arg(long, env = "TENURE_CA")]
     pub ca: Option<PathBuf>,
-    /// A client certificate (PEM) to present, signed by the cluster's CA (with --key).
-    #[arg(long, env = "TENURE_CERT", requires = "key")]
-    pub cert: Option<PathBuf>,
+    /// A client certificate (PEM) to present, signed by the cluster's CA (with
+    /// --client-key).
+    #[arg(long, env = "TENURE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, env = "TENURE_KEY", requires = "cert")]
-    pub key: Option<PathBuf>,
+    #[arg(long, env = "TENURE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 impl Target {
@@ -42,10 +43,10 @@ impl Target {
             .endpoints())
     }
 
-    /// The TLS settings to use: `--ca` (and `--cert`/`--key`), else the local cluster's
+    /// The TLS settings to use: `--ca` (and `--client-cert`/`--client-key`), else the local cluster's
     /// CA when its endpoints are used, else none (plaintext).
     pub fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
-        let identity = self.cert.as_deref().zip(self.key.as_deref());
+        let identity = self.client_cert.as_deref().zip(self.client_key.as_deref());
         if let Some(ca) = &self.ca {
             return Ok(Some(ClientTls::from_files(ca, identity)?));
         }
@@ -58,7 +59,7 @@ impl Target {
             ));
         }
         if identity.is_some() {
-            bail!("--cert and --key need the CA to trust: give --ca (or TENURE_CA)");
+            bail!("--client-cert and --client-key need the CA to trust: give --ca (or TENURE_CA)");
         }
         Ok(None)
     }
