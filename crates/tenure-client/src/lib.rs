@@ -1160,6 +1160,17 @@ pub(crate) struct Bounds {
     pub max_attempts: Option<u32>,
 }
 
+/// A gRPC channel to one device (`host:port` or `http(s)://host:port`), connected on first
+/// use, with the client's connector and `opts`'s TLS settings: for calling the generated
+/// `proto` clients directly.
+pub fn channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
+    let endpoint = normalize(endpoint.to_string());
+    if opts.tls.is_none() && endpoint.starts_with("https://") {
+        return Err(Error::TlsNotConfigured(endpoint));
+    }
+    lazy_channel(&endpoint, opts)
+}
+
 /// A lazily connected channel to `endpoint` with the client's connector (its TLS
 /// settings), for the services that keep a channel of their own.
 pub(crate) fn lazy_channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {

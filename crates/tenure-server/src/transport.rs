@@ -455,7 +455,9 @@ impl PeerTask {
                         Err(e) => {
                             // A refused TLS handshake is a configuration problem (another
                             // CA, a certificate not naming the address): said once.
-                            if e.starts_with("TLS") && tls_warned.as_deref() != Some(e.as_str()) {
+                            if e.starts_with(TLS_REFUSED)
+                                && tls_warned.as_deref() != Some(e.as_str())
+                            {
                                 warn!(peer = %self.peer, %addr, "dial failed: {e}; retrying");
                                 tls_warned = Some(e.clone());
                             }
@@ -600,6 +602,9 @@ where
     sink.flush().await.map_err(|e| e.to_string())
 }
 
+/// How a dial's error starts when the TLS handshake itself was refused.
+const TLS_REFUSED: &str = "TLS handshake refused";
+
 /// Connect to `peer` (with TLS when configured: its certificate must be of the CA and
 /// name `addr`) and exchange `Hello`s.
 async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result<Conn, String> {
@@ -612,7 +617,16 @@ async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result
             let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
             let s = tls.connector.connect(name, stream).await.map_err(|e| {
                 metrics::counter!("tenure_peer_tls_failures_total").increment(1);
-                format!("TLS handshake with {addr} failed: {e}")
+                // A TLS error (a certificate of another CA, plaintext) rather than a
+                // connection that broke (a peer killed mid-handshake).
+                let tls_error = e
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+                if tls_error {
+                    format!("{TLS_REFUSED} by {addr}: {e}")
+                } else {
+                    format!("TLS handshake with {addr} broke off: {e}")
+                }
             })?;
             Stream::Tls(Box::new(s.into()))
         }

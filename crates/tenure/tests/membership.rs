@@ -298,7 +298,8 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
     let d1_addr = format!("http://{}", endpoints[0]);
     rt.block_on(async {
         use tenure_client::proto::{self, error::Kind, tenure_client::TenureClient};
-        let mut c = TenureClient::connect(d1_addr).await.unwrap();
+        let opts = with_tls(&data, Default::default());
+        let mut c = TenureClient::new(tenure_client::channel(&d1_addr, &opts).unwrap());
         let start = Instant::now();
         'found: loop {
             for store in 0..STORES {

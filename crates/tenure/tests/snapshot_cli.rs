@@ -82,7 +82,7 @@ async fn session_open(client: &Client, store: u32, session: u64) -> Result<(), S
                 session: Some(SessionRef { store, id: session }),
             };
             let answer = async {
-                let mut c = TenureClient::connect(ep.clone()).await.ok()?;
+                let mut c = TenureClient::new(tenure_client::channel(&ep, client.options()).ok()?);
                 let mut s = c
                     .keep_alive(tokio_stream::iter([req]))
                     .await
