@@ -68,6 +68,7 @@ pub fn configs(
             objects: Default::default(),
             election: Default::default(),
             snapshot: Default::default(),
+            tls: None,
         })
         .collect()
 }

@@ -15,7 +15,7 @@
 use crate::proto::{self, cluster_client::ClusterClient};
 use crate::{Client, normalize};
 use std::time::{Duration, Instant};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Membership call failures.
 #[derive(Debug, thiserror::Error)]
@@ -176,10 +176,7 @@ const REPEAT: Duration = Duration::from_secs(2);
 impl ClusterApi {
     fn channel(&self, endpoint: &str) -> Result<ClusterClient<Channel>> {
         let ep = normalize(endpoint.to_string());
-        let ch = Endpoint::from_shared(ep.clone())
-            .map_err(|_| crate::Error::InvalidEndpoint(ep))?
-            .connect_timeout(self.client.options().connect_timeout)
-            .connect_lazy();
+        let ch = crate::lazy_channel(&ep, self.client.options())?;
         Ok(ClusterClient::new(ch))
     }
 

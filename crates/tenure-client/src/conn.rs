@@ -11,7 +11,11 @@
 //! other requests on the connection — joins the same `write`. It is Nagle's algorithm
 //! without its timer: the delay is one turn of the runtime, not an ACK or 40 ms, and a
 //! flush always completes on the second poll.
+//!
+//! With TLS ([`crate::tls::ClientTls`]) the coalescing sits above the encryption: one
+//! flush is one TLS record (or a few, past 16 KiB) and one `write`.
 
+use crate::tls::ClientTls;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use std::future::Future;
@@ -82,17 +86,83 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesced<S> {
     }
 }
 
+/// A connection to a device: plain TCP, or TLS over TCP.
+#[derive(Debug)]
+pub enum Stream {
+    /// Plaintext.
+    Plain(TcpStream),
+    /// TLS (rustls).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, data),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// The channel's connector: hyper-util's `HttpConnector` (name resolution, TCP without
-/// Nagle's delay), with the connection's writes [`Coalesced`].
-#[derive(Clone, Debug)]
-pub struct Connector(HttpConnector);
+/// Nagle's delay), a TLS handshake when the client has TLS settings, and the connection's
+/// writes [`Coalesced`].
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
 
 impl Connector {
-    /// A connector for `http://host:port` endpoints.
-    pub fn new() -> Connector {
+    /// A connector for `http://host:port` (and `https://host:port`) endpoints; TLS on
+    /// every connection when `tls` is given, whatever the scheme.
+    pub fn new(tls: Option<&ClientTls>) -> Connector {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
-        Connector(http)
+        http.enforce_http(false);
+        Connector {
+            http,
+            tls: tls.map(ClientTls::connector),
+        }
     }
 }
 
@@ -100,23 +170,38 @@ impl Connector {
 type ConnectError = Box<dyn std::error::Error + Send + Sync>;
 
 type Connecting = Pin<
-    Box<dyn Future<Output = Result<TokioIo<Coalesced<TcpStream>>, ConnectError>> + Send + 'static>,
+    Box<dyn Future<Output = Result<TokioIo<Coalesced<Stream>>, ConnectError>> + Send + 'static>,
 >;
 
 impl Service<Uri> for Connector {
-    type Response = TokioIo<Coalesced<TcpStream>>;
+    type Response = TokioIo<Coalesced<Stream>>;
     type Error = ConnectError;
     type Future = Connecting;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
-        self.0.poll_ready(cx).map_err(Into::into)
+        self.http.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Connecting {
-        let connecting = self.0.call(uri);
+        let tls = self.tls.clone();
+        let host = uri.host().unwrap_or_default().to_string();
+        let endpoint = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+        let connecting = self.http.call(uri);
         Box::pin(async move {
-            let io = connecting.await?;
-            Ok(TokioIo::new(Coalesced::new(io.into_inner())))
+            let tcp = connecting.await?.into_inner();
+            let stream = match tls {
+                None => Stream::Plain(tcp),
+                Some(tls) => {
+                    let name = crate::tls::server_name(&host)
+                        .ok_or_else(|| format!("{host:?} is not a valid TLS server name"))?;
+                    let s = tls
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| crate::tls::HandshakeError::new(&endpoint, &e))?;
+                    Stream::Tls(Box::new(s))
+                }
+            };
+            Ok(TokioIo::new(Coalesced::new(stream)))
         })
     }
 }

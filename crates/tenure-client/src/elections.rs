@@ -619,7 +619,7 @@ impl ObserveTask {
             Ok(Err(s)) => {
                 let e = Error::from_status(s);
                 debug!(name = %self.name, %endpoint, "observe refused: {e}");
-                return if e.retryable() || matches!(e, Error::Rpc(_)) {
+                return if e.retryable() || e.transient_rpc() {
                     Resume::Retry
                 } else {
                     Resume::Stop(Some(e))

@@ -63,6 +63,7 @@ pub mod lookup;
 pub mod objects;
 pub mod snapshots;
 mod stream;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -94,6 +95,9 @@ pub enum Error {
     /// An endpoint string is not a valid address.
     #[error("invalid endpoint {0:?}")]
     InvalidEndpoint(String),
+    /// An `https://` endpoint given to a client without TLS settings.
+    #[error("endpoint {0} is https but no CA was given to trust (ClientOptions::tls)")]
+    TlsNotConfigured(String),
     /// The contacted device does not manage the store (after following redirects).
     #[error("device is not the manager of store {store} (hint: {hint:?})")]
     NotManager {
@@ -315,16 +319,27 @@ impl Error {
             Error::NotManager { .. }
             | Error::Unavailable { .. }
             | Error::Lookup(tenure_core::lookup::LookupError::NoLeader) => true,
-            Error::Rpc(s) => matches!(
-                s.code(),
-                tonic::Code::Unavailable
-                    | tonic::Code::DeadlineExceeded
-                    | tonic::Code::Unknown
-                    | tonic::Code::Cancelled
-                    | tonic::Code::Aborted
-            ),
+            Error::Rpc(s) => {
+                matches!(
+                    s.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Unknown
+                        | tonic::Code::Cancelled
+                        | tonic::Code::Aborted
+                ) && !tls::permanent_failure(s)
+            }
             _ => false,
         }
+    }
+}
+
+impl Error {
+    /// A gRPC failure that a later attempt may not see (a device down, a connection
+    /// broken): not one that no attempt can fix (TLS refused: see
+    /// [`tls::HandshakeError::permanent`]).
+    pub(crate) fn transient_rpc(&self) -> bool {
+        matches!(self, Error::Rpc(s) if !tls::permanent_failure(s))
     }
 }
 
@@ -353,6 +368,15 @@ pub fn describe_status(s: &tonic::Status) -> String {
         .last()
         .cloned()
         .unwrap_or_else(|| s.message().to_string());
+    if causes.iter().any(|c| c.contains(tls::TLS_REQUIRED)) {
+        return "the device requires TLS and this client speaks plaintext: give the cluster's \
+                CA certificate (`--ca FILE` or TENURE_CA; a local cluster's is tls/ca.pem in its \
+                data directory)"
+            .to_string();
+    }
+    if let Some(c) = causes.iter().find(|c| c.starts_with("TLS handshake with")) {
+        return c.clone();
+    }
     match s.code() {
         tonic::Code::Unavailable if !causes.is_empty() || s.message().contains("connect") => {
             format!(
@@ -407,6 +431,9 @@ pub struct ClientOptions {
     /// Slack allowed past a timed wait before the client gives up on its own: a
     /// `Wait::Timeout(d)` call returns within `d` + this, whatever the devices do.
     pub wait_slack: Duration,
+    /// TLS on every connection (the CA to trust, the certificate to present), or none:
+    /// plaintext. A device with TLS refuses plaintext clients, and the reverse.
+    pub tls: Option<tls::ClientTls>,
 }
 
 /// How a client's requests travel.
@@ -438,6 +465,7 @@ impl Default for ClientOptions {
             hedge_after: Duration::from_millis(150),
             pass_over: Duration::from_secs(5),
             wait_slack: Duration::from_millis(300),
+            tls: None,
         }
     }
 }
@@ -517,6 +545,11 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
+        if opts.tls.is_none()
+            && let Some(e) = endpoints.iter().find(|e| e.starts_with("https://"))
+        {
+            return Err(Error::TlsNotConfigured(e.clone()));
+        }
         let c = Client::on_channels(opts, Vec::new(), Arc::default(), Arc::default());
         for e in endpoints {
             c.channel(&e)?;
@@ -595,7 +628,7 @@ impl Client {
             .connect_timeout(self.inner.opts.connect_timeout)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
-            .connect_with_connector_lazy(conn::Connector::new());
+            .connect_with_connector_lazy(conn::Connector::new(self.inner.opts.tls.as_ref()));
         let conns = Conns {
             tenure: TenureClient::new(ch.clone()),
             lookup: proto::lookup_client::LookupClient::new(ch.clone())
@@ -658,6 +691,10 @@ impl Client {
                         Err(e) => {
                             if matches!(&e, Error::Rpc(s) if s.code() == tonic::Code::DeadlineExceeded) {
                                 self.pass_over(&ep);
+                            }
+                            if matches!(&e, Error::Rpc(s) if tls::permanent_failure(s)) {
+                                // TLS refused: no later attempt fares better.
+                                return Err(e);
                             }
                             last = e;
                         }
@@ -1121,6 +1158,26 @@ pub(crate) struct Bounds {
     pub deadline: Option<Instant>,
     /// Most attempts.
     pub max_attempts: Option<u32>,
+}
+
+/// A gRPC channel to one device (`host:port` or `http(s)://host:port`), connected on first
+/// use, with the client's connector and `opts`'s TLS settings: for calling the generated
+/// `proto` clients directly.
+pub fn channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
+    let endpoint = normalize(endpoint.to_string());
+    if opts.tls.is_none() && endpoint.starts_with("https://") {
+        return Err(Error::TlsNotConfigured(endpoint));
+    }
+    lazy_channel(&endpoint, opts)
+}
+
+/// A lazily connected channel to `endpoint` with the client's connector (its TLS
+/// settings), for the services that keep a channel of their own.
+pub(crate) fn lazy_channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
+    Ok(Endpoint::from_shared(endpoint.to_string())
+        .map_err(|_| Error::InvalidEndpoint(endpoint.to_string()))?
+        .connect_timeout(opts.connect_timeout)
+        .connect_with_connector_lazy(conn::Connector::new(opts.tls.as_ref())))
 }
 
 pub(crate) fn normalize(e: String) -> String {

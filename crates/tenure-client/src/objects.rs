@@ -908,7 +908,7 @@ impl WatchTask {
         };
         let mut conn = match conn {
             Ok((conn, _)) => conn,
-            Err(e) if e.retryable() || matches!(e, Error::Rpc(_) | Error::NoEndpoints) => {
+            Err(e) if e.retryable() || e.transient_rpc() || matches!(e, Error::NoEndpoints) => {
                 debug!(store = self.store, "watch: could not connect: {e}");
                 return Resume::Retry;
             }

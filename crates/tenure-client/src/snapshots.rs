@@ -15,7 +15,7 @@
 use crate::proto::{self, snapshots_client::SnapshotsClient};
 use crate::{Client, normalize};
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// How long `create` waits for a snapshot to end (the devices fail a snapshot whose peers
 /// stay silent past their `[snapshot] timeout`, 10 s by default, long before this).
@@ -162,10 +162,7 @@ fn error_of(id: &str, e: proto::SnapshotError) -> SnapshotError {
 impl Snapshots {
     fn channel(&self, endpoint: &str) -> Result<SnapshotsClient<Channel>> {
         let ep = normalize(endpoint.to_string());
-        let ch = Endpoint::from_shared(ep.clone())
-            .map_err(|_| crate::Error::InvalidEndpoint(ep))?
-            .connect_timeout(self.client.options().connect_timeout)
-            .connect_lazy();
+        let ch = crate::lazy_channel(&ep, self.client.options())?;
         Ok(SnapshotsClient::new(ch)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))

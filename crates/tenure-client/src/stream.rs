@@ -748,7 +748,7 @@ impl Task {
                 self.expired();
                 true
             }
-            Err(e) if !e.retryable() && !matches!(e, Error::Rpc(_) | Error::NoEndpoints) => {
+            Err(e) if !e.retryable() && !e.transient_rpc() && !matches!(e, Error::NoEndpoints) => {
                 // Every device refuses the stream itself (an unknown store): its requests
                 // fail with that error.
                 debug!(store = self.store, "session stream refused: {e}");
@@ -756,6 +756,7 @@ impl Task {
                     let err = match &e {
                         Error::UnknownStore(s) => Error::UnknownStore(*s),
                         Error::InvalidRequest(r) => Error::InvalidRequest(r.clone()),
+                        Error::Rpc(s) => Error::Rpc(s.clone()),
                         other => Error::Rejected(other.to_string()),
                     };
                     if let Some(r) = p.reply {
@@ -892,7 +893,7 @@ pub(crate) async fn connect(
                     client.pass_over(&ep);
                     last = e;
                 }
-                Err(Refused::Other(e)) if !e.retryable() && !matches!(e, Error::Rpc(_)) => {
+                Err(Refused::Other(e)) if !e.retryable() && !e.transient_rpc() => {
                     // The request itself is wrong (an unknown store): no device will take it.
                     return Err(e);
                 }

@@ -53,6 +53,12 @@
 //!                                       # long fails it (a peer is down or cut off)
 //! keep = 10                             # this device keeps its parts of the 10 newest
 //!                                       # snapshots and removes older ones (0: keep all)
+//!
+//! [tls]                                 # optional: TLS on the client port, mutual TLS on
+//!                                       # the peer port (without it both are plaintext)
+//! ca = "tenure-data/tls/ca.pem"         # the cluster's CA certificate (PEM)
+//! cert = "tenure-data/d1/tls/device.pem"   # this device's certificate, signed by the CA
+//! key = "tenure-data/d1/tls/device.key"    # its private key (PEM)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -268,6 +274,10 @@ pub struct ServerConfig {
     /// starts one, when a silent peer fails one, and how many this device keeps.
     #[serde(default)]
     pub snapshot: SnapshotConfig,
+    /// TLS on both ports (`[tls]`: the cluster's CA, this device's certificate and key;
+    /// see [`crate::tls`]). None: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 fn yes() -> bool {
@@ -516,6 +526,36 @@ mod tests {
         assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
     }
 
+    /// `[tls]` names three files; an unknown key in it is an error naming the key;
+    /// without it the device is plaintext (older configurations).
+    #[test]
+    fn the_tls_section_round_trips_and_refuses_unknown_keys() {
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let plain: ServerConfig = toml::from_str(base).unwrap();
+        assert_eq!(plain.tls, None);
+        assert!(!plain.to_toml().contains("[tls]"));
+        let tls = format!("{base}\n[tls]\nca = \"ca.pem\"\ncert = \"d1.pem\"\nkey = \"d1.key\"\n");
+        let cfg: ServerConfig = toml::from_str(&tls).unwrap();
+        let files = cfg.tls.clone().unwrap();
+        assert_eq!(files.ca, PathBuf::from("ca.pem"));
+        assert_eq!(files.key, PathBuf::from("d1.key"));
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+        let e = toml::from_str::<ServerConfig>(&format!("{tls}crt = \"x.pem\"\n")).unwrap_err();
+        assert!(e.to_string().contains("crt"), "{e}");
+        let e = toml::from_str::<ServerConfig>(&format!("{base}\n[tls]\nca = \"ca.pem\"\n"))
+            .unwrap_err();
+        assert!(e.to_string().contains("cert"), "{e}");
+    }
+
     #[test]
     fn unknown_fields_and_missing_self_are_errors() {
         assert!(toml::from_str::<ServerConfig>("id = 1\nbogus = 2").is_err());
@@ -538,6 +578,7 @@ mod tests {
             objects: ObjectSettings::default(),
             election: ElectionSettings::default(),
             snapshot: SnapshotConfig::default(),
+            tls: None,
         };
         assert!(cfg.validate().is_err());
     }

@@ -14,12 +14,15 @@
 //! - [`cluster_api`]: cluster membership's API (`service Cluster`) and the driver's part in it;
 //! - [`snapshots`]: consistent snapshots' files and API (`service Snapshots`, seed 002);
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
+//! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
+//!   local CA that `tenure cluster up` makes;
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
 
+pub mod certs;
 pub mod cluster_api;
 pub mod config;
 pub mod driver;
@@ -30,6 +33,7 @@ pub mod objects;
 pub mod snapshots;
 pub mod storage;
 pub mod stream;
+pub mod tls;
 pub mod transport;
 pub mod wal;
 pub mod wire;
@@ -78,6 +82,9 @@ pub enum ServerError {
     /// The driver stopped on a fatal error.
     #[error(transparent)]
     Driver(#[from] driver::DriverError),
+    /// The `[tls]` files could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] tenure_client::tls::TlsError),
     /// A snapshot file (a restored device's replay) could not be read.
     #[error(transparent)]
     Snapshot(#[from] snapshots::SnapshotError),
@@ -168,6 +175,7 @@ pub async fn start_with_listeners(
             addr: cfg.client_listen,
             source,
         })?;
+    let tls = cfg.tls.as_ref().map(tls::DeviceTls::load).transpose()?;
     if let Some(addr) = cfg.metrics_listen {
         install_metrics(addr);
     }
@@ -188,6 +196,7 @@ pub async fn start_with_listeners(
         .collect();
     let mut tcfg = TransportConfig::new(me, peers);
     tcfg.max_frame_bytes = cfg.max_frame_bytes;
+    tcfg.tls = tls.as_ref().map(tls::DeviceTls::peer);
     let transport = Transport::start(tcfg, peer_listener, inbox_tx, stop.clone());
 
     let seed = cfg.rng_seed.unwrap_or_else(|| {
@@ -252,14 +261,10 @@ pub async fn start_with_listeners(
     );
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
-        use futures::StreamExt;
-        // Small request/answer pairs: no Nagle delay on the client connections.
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(client_listener).map(
-            |s: std::io::Result<tokio::net::TcpStream>| {
-                s.inspect(|s| {
-                    let _ = s.set_nodelay(true);
-                })
-            },
+        let incoming = tls::client_incoming(
+            client_listener,
+            tls.map(|t| t.client_port),
+            grpc_stop.clone(),
         );
         let service = TenureServer::new(api)
             .max_decoding_message_size(MAX_FRAME_BYTES)
@@ -296,7 +301,7 @@ pub async fn start_with_listeners(
         driver_stop.cancel();
         r
     });
-    info!(device = %me, %peer_addr, %client_addr, "device serving");
+    info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), "device serving");
     Ok(ServerHandle {
         peer_addr,
         client_addr,

@@ -24,11 +24,18 @@
 //! closed after [`TransportConfig::linger`] (the message telling it that it retired
 //! leaves first) and its connections are refused from then on.
 //!
+//! With TLS ([`TransportConfig::tls`]; [`crate::tls`]) every connection is mutual TLS
+//! before anything else: the dialer checks the accepting device's certificate against the
+//! cluster's CA and its address, the acceptor requires a certificate of the same CA. A
+//! connection whose handshake fails (no certificate, one of another CA, plaintext) is
+//! closed with a logged reason and counted; nothing else changes.
+//!
 //! Frames are length-delimited with a maximum size ([`crate::wire`]). A connection opens
 //! with a `Hello` each way; a frame that is oversized, malformed, of another wire version,
 //! or claims another sender closes that connection with a logged reason and changes
 //! nothing else.
 
+use crate::tls::{Conn as Stream, PeerTls};
 use crate::wire::{self, Frame};
 use futures::{SinkExt, StreamExt};
 use std::collections::{HashMap, HashSet};
@@ -65,6 +72,8 @@ pub struct TransportConfig {
     pub handshake_timeout: Duration,
     /// How long a removed peer stays reachable, so what was sent to it last leaves.
     pub linger: Duration,
+    /// Mutual TLS on every connection (none: plaintext).
+    pub tls: Option<PeerTls>,
 }
 
 impl TransportConfig {
@@ -79,11 +88,12 @@ impl TransportConfig {
             backoff_max: Duration::from_millis(1000),
             handshake_timeout: Duration::from_secs(3),
             linger: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
 
-type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+type Conn = Framed<Stream, LengthDelimitedCodec>;
 
 /// One peer's task handles.
 #[derive(Debug)]
@@ -308,6 +318,25 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Cancellat
         tokio::spawn(async move {
             let cfg = &shared.cfg;
             let _ = stream.set_nodelay(true);
+            let stream = match &cfg.tls {
+                None => Stream::Plain(stream),
+                Some(tls) => {
+                    let accepted =
+                        tokio::time::timeout(cfg.handshake_timeout, tls.acceptor.accept(stream))
+                            .await;
+                    match accepted {
+                        Ok(Ok(s)) => Stream::Tls(Box::new(s.into())),
+                        Ok(Err(e)) => {
+                            reject(remote, &format!("TLS handshake failed: {e}"));
+                            return;
+                        }
+                        Err(_) => {
+                            reject(remote, "TLS handshake timed out");
+                            return;
+                        }
+                    }
+                }
+            };
             let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
             let hello =
                 tokio::time::timeout(cfg.handshake_timeout, expect_hello(&mut conn, cfg.me)).await;
@@ -392,6 +421,7 @@ impl PeerTask {
     async fn run(mut self) {
         let mut backoff = self.cfg.backoff_min;
         let mut next: Option<Conn> = None;
+        let mut tls_warned: Option<String> = None;
         loop {
             let conn = match next.take() {
                 Some(c) => c,
@@ -409,7 +439,7 @@ impl PeerTask {
                         }
                         continue;
                     };
-                    let dial = dial(self.cfg.me, self.peer, addr, self.cfg.max_frame_bytes);
+                    let dial = dial(&self.cfg, self.peer, addr);
                     let attempt = tokio::select! {
                         _ = self.stop.cancelled() => return,
                         c = self.accepted.recv() => c.ok_or_else(|| "closed".to_string()),
@@ -423,6 +453,14 @@ impl PeerTask {
                             c
                         }
                         Err(e) => {
+                            // A refused TLS handshake is a configuration problem (another
+                            // CA, a certificate not naming the address): said once.
+                            if e.starts_with(TLS_REFUSED)
+                                && tls_warned.as_deref() != Some(e.as_str())
+                            {
+                                warn!(peer = %self.peer, %addr, "dial failed: {e}; retrying");
+                                tls_warned = Some(e.clone());
+                            }
                             debug!(peer = %self.peer, %addr, "dial failed: {e}; retrying in {backoff:?}");
                             tokio::select! {
                                 _ = self.stop.cancelled() => return,
@@ -466,6 +504,12 @@ impl PeerTask {
             while let Some(item) = stream.next().await {
                 let body = match item {
                     Ok(b) => b,
+                    // A TLS peer that went away without closing its session (a crash, a
+                    // kill): a lost connection, as a plain TCP close is.
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        debug!(%peer, "peer connection ended: {e}");
+                        return;
+                    }
                     Err(e) => {
                         metrics::counter!("tenure_peer_frames_rejected_total").increment(1);
                         warn!(%peer, "closing peer connection: {e}");
@@ -558,11 +602,36 @@ where
     sink.flush().await.map_err(|e| e.to_string())
 }
 
-/// Connect to `peer` and exchange `Hello`s.
-async fn dial(me: DeviceId, peer: DeviceId, addr: SocketAddr, max: usize) -> Result<Conn, String> {
+/// How a dial's error starts when the TLS handshake itself was refused.
+const TLS_REFUSED: &str = "TLS handshake refused";
+
+/// Connect to `peer` (with TLS when configured: its certificate must be of the CA and
+/// name `addr`) and exchange `Hello`s.
+async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result<Conn, String> {
+    let me = cfg.me;
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let mut conn = Framed::new(stream, codec(max));
+    let stream = match &cfg.tls {
+        None => Stream::Plain(stream),
+        Some(tls) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let s = tls.connector.connect(name, stream).await.map_err(|e| {
+                metrics::counter!("tenure_peer_tls_failures_total").increment(1);
+                // A TLS error (a certificate of another CA, plaintext) rather than a
+                // connection that broke (a peer killed mid-handshake).
+                let tls_error = e
+                    .get_ref()
+                    .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+                if tls_error {
+                    format!("{TLS_REFUSED} by {addr}: {e}")
+                } else {
+                    format!("TLS handshake with {addr} broke off: {e}")
+                }
+            })?;
+            Stream::Tls(Box::new(s.into()))
+        }
+    };
+    let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
     let hello = Frame::Hello { from: me, to: peer };
     conn.send(wire::encode(&hello).map_err(|e| e.to_string())?)
         .await
@@ -618,6 +687,93 @@ mod tests {
         let (tx, inbox) = mpsc::channel(64);
         let t = Transport::start(cfg, l, tx, stop.clone());
         Node { t, addr, inbox }
+    }
+
+    /// Mutual TLS settings for device `id` with a certificate of the CA in `ca_dir`,
+    /// trusting the CA in `trust_dir`.
+    fn peer_tls(ca_dir: &std::path::Path, trust_dir: &std::path::Path, id: u64) -> PeerTls {
+        let ca = crate::certs::Authority::load(ca_dir).unwrap();
+        let (cert, key) = (
+            ca_dir.join(format!("d{id}.pem")),
+            ca_dir.join(format!("d{id}.key")),
+        );
+        ca.issue(&format!("tenure device {id}"), &[], &cert, &key)
+            .unwrap();
+        crate::tls::DeviceTls::load(&crate::tls::TlsFiles {
+            ca: trust_dir.join(crate::certs::CA_CERT),
+            cert,
+            key,
+        })
+        .unwrap()
+        .peer()
+    }
+
+    fn tls_node(
+        me: u64,
+        peers: Vec<(u64, SocketAddr)>,
+        l: TcpListener,
+        tls: PeerTls,
+        stop: &CancellationToken,
+    ) -> Node {
+        let addr = l.local_addr().unwrap();
+        let peers = peers.into_iter().map(|(d, a)| (DeviceId(d), a)).collect();
+        let mut cfg = TransportConfig::new(DeviceId(me), peers);
+        cfg.tls = Some(tls);
+        let (tx, inbox) = mpsc::channel(64);
+        let t = Transport::start(cfg, l, tx, stop.clone());
+        Node { t, addr, inbox }
+    }
+
+    /// With mutual TLS, two devices of the cluster's CA talk; a device whose certificate
+    /// is of another CA is refused in both directions (it neither reaches a member nor is
+    /// reached), and the members go on talking.
+    #[tokio::test]
+    async fn transport_with_mutual_tls_refuses_a_device_of_another_ca() {
+        let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        crate::certs::Authority::create(ours.path()).unwrap();
+        crate::certs::Authority::create(theirs.path()).unwrap();
+        let stop = CancellationToken::new();
+        let ls: Vec<TcpListener> =
+            futures::future::join_all((0..3).map(|_| TcpListener::bind("127.0.0.1:0")))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        let all = |me: u64| -> Vec<(u64, SocketAddr)> {
+            (1..=3u64)
+                .filter(|d| *d != me)
+                .map(|d| (d, addrs[d as usize - 1]))
+                .collect()
+        };
+        let mut ls = ls.into_iter();
+        let (o, t) = (ours.path(), theirs.path());
+        let mut a = tls_node(1, all(1), ls.next().unwrap(), peer_tls(o, o, 1), &stop);
+        let mut b = tls_node(2, all(2), ls.next().unwrap(), peer_tls(o, o, 2), &stop);
+        // Device 3 holds a certificate of another CA but trusts ours.
+        let mut c = tls_node(3, all(3), ls.next().unwrap(), peer_tls(t, o, 3), &stop);
+        assert!(a.t.send(DeviceId(2), alive(1)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(1)));
+        assert!(b.t.send(DeviceId(1), alive(2)));
+        assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
+        // Device 3 has the highest id: the members dial it, and refuse the certificate
+        // it answers with. (The accepting side's refusal of a foreign dialer is in the
+        // process test, `crates/tenure/tests/tls.rs`.)
+        assert!(c.t.send(DeviceId(1), alive(3)));
+        assert!(a.t.send(DeviceId(3), alive(4)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            a.inbox.try_recv().is_err(),
+            "nothing from the foreign device"
+        );
+        assert!(
+            c.inbox.try_recv().is_err(),
+            "nothing reaches the foreign device"
+        );
+        // The members still talk.
+        assert!(a.t.send(DeviceId(2), alive(5)));
+        assert_eq!(recv(&mut b).await, (DeviceId(1), alive(5)));
+        stop.cancel();
     }
 
     async fn recv(n: &mut Node) -> Inbound {
@@ -687,7 +843,12 @@ mod tests {
             !b.t.send(DeviceId(1), alive(3)),
             "nothing is sent to a removed peer"
         );
-        let r = dial(DeviceId(1), DeviceId(2), b_addr, wire::MAX_FRAME_BYTES).await;
+        let r = dial(
+            &TransportConfig::new(DeviceId(1), vec![]),
+            DeviceId(2),
+            b_addr,
+        )
+        .await;
         assert!(r.is_err(), "a removed device's connection is refused");
         stop.cancel();
     }

@@ -124,12 +124,19 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let endpoints = a.target.endpoints()?;
+        let tls = a.target.tls()?;
         let names: Vec<String> = (0..a.names).map(|k| format!("/bench-{k}/lock")).collect();
         let mut clients: Vec<Client> = Vec::new();
         // Warm up outside the measurement: sessions opened, managers found.
         for i in 0..a.clients as usize {
             let c = if i < conns as usize {
-                Client::with_options(endpoints.clone(), options(a.unary))?
+                Client::with_options(
+                    endpoints.clone(),
+                    tenure_client::ClientOptions {
+                        tls: tls.clone(),
+                        ..options(a.unary)
+                    },
+                )?
             } else {
                 clients[i % conns as usize].new_sharing()
             };
@@ -275,10 +282,7 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let client = Arc::new(Client::with_options(
-            a.target.endpoints()?,
-            options(a.unary),
-        )?);
+        let client = Arc::new(a.target.client_with(options(a.unary))?);
         let stores = if a.stores > 0 {
             a.stores
         } else {

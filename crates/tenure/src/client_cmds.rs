@@ -1,12 +1,15 @@
 //! Client commands against a running cluster: `tenure write`, `tenure status`.
-//! Endpoints come from `--endpoints` or from the local cluster's `cluster.json`.
+//! Endpoints come from `--endpoints` or from the local cluster's `cluster.json`, and so
+//! does the CA to trust: `--ca` (or `TENURE_CA`), else the local cluster's when its
+//! endpoints are used; none means plaintext.
 
 use crate::cluster::ClusterFile;
-use anyhow::Context;
+use anyhow::{Context, bail};
 use std::path::PathBuf;
-use tenure_client::Client;
+use tenure_client::tls::ClientTls;
+use tenure_client::{Client, ClientOptions};
 
-/// Where to find the cluster.
+/// Where to find the cluster, and how to talk to it.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Target {
     /// Comma-separated client endpoints (host:port); default: the local cluster's.
@@ -15,6 +18,18 @@ pub struct Target {
     /// The local cluster's data directory (used when --endpoints is not given).
     #[arg(long, default_value = "tenure-data")]
     pub data: PathBuf,
+    /// The cluster's CA certificate (PEM): connect with TLS and trust devices it signed.
+    /// Default: the local cluster's (its data directory's tls/ca.pem) when --endpoints is
+    /// not given; without either, plaintext.
+    #[arg(long, env = "TENURE_CA")]
+    pub ca: Option<PathBuf>,
+    /// A client certificate (PEM) to present, signed by the cluster's CA (with
+    /// --client-key).
+    #[arg(long, env = "TENURE_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "TENURE_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 impl Target {
@@ -26,6 +41,48 @@ impl Target {
         Ok(ClusterFile::load(&self.data)
             .context("no --endpoints and no local cluster")?
             .endpoints())
+    }
+
+    /// The TLS settings to use: `--ca` (and `--client-cert`/`--client-key`), else the local cluster's
+    /// CA when its endpoints are used, else none (plaintext).
+    pub fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        let identity = self.client_cert.as_deref().zip(self.client_key.as_deref());
+        if let Some(ca) = &self.ca {
+            return Ok(Some(ClientTls::from_files(ca, identity)?));
+        }
+        if self.endpoints.is_empty()
+            && let Ok(file) = ClusterFile::load(&self.data)
+            && let Some(ca) = &file.ca
+        {
+            return Ok(Some(
+                ClientTls::from_files(ca, identity).context("loading the local cluster's CA")?,
+            ));
+        }
+        if identity.is_some() {
+            bail!("--client-cert and --client-key need the CA to trust: give --ca (or TENURE_CA)");
+        }
+        Ok(None)
+    }
+
+    /// `opts` with the TLS settings to use.
+    pub fn options(&self, opts: ClientOptions) -> anyhow::Result<ClientOptions> {
+        Ok(ClientOptions {
+            tls: self.tls()?,
+            ..opts
+        })
+    }
+
+    /// A client of the target with default options.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        self.client_with(ClientOptions::default())
+    }
+
+    /// A client of the target with `opts` (and the TLS settings to use).
+    pub fn client_with(&self, opts: ClientOptions) -> anyhow::Result<Client> {
+        Ok(Client::with_options(
+            self.endpoints()?,
+            self.options(opts)?,
+        )?)
     }
 }
 
@@ -54,7 +111,7 @@ pub fn write(a: WriteArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let client = Client::new(a.target.endpoints()?)?;
+        let client = a.target.client()?;
         let v = client.write(a.store, a.key, a.value).await?;
         if a.json {
             println!(

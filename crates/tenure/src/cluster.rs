@@ -7,7 +7,13 @@
 //! tenure-data/d1/server.toml    device 1's configuration (reused on the next `up`)
 //! tenure-data/d1/server.log     device 1's log
 //! tenure-data/d1/tenure.redb    device 1's durable state
+//! tenure-data/tls/ca.pem        the cluster's CA certificate (clients trust it)
+//! tenure-data/tls/ca.key        the CA's key (issues `cluster add`'s certificates)
+//! tenure-data/d1/tls/device.pem device 1's certificate (and device.key, its key)
 //! ```
+//!
+//! A new cluster is TLS by default: clients use TLS on the client port, devices mutual
+//! TLS between them; `--insecure` makes a plaintext one.
 //!
 //! `up` returns when every device it started serves and every store has a manager, or
 //! fails (non-zero exit) when that takes longer than `--wait-secs`. A device serves when
@@ -25,8 +31,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tenure_client::proto::StatusResponse;
+use tenure_client::tls::ClientTls;
 use tenure_client::{Client, ClientOptions};
+use tenure_server::certs::Authority;
 use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
+use tenure_server::tls::TlsFiles;
 
 /// Arguments of `tenure cluster`.
 #[derive(clap::Args, Debug)]
@@ -81,6 +90,10 @@ struct UpArgs {
     /// ports back).
     #[arg(long, default_value_t = 0)]
     base_port: u16,
+    /// A plaintext cluster: no CA, no certificates, no TLS on either port (new clusters
+    /// only; a cluster is TLS by default).
+    #[arg(long)]
+    insecure: bool,
     /// How long to wait for every started device to serve (answer Status, its chunks back
     /// in a regular lease) and every store to have a manager; past it, `up` fails.
     #[arg(long, default_value_t = 60)]
@@ -115,6 +128,9 @@ pub struct ClusterFile {
     pub stores: u32,
     /// Devices.
     pub devices: Vec<DeviceEntry>,
+    /// The CA certificate clients trust (none: a plaintext cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
 }
 
 impl ClusterFile {
@@ -133,6 +149,62 @@ impl ClusterFile {
             .map(|d| d.client_addr.to_string())
             .collect()
     }
+
+    /// The TLS settings a client of this cluster uses: its CA (none when plaintext).
+    pub fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
+        self.ca
+            .as_ref()
+            .map(|ca| ClientTls::from_files(ca, None).context("loading the local cluster's CA"))
+            .transpose()
+    }
+
+    /// `opts` with this cluster's TLS settings.
+    pub fn options(&self, opts: ClientOptions) -> anyhow::Result<ClientOptions> {
+        Ok(ClientOptions {
+            tls: self.tls()?,
+            ..opts
+        })
+    }
+
+    /// A client of every device, with `opts` and this cluster's TLS settings.
+    pub fn client(&self, opts: ClientOptions) -> anyhow::Result<Client> {
+        Ok(Client::with_options(self.endpoints(), self.options(opts)?)?)
+    }
+}
+
+/// Where a local cluster's CA lives under its data directory.
+pub fn ca_dir(data: &Path) -> PathBuf {
+    data.join("tls")
+}
+
+/// Make a new CA under `data` and give each configuration TLS: a certificate for its
+/// device (SAN localhost, 127.0.0.1 and its addresses) under its data directory.
+pub(crate) fn secure(cfgs: &mut [ServerConfig], data: &Path) -> anyhow::Result<()> {
+    let ca = Authority::create(&ca_dir(&std::path::absolute(data)?))
+        .context("making the cluster's CA")?;
+    for c in cfgs {
+        c.tls = Some(issue(&ca, c)?);
+    }
+    Ok(())
+}
+
+/// Issue `cfg`'s device a certificate of `ca` in its data directory.
+pub(crate) fn issue(ca: &Authority, cfg: &ServerConfig) -> anyhow::Result<TlsFiles> {
+    let dir = cfg.data_dir.join("tls");
+    let files = TlsFiles {
+        ca: ca.cert_path.clone(),
+        cert: dir.join("device.pem"),
+        key: dir.join("device.key"),
+    };
+    let addrs = [cfg.peer_listen.ip(), cfg.client_listen.ip()];
+    ca.issue(
+        &format!("tenure device {}", cfg.id),
+        &addrs,
+        &files.cert,
+        &files.key,
+    )
+    .with_context(|| format!("issuing device {}'s certificate", cfg.id))?;
+    Ok(files)
 }
 
 /// Run `tenure cluster ...`.
@@ -164,6 +236,9 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     let mut cfgs = local_configs(a.devices, a.stores, a.replication, a.base_port, data)?;
     for c in &mut cfgs {
         c.snapshot.keep = a.snapshot_keep;
+    }
+    if !a.insecure {
+        secure(&mut cfgs, data)?;
     }
     Ok(cfgs)
 }
@@ -226,6 +301,7 @@ pub(crate) fn local_configs(
             objects: Default::default(),
             election: Default::default(),
             snapshot: Default::default(),
+            tls: None,
         })
         .collect())
 }
@@ -275,6 +351,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         ),
         None => (new_configs(&a, &data)?, false),
     };
+    if restarted && a.insecure && cfgs.iter().any(|c| c.tls.is_some()) {
+        bail!(
+            "the cluster in {} was made with TLS; --insecure applies to new clusters only",
+            data.display()
+        );
+    }
     let exe = std::env::current_exe().context("locating the tenure binary")?;
     let started = Instant::now();
     let mut entries = Vec::new();
@@ -323,6 +405,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     let file = ClusterFile {
         stores: cfgs[0].cluster.stores,
         devices: entries,
+        ca: cfgs
+            .iter()
+            .find_map(|c| c.tls.as_ref().map(|t| t.ca.clone())),
     };
     std::fs::write(
         data.join("cluster.json"),
@@ -342,6 +427,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         let out = serde_json::json!({
             "data": std::path::absolute(&data)?,
             "restarted": restarted,
+            "tls": file.ca.is_some(),
+            "ca": file.ca,
             "started_devices": started_ids,
             "serving": ready.serving,
             "elapsed_ms": elapsed.as_millis() as u64,
@@ -388,6 +475,13 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             );
         }
         println!("data in {}; logs in dN/server.log", data.display());
+        match &file.ca {
+            Some(ca) => println!(
+                "TLS on: clients trust {} (found there by `tenure` commands with --data; elsewhere --ca or TENURE_CA)",
+                ca.display()
+            ),
+            None => println!("plaintext (--insecure): no TLS on the client or peer ports"),
+        }
         println!("stop with: tenure cluster down --data {}", data.display());
     }
     Ok(())
@@ -488,7 +582,7 @@ async fn wait_ready(
         request_timeout: Duration::from_secs(1),
         ..Default::default()
     };
-    let client = Client::with_options(file.endpoints(), opts)?;
+    let client = file.client(opts)?;
     let bar = if progress {
         indicatif::ProgressBar::new(file.stores as u64)
     } else {
@@ -662,7 +756,7 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
     let file = ClusterFile::load(&a.data)?;
     let rt = runtime()?;
     rt.block_on(async {
-        let client = Client::new(file.endpoints())?;
+        let client = file.client(ClientOptions::default())?;
         let mut devices = Vec::new();
         let mut stores: BTreeMap<u32, Vec<serde_json::Value>> = BTreeMap::new();
         let mut answers = Vec::new();

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tenure_client::cluster::{ClusterError, Membership};
 use tenure_client::proto::StatusResponse;
+use tenure_client::tls::ClientTls;
 use tenure_client::{Client, ClientOptions};
 use tenure_server::config::{PeerConfig, ServerConfig};
 
@@ -129,10 +130,11 @@ fn spawn(cfg_path: &Path, log: &Path) -> anyhow::Result<u32> {
 }
 
 /// A client of the local cluster's devices, with short attempts (they are local).
-fn client(endpoints: Vec<String>) -> anyhow::Result<Client> {
+fn client(endpoints: Vec<String>, tls: Option<ClientTls>) -> anyhow::Result<Client> {
     let opts = ClientOptions {
         request_timeout: Duration::from_secs(2),
         attempt_timeout: Duration::from_secs(1),
+        tls,
         ..Default::default()
     };
     Ok(Client::with_options(endpoints, opts)?)
@@ -209,7 +211,8 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading device {}'s configuration", first.id))?;
     let rt = runtime()?;
     let endpoints: Vec<String> = running.iter().map(|d| d.client_addr.to_string()).collect();
-    let c = rt.block_on(async { client(endpoints) })?;
+    let tls = file.tls()?;
+    let c = rt.block_on(async { client(endpoints, tls.clone()) })?;
     let record = rt.block_on(c.cluster().members()).context(
         "asking the cluster for its membership record (is it serving? see `tenure cluster status`)",
     )?;
@@ -241,7 +244,7 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
         client_addr,
     });
     let dir = std::path::absolute(&data)?.join(format!("d{id}"));
-    let cfg = ServerConfig {
+    let mut cfg = ServerConfig {
         id,
         data_dir: dir.clone(),
         peer_listen: peer_addr,
@@ -250,9 +253,18 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
         peers,
         join: true,
         rng_seed: None,
-        ..template
+        tls: None,
+        ..template.clone()
     };
     cfg.validate()?;
+    // A TLS cluster's new device gets a certificate of the same CA, whose key sits
+    // beside its certificate.
+    if let Some(t) = &template.tls {
+        let ca_dir = t.ca.parent().unwrap_or(Path::new("."));
+        let ca = tenure_server::certs::Authority::load(ca_dir)
+            .context("loading the cluster's CA to issue the new device's certificate")?;
+        cfg.tls = Some(crate::cluster::issue(&ca, &cfg)?);
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cfg_path = dir.join("server.toml");
     std::fs::write(&cfg_path, cfg.to_toml())
@@ -438,7 +450,7 @@ pub fn remove(a: RemoveArgs) -> anyhow::Result<()> {
         bail!("device {id} is the only running device; nothing could take its chunks");
     }
     let rt = runtime()?;
-    let c = rt.block_on(async { client(others) })?;
+    let c = rt.block_on(async { client(others, file.tls()?) })?;
     let target_ep = target.client_addr.to_string();
     let limit = Duration::from_secs(a.wait_secs);
     let started = Instant::now();

@@ -24,7 +24,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tenure_client::elections::{Leader, LeaderChange};
-use tenure_client::{Client, ClientOptions, Error, Wait};
+use tenure_client::{ClientOptions, Error, Wait};
 
 /// Arguments of `tenure elect`.
 #[derive(clap::Args, Debug)]
@@ -163,7 +163,7 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
             session_ttl: a.ttl,
             ..Default::default()
         };
-        let client = Client::with_options(a.target.endpoints()?, opts)?;
+        let client = a.target.client_with(opts)?;
         let elections = client.elections();
         let wait = match (a.try_, a.timeout) {
             (true, _) => Wait::Try,
@@ -314,7 +314,7 @@ fn change_json(c: &LeaderChange) -> serde_json::Value {
 pub fn leader(a: LeaderArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let client = Client::new(a.target.endpoints()?)?;
+        let client = a.target.client()?;
         let elections = client.elections();
         if !a.watch {
             let l = elections

@@ -23,7 +23,7 @@ use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions, FencingToken, LockMode, LockOptions, LockState, Wait};
+use tenure_client::{ClientOptions, FencingToken, LockMode, LockOptions, LockState, Wait};
 
 /// Arguments of `tenure lock`.
 #[derive(clap::Args, Debug)]
@@ -215,7 +215,7 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
             session_ttl: a.ttl,
             ..Default::default()
         };
-        let client = Client::with_options(a.target.endpoints()?, opts)?;
+        let client = a.target.client_with(opts)?;
         let mode = if a.shared {
             LockMode::Shared
         } else {
@@ -333,7 +333,7 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
 pub fn unlock(a: UnlockArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let client = Client::new(a.target.endpoints()?)?;
+        let client = a.target.client()?;
         let state = client.holders(&a.name).await?;
         let holder = match a.session {
             Some(s) => state
@@ -377,7 +377,7 @@ pub fn unlock(a: UnlockArgs) -> anyhow::Result<()> {
 pub fn locks(a: LocksArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let client = Client::new(a.target.endpoints()?)?;
+        let client = a.target.client()?;
         let list = client.locks(&a.prefix).await?;
         if a.json {
             let v: Vec<_> = list.iter().map(state_json).collect();
@@ -424,7 +424,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
         let endpoints = a.target.endpoints()?;
-        let client = Client::new(endpoints.clone())?;
+        let client = a.target.client()?;
         let mut devices = Vec::new();
         let mut stores: BTreeMap<u32, serde_json::Value> = BTreeMap::new();
         let mut n_stores = 0;

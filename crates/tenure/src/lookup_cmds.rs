@@ -232,7 +232,7 @@ fn command_status(st: std::process::ExitStatus) -> u8 {
 }
 
 async fn put(a: PutArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let value = if a.value == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).context("reading stdin")?;
@@ -321,7 +321,7 @@ async fn put(a: PutArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let (entry, leader) = client
         .get_from_leader(&a.key)
         .await
@@ -349,7 +349,7 @@ async fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn ls(a: LsArgs) -> anyhow::Result<()> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let entries = client
         .list(&a.prefix)
         .await
@@ -396,7 +396,7 @@ fn change_line(c: &WatchChange) -> String {
 }
 
 async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let opts = WatchOptions {
         interval: a.interval,
     };
@@ -425,7 +425,7 @@ async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn rm(a: RmArgs) -> anyhow::Result<()> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     client
         .revoke(&a.key)
         .await

@@ -127,3 +127,15 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the whole command line (duplicate argument names, flags
+    /// shared through flattened structs, `requires` naming an argument that exists),
+    /// which release builds skip at run time.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -22,7 +22,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tenure_client::objects::{ObjectInfo, PutOptions, WatchEvent};
-use tenure_client::{Client, Error, FencingToken};
+use tenure_client::{Error, FencingToken};
 
 /// Arguments of `tenure object`.
 #[derive(clap::Args, Debug)]
@@ -249,7 +249,7 @@ async fn put(a: PutArgs) -> anyhow::Result<ExitCode> {
         Some(lock) => Some((lock.clone(), fence_token(a.token.as_deref(), lock)?)),
         None => None,
     };
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let bar = if data.len() >= PROGRESS_FROM && !a.json {
         let bar = indicatif::ProgressBar::new(data.len() as u64);
         bar.set_style(
@@ -324,7 +324,7 @@ async fn put(a: PutArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let o = client.objects();
     if a.json {
         let info = o
@@ -346,7 +346,7 @@ async fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let opts = PutOptions {
         if_revision: a.if_version,
         ..Default::default()
@@ -369,7 +369,7 @@ async fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let l = client
         .objects()
         .list(&a.prefix)
@@ -395,7 +395,7 @@ async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn watch(a: WatchArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     let mut w = client
         .objects()
         .watch(&a.prefix, a.after)

@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tenure_client::Client;
 use tenure_core::ids::{DeviceId, StoreId};
 use tenure_core::io::DevicePersist;
 use tenure_core::lockctl::{LockMode, conflicts};
@@ -146,6 +145,10 @@ struct RestoreArgs {
     /// The new cluster's data directory (must not exist, or be empty).
     #[arg(long)]
     into: PathBuf,
+    /// A plaintext cluster (by default the restored cluster gets a CA of its own and TLS,
+    /// as `tenure cluster up` makes).
+    #[arg(long)]
+    insecure: bool,
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
@@ -237,7 +240,7 @@ fn human_bytes(n: u64) -> String {
 }
 
 async fn create(a: CreateArgs) -> anyhow::Result<()> {
-    let client = Client::new(a.target.endpoints()?)?;
+    let client = a.target.client()?;
     // Which endpoint is which device: parts are fetched from each device of the snapshot.
     let mut endpoint_of: BTreeMap<u64, String> = BTreeMap::new();
     let mut stores = 0;
@@ -395,8 +398,8 @@ async fn ls(a: LsArgs) -> anyhow::Result<()> {
     let mut all: BTreeMap<SnapshotId, Listed> = BTreeMap::new();
     let mut unreachable = Vec::new();
     let endpoints = a.target.endpoints();
-    if let Ok(eps) = &endpoints {
-        let client = Client::new(eps.clone())?;
+    if endpoints.is_ok() {
+        let client = a.target.client()?;
         for (ep, r) in client.snapshots().list_all().await {
             let r = match r {
                 Ok(r) => r,
@@ -523,8 +526,7 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 async fn rm(a: RmArgs) -> anyhow::Result<()> {
     let id: SnapshotId = a.id.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let id = id.to_string();
-    let endpoints = a.target.endpoints()?;
-    let client = Client::new(endpoints)?;
+    let client = a.target.client()?;
     let mut answers = Vec::new();
     for (endpoint, r) in client.snapshots().delete_all(&id).await {
         use tenure_client::snapshots::SnapshotError as E;
@@ -998,7 +1000,10 @@ fn restore(a: RestoreArgs) -> anyhow::Result<()> {
     if ids != (1..=n).collect() {
         bail!("the snapshot's devices are {ids:?}; a local cluster's devices are numbered 1..={n}");
     }
-    let cfgs = crate::cluster::local_configs(n, m.stores, m.replication.max(1), 0, into)?;
+    let mut cfgs = crate::cluster::local_configs(n, m.stores, m.replication.max(1), 0, into)?;
+    if !a.insecure {
+        crate::cluster::secure(&mut cfgs, into)?;
+    }
     let mut restored = Vec::new();
     for (cfg, part) in cfgs.iter().zip(sorted(&parts)) {
         let dev = part.device;

@@ -30,7 +30,7 @@ use tenure_client::elections::election_key;
 use tenure_client::{Client, ClientOptions, Loss, Wait};
 
 mod common;
-use common::{Guard, cluster_file, kill9, tenure, up};
+use common::{Guard, cluster_file, kill9, tenure, up, with_tls};
 
 /// The tests run one at a time, whatever the harness's thread count: their timings are
 /// measured.
@@ -85,7 +85,7 @@ impl Cluster {
     }
 
     fn client(&self) -> Client {
-        Client::with_options(self.endpoints.clone(), options()).unwrap()
+        Client::with_options(self.endpoints.clone(), with_tls(&self.data, options())).unwrap()
     }
 
     fn pid(&self, id: u64) -> u64 {
@@ -445,7 +445,7 @@ fn a_leader_learns_it_may_have_lost_leadership_before_its_deadline() {
             loss_warning: Duration::from_secs(1),
             ..options()
         };
-        let c = Client::with_options(eps.clone(), opts).unwrap();
+        let c = Client::with_options(eps.clone(), with_tls(&cluster.data, opts)).unwrap();
         let name = "/e2e/paused";
         let l = c
             .elections()

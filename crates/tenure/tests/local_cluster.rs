@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, Version};
 
 mod common;
-use common::{Guard, STORES, cluster_file, tenure, up};
+use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, (u64, u64)> {
     let mut out = BTreeMap::new();
@@ -62,7 +62,7 @@ fn local_cluster_survives_kill_9_and_full_restart() {
         max_attempts: 300,
         ..Default::default()
     };
-    let client = Client::with_options(endpoints.clone(), opts).unwrap();
+    let client = Client::with_options(endpoints.clone(), with_tls(&data, opts)).unwrap();
     let first = rt.block_on(write_all(&client, 1));
 
     // kill -9 the manager of store 0.
@@ -121,7 +121,11 @@ fn local_cluster_survives_kill_9_and_full_restart() {
     // client that never talked to it before (no wait here).
     assert_eq!(summary["serving"][0]["device"], victim, "{summary}");
     let victim_addr = victim_entry["client_addr"].as_str().unwrap().to_string();
-    let fresh = Client::new(vec![victim_addr.clone()]).unwrap();
+    let fresh = Client::with_options(
+        vec![victim_addr.clone()],
+        with_tls(&data, Default::default()),
+    )
+    .unwrap();
     let status = rt
         .block_on(fresh.status_of(&victim_addr))
         .expect("the restarted device answers Status when `cluster up` returns");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, LockMode, Wait};
 
 mod common;
-use common::{Guard, cluster_file, up};
+use common::{Guard, cluster_file, up, with_tls};
 
 const NAME: &str = "/cli/expiring";
 
@@ -60,7 +60,7 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
         .iter()
         .map(|d| d["client_addr"].as_str().unwrap().to_string())
         .collect();
-    let client = Client::new(endpoints).unwrap();
+    let client = Client::with_options(endpoints, with_tls(&data, Default::default())).unwrap();
 
     // The command records its pid, waits for `go`, and exits with 7.
     let started = dir.path().join("started");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tenure_client::Client;
 
 mod common;
-use common::{Guard, cluster_file, kill9, up};
+use common::{Guard, cluster_file, kill9, up, with_tls};
 
 /// `tenure ARGS --data DATA`: (exit code, stdout, stderr).
 fn run(data: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
@@ -62,7 +62,7 @@ fn endpoints(data: &std::path::Path) -> Vec<String> {
 /// Wait (bounded) until the devices agree on one lookup leader.
 fn wait_lookup(rt: &tokio::runtime::Runtime, data: &std::path::Path) {
     let _in_rt = rt.enter();
-    let client = Client::new(endpoints(data)).unwrap();
+    let client = Client::with_options(endpoints(data), with_tls(data, Default::default())).unwrap();
     let started = Instant::now();
     loop {
         let views: Vec<_> = rt

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, FencingToken, LockMode, Wait};
 
 mod common;
-use common::{Guard, STORES, cluster_file, tenure, up};
+use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// Lock names of the load: different first segments, so different stores.
 const NAMES: usize = 8;
@@ -24,7 +24,7 @@ const WORKERS: usize = 4;
 /// Each phase (a membership change) is bounded by this.
 const PHASE: Duration = Duration::from_secs(60);
 
-fn client(endpoints: &[String]) -> Client {
+fn client(data: &std::path::Path, endpoints: &[String]) -> Client {
     let opts = ClientOptions {
         request_timeout: Duration::from_secs(3),
         retry_deadline: Duration::from_secs(30),
@@ -32,7 +32,7 @@ fn client(endpoints: &[String]) -> Client {
         session_ttl: Duration::from_secs(5),
         ..Default::default()
     };
-    Client::with_options(endpoints.to_vec(), opts).unwrap()
+    Client::with_options(endpoints.to_vec(), with_tls(data, opts)).unwrap()
 }
 
 /// One acknowledged grant and its release, as the holder saw them.
@@ -172,14 +172,14 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
 
     let (add, remove, (add_took, remove_took)) = rt.block_on(async {
         // One lock held through both changes.
-        let holder = client(&endpoints);
+        let holder = client(&data, &endpoints);
         let kept = holder
             .lock("/members-kept/lock", LockMode::Exclusive, Wait::Forever)
             .await
             .expect("the kept lock");
         let workers: Vec<_> = (0..WORKERS)
             .map(|i| {
-                let c = client(&endpoints);
+                let c = client(&data, &endpoints);
                 tokio::spawn(worker(c, names.clone(), i, load.clone(), stop.clone()))
             })
             .collect();
@@ -236,7 +236,7 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
         assert!(ops() > during_add + during_remove, "the load ran throughout");
 
         // The lock held throughout is still held by its holder, with its token.
-        let probe = client(&endpoints);
+        let probe = client(&data, &endpoints);
         let s = probe.holders("/members-kept/lock").await.expect("holders");
         assert_eq!(s.holders.len(), 1, "{s:?}");
         assert_eq!(s.holders[0].session, kept.session(), "{s:?}");
@@ -298,7 +298,8 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
     let d1_addr = format!("http://{}", endpoints[0]);
     rt.block_on(async {
         use tenure_client::proto::{self, error::Kind, tenure_client::TenureClient};
-        let mut c = TenureClient::connect(d1_addr).await.unwrap();
+        let opts = with_tls(&data, Default::default());
+        let mut c = TenureClient::new(tenure_client::channel(&d1_addr, &opts).unwrap());
         let start = Instant::now();
         'found: loop {
             for store in 0..STORES {

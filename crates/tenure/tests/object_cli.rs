@@ -16,7 +16,7 @@ use tenure_client::objects::PutOptions;
 use tenure_client::{Client, ClientOptions, LockMode, Wait};
 
 mod common;
-use common::{Guard, cluster_file, kill9, tenure, up};
+use common::{Guard, cluster_file, kill9, tenure, up, with_tls};
 
 fn endpoints(data: &Path) -> Vec<String> {
     cluster_file(data)["devices"]
@@ -27,14 +27,14 @@ fn endpoints(data: &Path) -> Vec<String> {
         .collect()
 }
 
-fn client(eps: Vec<String>) -> Client {
+fn client(data: &Path, eps: Vec<String>) -> Client {
     let opts = ClientOptions {
         request_timeout: Duration::from_secs(3),
         retry_deadline: Duration::from_secs(40),
         max_attempts: 400,
         ..Default::default()
     };
-    Client::with_options(eps, opts).unwrap()
+    Client::with_options(eps, with_tls(data, opts)).unwrap()
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -231,7 +231,7 @@ fn object_commands_conditions_fencing_and_full_restart() {
     // The lock moves to another holder: the old token is refused, nothing changes.
     let rt = rt();
     let _in_rt = rt.enter();
-    let c = client(endpoints(&data));
+    let c = client(&data, endpoints(&data));
     let guard = rt
         .block_on(c.lock("/app/lock", LockMode::Exclusive, Wait::Try))
         .unwrap();
@@ -294,7 +294,7 @@ fn object_commands_conditions_fencing_and_full_restart() {
     let (ok, out, err) = cli(&data, &["cluster", "down"]);
     assert!(ok, "cluster down: {out} {err}");
     up(&data);
-    let c = client(endpoints(&data));
+    let c = client(&data, endpoints(&data));
     for (key, want) in &acked {
         let got = rt.block_on(c.objects().get(key)).unwrap();
         assert!(got.data[..] == want[..], "{key} after a full restart");
@@ -316,7 +316,7 @@ fn upload_survives_kill_9_of_the_manager() {
     let eps = endpoints(&data);
     let rt = rt();
     let _in_rt = rt.enter();
-    let c = client(eps.clone());
+    let c = client(&data, eps.clone());
     let key = "/upload/blob";
     let store = rt.block_on(c.store_of(key)).unwrap();
     // An object first, so the session and the route to the manager exist.
@@ -370,7 +370,7 @@ fn watch_through_a_manager_failover_misses_nothing() {
     let eps = endpoints(&data);
     let rt = rt();
     let _in_rt = rt.enter();
-    let c = client(eps.clone());
+    let c = client(&data, eps.clone());
     let store = rt.block_on(c.store_of("/watched")).unwrap();
     let mut watcher = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["object", "watch", "/watched", "--json"])

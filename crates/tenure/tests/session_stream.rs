@@ -20,14 +20,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, LockGuard, LockMode, Loss, Wait};
 
 mod common;
-use common::{Guard, STORES, cluster_file, tenure, up};
+use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// The tests run one at a time, whatever the harness's thread count.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -44,8 +44,8 @@ fn options() -> ClientOptions {
     }
 }
 
-fn client(endpoints: &[String]) -> Client {
-    Client::with_options(endpoints.to_vec(), options()).unwrap()
+fn client(data: &Path, endpoints: &[String]) -> Client {
+    Client::with_options(endpoints.to_vec(), with_tls(data, options())).unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -214,7 +214,7 @@ fn pipelined_acquires_through_a_manager_kill_9_are_answered_exactly_once() {
     let names: Vec<String> = (0..PIPELINED).map(|i| format!("/pipe/{i}")).collect();
 
     rt.block_on(async {
-        let (a, b) = (client(&eps), client(&eps));
+        let (a, b) = (client(&cluster.data, &eps), client(&cluster.data, &eps));
         let store = a.store_of("/pipe").await.unwrap();
         // B holds the first names: A's acquires of them wait in their queues.
         let mut held_by_b = Vec::new();
@@ -280,7 +280,7 @@ fn pipelined_acquires_through_a_manager_kill_9_are_answered_exactly_once() {
 
         // B lets go of its names once a new manager serves the store.
         let survivors = cluster.others(victim);
-        let probe = client(&survivors);
+        let probe = client(&cluster.data, &survivors);
         let (new_mgr, new_epoch) = until(
             Duration::from_secs(40),
             Duration::from_millis(50),
@@ -355,7 +355,7 @@ fn pipelined_acquires_through_a_manager_kill_9_are_answered_exactly_once() {
         assert_eq!(summary["started_devices"], serde_json::json!([victim]), "{out}");
         eprintln!("d{victim} restarted and serving in {:?}", restart.elapsed());
         assert_eq!(table(a.clone()).await, expected);
-        assert_eq!(table(client(&eps)).await, expected);
+        assert_eq!(table(client(&cluster.data, &eps)).await, expected);
         until(
             Duration::from_secs(10),
             Duration::from_millis(50),
@@ -391,7 +391,7 @@ fn may_be_lost_arrives_before_the_deadline_when_the_manager_is_paused() {
             loss_warning: Duration::from_secs(1),
             ..options()
         };
-        let c = Client::with_options(eps.clone(), opts).unwrap();
+        let c = Client::with_options(eps.clone(), with_tls(&cluster.data, opts)).unwrap();
         let g = c
             .lock("/paused/job", LockMode::Exclusive, Wait::Try)
             .await
@@ -474,7 +474,7 @@ fn a_stopped_device_does_not_stall_other_stores() {
     let eps = cluster.endpoints.clone();
 
     rt.block_on(async {
-        let probe = client(&eps);
+        let probe = client(&cluster.data, &eps);
         let mgrs = managers(&probe, &eps).await;
         assert_eq!(mgrs.len(), STORES as usize, "{mgrs:?}");
         // Pause the first device; S is a store it does not manage.
@@ -485,7 +485,7 @@ fn a_stopped_device_does_not_stall_other_stores() {
             .expect("a store d1 does not manage");
         // Another client holds a name in S (taken before the pause).
         let held = name_in(store, "s", "held");
-        let holder = client(&cluster.others(stopped_id));
+        let holder = client(&cluster.data, &cluster.others(stopped_id));
         let hg = holder
             .lock(&held, LockMode::Exclusive, Wait::Try)
             .await
@@ -501,7 +501,7 @@ fn a_stopped_device_does_not_stall_other_stores() {
         for (order, list, leaf) in [("last", &last, "a"), ("first", &first, "b")] {
             let name = name_in(store, "s", leaf);
             let started = Instant::now();
-            let fresh = client(list);
+            let fresh = client(&cluster.data, list);
             let in_store = tokio::time::timeout(Duration::from_secs(10), fresh.store_of(&name))
                 .await
                 .expect("the store count within 10 s")
@@ -529,9 +529,12 @@ fn a_stopped_device_does_not_stall_other_stores() {
 
         // `tenure lock --timeout 2s` on the held name gives up in time.
         let list = first.join(",");
+        // Endpoints given: the CA is not found in the data directory but given.
+        let ca = cluster_file(&cluster.data)["ca"].as_str().unwrap_or("").to_string();
         let started = Instant::now();
         let out = tokio::task::spawn_blocking(move || {
             Command::new(env!("CARGO_BIN_EXE_tenure"))
+                .env("TENURE_CA", ca)
                 .args([
                     "lock",
                     &held,

@@ -20,7 +20,7 @@ use tenure_client::proto::{self, KeepAliveRequest, SessionRef};
 use tenure_client::{Client, ClientOptions, LockMode, Wait};
 
 mod common;
-use common::{Guard, STORES, cluster_file, tenure, up};
+use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// Locks held across the snapshots.
 const HELD: usize = 12;
@@ -82,7 +82,7 @@ async fn session_open(client: &Client, store: u32, session: u64) -> Result<(), S
                 session: Some(SessionRef { store, id: session }),
             };
             let answer = async {
-                let mut c = TenureClient::connect(ep.clone()).await.ok()?;
+                let mut c = TenureClient::new(tenure_client::channel(&ep, client.options()).ok()?);
                 let mut s = c
                     .keep_alive(tokio_stream::iter([req]))
                     .await
@@ -124,7 +124,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
     up(&data);
-    let client = Client::with_options(endpoints(&data), options()).unwrap();
+    let client = Client::with_options(endpoints(&data), with_tls(&data, options())).unwrap();
 
     // Acknowledged before the snapshots, released after them: in every cut.
     let mut held = Vec::new();
@@ -147,7 +147,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     let grants: Arc<Mutex<BTreeSet<Grant>>> = Arc::default();
     let mut load = Vec::new();
     for c in 0..LOAD_CLIENTS {
-        let lc = Client::with_options(endpoints(&data), options()).unwrap();
+        let lc = Client::with_options(endpoints(&data), with_tls(&data, options())).unwrap();
         let (stop, done, grants) = (stop.clone(), done.clone(), grants.clone());
         load.push(tokio::spawn(async move {
             let mut errors = 0;
@@ -387,7 +387,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     let original: BTreeSet<String> = endpoints(&data).into_iter().collect();
     let fresh = endpoints(&restored);
     assert!(fresh.iter().all(|e| !original.contains(e)), "ports reused");
-    let rc = Client::with_options(fresh, options()).unwrap();
+    let rc = Client::with_options(fresh, with_tls(&restored, options())).unwrap();
     assert_eq!(rc.stores().await.unwrap(), STORES);
 
     // Every lock of the cut is held there by the same session with the same token, and

@@ -120,6 +120,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             objects: Default::default(),
             election: Default::default(),
             snapshot: Default::default(),
+            tls: None,
         })
         .collect()
 }

@@ -199,7 +199,7 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
     // Providers: one client each; every entry's value is the time it was produced.
     let mut handles = Vec::new();
     for p in 0..a.publishers as usize {
-        let c = Client::new(endpoints.clone())?;
+        let c = Client::with_options(endpoints.clone(), a.target.options(Default::default())?)?;
         for k in 0..a.keys as usize {
             let key = &keys[p * a.keys as usize + k];
             let h = c
@@ -228,7 +228,7 @@ async fn bench(a: LookupArgs) -> anyhow::Result<()> {
     };
     // Let every entry reach the nodes before measuring.
     tokio::time::sleep(a.interval + Duration::from_millis(200)).await;
-    let client = Client::new(endpoints.clone())?;
+    let client = Client::with_options(endpoints.clone(), a.target.options(Default::default())?)?;
     let r = measure(&a, Backend::Tenure(client), keys).await;
     updater.abort();
     let _ = updater.await;

@@ -77,7 +77,7 @@ impl Backend {
                 etcd::kv_client::KvClient::new(etcd_connect(ep).await?)
                     .max_decoding_message_size(64 << 20),
             ),
-            None => Backend::Tenure(Client::new(a.target.endpoints()?)?),
+            None => Backend::Tenure(a.target.client()?),
         })
     }
 

@@ -27,6 +27,22 @@ pub fn cluster_file(data: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(data.join("cluster.json")).unwrap()).unwrap()
 }
 
+/// The TLS settings of a client of the cluster under `data`: its CA (`cluster up` makes
+/// TLS clusters by default), none when it is plaintext.
+pub fn tls(data: &Path) -> Option<tenure_client::tls::ClientTls> {
+    let file = cluster_file(data);
+    let ca = file["ca"].as_str()?;
+    Some(tenure_client::tls::ClientTls::from_files(Path::new(ca), None).expect("the cluster's CA"))
+}
+
+/// `opts` with the TLS settings of a client of the cluster under `data`.
+pub fn with_tls(data: &Path, opts: tenure_client::ClientOptions) -> tenure_client::ClientOptions {
+    tenure_client::ClientOptions {
+        tls: tls(data),
+        ..opts
+    }
+}
+
 /// SIGKILL a process.
 pub fn kill9(pid: u64) {
     let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
