@@ -242,7 +242,8 @@ impl Coordinator {
         self.apply_requests(term, cfg);
         let p = &cfg.planted;
         if !p.members_never_retire {
-            self.retire_drained(term, now, &live, fresh, p.members_retire_undrained);
+            let stores = cfg.cluster.stores;
+            self.retire_drained(term, now, stores, fresh, p.members_retire_undrained);
         }
         if p.members_same_version && self.members != before {
             self.members.version = before.version;
@@ -324,7 +325,7 @@ impl Coordinator {
         &mut self,
         term: Term,
         now: Instant,
-        live: &BTreeMap<DeviceId, u32>,
+        stores: u32,
         fresh: std::time::Duration,
         undrained: bool,
     ) {
@@ -332,8 +333,17 @@ impl Coordinator {
             .filter(|(_, i)| i.state == MemberState::Retiring)
             .map(|(d, _)| *d)
             .collect();
+        // Drained is judged on fresh reports only: the device's own (this one's too — a
+        // coordinator that has not reported to itself yet does not count as empty) and
+        // one from the manager of every store, or a chunk of a store not heard from yet
+        // could be left behind (simulator seed 1300: a coordinator 1.8 s into its term
+        // retired itself holding two chunks).
+        let heard = |at: &Instant| now.saturating_since(*at) <= fresh;
+        let every_store =
+            (0..stores).all(|s| (self.stores.get(&StoreId(s))).is_some_and(|(_, at, _)| heard(at)));
         for d in retiring {
-            let empty = live.get(&d) == Some(&0);
+            let empty = every_store
+                && (self.reports.get(&d)).is_some_and(|(at, chunks)| heard(at) && *chunks == 0);
             let holds = (self.stores.values()).any(|(from, at, r)| {
                 now.saturating_since(*at) <= fresh
                     && (*from == d || r.chunks.iter().any(|c| c.device == d))
@@ -425,5 +435,64 @@ impl View<'_> {
             return Some((Decision { to: manager, cmd }, false));
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterConfig;
+
+    fn d(i: u64) -> DeviceId {
+        DeviceId(i)
+    }
+
+    fn report(store: u32, chunks: &[u64]) -> StoreReport {
+        StoreReport {
+            store: StoreId(store),
+            epoch: Epoch(1),
+            chunks: (chunks.iter())
+                .map(|i| ChunkId {
+                    device: d(*i),
+                    serial: u64::from(store),
+                })
+                .collect(),
+            failed: Vec::new(),
+            managing_for: Duration::from_secs(5),
+            busy: false,
+        }
+    }
+
+    // DESIGN §6: a device being retired is retired once drained — judged on a fresh
+    // report of its own and one from the manager of every store (simulator seed 1300: a
+    // coordinator early in its term retired a device, itself, that still held chunks of
+    // stores it had not heard from yet).
+    #[test]
+    fn coordinator_retires_a_device_only_after_every_store_reported_it_drained() {
+        let cfg = DeviceConfig::new(d(1), ClusterConfig::new(4, 2, 3));
+        let term = Term { n: 3, leader: d(1) };
+        let mut members = Members::bootstrap(&[d(1), d(2), d(3), d(4)]);
+        assert!(members.start_retiring(term, d(1), 3));
+        let mut c = Coordinator::default();
+        let t0 = Instant(1_000_000);
+        c.start(term, t0, &cfg, &members);
+        let at = t0 + Duration::from_secs(2);
+        for i in 1..=4 {
+            c.on_member(at, d(i), term, if i == 1 { 0 } else { 2 }, &members);
+        }
+        c.on_store(at, d(2), term, report(0, &[2, 3, 4]));
+        let round = c.on_tick(at + Duration::from_millis(1), &cfg);
+        assert!(round.members.is_some());
+        assert!(
+            c.members.contains(d(1)),
+            "store 1 not heard from: d1 may still hold one of its chunks"
+        );
+        let later = at + Duration::from_millis(500);
+        c.on_member(later, d(1), term, 0, &members);
+        c.on_store(later, d(3), term, report(1, &[2, 3, 4]));
+        c.on_tick(later + Duration::from_millis(200), &cfg);
+        assert!(c.members.retired.contains(&d(1)));
+        members = c.members.clone();
+        assert!(!members.contains(d(1)));
     }
 }
