@@ -155,14 +155,8 @@ impl MutualExclusion for Centralized {
         }
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
-
     fn poll_output(&mut self) -> Option<MutexOut<CentralMsg>> {
         self.out.pop_front()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
     }
 }
 

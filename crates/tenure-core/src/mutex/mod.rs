@@ -85,12 +85,15 @@ pub trait MutualExclusion {
     fn release(&mut self, now: Instant) -> Result<(), MutexError>;
     /// A message from `from`.
     fn handle_msg(&mut self, now: Instant, from: DeviceId, msg: Self::Msg);
-    /// Fire every deadline due at `now` (extra calls are harmless).
-    fn handle_timeout(&mut self, now: Instant);
+    /// Fire every deadline due at `now` (extra calls are harmless). Algorithms without
+    /// timers keep the default, which does nothing.
+    fn handle_timeout(&mut self, _now: Instant) {}
     /// The next output, if any.
     fn poll_output(&mut self) -> Option<MutexOut<Self::Msg>>;
-    /// The earliest deadline, if any.
-    fn poll_timeout(&self) -> Option<Instant>;
+    /// The earliest deadline, if any (none, by default: no timers).
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// The members other than `me`, ascending.

@@ -153,14 +153,8 @@ impl MutualExclusion for RicartAgrawala {
         }
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
-
     fn poll_output(&mut self) -> Option<MutexOut<RaMsg>> {
         self.out.pop_front()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
     }
 }
 

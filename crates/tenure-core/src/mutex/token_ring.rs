@@ -135,14 +135,8 @@ impl MutualExclusion for TokenRing {
         }
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
-
     fn poll_output(&mut self) -> Option<MutexOut<TokenMsg>> {
         self.out.pop_front()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
     }
 }
 
