@@ -230,16 +230,7 @@ fn vals(c: &[Cost], f: impl Fn(&Cost) -> u64) -> Vec<f64> {
 }
 
 fn row(what: String, paper: String, v: &[f64], verdict: Verdict, note: String) -> Row {
-    let (median, max) = median_max(v);
-    Row {
-        experiment: EXP,
-        what,
-        paper,
-        median,
-        max,
-        verdict,
-        note,
-    }
+    super::report::measured(EXP, what, paper, v, verdict, note)
 }
 
 /// The rows: per n in `shown`, and a summary over every n in `sizes`.

@@ -11,7 +11,7 @@
 //! [`super::mutex_problems`].
 
 use super::mutex_sim::{Demand, MT, MutexSim};
-use super::report::{Row, Verdict, exact, median_max, min, num};
+use super::report::{Row, Verdict, exact, min, num};
 use std::time::Duration;
 use tenure_core::DeviceId;
 use tenure_core::mutex::MutualExclusion;
@@ -150,16 +150,7 @@ fn ring_full(n: u64, seed: u64) -> f64 {
 }
 
 fn row(what: String, paper: String, values: &[f64], verdict: Verdict, note: String) -> Row {
-    let (median, max) = median_max(values);
-    Row {
-        experiment: EXP,
-        what,
-        paper,
-        median,
-        max,
-        verdict,
-        note,
-    }
+    super::report::measured(EXP, what, paper, values, verdict, note)
 }
 
 /// A delay the lecture counts message by message though the messages travel in

@@ -37,16 +37,7 @@ const EXP: &str = "recovery";
 const TENURE_CRASH_US: u64 = 3_000_000;
 
 fn row(what: String, paper: String, v: &[f64], verdict: Verdict, note: String) -> Row {
-    let (median, max) = median_max(v);
-    Row {
-        experiment: EXP,
-        what,
-        paper,
-        median,
-        max,
-        verdict,
-        note,
-    }
+    super::report::measured(EXP, what, paper, v, verdict, note)
 }
 
 fn runs(n: u64, f: u64, seeds: u64) -> Vec<RecoveryRun> {

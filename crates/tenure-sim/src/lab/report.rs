@@ -71,6 +71,27 @@ pub fn min(values: &[f64]) -> f64 {
     values.iter().copied().reduce(f64::min).unwrap_or(f64::NAN)
 }
 
+/// A row of measured `values` (their median and maximum) with its verdict.
+pub fn measured(
+    experiment: &'static str,
+    what: String,
+    paper: String,
+    values: &[f64],
+    verdict: Verdict,
+    note: String,
+) -> Row {
+    let (median, max) = median_max(values);
+    Row {
+        experiment,
+        what,
+        paper,
+        median,
+        max,
+        verdict,
+        note,
+    }
+}
+
 /// A row whose verdict is `Matches` when every value equals `expected`, else `Fails`.
 pub fn exact(
     experiment: &'static str,
@@ -80,17 +101,9 @@ pub fn exact(
     expected: f64,
     note: String,
 ) -> Row {
-    let (median, max) = median_max(values);
     let ok = !values.is_empty() && values.iter().all(|v| *v == expected);
-    Row {
-        experiment,
-        what,
-        paper,
-        median,
-        max,
-        verdict: if ok { Verdict::Matches } else { Verdict::Fails },
-        note,
-    }
+    let verdict = if ok { Verdict::Matches } else { Verdict::Fails };
+    measured(experiment, what, paper, values, verdict, note)
 }
 
 /// Format a measured number: integers without decimals.

@@ -20,7 +20,7 @@
 //!   Menasce's model, one change per round, does not. The (3k + 2)M case (LC at none of the k sites) needs a manager on a
 //!   device without a chunk of its store, which this run does not arrange: not measured.
 
-use super::report::{Row, Verdict, median_max, num};
+use super::report::{Row, Verdict, measured, median_max, num};
 use super::twopc;
 use crate::world::{SafeTalkCost, SimConfig, run};
 
@@ -42,26 +42,6 @@ fn cost(k: u64, seed: u64) -> SafeTalkCost {
     run(c).safetalk
 }
 
-fn row(
-    exp: &'static str,
-    what: String,
-    paper: String,
-    v: &[f64],
-    ok: Verdict,
-    note: String,
-) -> Row {
-    let (median, max) = median_max(v);
-    Row {
-        experiment: exp,
-        what,
-        paper,
-        median,
-        max,
-        verdict: ok,
-        note,
-    }
-}
-
 /// SafeTalk vs two-phase commit, stores of `k` chunks.
 pub fn rows(k: u64, seeds: u64) -> Vec<Row> {
     let (mut per, mut standalone, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
@@ -78,7 +58,7 @@ pub fn rows(k: u64, seeds: u64) -> Vec<Row> {
     let tpc_ok = tpc == 4.0;
     let ratio_ok = ratio.iter().all(|r| *r >= 4.0 / 3.0);
     vec![
-        row(
+        measured(
             EXP,
             format!("SafeTalk, k={k}: messages per update per remote participant"),
             "3".into(),
@@ -93,7 +73,7 @@ pub fn rows(k: u64, seeds: u64) -> Vec<Row> {
                 smed * 100.0
             ),
         ),
-        row(
+        measured(
             EXP,
             format!("two-phase commit, k={k}: messages per update per participant"),
             "4".into(),
@@ -105,7 +85,7 @@ pub fn rows(k: u64, seeds: u64) -> Vec<Row> {
             },
             "PREPARE + VOTE + COMMIT + ACK, counted in a run of the 2PC machine".into(),
         ),
-        row(
+        measured(
             EXP,
             format!("2PC over SafeTalk, k={k}: message ratio"),
             "4/3 = 1.33".into(),
@@ -131,7 +111,7 @@ pub fn update_rows(ks: &[u64], seeds: u64) -> Vec<Row> {
         }
         let (lo, hi) = ((2 * k) as f64, (3 * k - 1) as f64);
         let ok = v.iter().all(|x| *x >= lo && *x <= hi);
-        out.push(row(
+        out.push(measured(
             EXP_UPDATE,
             format!("C_updt, k={k}: LC among the k sites (M per update)"),
             format!("(3k−1)M = {}", 3 * k - 1),
