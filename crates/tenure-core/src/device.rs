@@ -574,7 +574,8 @@ impl Device {
                     && m.state == MgrState::Manager
                     && m.metadata.contains(old)
                     && m.policy.creating.is_none()
-                    && !m.metadata.chunks.iter().any(|c| c.device == device)
+                    // One chunk per device, counting the new one in place of `old`.
+                    && !m.metadata.chunks.iter().any(|c| c.device == device && *c != old)
                 {
                     m.request_chunk(&mut ctx, old, device);
                 }

@@ -385,6 +385,25 @@ impl View<'_> {
             .map(|(_, d)| *d)
     }
 
+    /// The candidate to hold a new chunk replacing the failed chunk `old`: a device holding
+    /// none of the store's other chunks, one other than `old`'s own preferred. `old`'s
+    /// device is the last resort — a live device that lost the chunk (a torn write, a
+    /// wiped disk) can hold its replacement, and when every other active member already
+    /// holds a chunk it is the only place one can go (simulator seed 1352: four members,
+    /// one retiring, a store's chunk lost on a device holding it — no other target, so the
+    /// store stayed on two chunks and its retiring manager was never migrated).
+    fn replacement(&self, store: StoreId, chunks: &[ChunkId], old: ChunkId) -> Option<DeviceId> {
+        let others: BTreeSet<DeviceId> = (chunks.iter())
+            .filter(|c| **c != old)
+            .map(|c| c.device)
+            .collect();
+        let ranked = self.cfg.cluster.ranked_devices(store);
+        (ranked.iter().enumerate())
+            .filter(|(_, d)| self.candidate(**d) && !others.contains(d))
+            .min_by_key(|(rank, d)| (**d == old.device, self.load(**d), *rank))
+            .map(|(_, d)| *d)
+    }
+
     /// The decision for one store, if any, and whether it is a balancing move.
     fn decide(&self, manager: DeviceId, r: &StoreReport) -> Option<(Decision, bool)> {
         let t = &self.cfg.timing;
@@ -399,7 +418,10 @@ impl View<'_> {
         };
         // A chunk failed for two lease lengths.
         if let Some((old, _)) = r.failed.iter().find(|(_, age)| *age >= t.lease * 2) {
-            return Some((replace(*old, self.target(r.store, &holders)?), false));
+            return Some((
+                replace(*old, self.replacement(r.store, &r.chunks, *old)?),
+                false,
+            ));
         }
         if !r.failed.is_empty() {
             return None;
@@ -494,5 +516,37 @@ mod tests {
         assert!(c.members.retired.contains(&d(1)));
         members = c.members.clone();
         assert!(!members.contains(d(1)));
+    }
+    // DESIGN §6: a lost chunk is replaced even when every other active member holds one
+    // of the store's chunks — on the device that lost it (simulator seed 1352).
+    #[test]
+    fn coordinator_replaces_a_lost_chunk_on_its_own_device_when_no_other_is_free() {
+        let cfg = DeviceConfig::new(d(1), ClusterConfig::new(4, 1, 3));
+        let term = Term { n: 3, leader: d(1) };
+        let mut members = Members::bootstrap(&[d(1), d(2), d(3), d(4)]);
+        assert!(members.start_retiring(term, d(4), 3));
+        let mut c = Coordinator::default();
+        let t0 = Instant(1_000_000);
+        c.start(term, t0, &cfg, &members);
+        let at = t0 + Duration::from_secs(2);
+        for i in 1..=4 {
+            c.on_member(at, d(i), term, if i == 4 { 0 } else { 1 }, &members);
+        }
+        let mut r = report(0, &[1, 2, 3]);
+        let lost = r.chunks[1];
+        r.failed = vec![(lost, cfg.timing.lease * 2)];
+        c.on_store(at, d(4), term, r);
+        let round = c.on_tick(at + Duration::from_millis(1), &cfg);
+        assert_eq!(
+            round.decisions,
+            vec![Decision {
+                to: d(4),
+                cmd: PolicyCommand::ReplaceChunk {
+                    store: StoreId(0),
+                    old: lost,
+                    device: d(2),
+                },
+            }]
+        );
     }
 }
