@@ -1367,6 +1367,7 @@ impl World {
         let store = StoreId(r.below(self.cfg.stores as u64) as u32);
         let key = r.below(self.knobs.keys_per_store);
         let via = DeviceId(1 + r.below(self.cfg.devices));
+        let via = self.client_endpoint(via);
         self.writes.insert(
             req,
             ClientWrite {
@@ -1406,7 +1407,10 @@ impl World {
         }
         let via = match hint {
             Some(h) if self.nodes.contains_key(&h) => h,
-            _ => DeviceId(1 + self.workload_rng.below(self.cfg.devices)),
+            _ => {
+                let drawn = DeviceId(1 + self.workload_rng.below(self.cfg.devices));
+                self.client_endpoint(drawn)
+            }
         };
         self.client_send(req, via);
     }

@@ -121,7 +121,10 @@ impl World {
         let k = self.lock_knobs.clone();
         for c in 0..k.clients {
             let store = StoreId(self.lock_rng.below(k.stores_used as u64) as u32);
-            let target = DeviceId(1 + self.lock_rng.below(self.cfg.devices));
+            let target = {
+                let drawn = DeviceId(1 + self.lock_rng.below(self.cfg.devices));
+                self.client_endpoint(drawn)
+            };
             let pipeline = self
                 .pipe_rng
                 .chance(k.pipelined_p)
@@ -415,7 +418,10 @@ impl World {
     pub(super) fn retarget(&mut self, c: usize, hint: Option<DeviceId>) {
         let to = match hint {
             Some(h) if self.nodes.contains_key(&h) => h,
-            _ => DeviceId(1 + self.lock_rng.below(self.cfg.devices)),
+            _ => {
+                let drawn = DeviceId(1 + self.lock_rng.below(self.cfg.devices));
+                self.client_endpoint(drawn)
+            }
         };
         self.lock_clients[c].target = to;
     }

@@ -52,6 +52,24 @@ impl World {
         active[(drawn.0 % active.len() as u64) as usize]
     }
 
+    /// The device a client addresses when it drew `drawn` from the bootstrap devices:
+    /// `drawn` if it is in the newest record, else a member chosen from it (no draw, so a
+    /// run without membership changes draws as before). Clients know the current member
+    /// list, as etcd clients sync their endpoints from the cluster (simulator seed 1210:
+    /// four of the five bootstrap devices retired, spares admitted, and a watcher drawing
+    /// only among the bootstrap ids reached a running device too rarely to catch up).
+    pub(super) fn client_endpoint(&self, drawn: DeviceId) -> DeviceId {
+        let rec = self.members.newest();
+        if rec.contains(drawn) {
+            return drawn;
+        }
+        let ids = rec.ids();
+        if ids.is_empty() {
+            return drawn;
+        }
+        ids[(drawn.0 % ids.len() as u64) as usize]
+    }
+
     /// The operator asks for a membership change: add a spare, or remove an active
     /// member if enough running active members stay.
     pub(super) fn membership_change(&mut self) {

@@ -178,7 +178,10 @@ impl World {
             let keys = (0..k.keys_per_dir)
                 .flat_map(|j| [format!("/{g}/a/o{j}"), format!("/{g}/b/o{j}")])
                 .collect();
-            let target = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+            let target = {
+                let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                self.client_endpoint(drawn)
+            };
             let with_session = self.obj_rng.chance(k.session_p);
             self.obj_clients.push(ObjClient {
                 store,
@@ -200,7 +203,10 @@ impl World {
             let g = segment_for(store, self.cfg.stores);
             for (prefix, whole) in [("/".to_string(), true), (format!("/{g}/a"), false)] {
                 let w = self.obj_watchers.len();
-                let target = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                let target = {
+                    let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                    self.client_endpoint(drawn)
+                };
                 self.obj_watchers.push(Watcher {
                     store,
                     prefix,
@@ -490,7 +496,10 @@ impl World {
     fn obj_retarget(&mut self, owner: Owner, hint: Option<DeviceId>) {
         let to = match hint {
             Some(h) if self.nodes.contains_key(&h) => h,
-            _ => DeviceId(1 + self.obj_rng.below(self.cfg.devices)),
+            _ => {
+                let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                self.client_endpoint(drawn)
+            }
         };
         match owner {
             Owner::Client(c) => self.obj_clients[c].target = to,
