@@ -16,6 +16,7 @@ use rcgen::{
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use tenure_core::ids::DeviceId;
 
 /// Why a certificate could not be made, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +169,33 @@ impl Authority {
         cert: &Path,
         key: &Path,
     ) -> Result<(), CertError> {
+        self.issue_names(name, &[], addrs, cert, key)
+    }
+
+    /// Issue device `id`'s certificate: as [`Authority::issue`], and naming the device
+    /// ([`crate::tls::peer_name`]), which its peers check on the peer port — a device
+    /// holding a certificate of the cluster's CA can speak only for itself.
+    pub fn issue_device(
+        &self,
+        id: DeviceId,
+        addrs: &[IpAddr],
+        cert: &Path,
+        key: &Path,
+    ) -> Result<(), CertError> {
+        let name = format!("tenure device {id}");
+        self.issue_names(&name, &[crate::tls::peer_name(id)], addrs, cert, key)
+    }
+
+    fn issue_names(
+        &self,
+        name: &str,
+        names: &[String],
+        addrs: &[IpAddr],
+        cert: &Path,
+        key: &Path,
+    ) -> Result<(), CertError> {
         let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        sans.extend(names.iter().cloned());
         for a in addrs {
             let a = a.to_string();
             if !sans.contains(&a) {

@@ -12,6 +12,7 @@
 //! The files come from the `[tls]` section of the configuration ([`TlsFiles`]); without it
 //! both ports are plaintext. `tenure cluster up` generates them ([`crate::certs`]).
 
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::SocketAddr;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tenure_client::tls::{Identity, TlsError, load_roots, provider};
+use tenure_core::ids::DeviceId;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -137,7 +139,32 @@ pub enum Conn {
     Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
 }
 
+/// The name a device's certificate carries for its id (a DNS subject alternative name no
+/// resolver is ever asked about). The peer port checks it both ways: a dialer verifies
+/// that the device answering is the one it dialed, an acceptor that the certificate of
+/// the device saying `Hello` names that device.
+pub fn peer_name(id: DeviceId) -> String {
+    format!("{id}.peers.tenure")
+}
+
+/// Whether `cert` (already verified against the CA by the handshake) names device `id`.
+pub fn names_device(cert: &CertificateDer<'_>, id: DeviceId) -> bool {
+    let Ok(name) = ServerName::try_from(peer_name(id)) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(cert)
+        .is_ok_and(|ee| ee.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
 impl Conn {
+    /// The certificate the other side presented (TLS only).
+    pub fn peer_certificate(&self) -> Option<&CertificateDer<'static>> {
+        match self {
+            Conn::Plain(_) => None,
+            Conn::Tls(s) => s.get_ref().1.peer_certificates()?.first(),
+        }
+    }
+
     fn tcp(&self) -> &TcpStream {
         match self {
             Conn::Plain(s) => s,

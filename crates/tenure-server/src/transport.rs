@@ -35,7 +35,7 @@
 //! or claims another sender closes that connection with a logged reason and changes
 //! nothing else.
 
-use crate::tls::{Conn as Stream, PeerTls};
+use crate::tls::{Conn as Stream, PeerTls, names_device, peer_name};
 use crate::wire::{self, Frame};
 use futures::{SinkExt, StreamExt};
 use std::collections::{HashMap, HashSet};
@@ -351,6 +351,17 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, stop: Cancellat
                     return;
                 }
             };
+            // With mutual TLS, the certificate must name the device the `Hello` claims.
+            if cfg.tls.is_some()
+                && !(conn.get_ref().peer_certificate()).is_some_and(|c| names_device(c, peer))
+            {
+                metrics::counter!("tenure_peer_tls_failures_total").increment(1);
+                let why = format!(
+                    "its certificate does not name device {peer} (a device speaks only for itself)"
+                );
+                reject(remote, &why);
+                return;
+            }
             let (slot, removed) = {
                 let table = shared.table();
                 let slot = table.peers.get(&peer).map(|p| p.accepted.clone());
@@ -606,7 +617,7 @@ where
 const TLS_REFUSED: &str = "TLS handshake refused";
 
 /// Connect to `peer` (with TLS when configured: its certificate must be of the CA and
-/// name `addr`) and exchange `Hello`s.
+/// name `peer`, [`peer_name`]) and exchange `Hello`s.
 async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result<Conn, String> {
     let me = cfg.me;
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
@@ -614,7 +625,9 @@ async fn dial(cfg: &TransportConfig, peer: DeviceId, addr: SocketAddr) -> Result
     let stream = match &cfg.tls {
         None => Stream::Plain(stream),
         Some(tls) => {
-            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            // The device answering must be the one dialed: its certificate names it.
+            let name = rustls::pki_types::ServerName::try_from(peer_name(peer))
+                .map_err(|e| format!("{TLS_REFUSED}: {e}"))?;
             let s = tls.connector.connect(name, stream).await.map_err(|e| {
                 metrics::counter!("tenure_peer_tls_failures_total").increment(1);
                 // A TLS error (a certificate of another CA, plaintext) rather than a
@@ -692,13 +705,22 @@ mod tests {
     /// Mutual TLS settings for device `id` with a certificate of the CA in `ca_dir`,
     /// trusting the CA in `trust_dir`.
     fn peer_tls(ca_dir: &std::path::Path, trust_dir: &std::path::Path, id: u64) -> PeerTls {
+        peer_tls_naming(ca_dir, trust_dir, id, id)
+    }
+
+    /// Device `id`'s settings with a certificate naming device `named`.
+    fn peer_tls_naming(
+        ca_dir: &std::path::Path,
+        trust_dir: &std::path::Path,
+        id: u64,
+        named: u64,
+    ) -> PeerTls {
         let ca = crate::certs::Authority::load(ca_dir).unwrap();
         let (cert, key) = (
-            ca_dir.join(format!("d{id}.pem")),
-            ca_dir.join(format!("d{id}.key")),
+            ca_dir.join(format!("d{id}-as-d{named}.pem")),
+            ca_dir.join(format!("d{id}-as-d{named}.key")),
         );
-        ca.issue(&format!("tenure device {id}"), &[], &cert, &key)
-            .unwrap();
+        ca.issue_device(DeviceId(named), &[], &cert, &key).unwrap();
         crate::tls::DeviceTls::load(&crate::tls::TlsFiles {
             ca: trust_dir.join(crate::certs::CA_CERT),
             cert,
@@ -773,6 +795,65 @@ mod tests {
         // The members still talk.
         assert!(a.t.send(DeviceId(2), alive(5)));
         assert_eq!(recv(&mut b).await, (DeviceId(1), alive(5)));
+        stop.cancel();
+    }
+
+    /// A certificate of the cluster's CA speaks only for the device it names: device 1
+    /// holding device 2's certificate is refused by the devices it dials (its `Hello`
+    /// says d1), and device 4 holding device 3's is refused by the devices dialing it
+    /// (they dialed d4); the genuine devices go on talking.
+    #[tokio::test]
+    async fn transport_with_mutual_tls_refuses_a_certificate_naming_another_device() {
+        let ca = tempfile::tempdir().unwrap();
+        crate::certs::Authority::create(ca.path()).unwrap();
+        let stop = CancellationToken::new();
+        let ls: Vec<TcpListener> =
+            futures::future::join_all((0..4).map(|_| TcpListener::bind("127.0.0.1:0")))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        let addrs: Vec<SocketAddr> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
+        let all = |me: u64| -> Vec<(u64, SocketAddr)> {
+            (1..=4u64)
+                .filter(|d| *d != me)
+                .map(|d| (d, addrs[d as usize - 1]))
+                .collect()
+        };
+        let mut ls = ls.into_iter();
+        let o = ca.path();
+        let mut n1 = tls_node(
+            1,
+            all(1),
+            ls.next().unwrap(),
+            peer_tls_naming(o, o, 1, 2),
+            &stop,
+        );
+        let mut n2 = tls_node(2, all(2), ls.next().unwrap(), peer_tls(o, o, 2), &stop);
+        let mut n3 = tls_node(3, all(3), ls.next().unwrap(), peer_tls(o, o, 3), &stop);
+        let mut n4 = tls_node(
+            4,
+            all(4),
+            ls.next().unwrap(),
+            peer_tls_naming(o, o, 4, 3),
+            &stop,
+        );
+        assert!(n2.t.send(DeviceId(3), alive(1)));
+        assert_eq!(recv(&mut n3).await, (DeviceId(2), alive(1)));
+        assert!(n3.t.send(DeviceId(2), alive(2)));
+        assert_eq!(recv(&mut n2).await, (DeviceId(3), alive(2)));
+        // Lower ids dial: device 1 dials 2 and 3; 2 and 3 dial device 4.
+        assert!(n1.t.send(DeviceId(2), alive(3)));
+        assert!(n1.t.send(DeviceId(3), alive(4)));
+        assert!(n2.t.send(DeviceId(4), alive(5)));
+        assert!(n3.t.send(DeviceId(4), alive(6)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(n2.inbox.try_recv().is_err(), "nothing from device 1 to 2");
+        assert!(n3.inbox.try_recv().is_err(), "nothing from device 1 to 3");
+        assert!(n4.inbox.try_recv().is_err(), "nothing reaches device 4");
+        assert!(n1.inbox.try_recv().is_err(), "nothing reaches device 1");
+        assert!(n2.t.send(DeviceId(3), alive(7)));
+        assert_eq!(recv(&mut n3).await, (DeviceId(2), alive(7)));
         stop.cancel();
     }
 

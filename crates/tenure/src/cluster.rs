@@ -197,8 +197,8 @@ pub(crate) fn issue(ca: &Authority, cfg: &ServerConfig) -> anyhow::Result<TlsFil
         key: dir.join("device.key"),
     };
     let addrs = [cfg.peer_listen.ip(), cfg.client_listen.ip()];
-    ca.issue(
-        &format!("tenure device {}", cfg.id),
+    ca.issue_device(
+        tenure_core::ids::DeviceId(cfg.id),
         &addrs,
         &files.cert,
         &files.key,
