@@ -27,6 +27,7 @@ pub mod cluster_api;
 pub mod config;
 pub mod driver;
 pub mod elections;
+pub mod fuzz;
 pub mod grpc;
 pub mod lookup;
 pub mod objects;

@@ -214,15 +214,7 @@ impl Wal {
     /// [`Self::fits`].
     pub fn append(&mut self, payload: &[u8]) -> Result<(), WalError> {
         assert!(self.fits(payload.len()), "record does not fit in the log");
-        self.buf.clear();
-        self.buf
-            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        self.buf.extend_from_slice(&[0; 4]);
-        self.buf.extend_from_slice(&self.generation.to_le_bytes());
-        self.buf.extend_from_slice(&self.seq.to_le_bytes());
-        self.buf.extend_from_slice(payload);
-        let crc = crc32fast::hash(&self.buf[8..]);
-        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        encode_record(&mut self.buf, self.generation, self.seq, payload);
         let io = |source| WalError::Io {
             path: self.path.clone(),
             source,
@@ -274,9 +266,22 @@ impl Wal {
     }
 }
 
+/// Write record `seq` of `generation` carrying `payload` into `buf` (cleared first): length,
+/// CRC-32 of what follows it, generation, sequence number, payload.
+pub fn encode_record(buf: &mut Vec<u8>, generation: u64, seq: u64, payload: &[u8]) {
+    buf.clear();
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&[0; 4]);
+    buf.extend_from_slice(&generation.to_le_bytes());
+    buf.extend_from_slice(&seq.to_le_bytes());
+    buf.extend_from_slice(payload);
+    let crc = crc32fast::hash(&buf[8..]);
+    buf[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// The payloads of the leading run of valid records of `generation`, and the offset
 /// after the last one.
-fn scan(bytes: &[u8], generation: u64) -> (Vec<Vec<u8>>, u64) {
+pub fn scan(bytes: &[u8], generation: u64) -> (Vec<Vec<u8>>, u64) {
     let mut out = Vec::new();
     let mut at = 0usize;
     while let Some(h) = bytes.get(at..at + HEADER) {

@@ -24,4 +24,4 @@ pub mod world;
 pub use checks::{Violation, ViolationKind};
 pub use knobs::Pipelining;
 pub use sweep::{Summary, sweep};
-pub use world::{Outcome, RunReport, SimConfig, SimError, WorldKind, run};
+pub use world::{Captured, Outcome, RunReport, SimConfig, SimError, WorldKind, run};

@@ -149,6 +149,35 @@ pub struct SimConfig {
     /// Return the lock history in the report.
     #[serde(skip)]
     pub keep_history: bool,
+    /// Keep up to this many peer messages and persistence records of each shape in the
+    /// report ([`Captured`]): real encodings for the decoders' fuzzing corpus.
+    #[serde(skip)]
+    pub capture: usize,
+}
+
+/// Peer messages and persistence records a run produced, a few of each shape (its
+/// `Debug` text without digits).
+#[derive(Clone, Debug, Default)]
+pub struct Captured {
+    /// Messages devices sent each other.
+    pub msgs: Vec<tenure_core::msg::Msg>,
+    /// Records devices persisted.
+    pub persists: Vec<tenure_core::PersistOp>,
+    shapes: BTreeMap<String, usize>,
+}
+
+impl Captured {
+    /// Whether another value of this shape is kept (at most `per_shape`).
+    fn wants(&mut self, debug: String, per_shape: usize) -> bool {
+        let shape: String = debug
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .take(160)
+            .collect();
+        let n = self.shapes.entry(shape).or_default();
+        *n += 1;
+        *n <= per_shape
+    }
 }
 
 impl SimConfig {
@@ -175,6 +204,7 @@ impl SimConfig {
             crash_manager_at_us: None,
             trace: false,
             keep_history: false,
+            capture: 0,
         }
     }
 
@@ -311,6 +341,9 @@ pub struct RunReport {
     /// The event trace, if asked for.
     #[serde(skip)]
     pub trace: String,
+    /// Messages and records kept for a fuzzing corpus ([`SimConfig::capture`]).
+    #[serde(skip)]
+    pub captured: Captured,
     /// The lock history (operations as clients saw them), if asked for.
     #[serde(skip)]
     pub lock_history:
@@ -1065,6 +1098,11 @@ impl World {
             match o {
                 Output::Persist(op) => {
                     effects = true;
+                    if self.cfg.capture > 0
+                        && (self.report.captured).wants(format!("{op:?}"), self.cfg.capture)
+                    {
+                        self.report.captured.persists.push(op.clone());
+                    }
                     self.nodes.get_mut(&d).expect("node").disk.apply(&op);
                     if let tenure_core::PersistOp::BlockDelete { chunk, ids } = &op {
                         self.obj_on_block_delete(d, *chunk, ids);
@@ -1072,6 +1110,11 @@ impl World {
                 }
                 Output::Send { to, msg } => {
                     effects |= crate::snapshot::carried(&msg).is_some();
+                    if self.cfg.capture > 0
+                        && (self.report.captured).wants(format!("{msg:?}"), self.cfg.capture)
+                    {
+                        self.report.captured.msgs.push(msg.clone());
+                    }
                     self.obj_on_send(d, &msg);
                     self.send(d, to, msg)
                 }

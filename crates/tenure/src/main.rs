@@ -8,6 +8,7 @@ mod client_cmds;
 mod cluster;
 mod cluster_members;
 mod elect_cmds;
+mod fuzz_cmd;
 mod lab_cmd;
 mod lock_cmds;
 mod lookup_cmds;
@@ -38,6 +39,9 @@ enum Command {
     Sim(sim_cmd::SimArgs),
     /// The seeds' tables measured: mutual exclusion, elections, SafeTalk, update cost.
     Lab(lab_cmd::LabArgs),
+    /// Mutated inputs against the decoders of untrusted bytes (peer frames, the log,
+    /// snapshot parts, lock names).
+    Fuzz(fuzz_cmd::FuzzArgs),
     /// Run one device (server process) from a TOML configuration.
     Server(server_cmd::ServerArgs),
     /// A local cluster of device processes on 127.0.0.1: up, down, status, add, remove.
@@ -104,6 +108,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Lab(args) => lab_cmd::run_lab(args),
+        Command::Fuzz(args) => fuzz_cmd::run(args),
         Command::Server(args) => server_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cluster(args) => cluster::run(args).map(|()| ExitCode::SUCCESS),
         Command::Write(args) => client_cmds::write(args).map(|()| ExitCode::SUCCESS),
