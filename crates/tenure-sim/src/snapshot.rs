@@ -378,9 +378,6 @@ pub struct CutTracker {
     logs: BTreeMap<(SnapshotId, DeviceId), Log>,
     parts: BTreeMap<SnapshotId, BTreeMap<DeviceId, PartInfo>>,
     started: BTreeMap<SnapshotId, Started>,
-    /// Devices that retired (DESIGN §6), with the tick their process stopped at: a cut
-    /// taken after has no part of theirs, and what they received came before it.
-    gone: BTreeMap<DeviceId, u64>,
     /// Facts a restore is judged by.
     pub facts: Facts,
     /// Counts.
@@ -536,11 +533,6 @@ impl CutTracker {
             .entry(id)
             .or_default()
             .insert(d, PartInfo { record, part, seqs });
-    }
-
-    /// Device `d` retired: its process stopped for good at output `tick`.
-    pub fn retired(&mut self, d: DeviceId, tick: u64) {
-        self.gone.insert(d, tick);
     }
 
     /// Device `d` crashed: it records nothing more in that boot.
@@ -833,13 +825,15 @@ impl CutTracker {
         if let Some(why) = &r.unmanaged {
             found.push(fail(format!("no working manager: {why}")));
         }
-        // A device with no part had retired: before the cut if it stopped before the
-        // first record.
+        // A device with no part (retired, down, or not a member the initiator asked): what
+        // it did before the first record of the cut came before the cut — nothing after a
+        // record can have caused it (simulator seed 1320: a manager received a write,
+        // crashed, restarted and was retired; a cut taken then held the write through the
+        // chunks it had reached, and its part was rightly missing).
         let first_record = cut.ticks.values().copied().min().unwrap_or(0);
-        let gone = &self.gone;
         let before = |d: &DeviceId, tick: u64| match cut.ticks.get(d) {
             Some(t) => tick < *t,
-            None => gone.get(d).is_some_and(|s| *s < first_record && tick < *s),
+            None => tick < first_record,
         };
         let last = cut.ticks.values().copied().max().unwrap_or(0);
         let f = &self.facts;

@@ -82,6 +82,10 @@ pub struct SimArgs {
     /// No object clients or watchers in the stores' world.
     #[arg(long)]
     no_objects: bool,
+    /// No membership changes (spare devices, adds and removes) in the stores' world:
+    /// the runs of the simulator tests that leave them out.
+    #[arg(long)]
+    no_membership: bool,
     /// Which lock clients pipeline requests on their session stream.
     #[arg(long, value_enum, default_value_t = Pipeline::Drawn)]
     pipelining: Pipeline,
@@ -256,6 +260,7 @@ impl SimArgs {
         c.faults = !self.calm;
         c.writes = !self.no_writes;
         c.objects = !self.no_objects;
+        c.membership = !self.no_membership;
         c.pipelining = match self.pipelining {
             Pipeline::Drawn => Pipelining::Drawn,
             Pipeline::Off => Pipelining::Off,
@@ -300,6 +305,9 @@ impl SimArgs {
         }
         if self.no_objects && self.world == World::Stores {
             s.push_str(" --no-objects");
+        }
+        if self.no_membership && self.world == World::Stores {
+            s.push_str(" --no-membership");
         }
         if self.pipelining != Pipeline::Drawn {
             s.push_str(" --pipelining ");

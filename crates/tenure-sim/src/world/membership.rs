@@ -206,7 +206,6 @@ impl World {
         node.held = None;
         node.torn_crash = None;
         self.cuts.crashed(d);
-        self.cuts.retired(d, self.tick);
         self.members.stats.retirements += 1;
         self.trace(|| format!("{d} retired: its process stops for good"));
     }
