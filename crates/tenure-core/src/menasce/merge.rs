@@ -75,7 +75,9 @@ impl Site {
     /// Whether `lock` is local to a component whose up list is `up` (§2: `LOC(P)` is
     /// contained in it). Always true when locality is not enforced.
     pub fn is_local(&self, lock: LockId, up: &[DeviceId]) -> bool {
-        self.settings.copies.is_none() || self.loc(lock).iter().all(|s| up.contains(s))
+        self.settings.copies.is_none()
+            || self.planted.ignore_locality
+            || self.loc(lock).iter().all(|s| up.contains(s))
     }
 
     /// A site's priority in the P-S connection protocol: distinct per site.

@@ -516,8 +516,9 @@ pub struct PlantedBugs {
     /// LCM: an LC in ATTEMPT rejects every LUM, a higher-priority one too (no LUM/CC;MA
     /// transition), so a cycle of attempts never breaks.
     pub attempt_rejects_every_lum: bool,
-    /// LCM: the LC grants locks that are not local to its component.
-    pub grant_non_local: bool,
+    /// LCM: locality is not enforced — the LC grants locks that are not local to its
+    /// component and keeps them at the merge.
+    pub ignore_locality: bool,
     /// LCM: the SYT carries the primary's LOCK table only, not the union.
     pub syt_drops_secondary_table: bool,
 }

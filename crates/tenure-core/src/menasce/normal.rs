@@ -13,7 +13,7 @@ impl Site {
     /// LOCK to every LLC in its up list; the lock is granted when all have accepted.
     pub fn lock(&mut self, now: Instant, lock: LockId) -> Result<Seq, MenasceError> {
         self.check_lc()?;
-        if !self.planted.grant_non_local && !self.is_local(lock, &self.up) {
+        if !self.is_local(lock, &self.up) {
             return Err(MenasceError::NotLocal(lock));
         }
         let busy =

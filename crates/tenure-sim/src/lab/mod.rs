@@ -13,6 +13,7 @@
 //!   a manager crash. The logical component merge (§4.5) is not built.
 
 pub mod election;
+pub mod merge_sim;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
