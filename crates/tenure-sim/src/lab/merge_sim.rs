@@ -244,6 +244,9 @@ pub struct MergeRun {
     pub wya_period_us: u64,
     /// Size of the first merge's primary and secondary components.
     pub first_merge: Option<(u64, u64)>,
+    /// From the first WERE YOU ALIVE sent after the heal to the first merge's
+    /// completion (the SYT back at LC1) (µs).
+    pub first_merge_us: Option<u64>,
     /// Locks granted in the components before the heal.
     pub granted_before_heal: u64,
     /// SYT installations and locks checked.
@@ -341,6 +344,7 @@ pub fn run(sc: &MergeScenario, seed: u64) -> MergeRun {
     };
     // The LC each component's requests go to (the primary after a merge).
     let mut lc_of: Vec<DeviceId> = lcs.clone();
+    let mut first_wya_us: Option<u64> = None;
     let mut size_of: BTreeMap<DeviceId, u64> =
         (lcs.iter().zip(&sc.sizes)).map(|(l, s)| (*l, *s)).collect();
     loop {
@@ -408,6 +412,9 @@ pub fn run(sc: &MergeScenario, seed: u64) -> MergeRun {
                             checker.installed(&sites[&s], primary, secondary);
                             syt_at = None;
                         }
+                        if healed && matches!(msg, MenasceMsg::WereYouAlive) {
+                            first_wya_us.get_or_insert(now);
+                        }
                         if healed && msg.is_merge() {
                             out.messages += 1;
                             *out.by_name.entry(msg.name()).or_default() += 1;
@@ -438,6 +445,9 @@ pub fn run(sc: &MergeScenario, seed: u64) -> MergeRun {
                         out.merges += 1;
                         let (a, b) = (size_of[&s], size_of[&secondary]);
                         out.first_merge.get_or_insert((a, b));
+                        if let Some(w) = first_wya_us {
+                            out.first_merge_us.get_or_insert(now - w);
+                        }
                         size_of.insert(s, a + b);
                         for l in lc_of.iter_mut() {
                             if *l == secondary {
