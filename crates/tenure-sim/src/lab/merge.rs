@@ -6,8 +6,8 @@
 //! those `n1 + n2` sites: LC1's WYA round goes to the `n2` sites not in its up list,
 //! each answers YIW (C2 is NORMAL); then one LUM, one MA, one RTM; the SYT visits
 //! `TEMP_U = U1 ∪ U2` once (`n1 + n2` messages, the last back to LC1) with a source
-//! acknowledgment from every site but LC2's successor-of-last, as for the NA (`n1 + n2 −
-//! 2`). In all `2·n1 + 4·n2 + 1` messages, and `(n1 + n2 + 4)τ` from LC1's WYA to the
+//! acknowledgment to LC1 from every site it passes but the last, whose forward to LC1 is
+//! its acknowledgment, as for the NA (`n1 + n2 − 2`). In all `2·n1 + 4·n2 + 1` messages, and `(n1 + n2 + 4)τ` from LC1's WYA to the
 //! SYT's return (WYA, YIW, LUM, MA/RTM, then the cycle), plus up to `2τ` while the LCs
 //! complete a request outstanding at the connection.
 //!
