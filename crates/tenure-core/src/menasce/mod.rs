@@ -25,20 +25,39 @@
 //!   ACCEPT for each outstanding request. With no reply naming a component in NORMAL
 //!   status it becomes the LC of a component of its own.
 //!
-//! The logical component merge (§4.5) is not built.
+//! - **Logical component merge** (§4.5; [`merge`], [`syt`]): an LC in NORMAL status
+//!   sends WERE YOU ALIVE to every site not in its up list; a site of a NORMAL component
+//!   answers YES I WAS with its LC's id. The LC then attempts a primary-secondary (P-S)
+//!   connection with LET US MERGE; the other LC answers MERGE ACCEPTED, MERGE ATTEMPT
+//!   REJECTED, or — when it was itself attempting a connection and the LUM comes from a
+//!   higher-priority LC — breaks its own attempt with CLOSE CONNECTION and accepts
+//!   (Figure 3). Both LCs stop taking requests, release the locks that are no longer
+//!   local, complete the outstanding ones; the secondary sends READY TO MERGE with its
+//!   up list and LOCK table, and the primary sends SUBSTITUTE YOUR TABLE round
+//!   `TEMP_U = U1 ∪ U2` with the union of the LOCK tables, the new up list and itself as
+//!   the new LC.
 //!
-//! Every lock is relevant to every site (full replication: `LOC(P)` is every site), so
-//! a request goes to the whole up list. Contract, in the manner of quinn-proto: commands
+//! Every lock is relevant to every site (full replication) unless [`Settings::copies`]
+//! places each lock's data on a few sites (`LOC(P)`), so a request goes to the whole up
+//! list. With `copies` set the LC grants only *local* locks (`LOC(P)` inside its up
+//! list, §2), which is what keeps locks granted in different components from ever
+//! conflicting (§6, Theorem 8); without it locality is not enforced, as the recovery
+//! experiment needs no partitions. Contract, in the manner of quinn-proto: commands
 //! [`Site::lock`], [`Site::release`] (an application program's LOCK REQUEST and RELEASE
 //! REQUEST at the LC), [`Site::detect_lc_crash`] (an application program timed out on
-//! the LC) and [`Site::recover`] (the node came up); inputs [`Site::handle_msg`] and
+//! the LC), [`Site::recover`] (the node came up) and
+//! [`Site::start_reconnection_detection`] (the periodic WYA); inputs [`Site::handle_msg`] and
 //! [`Site::handle_timeout`]; outputs [`Site::poll_output`] and [`Site::poll_timeout`]. A
 //! driver drains `poll_output` after every call.
 
+mod merge;
+#[cfg(test)]
+mod merge_tests;
 mod na_cycle;
 mod nomination;
 mod normal;
 mod snr;
+mod syt;
 #[cfg(test)]
 mod tests;
 mod update;
@@ -82,6 +101,26 @@ pub struct Na {
     /// Locks to delete from every LOCK table.
     pub r: Pending,
     /// The highest sequence number any visited site has seen.
+    pub max_seq: Seq,
+}
+
+/// The SUBSTITUTE YOUR TABLE message (§4.5): it circulates once through
+/// `TEMP_U = U1 ∪ U2`, taking the merged LOCK table, the new up list and the new LC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Syt {
+    /// LC1, the primary: the new LC.
+    pub primary: DeviceId,
+    /// LC2, the secondary.
+    pub secondary: DeviceId,
+    /// The union of the two LOCK tables.
+    pub table: Pending,
+    /// `TEMP_U`, the new up list.
+    pub up: Vec<DeviceId>,
+    /// The cycle's order: LC2 first, then the rest of `TEMP_U` after LC1.
+    pub cycle: Vec<DeviceId>,
+    /// Sites that installed the table, in order.
+    pub visited: Vec<DeviceId>,
+    /// The highest sequence number either LC has used.
     pub max_seq: Seq,
 }
 
@@ -175,6 +214,47 @@ pub enum MenasceMsg {
     },
     /// WLC: WHO IS THE LC?
     WhoIsTheLc,
+    /// WYA: WERE YOU ALIVE, from an LC to a site not in its up list (§4.5).
+    WereYouAlive,
+    /// YIW: YES I WAS, from a site of a NORMAL component, with its LC.
+    YesIWas {
+        /// The answering site's LC (LC2).
+        lc: DeviceId,
+    },
+    /// LUM: LET US MERGE, from the would-be primary, with its up list `U1`.
+    LetUsMerge {
+        /// `U1`.
+        up: Vec<DeviceId>,
+    },
+    /// MA: MERGE ACCEPTED, from the secondary, with its up list `U2`.
+    MergeAccepted {
+        /// `U2`.
+        up: Vec<DeviceId>,
+    },
+    /// MAR: MERGE ATTEMPT REJECTED.
+    MergeAttemptRejected,
+    /// CC: CLOSE CONNECTION, from a would-be primary to its intended secondary.
+    CloseConnection,
+    /// RTM: READY TO MERGE, from the secondary once its outstanding requests are
+    /// complete: its up list and its LOCK table (the same at every site of C2).
+    ReadyToMerge {
+        /// `U2`.
+        up: Vec<DeviceId>,
+        /// LC2's LOCK table.
+        table: Pending,
+        /// LC2's highest sequence number.
+        max_seq: Seq,
+    },
+    /// SYT: SUBSTITUTE YOUR TABLE.
+    SubstituteYourTable(Box<Syt>),
+    /// A site's acknowledgment to the SYT's generator, after forwarding it (the circular
+    /// messages' source acknowledgment, §4.1).
+    SytForwarded {
+        /// The sites that installed the table, this one last.
+        visited: Vec<DeviceId>,
+        /// The site it went to.
+        to: DeviceId,
+    },
     /// The answer to WLC.
     TheLcIs {
         /// The LC the answering site knows, if any.
@@ -194,8 +274,8 @@ pub enum MenasceMsg {
 }
 
 impl MenasceMsg {
-    /// Whether this message belongs to the recovery mechanisms (LCR or SNR) rather than
-    /// to normal operation.
+    /// Whether this message belongs to the recovery mechanisms (LCR, SNR or LCM) rather
+    /// than to normal operation.
     pub fn is_recovery(&self) -> bool {
         !matches!(
             self,
@@ -213,6 +293,22 @@ impl MenasceMsg {
     /// acknowledgment for it is received"): the nominee's acknowledgment of an AN.
     pub fn is_transport_ack(&self) -> bool {
         matches!(self, MenasceMsg::NominationAcknowledged { .. })
+    }
+
+    /// Whether this message belongs to the logical component merge (§4.5).
+    pub fn is_merge(&self) -> bool {
+        matches!(
+            self,
+            MenasceMsg::WereYouAlive
+                | MenasceMsg::YesIWas { .. }
+                | MenasceMsg::LetUsMerge { .. }
+                | MenasceMsg::MergeAccepted { .. }
+                | MenasceMsg::MergeAttemptRejected
+                | MenasceMsg::CloseConnection
+                | MenasceMsg::ReadyToMerge { .. }
+                | MenasceMsg::SubstituteYourTable(_)
+                | MenasceMsg::SytForwarded { .. }
+        )
     }
 
     /// The seed's abbreviation.
@@ -236,6 +332,15 @@ impl MenasceMsg {
             MenasceMsg::TheLcIs { .. } => "WLC-reply",
             MenasceMsg::HiThere => "HT",
             MenasceMsg::LockTable { .. } => "LOCK table",
+            MenasceMsg::WereYouAlive => "WYA",
+            MenasceMsg::YesIWas { .. } => "YIW",
+            MenasceMsg::LetUsMerge { .. } => "LUM",
+            MenasceMsg::MergeAccepted { .. } => "MA",
+            MenasceMsg::MergeAttemptRejected => "MAR",
+            MenasceMsg::CloseConnection => "CC",
+            MenasceMsg::ReadyToMerge { .. } => "RTM",
+            MenasceMsg::SubstituteYourTable(_) => "SYT",
+            MenasceMsg::SytForwarded { .. } => "SYT-ack",
         }
     }
 }
@@ -262,6 +367,14 @@ pub enum MenasceOut {
     /// This site became the LC of its logical component (it sent RNA, or started a
     /// component of its own).
     BecameLc,
+    /// The SYT came back to this primary: the merge with `secondary`'s component is
+    /// complete and this site is the LC of the merged component.
+    Merged {
+        /// LC2.
+        secondary: DeviceId,
+        /// The merged component's up list.
+        up: Vec<DeviceId>,
+    },
 }
 
 /// The status of a site's component as the site sees it (§5.2).
@@ -273,6 +386,40 @@ pub enum Status {
     Recovery,
     /// Coming up: single node recovery in progress.
     Joining,
+    /// QUIESCENT (§5.2): an LC in a P-S connection, rejecting further requests while it
+    /// completes the outstanding ones and merges.
+    Quiescent,
+}
+
+/// The P-S connection states of an LC (§4.5, Figure 3). The e-arcs of §5.1 go from an
+/// LC in `ConnectionEstablished` or `Primary` to its secondary, the a-arcs from an LC in
+/// `Attempt` to its intended secondary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum PsState {
+    /// NORMAL: no connection attempted or established.
+    Normal,
+    /// ATTEMPT: LUM sent to `secondary`, MA or MAR awaited.
+    Attempt {
+        /// The intended secondary.
+        secondary: DeviceId,
+    },
+    /// CONNECTION ESTABLISHED, as the primary: MA received; completing the outstanding
+    /// requests and waiting for RTM.
+    ConnectionEstablished {
+        /// The secondary.
+        secondary: DeviceId,
+    },
+    /// PRIMARY in the merge phase: the SYT is circulating.
+    Primary {
+        /// The secondary.
+        secondary: DeviceId,
+    },
+    /// SECONDARY: MA sent; completing the outstanding requests, then RTM, then waiting
+    /// for the SYT.
+    Secondary {
+        /// The primary.
+        primary: DeviceId,
+    },
 }
 
 /// A command given at the wrong moment.
@@ -292,6 +439,10 @@ pub enum MenasceError {
     /// A release for a lock that is not granted.
     #[error("lock {0:?} is not granted")]
     NotLocked(LockId),
+    /// A lock request for data not all stored in the LC's component (§2: `LOC(P)` is not
+    /// inside the up list).
+    #[error("lock {0:?} is not local to the component")]
+    NotLocal(LockId),
 }
 
 /// Timing settings (the seed's timeouts).
@@ -314,6 +465,18 @@ pub struct Settings {
     pub confirm_timeout: Option<Duration>,
     /// How long a site coming up waits for answers to WLC and for the LOCK table.
     pub wlc_timeout: Duration,
+    /// How often an LC sends WERE YOU ALIVE to the sites not in its up list, once
+    /// [`Site::start_reconnection_detection`] has been called.
+    pub wya_period: Duration,
+    /// How long an LC waits in a P-S connection for the other LC's next message (MA or
+    /// MAR in ATTEMPT, RTM in CONNECTION ESTABLISHED, SYT in SECONDARY) before it takes
+    /// the other for crashed and aborts the merge; also how long the SYT's generator
+    /// waits for the cycle to progress.
+    pub merge_timeout: Duration,
+    /// `LOC(P)` (§2): each lock's data is on this many sites, consecutive in the
+    /// nomination order from site `P mod n`, and only local locks are granted. `None`:
+    /// every site holds everything and locality is not enforced.
+    pub copies: Option<u64>,
 }
 
 impl Settings {
@@ -326,6 +489,9 @@ impl Settings {
             recovery_timeout: tau * 40,
             confirm_timeout: None,
             wlc_timeout: tau * 4,
+            wya_period: tau * 40,
+            merge_timeout: tau * 40,
+            copies: None,
         }
     }
 
@@ -344,6 +510,17 @@ pub struct PlantedBugs {
     /// A site accepts every NA, whatever its trial list says, and never sends KILL NA
     /// (two LCs can come out of one recovery).
     pub accept_every_na: bool,
+    /// LCM: the LUM/CC;MA transition sends no CLOSE CONNECTION and keeps the attempt: an
+    /// MA that arrives for it later makes the site a primary while it is a secondary.
+    pub keep_attempt_on_lum: bool,
+    /// LCM: an LC in ATTEMPT rejects every LUM, a higher-priority one too (no LUM/CC;MA
+    /// transition), so a cycle of attempts never breaks.
+    pub attempt_rejects_every_lum: bool,
+    /// LCM: locality is not enforced — the LC grants locks that are not local to its
+    /// component and keeps them at the merge.
+    pub ignore_locality: bool,
+    /// LCM: the SYT carries the primary's LOCK table only, not the union.
+    pub syt_drops_secondary_table: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -358,6 +535,12 @@ enum Timer {
     Confirm,
     /// A site coming up: answers to WLC or the LOCK table are due.
     Wlc,
+    /// An LC: the next WERE YOU ALIVE round.
+    Wya,
+    /// An LC in a P-S connection: the other LC's next message is due.
+    Merge,
+    /// The SYT's generator: the cycle made no progress.
+    Syt,
 }
 
 /// The LC's record of a request in SafeTalk.
@@ -388,6 +571,23 @@ struct Generating {
     awaiting_ru: Option<BTreeSet<DeviceId>>,
     /// Sites that answered RU.
     ready: BTreeSet<DeviceId>,
+}
+
+/// An LC's part in a merge (§4.5) besides its P-S state.
+#[derive(Clone, Debug, Default)]
+struct Merging {
+    /// The other LC's up list (U2 at the primary, U1 at the secondary).
+    other_up: Vec<DeviceId>,
+    /// Primary: the secondary's READY TO MERGE (its LOCK table and highest sequence
+    /// number).
+    rtm: Option<(Pending, Seq)>,
+    /// Secondary: RTM sent.
+    rtm_sent: bool,
+    /// Primary in the merge phase: the last copy of the SYT acknowledged, and the site
+    /// it was last forwarded to.
+    syt: Option<(Syt, DeviceId)>,
+    /// Planted bug `keep_attempt_on_lum`: the attempt kept.
+    kept_attempt: Option<DeviceId>,
 }
 
 /// One site: its LLC, and its LC role when it is the LC.
@@ -424,6 +624,11 @@ pub struct Site {
     generating: Option<Generating>,
     /// A site coming up: HI THERE sent to this LC.
     said_hi: Option<DeviceId>,
+    /// The P-S connection state (Figure 3).
+    ps: PsState,
+    merging: Merging,
+    /// WERE YOU ALIVE is sent periodically.
+    detecting: bool,
     timers: BTreeMap<Timer, Instant>,
     out: VecDeque<MenasceOut>,
     /// Planted bugs.
@@ -453,6 +658,9 @@ impl Site {
             nominating: None,
             generating: None,
             said_hi: None,
+            ps: PsState::Normal,
+            merging: Merging::default(),
+            detecting: false,
             timers: BTreeMap::new(),
             out: VecDeque::new(),
             planted: PlantedBugs::default(),
@@ -477,6 +685,17 @@ impl Site {
     /// Whether this site is a working LC (NORMAL status, and it is its own LC).
     pub fn is_lc(&self) -> bool {
         self.status == Status::Normal && self.lc == Some(self.me)
+    }
+
+    /// Whether this site leads its component: a working LC, or one in QUIESCENT status
+    /// completing its outstanding requests for a merge.
+    fn leads(&self) -> bool {
+        self.lc == Some(self.me) && matches!(self.status, Status::Normal | Status::Quiescent)
+    }
+
+    /// The P-S connection state (§4.5, Figure 3).
+    pub fn ps_state(&self) -> PsState {
+        self.ps
     }
 
     /// The up list.
@@ -512,7 +731,7 @@ impl Site {
         match msg {
             AcceptLock { lock, seq, up } => self.on_accept(now, from, (lock, seq), up, true),
             AcceptRelease { lock, seq, up } => self.on_accept(now, from, (lock, seq), up, false),
-            LockAccepted { seq } | ReleaseAccepted { seq } => self.on_accepted(from, seq),
+            LockAccepted { seq } | ReleaseAccepted { seq } => self.on_accepted(now, from, seq),
             ConfirmLock { lock, seq } => self.on_confirm(from, lock, seq, true),
             ConfirmRelease { lock, seq } => self.on_confirm(from, lock, seq, false),
             AcceptNomination { old_lc, trial } => {
@@ -529,6 +748,17 @@ impl Site {
             TheLcIs { lc, normal } => self.on_the_lc_is(now, lc, normal),
             HiThere => self.on_hi_there(from),
             LockTable { table, up } => self.on_lock_table(from, table, up),
+            WereYouAlive => self.on_were_you_alive(from),
+            YesIWas { lc } => self.on_yes_i_was(now, lc),
+            LetUsMerge { up } => self.on_let_us_merge(now, from, up),
+            MergeAccepted { up } => self.on_merge_accepted(now, from, up),
+            MergeAttemptRejected => self.on_merge_attempt_rejected(from),
+            CloseConnection => self.on_close_connection(from),
+            ReadyToMerge { up, table, max_seq } => {
+                self.on_ready_to_merge(now, from, up, table, max_seq)
+            }
+            SubstituteYourTable(syt) => self.on_syt(*syt),
+            SytForwarded { visited, to } => self.on_syt_forwarded(now, visited, to),
         }
     }
 
@@ -546,6 +776,9 @@ impl Site {
                 Timer::Recovery => self.recovery_timeout(now),
                 Timer::Confirm => self.confirm_timeout(now),
                 Timer::Wlc => self.wlc_timeout(now),
+                Timer::Wya => self.wya_round(now),
+                Timer::Merge => self.merge_timeout(now),
+                Timer::Syt => self.syt_timeout(now),
             }
         }
     }

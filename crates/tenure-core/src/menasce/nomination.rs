@@ -107,7 +107,7 @@ impl Site {
     ) {
         // The working LC refuses a nomination to replace itself (the seed's check that
         // the old LC is actually dead, answered by the old LC itself).
-        if self.is_lc() && old_lc == self.me {
+        if self.leads() && old_lc == self.me {
             return;
         }
         self.send(
@@ -117,7 +117,7 @@ impl Site {
             },
         );
         let same = (self.generating.as_ref()).is_some_and(|g| g.last.trial == trial);
-        if same || (self.is_lc() && self.status == Status::Normal) {
+        if same || self.leads() {
             return;
         }
         self.accept_nomination(now, old_lc, trial);

@@ -13,6 +13,9 @@ impl Site {
     /// LOCK to every LLC in its up list; the lock is granted when all have accepted.
     pub fn lock(&mut self, now: Instant, lock: LockId) -> Result<Seq, MenasceError> {
         self.check_lc()?;
+        if !self.is_local(lock, &self.up) {
+            return Err(MenasceError::NotLocal(lock));
+        }
         let busy =
             self.table.contains_key(&lock) || self.outstanding.values().any(|o| o.lock == lock);
         if busy {
@@ -47,7 +50,7 @@ impl Site {
         }
     }
 
-    fn start_request(&mut self, _now: Instant, lock: LockId, lock_request: bool) -> Seq {
+    pub(super) fn start_request(&mut self, _now: Instant, lock: LockId, lock_request: bool) -> Seq {
         let seq = self.next_seq;
         self.next_seq = Seq(seq.0 + 1);
         self.see_seq(seq);
@@ -108,18 +111,20 @@ impl Site {
     }
 
     /// LC: LA or RA from an LLC.
-    pub(super) fn on_accepted(&mut self, from: DeviceId, seq: Seq) {
-        if !self.is_lc() {
+    /// A merging LC (QUIESCENT) completes its outstanding requests (§4.5).
+    pub(super) fn on_accepted(&mut self, now: Instant, from: DeviceId, seq: Seq) {
+        if !self.leads() {
             return;
         }
         if let Some(o) = self.outstanding.get_mut(&seq) {
             o.waiting.remove(&from);
         }
         self.maybe_confirm(seq);
+        self.merge_progress(now);
     }
 
     /// LC: every up LLC accepted `seq` — apply it, CONFIRM it, tell the application.
-    fn maybe_confirm(&mut self, seq: Seq) {
+    pub(super) fn maybe_confirm(&mut self, seq: Seq) {
         if !self
             .outstanding
             .get(&seq)

@@ -4,31 +4,35 @@
 
 use super::*;
 
-const MT: u64 = 1_000;
+pub(super) const MT: u64 = 1_000;
 
-fn d(i: u64) -> DeviceId {
+pub(super) fn d(i: u64) -> DeviceId {
     DeviceId(i)
 }
 
-struct Net {
-    now: u64,
-    sites: BTreeMap<DeviceId, Site>,
-    crashed: BTreeSet<DeviceId>,
-    queue: BTreeMap<(u64, u64), (DeviceId, DeviceId, MenasceMsg)>,
-    seq: u64,
+pub(super) struct Net {
+    pub(super) now: u64,
+    pub(super) sites: BTreeMap<DeviceId, Site>,
+    pub(super) crashed: BTreeSet<DeviceId>,
+    pub(super) queue: BTreeMap<(u64, u64), (DeviceId, DeviceId, MenasceMsg)>,
+    pub(super) seq: u64,
     /// Messages sent, by the seed's name.
-    sent: BTreeMap<&'static str, u64>,
-    became_lc: Vec<DeviceId>,
-    granted: Vec<(LockId, bool)>,
+    pub(super) sent: BTreeMap<&'static str, u64>,
+    pub(super) became_lc: Vec<DeviceId>,
+    pub(super) granted: Vec<(LockId, bool)>,
+    /// Merges completed: (primary, secondary).
+    pub(super) merged: Vec<(DeviceId, DeviceId)>,
+    /// Directed links cut by a partition: messages sent over them are lost.
+    pub(super) cut: BTreeSet<(DeviceId, DeviceId)>,
 }
 
-fn settings() -> Settings {
+pub(super) fn settings() -> Settings {
     Settings::for_message_time(Duration::from_micros(MT))
 }
 
 impl Net {
     /// `n` sites, LC `d(1)`.
-    fn new(n: u64) -> Net {
+    pub(super) fn new(n: u64) -> Net {
         let order: Vec<DeviceId> = (1..=n).map(d).collect();
         let sites = (order.iter())
             .map(|s| (*s, Site::new(*s, order.clone(), d(1), settings())))
@@ -42,18 +46,23 @@ impl Net {
             sent: BTreeMap::new(),
             became_lc: Vec::new(),
             granted: Vec::new(),
+            merged: Vec::new(),
+            cut: BTreeSet::new(),
         }
     }
 
-    fn site(&mut self, s: DeviceId) -> &mut Site {
+    pub(super) fn site(&mut self, s: DeviceId) -> &mut Site {
         self.sites.get_mut(&s).expect("site")
     }
 
-    fn drain(&mut self, s: DeviceId) {
+    pub(super) fn drain(&mut self, s: DeviceId) {
         while let Some(o) = self.sites.get_mut(&s).and_then(Site::poll_output) {
             match o {
                 MenasceOut::Send { to, msg } => {
                     *self.sent.entry(msg.name()).or_default() += 1;
+                    if self.cut.contains(&(s, to)) {
+                        continue;
+                    }
                     self.seq += 1;
                     self.queue.insert((self.now + MT, self.seq), (s, to, msg));
                 }
@@ -61,22 +70,23 @@ impl Net {
                 MenasceOut::Granted { lock, lock_request } => {
                     self.granted.push((lock, lock_request))
                 }
+                MenasceOut::Merged { secondary, .. } => self.merged.push((s, secondary)),
             }
         }
     }
 
-    fn call(&mut self, s: DeviceId, f: impl FnOnce(&mut Site, Instant)) {
+    pub(super) fn call(&mut self, s: DeviceId, f: impl FnOnce(&mut Site, Instant)) {
         let now = Instant(self.now);
         f(self.site(s), now);
         self.drain(s);
     }
 
-    fn crash(&mut self, s: DeviceId) {
+    pub(super) fn crash(&mut self, s: DeviceId) {
         self.crashed.insert(s);
         self.queue.retain(|_, (from, _, _)| *from != s);
     }
 
-    fn run_for(&mut self, us: u64) {
+    pub(super) fn run_for(&mut self, us: u64) {
         let end = self.now + us;
         loop {
             let ev = self.queue.keys().next().map(|k| k.0);
@@ -111,11 +121,11 @@ impl Net {
         self.now = end;
     }
 
-    fn count(&self, name: &str) -> u64 {
+    pub(super) fn count(&self, name: &str) -> u64 {
         self.sent.get(name).copied().unwrap_or(0)
     }
 
-    fn live(&self) -> Vec<&Site> {
+    pub(super) fn live(&self) -> Vec<&Site> {
         (self.sites.iter())
             .filter(|(s, _)| !self.crashed.contains(s))
             .map(|(_, p)| p)
@@ -123,7 +133,7 @@ impl Net {
     }
 
     /// Every live site agrees on one working LC, in NORMAL status.
-    fn one_lc(&self) -> DeviceId {
+    pub(super) fn one_lc(&self) -> DeviceId {
         let live = self.live();
         let lcs: Vec<DeviceId> = live.iter().filter(|p| p.is_lc()).map(|p| p.id()).collect();
         assert_eq!(lcs.len(), 1, "LCs: {lcs:?}");
@@ -134,14 +144,14 @@ impl Net {
         lcs[0]
     }
 
-    fn tables(&self) -> Vec<Vec<LockId>> {
+    pub(super) fn tables(&self) -> Vec<Vec<LockId>> {
         (self.live().iter())
             .map(|p| p.table().keys().copied().collect())
             .collect()
     }
 }
 
-fn x(i: u64) -> LockId {
+pub(super) fn x(i: u64) -> LockId {
     LockId(i)
 }
 

@@ -10,9 +10,14 @@
 //!   and Menasce's update cost C_updt.
 //! - [`recovery`] (with [`recovery_sim`]): seed 004 §4.1 and §8, Menasce's logical
 //!   component recovery C_rec and R, with its checkers, beside Tenure's own recovery from
-//!   a manager crash. The logical component merge (§4.5) is not built.
+//!   a manager crash; and [`merge`] (with [`merge_sim`]): seed 004 §4.5–§5.1, the logical
+//!   component merge — messages and time per merge of two components against the counts
+//!   the protocol text gives, and many components merging at once, with the pairwise,
+//!   lock table union and deadlock-freedom checkers.
 
 pub mod election;
+pub mod merge;
+pub mod merge_sim;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
@@ -37,7 +42,8 @@ pub enum Experiment {
     SafeTalk,
     /// Seed 004 §8: Menasce's update cost.
     Update,
-    /// Seed 004 §4.1, §8: logical component recovery, and Tenure's.
+    /// Seed 004 §4.1, §8: logical component recovery, and Tenure's; §4.5: logical
+    /// component merge.
     Recovery,
 }
 
@@ -86,6 +92,10 @@ pub struct Scale {
     pub recovery_shown: Vec<u64>,
     /// `n` of Tenure's manager-crash rows (`n + 1` devices).
     pub tenure_recovery_sizes: Vec<u64>,
+    /// Component sizes `(n1, n2)` of the rows of one merge.
+    pub merge_pairs: Vec<(u64, u64)>,
+    /// `(k, n)`: `k` components of `n` sites in all, merging at once.
+    pub merge_many: Vec<(u64, u64)>,
 }
 
 impl Scale {
@@ -102,6 +112,8 @@ impl Scale {
             recovery_sizes: (3..=16).collect(),
             recovery_shown: vec![3, 4, 8, 16],
             tenure_recovery_sizes: vec![3, 4, 8, 16],
+            merge_pairs: vec![(1, 1), (2, 2), (4, 4), (8, 8), (4, 12), (12, 4)],
+            merge_many: vec![(4, 16), (8, 16), (8, 32)],
         }
     }
 
@@ -118,6 +130,8 @@ impl Scale {
             recovery_sizes: (3..=5).collect(),
             recovery_shown: vec![3, 5],
             tenure_recovery_sizes: vec![3],
+            merge_pairs: vec![(1, 1), (2, 3)],
+            merge_many: vec![(3, 6)],
         }
     }
 }
@@ -135,11 +149,19 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
         }
         Experiment::SafeTalk => safetalk::rows(scale.safetalk_k, scale.seeds),
         Experiment::Update => safetalk::update_rows(&scale.update_ks, scale.seeds),
-        Experiment::Recovery => recovery::rows(
-            &scale.recovery_sizes,
-            &scale.recovery_shown,
-            &scale.tenure_recovery_sizes,
-            scale.seeds,
-        ),
+        Experiment::Recovery => {
+            let mut rows = recovery::rows(
+                &scale.recovery_sizes,
+                &scale.recovery_shown,
+                &scale.tenure_recovery_sizes,
+                scale.seeds,
+            );
+            rows.extend(merge::rows(
+                &scale.merge_pairs,
+                &scale.merge_many,
+                scale.seeds,
+            ));
+            rows
+        }
     }
 }

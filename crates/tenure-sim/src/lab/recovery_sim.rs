@@ -381,6 +381,7 @@ pub fn run(sc: &Scenario, seed: u64) -> RecoveryRun {
                             held.push(lock);
                         }
                     }
+                    MenasceOut::Merged { .. } => {}
                     MenasceOut::BecameLc => {
                         if detected {
                             out.new_lc = Some(s);
