@@ -51,3 +51,11 @@ fn update_verdicts_hold() {
 fn recovery_verdicts_hold() {
     check(Experiment::Recovery);
 }
+
+// Seed 003 (DESIGN §7): leader failover and outage within 3 SS_Heartbeat_Interval (or
+// past it only by the measured heartbeat and query flights), volatile staleness within
+// 2 × MVRI + δ, persistent within MPRI + 3 HB + Θ + RTT + δ, no lookup invariant broken.
+#[test]
+fn lookup_verdicts_hold() {
+    check(Experiment::Lookup);
+}

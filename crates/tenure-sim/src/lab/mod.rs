@@ -11,8 +11,11 @@
 //! - [`recovery`] (with [`recovery_sim`]): seed 004 §4.1 and §8, Menasce's logical
 //!   component recovery C_rec and R, with its checkers, beside Tenure's own recovery from
 //!   a manager crash. The logical component merge (§4.5) is not built.
+//! - [`lookup`]: seed 003, Aladdin's leader failover, outage and staleness bounds, read
+//!   from the lookup world's checkers ([`crate::lookup`]) under the common failure case.
 
 pub mod election;
+pub mod lookup;
 pub mod mutex;
 pub mod mutex_problems;
 pub mod mutex_sim;
@@ -39,16 +42,19 @@ pub enum Experiment {
     Update,
     /// Seed 004 §4.1, §8: logical component recovery, and Tenure's.
     Recovery,
+    /// Seed 003: Aladdin's outage and staleness bounds.
+    Lookup,
 }
 
 impl Experiment {
     /// Every experiment, in table order.
-    pub const ALL: [Experiment; 5] = [
+    pub const ALL: [Experiment; 6] = [
         Experiment::Mutex,
         Experiment::Election,
         Experiment::SafeTalk,
         Experiment::Update,
         Experiment::Recovery,
+        Experiment::Lookup,
     ];
 
     /// The experiment's name on the command line.
@@ -59,6 +65,7 @@ impl Experiment {
             Experiment::SafeTalk => "safetalk",
             Experiment::Update => "update",
             Experiment::Recovery => "recovery",
+            Experiment::Lookup => "lookup",
         }
     }
 }
@@ -86,6 +93,8 @@ pub struct Scale {
     pub recovery_shown: Vec<u64>,
     /// `n` of Tenure's manager-crash rows (`n + 1` devices).
     pub tenure_recovery_sizes: Vec<u64>,
+    /// Simulated seconds of common failures per seed of the lookup rows.
+    pub lookup_sim_s: u64,
 }
 
 impl Scale {
@@ -102,6 +111,7 @@ impl Scale {
             recovery_sizes: (3..=16).collect(),
             recovery_shown: vec![3, 4, 8, 16],
             tenure_recovery_sizes: vec![3, 4, 8, 16],
+            lookup_sim_s: 600,
         }
     }
 
@@ -118,6 +128,7 @@ impl Scale {
             recovery_sizes: (3..=5).collect(),
             recovery_shown: vec![3, 5],
             tenure_recovery_sizes: vec![3],
+            lookup_sim_s: 120,
         }
     }
 }
@@ -141,5 +152,6 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
             &scale.tenure_recovery_sizes,
             scale.seeds,
         ),
+        Experiment::Lookup => lookup::rows(scale.lookup_sim_s, scale.seeds),
     }
 }
