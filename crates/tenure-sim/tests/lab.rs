@@ -39,7 +39,8 @@ fn safetalk_verdicts_hold() {
     check(Experiment::SafeTalk);
 }
 
-// Seed 004 §8: C_updt = (3k − 1)M with the LC among the k sites.
+// Seed 004 §8: C_updt = (3k − 1)M with the LC among the k sites, (3k + 2)M with the LC
+// at none of them, and D_updt = 2τ + 3τ_max + W less the CONFIRM Tenure piggybacks.
 #[test]
 fn update_verdicts_hold() {
     check(Experiment::Update);
