@@ -49,15 +49,14 @@ pub struct LabArgs {
     /// Also write one CSV file per experiment into this directory.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
-    /// Plots of measured cost against n (not built yet).
+    /// Also write one SVG plot per experiment with a size axis (mutex, election, update,
+    /// recovery) into this directory: measured median and max against n or k, beside
+    /// the paper's figure.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
 }
 
 pub fn run_lab(args: LabArgs) -> anyhow::Result<ExitCode> {
-    if args.svg.is_some() {
-        bail!("--svg is not built yet: use --csv DIR and plot the files");
-    }
     let experiments: Vec<Experiment> = match args.which {
         Which::Mutex => vec![Experiment::Mutex],
         Which::Election => vec![Experiment::Election],
@@ -75,7 +74,7 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<ExitCode> {
     } else {
         Scale::full(args.seeds)
     };
-    if let Some(dir) = &args.csv {
+    for dir in args.csv.iter().chain(&args.svg) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let mut all = Vec::new();
@@ -92,6 +91,16 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<ExitCode> {
             let path = dir.join(format!("{}.csv", e.name()));
             std::fs::write(&path, csv(&rows))
                 .with_context(|| format!("writing {}", path.display()))?;
+        }
+        let sized = matches!(
+            e,
+            Experiment::Mutex | Experiment::Election | Experiment::Update | Experiment::Recovery
+        );
+        if let Some(dir) = args.svg.as_ref().filter(|_| sized)
+            && let Some(svg) = crate::lab_svg::plot(title(e), &rows)
+        {
+            let path = dir.join(format!("{}.svg", e.name()));
+            std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
         }
         if !args.json {
             print_table(e, &rows, args.seeds);

@@ -9,6 +9,7 @@ mod cluster;
 mod cluster_members;
 mod elect_cmds;
 mod lab_cmd;
+mod lab_svg;
 mod lock_cmds;
 mod lookup_cmds;
 mod object_cmds;
