@@ -21,7 +21,8 @@ pub enum Which {
     Election,
     /// Menasce §3: SafeTalk against two-phase commit.
     Safetalk,
-    /// Menasce §8: update cost C_updt for k = 2…9.
+    /// Menasce §8: update cost C_updt, LC among the k sites and at none, and delay
+    /// D_updt, for k = 2…9.
     Update,
     /// Menasce §4.1, §8: logical component recovery, beside Tenure's recovery from a
     /// manager crash (the logical component merge is not built yet).
