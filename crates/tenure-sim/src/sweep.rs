@@ -86,7 +86,9 @@ impl Summary {
         self.checks.add(&r.checks);
         self.locks.add(&r.locks);
         self.lock_checks.add(&r.lock_checks);
+        // Every manager's messages, holding a chunk of its store or not.
         self.safetalk.add(&r.safetalk);
+        self.safetalk.add(&r.safetalk_apart);
         self.objects.add(&r.objects);
         self.elections.add(&r.elections);
         self.snapshots.add(&r.snapshots);

@@ -31,6 +31,7 @@
 //!   in which every store must regain a working manager within `liveness_us`.
 
 mod clients;
+mod delay;
 mod elections;
 mod membership;
 mod mgr_crash;
@@ -45,6 +46,7 @@ use crate::knobs::{LockKnobs, Pipelining};
 use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
 use clients::{LockClient, LockReq};
+pub use delay::UpdateDelay;
 pub use mgr_crash::ManagerCrash;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -143,6 +145,11 @@ pub struct SimConfig {
     /// what it takes until a new manager serves the store ([`ManagerCrash`]). Meant for
     /// calm runs (`faults` off): the crashed device stays down until the liveness phase.
     pub crash_manager_at_us: Option<u64>,
+    /// Migrate the manager of store 0 once, this long (µs) after the start, to a device
+    /// holding none of the store's chunks, if there is one (the lab's update cost with
+    /// the LC outside the k sites). Meant for calm runs; the coordinator later moves it
+    /// back to its preferred device.
+    pub migrate_manager_apart_at_us: Option<u64>,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
@@ -202,6 +209,7 @@ impl SimConfig {
             world: WorldKind::Stores,
             lookup_profile: Default::default(),
             crash_manager_at_us: None,
+            migrate_manager_apart_at_us: None,
             trace: false,
             keep_history: false,
             capture: 0,
@@ -332,8 +340,15 @@ pub struct RunReport {
     pub locks: LockStats,
     /// How often the lock checkers compared something.
     pub lock_checks: LockCheckCounts,
-    /// SafeTalk messages sent.
+    /// SafeTalk messages sent by managers holding a chunk of their store.
     pub safetalk: SafeTalkCost,
+    /// SafeTalk messages sent by managers on a device holding none of their store's
+    /// chunks.
+    pub safetalk_apart: SafeTalkCost,
+    /// Update delays under managers holding a chunk of their store.
+    pub update_delay: UpdateDelay,
+    /// Update delays under managers holding none.
+    pub update_delay_apart: UpdateDelay,
     /// Violations (empty on success).
     pub violations: Vec<Violation>,
     /// Simulated time of the first violation (µs since the start).
@@ -534,6 +549,9 @@ enum Event {
     MembershipRepeat(usize),
     /// Crash the manager of store 0 ([`SimConfig::crash_manager_at_us`]).
     CrashManager,
+    /// Migrate the manager of store 0 off its chunks
+    /// ([`SimConfig::migrate_manager_apart_at_us`]).
+    MigrateApart,
 }
 
 impl Event {
@@ -579,6 +597,7 @@ impl Event {
             Event::MembershipChange => 25,
             Event::MembershipRepeat(i) => 26 | (*i as u64) << 8,
             Event::CrashManager => 27,
+            Event::MigrateApart => 28,
         }
     }
 }
@@ -668,6 +687,8 @@ pub struct World {
     locks: LockChecker,
     /// Per manager device, the last SafeTalk batch counted (epoch, first version).
     last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
+    /// Update delay bookkeeping ([`delay`]).
+    delay: delay::DelayTracker,
     obj_knobs: crate::objects::ObjectKnobs,
     obj_rng: Rng,
     obj_clients: Vec<objects::ObjClient>,
@@ -843,6 +864,7 @@ impl World {
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),
             last_batch: BTreeMap::new(),
+            delay: Default::default(),
             obj_knobs,
             obj_rng,
             obj_clients: Vec::new(),
@@ -915,6 +937,9 @@ impl World {
         w.schedule(t, Event::Nemesis);
         if let Some(at) = w.cfg.crash_manager_at_us {
             w.schedule(START_US + at, Event::CrashManager);
+        }
+        if let Some(at) = w.cfg.migrate_manager_apart_at_us {
+            w.schedule(START_US + at, Event::MigrateApart);
         }
         if w.cfg.writes {
             let t = w.exp_workload();
@@ -1341,6 +1366,9 @@ impl World {
                 if times.len() > 1 {
                     self.report.faults.duplicated += 1;
                 }
+                if let Some(at) = times.first() {
+                    self.delay_sent(from, to, &msg, at.saturating_sub(self.now));
+                }
                 for at in times {
                     self.schedule(
                         at,
@@ -1365,7 +1393,24 @@ impl World {
         while let Msg::Snapshot(tenure_core::snapshot::SnapMsg::Tagged { msg: inner, .. }) = msg {
             msg = inner;
         }
-        let st = &mut self.report.safetalk;
+        let apart = match msg {
+            Msg::ToChunk {
+                store,
+                msg: ToChunk::Accept { .. } | ToChunk::Confirm { .. },
+                ..
+            } => self.manager_apart(from, *store),
+            Msg::ToManager {
+                store,
+                msg: ToManager::Accepted { .. },
+                ..
+            } => self.manager_apart(to, *store),
+            _ => return,
+        };
+        let st = if apart {
+            &mut self.report.safetalk_apart
+        } else {
+            &mut self.report.safetalk
+        };
         let kind = match msg {
             Msg::ToChunk {
                 msg: ToChunk::Accept { epoch, ops, .. },
@@ -1461,6 +1506,7 @@ impl World {
     fn reply(&mut self, d: DeviceId, req: u64, result: Result<Response, ClientError>) {
         self.trace(|| format!("{d} reply req {req}: {result:?}"));
         if self.lock_reqs.contains_key(&req) {
+            self.delay_answered(d, req, &result);
             return self.lock_reply(d, req, result);
         }
         if self.is_obj_req(req) {
@@ -1530,6 +1576,7 @@ impl World {
                         self.cuts.delivering(from, to, boot, seq, &msg);
                         self.delivering = Some((from, seq));
                     }
+                    self.delay_delivered(from, to, &msg);
                     self.input(to, Input::Message { from, msg: *msg });
                     self.delivering = None;
                     if seq > 0 {
@@ -1646,6 +1693,7 @@ impl World {
             }
             Event::MembershipRepeat(i) => self.membership_send(i),
             Event::CrashManager => self.crash_manager(),
+            Event::MigrateApart => self.migrate_apart(),
         }
         self.restore_pending();
         true

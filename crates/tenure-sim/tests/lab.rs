@@ -39,7 +39,8 @@ fn safetalk_verdicts_hold() {
     check(Experiment::SafeTalk);
 }
 
-// Seed 004 §8: C_updt = (3k − 1)M with the LC among the k sites.
+// Seed 004 §8: C_updt = (3k − 1)M with the LC among the k sites, (3k + 2)M with the LC
+// at none of them, and D_updt = 2τ + 3τ_max + W less the CONFIRM Tenure piggybacks.
 #[test]
 fn update_verdicts_hold() {
     check(Experiment::Update);
@@ -50,4 +51,12 @@ fn update_verdicts_hold() {
 #[test]
 fn recovery_verdicts_hold() {
     check(Experiment::Recovery);
+}
+
+// Seed 003 (DESIGN §7): leader failover and outage within 3 SS_Heartbeat_Interval (or
+// past it only by the measured heartbeat and query flights), volatile staleness within
+// 2 × MVRI + δ, persistent within MPRI + 3 HB + Θ + RTT + δ, no lookup invariant broken.
+#[test]
+fn lookup_verdicts_hold() {
+    check(Experiment::Lookup);
 }

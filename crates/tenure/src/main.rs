@@ -10,6 +10,7 @@ mod cluster_members;
 mod elect_cmds;
 mod fuzz_cmd;
 mod lab_cmd;
+mod lab_svg;
 mod lock_cmds;
 mod lookup_cmds;
 mod object_cmds;

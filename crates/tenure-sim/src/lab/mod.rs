@@ -14,8 +14,11 @@
 //!   component merge — messages and time per merge of two components against the counts
 //!   the protocol text gives, and many components merging at once, with the pairwise,
 //!   lock table union and deadlock-freedom checkers.
+//! - [`lookup`]: seed 003, Aladdin's leader failover, outage and staleness bounds, read
+//!   from the lookup world's checkers ([`crate::lookup`]) under the common failure case.
 
 pub mod election;
+pub mod lookup;
 pub mod merge;
 pub mod merge_sim;
 pub mod mutex;
@@ -45,16 +48,19 @@ pub enum Experiment {
     /// Seed 004 §4.1, §8: logical component recovery, and Tenure's; §4.5: logical
     /// component merge.
     Recovery,
+    /// Seed 003: Aladdin's outage and staleness bounds.
+    Lookup,
 }
 
 impl Experiment {
     /// Every experiment, in table order.
-    pub const ALL: [Experiment; 5] = [
+    pub const ALL: [Experiment; 6] = [
         Experiment::Mutex,
         Experiment::Election,
         Experiment::SafeTalk,
         Experiment::Update,
         Experiment::Recovery,
+        Experiment::Lookup,
     ];
 
     /// The experiment's name on the command line.
@@ -65,6 +71,7 @@ impl Experiment {
             Experiment::SafeTalk => "safetalk",
             Experiment::Update => "update",
             Experiment::Recovery => "recovery",
+            Experiment::Lookup => "lookup",
         }
     }
 }
@@ -96,6 +103,8 @@ pub struct Scale {
     pub merge_pairs: Vec<(u64, u64)>,
     /// `(k, n)`: `k` components of `n` sites in all, merging at once.
     pub merge_many: Vec<(u64, u64)>,
+    /// Simulated seconds of common failures per seed of the lookup rows.
+    pub lookup_sim_s: u64,
 }
 
 impl Scale {
@@ -114,6 +123,7 @@ impl Scale {
             tenure_recovery_sizes: vec![3, 4, 8, 16],
             merge_pairs: vec![(1, 1), (2, 2), (4, 4), (8, 8), (4, 12), (12, 4)],
             merge_many: vec![(4, 16), (8, 16), (8, 32)],
+            lookup_sim_s: 600,
         }
     }
 
@@ -132,6 +142,7 @@ impl Scale {
             tenure_recovery_sizes: vec![3],
             merge_pairs: vec![(1, 1), (2, 3)],
             merge_many: vec![(3, 6)],
+            lookup_sim_s: 120,
         }
     }
 }
@@ -163,5 +174,6 @@ pub fn run(e: Experiment, scale: &Scale) -> Vec<Row> {
             ));
             rows
         }
+        Experiment::Lookup => lookup::rows(scale.lookup_sim_s, scale.seeds),
     }
 }

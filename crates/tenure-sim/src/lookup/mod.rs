@@ -96,6 +96,17 @@ pub struct LookupStats {
     pub outages: u64,
     /// (2) The longest (µs).
     pub max_outage_us: u64,
+    /// (2) Every outage measured, in order (µs).
+    #[serde(skip)]
+    pub outage_samples_us: Vec<u64>,
+    /// Leader failovers measured: a leader crash to the next node declaring itself
+    /// leader (the seed's Lemma: within 3 heartbeat intervals).
+    pub failovers: u64,
+    /// The longest (µs).
+    pub max_failover_us: u64,
+    /// Every failover measured, in order (µs).
+    #[serde(skip)]
+    pub failover_samples_us: Vec<u64>,
     /// (3) Volatile answers checked.
     pub volatile_checks: u64,
     /// (3) The stalest (µs).
@@ -127,8 +138,14 @@ pub(crate) struct Outcome {
 
 /// Run one seed of the lookup world.
 pub fn run(cfg: SimConfig) -> RunReport {
+    run_with(cfg, |_| {})
+}
+
+/// Run one seed of the lookup world with its drawn knobs changed by `adjust` first (the
+/// lab fixes the seed's intervals this way, so every run is held to the same bounds).
+pub fn run_with(cfg: SimConfig, adjust: impl FnOnce(&mut LookupKnobs)) -> RunReport {
     let seed = cfg.seed;
-    let out = world::World::new(cfg).run();
+    let out = world::World::new(cfg, adjust).run();
     let failed_at_us = out.violations.first().map(LookupViolation::at_us);
     let violations: Vec<Violation> = out.violations.into_iter().map(Violation::Lookup).collect();
     let outcome = match violations.first().map(Violation::kind) {

@@ -43,6 +43,9 @@ pub(super) struct Monitor {
     pub(super) acked_armed: bool,
     /// A leader crash whose outage is being measured (real time of the crash).
     outage: Option<u64>,
+    /// A leader crash whose failover (the next node to declare itself leader) is being
+    /// measured (real time of the crash).
+    failover: Option<u64>,
     acked: BTreeMap<String, Acked>,
     /// The last full restart: when every device crashed, and its first reboot. Entries
     /// still alive at the crash live a lifetime past the reboot.
@@ -99,6 +102,7 @@ impl Monitor {
     /// Stop measuring an outage (a fault outside the common profile follows).
     pub(super) fn outage_cancel(&mut self) {
         self.outage = None;
+        self.failover = None;
     }
 
     /// From when the leader predicate must hold.
@@ -154,8 +158,21 @@ impl World {
         self.stats.leader_crashes += 1;
         if self.mon.armed(self.now) && self.mon.outage.is_none() {
             self.mon.outage = Some(self.now);
+            self.mon.failover = Some(self.now);
             self.schedule(self.now, super::world::Ev::Probe);
         }
+    }
+
+    /// A node declared itself leader: the failover being measured, if any, ended.
+    pub(super) fn failover_ended(&mut self) {
+        let Some(since) = self.mon.failover.take() else {
+            return;
+        };
+        let t = self.now - since;
+        self.stats.failovers += 1;
+        self.stats.max_failover_us = self.stats.max_failover_us.max(t);
+        self.stats.failover_samples_us.push(t);
+        self.log(|| format!("failover after {t}us"));
     }
 
     /// A probe sent at `sent_us` was answered by a leader.
@@ -170,6 +187,7 @@ impl World {
         let outage = self.now - since;
         self.stats.outages += 1;
         self.stats.max_outage_us = self.stats.max_outage_us.max(outage);
+        self.stats.outage_samples_us.push(outage);
         self.log(|| format!("outage ended after {outage}us"));
         if outage > self.bounds.outage_us {
             self.violations.push(LookupViolation::Outage {

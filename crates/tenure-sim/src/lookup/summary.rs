@@ -124,6 +124,7 @@ impl LookupStats {
         self.moves += o.moves;
         self.leader_checks += o.leader_checks;
         self.outages += o.outages;
+        self.failovers += o.failovers;
         self.volatile_checks += o.volatile_checks;
         self.persistent_checks += o.persistent_checks;
         self.acked_checks += o.acked_checks;

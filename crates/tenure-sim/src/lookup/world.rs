@@ -168,10 +168,12 @@ pub(super) struct World {
 }
 
 impl World {
-    /// Build the world for `cfg` (its seed draws everything else).
-    pub(super) fn new(cfg: SimConfig) -> World {
+    /// Build the world for `cfg` (its seed draws everything else); `adjust` may change
+    /// the drawn knobs before anything uses them.
+    pub(super) fn new(cfg: SimConfig, adjust: impl FnOnce(&mut LookupKnobs)) -> World {
         let mut root = Rng::new(mix64(cfg.seed ^ 0x100c_0b00_0000_0003));
-        let k = LookupKnobs::draw(&mut root, cfg.lookup_profile);
+        let mut k = LookupKnobs::draw(&mut root, cfg.lookup_profile);
+        adjust(&mut k);
         let mut net = Network::with_params(root.fork(), &k.net);
         // Random loss and slow messages belong to the rare profile's bursts.
         net.faults_on = false;
@@ -358,6 +360,9 @@ impl World {
                         self.mix(0x5a7e ^ d.0 ^ (*state as u64) << 8);
                         let (state, start) = (*state, *start);
                         self.log(|| format!("{d} lookup {state:?} start {start:?}"));
+                        if state == tenure_core::lookup::NodeState::Leader {
+                            self.failover_ended();
+                        }
                     }
                 }
                 Output::LookupEvent(ev) => self.event_out(d, ev),

@@ -381,6 +381,7 @@ impl World {
         };
         let (client, req) = (r.client, r.req.clone());
         self.trace(|| format!("lock client {client} -> {to} req {id} {req:?}"));
+        self.delay_arrived(id);
         self.input(
             to,
             tenure_core::Input::Request {
