@@ -251,3 +251,13 @@ fn a_chunk_that_deleted_its_last_block_has_the_same_image_in_memory_and_on_disk(
     let (dev, _) = Device::new(cfg, disk.clone(), Instant(2_000), 8);
     assert_eq!(dev.persistent().blocks, disk.blocks);
 }
+
+// DESIGN §5 (watches): seed 28 once showed a watcher, at a new manager, a put the
+// regeneration had taken from one chunk's unconfirmed ACCEPT; the manager failed before
+// the epoch's commit reached another chunk and the next epoch rightly lost the put. A
+// subscription is now answered, and replayed, after a read barrier.
+#[test]
+fn seed_28_a_watch_sees_no_change_durable_on_one_chunk_only() {
+    let r = run(short(28));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}

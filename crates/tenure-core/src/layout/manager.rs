@@ -1620,6 +1620,25 @@ impl Manager {
         }
     }
 
+    /// Release `out` with the last barrier's answer ([`Manager::after_barrier`], which
+    /// must have just been called).
+    pub(crate) fn with_barrier(&mut self, out: Output) {
+        match (self.queue.last_mut(), self.inflight.as_mut()) {
+            (Some(q), _) => q.replies.push(out),
+            (None, Some(b)) => b.replies.push(out),
+            (None, None) => unreachable!("a barrier was just queued or sent"),
+        }
+    }
+
+    /// The version of the change the last barrier rides on.
+    pub(crate) fn barrier_version(&self) -> Option<Version> {
+        match (self.queue.last(), self.inflight.as_ref()) {
+            (Some(q), _) => Some(q.version),
+            (None, Some(b)) => b.ops.last().map(|(v, _)| *v),
+            (None, None) => None,
+        }
+    }
+
     /// Submit a change for a client: decided now on the speculative tables, answered
     /// once every live chunk has it durably.
     pub fn submit(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, client: ClientId, req_id: u64) {

@@ -57,6 +57,9 @@ struct PendingRead {
 struct Watch {
     prefix: String,
     last: u64,
+    /// Held until the change carrying its read barrier is confirmed: nothing is sent
+    /// before the subscription's answer and its replay.
+    held: Option<crate::data::Version>,
 }
 
 #[derive(Clone, Debug)]
@@ -468,24 +471,32 @@ impl Manager {
                 let after = after.unwrap_or(t.revision);
                 let changes = t.changes_after(&prefix, after)?;
                 let current = t.revision.max(after);
-                reply(
+                // The answer and the replay leave after a read barrier, as reads do: a
+                // new manager's tables may hold changes durable on one chunk only until
+                // the epoch's first batch is accepted everywhere (simulator seed 28: a
+                // watcher was shown a put a regeneration had taken from one chunk's
+                // unconfirmed ACCEPT; the manager failed before any chunk but its own
+                // had the epoch's commit, and the next epoch rightly lost the put).
+                self.after_barrier(
                     ctx,
                     client,
                     req_id,
                     Ok(Response::Watching { revision: after }),
                 );
                 if !changes.is_empty() {
-                    ctx.out.push(Output::ObjectEvents {
+                    self.with_barrier(Output::ObjectEvents {
                         client,
                         watch,
                         changes,
                     });
                 }
+                let held = self.barrier_version();
                 self.objects.watches.insert(
                     (client, watch),
                     Watch {
                         prefix,
                         last: current,
+                        held,
                     },
                 );
             }
@@ -902,13 +913,20 @@ impl Manager {
     /// Changes were applied: deliver them to the watches, in revision order.
     pub(crate) fn objects_applied(&mut self, ctx: &mut Ctx<'_>) {
         let t = &self.data.table.objects;
-        if t.revision == self.objects.watched {
-            return;
-        }
+        let confirmed = self.data.confirmed;
+        let changed = t.revision != self.objects.watched;
         self.objects.watched = t.revision;
         let drop = ctx.cfg.planted.objects_watch_drop;
         let mut ended = Vec::new();
         for ((client, watch), w) in self.objects.watches.iter_mut() {
+            if w.held.is_some_and(|v| v > confirmed) {
+                continue;
+            }
+            // Released now: it missed what earlier batches changed.
+            let released = w.held.take().is_some();
+            if !changed && !released {
+                continue;
+            }
             match t.changes_after(&w.prefix, w.last) {
                 Ok(mut changes) => {
                     if drop {
