@@ -1537,9 +1537,17 @@ impl World {
         // At the end of the pause it resumes before the first of them (the rest of a batch
         // the pause stopped leaves first).
         if let Some(t) = ev.target()
-            && let Some(until) = self.nodes[&t].paused_until
+            && self.nodes[&t].paused_until.is_some()
         {
-            if until > self.now {
+            if self.nodes[&t].paused_until.is_some_and(|u| u <= self.now) {
+                self.resume(t);
+            }
+            // Paused still, or again: the rest of a batch the pause stopped may have
+            // stopped it again before its command left (simulator seed 1371: an input
+            // handled then made the device coordinator of a newer term first).
+            if let Some(until) = self.nodes[&t].paused_until
+                && until > self.now
+            {
                 self.queue.insert((until, seq), ev);
                 self.nodes
                     .get_mut(&t)
@@ -1548,7 +1556,6 @@ impl World {
                     .push((until, seq));
                 return true;
             }
-            self.resume(t);
         }
         self.report.events += 1;
         self.mix(at ^ ev.tag().rotate_left(17));
@@ -1723,8 +1730,12 @@ impl World {
             if let Some(rest) = held {
                 self.process(d, rest);
             }
-            // Let it notice how much time passed.
-            if self.nodes[&d].device.is_some() {
+            // Let it notice how much time passed — unless the rest of the batch paused it
+            // again, still holding a command: nothing after it may happen first
+            // (simulator seed 1371: a tick run then made the device coordinator of a
+            // newer term before its older term's command had left).
+            let n = &self.nodes[&d];
+            if n.device.is_some() && n.paused_until.is_none() {
                 self.input(d, Input::Tick);
             }
         }

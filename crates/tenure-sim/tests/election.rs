@@ -151,3 +151,13 @@ fn planted_no_restart_is_caught_as_no_coordinator_after_faults_stop() {
     );
     assert_eq!(outcome, Outcome::Liveness);
 }
+
+// DESIGN §6 (terms fence commands): seed 1371 once reported a device applying its own
+// older term's command after it saw a newer term of its own. The simulator let an input
+// in while the device, paused again between deciding a command and sending it, still
+// held that command; a paused device now handles nothing until the command has left.
+#[test]
+fn seed_1371_a_held_command_leaves_before_anything_newer() {
+    let r = run(SimConfig::new(1371));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}
