@@ -60,6 +60,8 @@ struct Watch {
     /// Held until the change carrying its read barrier is confirmed: nothing is sent
     /// before the subscription's answer and its replay.
     held: Option<crate::data::Version>,
+    /// The `after` it was asked with (a retry asks the same).
+    asked: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -467,6 +469,18 @@ impl Manager {
             } => {
                 LockName::parse_prefix(&prefix)
                     .map_err(|e| ClientError::InvalidName(e.to_string()))?;
+                // A retried subscription (same watch id and request) is answered again;
+                // the registration already made delivers everything after its revision.
+                if let Some(w) = self.objects.watches.get(&(client, watch))
+                    && w.prefix == prefix
+                    && w.asked == after
+                {
+                    let revision = after.unwrap_or(w.last);
+                    let r = Ok(Response::Watching { revision });
+                    self.after_barrier(ctx, client, req_id, r);
+                    return Ok(());
+                }
+                let asked = after;
                 let t = &self.data.table.objects;
                 let after = after.unwrap_or(t.revision);
                 let changes = t.changes_after(&prefix, after)?;
@@ -497,6 +511,7 @@ impl Manager {
                         prefix,
                         last: current,
                         held,
+                        asked,
                     },
                 );
             }
