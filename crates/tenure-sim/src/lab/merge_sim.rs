@@ -24,7 +24,7 @@
 //!   one component — one LC, NORMAL everywhere, its up list every site — within the
 //!   bound `k × (WYA period + (2n + 20)τ)`.
 
-use crate::net::{Fate, NetParams, Network};
+use crate::net::{Fate, Network};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -291,14 +291,7 @@ struct Flight {
 /// One run of the merge experiment.
 pub fn run(sc: &MergeScenario, seed: u64) -> MergeRun {
     let mut rng = Rng::new(seed);
-    let params = NetParams {
-        latency_min_us: MT,
-        latency_max_us: MT + sc.jitter_us,
-        slow_p: 0.0,
-        slow_us: 0,
-        loss: 0.0,
-        duplicate: 0.0,
-    };
+    let params = super::calm_net(sc.jitter_us);
     let mut net = Network::with_params(rng.fork(), &params);
     let n: u64 = sc.sizes.iter().sum();
     let k = sc.sizes.len() as u64;

@@ -31,6 +31,19 @@ pub mod safetalk;
 pub mod twopc;
 
 pub use report::{Row, Verdict};
+
+/// The lab's calm network: nothing lost, duplicated or slowed; each message takes one
+/// message time (`MT`, 1 ms) plus up to `jitter_us`.
+pub(crate) fn calm_net(jitter_us: u64) -> crate::net::NetParams {
+    crate::net::NetParams {
+        latency_min_us: mutex_sim::MT,
+        latency_max_us: mutex_sim::MT + jitter_us,
+        slow_p: 0.0,
+        slow_us: 0,
+        loss: 0.0,
+        duplicate: 0.0,
+    }
+}
 use serde::Serialize;
 
 /// An experiment of the lab.

@@ -12,7 +12,7 @@
 //! The [`MutexChecker`] sees every entry and exit: two processes inside at once is a
 //! violation. A crashed process leaves the critical section with its crash.
 
-use crate::net::{Fate, NetParams, Network};
+use crate::net::{Fate, Network};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tenure_core::DeviceId;
@@ -141,14 +141,7 @@ impl<M: MutualExclusion> MutexSim<M> {
         demand: Demand,
     ) -> MutexSim<M> {
         let mut rng = Rng::new(seed);
-        let params = NetParams {
-            latency_min_us: MT,
-            latency_max_us: MT + jitter_us,
-            slow_p: 0.0,
-            slow_us: 0,
-            loss: 0.0,
-            duplicate: 0.0,
-        };
+        let params = super::calm_net(jitter_us);
         let mut s = MutexSim {
             now: 0,
             procs: procs.into_iter().map(|p| (p.id(), p)).collect(),

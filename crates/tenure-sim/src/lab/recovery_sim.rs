@@ -15,7 +15,7 @@
 //! request for it that any surviving site accepted is a lock request — and **exactly one
 //! LC**, known to every surviving site (Theorem 3).
 
-use crate::net::{Fate, NetParams, Network};
+use crate::net::{Fate, Network};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -181,14 +181,7 @@ struct Flight {
 /// One run of the recovery experiment.
 pub fn run(sc: &Scenario, seed: u64) -> RecoveryRun {
     let mut rng = Rng::new(seed);
-    let params = NetParams {
-        latency_min_us: MT,
-        latency_max_us: MT + sc.jitter_us,
-        slow_p: 0.0,
-        slow_us: 0,
-        loss: 0.0,
-        duplicate: 0.0,
-    };
+    let params = super::calm_net(sc.jitter_us);
     let mut net = Network::with_params(rng.fork(), &params);
     let total = sc.n + 1 + sc.down_nominees;
     let order: Vec<DeviceId> = (1..=total).map(DeviceId).collect();
