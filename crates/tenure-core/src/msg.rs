@@ -79,6 +79,12 @@ pub enum ToChunk {
         metadata: Metadata,
         /// Manager of the new epoch (also the commit coordinator).
         new_mgr: DeviceId,
+        /// Reconciliation input (§5.3.8: "as the first step, chunks are being
+        /// reconciled"): the old epoch's state, sent by a relayout to every participant
+        /// that does not hold it (a new chunk, a recovered stale one). The chunk merges it
+        /// into its own state durably before it votes, so every voter of the new layout
+        /// holds each acknowledged write whether or not the commit reaches it.
+        data: Option<Box<StoreData>>,
     },
     /// `commit tx`: SafeTalk confirm, carrying the reconciled store state.
     Commit {

@@ -417,3 +417,14 @@ fn planted_expire_without_grace_is_caught_with_pipelined_clients() {
         "{v}"
     );
 }
+
+// seed 000 §5.3.8 (relayout reconciling): seed 2847 once lost acknowledged writes. A
+// relayout replaced a chunk by a new, empty one; its commit reached one chunk of the new
+// layout only, and the next regeneration took a quorum of the new layout made of the new
+// chunk (which had voted empty) and a stale one. A relayout now sends the store's state to
+// the chunks that lack it, and they vote only once it is durable.
+#[test]
+fn seed_2847_a_relayout_reconciles_new_chunks_before_they_vote() {
+    let r = run(SimConfig::new(2847));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}

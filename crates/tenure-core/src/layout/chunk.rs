@@ -337,6 +337,7 @@ impl Chunk {
                     metadata,
                     new_mgr,
                     tx,
+                    data,
                 },
             ) => {
                 let log = TransitionLog {
@@ -346,7 +347,7 @@ impl Chunk {
                     new_mgr,
                     tx,
                 };
-                self.epoch_transition(ctx, from, log, s == S::RecoveryLease);
+                self.epoch_transition(ctx, from, log, data, s == S::RecoveryLease);
             }
             // §4.2.1: acquire while regularly leased → nack
             (S::RegularLease, ToChunk::Acquire { .. }) => {
@@ -523,6 +524,7 @@ impl Chunk {
         ctx: &mut Ctx<'_>,
         from: DeviceId,
         log: TransitionLog,
+        data: Option<Box<crate::data::StoreData>>,
         recovery: bool,
     ) {
         // Tenure: vote only for the lease manager, and never twice for an epoch number.
@@ -551,6 +553,12 @@ impl Chunk {
             ChunkState::Reconciling
         };
         self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        // §5.3.8 "chunks are being reconciled": a relayout brings a chunk that does not
+        // hold the old epoch's state up to date before it votes (`done` persists it).
+        if let Some(d) = data {
+            let newest = self.p.epoch.max(log.old_epoch);
+            self.p.data = crate::safetalk::merge(&[self.p.data.clone(), *d], newest);
+        }
         self.log = Some(log);
         self.done(ctx);
     }

@@ -880,6 +880,47 @@ fn recovery_lease_epoch_transition_enters_recovery_reconciling() {
 }
 
 #[test]
+fn recovery_lease_epoch_transition_with_state_reconciles_before_voting() {
+    // seed 000 §5.3.8 relayout reconciling ("chunks are being reconciled") seen from a
+    // chunk that does not hold the store's state (new, or recovered and stale): the
+    // relayout's epoch transition carries it; the chunk merges it into its own, makes
+    // it durable with the prepare, and votes with it.
+    let mut env = Env::new(d(1));
+    let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
+    let state = data_with(3, 7, 42);
+    let ToChunk::EpochTransition {
+        old_epoch,
+        new_epoch,
+        tx,
+        metadata,
+        new_mgr,
+        ..
+    } = epoch_transition(3, 4, M)
+    else {
+        unreachable!()
+    };
+    let msg = ToChunk::EpochTransition {
+        old_epoch,
+        new_epoch,
+        tx,
+        metadata,
+        new_mgr,
+        data: Some(Box::new(state.clone())),
+    };
+    k.on_msg(&mut env.ctx(T0), M, msg);
+    let out = env.take();
+    assert_eq!(k.state, S::RecoveryTransition);
+    assert_eq!(k.p.data, state, "the chunk holds the store's state");
+    assert_eq!(put_chunks(&out)[0].data, state, "durable with the prepare");
+    assert_voted_after_persist(&out, 4, M);
+    let voted = to_mgrs(&out).into_iter().find_map(|(_, m)| match m {
+        ToManager::Vote { data, .. } => Some(data),
+        _ => None,
+    });
+    assert_eq!(voted, Some(state), "the vote carries it");
+}
+
+#[test]
 fn recovery_lease_epoch_transition_older_epoch_votes_abort() {
     // seed 000 §4.2.7 recovery lease: epoch transition(old epoch < curr epoch) is not
     // taken; Tenure answers with a vote to abort.

@@ -960,7 +960,15 @@ impl Manager {
     /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
     fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
         let (new_epoch, metadata) = self.recovery_target();
-        self.begin_tx(ctx, TxKind::Recovery, new_epoch, metadata, self.won.clone());
+        let won = self.won.clone();
+        self.begin_tx(
+            ctx,
+            TxKind::Recovery,
+            new_epoch,
+            metadata,
+            won,
+            BTreeSet::new(),
+        );
         self.state = MgrState::RecoveryReconciling;
     }
 
@@ -980,10 +988,12 @@ impl Manager {
         new_epoch: Epoch,
         metadata: Metadata,
         participants: BTreeSet<ChunkId>,
+        reconcile: BTreeSet<ChunkId>,
     ) {
         let me = ctx.me();
         let old_epoch = self.epoch;
         let id = ctx.rng.next_u64();
+        let state = (!reconcile.is_empty()).then(|| Box::new(self.data.clone()));
         for c in &participants {
             self.to_chunk(
                 ctx,
@@ -994,6 +1004,7 @@ impl Manager {
                     metadata: metadata.clone(),
                     new_mgr: me,
                     tx: id,
+                    data: state.clone().filter(|_| reconcile.contains(c)),
                 },
             );
         }
@@ -1222,6 +1233,7 @@ impl Manager {
                     metadata: self.metadata.clone(),
                     new_mgr: node,
                     tx,
+                    data: None,
                 },
             );
         }
@@ -1254,7 +1266,8 @@ impl Manager {
         // later regeneration could find a quorum that never received the state.
         let unreachable: BTreeSet<ChunkId> =
             self.failed.difference(&self.recovered).copied().collect();
-        let mut participants = self.live();
+        let live = self.live();
+        let mut participants = live.clone();
         participants.extend(new.chunks.difference(&unreachable).copied());
         if !(new.quorum(&participants) && new.coverage(&participants)) {
             return false;
@@ -1262,7 +1275,20 @@ impl Manager {
         self.fail_writes(ctx);
         self.new_metadata_log = Some(new.clone());
         let new_epoch = self.next_epoch();
-        self.begin_tx(ctx, TxKind::Relayout, new_epoch, new, participants);
+        // Tenure: reconciliation (§5.3.8) sends the store's state to the participants
+        // that do not hold it — new chunks and recovered ones — and they vote only once
+        // it is durable. Merging the votes at commit is not enough: if the commit then
+        // reaches only some of the new layout, a later regeneration from a quorum of it
+        // could find only chunks that never received the state (simulator seed 2847).
+        let reconcile = participants.difference(&live).copied().collect();
+        self.begin_tx(
+            ctx,
+            TxKind::Relayout,
+            new_epoch,
+            new,
+            participants,
+            reconcile,
+        );
         self.state = MgrState::RelayoutReconciling;
         true
     }

@@ -829,6 +829,40 @@ fn manager_relayout_sends_epoch_transition_and_enters_relayout_reconciling() {
 }
 
 #[test]
+fn manager_relayout_reconciles_chunks_that_lack_the_state() {
+    // seed 000 §5.3.8 relayout reconciling: "chunks are being reconciled". Tenure sends
+    // the store's state in the epoch transition to the participants that do not hold
+    // it — a new chunk (5) and a recovered one (3) — and not to the live ones (1, 2).
+    // Simulator seed 2847: the commit of a relayout reached only one chunk of the new
+    // layout; the next regeneration found the new chunk (voted empty) and a stale one,
+    // and lost acknowledged writes.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    m.data = data_with(3, 7, 42);
+    m.failed = set(&[3]);
+    m.recovered = set(&[3]);
+    assert!(m.relayout(&mut env.ctx(T0), md(&[1, 3, 5])));
+    let out = env.take();
+    let sent: Vec<(ChunkId, Option<StoreData>)> = to_chunks(&out)
+        .into_iter()
+        .filter_map(|(k, x)| match x {
+            ToChunk::EpochTransition { data, .. } => Some((k, data.map(|d| *d))),
+            _ => None,
+        })
+        .collect();
+    let state = Some(data_with(3, 7, 42));
+    assert_eq!(
+        sent,
+        vec![
+            (c(1), None),
+            (c(2), None),
+            (c(3), state.clone()),
+            (c(5), state)
+        ]
+    );
+}
+
+#[test]
 fn manager_relayout_leaves_out_failed_unrecovered_chunks() {
     // seed 000 §5.3.7 manager: relayout sends to (metadata − failed) ∪ new metadata. A
     // failed chunk that is also in the new layout would be sent the transition by the

@@ -316,6 +316,7 @@ pub(crate) fn et(old: u64, new: u64, metadata: Metadata, new_mgr: DeviceId) -> T
         tx: TX,
         metadata,
         new_mgr,
+        data: None,
     }
 }
 
