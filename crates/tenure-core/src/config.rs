@@ -126,6 +126,8 @@ pub struct PlantedBugs {
     /// A device processes a message tagged with a snapshot's marker before recording
     /// its state for that snapshot.
     pub snapshot_record_late: bool,
+    /// A device forgets, when it restarts, which snapshots it recorded.
+    pub snapshot_forget_recorded: bool,
     /// A device adopts any membership record whose version differs from its own, older
     /// ones too.
     pub members_adopt_older: bool,

@@ -139,6 +139,7 @@ impl Device {
         let members = record.ids();
         let retiring = record.retiring();
         let election = cfg.election.clone();
+        let cfg_planted_forget = cfg.planted.snapshot_forget_recorded;
         let mut dev = Device {
             next_serial: disk.next_serial,
             env: Env {
@@ -159,7 +160,11 @@ impl Device {
             term: disk.term,
             next_report: now,
             members: record,
-            snaps: Snapshots::default(),
+            snaps: if cfg_planted_forget {
+                Snapshots::default()
+            } else {
+                Snapshots::boot(disk.snapshots.clone())
+            },
             next_snapshot: None,
         };
         dev.snaps.plant_record_late = dev.env.cfg.planted.snapshot_record_late;
@@ -1023,6 +1028,7 @@ impl Device {
                 .collect(),
             term: self.term,
             members: (self.members.version != Default::default()).then(|| self.members.clone()),
+            snapshots: self.snaps.recorded(),
         }
     }
 

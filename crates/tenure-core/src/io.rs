@@ -654,6 +654,9 @@ pub enum PersistOp {
     SetTerm(crate::election::Term),
     /// The newest membership record seen (DESIGN §6).
     SetMembers(Box<crate::election::members::Members>),
+    /// The snapshots this device has recorded, newest last (the most recent ones): a
+    /// device restarted in the middle of one never records it a second time.
+    SetSnapshots(Vec<crate::snapshot::SnapshotId>),
 }
 
 /// All persistent state of a device: what survives a crash.
@@ -676,6 +679,9 @@ pub struct DevicePersist {
     /// configured devices).
     #[serde(default)]
     pub members: Option<crate::election::members::Members>,
+    /// The snapshots recorded here, newest last ([`PersistOp::SetSnapshots`]).
+    #[serde(default)]
+    pub snapshots: Vec<crate::snapshot::SnapshotId>,
 }
 
 /// By default, a chunk writes its whole record after this many delta persists in a row
@@ -702,7 +708,8 @@ impl PersistOp {
             | PersistOp::LookupPut(_)
             | PersistOp::LookupRemove(_)
             | PersistOp::SetTerm(_)
-            | PersistOp::SetMembers(_) => None,
+            | PersistOp::SetMembers(_)
+            | PersistOp::SetSnapshots(_) => None,
         }
     }
 
@@ -764,6 +771,7 @@ impl DevicePersist {
                     self.members = Some((**m).clone());
                 }
             }
+            PersistOp::SetSnapshots(ids) => self.snapshots = ids.clone(),
         }
     }
 }

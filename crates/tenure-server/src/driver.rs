@@ -936,7 +936,8 @@ impl Driver {
                         }
                         PersistOp::SetNextSerial(_)
                         | PersistOp::SetTerm(_)
-                        | PersistOp::SetMembers(_) => None,
+                        | PersistOp::SetMembers(_)
+                        | PersistOp::SetSnapshots(_) => None,
                     };
                     match store {
                         Some(s) => {

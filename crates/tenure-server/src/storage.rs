@@ -60,6 +60,8 @@ const BLOCKS: TableDefinition<BlockKey, &[u8]> = TableDefinition::new("object_bl
 /// Cluster-wide records this device keeps: `members` → postcard(`Members`).
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 const KEY_MEMBERS: &str = "members";
+/// `snapshots` → postcard(`Vec<SnapshotId>`): the snapshots this device recorded.
+const KEY_SNAPSHOTS: &str = "snapshots";
 /// Small scalars: format version, serial counter, owning device.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
@@ -92,6 +94,9 @@ pub enum StorageError {
     /// The membership record does not decode.
     #[error("decoding the membership record: {0}")]
     MembersDecode(postcard::Error),
+    /// The list of recorded snapshots does not decode.
+    #[error("decoding the list of recorded snapshots: {0}")]
+    SnapshotsDecode(postcard::Error),
     /// A persistent lookup entry does not decode.
     #[error("lookup entry {key:?} does not decode: {source}")]
     LookupDecode {
@@ -242,10 +247,15 @@ impl Storage {
             Some(bytes) => Some(postcard::from_bytes(&bytes).map_err(StorageError::MembersDecode)?),
             None => None,
         };
+        let snapshots = match raw.snapshots {
+            Some(bytes) => postcard::from_bytes(&bytes).map_err(StorageError::SnapshotsDecode)?,
+            None => Vec::new(),
+        };
         let mut state = DevicePersist {
             next_serial: raw.next_serial,
             term: raw.term,
             members,
+            snapshots,
             ..Default::default()
         };
         for (chunk, bytes) in raw.records {
@@ -315,15 +325,19 @@ impl Storage {
             let (chunk, id) = from_block_key(k.value());
             blocks.push((chunk, id, v.value().to_vec()));
         }
-        let members = match tx.open_table(CLUSTER) {
-            Ok(t) => t.get(KEY_MEMBERS)?.map(|v| v.value().to_vec()),
-            Err(redb::TableError::TableDoesNotExist(_)) => None,
+        let (members, snapshots) = match tx.open_table(CLUSTER) {
+            Ok(t) => (
+                t.get(KEY_MEMBERS)?.map(|v| v.value().to_vec()),
+                t.get(KEY_SNAPSHOTS)?.map(|v| v.value().to_vec()),
+            ),
+            Err(redb::TableError::TableDoesNotExist(_)) => (None, None),
             Err(e) => return Err(e.into()),
         };
         Ok(Raw {
             next_serial,
             term,
             members,
+            snapshots,
             records,
             deltas,
             next_delta,
@@ -387,6 +401,7 @@ impl Storage {
                 PersistOp::SetNextSerial(_) => self.dirty.serial = true,
                 PersistOp::SetTerm(_) => self.dirty.term = true,
                 PersistOp::SetMembers(_) => self.dirty.members = true,
+                PersistOp::SetSnapshots(_) => self.dirty.snapshots = true,
                 PersistOp::LookupPut(e) => {
                     self.dirty.lookup.insert(e.key.clone());
                 }
@@ -430,6 +445,9 @@ impl Storage {
             && let Some(m) = &self.state.members
         {
             ops.push(PersistOp::SetMembers(Box::new(m.clone())));
+        }
+        if dirty.snapshots {
+            ops.push(PersistOp::SetSnapshots(self.state.snapshots.clone()));
         }
         for k in dirty.lookup {
             ops.push(match self.state.lookup.get(&k) {
@@ -497,6 +515,9 @@ impl Storage {
                 PersistOp::SetMembers(m) => {
                     Encoded::Members(postcard::to_stdvec(&**m).map_err(StorageError::Encode)?)
                 }
+                PersistOp::SetSnapshots(ids) => {
+                    Encoded::Snapshots(postcard::to_stdvec(ids).map_err(StorageError::Encode)?)
+                }
                 PersistOp::LookupPut(e) => Encoded::LookupPut(
                     e.key.clone(),
                     postcard::to_stdvec(&**e).map_err(StorageError::Encode)?,
@@ -557,6 +578,9 @@ impl Storage {
                     }
                     Encoded::Members(v) => {
                         cluster.insert(KEY_MEMBERS, v.as_slice())?;
+                    }
+                    Encoded::Snapshots(v) => {
+                        cluster.insert(KEY_SNAPSHOTS, v.as_slice())?;
                     }
                     Encoded::LookupPut(k, v) => {
                         lookup.insert(k.as_str(), v.as_slice())?;
@@ -703,6 +727,7 @@ struct Raw {
     next_serial: u64,
     term: Term,
     members: Option<Vec<u8>>,
+    snapshots: Option<Vec<u8>>,
     records: Vec<(ChunkId, Vec<u8>)>,
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
@@ -718,6 +743,7 @@ struct Dirty {
     serial: bool,
     term: bool,
     members: bool,
+    snapshots: bool,
     /// Lookup keys written or removed (the state says which).
     lookup: BTreeSet<String>,
     /// Blocks written or deleted (the state says which).
@@ -731,6 +757,7 @@ impl Dirty {
             && !self.serial
             && !self.term
             && !self.members
+            && !self.snapshots
             && self.lookup.is_empty()
             && self.blocks.is_empty()
     }
@@ -743,6 +770,7 @@ enum Encoded {
     Serial(u64),
     Term(Term),
     Members(Vec<u8>),
+    Snapshots(Vec<u8>),
     LookupPut(String, Vec<u8>),
     LookupRemove(String),
     BlockPut(BlockKey, Bytes),
@@ -950,6 +978,28 @@ mod tests {
         drop(s);
         let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
         assert_eq!(state, applied(&groups));
+    }
+
+    #[test]
+    fn recorded_snapshots_survive_reopen_through_the_log_and_redb() {
+        use tenure_core::snapshot::SnapshotId;
+        let id = |serial| SnapshotId {
+            initiator: DeviceId(2),
+            serial,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            s.commit(vec![PersistOp::SetSnapshots(vec![id(1)])])
+                .unwrap();
+            s.commit(vec![PersistOp::SetSnapshots(vec![id(1), id(2)])])
+                .unwrap();
+        }
+        // From the log (open checkpoints it), then from redb alone.
+        for _ in 0..2 {
+            let (_s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            assert_eq!(state.snapshots, vec![id(1), id(2)]);
+        }
     }
 
     #[test]

@@ -464,6 +464,7 @@ impl PalladioModel {
                     blocks: BTreeMap::new(),
                     term: Default::default(),
                     members: None,
+                    snapshots: Vec::new(),
                 }
             };
             for c in disk.chunks.values_mut() {
@@ -563,6 +564,7 @@ impl PalladioModel {
             blocks: BTreeMap::new(),
             term: Default::default(),
             members: None,
+            snapshots: Vec::new(),
         };
         // Transaction ids are nonces drawn from the device's generator: seeding it from the
         // device's state and the clock keeps them a function of the state (as stateright

@@ -116,6 +116,14 @@ pub enum SnapshotViolation {
         /// The holders.
         holders: String,
     },
+    /// A device recorded one snapshot twice (after a restart): its second state holds
+    /// messages received after the cut.
+    RecordedTwice {
+        /// The snapshot.
+        id: SnapshotId,
+        /// The device.
+        device: DeviceId,
+    },
     /// A snapshot reported complete (or terminated) that is not.
     Incomplete {
         /// The snapshot.
@@ -177,6 +185,10 @@ impl std::fmt::Display for SnapshotViolation {
             } => write!(
                 f,
                 "snapshot {id}: {chunk} recorded {name} held by {holders}"
+            ),
+            SnapshotViolation::RecordedTwice { id, device } => write!(
+                f,
+                "snapshot {id}: {device} recorded it twice (again after a restart)"
             ),
             SnapshotViolation::Incomplete { id, why } => {
                 write!(f, "snapshot {id} reported complete: {why}")
@@ -457,6 +469,8 @@ impl CutTracker {
         let recs = self.records.entry((id, d)).or_default();
         if !recs.is_empty() {
             self.stats.rerecords += 1;
+            self.violations
+                .push(SnapshotViolation::RecordedTwice { id, device: d });
         }
         recs.push(Record {
             boot,

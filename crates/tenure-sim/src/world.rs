@@ -1122,7 +1122,9 @@ impl World {
             self.tick += 1;
             match o {
                 Output::Persist(op) => {
-                    effects = true;
+                    // The snapshot machine's own record of what it recorded is not an
+                    // effect of the message being processed.
+                    effects |= !matches!(op, tenure_core::PersistOp::SetSnapshots(_));
                     if self.cfg.capture > 0
                         && (self.report.captured).wants(format!("{op:?}"), self.cfg.capture)
                     {

@@ -161,6 +161,8 @@ enum Plant {
     ElectionNoRestart,
     /// A device processes a message tagged with a snapshot marker before recording.
     SnapshotRecordLate,
+    /// A restarted device forgets which snapshots it recorded (and records one again).
+    SnapshotForgetRecorded,
     /// A device adopts membership records older than its own.
     MembersAdoptOlder,
     /// The coordinator retires a device before its chunks have moved.
@@ -242,6 +244,7 @@ impl SimArgs {
             election_follower_acts: self.plant.contains(&Plant::ElectionFollowerActs),
             election_no_restart: self.plant.contains(&Plant::ElectionNoRestart),
             snapshot_record_late: self.plant.contains(&Plant::SnapshotRecordLate),
+            snapshot_forget_recorded: self.plant.contains(&Plant::SnapshotForgetRecorded),
             members_adopt_older: self.plant.contains(&Plant::MembersAdoptOlder),
             members_retire_undrained: self.plant.contains(&Plant::MembersRetireUndrained),
             members_never_retire: self.plant.contains(&Plant::MembersNeverRetire),

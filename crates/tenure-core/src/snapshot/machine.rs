@@ -2,7 +2,7 @@
 
 use super::{SnapMsg, SnapshotId, SnapshotPart, SnapshotSettings};
 use crate::ids::DeviceId;
-use crate::io::{DevicePersist, Output};
+use crate::io::{DevicePersist, Output, PersistOp};
 use crate::msg::Msg;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// Snapshots finished here that are remembered, so a late marker is answered and not
 /// taken for a new snapshot.
 const FINISHED_KEPT: usize = 256;
+
+/// Snapshots recorded here that are remembered durably ([`PersistOp::SetSnapshots`]).
+const RECORDED_KEPT: usize = 64;
 
 /// The answer a device sent its predecessor when it finished a snapshot (Done or
 /// Continue), sent again if the predecessor's marker comes again: the first answer may
@@ -24,6 +27,12 @@ pub struct Snapshots {
     active: BTreeMap<SnapshotId, Local>,
     finished: BTreeMap<SnapshotId, Answer>,
     finished_order: VecDeque<SnapshotId>,
+    /// The snapshots recorded here, newest last, as stored durably.
+    recorded: VecDeque<SnapshotId>,
+    /// Snapshots recorded before the device last restarted: their recording (the
+    /// channels, the part not yet written) was lost with the crash, and the state now
+    /// reflects messages received after the cut, so they are never recorded again.
+    earlier: BTreeSet<SnapshotId>,
     /// Planted bug (tests only): record the state after the message carrying a tag is
     /// processed, not before.
     pub plant_record_late: bool,
@@ -75,10 +84,27 @@ impl Snapshots {
         id
     }
 
-    /// Whether this device has recorded `id` already (it is running or finished here):
-    /// its state is not needed for a marker of `id`.
+    /// The machine of a device booting with `recorded` on disk (the snapshots it
+    /// recorded in earlier lives).
+    pub fn boot(recorded: Vec<SnapshotId>) -> Snapshots {
+        Snapshots {
+            earlier: recorded.iter().copied().collect(),
+            recorded: recorded.into(),
+            ..Snapshots::default()
+        }
+    }
+
+    /// The snapshots recorded here, newest last (what is on disk).
+    pub fn recorded(&self) -> Vec<SnapshotId> {
+        self.recorded.iter().copied().collect()
+    }
+
+    /// Whether this device has recorded `id` already (it is running or finished here,
+    /// or was recorded before a restart): its state is not needed for a marker of `id`.
     pub fn knows(&self, id: SnapshotId) -> bool {
-        self.active.contains_key(&id) || self.finished.contains_key(&id)
+        self.active.contains_key(&id)
+            || self.finished.contains_key(&id)
+            || self.earlier.contains(&id)
     }
 
     /// Whether `id` is being recorded here.
@@ -103,6 +129,12 @@ impl Snapshots {
         out.push(Output::Observe(crate::io::Observation::SnapshotRecorded {
             id,
         }));
+        // Durable before the markers leave: a restart never records `id` again.
+        self.recorded.push_back(id);
+        if self.recorded.len() > RECORDED_KEPT {
+            self.recorded.pop_front();
+        }
+        out.push(Output::Persist(PersistOp::SetSnapshots(self.recorded())));
         let peers: BTreeSet<DeviceId> = peers.iter().copied().collect();
         for p in &peers {
             out.push(Output::Send {
@@ -162,6 +194,19 @@ impl Snapshots {
                     to: from,
                     msg: Msg::Snapshot(msg),
                 });
+            }
+            None if self.earlier.contains(&id) => {
+                // Recorded before a restart, and that recording is lost: the snapshot
+                // cannot complete. The sender and the initiator are told to give up.
+                self.remember(id, None);
+                for to in [from, id.initiator] {
+                    if to != me && (to == from || peers.contains(&to)) {
+                        out.push(Output::Send {
+                            to,
+                            msg: Msg::Snapshot(SnapMsg::Abort { id }),
+                        });
+                    }
+                }
             }
             None => {
                 if !peers.contains(&from) {

@@ -188,3 +188,58 @@ fn a_finished_successor_repeats_its_answer_to_a_repeated_marker_of_its_predecess
     s.on_marker(now, d2, &peers, d3, id, None, &mut other);
     assert_eq!(answers(&other, d3), vec![SnapMsg::NotSuccessor { id }]);
 }
+
+/// §14.1 records a device's state once per snapshot. A device that restarts while it
+/// takes part has lost the recording (its channels, its part) and its state now holds
+/// messages received after the cut: it must not record the snapshot again. The ids it
+/// recorded are durable before its markers leave; after a restart a marker of one of
+/// them is answered with Abort, to the sender and to the initiator.
+#[test]
+fn snapshot_a_restarted_device_never_records_again_and_aborts() {
+    let (d2, d3) = (DeviceId(2), DeviceId(3));
+    let id = SnapshotId {
+        initiator: D1,
+        serial: 7,
+    };
+    let peers = [D1, d2, d3];
+    let mut s = crate::snapshot::Snapshots::default();
+    let mut out = Vec::new();
+    let now = crate::time::Instant(1_000);
+    s.on_marker(now, d2, &peers, D1, id, Some(Default::default()), &mut out);
+    let at = |f: &dyn Fn(&Output) -> bool| out.iter().position(f).expect("present");
+    let recorded = at(&|o| matches!(o, Output::Observe(_)));
+    let persisted = at(
+        &|o| matches!(o, Output::Persist(crate::io::PersistOp::SetSnapshots(v)) if *v == vec![id]),
+    );
+    let marker = at(&|o| {
+        matches!(
+            o,
+            Output::Send {
+                msg: Msg::Snapshot(SnapMsg::Marker { .. }),
+                ..
+            }
+        )
+    });
+    assert!(recorded < persisted && persisted < marker, "{out:?}");
+
+    // Restart: the machine boots from what is on disk.
+    let mut s = crate::snapshot::Snapshots::boot(s.recorded());
+    assert!(s.knows(id), "no state is taken for it");
+    let mut out = Vec::new();
+    s.on_marker(now, d2, &peers, d3, id, None, &mut out);
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Observe(_) | Output::SnapshotPart(_))),
+        "{out:?}"
+    );
+    let aborts: Vec<DeviceId> = (out.iter())
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Msg::Snapshot(SnapMsg::Abort { id: a }),
+            } if *a == id => Some(*to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(aborts, vec![d3, D1]);
+}
