@@ -182,3 +182,14 @@ fn planted_never_retire_is_caught_as_membership_not_settled() {
     );
     assert_eq!(outcome, Outcome::Liveness);
 }
+
+// DESIGN §6 (a drained device retires): seed 3598 once retired the coordinator itself
+// 46 ms after it was asked to remove it, holding two chunks it had just had created on
+// itself; the stores' reports from before those relayouts were still fresh. Drained is
+// now judged on reports newer than the retirement, with no move onto the device under
+// way.
+#[test]
+fn seed_3598_a_device_retires_only_on_reports_newer_than_its_retirement() {
+    let r = run(SimConfig::new(3598));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}

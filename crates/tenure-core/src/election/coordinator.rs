@@ -101,8 +101,12 @@ pub struct Coordinator {
     stores: BTreeMap<StoreId, (DeviceId, Instant, StoreReport)>,
     /// Latest member report: (received, chunks held).
     reports: BTreeMap<DeviceId, (Instant, u32)>,
-    /// No new command for a store before this time (the last one is under way).
-    pending: BTreeMap<StoreId, Instant>,
+    /// No new command for a store before this time (the last one is under way), and
+    /// the device it moves a chunk or the manager to.
+    pending: BTreeMap<StoreId, (Instant, Option<DeviceId>)>,
+    /// When this coordinator first saw each retiring device retiring: it is drained
+    /// only by reports sent after that.
+    retiring_since: BTreeMap<DeviceId, Instant>,
     /// The term the view was gathered in (reports of another term are not used).
     term: Option<Term>,
     /// The next decision round.
@@ -239,6 +243,8 @@ impl Coordinator {
             .chain([(me, self.reports.get(&me).map_or(0, |m| m.1))])
             .collect();
         let before = self.members.clone();
+        self.pending.retain(|_, (until, _)| *until > now);
+        self.balancing.retain(|_, until| *until > now);
         self.apply_requests(term, cfg);
         let p = &cfg.planted;
         if !p.members_never_retire {
@@ -248,8 +254,6 @@ impl Coordinator {
         if p.members_same_version && self.members != before {
             self.members.version = before.version;
         }
-        self.pending.retain(|_, until| *until > now);
-        self.balancing.retain(|_, until| *until > now);
         let mut view = View {
             cfg,
             members: &self.members,
@@ -277,9 +281,14 @@ impl Coordinator {
         for d in &out {
             // A chunk creation takes up to four message timeouts and a relayout; a
             // migration a transition.
+            let onto = match &d.cmd {
+                PolicyCommand::ReplaceChunk { device, .. } => Some(*device),
+                PolicyCommand::Migrate { to, .. } => Some(*to),
+                _ => None,
+            };
             self.pending.insert(
                 d.cmd.store().expect("store command"),
-                now + t.msg_timeout * 4 + t.lease + t.renewal_period,
+                (now + t.msg_timeout * 4 + t.lease + t.renewal_period, onto),
             );
         }
         // Everyone in the record hears it each round, and so does every retired device
@@ -338,11 +347,24 @@ impl Coordinator {
         // one from the manager of every store, or a chunk of a store not heard from yet
         // could be left behind (simulator seed 1300: a coordinator 1.8 s into its term
         // retired itself holding two chunks).
-        let heard = |at: &Instant| now.saturating_since(*at) <= fresh;
-        let every_store =
-            (0..stores).all(|s| (self.stores.get(&StoreId(s))).is_some_and(|(_, at, _)| heard(at)));
+        //
+        // The reports must also be newer than the retirement (as this coordinator saw
+        // it start), and no command moving something onto the device may be under way:
+        // a store's report from before a relayout that put a chunk on the device is
+        // still fresh for a while (simulator seed 3598: a coordinator retired itself
+        // 46 ms after the request, holding two chunks it had just asked for).
+        self.retiring_since.retain(|d, _| retiring.contains(d));
+        for d in &retiring {
+            self.retiring_since.entry(*d).or_insert(now);
+        }
         for d in retiring {
+            let since = self.retiring_since[&d];
+            let heard = |at: &Instant| now.saturating_since(*at) <= fresh && *at > since;
+            let every_store = (0..stores)
+                .all(|s| (self.stores.get(&StoreId(s))).is_some_and(|(_, at, _)| heard(at)));
+            let moving = (self.pending.values()).any(|(_, onto)| *onto == Some(d));
             let empty = every_store
+                && !moving
                 && (self.reports.get(&d)).is_some_and(|(at, chunks)| heard(at) && *chunks == 0);
             let holds = (self.stores.values()).any(|(from, at, r)| {
                 now.saturating_since(*at) <= fresh
@@ -511,11 +533,61 @@ mod tests {
         );
         let later = at + Duration::from_millis(500);
         c.on_member(later, d(1), term, 0, &members);
+        c.on_store(later, d(2), term, report(0, &[2, 3, 4]));
         c.on_store(later, d(3), term, report(1, &[2, 3, 4]));
         c.on_tick(later + Duration::from_millis(200), &cfg);
         assert!(c.members.retired.contains(&d(1)));
         members = c.members.clone();
         assert!(!members.contains(d(1)));
+    }
+
+    // DESIGN §6: drained is judged on reports sent after the retirement started, and not
+    // while a command moving a chunk onto the device is under way (simulator seed 3598:
+    // a coordinator retired itself 46 ms after the request, holding two chunks it had
+    // just asked for; the stores' reports from before those relayouts were still fresh).
+    #[test]
+    fn coordinator_retires_only_on_reports_newer_than_the_retirement_and_no_move_onto_it() {
+        let cfg = DeviceConfig::new(d(1), ClusterConfig::new(4, 1, 3));
+        let term = Term { n: 3, leader: d(1) };
+        let members = Members::bootstrap(&[d(1), d(2), d(3), d(4)]);
+        let mut c = Coordinator::default();
+        let t0 = Instant(1_000_000);
+        c.start(term, t0, &cfg, &members);
+        let at = t0 + Duration::from_secs(2);
+        // d4 is active and reports empty; store 0 lost its chunk on d3: the round moves
+        // it onto d4.
+        for i in 1..=4 {
+            c.on_member(at, d(i), term, if i == 4 { 0 } else { 1 }, &members);
+        }
+        let mut r = report(0, &[1, 2, 3]);
+        let lost = r.chunks[2];
+        r.failed = vec![(lost, cfg.timing.lease * 2)];
+        c.on_store(at, d(1), term, r);
+        let round = c.on_tick(at + Duration::from_millis(1), &cfg);
+        assert!(
+            matches!(round.decisions[..], [Decision { cmd: PolicyCommand::ReplaceChunk { device, .. }, .. }] if device == d(4)),
+            "{round:?}"
+        );
+        // Now d4 is to be removed. Its report and the store's are fresh but older than
+        // the request, and the replacement onto it is under way.
+        c.on_request(PolicyCommand::RemoveDevice { device: d(4) });
+        let t1 = at + Duration::from_millis(400);
+        c.on_tick(t1, &cfg);
+        assert!(
+            c.members.contains(d(4)),
+            "reports older than the retirement"
+        );
+        let t2 = t1 + Duration::from_millis(10);
+        c.on_member(t2, d(4), term, 0, &members);
+        c.on_store(t2, d(1), term, report(0, &[1, 2, 3]));
+        c.on_tick(t2 + cfg.timing.renewal_period, &cfg);
+        assert!(c.members.contains(d(4)), "a chunk is being moved onto it");
+        // Once the move is no longer under way, fresh empty reports retire it.
+        let t3 = at + cfg.timing.msg_timeout * 4 + cfg.timing.lease + cfg.timing.renewal_period * 2;
+        c.on_member(t3, d(4), term, 0, &members);
+        c.on_store(t3, d(1), term, report(0, &[1, 2, 3]));
+        c.on_tick(t3 + Duration::from_millis(1), &cfg);
+        assert!(c.members.retired.contains(&d(4)), "{:?}", c.members);
     }
     // DESIGN §6: a lost chunk is replaced even when every other active member holds one
     // of the store's chunks — on the device that lost it (simulator seed 1352).
