@@ -380,6 +380,17 @@ impl Elector {
 
     /// A message from `from`.
     pub fn handle_msg(&mut self, now: Instant, from: DeviceId, msg: ElectionMsg) {
+        // A coordinator hearing a coordinator of an older term (elected while cut off,
+        // perhaps under a membership record this one's does not share) tells it the
+        // newer term, so the two sides meet: it follows, or, outranking this one under
+        // bully, elects itself above both terms.
+        if let ElectionMsg::Alive { term } = msg
+            && term < self.term
+            && term.leader == from
+            && self.is_coordinator()
+        {
+            self.send(from, ElectionMsg::Alive { term: self.term });
+        }
         if !self.members.contains(&from) || !self.is_member() {
             return;
         }

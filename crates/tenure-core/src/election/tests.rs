@@ -477,3 +477,40 @@ fn an_announcement_naming_a_device_that_is_not_a_member_is_not_followed() {
     assert_eq!(e.coordinator(), before);
     assert_ne!(e.term(), term);
 }
+
+/// Two coordinators that never heard of each other (a device elected itself while cut
+/// off, under a record the others do not share, so they do not count it as a member):
+/// the one of the newer term answers the other's Alive with its own, and the older one
+/// — outranking it under bully — elects itself above both terms.
+#[test]
+fn bully_coordinator_answers_an_older_coordinators_alive_with_its_term() {
+    let mut net = Net::new(3, Algorithm::Bully);
+    net.run_for(Duration::from_secs(3));
+    let t = net.agreed().expect("d3 coordinates");
+    assert_eq!(t.leader, DeviceId(3));
+    // d3 only knows d1..d3; a device d5 elected itself under an older term elsewhere.
+    let d5 = DeviceId(5);
+    let old = Term {
+        n: t.n - 1,
+        leader: d5,
+    };
+    assert!(old < t);
+    let now = net.now;
+    let e3 = net.nodes.get_mut(&DeviceId(3)).expect("d3");
+    e3.handle_msg(now, d5, ElectionMsg::Alive { term: old });
+    let mut sent = Vec::new();
+    while let Some(o) = e3.poll_output() {
+        sent.push(o);
+    }
+    assert_eq!(
+        sent,
+        vec![ElectorOut::Send {
+            to: d5,
+            msg: ElectionMsg::Alive { term: t },
+        }]
+    );
+    // A follower stays quiet; so does the coordinator for a newer or its own term.
+    let e1 = net.nodes.get_mut(&DeviceId(1)).expect("d1");
+    e1.handle_msg(now, d5, ElectionMsg::Alive { term: old });
+    assert!(e1.poll_output().is_none());
+}
