@@ -106,6 +106,10 @@ pub struct PeerConfig {
     pub peer_addr: SocketAddr,
     /// Where its gRPC API listens (used for redirect hints).
     pub client_addr: SocketAddr,
+    /// Where its metrics and status page are served, if known (the status page links
+    /// to the other devices' pages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// The cluster's shape, fixed at bootstrap.
