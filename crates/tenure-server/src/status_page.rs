@@ -713,6 +713,7 @@ td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 .info { color:var(--info); background:var(--info-bg); }
 .muted { color:var(--muted); }
 .pill.muted { background:#eaeef2; }
+td.wrap { white-space:normal; }
 td.mono { font-family:ui-monospace,SFMono-Regular,Menlo,monospace; }
 p.empty { color:var(--muted); padding:6px 14px; margin:0; }
 footer { color:var(--muted); font-size:12px; padding:0 24px 16px; }
@@ -967,7 +968,7 @@ fn devices_section(h: &mut String, p: &Page) {
         }
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{member}{heard}</td><td>{roles}</td><td class=\"mono\">{}</td></tr>",
+            "<tr><td>{}</td><td>{member}{heard}</td><td class=\"wrap\">{roles}</td><td class=\"mono\">{}</td></tr>",
             device_link(p, d.id),
             esc(&d.client_addr)
         );
