@@ -835,10 +835,10 @@ fn head(title: &str) -> String {
 
 fn render_error(me: DeviceId, why: &str) -> String {
     let mut h = head(&format!("Tenure {me}: no answer"));
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<header><h1>Tenure · device {me}</h1></header><main><section class=\"wide\">\
-         <h2>No status</h2><p class=\"empty\">{}</p></section></main></body></html>\n",
+         <h2>No status</h2><p class=\"empty\">{}</p></section></main></body></html>",
         esc(why)
     );
     h
@@ -859,11 +859,11 @@ pub fn render(p: &Page) -> String {
             &format!("lookup {}", l.state),
         ));
     }
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<header><h1>Tenure · device d{me}</h1>{roles}<span class=\"meta\">version {} · client \
          <code>{}</code> · peer <code>{}</code> · metrics <code>{}</code> · up {} · {}</span>\
-         </header>\n",
+         </header>",
         esc(p.device.version),
         esc(&p.device.client_addr),
         esc(&p.device.peer_addr),
@@ -1142,12 +1142,12 @@ fn lookup_section(h: &mut String, p: &Page) {
         None => pill("bad", "none"),
     };
     let up: Vec<String> = l.up.iter().map(|d| device_link(p, *d)).collect();
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<section><h2>Lookup node<small>seed 003</small></h2><table>\
          <tr><th>state</th><td>{}</td></tr><tr><th>leader</th><td>{leader}</td></tr>\
          <tr><th>live entries</th><td>{}</td></tr><tr><th>subscriptions</th><td>{}</td></tr>\
-         <tr><th>nodes up</th><td>{}</td></tr></table></section>\n",
+         <tr><th>nodes up</th><td>{}</td></tr></table></section>",
         pill(lookup_class(&l.state), &l.state),
         l.entries,
         l.subscriptions,
