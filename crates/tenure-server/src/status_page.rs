@@ -20,7 +20,7 @@
 
 use crate::cluster_api::MembersView;
 use crate::config::PeerConfig;
-use crate::driver::{Call, StatusDetail, StatusSnapshot};
+use crate::driver::{Call, DETAIL_LOCKS_MAX, DETAIL_SESSIONS_MAX, StatusDetail, StatusSnapshot};
 use crate::snapshots::SnapshotsApi;
 use axum::Router;
 use axum::extract::State;
@@ -1027,8 +1027,13 @@ fn locks_section(h: &mut String, p: &Page) {
     let _ = write!(
         h,
         "<section class=\"wide\"><h2>Locks<small>{} held or waited for, in the stores managed \
-         here</small></h2>",
-        locks.len()
+         here{}</small></h2>",
+        locks.len(),
+        cut(
+            p.locks.len(),
+            p.stores.iter().filter_map(|s| s.locks).sum(),
+            DETAIL_LOCKS_MAX
+        )
     );
     if locks.is_empty() {
         h.push_str("<p class=\"empty\">No lock is held or waited for here.</p></section>\n");
@@ -1099,11 +1104,24 @@ fn elections_section(h: &mut String, p: &Page) {
     h.push_str("</table></section>\n");
 }
 
+/// A note when a list is cut: `listed` of `total` rows, at most `max` per store.
+fn cut(listed: usize, total: usize, max: usize) -> String {
+    if listed >= total {
+        return String::new();
+    }
+    format!(" (the first {max} of each store: {listed} of {total})")
+}
+
 fn sessions_section(h: &mut String, p: &Page) {
     let _ = write!(
         h,
-        "<section><h2>Sessions<small>{} open in the stores managed here</small></h2>",
-        p.sessions.len()
+        "<section><h2>Sessions<small>{} open in the stores managed here{}</small></h2>",
+        p.sessions.len(),
+        cut(
+            p.sessions.len(),
+            p.stores.iter().filter_map(|s| s.sessions).sum(),
+            DETAIL_SESSIONS_MAX
+        )
     );
     if p.sessions.is_empty() {
         h.push_str("<p class=\"empty\">No open session here.</p></section>\n");
@@ -1289,6 +1307,10 @@ mod tests {
         assert!(html.contains("session 42"));
         assert!(html.contains("1. session 43"));
         assert!(html.contains(r#"<meta http-equiv="refresh" content="2">"#));
+        assert!(!html.contains("the first"), "nothing was cut");
+        let mut cut = page();
+        cut.stores[0].locks = Some(250);
+        assert!(render(&cut).contains("(the first 200 of each store: 1 of 250)"));
     }
 
     #[test]
