@@ -39,6 +39,7 @@ pub fn configs(
             id: h.id,
             peer_addr: SocketAddr::from((h.addr, PEER_PORT)),
             client_addr: SocketAddr::from((h.addr, CLIENT_PORT)),
+            metrics_addr: None,
         })
         .collect();
     // The devices share this machine's cores.

@@ -1079,6 +1079,15 @@ impl Device {
             .map(|m| &m.data.table)
     }
 
+    /// The session deadlines kept by the manager of a store this device manages (status
+    /// pages show how long each session has left).
+    pub fn managed_liveness(&self, store: StoreId) -> Option<&crate::session::Liveness> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| &m.liveness)
+    }
+
     /// A chunk's persistent record (checkers compare stored data).
     pub fn chunk_record(&self, id: ChunkId) -> Option<&ChunkPersist> {
         self.chunks.get(&id).map(|c| &c.p)

@@ -5,7 +5,7 @@
 //! data_dir = "tenure-data/d1"
 //! peer_listen = "127.0.0.1:7101"
 //! client_listen = "127.0.0.1:7201"
-//! metrics_listen = "127.0.0.1:7301"   # optional
+//! metrics_listen = "127.0.0.1:7301"   # optional: /metrics, the status page (/), /status.json
 //! worker_threads = 1                    # optional; default one per core; 1 = current-thread runtime
 //! join = true                          # optional: started to join a running cluster
 //!                                       # (`tenure cluster add`; default false)
@@ -18,6 +18,7 @@
 //! id = 1
 //! peer_addr = "127.0.0.1:7101"
 //! client_addr = "127.0.0.1:7201"
+//! metrics_addr = "127.0.0.1:7301"      # optional: the status page links to it
 //!
 //! [timing]                              # optional overrides of seed 000 §2 constants
 //! lease_ms = 2000
@@ -106,6 +107,10 @@ pub struct PeerConfig {
     pub peer_addr: SocketAddr,
     /// Where its gRPC API listens (used for redirect hints).
     pub client_addr: SocketAddr,
+    /// Where its metrics and status page are served, if known (the status page links
+    /// to the other devices' pages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// The cluster's shape, fixed at bootstrap.
@@ -523,6 +528,31 @@ mod tests {
         assert_eq!(dc.cluster.stores, 8);
         assert_eq!(dc.cluster.replication, 3);
         assert_eq!(dc.timing.lease, Duration::from_millis(1000));
+        assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
+        assert_eq!(cfg.peers[0].metrics_addr, None);
+    }
+
+    /// A peer may name its metrics address (the status page links to it); it round-trips.
+    #[test]
+    fn a_peer_names_its_metrics_address() {
+        let text = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            metrics_listen = "127.0.0.1:7301"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+            metrics_addr = "127.0.0.1:7301"
+        "#;
+        let cfg: ServerConfig = toml::from_str(text).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(
+            cfg.peers[0].metrics_addr,
+            Some("127.0.0.1:7301".parse().unwrap())
+        );
         assert_eq!(toml::from_str::<ServerConfig>(&cfg.to_toml()).unwrap(), cfg);
     }
 

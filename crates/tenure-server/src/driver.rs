@@ -95,6 +95,10 @@ pub enum Call {
     },
     /// A snapshot of the device's state.
     Status {
+        /// Whether to include the tables of the stores managed here and the device's
+        /// other state ([`StatusDetail`], for the status page); the gRPC `Status` takes
+        /// the counts only.
+        detail: bool,
         /// Where it goes.
         reply: oneshot::Sender<StatusSnapshot>,
     },
@@ -155,6 +159,59 @@ pub struct StatusSnapshot {
     pub coordinator: Option<tenure_core::election::Term>,
     /// Whether this device acts as the coordinator.
     pub acting_coordinator: bool,
+    /// The rest of what the device knows, when it was asked for.
+    pub detail: Option<Box<StatusDetail>>,
+}
+
+/// What the status page shows beyond [`StatusSnapshot`]'s counts: the membership record,
+/// the lookup node, and the sessions, locks and objects of every store managed here.
+#[derive(Clone, Debug)]
+pub struct StatusDetail {
+    /// The membership record and the coordinator (the same view `service Cluster` gives).
+    pub members: crate::cluster_api::MembersView,
+    /// The lookup node (seed 003).
+    pub lookup: tenure_core::lookup::NodeView,
+    /// The stores managed here.
+    pub stores: BTreeMap<StoreId, StoreDetail>,
+}
+
+/// Most locks of one store a [`StoreDetail`] lists (the rest are counted only), so a
+/// status answer stays small whatever the table holds.
+pub const DETAIL_LOCKS_MAX: usize = 200;
+/// Most sessions of one store a [`StoreDetail`] lists.
+pub const DETAIL_SESSIONS_MAX: usize = 200;
+
+/// The tables of one store managed here.
+#[derive(Clone, Debug, Default)]
+pub struct StoreDetail {
+    /// Open sessions (at most [`DETAIL_SESSIONS_MAX`]), by id.
+    pub sessions: Vec<SessionDetail>,
+    /// Open sessions in all.
+    pub sessions_total: usize,
+    /// Locks with holders or waiters (at most [`DETAIL_LOCKS_MAX`]), by name.
+    pub locks: Vec<tenure_core::lockctl::LockInfo>,
+    /// Locks with holders or waiters in all.
+    pub locks_total: usize,
+    /// Active objects.
+    pub objects: u64,
+    /// Their bytes.
+    pub object_bytes: u64,
+    /// The store's object revision.
+    pub object_revision: u64,
+}
+
+/// One open session of a store managed here.
+#[derive(Clone, Debug)]
+pub struct SessionDetail {
+    /// Its id.
+    pub id: tenure_core::session::SessionId,
+    /// Its time to live between keep-alives.
+    pub ttl: Duration,
+    /// Time left before its deadline on the manager's clock (none: no deadline known;
+    /// zero: past it, its expiry under way).
+    pub expires_in: Option<Duration>,
+    /// Locks it holds.
+    pub holds: usize,
 }
 
 /// Sizes of a managed store's tables, for status pages.
@@ -534,7 +591,7 @@ fn lookup_kind(req: &tenure_core::lookup::LookupRequest) -> &'static str {
 enum Held {
     Send(DeviceId, tenure_core::msg::Msg),
     Reply(u64, Answer),
-    Status(oneshot::Sender<StatusSnapshot>),
+    Status(oneshot::Sender<StatusSnapshot>, bool),
     LookupEvent(SubEvent),
     Watch(ClientId, u64, WatchMsg),
 }
@@ -740,7 +797,7 @@ impl Driver {
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
             let mut out = Vec::new();
-            let mut statuses = Vec::new();
+            let mut statuses: Vec<(oneshot::Sender<StatusSnapshot>, bool)> = Vec::new();
             let mut n = 0;
             tokio::select! {
                 m = self.peers.recv() => match m {
@@ -782,8 +839,8 @@ impl Driver {
             }
             self.release(out);
             // Status answers come after every output of the batch.
-            for tx in statuses {
-                self.hold(Domain::Device, Held::Status(tx));
+            for (tx, detail) in statuses {
+                self.hold(Domain::Device, Held::Status(tx, detail));
             }
             self.flush_held();
             self.start_commit();
@@ -829,7 +886,7 @@ impl Driver {
         &mut self,
         call: Call,
         out: &mut Vec<Output>,
-        statuses: &mut Vec<oneshot::Sender<StatusSnapshot>>,
+        statuses: &mut Vec<(oneshot::Sender<StatusSnapshot>, bool)>,
     ) {
         match call {
             Call::Request { req, reply } => {
@@ -886,7 +943,7 @@ impl Driver {
                     out,
                 );
             }
-            Call::Status { reply } => statuses.push(reply),
+            Call::Status { detail, reply } => statuses.push((reply, detail)),
             Call::Membership { cmd, reply } => {
                 if let Some(cmd) = cmd {
                     self.input(Input::Policy(cmd), out);
@@ -1138,8 +1195,11 @@ impl Driver {
                     let _ = p.reply.send(result);
                 }
             }
-            Held::Status(tx) => {
-                let snap = self.snapshot();
+            Held::Status(tx, detail) => {
+                let mut snap = self.snapshot();
+                if detail {
+                    snap.detail = Some(Box::new(self.detail()));
+                }
                 let _ = tx.send(snap);
             }
             Held::LookupEvent(ev) => self.lookup_subs.route(ev),
@@ -1218,6 +1278,63 @@ impl Driver {
             now: self.clock.now(),
             coordinator: self.device.coordinator(),
             acting_coordinator: self.device.acting_coordinator().is_some(),
+            detail: None,
+        }
+    }
+
+    /// The status page's part of a status answer ([`StatusDetail`]).
+    fn detail(&mut self) -> StatusDetail {
+        let now = self.clock.now();
+        let mut stores = BTreeMap::new();
+        for m in self.device.manager_views() {
+            let Some(t) = self.device.managed_tables(m.store) else {
+                continue;
+            };
+            let liveness = self.device.managed_liveness(m.store);
+            let locks: Vec<_> = (t.locks.locks_under("/").unwrap_or_default().into_iter())
+                .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
+                .collect();
+            let mut holds: BTreeMap<tenure_core::session::SessionId, usize> = BTreeMap::new();
+            for l in &locks {
+                for h in &l.holders {
+                    *holds.entry(h.session).or_default() += 1;
+                }
+            }
+            let sessions = (t.sessions.open.iter().take(DETAIL_SESSIONS_MAX))
+                .map(|(id, r)| SessionDetail {
+                    id: *id,
+                    ttl: r.ttl,
+                    expires_in: liveness
+                        .and_then(|l| l.deadline.get(id))
+                        .map(|d| d.saturating_since(now)),
+                    holds: holds.get(id).copied().unwrap_or(0),
+                })
+                .collect();
+            let (mut objects, mut object_bytes) = (0, 0);
+            for key in t.objects.keys.keys() {
+                if let Some(a) = t.objects.active(key) {
+                    objects += 1;
+                    object_bytes += a.size;
+                }
+            }
+            let locks_total = locks.len();
+            stores.insert(
+                m.store,
+                StoreDetail {
+                    sessions,
+                    sessions_total: t.sessions.open.len(),
+                    locks: locks.into_iter().take(DETAIL_LOCKS_MAX).collect(),
+                    locks_total,
+                    objects,
+                    object_bytes,
+                    object_revision: t.objects.revision,
+                },
+            );
+        }
+        StatusDetail {
+            members: crate::cluster_api::MembersView::of(&self.device),
+            lookup: self.device.lookup().view(),
+            stores,
         }
     }
 }

@@ -177,7 +177,10 @@ impl Api {
     pub async fn snapshot(&self) -> Result<StatusSnapshot, Status> {
         let (tx, rx) = oneshot::channel();
         self.calls
-            .send(Call::Status { reply: tx })
+            .send(Call::Status {
+                detail: false,
+                reply: tx,
+            })
             .await
             .map_err(|_| Status::unavailable("device is shutting down"))?;
         rx.await

@@ -17,7 +17,8 @@
 //! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
 //!   local CA that `tenure cluster up` makes;
 //! - [`config`]: the TOML configuration;
-//! - metrics on a Prometheus endpoint, logs through `tracing`.
+//! - [`status_page`]: the metrics address, with Prometheus metrics, the status page and
+//!   its JSON; logs go through `tracing`.
 //!
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
@@ -32,6 +33,7 @@ pub mod grpc;
 pub mod lookup;
 pub mod objects;
 pub mod snapshots;
+pub mod status_page;
 pub mod storage;
 pub mod stream;
 pub mod tls;
@@ -112,6 +114,9 @@ pub struct ServerHandle {
     pub peer_addr: SocketAddr,
     /// Where the gRPC API listens.
     pub client_addr: SocketAddr,
+    /// Where the metrics and the status page are served (none: not configured, or the
+    /// address could not be bound).
+    pub metrics_addr: Option<SocketAddr>,
     stop: CancellationToken,
     driver: JoinHandle<Result<(), ServerError>>,
 }
@@ -177,9 +182,20 @@ pub async fn start_with_listeners(
             source,
         })?;
     let tls = cfg.tls.as_ref().map(tls::DeviceTls::load).transpose()?;
-    if let Some(addr) = cfg.metrics_listen {
-        install_metrics(addr);
-    }
+    // A metrics address that cannot be bound costs the device its metrics, not its service.
+    let metrics_listener = match cfg.metrics_listen {
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(l) => {
+                status_page::recorder();
+                Some(l)
+            }
+            Err(e) => {
+                warn!(%addr, "metrics endpoint not started: {e}");
+                None
+            }
+        },
+        None => None,
+    };
 
     let dir = cfg.data_dir.clone();
     let (storage, state) = tokio::task::spawn_blocking(move || Storage::open(&dir, me))
@@ -254,6 +270,21 @@ pub async fn start_with_listeners(
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let snapshots_api =
         snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
+    let metrics_addr = metrics_listener.and_then(|l| {
+        let addr = l.local_addr().ok()?;
+        let page = status_page::StatusPage::new(
+            calls_tx.clone(),
+            snapshots_api.clone(),
+            me,
+            peer_addr,
+            client_addr,
+            addr,
+            &cfg.peers,
+            Duration::from_millis(cfg.request_timeout_ms),
+        );
+        status_page::serve(l, page, stop.clone());
+        Some(addr)
+    });
     let elections_api = elections::ElectionsApi::new(api.clone());
     let lookup_api = lookup::LookupApi::new(
         calls_tx,
@@ -306,21 +337,8 @@ pub async fn start_with_listeners(
     Ok(ServerHandle {
         peer_addr,
         client_addr,
+        metrics_addr,
         stop,
         driver,
     })
-}
-
-/// Install the Prometheus exporter (once per process).
-fn install_metrics(addr: SocketAddr) {
-    let buckets = [
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-    ];
-    let builder = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets(&buckets);
-    match builder.and_then(|b| b.install()) {
-        Ok(()) => info!(%addr, "metrics endpoint listening"),
-        Err(e) => warn!(%addr, "metrics endpoint not started: {e}"),
-    }
 }

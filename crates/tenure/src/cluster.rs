@@ -265,12 +265,14 @@ pub(crate) fn local_configs(
     let mut peers = Vec::new();
     let mut metrics = Vec::new();
     for id in 1..=devices {
+        let m = SocketAddr::from(([127, 0, 0, 1], port(200, id)?));
         peers.push(PeerConfig {
             id,
             peer_addr: SocketAddr::from(([127, 0, 0, 1], port(0, id)?)),
             client_addr: SocketAddr::from(([127, 0, 0, 1], port(100, id)?)),
+            metrics_addr: Some(m),
         });
-        metrics.push(SocketAddr::from(([127, 0, 0, 1], port(200, id)?)));
+        metrics.push(m);
     }
     let data = std::path::absolute(data)?;
     // The devices share this machine's cores.

@@ -236,12 +236,14 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
             id: d.id,
             peer_addr: d.peer_addr,
             client_addr: d.client_addr,
+            metrics_addr: d.metrics_addr,
         })
         .collect();
     peers.push(PeerConfig {
         id,
         peer_addr,
         client_addr,
+        metrics_addr: Some(metrics_addr),
     });
     let dir = std::path::absolute(&data)?.join(format!("d{id}"));
     let mut cfg = ServerConfig {

@@ -94,6 +94,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             id,
             peer_addr: free_addr(),
             client_addr: free_addr(),
+            metrics_addr: None,
         })
         .collect();
     peers
