@@ -69,6 +69,7 @@ pub fn configs(
             election: Default::default(),
             snapshot: Default::default(),
             tls: None,
+            auth: Default::default(),
         })
         .collect()
 }

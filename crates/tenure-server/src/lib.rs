@@ -16,12 +16,14 @@
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
 //!   local CA that `tenure cluster up` makes;
+//! - [`auth`]: authorization — named tokens with permissions per path prefix;
 //! - [`config`]: the TOML configuration;
 //! - metrics on a Prometheus endpoint, logs through `tracing`.
 //!
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
 
+pub mod auth;
 pub mod certs;
 pub mod cluster_api;
 pub mod config;
@@ -177,6 +179,7 @@ pub async fn start_with_listeners(
             source,
         })?;
     let tls = cfg.tls.as_ref().map(tls::DeviceTls::load).transpose()?;
+    let auth = auth::Auth::new(&cfg.auth)?;
     if let Some(addr) = cfg.metrics_listen {
         install_metrics(addr);
     }
@@ -245,21 +248,25 @@ pub async fn start_with_listeners(
         events,
     )
     .with_device(me)
-    .with_watches(watch_routes);
+    .with_watches(watch_routes)
+    .with_auth(auth.clone());
     let driver = driver.with_members(api.endpoints().clone());
     let cluster_api = cluster_api::ClusterApi::new(
         calls_tx.clone(),
         Duration::from_millis(cfg.request_timeout_ms),
-    );
+    )
+    .with_auth(auth.clone());
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let snapshots_api =
-        snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
+        snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait)
+            .with_auth(auth.clone());
     let elections_api = elections::ElectionsApi::new(api.clone());
     let lookup_api = lookup::LookupApi::new(
         calls_tx,
         sub_routes,
         Duration::from_millis(cfg.request_timeout_ms),
-    );
+    )
+    .with_auth(auth.clone());
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
         let incoming = tls::client_incoming(
@@ -302,7 +309,7 @@ pub async fn start_with_listeners(
         driver_stop.cancel();
         r
     });
-    info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), "device serving");
+    info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), auth = auth.enabled(), "device serving");
     Ok(ServerHandle {
         peer_addr,
         client_addr,

@@ -302,6 +302,7 @@ pub(crate) fn local_configs(
             election: Default::default(),
             snapshot: Default::default(),
             tls: None,
+            auth: Default::default(),
         })
         .collect())
 }
