@@ -412,7 +412,7 @@ impl Auth {
         let refuse = |why: &str| {
             metrics::counter!("tenure_auth_unauthenticated_total").increment(1);
             Err(Status::unauthenticated(format!(
-                "{why}: this cluster requires a token (`--token` or TENURE_TOKEN; on the wire \
+                "{why}: this cluster requires a token (`--auth-token` or TENURE_TOKEN; on the wire \
                  `authorization: Bearer <token>`)"
             )))
         };
