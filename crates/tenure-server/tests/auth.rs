@@ -171,6 +171,12 @@ fn tokens_get_what_their_rules_grant_and_nothing_else() {
         denied(worker.revoke("/jobs/x").await, &["write"]);
         assert!(worker.list("/tenure").await.is_ok());
         denied(worker.list("/").await, &["read"]);
+        // A watch the token may not read ends with the refusal (it is not retried).
+        let mut w = worker.watch("/secrets").unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), w.next_change())
+            .await
+            .expect("the refusal comes in time");
+        denied(first.expect("an item").map(|_| ()), &["read", "/secrets"]);
 
         // Elections need lock on the name; snapshots and membership admin.
         let leader = worker.elections().campaign("/jobs/leader", "w").await;
