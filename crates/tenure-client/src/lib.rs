@@ -366,10 +366,18 @@ impl Error {
     }
 
     fn from_status(s: tonic::Status) -> Error {
+        // A status the device answered with; not one made from a broken connection
+        // (an HTTP/2 refusal such as a TLS device's answer to plaintext also maps to
+        // PERMISSION_DENIED, and keeps its cause for `describe_status`).
+        let answered = std::error::Error::source(&s).is_none();
         match s.code() {
             tonic::Code::Unimplemented => Error::Unimplemented(s.message().to_string()),
-            tonic::Code::Unauthenticated => Error::Unauthenticated(s.message().to_string()),
-            tonic::Code::PermissionDenied => Error::PermissionDenied(s.message().to_string()),
+            tonic::Code::Unauthenticated if answered => {
+                Error::Unauthenticated(s.message().to_string())
+            }
+            tonic::Code::PermissionDenied if answered => {
+                Error::PermissionDenied(s.message().to_string())
+            }
             _ => Error::Rpc(Box::new(s)),
         }
     }
@@ -1285,6 +1293,12 @@ mod tests {
         assert_eq!(late.to_string(), "no answer in time: store 3");
         let other = Error::from_status(tonic::Status::internal("boom"));
         assert_eq!(other.to_string(), "request failed (Internal): boom");
+        // Authorization's answers are typed and final.
+        let denied = Error::from_status(tonic::Status::permission_denied("token \"t\" has no"));
+        assert!(matches!(&denied, Error::PermissionDenied(m) if m.contains("\"t\"")));
+        assert!(!denied.retryable() && !denied.transient_rpc());
+        let anon = Error::from_status(tonic::Status::unauthenticated("no token given"));
+        assert!(matches!(anon, Error::Unauthenticated(_)));
     }
 
     #[tokio::test]
