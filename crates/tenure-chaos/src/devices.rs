@@ -70,6 +70,7 @@ pub fn configs(
             election: Default::default(),
             snapshot: Default::default(),
             tls: None,
+            auth: Default::default(),
         })
         .collect()
 }

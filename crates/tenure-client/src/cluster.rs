@@ -12,10 +12,10 @@
 //! `add_device` with its id and addresses. Removing one: `remove_device`; its chunks move
 //! and its managers migrate, then it leaves the record and stops serving.
 
+use crate::Chan;
 use crate::proto::{self, cluster_client::ClusterClient};
 use crate::{Client, normalize};
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 
 /// Membership call failures.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +174,7 @@ const POLL: Duration = Duration::from_millis(200);
 const REPEAT: Duration = Duration::from_secs(2);
 
 impl ClusterApi {
-    fn channel(&self, endpoint: &str) -> Result<ClusterClient<Channel>> {
+    fn channel(&self, endpoint: &str) -> Result<ClusterClient<Chan>> {
         let ep = normalize(endpoint.to_string());
         let ch = crate::lazy_channel(&ep, self.client.options())?;
         Ok(ClusterClient::new(ch))
@@ -184,7 +184,7 @@ impl ClusterApi {
     /// something other than a transport failure or `NoCoordinator`.
     async fn first<F, Fut>(&self, skip: &[String], ask: F) -> Result<Membership>
     where
-        F: Fn(ClusterClient<Channel>) -> Fut,
+        F: Fn(ClusterClient<Chan>) -> Fut,
         Fut: std::future::Future<
                 Output = std::result::Result<proto::MembershipResponse, crate::Error>,
             >,

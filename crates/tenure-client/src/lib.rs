@@ -71,6 +71,53 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
+
+/// The channel every service client of this crate uses: a connection to one device, with
+/// the client's token attached to every call ([`Credentials`]).
+pub type Chan = tonic::service::interceptor::InterceptedService<Channel, Credentials>;
+
+/// What a client presents on every call when the cluster requires a token: the
+/// `authorization: Bearer <token>` metadata, or nothing (see [`ClientOptions::token`]).
+#[derive(Clone, Default)]
+pub struct Credentials(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Credentials(token)"
+        } else {
+            "Credentials(none)"
+        })
+    }
+}
+
+impl Credentials {
+    /// The credentials of `opts`: its token, if any.
+    pub fn of(opts: &ClientOptions) -> Result<Credentials> {
+        let Some(token) = &opts.token else {
+            return Ok(Credentials(None));
+        };
+        let token = token.trim();
+        let mut v: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| Error::InvalidToken)?;
+        if token.is_empty() || token.contains(' ') {
+            return Err(Error::InvalidToken);
+        }
+        v.set_sensitive(true);
+        Ok(Credentials(Some(v)))
+    }
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
 use tracing::debug;
 
 pub use locks::{
@@ -95,6 +142,17 @@ pub enum Error {
     /// An endpoint string is not a valid address.
     #[error("invalid endpoint {0:?}")]
     InvalidEndpoint(String),
+    /// The token cannot travel in a header (a character outside visible ASCII, a space,
+    /// or nothing at all).
+    #[error("the token is not valid: tokens are visible ASCII characters without spaces")]
+    InvalidToken,
+    /// The cluster requires a token and the call had none it knows.
+    #[error("not authenticated: {0}")]
+    Unauthenticated(String),
+    /// The call's token may not do this (the message names the token, the permission
+    /// and the path).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// An `https://` endpoint given to a client without TLS settings.
     #[error("endpoint {0} is https but no CA was given to trust (ClientOptions::tls)")]
     TlsNotConfigured(String),
@@ -254,6 +312,7 @@ impl Error {
     /// Convert a protocol error.
     pub fn from_proto(e: proto::Error) -> Error {
         match e.kind {
+            Some(Kind::PermissionDenied(_)) => Error::PermissionDenied(e.message),
             Some(Kind::NotManager(n)) => Error::NotManager {
                 store: n.store,
                 hint: (!n.hint_endpoint.is_empty()).then_some(n.hint_endpoint),
@@ -307,8 +366,18 @@ impl Error {
     }
 
     fn from_status(s: tonic::Status) -> Error {
+        // A status the device answered with; not one made from a broken connection
+        // (an HTTP/2 refusal such as a TLS device's answer to plaintext also maps to
+        // PERMISSION_DENIED, and keeps its cause for `describe_status`).
+        let answered = std::error::Error::source(&s).is_none();
         match s.code() {
             tonic::Code::Unimplemented => Error::Unimplemented(s.message().to_string()),
+            tonic::Code::Unauthenticated if answered => {
+                Error::Unauthenticated(s.message().to_string())
+            }
+            tonic::Code::PermissionDenied if answered => {
+                Error::PermissionDenied(s.message().to_string())
+            }
             _ => Error::Rpc(Box::new(s)),
         }
     }
@@ -434,6 +503,9 @@ pub struct ClientOptions {
     /// TLS on every connection (the CA to trust, the certificate to present), or none:
     /// plaintext. A device with TLS refuses plaintext clients, and the reverse.
     pub tls: Option<tls::ClientTls>,
+    /// The token presented on every call (`authorization: Bearer <token>`), for a
+    /// cluster with authorization on; none: no token.
+    pub token: Option<String>,
 }
 
 /// How a client's requests travel.
@@ -466,7 +538,16 @@ impl Default for ClientOptions {
             pass_over: Duration::from_secs(5),
             wait_slack: Duration::from_millis(300),
             tls: None,
+            token: None,
         }
+    }
+}
+
+impl ClientOptions {
+    /// These options with `token` presented on every call.
+    pub fn with_token(mut self, token: impl Into<String>) -> ClientOptions {
+        self.token = Some(token.into());
+        self
     }
 }
 
@@ -485,10 +566,10 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// The service clients on one endpoint's connection.
 #[derive(Clone, Debug)]
 pub(crate) struct Conns {
-    tenure: TenureClient<Channel>,
-    lookup: proto::lookup_client::LookupClient<Channel>,
-    objects: proto::objects_client::ObjectsClient<Channel>,
-    elections: proto::elections_client::ElectionsClient<Channel>,
+    tenure: TenureClient<Chan>,
+    lookup: proto::lookup_client::LookupClient<Chan>,
+    objects: proto::objects_client::ObjectsClient<Chan>,
+    elections: proto::elections_client::ElectionsClient<Chan>,
 }
 
 /// A Tenure client. Cheap to clone: clones share connections, routes and sessions. Call
@@ -550,6 +631,7 @@ impl Client {
         {
             return Err(Error::TlsNotConfigured(e.clone()));
         }
+        Credentials::of(&opts)?;
         let c = Client::on_channels(opts, Vec::new(), Arc::default(), Arc::default());
         for e in endpoints {
             c.channel(&e)?;
@@ -605,7 +687,7 @@ impl Client {
         self.inner.endpoints.lock().unwrap().clone()
     }
 
-    fn channel(&self, endpoint: &str) -> Result<TenureClient<Channel>> {
+    fn channel(&self, endpoint: &str) -> Result<TenureClient<Chan>> {
         self.conns(endpoint).map(|c| c.tenure)
     }
 
@@ -613,7 +695,7 @@ impl Client {
     pub(crate) fn lookup_channel(
         &self,
         endpoint: &str,
-    ) -> Result<proto::lookup_client::LookupClient<Channel>> {
+    ) -> Result<proto::lookup_client::LookupClient<Chan>> {
         self.conns(endpoint).map(|c| c.lookup)
     }
 
@@ -629,6 +711,7 @@ impl Client {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .connect_with_connector_lazy(conn::Connector::new(self.inner.opts.tls.as_ref()));
+        let ch = Chan::new(ch, Credentials::of(&self.inner.opts)?);
         let conns = Conns {
             tenure: TenureClient::new(ch.clone()),
             lookup: proto::lookup_client::LookupClient::new(ch.clone())
@@ -692,8 +775,10 @@ impl Client {
                             if matches!(&e, Error::Rpc(s) if s.code() == tonic::Code::DeadlineExceeded) {
                                 self.pass_over(&ep);
                             }
-                            if matches!(&e, Error::Rpc(s) if tls::permanent_failure(s)) {
-                                // TLS refused: no later attempt fares better.
+                            if matches!(&e, Error::Rpc(s) if tls::permanent_failure(s))
+                                || matches!(e, Error::Unauthenticated(_) | Error::PermissionDenied(_))
+                            {
+                                // TLS or the token refused: no later attempt fares better.
                                 return Err(e);
                             }
                             last = e;
@@ -935,7 +1020,7 @@ impl Client {
     /// to the hinted or next endpoint, with backoff, within the configured bounds.
     pub async fn routed<T, F, Fut>(&self, store: u32, call: F) -> Result<T>
     where
-        F: FnMut(TenureClient<Channel>) -> Fut,
+        F: FnMut(TenureClient<Chan>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         let o = &self.inner.opts;
@@ -956,7 +1041,7 @@ impl Client {
         call: F,
     ) -> Result<T>
     where
-        F: FnMut(TenureClient<Channel>) -> Fut,
+        F: FnMut(TenureClient<Chan>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         self.routed_on(store, bounds, |c| c.tenure.clone(), call)
@@ -971,7 +1056,7 @@ impl Client {
         call: F,
     ) -> Result<T>
     where
-        F: FnMut(proto::objects_client::ObjectsClient<Channel>) -> Fut,
+        F: FnMut(proto::objects_client::ObjectsClient<Chan>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         self.routed_on(store, bounds, |c| c.objects.clone(), call)
@@ -986,7 +1071,7 @@ impl Client {
         call: F,
     ) -> Result<T>
     where
-        F: FnMut(proto::elections_client::ElectionsClient<Channel>) -> Fut,
+        F: FnMut(proto::elections_client::ElectionsClient<Chan>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         self.routed_on(store, bounds, |c| c.elections.clone(), call)
@@ -997,7 +1082,7 @@ impl Client {
     pub(crate) fn elections_channel(
         &self,
         endpoint: &str,
-    ) -> Result<proto::elections_client::ElectionsClient<Channel>> {
+    ) -> Result<proto::elections_client::ElectionsClient<Chan>> {
         self.conns(endpoint).map(|c| c.elections)
     }
 
@@ -1163,7 +1248,7 @@ pub(crate) struct Bounds {
 /// A gRPC channel to one device (`host:port` or `http(s)://host:port`), connected on first
 /// use, with the client's connector and `opts`'s TLS settings: for calling the generated
 /// `proto` clients directly.
-pub fn channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
+pub fn channel(endpoint: &str, opts: &ClientOptions) -> Result<Chan> {
     let endpoint = normalize(endpoint.to_string());
     if opts.tls.is_none() && endpoint.starts_with("https://") {
         return Err(Error::TlsNotConfigured(endpoint));
@@ -1173,11 +1258,12 @@ pub fn channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
 
 /// A lazily connected channel to `endpoint` with the client's connector (its TLS
 /// settings), for the services that keep a channel of their own.
-pub(crate) fn lazy_channel(endpoint: &str, opts: &ClientOptions) -> Result<Channel> {
-    Ok(Endpoint::from_shared(endpoint.to_string())
+pub(crate) fn lazy_channel(endpoint: &str, opts: &ClientOptions) -> Result<Chan> {
+    let ch = Endpoint::from_shared(endpoint.to_string())
         .map_err(|_| Error::InvalidEndpoint(endpoint.to_string()))?
         .connect_timeout(opts.connect_timeout)
-        .connect_with_connector_lazy(conn::Connector::new(opts.tls.as_ref())))
+        .connect_with_connector_lazy(conn::Connector::new(opts.tls.as_ref()));
+    Ok(Chan::new(ch, Credentials::of(opts)?))
 }
 
 pub(crate) fn normalize(e: String) -> String {
@@ -1207,6 +1293,12 @@ mod tests {
         assert_eq!(late.to_string(), "no answer in time: store 3");
         let other = Error::from_status(tonic::Status::internal("boom"));
         assert_eq!(other.to_string(), "request failed (Internal): boom");
+        // Authorization's answers are typed and final.
+        let denied = Error::from_status(tonic::Status::permission_denied("token \"t\" has no"));
+        assert!(matches!(&denied, Error::PermissionDenied(m) if m.contains("\"t\"")));
+        assert!(!denied.retryable() && !denied.transient_rpc());
+        let anon = Error::from_status(tonic::Status::unauthenticated("no token given"));
+        assert!(matches!(anon, Error::Unauthenticated(_)));
     }
 
     #[tokio::test]

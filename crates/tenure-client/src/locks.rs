@@ -23,6 +23,7 @@
 //! request. A release retried after a lost answer may find the lock already released:
 //! `NotHeld` on a retry counts as released.
 
+use crate::Chan;
 use crate::proto::{self, tenure_client::TenureClient};
 use crate::stream::{Ev, Rq};
 use crate::{Bounds, Client, Error, Result, Transport};
@@ -32,7 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tenure_core::session::client_deadline;
 use tokio::sync::{Notify, mpsc, watch};
-use tonic::transport::Channel;
 use tracing::{debug, info, trace, warn};
 
 /// Lock modes.
@@ -675,7 +675,7 @@ impl Client {
         };
         let watch = session.state.subscribe();
         let store = session.store;
-        let call = |mut c: TenureClient<Channel>| {
+        let call = |mut c: TenureClient<Chan>| {
             let req = req.clone();
             let expired = watch.borrow().expired;
             async move {

@@ -12,10 +12,10 @@
 //! These are administrative calls made to a named device, not routed by store: a
 //! snapshot involves every device whichever one initiates it.
 
+use crate::Chan;
 use crate::proto::{self, snapshots_client::SnapshotsClient};
 use crate::{Client, normalize};
 use std::time::Duration;
-use tonic::transport::Channel;
 
 /// How long `create` waits for a snapshot to end (the devices fail a snapshot whose peers
 /// stay silent past their `[snapshot] timeout`, 10 s by default, long before this).
@@ -160,7 +160,7 @@ fn error_of(id: &str, e: proto::SnapshotError) -> SnapshotError {
 }
 
 impl Snapshots {
-    fn channel(&self, endpoint: &str) -> Result<SnapshotsClient<Channel>> {
+    fn channel(&self, endpoint: &str) -> Result<SnapshotsClient<Chan>> {
         let ep = normalize(endpoint.to_string());
         let ch = crate::lazy_channel(&ep, self.client.options())?;
         Ok(SnapshotsClient::new(ch)

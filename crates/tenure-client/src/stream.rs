@@ -757,6 +757,8 @@ impl Task {
                         Error::UnknownStore(s) => Error::UnknownStore(*s),
                         Error::InvalidRequest(r) => Error::InvalidRequest(r.clone()),
                         Error::Rpc(s) => Error::Rpc(s.clone()),
+                        Error::Unauthenticated(m) => Error::Unauthenticated(m.clone()),
+                        Error::PermissionDenied(m) => Error::PermissionDenied(m.clone()),
                         other => Error::Rejected(other.to_string()),
                     };
                     if let Some(r) = p.reply {
@@ -911,7 +913,7 @@ pub(crate) async fn connect(
 
 /// One attempt: open the stream on `channel`, send `start`, wait for its answer.
 async fn attempt(
-    mut channel: crate::proto::tenure_client::TenureClient<tonic::transport::Channel>,
+    mut channel: crate::proto::tenure_client::TenureClient<crate::Chan>,
     endpoint: &str,
     start: proto::SessionRequest,
     start_id: u64,

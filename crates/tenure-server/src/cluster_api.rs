@@ -147,12 +147,24 @@ impl MembersView {
 pub struct ClusterApi {
     calls: mpsc::Sender<Call>,
     timeout: Duration,
+    auth: crate::auth::Auth,
 }
 
 impl ClusterApi {
     /// A service that sends calls to a driver, each answered within `timeout`.
     pub fn new(calls: mpsc::Sender<Call>, timeout: Duration) -> ClusterApi {
-        ClusterApi { calls, timeout }
+        ClusterApi {
+            calls,
+            timeout,
+            auth: crate::auth::Auth::disabled(),
+        }
+    }
+
+    /// Authorize calls with `auth`: adding and removing devices needs `admin` on `/`,
+    /// reading the record any valid token.
+    pub fn with_auth(mut self, auth: crate::auth::Auth) -> ClusterApi {
+        self.auth = auth;
+        self
     }
 
     /// Hand `cmd` (if any) to the core, and take the record.
@@ -299,6 +311,7 @@ impl Cluster for ClusterApi {
         &self,
         request: GrpcRequest<proto::AddDeviceRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
+        (self.auth).authorize(request.metadata(), crate::auth::Perm::Admin, "/")?;
         let r = request.into_inner();
         let device = device_id(r.id)?;
         let peer = address("peer_addr", &r.peer_addr)?;
@@ -315,14 +328,16 @@ impl Cluster for ClusterApi {
         &self,
         request: GrpcRequest<proto::RemoveDeviceRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
+        (self.auth).authorize(request.metadata(), crate::auth::Perm::Admin, "/")?;
         let device = device_id(request.into_inner().id)?;
         self.request(PolicyCommand::RemoveDevice { device }).await
     }
 
     async fn members(
         &self,
-        _request: GrpcRequest<proto::MembersRequest>,
+        request: GrpcRequest<proto::MembersRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
+        self.auth.caller(request.metadata())?;
         Ok(answer(Ok(self.call(None).await?)))
     }
 }

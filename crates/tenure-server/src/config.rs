@@ -60,6 +60,13 @@
 //! ca = "tenure-data/tls/ca.pem"         # the cluster's CA certificate (PEM)
 //! cert = "tenure-data/d1/tls/device.pem"   # this device's certificate, signed by the CA
 //! key = "tenure-data/d1/tls/device.key"    # its private key (PEM)
+//!
+//! [auth]                                # optional: tokens and their permissions per path
+//! enabled = true                        # prefix (see [`crate::auth`]; default false)
+//! [[auth.tokens]]
+//! name = "worker"
+//! sha256 = "…64 hex digits…"            # of the secret (`tenure token hash`)
+//! rules = [{ prefix = "/jobs/", perms = ["lock"] }, { prefix = "/", perms = ["read"] }]
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -283,6 +290,10 @@ pub struct ServerConfig {
     /// see [`crate::tls`]). None: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Authorization (`[auth]`: named tokens with permissions per path prefix; see
+    /// [`crate::auth`]). Off by default.
+    #[serde(default, skip_serializing_if = "crate::auth::AuthConfig::is_default")]
+    pub auth: crate::auth::AuthConfig,
 }
 
 fn yes() -> bool {
@@ -328,6 +339,7 @@ impl ServerConfig {
         if ids.len() != self.peers.len() {
             return Err(ConfigError::Invalid("duplicate device id in peers".into()));
         }
+        self.auth.validate()?;
         if self.cluster.stores == 0 {
             return Err(ConfigError::Invalid("cluster.stores must be > 0".into()));
         }
@@ -609,6 +621,7 @@ mod tests {
             election: ElectionSettings::default(),
             snapshot: SnapshotConfig::default(),
             tls: None,
+            auth: Default::default(),
         };
         assert!(cfg.validate().is_err());
     }

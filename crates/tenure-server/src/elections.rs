@@ -35,6 +35,7 @@
 //! releases the lock fenced by the token: observers see "no leader" before the next
 //! candidate is elected. It is a no-op for a leadership that already ended.
 
+use crate::auth::Perm;
 use crate::grpc::{Api, invalid_name, sized, token_from_proto, token_to_proto, unexpected};
 use prost::Message;
 use std::collections::HashMap;
@@ -524,7 +525,9 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::CampaignRequest>,
     ) -> Result<GrpcResponse<proto::CampaignResponse>, Status> {
         use proto::campaign_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = request.into_inner();
+        caller.check(Perm::Lock, &r.name)?;
         let refuse = |err| {
             Ok(GrpcResponse::new(proto::CampaignResponse {
                 result: Some(R::Error(err)),
@@ -600,7 +603,9 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::ProclaimRequest>,
     ) -> Result<GrpcResponse<proto::ProclaimResponse>, Status> {
         use proto::proclaim_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = request.into_inner();
+        caller.check(Perm::Lock, &r.name)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::ProclaimResponse {
                 result: Some(result),
@@ -632,7 +637,9 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::ResignRequest>,
     ) -> Result<GrpcResponse<proto::ResignResponse>, Status> {
         use proto::resign_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Lock, &r.name)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::ResignResponse {
                 result: Some(result),
@@ -692,7 +699,9 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::LeaderRequest>,
     ) -> Result<GrpcResponse<proto::LeaderResponse>, Status> {
         use proto::leader_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.name)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::LeaderResponse {
                 result: Some(result),
@@ -714,7 +723,9 @@ impl Elections for ElectionsApi {
         &self,
         request: GrpcRequest<proto::ObserveRequest>,
     ) -> Result<GrpcResponse<Self::ObserveStream>, Status> {
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.name)?;
         let (tx, rx) = mpsc::channel(64);
         match self.election(&r.name, None) {
             Ok(e) => {

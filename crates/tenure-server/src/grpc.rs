@@ -12,6 +12,7 @@
 //! (`Unavailable`), and a client whose RPC deadline cuts a long wait retries with the same
 //! `request_id`, which the core replays as the same place in the queue.
 
+use crate::auth::{Auth, Perm};
 use crate::driver::{Answer, Call, DeviceEvent, StatusSnapshot};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ pub struct Api {
     events: broadcast::Sender<DeviceEvent>,
     me: Option<DeviceId>,
     watches: crate::driver::WatchRoutes,
+    auth: Auth,
 }
 
 impl Api {
@@ -58,7 +60,19 @@ impl Api {
             events,
             me: None,
             watches: Default::default(),
+            auth: Auth::disabled(),
         }
+    }
+
+    /// Authorize calls with `auth` (shared with the services built over this one).
+    pub fn with_auth(mut self, auth: Auth) -> Api {
+        self.auth = auth;
+        self
+    }
+
+    /// The authorization policy.
+    pub(crate) fn auth(&self) -> &Auth {
+        &self.auth
     }
 
     /// The redirect hints' endpoints (the driver adds the members admitted at runtime).
@@ -315,6 +329,8 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::WriteRequest>,
     ) -> Result<GrpcResponse<proto::WriteResponse>, Status> {
+        // The test register is an operator's check of a store, not a path of the tree.
+        self.auth.authorize(request.metadata(), Perm::Admin, "/")?;
         self.do_write(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -322,8 +338,9 @@ impl Tenure for Api {
 
     async fn status(
         &self,
-        _request: GrpcRequest<proto::StatusRequest>,
+        request: GrpcRequest<proto::StatusRequest>,
     ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
+        self.auth.caller(request.metadata())?;
         let s = self.snapshot().await?;
         Ok(GrpcResponse::new(status_to_proto(&s)))
     }
@@ -332,6 +349,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::OpenSessionRequest>,
     ) -> Result<GrpcResponse<proto::OpenSessionResponse>, Status> {
+        self.auth.caller(request.metadata())?;
         self.do_open_session(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -343,6 +361,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
     ) -> Result<GrpcResponse<Self::KeepAliveStream>, Status> {
+        self.auth.caller(request.metadata())?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
         let api = self.clone();
@@ -375,6 +394,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::CloseSessionRequest>,
     ) -> Result<GrpcResponse<proto::CloseSessionResponse>, Status> {
+        self.auth.caller(request.metadata())?;
         self.do_close_session(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -384,36 +404,40 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::AcquireRequest>,
     ) -> Result<GrpcResponse<proto::AcquireResponse>, Status> {
-        self.do_acquire(sized(request.into_inner())?)
-            .await
-            .map(GrpcResponse::new)
+        let caller = self.auth.caller(request.metadata())?;
+        let r = sized(request.into_inner())?;
+        caller.check(Perm::Lock, &r.name)?;
+        self.do_acquire(r).await.map(GrpcResponse::new)
     }
 
     async fn release(
         &self,
         request: GrpcRequest<proto::ReleaseRequest>,
     ) -> Result<GrpcResponse<proto::ReleaseResponse>, Status> {
-        self.do_release(sized(request.into_inner())?)
-            .await
-            .map(GrpcResponse::new)
+        let caller = self.auth.caller(request.metadata())?;
+        let r = sized(request.into_inner())?;
+        caller.check(Perm::Lock, &r.name)?;
+        self.do_release(r).await.map(GrpcResponse::new)
     }
 
     async fn holder(
         &self,
         request: GrpcRequest<proto::HolderRequest>,
     ) -> Result<GrpcResponse<proto::HolderResponse>, Status> {
-        self.do_holder(sized(request.into_inner())?)
-            .await
-            .map(GrpcResponse::new)
+        let caller = self.auth.caller(request.metadata())?;
+        let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.name)?;
+        self.do_holder(r).await.map(GrpcResponse::new)
     }
 
     async fn list_locks(
         &self,
         request: GrpcRequest<proto::ListLocksRequest>,
     ) -> Result<GrpcResponse<proto::ListLocksResponse>, Status> {
-        self.do_list_locks(sized(request.into_inner())?)
-            .await
-            .map(GrpcResponse::new)
+        let caller = self.auth.caller(request.metadata())?;
+        let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.prefix)?;
+        self.do_list_locks(r).await.map(GrpcResponse::new)
     }
 
     type SessionStream = crate::stream::EventStream;
@@ -422,8 +446,11 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<tonic::Streaming<proto::SessionRequest>>,
     ) -> Result<GrpcResponse<Self::SessionStream>, Status> {
+        // The token is checked once, here; each request against its path on the stream.
+        let caller = self.auth.caller(request.metadata())?;
         Ok(GrpcResponse::new(crate::stream::serve(
             self.clone(),
+            caller,
             request.into_inner(),
         )))
     }

@@ -16,6 +16,7 @@
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
 //!   local CA that `tenure cluster up` makes;
+//! - [`auth`]: authorization — named tokens with permissions per path prefix;
 //! - [`config`]: the TOML configuration;
 //! - [`status_page`]: the metrics address, with Prometheus metrics, the status page and
 //!   its JSON; logs go through `tracing`.
@@ -23,6 +24,7 @@
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
 
+pub mod auth;
 pub mod certs;
 pub mod cluster_api;
 pub mod config;
@@ -182,6 +184,7 @@ pub async fn start_with_listeners(
             source,
         })?;
     let tls = cfg.tls.as_ref().map(tls::DeviceTls::load).transpose()?;
+    let auth = auth::Auth::new(&cfg.auth)?;
     // A metrics address that cannot be bound costs the device its metrics, not its service.
     let metrics_listener = match cfg.metrics_listen {
         Some(addr) => match TcpListener::bind(addr).await {
@@ -261,15 +264,18 @@ pub async fn start_with_listeners(
         events,
     )
     .with_device(me)
-    .with_watches(watch_routes);
+    .with_watches(watch_routes)
+    .with_auth(auth.clone());
     let driver = driver.with_members(api.endpoints().clone());
     let cluster_api = cluster_api::ClusterApi::new(
         calls_tx.clone(),
         Duration::from_millis(cfg.request_timeout_ms),
-    );
+    )
+    .with_auth(auth.clone());
     let objects_api = objects::ObjectsApi::new(api.clone(), object_settings.clone());
     let snapshots_api =
-        snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait);
+        snapshots::SnapshotsApi::new(calls_tx.clone(), snapshot_book, me, snapshot_wait)
+            .with_auth(auth.clone());
     let metrics_addr = metrics_listener.and_then(|l| {
         let addr = l.local_addr().ok()?;
         let page = status_page::StatusPage::new(
@@ -290,7 +296,8 @@ pub async fn start_with_listeners(
         calls_tx,
         sub_routes,
         Duration::from_millis(cfg.request_timeout_ms),
-    );
+    )
+    .with_auth(auth.clone());
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
         let incoming = tls::client_incoming(
@@ -333,7 +340,7 @@ pub async fn start_with_listeners(
         driver_stop.cancel();
         r
     });
-    info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), "device serving");
+    info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), auth = auth.enabled(), "device serving");
     Ok(ServerHandle {
         peer_addr,
         client_addr,

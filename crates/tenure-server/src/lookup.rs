@@ -23,6 +23,7 @@
 //! `List` answer larger than [`crate::MAX_ANSWER_BYTES`] is refused with `OUT_OF_RANGE`
 //! (list a narrower prefix) rather than failing on the wire.
 
+use crate::auth::{Auth, Caller, Perm};
 use crate::driver::{Answer, Call, SubRoutes};
 use futures::stream::{FuturesUnordered, StreamExt};
 use prost::Message;
@@ -62,6 +63,7 @@ pub struct LookupApi {
     calls: mpsc::Sender<Call>,
     routes: SubRoutes,
     request_timeout: Duration,
+    auth: Auth,
 }
 
 /// The core's answer to a lookup request: its response, or its typed error.
@@ -75,7 +77,16 @@ impl LookupApi {
             calls,
             routes,
             request_timeout,
+            auth: Auth::disabled(),
         }
+    }
+
+    /// Authorize calls with `auth` (publish and revoke need `write` on the key; get,
+    /// list and subscriptions `read` on the key or prefix, except under
+    /// [`crate::auth::SYSTEM_PREFIX`]).
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// Run one lookup request through the core.
@@ -210,7 +221,10 @@ impl Lookup for LookupApi {
                 result: Some(r),
             }))
         };
-        let req = match publish_request(request.into_inner()) {
+        let caller = self.auth.caller(request.metadata())?;
+        let r = request.into_inner();
+        caller.check(Perm::Write, &r.key)?;
+        let req = match publish_request(r) {
             Ok(r) => r,
             Err(e) => return reply(R::Error(e)),
         };
@@ -245,7 +259,9 @@ impl Lookup for LookupApi {
     ) -> Result<GrpcResponse<proto::RevokeResponse>, Status> {
         use proto::revoke_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::RevokeResponse { result: Some(r) }));
+        let caller = self.auth.caller(request.metadata())?;
         let r = request.into_inner();
+        caller.check(Perm::Write, &r.key)?;
         let durability = match durability_from_proto(r.durability) {
             Ok(d) => d,
             Err(e) => return reply(R::Error(invalid_request(e))),
@@ -273,7 +289,9 @@ impl Lookup for LookupApi {
         use proto::get_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::GetResponse { result: Some(r) }));
         let started = std::time::Instant::now();
+        let caller = self.auth.caller(request.metadata())?;
         let key = request.into_inner().key;
+        caller.check_lookup_read(&key)?;
         match self.ask(LookupRequest::Get { key: key.clone() }).await? {
             Ok(LookupResponse::Entry { entry, leader }) => {
                 metrics::histogram!("tenure_lookup_query_seconds", "kind" => "get")
@@ -302,7 +320,9 @@ impl Lookup for LookupApi {
         use proto::list_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::ListResponse { result: Some(r) }));
         let started = std::time::Instant::now();
+        let caller = self.auth.caller(request.metadata())?;
         let prefix = request.into_inner().prefix;
+        caller.check_lookup_read(&prefix)?;
         let req = LookupRequest::List {
             prefix: prefix.clone(),
         };
@@ -335,12 +355,13 @@ impl Lookup for LookupApi {
         &self,
         request: GrpcRequest<Streaming<proto::WatchRequest>>,
     ) -> Result<GrpcResponse<Self::WatchStream>, Status> {
+        let caller = self.auth.caller(request.metadata())?;
         let (tx, rx) = mpsc::channel(256);
         let api = self.clone();
         let inbound = request.into_inner();
         tokio::spawn(async move {
             metrics::gauge!("tenure_lookup_watch_streams").increment(1.0);
-            let why = serve_watch(&api, inbound, &tx).await;
+            let why = serve_watch(&api, &caller, inbound, &tx).await;
             metrics::gauge!("tenure_lookup_watch_streams").decrement(1.0);
             debug!(?why, "watch stream ended");
         });
@@ -349,8 +370,9 @@ impl Lookup for LookupApi {
 
     async fn node_status(
         &self,
-        _request: GrpcRequest<proto::NodeStatusRequest>,
+        request: GrpcRequest<proto::NodeStatusRequest>,
     ) -> Result<GrpcResponse<proto::NodeStatusResponse>, Status> {
+        self.auth.caller(request.metadata())?;
         match self.ask(LookupRequest::Status).await? {
             Ok(LookupResponse::Status(view)) => Ok(GrpcResponse::new(node_view_to_proto(&view))),
             Ok(other) => Err(unexpected("NodeStatus", &other)),
@@ -364,6 +386,7 @@ impl Lookup for LookupApi {
 enum End {
     ClientDone,
     ClientGone,
+    Denied,
     Malformed(#[allow(dead_code)] String),
 }
 
@@ -386,6 +409,7 @@ type Running<'a> = Pin<Box<dyn Future<Output = Answered> + Send + 'a>>;
 /// Serve one Watch stream until the client ends it or goes away.
 async fn serve_watch(
     api: &LookupApi,
+    caller: &Caller,
     mut inbound: Streaming<proto::WatchRequest>,
     tx: &mpsc::Sender<Result<proto::WatchResponse, Status>>,
 ) -> End {
@@ -466,6 +490,20 @@ async fn serve_watch(
                     let id = m.request_id;
                     let (req, kind) = match m.kind {
                         Some(Rq::Subscribe(s)) => {
+                            // A subscription the token may not read ends the stream
+                            // with PERMISSION_DENIED (the lookup's typed errors have
+                            // no kind for it); nothing was subscribed.
+                            let watched = match &s.watch {
+                                Some(proto::subscribe::Watch::Prefix(p)) => p.as_str(),
+                                Some(proto::subscribe::Watch::Alert(a)) => a.key.as_str(),
+                                None => "",
+                            };
+                            if !watched.is_empty()
+                                && let Err(d) = caller.check_lookup_read(watched)
+                            {
+                                let _ = tx.send(Err(d.status())).await;
+                                break End::Denied;
+                            }
                             let sub = s.sub;
                             let fresh = !subs.contains(&sub);
                             if fresh && subs.len() >= MAX_SUBS_PER_STREAM {

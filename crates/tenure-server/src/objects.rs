@@ -11,6 +11,7 @@
 //!
 //! Object watches are not here: they ride on the session stream ([`crate::stream`]).
 
+use crate::auth::Perm;
 use crate::grpc::{Api, invalid_name, sized, token_to_proto, unexpected};
 use bytes::{Bytes, BytesMut};
 use std::pin::Pin;
@@ -365,7 +366,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::PutObjectRequest>,
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = request.into_inner();
+        caller.check(Perm::Write, &r.key)?;
         let refuse = |e| {
             Ok(GrpcResponse::new(proto::PutObjectResponse {
                 result: Some(R::Error(e)),
@@ -395,6 +398,7 @@ impl Objects for ObjectsApi {
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
         use proto::upload_request::Kind as U;
+        let caller = self.api.auth().caller(request.metadata())?;
         let mut inbound = request.into_inner();
         let refuse = |e| {
             Ok(GrpcResponse::new(proto::PutObjectResponse {
@@ -405,6 +409,7 @@ impl Objects for ObjectsApi {
             Some(U::Header(h)) => h,
             _ => return refuse(invalid("the first message of an upload is its header")),
         };
+        caller.check(Perm::Write, &h.key)?;
         let store = match self.key_store(&h.key) {
             Ok(s) => s,
             Err(e) => return refuse(e),
@@ -444,7 +449,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::GetObjectRequest>,
     ) -> Result<GrpcResponse<Self::GetStream>, Status> {
         use proto::get_object_response::Kind as G;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.key)?;
         let one = |k: G| -> GetStream {
             Box::pin(futures::stream::iter([Ok(proto::GetObjectResponse {
                 kind: Some(k),
@@ -484,7 +491,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::HeadObjectRequest>,
     ) -> Result<GrpcResponse<proto::HeadObjectResponse>, Status> {
         use proto::head_object_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.key)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::HeadObjectResponse {
                 result: Some(result),
@@ -510,7 +519,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::DeleteObjectRequest>,
     ) -> Result<GrpcResponse<proto::DeleteObjectResponse>, Status> {
         use proto::delete_object_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::DeleteObjectResponse {
                 result: Some(result),
@@ -549,7 +560,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::ListObjectsRequest>,
     ) -> Result<GrpcResponse<proto::ListObjectsResponse>, Status> {
         use proto::list_objects_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.prefix)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::ListObjectsResponse {
                 result: Some(result),
@@ -601,7 +614,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartInitiateRequest>,
     ) -> Result<GrpcResponse<proto::MultipartInitiateResponse>, Status> {
         use proto::multipart_initiate_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::MultipartInitiateResponse {
                 result: Some(result),
@@ -634,6 +649,7 @@ impl Objects for ObjectsApi {
     ) -> Result<GrpcResponse<proto::UploadPartResponse>, Status> {
         use proto::upload_part_request::Kind as U;
         use proto::upload_part_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let mut inbound = request.into_inner();
         let reply = |result| {
             Ok(GrpcResponse::new(proto::UploadPartResponse {
@@ -648,6 +664,7 @@ impl Objects for ObjectsApi {
                 )));
             }
         };
+        caller.check(Perm::Write, &h.key)?;
         let store = match self.key_store(&h.key) {
             Ok(s) => s,
             Err(e) => return reply(R::Error(e)),
@@ -695,7 +712,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartCompleteRequest>,
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::PutObjectResponse {
                 result: Some(result),
@@ -734,7 +753,9 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartAbortRequest>,
     ) -> Result<GrpcResponse<proto::MultipartAbortResponse>, Status> {
         use proto::multipart_abort_response::Result as R;
+        let caller = self.api.auth().caller(request.metadata())?;
         let r = sized(request.into_inner())?;
+        caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
             Ok(GrpcResponse::new(proto::MultipartAbortResponse {
                 result: Some(result),

@@ -815,6 +815,7 @@ pub struct SnapshotsApi {
     device: DeviceId,
     /// How long `Create` waits for the result.
     wait: Duration,
+    auth: crate::auth::Auth,
 }
 
 impl SnapshotsApi {
@@ -827,7 +828,22 @@ impl SnapshotsApi {
             book,
             device,
             wait,
+            auth: crate::auth::Auth::disabled(),
         }
+    }
+
+    /// Authorize calls with `auth`: every snapshot call needs `admin` on `/` (a part is
+    /// a copy of everything the device holds).
+    pub fn with_auth(mut self, auth: crate::auth::Auth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn admin(&self, md: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+        self.auth
+            .authorize(md, crate::auth::Perm::Admin, "/")
+            .map(|_| ())
     }
 }
 
@@ -841,8 +857,9 @@ type FetchStream = Pin<Box<dyn Stream<Item = Result<proto::FetchPartResponse, St
 impl Snapshots for SnapshotsApi {
     async fn create(
         &self,
-        _request: GrpcRequest<proto::CreateSnapshotRequest>,
+        request: GrpcRequest<proto::CreateSnapshotRequest>,
     ) -> Result<GrpcResponse<proto::CreateSnapshotResponse>, Status> {
+        self.admin(request.metadata())?;
         use proto::create_snapshot_response::Result as R;
         use proto::snapshot_error::Kind as K;
         let gone = || Status::unavailable("device is shutting down");
@@ -876,8 +893,9 @@ impl Snapshots for SnapshotsApi {
 
     async fn list(
         &self,
-        _request: GrpcRequest<proto::ListSnapshotsRequest>,
+        request: GrpcRequest<proto::ListSnapshotsRequest>,
     ) -> Result<GrpcResponse<proto::ListSnapshotsResponse>, Status> {
+        self.admin(request.metadata())?;
         let book = self.book.clone();
         let entries = tokio::task::spawn_blocking(move || book.list())
             .await
@@ -896,6 +914,7 @@ impl Snapshots for SnapshotsApi {
         &self,
         request: GrpcRequest<proto::DeleteSnapshotRequest>,
     ) -> Result<GrpcResponse<proto::DeleteSnapshotResponse>, Status> {
+        self.admin(request.metadata())?;
         let id = request.into_inner().id;
         Ok(GrpcResponse::new(self.delete_part(id).await?))
     }
@@ -914,6 +933,7 @@ impl Snapshots for SnapshotsApi {
             };
             Box::pin(futures::stream::iter([Ok(m)]))
         };
+        self.admin(request.metadata())?;
         let raw = request.into_inner().id;
         let id: SnapshotId = match raw.parse() {
             Ok(id) => id,

@@ -28,7 +28,13 @@
 //! position) a pushed `watch_ended` carries the typed reason (`NotManager` with the hint,
 //! or `Compacted`); the client watches again elsewhere after the last revision it saw.
 //! The stream's watches are removed when it ends.
+//!
+//! Authorization ([`crate::auth`]): the caller's token is checked when the stream opens;
+//! each request naming a path is checked against it here, before it runs, and one the
+//! token may not make is answered with the typed `PermissionDenied` error — nothing ran,
+//! and the stream stays up.
 
+use crate::auth::{Caller, Perm};
 use crate::driver::DeviceEvent;
 use crate::grpc::Api;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -63,12 +69,12 @@ pub const MAX_IN_FLIGHT: usize = 512;
 const REMEMBERED_IDS: usize = 4096;
 
 /// Serve one stream: a task reads requests and writes events until either side ends.
-pub fn serve(api: Api, inbound: Streaming<proto::SessionRequest>) -> EventStream {
+pub fn serve(api: Api, caller: Caller, inbound: Streaming<proto::SessionRequest>) -> EventStream {
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + 16);
     tokio::spawn(async move {
         let events = api.subscribe();
         let mut watches = Watches::new(&api);
-        let why = run(&api, inbound, &tx, events, &mut watches).await;
+        let why = run(&api, &caller, inbound, &tx, events, &mut watches).await;
         watches.close(&api);
         debug!(?why, "session stream ended");
     });
@@ -163,6 +169,7 @@ struct State {
 
 async fn run(
     api: &Api,
+    caller: &Caller,
     mut inbound: Streaming<proto::SessionRequest>,
     tx: &mpsc::Sender<Result<proto::SessionEvent, Status>>,
     mut events: broadcast::Receiver<DeviceEvent>,
@@ -223,7 +230,7 @@ async fn run(
                 }
             }
             msg = inbound.message(), if inbound_open => match msg {
-                Ok(Some(req)) => match st.accept(api, req, &mut buf, watches) {
+                Ok(Some(req)) => match st.accept(api, caller, req, &mut buf, watches) {
                     Accepted::Run(id, what, fut) => {
                         st.in_flight += 1;
                         let fut: Running<'_> = Box::pin(async move { (id, what, fut.await) });
@@ -396,6 +403,7 @@ impl State {
     fn accept<'a>(
         &mut self,
         api: &'a Api,
+        caller: &Caller,
         req: proto::SessionRequest,
         buf: &mut Vec<u8>,
         watches: &mut Watches,
@@ -452,7 +460,7 @@ impl State {
                 invalid("no request kind, or a kind this server does not know"),
             );
         };
-        let run = match self.check(api, id, kind, watches) {
+        let run = match self.check(api, caller, id, kind, watches) {
             Ok(run) => run,
             Err(e) => return Accepted::Refused(id, e),
         };
@@ -465,6 +473,7 @@ impl State {
     fn check<'a>(
         &mut self,
         api: &'a Api,
+        caller: &Caller,
         id: u64,
         kind: Rq,
         watches: &mut Watches,
@@ -559,6 +568,7 @@ impl State {
             let s = store_of(name, api.stores());
             if s != store { Err(wrong(s.0)) } else { Ok(()) }
         };
+        let may = |perm: Perm, path: &str| caller.check(perm, path).map_err(|d| d.to_proto());
         Ok(match kind {
             Rq::Start(_) => return Err(invalid("`start` twice on one stream")),
             Rq::Open(mut r) => {
@@ -604,6 +614,7 @@ impl State {
             }
             Rq::Acquire(mut r) => {
                 this_store(&r.name)?;
+                may(Perm::Lock, &r.name)?;
                 this_session(&mut r.session)?;
                 key(&mut r.request_id)?;
                 (
@@ -613,6 +624,7 @@ impl State {
             }
             Rq::Release(mut r) => {
                 this_store(&r.name)?;
+                may(Perm::Lock, &r.name)?;
                 // A release may name another session of the store (an operator's unlock).
                 match &r.session {
                     None => this_session(&mut r.session)?,
@@ -627,6 +639,7 @@ impl State {
             }
             Rq::Holder(r) => {
                 this_store(&r.name)?;
+                may(Perm::Read, &r.name)?;
                 (
                     What::Other,
                     Box::pin(async move { Ok(api.do_holder(r).await?.into_event()) }),
@@ -641,6 +654,7 @@ impl State {
                 } else {
                     this_store(&r.prefix)?;
                 }
+                may(Perm::Read, &r.prefix)?;
                 (
                     What::Other,
                     Box::pin(async move { Ok(api.do_list_locks(r).await?.into_event()) }),
@@ -650,6 +664,7 @@ impl State {
                 if r.store != store.0 {
                     return Err(wrong(r.store));
                 }
+                may(Perm::Admin, "/")?;
                 (
                     What::Other,
                     Box::pin(async move { Ok(api.do_write(r).await?.into_event()) }),
@@ -660,6 +675,7 @@ impl State {
                     api.name(&w.prefix)?;
                     this_store(&w.prefix)?;
                 }
+                may(Perm::Read, &w.prefix)?;
                 if watches.asked.contains(&w.watch) {
                     return Err(invalid(format!(
                         "watch {} is already on this stream",

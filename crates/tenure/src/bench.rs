@@ -134,6 +134,7 @@ fn locks(a: LocksArgs) -> anyhow::Result<()> {
                     endpoints.clone(),
                     tenure_client::ClientOptions {
                         tls: tls.clone(),
+                        token: a.target.auth_token.clone(),
                         ..options(a.unary)
                     },
                 )?

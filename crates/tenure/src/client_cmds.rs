@@ -1,7 +1,9 @@
 //! Client commands against a running cluster: `tenure write`, `tenure status`.
 //! Endpoints come from `--endpoints` or from the local cluster's `cluster.json`, and so
 //! does the CA to trust: `--ca` (or `TENURE_CA`), else the local cluster's when its
-//! endpoints are used; none means plaintext.
+//! endpoints are used; none means plaintext. The token for a cluster with authorization
+//! on comes from `--auth-token` (or `TENURE_TOKEN`); it is never taken from the data
+//! directory implicitly.
 
 use crate::cluster::ClusterFile;
 use anyhow::{Context, bail};
@@ -30,6 +32,11 @@ pub struct Target {
     /// The client certificate's private key (PEM).
     #[arg(long, env = "TENURE_CLIENT_KEY", requires = "client_cert")]
     pub client_key: Option<PathBuf>,
+    /// The token to present to a cluster with authorization on (`[auth]`; a local cluster
+    /// made with `cluster up --auth` keeps its admin token in admin.token in its data
+    /// directory). `--token` is the fencing token of the commands that take one.
+    #[arg(long, env = "TENURE_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
 }
 
 impl Target {
@@ -64,10 +71,11 @@ impl Target {
         Ok(None)
     }
 
-    /// `opts` with the TLS settings to use.
+    /// `opts` with the TLS settings and the token to use.
     pub fn options(&self, opts: ClientOptions) -> anyhow::Result<ClientOptions> {
         Ok(ClientOptions {
             tls: self.tls()?,
+            token: self.auth_token.clone().or(opts.token),
             ..opts
         })
     }

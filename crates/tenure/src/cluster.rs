@@ -10,10 +10,15 @@
 //! tenure-data/tls/ca.pem        the cluster's CA certificate (clients trust it)
 //! tenure-data/tls/ca.key        the CA's key (issues `cluster add`'s certificates)
 //! tenure-data/d1/tls/device.pem device 1's certificate (and device.key, its key)
+//! tenure-data/admin.token       the admin token's secret (`--auth` only; mode 0600)
 //! ```
 //!
 //! A new cluster is TLS by default: clients use TLS on the client port, devices mutual
-//! TLS between them; `--insecure` makes a plaintext one.
+//! TLS between them; `--insecure` makes a plaintext one. `--auth` turns authorization
+//! on (`[auth]` in every device's configuration, see `tenure_server::auth`) with one
+//! token, `admin`, allowed everything: its secret is written to `admin.token`, readable
+//! by its owner only. The `cluster` commands present it themselves; other commands are
+//! given it with `--auth-token` or `TENURE_TOKEN`.
 //!
 //! `up` returns when every device it started serves and every store has a manager, or
 //! fails (non-zero exit) when that takes longer than `--wait-secs`. A device serves when
@@ -94,6 +99,12 @@ struct UpArgs {
     /// only; a cluster is TLS by default).
     #[arg(long)]
     insecure: bool,
+    /// Authorization on (new clusters only): every call needs a token. An admin token is
+    /// generated and its secret written to admin.token in the data directory (mode
+    /// 0600); give it to commands with `--auth-token` or TENURE_TOKEN, and add tokens with
+    /// narrower rules to each dN/server.toml's [auth] section (`tenure token new`).
+    #[arg(long)]
+    auth: bool,
     /// How long to wait for every started device to serve (answer Status, its chunks back
     /// in a regular lease) and every store to have a manager; past it, `up` fails.
     #[arg(long, default_value_t = 60)]
@@ -131,6 +142,9 @@ pub struct ClusterFile {
     /// The CA certificate clients trust (none: a plaintext cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<PathBuf>,
+    /// The file holding the admin token's secret (none: authorization is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<PathBuf>,
 }
 
 impl ClusterFile {
@@ -158,10 +172,23 @@ impl ClusterFile {
             .transpose()
     }
 
-    /// `opts` with this cluster's TLS settings.
+    /// The admin token of a cluster with authorization on.
+    pub fn token(&self) -> anyhow::Result<Option<String>> {
+        self.token
+            .as_ref()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .map(|s| s.trim().to_string())
+                    .with_context(|| format!("reading the cluster's admin token {}", p.display()))
+            })
+            .transpose()
+    }
+
+    /// `opts` with this cluster's TLS settings and admin token.
     pub fn options(&self, opts: ClientOptions) -> anyhow::Result<ClientOptions> {
         Ok(ClientOptions {
             tls: self.tls()?,
+            token: self.token()?.or(opts.token),
             ..opts
         })
     }
@@ -240,7 +267,46 @@ fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     if !a.insecure {
         secure(&mut cfgs, data)?;
     }
+    if a.auth {
+        let auth = admin_token(data)?;
+        for c in &mut cfgs {
+            c.auth = auth.clone();
+        }
+    }
     Ok(cfgs)
+}
+
+/// Where a local cluster keeps its admin token's secret.
+pub fn token_path(data: &Path) -> PathBuf {
+    data.join("admin.token")
+}
+
+/// A new admin token: its secret written to [`token_path`] (mode 0600, never
+/// overwritten), and the `[auth]` section that knows it.
+fn admin_token(data: &Path) -> anyhow::Result<tenure_server::auth::AuthConfig> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use tenure_server::auth::{AuthConfig, Perm, Rule, TokenConfig, hash_secret, new_secret};
+    let secret = new_secret()?;
+    let path = token_path(data);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(f, "{secret}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(AuthConfig {
+        enabled: true,
+        tokens: vec![TokenConfig {
+            name: "admin".into(),
+            sha256: hash_secret(&secret),
+            rules: vec![Rule {
+                prefix: "/".into(),
+                perms: vec![Perm::Admin],
+            }],
+        }],
+    })
 }
 
 /// The configurations of a new local cluster of devices 1..=`devices` whose data lives
@@ -304,6 +370,7 @@ pub(crate) fn local_configs(
             election: Default::default(),
             snapshot: Default::default(),
             tls: None,
+            auth: Default::default(),
         })
         .collect())
 }
@@ -359,6 +426,13 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             data.display()
         );
     }
+    if restarted && a.auth && !cfgs.iter().any(|c| c.auth.enabled) {
+        bail!(
+            "the cluster in {} was made without --auth, which applies to new clusters only; \
+             add an [auth] section to each dN/server.toml instead (`tenure token new`)",
+            data.display()
+        );
+    }
     let exe = std::env::current_exe().context("locating the tenure binary")?;
     let started = Instant::now();
     let mut entries = Vec::new();
@@ -410,6 +484,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         ca: cfgs
             .iter()
             .find_map(|c| c.tls.as_ref().map(|t| t.ca.clone())),
+        token: cfgs
+            .iter()
+            .any(|c| c.auth.enabled)
+            .then(|| std::path::absolute(token_path(&data)))
+            .transpose()?
+            .filter(|p| p.exists()),
     };
     std::fs::write(
         data.join("cluster.json"),
@@ -431,6 +511,8 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             "restarted": restarted,
             "tls": file.ca.is_some(),
             "ca": file.ca,
+            "auth": cfgs.iter().any(|c| c.auth.enabled),
+            "token_file": file.token,
             "started_devices": started_ids,
             "serving": ready.serving,
             "elapsed_ms": elapsed.as_millis() as u64,
@@ -483,6 +565,17 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
                 ca.display()
             ),
             None => println!("plaintext (--insecure): no TLS on the client or peer ports"),
+        }
+        match &file.token {
+            Some(t) => println!(
+                "authorization on: the admin token is in {} (owner only); give it to commands with\n  export TENURE_TOKEN=$(cat {})",
+                t.display(),
+                t.display()
+            ),
+            None if cfgs.iter().any(|c| c.auth.enabled) => {
+                println!("authorization on: commands need --auth-token or TENURE_TOKEN")
+            }
+            None => println!("authorization off (--auth turns it on for a new cluster)"),
         }
         println!("stop with: tenure cluster down --data {}", data.display());
     }

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tenure_client::cluster::{ClusterError, Membership};
 use tenure_client::proto::StatusResponse;
-use tenure_client::tls::ClientTls;
 use tenure_client::{Client, ClientOptions};
 use tenure_server::config::{PeerConfig, ServerConfig};
 
@@ -130,13 +129,12 @@ fn spawn(cfg_path: &Path, log: &Path) -> anyhow::Result<u32> {
 }
 
 /// A client of the local cluster's devices, with short attempts (they are local).
-fn client(endpoints: Vec<String>, tls: Option<ClientTls>) -> anyhow::Result<Client> {
-    let opts = ClientOptions {
+fn client(file: &ClusterFile, endpoints: Vec<String>) -> anyhow::Result<Client> {
+    let opts = file.options(ClientOptions {
         request_timeout: Duration::from_secs(2),
         attempt_timeout: Duration::from_secs(1),
-        tls,
         ..Default::default()
-    };
+    })?;
     Ok(Client::with_options(endpoints, opts)?)
 }
 
@@ -211,8 +209,7 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading device {}'s configuration", first.id))?;
     let rt = runtime()?;
     let endpoints: Vec<String> = running.iter().map(|d| d.client_addr.to_string()).collect();
-    let tls = file.tls()?;
-    let c = rt.block_on(async { client(endpoints, tls.clone()) })?;
+    let c = rt.block_on(async { client(&file, endpoints) })?;
     let record = rt.block_on(c.cluster().members()).context(
         "asking the cluster for its membership record (is it serving? see `tenure cluster status`)",
     )?;
@@ -452,7 +449,7 @@ pub fn remove(a: RemoveArgs) -> anyhow::Result<()> {
         bail!("device {id} is the only running device; nothing could take its chunks");
     }
     let rt = runtime()?;
-    let c = rt.block_on(async { client(others, file.tls()?) })?;
+    let c = rt.block_on(async { client(&file, others) })?;
     let target_ep = target.client_addr.to_string();
     let limit = Duration::from_secs(a.wait_secs);
     let started = Instant::now();

@@ -17,6 +17,7 @@ mod object_cmds;
 mod server_cmd;
 mod sim_cmd;
 mod snapshot_cmds;
+mod token_cmd;
 
 /// mimalloc: the server allocates and frees many small buffers per request (frames, messages,
 /// futures); glibc malloc cost about 6% of its CPU under lock load.
@@ -74,6 +75,8 @@ enum Command {
     Snapshot(snapshot_cmds::SnapshotArgs),
     /// Fault testing of real devices on test hosts (network namespaces; root and nft).
     Chaos(chaos_cmd::ChaosArgs),
+    /// Tokens for a cluster's authorization ([auth]): a new one, or the hash of a secret.
+    Token(token_cmd::TokenArgs),
 }
 
 /// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Snapshot(args) => snapshot_cmds::run(args).map(|()| ExitCode::SUCCESS),
         Command::Chaos(args) => chaos_cmd::run(args),
+        Command::Token(args) => token_cmd::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -27,11 +27,11 @@ pub use publish::{PublishHandle, PublishOptions};
 pub use tenure_core::lookup::{Durability, EntryVersion, EntryView, LeaderId, LookupError};
 pub use watch::{Removal, WatchChange, WatchOptions, Watcher};
 
+use crate::Chan;
 use crate::proto::{self, lookup_client::LookupClient, lookup_error::Kind as LKind};
 use crate::{Client, Error, Result};
 use std::future::Future;
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 use tracing::debug;
 
 /// A typed lookup error from the wire.
@@ -155,7 +155,7 @@ impl Client {
     /// `deadline`. Other errors are returned at once.
     pub(crate) async fn lookup_call<T, F, Fut>(&self, deadline: Instant, mut call: F) -> Result<T>
     where
-        F: FnMut(LookupClient<Channel>) -> Fut,
+        F: FnMut(LookupClient<Chan>) -> Fut,
         Fut: Future<Output = Result<Result<T>, tonic::Status>>,
     {
         let started = Instant::now();

@@ -371,7 +371,12 @@ async fn run(
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(status)) => {
                 let e = Error::from_status(status);
-                if matches!(e, Error::Unimplemented(_)) {
+                if matches!(
+                    e,
+                    Error::Unimplemented(_)
+                        | Error::Unauthenticated(_)
+                        | Error::PermissionDenied(_)
+                ) {
                     let _ = out.send(Err(e)).await;
                     return;
                 }
@@ -460,6 +465,14 @@ async fn run(
                 },
             }
         };
+        if matches!(
+            broke,
+            Error::Unauthenticated(_) | Error::PermissionDenied(_)
+        ) {
+            // The token may not watch this: no device will say otherwise.
+            let _ = out.send(Err(broke)).await;
+            return;
+        }
         debug!(sub = sub.id, %target, "watch stream broke: {broke}; reconnecting");
         last_error = broke;
         failing_since.get_or_insert_with(Instant::now);

@@ -122,6 +122,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             election: Default::default(),
             snapshot: Default::default(),
             tls: None,
+            auth: Default::default(),
         })
         .collect()
 }

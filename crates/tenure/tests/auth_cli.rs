@@ -1,0 +1,146 @@
+//! Authorization from the command line: `cluster up --auth` makes a TLS cluster that
+//! needs a token, writes its admin token (owner only), and `tenure` commands take a token
+//! from `--auth-token` or `TENURE_TOKEN`; a token from `tenure token new` added to the devices'
+//! configurations gets what its rules grant, and nothing else.
+
+mod common;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+/// Run `tenure` with `args` and `TENURE_TOKEN` set to `token` (or unset).
+fn tenure_as(token: Option<&str>, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    cmd.args(args);
+    match token {
+        Some(t) => cmd.env("TENURE_TOKEN", t),
+        None => cmd.env_remove("TENURE_TOKEN"),
+    };
+    let out = cmd.output().expect("run tenure");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let d = data.to_str().unwrap();
+    let _guard = Guard(data.clone());
+    let up_args = [
+        "cluster",
+        "up",
+        "--devices",
+        "3",
+        "--stores",
+        "4",
+        "--auth",
+        "--data",
+        d,
+        "--json",
+    ];
+    let (ok, out, err) = tenure_as(None, &up_args);
+    assert!(ok, "cluster up --auth:\n{out}\n{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["tls"], true, "{summary}");
+    assert_eq!(summary["auth"], true, "{summary}");
+    let token_file = data.join("admin.token");
+    assert_eq!(summary["token_file"], token_file.to_str().unwrap());
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the admin token is its owner's only");
+    let admin = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+
+    // No token: refused, saying what to do.
+    let (ok, out, err) = tenure_as(None, &["lock", "/jobs/a", "--data", d, "--", "true"]);
+    assert!(!ok, "{out}");
+    assert!(err.contains("not authenticated"), "{err}");
+    assert!(
+        err.contains("--auth-token") && err.contains("TENURE_TOKEN"),
+        "{err}"
+    );
+    // A wrong token: refused as unknown.
+    let (ok, _, err) = tenure_as(
+        None,
+        &[
+            "lock",
+            "/jobs/a",
+            "--data",
+            d,
+            "--auth-token",
+            "nope",
+            "--",
+            "true",
+        ],
+    );
+    assert!(!ok);
+    assert!(err.contains("unknown token"), "{err}");
+    // The admin token, from the environment or the flag.
+    let (ok, out, err) = tenure_as(
+        Some(&admin),
+        &["lock", "/jobs/a", "--data", d, "--", "true"],
+    );
+    assert!(ok, "with TENURE_TOKEN:\n{out}\n{err}");
+    let (ok, out, err) = tenure_as(
+        None,
+        &[
+            "object",
+            "put",
+            "/cfg/a",
+            "-",
+            "--data",
+            d,
+            "--auth-token",
+            &admin,
+        ],
+    );
+    assert!(ok, "with --auth-token:\n{out}\n{err}");
+    // The cluster commands use the admin token of the data directory themselves.
+    let (ok, out, err) = tenure_as(None, &["cluster", "status", "--data", d]);
+    assert!(ok, "cluster status:\n{out}\n{err}");
+
+    // A narrower token, made with `tenure token new` and added to every device.
+    let (ok, out, err) = tenure_as(
+        None,
+        &["token", "new", "worker", "--rule", "/jobs/=lock", "--json"],
+    );
+    assert!(ok, "token new:\n{out}\n{err}");
+    let new: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let worker = new["secret"].as_str().unwrap().to_string();
+    let snippet = new["toml"].as_str().unwrap();
+    let (ok, out, err) = tenure_as(None, &["cluster", "down", "--data", d]);
+    assert!(ok, "{out}\n{err}");
+    for id in 1..=3 {
+        let p = data.join(format!("d{id}")).join("server.toml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, format!("{text}\n{snippet}")).unwrap();
+    }
+    let (ok, out, err) = tenure_as(None, &up_args);
+    assert!(ok, "restart:\n{out}\n{err}");
+    let (ok, out, err) = tenure_as(
+        Some(&worker),
+        &["lock", "/jobs/b", "--data", d, "--", "true"],
+    );
+    assert!(ok, "the worker locks under /jobs/:\n{out}\n{err}");
+    let (ok, out, err) = tenure_as(
+        Some(&worker),
+        &["lock", "/other", "--data", d, "--", "true"],
+    );
+    assert!(!ok, "{out}");
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(
+        err.contains("worker") && err.contains("lock") && err.contains("/other"),
+        "{err}"
+    );
+    // It may not write objects either, and the refused put changed nothing.
+    let (ok, _, err) = tenure_as(Some(&worker), &["object", "rm", "/cfg/a", "--data", d]);
+    assert!(!ok);
+    assert!(err.contains("permission denied"), "{err}");
+    let (ok, out, err) = tenure_as(Some(&admin), &["object", "ls", "/cfg", "--data", d]);
+    assert!(ok && out.contains("/cfg/a"), "{out}\n{err}");
+}
