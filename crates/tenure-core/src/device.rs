@@ -806,9 +806,16 @@ impl Device {
                 let outside = (self.elector.coordinator())
                     .is_some_and(|t| !members.contains(t.leader))
                     && members.version > self.members.version;
+                // Nor is a newer record that makes this device retiring: a retiring device
+                // claims no term, and one that missed its retirement outranks, under
+                // bully, the coordinator that decided it, which in turn outranks it — the
+                // two would depose each other without end (simulator seed 1095).
+                let retires_me = members.version > self.members.version
+                    && members.retiring().contains(&self.id());
                 if term >= self.term
                     || followed
                     || outside
+                    || retires_me
                     || self.env.cfg.planted.members_adopt_older
                 {
                     self.adopt_members(now, members, out)

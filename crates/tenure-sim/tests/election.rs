@@ -161,3 +161,14 @@ fn seed_1371_a_held_command_leaves_before_anything_newer() {
     let r = run(SimConfig::new(1371));
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
+
+// DESIGN §6 (a retiring device claims no term): seed 1095 once ran an election storm after
+// faults stopped, terms into the thousands. The coordinator's record made d5 retiring;
+// d5 refused that record because it came from a term older than its own, so each of the
+// two outranked the other under bully and answered the other's COORDINATOR with a new
+// election. A newer record that makes a device retiring is now adopted whatever its term.
+#[test]
+fn seed_1095_a_device_adopts_the_record_that_retires_it() {
+    let r = run(SimConfig::new(1095));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}
