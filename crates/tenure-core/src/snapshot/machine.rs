@@ -199,7 +199,8 @@ impl Snapshots {
                 // Recorded before a restart, and that recording is lost: the snapshot
                 // cannot complete. The sender and the initiator are told to give up.
                 self.remember(id, None);
-                for to in [from, id.initiator] {
+                let initiator = Some(id.initiator).filter(|i| *i != from);
+                for to in std::iter::once(from).chain(initiator) {
                     if to != me && (to == from || peers.contains(&to)) {
                         out.push(Output::Send {
                             to,
