@@ -65,27 +65,37 @@ fn a_seed_with_snapshots_replays() {
     assert!(a.3 > 0, "restores ran");
 }
 
-// The cut checker: a device that processes a tagged message before recording its state
-// puts in its part (or in a channel it records) a message its sender sent after its own
-// record.
-#[test]
-fn planted_record_late_is_caught_as_an_inconsistent_cut() {
+/// The first seed below `limit` where the short run with `planted` fails, and its
+/// snapshot violation (panics if none fails, or the violation is not a snapshot's).
+fn first_snapshot_violation(
+    planted: PlantedBugs,
+    limit: u64,
+) -> (tenure_sim::sweep::Failure, SnapshotViolation) {
     let mut c = short(0);
-    c.planted = PlantedBugs {
-        snapshot_record_late: true,
-        ..Default::default()
-    };
-    let limit = 10;
+    c.planted = planted;
     let s = sweep(0, limit, 2, &c, 1, |_, _| {});
     let Some(f) = s.failures.into_iter().next() else {
         panic!("no seed below {limit} caught the planted bug");
     };
-    let Violation::Snapshot(v) = &f.violation else {
+    let Violation::Snapshot(v) = f.violation.clone() else {
         panic!(
             "seed {}: expected a snapshot violation, got {}",
             f.seed, f.message
         );
     };
+    (f, v)
+}
+
+// The cut checker: a device that processes a tagged message before recording its state
+// puts in its part (or in a channel it records) a message its sender sent after its own
+// record.
+#[test]
+fn planted_record_late_is_caught_as_an_inconsistent_cut() {
+    let planted = PlantedBugs {
+        snapshot_record_late: true,
+        ..Default::default()
+    };
+    let (f, v) = first_snapshot_violation(planted, 10);
     assert!(
         matches!(
             v,
@@ -149,22 +159,11 @@ fn seed_1891_a_restarted_device_does_not_record_a_snapshot_twice() {
 // sweep reports it.
 #[test]
 fn planted_forget_recorded_is_caught_as_a_second_record() {
-    let mut c = short(0);
-    c.planted = PlantedBugs {
+    let planted = PlantedBugs {
         snapshot_forget_recorded: true,
         ..Default::default()
     };
-    let limit = 40;
-    let s = sweep(0, limit, 2, &c, 1, |_, _| {});
-    let Some(f) = s.failures.into_iter().next() else {
-        panic!("no seed below {limit} caught the planted bug");
-    };
-    let Violation::Snapshot(v) = &f.violation else {
-        panic!(
-            "seed {}: expected a snapshot violation, got {}",
-            f.seed, f.message
-        );
-    };
+    let (f, v) = first_snapshot_violation(planted, 40);
     assert!(
         matches!(
             v,
