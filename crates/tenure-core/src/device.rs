@@ -10,8 +10,8 @@
 use crate::config::DeviceConfig;
 use crate::ctx::Ctx;
 use crate::election::coordinator::{CoordMsg, Coordinator};
-use crate::election::members::Members;
-use crate::election::{Elector, ElectorOut, Term};
+use crate::election::members::{MemberState, Members};
+use crate::election::{ElectionMsg, Elector, ElectorOut, Term};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::{
     ChunkPersist, ClientError, DevicePersist, Input, Observation, Output, PersistOp, PolicyCommand,
@@ -53,6 +53,10 @@ pub struct Device {
     next_report: Instant,
     /// The newest membership record seen (DESIGN §6).
     members: Members,
+    /// This device's addresses, while a newer record left it out without retiring it:
+    /// it was admitted by a record that lost to another of the same number, and asks
+    /// to be admitted again (see [`Device::report`]).
+    readmit: Option<(String, String)>,
     /// Snapshots this device takes part in (seed 002 §14.1).
     snaps: Snapshots,
     /// When the coordinator next starts a scheduled snapshot.
@@ -159,6 +163,7 @@ impl Device {
             coord: Coordinator::default(),
             term: disk.term,
             next_report: now,
+            readmit: None,
             members: record,
             snaps: if cfg_planted_forget {
                 Snapshots::default()
@@ -353,6 +358,10 @@ impl Device {
                     self.on_message(now, from, m, out);
                 }
                 for id in ids {
+                    if !peers.contains(&from) {
+                        self.snaps.on_tag_from_outside(me, &peers, from, id, out);
+                        continue;
+                    }
                     let state = (!self.snaps.knows(id)).then(|| self.persistent());
                     self.snaps.on_marker(now, me, &peers, from, id, state, out);
                 }
@@ -467,6 +476,7 @@ impl Device {
                 return;
             }
             Msg::Election(m) => {
+                self.unknown_leader(from, &m, out);
                 self.elector.handle_msg(now, from, m);
                 self.drain_elector(now, out);
                 return;
@@ -731,6 +741,33 @@ impl Device {
         }
     }
 
+    /// An announcement or Alive naming a coordinator this device's record does not list:
+    /// one of the two records is out of date. The sender gets this device's record; if
+    /// its own is newer it answers with it (see [`Device::on_coord`]), if older it
+    /// adopts this one. Without this, a device that missed the record admitting the
+    /// coordinator ignores it and calls elections without end, each raising the
+    /// coordinator's term before its first decision round (simulator seed 2387: a
+    /// retiring device, never told of the newer record, started a ring election every
+    /// 0.9 s for 15 s after faults stopped).
+    fn unknown_leader(&mut self, from: DeviceId, m: &ElectionMsg, out: &mut Vec<Output>) {
+        let named = match m {
+            ElectionMsg::Coordinator { term, .. }
+            | ElectionMsg::RingCoordinator { term, .. }
+            | ElectionMsg::Alive { term } => term.leader,
+            _ => return,
+        };
+        if named == self.id() || self.members.contains(named) || from == self.id() {
+            return;
+        }
+        out.push(Output::Send {
+            to: from,
+            msg: Msg::Coord(CoordMsg::Members {
+                term: self.term,
+                members: self.members.clone(),
+            }),
+        });
+    }
+
     /// Record (durably) that `term` exists, if it is the newest seen.
     fn raise_term(&mut self, term: Term, out: &mut Vec<Output>) {
         if term > self.term {
@@ -742,6 +779,7 @@ impl Device {
     /// Report to the coordinator this device follows: the chunks it holds and the
     /// stores it manages.
     fn report(&mut self, now: Instant, out: &mut Vec<Output>) {
+        self.ask_readmission(out);
         let Some(term) = self.elector.coordinator() else {
             return;
         };
@@ -765,6 +803,34 @@ impl Device {
                     msg: Msg::Coord(msg),
                 });
             }
+        }
+    }
+
+    /// A device an operator admitted whose admission was lost (a newer record of
+    /// another coordinator left it out, not retired) asks every member of the record it
+    /// has to admit it again, once a renewal period until a record lists it. Otherwise
+    /// it follows no coordinator and reports nothing, and the stores it still manages
+    /// are never reported: no retirement could be judged drained (simulator seeds
+    /// 1455, 1565, 3275: a device admitted in a record that lost kept managing a store;
+    /// the removals the operator asked for never completed).
+    fn ask_readmission(&mut self, out: &mut Vec<Output>) {
+        let me = self.id();
+        if self.members.contains(me) || self.members.retired.contains(&me) {
+            self.readmit = None;
+        }
+        let Some((peer_addr, client_addr)) = &self.readmit else {
+            return;
+        };
+        let cmd = PolicyCommand::AddDevice {
+            device: me,
+            peer_addr: peer_addr.clone(),
+            client_addr: client_addr.clone(),
+        };
+        for to in self.members.ids() {
+            out.push(Output::Send {
+                to,
+                msg: Msg::Coord(CoordMsg::Request { cmd: cmd.clone() }),
+            });
         }
     }
 
@@ -812,7 +878,20 @@ impl Device {
                 // two would depose each other without end (simulator seed 1095).
                 let retires_me = members.version > self.members.version
                     && members.retiring().contains(&self.id());
-                if term >= self.term
+                if members.version < self.members.version && from != self.id() && !followed {
+                    // A sender with an older record (a coordinator since deposed, or one
+                    // elected by a record that lost) gets ours, under our term, as a
+                    // member reporting an older record does: it learns of the devices it
+                    // does not know and stops acting on a record no one else follows
+                    // (simulator seed 1455).
+                    out.push(Output::Send {
+                        to: from,
+                        msg: Msg::Coord(CoordMsg::Members {
+                            term: self.term,
+                            members: self.members.clone(),
+                        }),
+                    });
+                } else if term >= self.term
                     || followed
                     || outside
                     || retires_me
@@ -876,6 +955,13 @@ impl Device {
         ))));
         let me = self.id();
         let retired = members.retired.contains(&me) && !self.members.retired.contains(&me);
+        if let Some(i) = self.members.devices.get(&me)
+            && i.state == MemberState::Active
+            && !members.contains(me)
+            && !members.retired.contains(&me)
+        {
+            self.readmit = Some((i.peer_addr.clone(), i.client_addr.clone()));
+        }
         let ids = members.ids();
         if self.coord.term().is_some() && members.version > self.coord.members.version {
             self.coord.members = members.clone();

@@ -193,3 +193,21 @@ fn seed_3598_a_device_retires_only_on_reports_newer_than_its_retirement() {
     let r = run(SimConfig::new(3598));
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
+
+// DESIGN §6, seeds 1455 and 3275: a device admitted by a record that then lost to
+// another of the same number was left out of the cluster's record, not retired; it kept
+// managing a store whose reports no coordinator received, so no removal could be judged
+// drained. Such a device now asks to be admitted again, and a device holding an older
+// record than a sender's gets the newer one back.
+#[test]
+fn seeds_1455_3275_a_device_left_out_of_the_record_is_admitted_again() {
+    for seed in [1455, 3275] {
+        let r = run(SimConfig::new(seed));
+        assert_eq!(
+            r.outcome,
+            Outcome::Passed,
+            "seed {seed}: {:?}",
+            r.violations
+        );
+    }
+}

@@ -279,3 +279,86 @@ fn membership_a_report_with_an_older_record_is_answered_with_the_newer_one() {
     let out = dev.handle(now, report(newer));
     assert!(answers(&out).is_empty());
 }
+
+/// DESIGN §6: a device whose admission was lost — a newer record of another
+/// coordinator leaves it out without retiring it — asks the record's members to admit it
+/// again, and is admitted (simulator seeds 1455, 1565, 3275: such a device kept managing
+/// a store no coordinator heard of, and no removal could ever be judged drained).
+#[test]
+fn membership_a_device_left_out_by_a_newer_record_is_admitted_again() {
+    let mut c = Cluster::new(4, 8);
+    c.run_for(3 * S);
+    let before = c.devices[&d(1)].members().clone();
+    c.join(d(5));
+    c.policy(
+        d(1),
+        PolicyCommand::AddDevice {
+            device: d(5),
+            peer_addr: "127.0.0.1:7105".into(),
+            client_addr: "127.0.0.1:7205".into(),
+        },
+    );
+    c.run_for(10 * S);
+    assert!(c.devices[&d(5)].members().is_active(d(5)), "admitted");
+    let term = c.devices[&d(5)].coordinator().expect("term");
+    // A record of a later term that never heard of the admission: the same devices as
+    // before it, one address changed.
+    let later = Term {
+        n: term.n + 1,
+        leader: d(4),
+    };
+    let mut lost = before.clone();
+    assert!(lost.admit(later, d(1), "127.0.0.1:7101", ""));
+    assert!(lost.version > c.devices[&d(5)].members().version);
+    c.input(
+        d(5),
+        Input::Message {
+            from: d(4),
+            msg: Msg::Coord(CoordMsg::Members {
+                term: later,
+                members: lost,
+            }),
+        },
+    );
+    assert!(!c.devices[&d(5)].members().contains(d(5)), "left out");
+    c.run_for(30 * S);
+    for (id, dev) in &c.devices {
+        assert!(dev.members().is_active(d(5)), "device {id} admits 5 again");
+        assert!(
+            dev.coordinator().is_some(),
+            "device {id} follows a coordinator"
+        );
+    }
+}
+
+/// DESIGN §6: an Alive or announcement naming a coordinator this device's record does
+/// not list gets this device's record back, so whichever side is out of date learns the
+/// other's (simulator seed 2387: a device that missed the record admitting the
+/// coordinator ignored it and called ring elections every 0.9 s, each raising the
+/// coordinator's term before it could run a decision round).
+#[test]
+fn election_an_alive_naming_an_unknown_coordinator_is_answered_with_the_record() {
+    use super::ElectionMsg;
+    use crate::io::Output;
+    let mut c = Cluster::new(3, 4);
+    c.run_for(3 * S);
+    let mine = c.devices[&d(1)].members().clone();
+    let now = c.now;
+    let dev = c.devices.get_mut(&d(1)).unwrap();
+    let alive = |leader| Input::Message {
+        from: d(2),
+        msg: Msg::Election(ElectionMsg::Alive {
+            term: Term { n: 40, leader },
+        }),
+    };
+    let records = |out: &[Output]| {
+        (out.iter())
+            .filter(|o| {
+                matches!(o, Output::Send { to, msg: Msg::Coord(CoordMsg::Members { members, .. }) }
+                    if *to == d(2) && *members == mine)
+            })
+            .count()
+    };
+    assert_eq!(records(&dev.handle(now, alive(d(6)))), 1);
+    assert_eq!(records(&dev.handle(now, alive(d(3)))), 0, "a known member");
+}

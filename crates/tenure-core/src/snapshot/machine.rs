@@ -197,17 +197,8 @@ impl Snapshots {
             }
             None if self.earlier.contains(&id) => {
                 // Recorded before a restart, and that recording is lost: the snapshot
-                // cannot complete. The sender and the initiator are told to give up.
-                self.remember(id, None);
-                let initiator = Some(id.initiator).filter(|i| *i != from);
-                for to in std::iter::once(from).chain(initiator) {
-                    if to != me && (to == from || peers.contains(&to)) {
-                        out.push(Output::Send {
-                            to,
-                            msg: Msg::Snapshot(SnapMsg::Abort { id }),
-                        });
-                    }
-                }
+                // cannot complete.
+                self.give_up(me, peers, from, id, out);
             }
             None => {
                 if !peers.contains(&from) {
@@ -328,6 +319,51 @@ impl Snapshots {
             }
         };
         self.remember(id, answer);
+    }
+
+    /// A message tagged with snapshot `id` came from a device that is not a peer here
+    /// (this device's record does not list it yet). The message was sent after its
+    /// sender's cut, and this device processes it without recording — no peer of this
+    /// device recorded it — so a later marker must not make it record: its state would
+    /// hold a message the cut says was never sent (simulator seed 1565: a coordinator
+    /// this device's record did not list yet sent it a tagged membership record).
+    pub fn on_tag_from_outside(
+        &mut self,
+        me: DeviceId,
+        peers: &[DeviceId],
+        from: DeviceId,
+        id: SnapshotId,
+        out: &mut Vec<Output>,
+    ) {
+        out.push(Output::Send {
+            to: from,
+            msg: Msg::Snapshot(SnapMsg::MarkerAck { id }),
+        });
+        if !self.knows(id) {
+            self.give_up(me, peers, from, id, out);
+        }
+    }
+
+    /// This device cannot take part in snapshot `id`: it remembers the snapshot as
+    /// finished without a part, and the sender and the initiator are told to give up.
+    fn give_up(
+        &mut self,
+        me: DeviceId,
+        peers: &[DeviceId],
+        from: DeviceId,
+        id: SnapshotId,
+        out: &mut Vec<Output>,
+    ) {
+        self.remember(id, None);
+        let initiator = Some(id.initiator).filter(|i| *i != from);
+        for to in std::iter::once(from).chain(initiator) {
+            if to != me && (to == from || peers.contains(&to)) {
+                out.push(Output::Send {
+                    to,
+                    msg: Msg::Snapshot(SnapMsg::Abort { id }),
+                });
+            }
+        }
     }
 
     fn remember(&mut self, id: SnapshotId, answer: Answer) {

@@ -243,3 +243,49 @@ fn snapshot_a_restarted_device_never_records_again_and_aborts() {
         .collect();
     assert_eq!(aborts, vec![d3, D1]);
 }
+
+/// §14.1 on a changing membership: a message tagged with a snapshot, from a device this
+/// device's record does not list yet, is processed without recording (no peer recorded
+/// it); a later marker of the same snapshot must not make this device record, or its
+/// state would hold a message sent after the sender's cut. It gives the snapshot up,
+/// telling the sender and the initiator (simulator seed 1565).
+#[test]
+fn snapshot_a_tag_from_outside_the_record_gives_the_snapshot_up() {
+    let (d2, d3, d7) = (DeviceId(2), DeviceId(3), DeviceId(7));
+    let id = SnapshotId {
+        initiator: D1,
+        serial: 7,
+    };
+    let peers = [D1, d3];
+    let mut s = crate::snapshot::Snapshots::default();
+    let now = crate::time::Instant(1_000);
+    let mut out = Vec::new();
+    s.on_tag_from_outside(d2, &peers, d7, id, &mut out);
+    let sent: Vec<(DeviceId, SnapMsg)> = (out.iter())
+        .filter_map(|o| match o {
+            Output::Send {
+                to,
+                msg: Msg::Snapshot(m),
+            } => Some((*to, m.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            (d7, SnapMsg::MarkerAck { id }),
+            (d7, SnapMsg::Abort { id }),
+            (D1, SnapMsg::Abort { id }),
+        ]
+    );
+    // The marker of a peer that comes later records nothing.
+    let mut later = Vec::new();
+    s.on_marker(now, d2, &peers, d3, id, None, &mut later);
+    assert!(
+        !later
+            .iter()
+            .any(|o| matches!(o, Output::Observe(_) | Output::SnapshotPart(_))),
+        "{later:?}"
+    );
+    assert!(!s.is_active(id));
+}
