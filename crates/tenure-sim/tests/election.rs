@@ -172,3 +172,15 @@ fn seed_1095_a_device_adopts_the_record_that_retires_it() {
     let r = run(SimConfig::new(1095));
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
+
+// DESIGN §6, seed 3353: two devices each held a record (of the same change number)
+// that made the other retiring; each outranked the other under bully and deposed it,
+// and each new term restarted the coordinator's wait for its first round, so the
+// record that settles it was never sent — terms ran into the thousands and the Alives
+// answering older Alives grew by thousands a second. A coordinator elected again keeps
+// its round schedule, and answers an older Alive at most once a heartbeat.
+#[test]
+fn seed_3353_a_coordinator_elected_again_keeps_its_rounds() {
+    let r = run(SimConfig::new(3353));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}

@@ -148,10 +148,21 @@ impl Coordinator {
     /// empty view: reports gathered for another term may be out of date.
     pub fn start(&mut self, term: Term, now: Instant, cfg: &DeviceConfig, members: &Members) {
         if self.term != Some(term) {
+            // The first round waits for a full set of reports. A coordinator elected
+            // again under a new term keeps its schedule: when terms follow each other
+            // faster than that wait, rounds would never come, and the record that would
+            // end the elections — each round sends it to every member — would never be
+            // sent (simulator seed 3353: two devices each holding a record that made the
+            // other retiring deposed each other for 15 s after faults stopped, terms into
+            // the thousands, and neither ran a round).
+            let first = now + cfg.timing.renewal_period * 2;
+            let next_round = match self.next_round {
+                Some(t) if self.term.is_some() => t.min(first),
+                _ => first,
+            };
             *self = Coordinator {
                 term: Some(term),
-                // The first round waits for a full set of reports.
-                next_round: Some(now + cfg.timing.renewal_period * 2),
+                next_round: Some(next_round),
                 members: members.clone(),
                 ..Coordinator::default()
             };
@@ -589,6 +600,30 @@ mod tests {
         c.on_tick(t3 + Duration::from_millis(1), &cfg);
         assert!(c.members.retired.contains(&d(4)), "{:?}", c.members);
     }
+    // DESIGN §6: a coordinator elected again under a new term keeps its round schedule
+    // (simulator seed 3353: terms followed each other faster than the first round's
+    // wait, and no round — the one sending the record that would end the elections —
+    // ever ran); a coordinator newly started waits two renewal periods for reports.
+    #[test]
+    fn coordinator_elected_again_keeps_its_round_schedule() {
+        let cfg = DeviceConfig::new(d(1), ClusterConfig::new(3, 1, 3));
+        let members = Members::bootstrap(&[d(1), d(2), d(3)]);
+        let mut c = Coordinator::default();
+        let t0 = Instant(1_000_000);
+        c.start(Term { n: 3, leader: d(1) }, t0, &cfg, &members);
+        let first = c.next_timeout().expect("a round");
+        assert_eq!(first, t0 + cfg.timing.renewal_period * 2);
+        let t1 = t0 + cfg.timing.renewal_period;
+        c.start(Term { n: 4, leader: d(1) }, t1, &cfg, &members);
+        assert_eq!(c.next_timeout(), Some(first), "the schedule is kept");
+        assert_eq!(c.term(), Some(Term { n: 4, leader: d(1) }));
+        let round = c.on_tick(first, &cfg);
+        assert!(round.members.is_some(), "the round sends the record");
+        c.stop();
+        c.start(Term { n: 5, leader: d(1) }, t1, &cfg, &members);
+        assert_eq!(c.next_timeout(), Some(t1 + cfg.timing.renewal_period * 2));
+    }
+
     // DESIGN §6: a lost chunk is replaced even when every other active member holds one
     // of the store's chunks — on the device that lost it (simulator seed 1352).
     #[test]

@@ -509,6 +509,13 @@ fn bully_coordinator_answers_an_older_coordinators_alive_with_its_term() {
             msg: ElectionMsg::Alive { term: t },
         }]
     );
+    // Answered at most once a heartbeat: two coordinators deposing each other would
+    // otherwise answer every answer (simulator seed 3353).
+    e3.handle_msg(now, d5, ElectionMsg::Alive { term: old });
+    assert!(e3.poll_output().is_none(), "answered already");
+    let later = now + ElectionSettings::default().heartbeat;
+    e3.handle_msg(later, d5, ElectionMsg::Alive { term: old });
+    assert!(e3.poll_output().is_some(), "a heartbeat later");
     // A follower stays quiet; so does the coordinator for a newer or its own term.
     let e1 = net.nodes.get_mut(&DeviceId(1)).expect("d1");
     e1.handle_msg(now, d5, ElectionMsg::Alive { term: old });
