@@ -306,6 +306,7 @@ fn admin_token(data: &Path) -> anyhow::Result<tenure_server::auth::AuthConfig> {
                 perms: vec![Perm::Admin],
             }],
         }],
+        certs: Vec::new(),
     })
 }
 

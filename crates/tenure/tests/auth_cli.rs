@@ -1,7 +1,8 @@
 //! Authorization from the command line: `cluster up --auth` makes a TLS cluster that
 //! needs a token, writes its admin token (owner only), and `tenure` commands take a token
 //! from `--auth-token` or `TENURE_TOKEN`; a token from `tenure token new` added to the devices'
-//! configurations gets what its rules grant, and nothing else.
+//! configurations gets what its rules grant, and nothing else; so does a client
+//! certificate from `tenure cert new`, presented with `--client-cert` and `--client-key`.
 
 mod common;
 use common::*;
@@ -113,12 +114,46 @@ fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
     let new: serde_json::Value = serde_json::from_str(&out).unwrap();
     let worker = new["secret"].as_str().unwrap().to_string();
     let snippet = new["toml"].as_str().unwrap();
+    // A client certificate, made with `tenure cert new` from the cluster's CA.
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let cert_args = [
+        "cert",
+        "new",
+        "billing",
+        "--data",
+        d,
+        "--out",
+        certs.to_str().unwrap(),
+        "--rule",
+        "/billing/=lock",
+        "--json",
+    ];
+    let (ok, out, err) = tenure_as(None, &cert_args);
+    assert!(ok, "cert new:\n{out}\n{err}");
+    let cert: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (crt, key) = (
+        cert["cert"].as_str().unwrap(),
+        cert["key"].as_str().unwrap(),
+    );
+    let mode = std::fs::metadata(key).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the certificate's key is its owner's only"
+    );
+    let (ok, _, err) = tenure_as(None, &cert_args);
+    assert!(
+        !ok && err.contains("exists"),
+        "an existing key is not overwritten: {err}"
+    );
+    let cert_snippet = cert["toml"].as_str().unwrap();
     let (ok, out, err) = tenure_as(None, &["cluster", "down", "--data", d]);
     assert!(ok, "{out}\n{err}");
     for id in 1..=3 {
         let p = data.join(format!("d{id}")).join("server.toml");
         let text = std::fs::read_to_string(&p).unwrap();
-        std::fs::write(&p, format!("{text}\n{snippet}")).unwrap();
+        std::fs::write(&p, format!("{text}\n{snippet}\n{cert_snippet}")).unwrap();
     }
     let (ok, out, err) = tenure_as(None, &up_args);
     assert!(ok, "restart:\n{out}\n{err}");
@@ -143,4 +178,27 @@ fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
     assert!(err.contains("permission denied"), "{err}");
     let (ok, out, err) = tenure_as(Some(&admin), &["object", "ls", "/cfg", "--data", d]);
     assert!(ok && out.contains("/cfg/a"), "{out}\n{err}");
+
+    // The certificate, without a token, gets what its entry grants.
+    let as_cert = |name: &str| {
+        let args = [
+            "lock",
+            name,
+            "--data",
+            d,
+            "--client-cert",
+            crt,
+            "--client-key",
+            key,
+        ];
+        tenure_as(None, &[&args[..], &["--", "true"]].concat())
+    };
+    let (ok, out, err) = as_cert("/billing/a");
+    assert!(ok, "the certificate locks under /billing/:\n{out}\n{err}");
+    let (ok, _, err) = as_cert("/other");
+    assert!(!ok);
+    assert!(
+        err.contains("permission denied") && err.contains("certificate \"billing\""),
+        "{err}"
+    );
 }

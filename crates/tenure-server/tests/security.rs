@@ -1,0 +1,140 @@
+//! Identities beyond bearer tokens (DESIGN §8, Security; `tenure_server::auth`), against an
+//! in-process TLS cluster with `[auth]` on: a client certificate of the cluster's CA is
+//! known by its subject CN and gets what its `[[auth.certs]]` rules grant; a CN no entry
+//! names is `UNAUTHENTICATED`; a certificate of another CA fails the handshake; a bearer
+//! token still works, and takes precedence over a certificate.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tenure_client::tls::ClientTls;
+use tenure_client::{Client, ClientOptions, Error, LockMode, Wait};
+use tenure_server::auth::{AuthConfig, CertConfig, Perm, Rule};
+use tenure_server::certs::{Authority, CA_CERT};
+use tenure_server::tls::TlsFiles;
+
+const ROOT: &str = "secret-root";
+
+/// A cluster CA under `dir` with device certificates for devices 1..=3, client
+/// certificates `billing` and `stranger`, and a `billing` of another CA (`other/`).
+fn make_certs(dir: &Path) {
+    let ca = Authority::create(dir).unwrap();
+    for id in 1..=3 {
+        let (cert, key) = (
+            dir.join(format!("d{id}.pem")),
+            dir.join(format!("d{id}.key")),
+        );
+        ca.issue_device(tenure_core::ids::DeviceId(id), &[], &cert, &key)
+            .unwrap();
+    }
+    for name in ["billing", "stranger"] {
+        let p = |ext: &str| dir.join(format!("{name}.{ext}"));
+        ca.issue_client(name, &p("crt"), &p("key")).unwrap();
+    }
+    let other = Authority::create(&dir.join("other")).unwrap();
+    let p = |ext: &str| dir.join(format!("other/billing.{ext}"));
+    other.issue_client("billing", &p("crt"), &p("key")).unwrap();
+}
+
+/// TLS with the certificates of [`make_certs`], and `[auth]` with a root token and the
+/// `billing` certificate, allowed to lock under `/billing/`.
+fn secured(dir: PathBuf) -> impl Fn(&mut tenure_server::config::ServerConfig) {
+    move |c| {
+        c.tls = Some(TlsFiles {
+            ca: dir.join(CA_CERT),
+            cert: dir.join(format!("d{}.pem", c.id)),
+            key: dir.join(format!("d{}.key", c.id)),
+        });
+        c.auth = AuthConfig {
+            enabled: true,
+            tokens: vec![token("root", ROOT, &[("/", &[Perm::Admin])])],
+            certs: vec![CertConfig {
+                cn: "billing".into(),
+                rules: vec![Rule {
+                    prefix: "/billing/".into(),
+                    perms: vec![Perm::Lock],
+                }],
+            }],
+        };
+    }
+}
+
+/// A client of `c` over TLS trusting `dir`'s CA, presenting the certificate `cert`
+/// (`dir/<cert>.crt`) if given, and `token` if given.
+fn tls_client(c: &Cluster, dir: &Path, cert: Option<&str>, token: Option<&str>) -> Client {
+    let files = cert.map(|n| (dir.join(format!("{n}.crt")), dir.join(format!("{n}.key"))));
+    let identity = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let tls = ClientTls::from_files(&dir.join(CA_CERT), identity).unwrap();
+    let opts = ClientOptions {
+        tls: Some(tls),
+        ..opts(token)
+    };
+    Client::with_options(c.endpoints(), opts).unwrap()
+}
+
+#[test]
+fn a_client_certificate_is_an_identity_by_its_cn() {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path().to_path_buf();
+    make_certs(&dir);
+    let c = Cluster::start_with(3, secured(dir.clone()));
+    rt().block_on(async {
+        let root = tls_client(&c, &dir, None, Some(ROOT));
+        wait_all_managed(&root, &c.endpoints(), Duration::from_secs(30)).await;
+
+        // The certificate's CN is the caller: it locks where its rules say, not elsewhere.
+        let billing = tls_client(&c, &dir, Some("billing"), None);
+        let g = (billing
+            .lock("/billing/a", LockMode::Exclusive, Wait::Try)
+            .await)
+            .unwrap();
+        denied(
+            billing.lock("/other", LockMode::Exclusive, Wait::Try).await,
+            &["certificate", "billing", "lock", "/other"],
+        );
+        assert!(root.holders("/other").await.unwrap().holders.is_empty());
+        g.release().await.unwrap();
+
+        // A certificate of the CA whose CN no entry names; TLS with neither a token nor a
+        // certificate: unknown.
+        for (cert, says) in [(Some("stranger"), "\"stranger\""), (None, "no token")] {
+            match tls_client(&c, &dir, cert, None).first_status().await {
+                Err(Error::Unauthenticated(m)) => assert!(m.contains(says), "{m}"),
+                other => panic!("{cert:?}: expected Unauthenticated, got {other:?}"),
+            }
+        }
+
+        // A token takes precedence over the certificate presented with it.
+        let both = tls_client(&c, &dir, Some("billing"), Some(ROOT));
+        let g = (both.lock("/other", LockMode::Exclusive, Wait::Try).await).unwrap();
+        g.release().await.unwrap();
+
+        // A certificate of another CA fails the handshake: no call gets through.
+        let other = ClientTls::from_files(
+            &dir.join(CA_CERT),
+            Some((
+                &dir.join("other/billing.crt"),
+                &dir.join("other/billing.key"),
+            )),
+        )
+        .unwrap();
+        let stranger = Client::with_options(
+            c.endpoints(),
+            ClientOptions {
+                tls: Some(other),
+                retry_deadline: Duration::from_secs(2),
+                max_attempts: 3,
+                ..opts(None)
+            },
+        )
+        .unwrap();
+        match stranger.first_status().await {
+            Err(Error::Unauthenticated(m)) | Err(Error::PermissionDenied(m)) => {
+                panic!("the handshake should have failed, not the call: {m}")
+            }
+            Err(_) => {}
+            Ok(s) => panic!("a certificate of another CA was accepted: {s:?}"),
+        }
+    });
+}
