@@ -61,6 +61,14 @@
 //! clients route by and `Status` shows anyway). Operations on the whole cluster
 //! (membership changes, snapshots) need `admin` on `/`.
 //!
+//! The section can change without a restart: on SIGHUP a device re-reads it from its
+//! configuration file (`ServerHandle::reload_auth`, [`Auth::reload`]) and swaps the
+//! whole policy at once; a file whose section does not parse or validate is refused,
+//! logged, and the previous policy stays. Calls after the swap see only the new policy.
+//! A session stream opened before it keeps its caller, judged from then on by the new
+//! rules of the same token (the same hash) or certificate (the same CN); one the new
+//! section no longer has gets `PermissionDenied` for each request.
+//!
 //! With `enabled = false` (the default) no token is asked for and everything is allowed,
 //! as before the section existed. A certificate names a CN only when the client port is
 //! TLS (`[tls]`); the names are compared exactly.
@@ -68,7 +76,8 @@
 use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use tenure_client::proto;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
@@ -315,6 +324,9 @@ pub struct Principal {
     hash: Option<Hash>,
     /// (subtree without its trailing `/`, permission bits).
     rules: Vec<(String, u8)>,
+    /// Its policy has been replaced ([`Auth::reload`]): callers holding it are judged
+    /// by its successor in the current one.
+    retired: AtomicBool,
 }
 
 impl Principal {
@@ -330,6 +342,7 @@ impl Principal {
             name: name.to_string(),
             hash,
             rules,
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -359,25 +372,24 @@ impl Principal {
 pub enum Caller {
     /// Authorization is off: anyone may do anything.
     Anyone,
-    /// A configured token or client certificate.
-    Token(Arc<Principal>),
+    /// A configured token or client certificate, and the policy it came from.
+    Token(Arc<Principal>, Auth),
 }
 
 impl Caller {
-    /// Whether the caller may use `perm` on `path`, or why not.
+    /// Whether the caller may use `perm` on `path`, or why not. A caller identified
+    /// before the policy was reloaded is judged by the current one.
     pub fn check(&self, perm: Perm, path: &str) -> Result<(), Denied> {
         match self {
             Caller::Anyone => Ok(()),
-            Caller::Token(p) if p.allows(perm, path) => Ok(()),
-            Caller::Token(p) => {
-                metrics::counter!("tenure_auth_denied_total", "perm" => perm.as_str()).increment(1);
-                Err(Denied {
-                    kind: p.kind(),
-                    token: p.name.clone(),
-                    perm,
-                    path: path.chars().take(256).collect(),
-                })
+            Caller::Token(p, auth) if p.retired.load(Ordering::Acquire) => {
+                match auth.successor(p) {
+                    Some(now) => now.check(perm, path),
+                    None => Err(refuse(p, perm, path)),
+                }
             }
+            Caller::Token(p, _) if p.allows(perm, path) => Ok(()),
+            Caller::Token(p, _) => Err(refuse(p, perm, path)),
         }
     }
 
@@ -388,6 +400,17 @@ impl Caller {
             return Ok(());
         }
         self.check(Perm::Read, path)
+    }
+}
+
+/// The refusal of `perm` on `path` to `p`.
+fn refuse(p: &Principal, perm: Perm, path: &str) -> Denied {
+    metrics::counter!("tenure_auth_denied_total", "perm" => perm.as_str()).increment(1);
+    Denied {
+        kind: p.kind(),
+        token: p.name.clone(),
+        perm,
+        path: path.chars().take(256).collect(),
     }
 }
 
@@ -451,11 +474,10 @@ struct Policy {
 impl Policy {
     /// The token whose hash is the secret's; every configured hash is compared, whichever
     /// matches.
-    fn by_secret(&self, secret: &str) -> Option<Arc<Principal>> {
-        let h = digest(secret);
+    fn by_hash(&self, h: &Hash) -> Option<Arc<Principal>> {
         let mut found = None;
         for t in &self.tokens {
-            if t.hash.as_ref().is_some_and(|t| same(t, &h)) {
+            if t.hash.as_ref().is_some_and(|t| same(t, h)) {
                 found = Some(t.clone());
             }
         }
@@ -469,10 +491,10 @@ impl Policy {
 }
 
 /// A device's authorization policy: off, or the configured tokens and certificates.
-/// Cheap to clone.
+/// Cheap to clone; clones share the policy, which [`Auth::reload`] replaces for all.
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
-    policy: Option<Arc<Policy>>,
+    policy: Arc<RwLock<Option<Arc<Policy>>>>,
 }
 
 /// Why a caller is not known: the `UNAUTHENTICATED` answer.
@@ -510,13 +532,50 @@ impl Auth {
             .map(|c| Principal::new(&c.cn, None, &c.rules))
             .collect();
         Ok(Auth {
-            policy: Some(Arc::new(Policy { tokens, certs })),
+            policy: Arc::new(RwLock::new(Some(Arc::new(Policy { tokens, certs })))),
         })
+    }
+
+    /// The policy now (none: authorization is off).
+    fn current(&self) -> Option<Arc<Policy>> {
+        (self.policy.read().unwrap_or_else(PoisonError::into_inner)).clone()
+    }
+
+    /// Use the policy of `cfg` from now on, for every clone of this `Auth`; when `cfg`
+    /// is not valid, keep the current one and say why.
+    pub fn reload(&self, cfg: &AuthConfig) -> Result<(), ConfigError> {
+        let next = Auth::new(cfg)?.current();
+        let old = std::mem::replace(
+            &mut *self.policy.write().unwrap_or_else(PoisonError::into_inner),
+            next,
+        );
+        for p in old.iter().flat_map(|o| o.tokens.iter().chain(&o.certs)) {
+            p.retired.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// What the current policy makes of a caller identified as `p` by an older one:
+    /// the same token (hash) or certificate (CN), if it still has it.
+    fn successor(&self, p: &Principal) -> Option<Caller> {
+        let Some(policy) = self.current() else {
+            return Some(Caller::Anyone);
+        };
+        let now = match &p.hash {
+            Some(h) => policy.by_hash(h),
+            None => policy.by_cn(&p.name),
+        };
+        Some(Caller::Token(now?, self.clone()))
+    }
+
+    /// Whether calls need a token or a certificate, and how many of each there are.
+    pub fn summary(&self) -> Option<(usize, usize)> {
+        (self.current()).map(|p| (p.tokens.len(), p.certs.len()))
     }
 
     /// Whether calls need a token or a certificate.
     pub fn enabled(&self) -> bool {
-        self.policy.is_some()
+        self.summary().is_some()
     }
 
     /// The caller of a call: [`Caller::Anyone`] when authorization is off; when it is
@@ -535,7 +594,7 @@ impl Auth {
     /// [`Auth::caller`] from a call's metadata and its certificate's CN, if any.
     #[allow(clippy::result_large_err)]
     pub fn identify(&self, md: &MetadataMap, cert_cn: Option<&str>) -> Result<Caller, Status> {
-        let Some(policy) = &self.policy else {
+        let Some(policy) = self.current() else {
             return Ok(Caller::Anyone);
         };
         let found = match (md.get(AUTHORIZATION), cert_cn) {
@@ -546,7 +605,7 @@ impl Auth {
                     ));
                 };
                 policy
-                    .by_secret(secret)
+                    .by_hash(&digest(secret))
                     .ok_or_else(|| unauthenticated("unknown token"))?
             }
             (None, Some(cn)) => policy.by_cn(cn).ok_or_else(|| {
@@ -556,7 +615,7 @@ impl Auth {
             })?,
             (None, None) => return Err(unauthenticated("no token given")),
         };
-        Ok(Caller::Token(found))
+        Ok(Caller::Token(found, self.clone()))
     }
 
     /// The caller of a call that needs `perm` on `path`, or the status refusing it.
@@ -768,6 +827,44 @@ mod tests {
             ..Default::default()
         };
         assert!(!Auth::new(&off).unwrap().enabled());
+    }
+
+    #[test]
+    fn a_reload_swaps_the_rules_for_new_and_open_callers() {
+        let a = policy();
+        let copy = a.clone();
+        let bearer = |s: &str| md(Some(&format!("Bearer {s}")));
+        let root = a.identify(&bearer("s-root"), None).unwrap();
+        let open_worker = a.identify(&bearer("s-worker"), None).unwrap();
+        // root loses admin and keeps read; worker goes; a new token comes.
+        a.reload(&AuthConfig {
+            enabled: true,
+            tokens: vec![
+                token("root", "s-root", &[("/", &[Perm::Read])]),
+                token("new", "s-new", &[("/new/", &[Perm::Write])]),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        // Every clone sees the new policy.
+        assert!(copy.identify(&bearer("s-new"), None).is_ok());
+        let e = copy.identify(&bearer("s-worker"), None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        // Callers identified before it are judged by the new rules of the same token.
+        assert!(root.check(Perm::Read, "/x").is_ok());
+        assert!(root.check(Perm::Admin, "/").is_err());
+        assert!(open_worker.check(Perm::Lock, "/jobs/a").is_err());
+        // An invalid section changes nothing.
+        let bad = AuthConfig {
+            enabled: true,
+            ..Default::default()
+        };
+        assert!(a.reload(&bad).is_err());
+        assert!(a.identify(&bearer("s-new"), None).is_ok());
+        // Off: everything is allowed, to open callers too.
+        a.reload(&AuthConfig::default()).unwrap();
+        assert!(!copy.enabled());
+        assert!(root.check(Perm::Admin, "/").is_ok());
     }
 
     #[test]

@@ -49,6 +49,7 @@ use crate::storage::Storage;
 use crate::transport::{Transport, TransportConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tenure_client::proto::cluster_server::ClusterServer;
 use tenure_client::proto::elections_server::ElectionsServer;
@@ -121,6 +122,7 @@ pub struct ServerHandle {
     pub metrics_addr: Option<SocketAddr>,
     stop: CancellationToken,
     driver: JoinHandle<Result<(), ServerError>>,
+    auth: auth::Auth,
 }
 
 impl ServerHandle {
@@ -144,6 +146,44 @@ impl ServerHandle {
     pub fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
     }
+
+    /// Re-read the `[auth]` section of the configuration file `path` and authorize every
+    /// call by it from now on (what SIGHUP does; see [`auth`]). A file that does not
+    /// parse, or whose section is not valid, changes nothing. Either outcome is logged.
+    pub fn reload_auth(&self, path: &Path) -> Result<(), ConfigError> {
+        reload_auth(&self.auth, path)
+    }
+
+    /// [`ServerHandle::reload_auth`] from `path` on every SIGHUP, until the device stops.
+    /// Call it on the runtime that runs the device.
+    pub fn reload_auth_on_hangup(&self, path: PathBuf) -> std::io::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = signal(SignalKind::hangup())?;
+        let (auth, stop) = (self.auth.clone(), self.stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    s = hangups.recv() => if s.is_none() { return },
+                }
+                let _ = reload_auth(&auth, &path);
+            }
+        });
+        Ok(())
+    }
+}
+
+fn reload_auth(auth: &auth::Auth, path: &Path) -> Result<(), ConfigError> {
+    let r = ServerConfig::load(path).and_then(|c| auth.reload(&c.auth));
+    let path = path.display();
+    match (&r, auth.summary()) {
+        (Ok(()), Some((tokens, certs))) => {
+            info!(%path, tokens, certs, "authorization reloaded")
+        }
+        (Ok(()), None) => info!(%path, "authorization reloaded: off"),
+        (Err(e), _) => warn!(%path, "authorization not reloaded, the rules stay as they were: {e}"),
+    }
+    r
 }
 
 /// Bind the configured addresses and start the device.
@@ -347,5 +387,6 @@ pub async fn start_with_listeners(
         metrics_addr,
         stop,
         driver,
+        auth,
     })
 }

@@ -2,7 +2,10 @@
 //! in-process TLS cluster with `[auth]` on: a client certificate of the cluster's CA is
 //! known by its subject CN and gets what its `[[auth.certs]]` rules grant; a CN no entry
 //! names is `UNAUTHENTICATED`; a certificate of another CA fails the handshake; a bearer
-//! token still works, and takes precedence over a certificate.
+//! token still works, and takes precedence over a certificate. The `[auth]` section is
+//! reloaded from the configuration file without a restart: a new token works at once, a
+//! removed one is `UNAUTHENTICATED` (and refused on a session stream it opened before),
+//! and a file with an invalid section changes nothing.
 
 mod common;
 use common::*;
@@ -136,5 +139,93 @@ fn a_client_certificate_is_an_identity_by_its_cn() {
             Err(_) => {}
             Ok(s) => panic!("a certificate of another CA was accepted: {s:?}"),
         }
+    });
+}
+
+#[test]
+fn a_reloaded_auth_section_applies_without_a_restart() {
+    const WORKER: &str = "secret-worker";
+    const NEW: &str = "secret-new";
+    let auth = |tokens| AuthConfig {
+        enabled: true,
+        tokens,
+        ..Default::default()
+    };
+    let root = || token("root", ROOT, &[("/", &[Perm::Admin])]);
+    let first = auth(vec![
+        root(),
+        token("worker", WORKER, &[("/jobs/", &[Perm::Lock])]),
+    ]);
+    let c = Cluster::start_with(3, |cfg| cfg.auth = first.clone());
+    let files = tempfile::tempdir().unwrap();
+    // Each device's configuration file: the configuration it runs, with `section`.
+    let write_all = |section: &AuthConfig| -> Vec<PathBuf> {
+        let section = section.clone();
+        (c.cfgs.iter())
+            .map(|cfg| {
+                let path = files.path().join(format!("d{}.toml", cfg.id));
+                let cfg = tenure_server::config::ServerConfig {
+                    auth: section.clone(),
+                    ..cfg.clone()
+                };
+                std::fs::write(&path, cfg.to_toml()).unwrap();
+                path
+            })
+            .collect()
+    };
+    let reload_all = |section: &AuthConfig| {
+        let paths = write_all(section);
+        (c.nodes.iter().zip(&paths))
+            .map(|(n, p)| n.handle().reload_auth(p))
+            .collect::<Vec<_>>()
+    };
+    rt().block_on(async {
+        let admin = Client::with_options(c.endpoints(), opts(Some(ROOT))).unwrap();
+        wait_all_managed(&admin, &c.endpoints(), Duration::from_secs(30)).await;
+        let worker = Client::with_options(c.endpoints(), opts(Some(WORKER))).unwrap();
+        let g = (worker.lock("/jobs/a", LockMode::Exclusive, Wait::Try).await).unwrap();
+        g.release().await.unwrap();
+        let new = Client::with_options(c.endpoints(), opts(Some(NEW))).unwrap();
+        assert!(matches!(
+            new.first_status().await,
+            Err(Error::Unauthenticated(_))
+        ));
+
+        // The worker goes, a new token comes.
+        let second = auth(vec![root(), token("new", NEW, &[("/new/", &[Perm::Lock])])]);
+        for r in reload_all(&second) {
+            r.unwrap();
+        }
+        let g = (new.lock("/new/a", LockMode::Exclusive, Wait::Try).await).unwrap();
+        g.release().await.unwrap();
+        // The worker's session stream, opened before, is refused its next request...
+        let r = worker.lock("/jobs/b", LockMode::Exclusive, Wait::Try).await;
+        assert!(
+            matches!(
+                r,
+                Err(Error::PermissionDenied(_) | Error::Unauthenticated(_))
+            ),
+            "{r:?}"
+        );
+        assert!(admin.holders("/jobs/b").await.unwrap().holders.is_empty());
+        // ...and a new call of it is unknown.
+        let again = Client::with_options(c.endpoints(), opts(Some(WORKER))).unwrap();
+        match again.first_status().await {
+            Err(Error::Unauthenticated(m)) => assert!(m.contains("unknown token"), "{m}"),
+            other => panic!("expected Unauthenticated, got {other:?}"),
+        }
+
+        // A file whose section is invalid (on, with nothing in it) is refused: the rules
+        // stay as they were.
+        for r in reload_all(&auth(Vec::new())) {
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("auth"), "{e}");
+        }
+        let g = (new.lock("/new/b", LockMode::Exclusive, Wait::Try).await).unwrap();
+        g.release().await.unwrap();
+        assert!(matches!(
+            again.first_status().await,
+            Err(Error::Unauthenticated(_))
+        ));
     });
 }

@@ -101,7 +101,8 @@ pub fn run(args: CertArgs) -> anyhow::Result<()> {
         );
         println!();
         println!(
-            "add to every device's server.toml (with `[auth] enabled = true`), then reload it:"
+            "add to every device's server.toml (with `[auth] enabled = true`), then reload it \
+             (SIGHUP) or restart it:"
         );
         print!("{snippet}");
     }

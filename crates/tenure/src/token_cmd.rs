@@ -123,7 +123,8 @@ fn new(a: NewArgs) -> anyhow::Result<()> {
         println!("{secret}");
         println!();
         println!(
-            "add to every device's server.toml (with `[auth] enabled = true`), then restart it:"
+            "add to every device's server.toml (with `[auth] enabled = true`), then reload it \
+             (SIGHUP) or restart it:"
         );
         print!("{snippet}");
     }

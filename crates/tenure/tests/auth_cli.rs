@@ -3,6 +3,8 @@
 //! from `--auth-token` or `TENURE_TOKEN`; a token from `tenure token new` added to the devices'
 //! configurations gets what its rules grant, and nothing else; so does a client
 //! certificate from `tenure cert new`, presented with `--client-cert` and `--client-key`.
+//! SIGHUP makes a device re-read its `[auth]` section: a token added works and a token
+//! removed is unknown, without a restart.
 
 mod common;
 use common::*;
@@ -201,4 +203,44 @@ fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
         err.contains("permission denied") && err.contains("certificate \"billing\""),
         "{err}"
     );
+
+    // Without a restart: the worker's entry is replaced by a new token's in every
+    // device's configuration, and SIGHUP makes each device re-read its [auth].
+    let (ok, out, err) = tenure_as(
+        None,
+        &["token", "new", "nightly", "--rule", "/jobs/=lock", "--json"],
+    );
+    assert!(ok, "token new:\n{out}\n{err}");
+    let nightly: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let secret = nightly["secret"].as_str().unwrap();
+    for id in 1..=3 {
+        let p = data.join(format!("d{id}")).join("server.toml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = text.replace(snippet, nightly["toml"].as_str().unwrap());
+        std::fs::write(&p, text).unwrap();
+    }
+    for d in cluster_file(&data)["devices"].as_array().unwrap() {
+        let pid = d["pid"].as_u64().unwrap().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let lock_as = |t: &str| tenure_as(Some(t), &["lock", "/jobs/c", "--data", d, "--", "true"]);
+    let start = std::time::Instant::now();
+    while !lock_as(secret).0 {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the new token never worked: {:?}",
+            lock_as(secret)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (ok, _, err) = lock_as(&worker);
+    assert!(!ok && err.contains("unknown token"), "{err}");
+    let (ok, out, err) = tenure_as(None, &["cluster", "status", "--data", d]);
+    assert!(ok, "the devices still run:\n{out}\n{err}");
 }

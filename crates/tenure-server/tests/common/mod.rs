@@ -72,6 +72,11 @@ impl Node {
         }
     }
 
+    /// The running device.
+    pub fn handle(&self) -> &ServerHandle {
+        self.handle.as_ref().expect("the device runs")
+    }
+
     pub fn client_endpoint(&self) -> String {
         self.cfg.client_listen.to_string()
     }
