@@ -16,7 +16,8 @@
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
 //!   local CA that `tenure cluster up` makes;
-//! - [`auth`]: authorization — named tokens with permissions per path prefix;
+//! - [`auth`]: authorization — named tokens and client certificates with permissions per
+//!   path prefix; [`http_auth`]: the same for the metrics address;
 //! - [`config`]: the TOML configuration;
 //! - [`status_page`]: the metrics address, with Prometheus metrics, the status page and
 //!   its JSON; logs go through `tracing`.
@@ -32,6 +33,7 @@ pub mod driver;
 pub mod elections;
 pub mod fuzz;
 pub mod grpc;
+pub mod http_auth;
 pub mod lookup;
 pub mod objects;
 pub mod snapshots;
@@ -328,7 +330,11 @@ pub async fn start_with_listeners(
             &cfg.peers,
             Duration::from_millis(cfg.request_timeout_ms),
         );
-        status_page::serve(l, page, stop.clone());
+        let access = http_auth::Access {
+            auth: auth.clone(),
+            metrics_public: cfg.metrics.public,
+        };
+        status_page::serve(l, page, access, stop.clone());
         Some(addr)
     });
     let elections_api = elections::ElectionsApi::new(api.clone());

@@ -5,7 +5,9 @@
 //! token still works, and takes precedence over a certificate. The `[auth]` section is
 //! reloaded from the configuration file without a restart: a new token works at once, a
 //! removed one is `UNAUTHENTICATED` (and refused on a session stream it opened before),
-//! and a file with an invalid section changes nothing.
+//! and a file with an invalid section changes nothing. The metrics address asks for a
+//! token with `read` on `/` for the status page and its JSON, and for `/metrics` unless
+//! `[metrics] public = true`.
 
 mod common;
 use common::*;
@@ -228,4 +230,81 @@ fn a_reloaded_auth_section_applies_without_a_restart() {
             Err(Error::Unauthenticated(_))
         ));
     });
+}
+
+/// A plain HTTP/1.1 GET with `authorization` if given: (status, headers, body).
+fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    authorization: Option<&str>,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+#[test]
+fn the_status_page_needs_a_token_that_reads_everything() {
+    const READER: &str = "secret-reader";
+    const WORKER: &str = "secret-worker";
+    // Device 1's /metrics needs a token; device 2's is public.
+    let c = Cluster::start_with(3, |cfg| {
+        cfg.metrics_listen = Some(free_addr());
+        cfg.metrics.public = cfg.id == 2;
+        cfg.auth = AuthConfig {
+            enabled: true,
+            tokens: vec![
+                token("reader", READER, &[("/", &[Perm::Read])]),
+                token("worker", WORKER, &[("/jobs/", &[Perm::Lock])]),
+            ],
+            ..Default::default()
+        };
+    });
+    let metrics = |i: usize| c.nodes[i].handle().metrics_addr.expect("a metrics address");
+    let (one, two) = (metrics(0), metrics(1));
+    for path in ["/", "/status.json", "/metrics"] {
+        // No token, or an unknown one: 401, with a challenge a browser answers.
+        for auth in [None, Some("Bearer nope"), Some("Basic dTpub3Bl")] {
+            let (status, head, body) = http_get(one, path, auth);
+            assert_eq!(status, 401, "{path} {auth:?}: {body}");
+            assert!(head.contains("Basic realm="), "{head}");
+            assert!(
+                body.contains("read on /") && body.contains("Bearer"),
+                "{body}"
+            );
+        }
+        // A token without read on `/`: 403, naming it.
+        let (status, _, body) = http_get(one, path, Some(&format!("Bearer {WORKER}")));
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains("\"worker\" has no read permission on /"),
+            "{body}"
+        );
+        // A reader, as a bearer token or as a browser's Basic password ("me:<token>").
+        let basic = format!("Basic {}", "bWU6c2VjcmV0LXJlYWRlcg==");
+        for auth in [format!("Bearer {READER}"), basic] {
+            let (status, _, body) = http_get(one, path, Some(&auth));
+            assert_eq!(status, 200, "{path} {auth}: {body}");
+        }
+    }
+    let (_, _, json) = http_get(one, "/status.json", Some(&format!("Bearer {READER}")));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["device"]["id"], 1, "{v}");
+    // `[metrics] public`: /metrics to anyone, the page still not.
+    assert_eq!(http_get(two, "/metrics", None).0, 200);
+    assert_eq!(http_get(two, "/status.json", None).0, 401);
+    assert_eq!(http_get(two, "/", None).0, 401);
 }

@@ -372,6 +372,7 @@ pub(crate) fn local_configs(
             snapshot: Default::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         })
         .collect())
 }

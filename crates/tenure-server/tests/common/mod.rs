@@ -129,6 +129,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             snapshot: Default::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         })
         .collect()
 }
