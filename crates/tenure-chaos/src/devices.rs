@@ -71,6 +71,7 @@ pub fn configs(
             snapshot: Default::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         })
         .collect()
 }

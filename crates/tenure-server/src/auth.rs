@@ -1,7 +1,9 @@
-//! Authorization (DESIGN §8, Security): named tokens with permissions per path prefix.
+//! Authorization (DESIGN §8, Security): named tokens and client certificates with
+//! permissions per path prefix.
 //!
 //! The `[auth]` section of the configuration lists tokens by name, each with the SHA-256
-//! of its secret (the file never holds a secret) and its rules:
+//! of its secret (the file never holds a secret) and its rules, and client certificates by
+//! their subject common name (CN), with rules of the same form:
 //!
 //! ```toml
 //! [auth]
@@ -19,11 +21,21 @@
 //!   { prefix = "/jobs/", perms = ["lock"] },
 //!   { prefix = "/config/", perms = ["read"] },
 //! ]
+//!
+//! [[auth.certs]]
+//! cn = "billing"                       # `tenure cert new billing` issues one
+//! rules = [{ prefix = "/billing/", perms = ["write", "lock"] }]
 //! ```
 //!
 //! A client sends `authorization: Bearer <secret>` with every call. The device hashes
-//! the secret and compares the hash with every configured one in constant time. A call
-//! without a known token fails with `UNAUTHENTICATED`; a call the token may not make
+//! the secret and compares the hash with every configured one in constant time. A client
+//! may instead present a certificate on the TLS client port, as etcd's `--client-cert-auth`
+//! takes one: the port asks for a certificate but does not require one; one that is not
+//! signed by the cluster's CA fails the handshake; a verified one makes its subject CN the
+//! caller's identity, looked up among `[[auth.certs]]`. A token, when the call carries
+//! one, takes precedence over the certificate (so a client can present a certificate for
+//! TLS alone and act as a token). A call with neither a known token nor a certificate
+//! whose CN is configured fails with `UNAUTHENTICATED`; a call the caller may not make
 //! fails with `PERMISSION_DENIED` naming the token, the permission and the path, before
 //! the request reaches the core — a refused request changes nothing. On the session
 //! stream the token is checked when the stream opens, and each request the token may not
@@ -49,16 +61,26 @@
 //! clients route by and `Status` shows anyway). Operations on the whole cluster
 //! (membership changes, snapshots) need `admin` on `/`.
 //!
+//! The section can change without a restart: on SIGHUP a device re-reads it from its
+//! configuration file (`ServerHandle::reload_auth`, [`Auth::reload`]) and swaps the
+//! whole policy at once; a file whose section does not parse or validate is refused,
+//! logged, and the previous policy stays. Calls after the swap see only the new policy.
+//! A session stream opened before it keeps its caller, judged from then on by the new
+//! rules of the same token (the same hash) or certificate (the same CN); one the new
+//! section no longer has gets `PermissionDenied` for each request.
+//!
 //! With `enabled = false` (the default) no token is asked for and everything is allowed,
-//! as before the section existed.
+//! as before the section existed. A certificate names a CN only when the client port is
+//! TLS (`[tls]`); the names are compared exactly.
 
 use crate::config::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use tenure_client::proto;
-use tonic::Status;
 use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
 
 /// The lookup prefix of the cluster's own entries, readable with any valid token.
 pub const SYSTEM_PREFIX: &str = "/tenure";
@@ -136,15 +158,30 @@ pub struct TokenConfig {
     pub rules: Vec<Rule>,
 }
 
+/// One client certificate of `[auth]`, named by its subject common name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertConfig {
+    /// The subject common name of a certificate the cluster's CA issued.
+    pub cn: String,
+    /// What the certificate's holder may do where.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
 /// The `[auth]` section.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// Require a token on every call (default false: no authorization at all).
+    /// Require a token or a client certificate on every call (default false: no
+    /// authorization at all).
     pub enabled: bool,
     /// The tokens the devices know.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<TokenConfig>,
+    /// The client certificates the devices know.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub certs: Vec<CertConfig>,
 }
 
 impl AuthConfig {
@@ -153,12 +190,13 @@ impl AuthConfig {
         *self == AuthConfig::default()
     }
 
-    /// Check the section: unique names and hashes, hashes of 64 hex digits, prefixes
-    /// that are `/` or paths, rules that grant something, and a token when enabled.
+    /// Check the section: unique names, hashes and CNs, hashes of 64 hex digits, prefixes
+    /// that are `/` or paths, rules that grant something, and a token or a certificate
+    /// when enabled.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(format!("auth: {m}")));
-        if self.enabled && self.tokens.is_empty() {
-            return bad("enabled with no tokens would refuse every request".into());
+        if self.enabled && self.tokens.is_empty() && self.certs.is_empty() {
+            return bad("enabled with no tokens or certificates would refuse every request".into());
         }
         let mut names = std::collections::BTreeSet::new();
         let mut hashes = std::collections::BTreeSet::new();
@@ -178,25 +216,55 @@ impl AuthConfig {
             if !hashes.insert(h) {
                 return bad(format!("token {:?} has another token's sha256", t.name));
             }
-            for r in &t.rules {
-                let base = r.prefix.trim_end_matches('/');
-                if !base.is_empty()
-                    && let Err(e) = tenure_core::lockctl::LockName::parse(base)
-                {
-                    return bad(format!(
-                        "token {:?}: prefix {:?} is not / or a path ({e})",
-                        t.name, r.prefix
-                    ));
-                }
-                if r.perms.is_empty() {
-                    return bad(format!(
-                        "token {:?}: the rule for {:?} grants no permission",
-                        t.name, r.prefix
-                    ));
-                }
+            check_rules(Kind::Token, &t.name, &t.rules)?;
+        }
+        let mut cns = std::collections::BTreeSet::new();
+        for c in &self.certs {
+            if c.cn.is_empty() {
+                return bad("a certificate has an empty cn".into());
             }
+            if !cns.insert(c.cn.as_str()) {
+                return bad(format!("two certificates have the cn {:?}", c.cn));
+            }
+            check_rules(Kind::Certificate, &c.cn, &c.rules)?;
         }
         Ok(())
+    }
+}
+
+/// Check one token's or certificate's rules: prefixes that are `/` or paths, each
+/// granting something.
+fn check_rules(kind: Kind, name: &str, rules: &[Rule]) -> Result<(), ConfigError> {
+    let bad = |m: String| Err(ConfigError::Invalid(format!("auth: {kind} {name:?}: {m}")));
+    for r in rules {
+        let base = r.prefix.trim_end_matches('/');
+        if !base.is_empty()
+            && let Err(e) = tenure_core::lockctl::LockName::parse(base)
+        {
+            return bad(format!("prefix {:?} is not / or a path ({e})", r.prefix));
+        }
+        if r.perms.is_empty() {
+            return bad(format!("the rule for {:?} grants no permission", r.prefix));
+        }
+    }
+    Ok(())
+}
+
+/// What a caller identified itself with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A bearer token (`[[auth.tokens]]`).
+    Token,
+    /// A client certificate (`[[auth.certs]]`).
+    Certificate,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Token => "token",
+            Kind::Certificate => "certificate",
+        })
     }
 }
 
@@ -246,20 +314,49 @@ fn same(a: &Hash, b: &Hash) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// A configured token, compiled: its hash and, per subtree, the permissions it holds
-/// there with their implications expanded.
+/// A configured token or certificate, compiled: how it is recognized and, per subtree,
+/// the permissions it holds there with their implications expanded.
 #[derive(Debug)]
 pub struct Principal {
+    /// The token's name, or the certificate's CN.
     name: String,
-    hash: Hash,
+    /// A token's hash (none for a certificate, which its CN names).
+    hash: Option<Hash>,
     /// (subtree without its trailing `/`, permission bits).
     rules: Vec<(String, u8)>,
+    /// Its policy has been replaced ([`Auth::reload`]): callers holding it are judged
+    /// by its successor in the current one.
+    retired: AtomicBool,
 }
 
 impl Principal {
-    /// The token's name.
+    fn new(name: &str, hash: Option<Hash>, rules: &[Rule]) -> Arc<Principal> {
+        let rules = rules
+            .iter()
+            .map(|r| {
+                let bits = r.perms.iter().fold(0, |b, p| b | p.closure());
+                (r.prefix.trim_end_matches('/').to_string(), bits)
+            })
+            .collect();
+        Arc::new(Principal {
+            name: name.to_string(),
+            hash,
+            rules,
+            retired: AtomicBool::new(false),
+        })
+    }
+
+    /// The token's name, or the certificate's CN.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What the caller identified itself with.
+    pub fn kind(&self) -> Kind {
+        match self.hash {
+            Some(_) => Kind::Token,
+            None => Kind::Certificate,
+        }
     }
 
     /// Whether the token holds `perm` on `path` (a name, key or prefix).
@@ -275,24 +372,24 @@ impl Principal {
 pub enum Caller {
     /// Authorization is off: anyone may do anything.
     Anyone,
-    /// A configured token.
-    Token(Arc<Principal>),
+    /// A configured token or client certificate, and the policy it came from.
+    Token(Arc<Principal>, Auth),
 }
 
 impl Caller {
-    /// Whether the caller may use `perm` on `path`, or why not.
+    /// Whether the caller may use `perm` on `path`, or why not. A caller identified
+    /// before the policy was reloaded is judged by the current one.
     pub fn check(&self, perm: Perm, path: &str) -> Result<(), Denied> {
         match self {
             Caller::Anyone => Ok(()),
-            Caller::Token(p) if p.allows(perm, path) => Ok(()),
-            Caller::Token(p) => {
-                metrics::counter!("tenure_auth_denied_total", "perm" => perm.as_str()).increment(1);
-                Err(Denied {
-                    token: p.name.clone(),
-                    perm,
-                    path: path.chars().take(256).collect(),
-                })
+            Caller::Token(p, auth) if p.retired.load(Ordering::Acquire) => {
+                match auth.successor(p) {
+                    Some(now) => now.check(perm, path),
+                    None => Err(refuse(p, perm, path)),
+                }
             }
+            Caller::Token(p, _) if p.allows(perm, path) => Ok(()),
+            Caller::Token(p, _) => Err(refuse(p, perm, path)),
         }
     }
 
@@ -306,10 +403,23 @@ impl Caller {
     }
 }
 
-/// A refused request: the token, the permission it lacks and the path.
+/// The refusal of `perm` on `path` to `p`.
+fn refuse(p: &Principal, perm: Perm, path: &str) -> Denied {
+    metrics::counter!("tenure_auth_denied_total", "perm" => perm.as_str()).increment(1);
+    Denied {
+        kind: p.kind(),
+        token: p.name.clone(),
+        perm,
+        path: path.chars().take(256).collect(),
+    }
+}
+
+/// A refused request: the token (or certificate), the permission it lacks and the path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denied {
-    /// The token's name.
+    /// A token or a certificate.
+    pub kind: Kind,
+    /// The token's name, or the certificate's CN.
     pub token: String,
     /// The permission needed.
     pub perm: Perm,
@@ -321,8 +431,8 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "token {:?} has no {} permission on {}",
-            self.token, self.perm, self.path
+            "{} {:?} has no {} permission on {}",
+            self.kind, self.token, self.perm, self.path
         )
     }
 }
@@ -354,10 +464,47 @@ impl From<Denied> for Status {
     }
 }
 
-/// A device's authorization policy: off, or the configured tokens. Cheap to clone.
+/// The compiled tokens and certificates of an enabled `[auth]` section.
+#[derive(Debug)]
+struct Policy {
+    tokens: Vec<Arc<Principal>>,
+    certs: Vec<Arc<Principal>>,
+}
+
+impl Policy {
+    /// The token whose hash is the secret's; every configured hash is compared, whichever
+    /// matches.
+    fn by_hash(&self, h: &Hash) -> Option<Arc<Principal>> {
+        let mut found = None;
+        for t in &self.tokens {
+            if t.hash.as_ref().is_some_and(|t| same(t, h)) {
+                found = Some(t.clone());
+            }
+        }
+        found
+    }
+
+    /// The certificate entry of a CN.
+    fn by_cn(&self, cn: &str) -> Option<Arc<Principal>> {
+        self.certs.iter().find(|c| c.name == cn).cloned()
+    }
+}
+
+/// A device's authorization policy: off, or the configured tokens and certificates.
+/// Cheap to clone; clones share the policy, which [`Auth::reload`] replaces for all.
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
-    tokens: Option<Arc<Vec<Arc<Principal>>>>,
+    policy: Arc<RwLock<Option<Arc<Policy>>>>,
+}
+
+/// Why a caller is not known: the `UNAUTHENTICATED` answer.
+#[allow(clippy::result_large_err)]
+fn unauthenticated(why: &str) -> Status {
+    metrics::counter!("tenure_auth_unauthenticated_total").increment(1);
+    Status::unauthenticated(format!(
+        "{why}: this cluster requires a token (`--auth-token` or TENURE_TOKEN; on the wire \
+         `authorization: Bearer <token>`) or a client certificate it knows"
+    ))
 }
 
 impl Auth {
@@ -372,74 +519,114 @@ impl Auth {
         if !cfg.enabled {
             return Ok(Auth::disabled());
         }
-        let tokens = cfg
-            .tokens
-            .iter()
+        let tokens = (cfg.tokens.iter())
             .map(|t| {
-                Arc::new(Principal {
-                    name: t.name.clone(),
-                    hash: parse_hash(&t.sha256).expect("validated"),
-                    rules: t
-                        .rules
-                        .iter()
-                        .map(|r| {
-                            let bits = r.perms.iter().fold(0, |b, p| b | p.closure());
-                            (r.prefix.trim_end_matches('/').to_string(), bits)
-                        })
-                        .collect(),
-                })
+                Principal::new(
+                    &t.name,
+                    Some(parse_hash(&t.sha256).expect("validated")),
+                    &t.rules,
+                )
             })
             .collect();
+        let certs = (cfg.certs.iter())
+            .map(|c| Principal::new(&c.cn, None, &c.rules))
+            .collect();
         Ok(Auth {
-            tokens: Some(Arc::new(tokens)),
+            policy: Arc::new(RwLock::new(Some(Arc::new(Policy { tokens, certs })))),
         })
     }
 
-    /// Whether calls need a token.
-    pub fn enabled(&self) -> bool {
-        self.tokens.is_some()
+    /// The policy now (none: authorization is off).
+    fn current(&self) -> Option<Arc<Policy>> {
+        (self.policy.read().unwrap_or_else(PoisonError::into_inner)).clone()
     }
 
-    /// The caller a call's metadata names: [`Caller::Anyone`] when authorization is off;
-    /// `UNAUTHENTICATED` when it is on and the call carries no token the device knows.
+    /// Use the policy of `cfg` from now on, for every clone of this `Auth`; when `cfg`
+    /// is not valid, keep the current one and say why.
+    pub fn reload(&self, cfg: &AuthConfig) -> Result<(), ConfigError> {
+        let next = Auth::new(cfg)?.current();
+        let old = std::mem::replace(
+            &mut *self.policy.write().unwrap_or_else(PoisonError::into_inner),
+            next,
+        );
+        for p in old.iter().flat_map(|o| o.tokens.iter().chain(&o.certs)) {
+            p.retired.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// What the current policy makes of a caller identified as `p` by an older one:
+    /// the same token (hash) or certificate (CN), if it still has it.
+    fn successor(&self, p: &Principal) -> Option<Caller> {
+        let Some(policy) = self.current() else {
+            return Some(Caller::Anyone);
+        };
+        let now = match &p.hash {
+            Some(h) => policy.by_hash(h),
+            None => policy.by_cn(&p.name),
+        };
+        Some(Caller::Token(now?, self.clone()))
+    }
+
+    /// Whether calls need a token or a certificate, and how many of each there are.
+    pub fn summary(&self) -> Option<(usize, usize)> {
+        (self.current()).map(|p| (p.tokens.len(), p.certs.len()))
+    }
+
+    /// Whether calls need a token or a certificate.
+    pub fn enabled(&self) -> bool {
+        self.summary().is_some()
+    }
+
+    /// The caller of a call: [`Caller::Anyone`] when authorization is off; when it is
+    /// on, the token the call's metadata carries, else the client certificate of its
+    /// connection ([`crate::tls::ClientConnInfo`]); `UNAUTHENTICATED` when neither is
+    /// one the device knows.
     // The Err is a tonic Status, as every handler returns (large, but built only on
     // refusal).
     #[allow(clippy::result_large_err)]
-    pub fn caller(&self, md: &MetadataMap) -> Result<Caller, Status> {
-        let Some(tokens) = &self.tokens else {
+    pub fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let cn = (request.extensions().get::<crate::tls::ClientConnInfo>())
+            .and_then(|i| i.cert_cn.as_deref());
+        self.identify(request.metadata(), cn)
+    }
+
+    /// [`Auth::caller`] from a call's metadata and its certificate's CN, if any.
+    #[allow(clippy::result_large_err)]
+    pub fn identify(&self, md: &MetadataMap, cert_cn: Option<&str>) -> Result<Caller, Status> {
+        let Some(policy) = self.current() else {
             return Ok(Caller::Anyone);
         };
-        let refuse = |why: &str| {
-            metrics::counter!("tenure_auth_unauthenticated_total").increment(1);
-            Err(Status::unauthenticated(format!(
-                "{why}: this cluster requires a token (`--auth-token` or TENURE_TOKEN; on the wire \
-                 `authorization: Bearer <token>`)"
-            )))
-        };
-        let Some(value) = md.get(AUTHORIZATION) else {
-            return refuse("no token given");
-        };
-        let Some(secret) = value.to_str().ok().and_then(bearer) else {
-            return refuse("the authorization metadata is not `Bearer <token>`");
-        };
-        let h = digest(secret);
-        // Every configured hash is compared, whichever matches.
-        let mut found = None;
-        for t in tokens.iter() {
-            if same(&t.hash, &h) {
-                found = Some(t.clone());
+        let found = match (md.get(AUTHORIZATION), cert_cn) {
+            (Some(value), _) => {
+                let Some(secret) = value.to_str().ok().and_then(bearer) else {
+                    return Err(unauthenticated(
+                        "the authorization metadata is not `Bearer <token>`",
+                    ));
+                };
+                policy
+                    .by_hash(&digest(secret))
+                    .ok_or_else(|| unauthenticated("unknown token"))?
             }
-        }
-        match found {
-            Some(p) => Ok(Caller::Token(p)),
-            None => refuse("unknown token"),
-        }
+            (None, Some(cn)) => policy.by_cn(cn).ok_or_else(|| {
+                unauthenticated(&format!(
+                    "the client certificate's common name {cn:?} is not in [[auth.certs]]"
+                ))
+            })?,
+            (None, None) => return Err(unauthenticated("no token given")),
+        };
+        Ok(Caller::Token(found, self.clone()))
     }
 
     /// The caller of a call that needs `perm` on `path`, or the status refusing it.
     #[allow(clippy::result_large_err)]
-    pub fn authorize(&self, md: &MetadataMap, perm: Perm, path: &str) -> Result<Caller, Status> {
-        let caller = self.caller(md)?;
+    pub fn authorize<T>(
+        &self,
+        request: &Request<T>,
+        perm: Perm,
+        path: &str,
+    ) -> Result<Caller, Status> {
+        let caller = self.caller(request)?;
         caller.check(perm, path)?;
         Ok(caller)
     }
@@ -483,6 +670,13 @@ mod tests {
                 ),
                 token("writer", "s-writer", &[("/data/", &[Perm::Write])]),
             ],
+            certs: vec![CertConfig {
+                cn: "billing".into(),
+                rules: vec![Rule {
+                    prefix: "/billing/".into(),
+                    perms: vec![Perm::Lock],
+                }],
+            }],
         })
         .unwrap()
     }
@@ -497,7 +691,7 @@ mod tests {
 
     fn caller(secret: &str) -> Caller {
         policy()
-            .caller(&md(Some(&format!("Bearer {secret}"))))
+            .identify(&md(Some(&format!("Bearer {secret}"))), None)
             .unwrap()
     }
 
@@ -573,30 +767,104 @@ mod tests {
             Some("Bearer "),
             Some("s-root"),
         ] {
-            let e = a.caller(&md(v)).unwrap_err();
+            let e = a.identify(&md(v), None).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated, "{v:?}");
             assert!(e.message().contains("TENURE_TOKEN"), "{}", e.message());
         }
         // The scheme is case-insensitive.
-        assert!(a.caller(&md(Some("bearer s-root"))).is_ok());
-        let e = a
-            .authorize(&md(Some("Bearer s-reader")), Perm::Admin, "/")
-            .unwrap_err();
+        assert!(a.identify(&md(Some("bearer s-root")), None).is_ok());
+        let mut r = Request::new(());
+        *r.metadata_mut() = md(Some("Bearer s-reader"));
+        let e = a.authorize(&r, Perm::Admin, "/").unwrap_err();
         assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    }
+
+    #[test]
+    fn a_certificate_is_known_by_its_cn_and_a_token_takes_precedence() {
+        let a = policy();
+        let with_cert = |token: Option<&str>, cn: &str| {
+            let mut r = Request::new(());
+            *r.metadata_mut() = md(token);
+            r.extensions_mut().insert(crate::tls::ClientConnInfo {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: None,
+                },
+                cert_cn: Some(cn.to_string()),
+            });
+            a.caller(&r)
+        };
+        let c = with_cert(None, "billing").unwrap();
+        assert!(c.check(Perm::Lock, "/billing/x").is_ok());
+        let d = c.check(Perm::Write, "/billing/x").unwrap_err();
+        assert_eq!(
+            d.to_string(),
+            "certificate \"billing\" has no write permission on /billing/x"
+        );
+        // A CN no entry names, or a token's name, is not known.
+        for cn in ["nobody", "root", ""] {
+            let e = with_cert(None, cn).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{cn}");
+            assert!(e.message().contains("[[auth.certs]]"), "{}", e.message());
+        }
+        // A token is used when given, whatever the certificate.
+        let r = with_cert(Some("Bearer s-root"), "billing").unwrap();
+        assert!(r.check(Perm::Admin, "/").is_ok());
+        let e = with_cert(Some("Bearer nope"), "billing").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
     }
 
     #[test]
     fn disabled_allows_everything_without_a_token() {
         let a = Auth::new(&AuthConfig::default()).unwrap();
         assert!(!a.enabled());
-        let c = a.caller(&md(None)).unwrap();
+        let c = a.identify(&md(None), None).unwrap();
         assert!(c.check(Perm::Admin, "/").is_ok());
         // A section with tokens but not enabled is off too.
         let off = AuthConfig {
             enabled: false,
             tokens: vec![token("t", "s", &[("/", &[Perm::Read])])],
+            ..Default::default()
         };
         assert!(!Auth::new(&off).unwrap().enabled());
+    }
+
+    #[test]
+    fn a_reload_swaps_the_rules_for_new_and_open_callers() {
+        let a = policy();
+        let copy = a.clone();
+        let bearer = |s: &str| md(Some(&format!("Bearer {s}")));
+        let root = a.identify(&bearer("s-root"), None).unwrap();
+        let open_worker = a.identify(&bearer("s-worker"), None).unwrap();
+        // root loses admin and keeps read; worker goes; a new token comes.
+        a.reload(&AuthConfig {
+            enabled: true,
+            tokens: vec![
+                token("root", "s-root", &[("/", &[Perm::Read])]),
+                token("new", "s-new", &[("/new/", &[Perm::Write])]),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        // Every clone sees the new policy.
+        assert!(copy.identify(&bearer("s-new"), None).is_ok());
+        let e = copy.identify(&bearer("s-worker"), None).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        // Callers identified before it are judged by the new rules of the same token.
+        assert!(root.check(Perm::Read, "/x").is_ok());
+        assert!(root.check(Perm::Admin, "/").is_err());
+        assert!(open_worker.check(Perm::Lock, "/jobs/a").is_err());
+        // An invalid section changes nothing.
+        let bad = AuthConfig {
+            enabled: true,
+            ..Default::default()
+        };
+        assert!(a.reload(&bad).is_err());
+        assert!(a.identify(&bearer("s-new"), None).is_ok());
+        // Off: everything is allowed, to open callers too.
+        a.reload(&AuthConfig::default()).unwrap();
+        assert!(!copy.enabled());
+        assert!(root.check(Perm::Admin, "/").is_ok());
     }
 
     #[test]
@@ -637,13 +905,44 @@ mod tests {
             (true, vec![token("", "s", &[("/", &[Perm::Read])])]),
         ];
         for (enabled, tokens) in cases {
-            let cfg = AuthConfig { enabled, tokens };
+            let cfg = AuthConfig {
+                enabled,
+                tokens,
+                ..Default::default()
+            };
             assert!(cfg.validate().is_err(), "{cfg:?}");
         }
+        let cert = |cn: &str, perms: &[Perm]| CertConfig {
+            cn: cn.into(),
+            rules: vec![Rule {
+                prefix: "/".into(),
+                perms: perms.to_vec(),
+            }],
+        };
+        for certs in [
+            vec![cert("", &[Perm::Read])],
+            vec![cert("a", &[Perm::Read]), cert("a", &[Perm::Lock])],
+            vec![cert("a", &[])],
+        ] {
+            let cfg = AuthConfig {
+                enabled: true,
+                certs,
+                ..Default::default()
+            };
+            assert!(cfg.validate().is_err(), "{cfg:?}");
+        }
+        // A certificate alone is enough, and may share a token's name.
+        let certs_only = AuthConfig {
+            enabled: true,
+            certs: vec![cert("a", &[Perm::Read])],
+            ..Default::default()
+        };
+        assert!(certs_only.validate().is_ok());
         assert!(
             AuthConfig {
                 enabled: true,
-                tokens: vec![ok]
+                tokens: vec![ok],
+                certs: vec![cert("a", &[Perm::Read])],
             }
             .validate()
             .is_ok()
@@ -673,12 +972,16 @@ mod tests {
             name = "worker"
             sha256 = "{}"
             rules = [{{ prefix = "/jobs/", perms = ["read", "lock"] }}]
+            [[certs]]
+            cn = "billing"
+            rules = [{{ prefix = "/billing/", perms = ["write"] }}]
             "#,
             hash_secret("x")
         );
         let cfg: AuthConfig = toml::from_str(&text).unwrap();
         assert!(cfg.validate().is_ok());
         assert_eq!(cfg.tokens[0].rules[0].perms, vec![Perm::Read, Perm::Lock]);
+        assert_eq!(cfg.certs[0].cn, "billing");
         let back: AuthConfig = toml::from_str(&toml::to_string_pretty(&cfg).unwrap()).unwrap();
         assert_eq!(back, cfg);
     }

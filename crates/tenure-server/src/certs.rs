@@ -7,7 +7,9 @@
 //! directory (mode 0600); the name is derived from the key again when the CA is loaded to
 //! issue more certificates, so the key file alone is enough to sign. A device's
 //! certificate names `localhost`, `127.0.0.1` and the device's addresses, and serves for
-//! both TLS server and client authentication (devices dial each other).
+//! both TLS server and client authentication (devices dial each other). A client's
+//! certificate ([`Authority::issue_client`]) names no host and serves for client
+//! authentication only: its subject common name is the identity `[[auth.certs]]` names.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -186,6 +188,13 @@ impl Authority {
         self.issue_names(&name, &[crate::tls::peer_name(id)], addrs, cert, key)
     }
 
+    /// Issue a client's certificate whose subject common name is `name`: no host names,
+    /// client authentication only (it cannot serve as a device's).
+    pub fn issue_client(&self, name: &str, cert: &Path, key: &Path) -> Result<(), CertError> {
+        let client = [ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(name, Vec::new(), &client, cert, key)
+    }
+
     fn issue_names(
         &self,
         name: &str,
@@ -202,6 +211,21 @@ impl Authority {
                 sans.push(a);
             }
         }
+        let both = [
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(name, sans, &both, cert, key)
+    }
+
+    fn sign(
+        &self,
+        name: &str,
+        sans: Vec<String>,
+        usages: &[ExtendedKeyUsagePurpose],
+        cert: &Path,
+        key: &Path,
+    ) -> Result<(), CertError> {
         let what = format!("the certificate of {name}");
         let mut p = CertificateParams::new(sans).map_err(generate(&what))?;
         p.distinguished_name = DistinguishedName::new();
@@ -209,10 +233,7 @@ impl Authority {
             .push(DnType::OrganizationName, "Tenure");
         p.distinguished_name.push(DnType::CommonName, name);
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        p.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        p.extended_key_usages = usages.to_vec();
         p.use_authority_key_identifier_extension = true;
         let pair = KeyPair::generate().map_err(generate(&what))?;
         let signed = p.signed_by(&pair, &self.issuer).map_err(generate(&what))?;
@@ -278,6 +299,46 @@ mod tests {
         let mode = std::fs::metadata(dir.path().join(CA_KEY)).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    }
+
+    /// A client's certificate carries its name as the subject CN (what the client port
+    /// reads), chains to the CA for client authentication, and names no device; its key
+    /// is its owner's only.
+    #[test]
+    fn a_client_certificate_is_named_by_its_cn() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |f: &str| dir.path().join(f);
+        let ca = Authority::create(dir.path()).unwrap();
+        ca.issue_client("billing-7", &p("c.crt"), &p("c.key"))
+            .unwrap();
+        ca.issue_device(DeviceId(1), &[], &p("d1.pem"), &p("d1.key"))
+            .unwrap();
+        let load = |f: &str| tenure_client::tls::load_certs("certificate", &p(f)).unwrap();
+        let client = load("c.crt").remove(0);
+        let cn = crate::tls::common_name;
+        assert_eq!(cn(&client).as_deref(), Some("billing-7"));
+        assert_eq!(cn(&load("d1.pem")[0]).as_deref(), Some("tenure device d1"));
+        assert!(
+            cn(&load(CA_CERT)[0])
+                .unwrap()
+                .starts_with("Tenure cluster CA ")
+        );
+        assert!(!crate::tls::names_device(&client, DeviceId(1)));
+        for bad in [&[][..], &[0x30, 0x82, 0xff], &client[..40]] {
+            assert_eq!(cn(&bad.to_vec().into()), None);
+        }
+        let roots = tenure_client::tls::load_roots(&ca.cert_path).unwrap();
+        rustls::server::WebPkiClientVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            tenure_client::tls::provider(),
+        )
+        .build()
+        .unwrap()
+        .verify_client_cert(&client, &[], rustls::pki_types::UnixTime::now())
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(p("c.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     /// A certificate and a key that do not belong together are refused, naming the file.

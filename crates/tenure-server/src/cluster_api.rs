@@ -311,7 +311,7 @@ impl Cluster for ClusterApi {
         &self,
         request: GrpcRequest<proto::AddDeviceRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
-        (self.auth).authorize(request.metadata(), crate::auth::Perm::Admin, "/")?;
+        (self.auth).authorize(&request, crate::auth::Perm::Admin, "/")?;
         let r = request.into_inner();
         let device = device_id(r.id)?;
         let peer = address("peer_addr", &r.peer_addr)?;
@@ -328,7 +328,7 @@ impl Cluster for ClusterApi {
         &self,
         request: GrpcRequest<proto::RemoveDeviceRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
-        (self.auth).authorize(request.metadata(), crate::auth::Perm::Admin, "/")?;
+        (self.auth).authorize(&request, crate::auth::Perm::Admin, "/")?;
         let device = device_id(request.into_inner().id)?;
         self.request(PolicyCommand::RemoveDevice { device }).await
     }
@@ -337,7 +337,7 @@ impl Cluster for ClusterApi {
         &self,
         request: GrpcRequest<proto::MembersRequest>,
     ) -> Result<GrpcResponse<proto::MembershipResponse>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         Ok(answer(Ok(self.call(None).await?)))
     }
 }

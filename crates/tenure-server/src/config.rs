@@ -61,6 +61,10 @@
 //! cert = "tenure-data/d1/tls/device.pem"   # this device's certificate, signed by the CA
 //! key = "tenure-data/d1/tls/device.key"    # its private key (PEM)
 //!
+//! [metrics]                             # optional: the metrics address
+//! public = true                         # /metrics without a token when [auth] is on
+//!                                       # (default false; the status page always needs one)
+//!
 //! [auth]                                # optional: tokens and their permissions per path
 //! enabled = true                        # prefix (see [`crate::auth`]; default false)
 //! [[auth.tokens]]
@@ -294,6 +298,25 @@ pub struct ServerConfig {
     /// [`crate::auth`]). Off by default.
     #[serde(default, skip_serializing_if = "crate::auth::AuthConfig::is_default")]
     pub auth: crate::auth::AuthConfig,
+    /// The metrics address's access (`[metrics]`; see [`crate::http_auth`]).
+    #[serde(default, skip_serializing_if = "MetricsConfig::is_default")]
+    pub metrics: MetricsConfig,
+}
+
+/// The `[metrics]` section: who may read the metrics address when `[auth]` is on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve `/metrics` without a token even when authorization is on (default false:
+    /// it needs a token with `read` on `/`, as the status page and `/status.json` do).
+    pub public: bool,
+}
+
+impl MetricsConfig {
+    /// Whether the section is absent or says nothing (not written out).
+    pub fn is_default(&self) -> bool {
+        *self == MetricsConfig::default()
+    }
 }
 
 fn yes() -> bool {
@@ -622,6 +645,7 @@ mod tests {
             snapshot: SnapshotConfig::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         };
         assert!(cfg.validate().is_err());
     }

@@ -525,7 +525,7 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::CampaignRequest>,
     ) -> Result<GrpcResponse<proto::CampaignResponse>, Status> {
         use proto::campaign_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = request.into_inner();
         caller.check(Perm::Lock, &r.name)?;
         let refuse = |err| {
@@ -603,7 +603,7 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::ProclaimRequest>,
     ) -> Result<GrpcResponse<proto::ProclaimResponse>, Status> {
         use proto::proclaim_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = request.into_inner();
         caller.check(Perm::Lock, &r.name)?;
         let reply = |result| {
@@ -637,7 +637,7 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::ResignRequest>,
     ) -> Result<GrpcResponse<proto::ResignResponse>, Status> {
         use proto::resign_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Lock, &r.name)?;
         let reply = |result| {
@@ -699,7 +699,7 @@ impl Elections for ElectionsApi {
         request: GrpcRequest<proto::LeaderRequest>,
     ) -> Result<GrpcResponse<proto::LeaderResponse>, Status> {
         use proto::leader_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.name)?;
         let reply = |result| {
@@ -723,7 +723,7 @@ impl Elections for ElectionsApi {
         &self,
         request: GrpcRequest<proto::ObserveRequest>,
     ) -> Result<GrpcResponse<Self::ObserveStream>, Status> {
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.name)?;
         let (tx, rx) = mpsc::channel(64);

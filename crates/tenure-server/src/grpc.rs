@@ -330,7 +330,7 @@ impl Tenure for Api {
         request: GrpcRequest<proto::WriteRequest>,
     ) -> Result<GrpcResponse<proto::WriteResponse>, Status> {
         // The test register is an operator's check of a store, not a path of the tree.
-        self.auth.authorize(request.metadata(), Perm::Admin, "/")?;
+        self.auth.authorize(&request, Perm::Admin, "/")?;
         self.do_write(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -340,7 +340,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::StatusRequest>,
     ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         let s = self.snapshot().await?;
         Ok(GrpcResponse::new(status_to_proto(&s)))
     }
@@ -349,7 +349,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::OpenSessionRequest>,
     ) -> Result<GrpcResponse<proto::OpenSessionResponse>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         self.do_open_session(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -361,7 +361,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<tonic::Streaming<proto::KeepAliveRequest>>,
     ) -> Result<GrpcResponse<Self::KeepAliveStream>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(8);
         let api = self.clone();
@@ -394,7 +394,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::CloseSessionRequest>,
     ) -> Result<GrpcResponse<proto::CloseSessionResponse>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         self.do_close_session(sized(request.into_inner())?)
             .await
             .map(GrpcResponse::new)
@@ -404,7 +404,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::AcquireRequest>,
     ) -> Result<GrpcResponse<proto::AcquireResponse>, Status> {
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Lock, &r.name)?;
         self.do_acquire(r).await.map(GrpcResponse::new)
@@ -414,7 +414,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::ReleaseRequest>,
     ) -> Result<GrpcResponse<proto::ReleaseResponse>, Status> {
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Lock, &r.name)?;
         self.do_release(r).await.map(GrpcResponse::new)
@@ -424,7 +424,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::HolderRequest>,
     ) -> Result<GrpcResponse<proto::HolderResponse>, Status> {
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.name)?;
         self.do_holder(r).await.map(GrpcResponse::new)
@@ -434,7 +434,7 @@ impl Tenure for Api {
         &self,
         request: GrpcRequest<proto::ListLocksRequest>,
     ) -> Result<GrpcResponse<proto::ListLocksResponse>, Status> {
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.prefix)?;
         self.do_list_locks(r).await.map(GrpcResponse::new)
@@ -447,7 +447,7 @@ impl Tenure for Api {
         request: GrpcRequest<tonic::Streaming<proto::SessionRequest>>,
     ) -> Result<GrpcResponse<Self::SessionStream>, Status> {
         // The token is checked once, here; each request against its path on the stream.
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         Ok(GrpcResponse::new(crate::stream::serve(
             self.clone(),
             caller,

@@ -16,7 +16,8 @@
 //! - [`elections`]: the election service's API (`service Elections`, DESIGN §6);
 //! - [`tls`] and [`certs`]: TLS on the client port, mutual TLS on the peer port, and the
 //!   local CA that `tenure cluster up` makes;
-//! - [`auth`]: authorization — named tokens with permissions per path prefix;
+//! - [`auth`]: authorization — named tokens and client certificates with permissions per
+//!   path prefix; [`http_auth`]: the same for the metrics address;
 //! - [`config`]: the TOML configuration;
 //! - [`status_page`]: the metrics address, with Prometheus metrics, the status page and
 //!   its JSON; logs go through `tracing`.
@@ -32,6 +33,7 @@ pub mod driver;
 pub mod elections;
 pub mod fuzz;
 pub mod grpc;
+pub mod http_auth;
 pub mod lookup;
 pub mod objects;
 pub mod snapshots;
@@ -49,6 +51,7 @@ use crate::storage::Storage;
 use crate::transport::{Transport, TransportConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tenure_client::proto::cluster_server::ClusterServer;
 use tenure_client::proto::elections_server::ElectionsServer;
@@ -121,6 +124,7 @@ pub struct ServerHandle {
     pub metrics_addr: Option<SocketAddr>,
     stop: CancellationToken,
     driver: JoinHandle<Result<(), ServerError>>,
+    auth: auth::Auth,
 }
 
 impl ServerHandle {
@@ -144,6 +148,44 @@ impl ServerHandle {
     pub fn stop_token(&self) -> CancellationToken {
         self.stop.clone()
     }
+
+    /// Re-read the `[auth]` section of the configuration file `path` and authorize every
+    /// call by it from now on (what SIGHUP does; see [`auth`]). A file that does not
+    /// parse, or whose section is not valid, changes nothing. Either outcome is logged.
+    pub fn reload_auth(&self, path: &Path) -> Result<(), ConfigError> {
+        reload_auth(&self.auth, path)
+    }
+
+    /// [`ServerHandle::reload_auth`] from `path` on every SIGHUP, until the device stops.
+    /// Call it on the runtime that runs the device.
+    pub fn reload_auth_on_hangup(&self, path: PathBuf) -> std::io::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = signal(SignalKind::hangup())?;
+        let (auth, stop) = (self.auth.clone(), self.stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    s = hangups.recv() => if s.is_none() { return },
+                }
+                let _ = reload_auth(&auth, &path);
+            }
+        });
+        Ok(())
+    }
+}
+
+fn reload_auth(auth: &auth::Auth, path: &Path) -> Result<(), ConfigError> {
+    let r = ServerConfig::load(path).and_then(|c| auth.reload(&c.auth));
+    let path = path.display();
+    match (&r, auth.summary()) {
+        (Ok(()), Some((tokens, certs))) => {
+            info!(%path, tokens, certs, "authorization reloaded")
+        }
+        (Ok(()), None) => info!(%path, "authorization reloaded: off"),
+        (Err(e), _) => warn!(%path, "authorization not reloaded, the rules stay as they were: {e}"),
+    }
+    r
 }
 
 /// Bind the configured addresses and start the device.
@@ -288,7 +330,11 @@ pub async fn start_with_listeners(
             &cfg.peers,
             Duration::from_millis(cfg.request_timeout_ms),
         );
-        status_page::serve(l, page, stop.clone());
+        let access = http_auth::Access {
+            auth: auth.clone(),
+            metrics_public: cfg.metrics.public,
+        };
+        status_page::serve(l, page, access, stop.clone());
         Some(addr)
     });
     let elections_api = elections::ElectionsApi::new(api.clone());
@@ -347,5 +393,6 @@ pub async fn start_with_listeners(
         metrics_addr,
         stop,
         driver,
+        auth,
     })
 }

@@ -221,7 +221,7 @@ impl Lookup for LookupApi {
                 result: Some(r),
             }))
         };
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = request.into_inner();
         caller.check(Perm::Write, &r.key)?;
         let req = match publish_request(r) {
@@ -259,7 +259,7 @@ impl Lookup for LookupApi {
     ) -> Result<GrpcResponse<proto::RevokeResponse>, Status> {
         use proto::revoke_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::RevokeResponse { result: Some(r) }));
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let r = request.into_inner();
         caller.check(Perm::Write, &r.key)?;
         let durability = match durability_from_proto(r.durability) {
@@ -289,7 +289,7 @@ impl Lookup for LookupApi {
         use proto::get_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::GetResponse { result: Some(r) }));
         let started = std::time::Instant::now();
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let key = request.into_inner().key;
         caller.check_lookup_read(&key)?;
         match self.ask(LookupRequest::Get { key: key.clone() }).await? {
@@ -320,7 +320,7 @@ impl Lookup for LookupApi {
         use proto::list_response::Result as R;
         let reply = |r| Ok(GrpcResponse::new(proto::ListResponse { result: Some(r) }));
         let started = std::time::Instant::now();
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let prefix = request.into_inner().prefix;
         caller.check_lookup_read(&prefix)?;
         let req = LookupRequest::List {
@@ -355,7 +355,7 @@ impl Lookup for LookupApi {
         &self,
         request: GrpcRequest<Streaming<proto::WatchRequest>>,
     ) -> Result<GrpcResponse<Self::WatchStream>, Status> {
-        let caller = self.auth.caller(request.metadata())?;
+        let caller = self.auth.caller(&request)?;
         let (tx, rx) = mpsc::channel(256);
         let api = self.clone();
         let inbound = request.into_inner();
@@ -372,7 +372,7 @@ impl Lookup for LookupApi {
         &self,
         request: GrpcRequest<proto::NodeStatusRequest>,
     ) -> Result<GrpcResponse<proto::NodeStatusResponse>, Status> {
-        self.auth.caller(request.metadata())?;
+        self.auth.caller(&request)?;
         match self.ask(LookupRequest::Status).await? {
             Ok(LookupResponse::Status(view)) => Ok(GrpcResponse::new(node_view_to_proto(&view))),
             Ok(other) => Err(unexpected("NodeStatus", &other)),

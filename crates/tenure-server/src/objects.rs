@@ -366,7 +366,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::PutObjectRequest>,
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = request.into_inner();
         caller.check(Perm::Write, &r.key)?;
         let refuse = |e| {
@@ -398,7 +398,7 @@ impl Objects for ObjectsApi {
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
         use proto::upload_request::Kind as U;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let mut inbound = request.into_inner();
         let refuse = |e| {
             Ok(GrpcResponse::new(proto::PutObjectResponse {
@@ -449,7 +449,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::GetObjectRequest>,
     ) -> Result<GrpcResponse<Self::GetStream>, Status> {
         use proto::get_object_response::Kind as G;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.key)?;
         let one = |k: G| -> GetStream {
@@ -491,7 +491,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::HeadObjectRequest>,
     ) -> Result<GrpcResponse<proto::HeadObjectResponse>, Status> {
         use proto::head_object_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.key)?;
         let reply = |result| {
@@ -519,7 +519,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::DeleteObjectRequest>,
     ) -> Result<GrpcResponse<proto::DeleteObjectResponse>, Status> {
         use proto::delete_object_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
@@ -560,7 +560,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::ListObjectsRequest>,
     ) -> Result<GrpcResponse<proto::ListObjectsResponse>, Status> {
         use proto::list_objects_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Read, &r.prefix)?;
         let reply = |result| {
@@ -614,7 +614,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartInitiateRequest>,
     ) -> Result<GrpcResponse<proto::MultipartInitiateResponse>, Status> {
         use proto::multipart_initiate_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
@@ -649,7 +649,7 @@ impl Objects for ObjectsApi {
     ) -> Result<GrpcResponse<proto::UploadPartResponse>, Status> {
         use proto::upload_part_request::Kind as U;
         use proto::upload_part_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let mut inbound = request.into_inner();
         let reply = |result| {
             Ok(GrpcResponse::new(proto::UploadPartResponse {
@@ -712,7 +712,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartCompleteRequest>,
     ) -> Result<GrpcResponse<proto::PutObjectResponse>, Status> {
         use proto::put_object_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Write, &r.key)?;
         let reply = |result| {
@@ -753,7 +753,7 @@ impl Objects for ObjectsApi {
         request: GrpcRequest<proto::MultipartAbortRequest>,
     ) -> Result<GrpcResponse<proto::MultipartAbortResponse>, Status> {
         use proto::multipart_abort_response::Result as R;
-        let caller = self.api.auth().caller(request.metadata())?;
+        let caller = self.api.auth().caller(&request)?;
         let r = sized(request.into_inner())?;
         caller.check(Perm::Write, &r.key)?;
         let reply = |result| {

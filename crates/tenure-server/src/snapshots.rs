@@ -840,9 +840,9 @@ impl SnapshotsApi {
     }
 
     #[allow(clippy::result_large_err)]
-    fn admin(&self, md: &tonic::metadata::MetadataMap) -> Result<(), Status> {
+    fn admin<T>(&self, request: &GrpcRequest<T>) -> Result<(), Status> {
         self.auth
-            .authorize(md, crate::auth::Perm::Admin, "/")
+            .authorize(request, crate::auth::Perm::Admin, "/")
             .map(|_| ())
     }
 }
@@ -859,7 +859,7 @@ impl Snapshots for SnapshotsApi {
         &self,
         request: GrpcRequest<proto::CreateSnapshotRequest>,
     ) -> Result<GrpcResponse<proto::CreateSnapshotResponse>, Status> {
-        self.admin(request.metadata())?;
+        self.admin(&request)?;
         use proto::create_snapshot_response::Result as R;
         use proto::snapshot_error::Kind as K;
         let gone = || Status::unavailable("device is shutting down");
@@ -895,7 +895,7 @@ impl Snapshots for SnapshotsApi {
         &self,
         request: GrpcRequest<proto::ListSnapshotsRequest>,
     ) -> Result<GrpcResponse<proto::ListSnapshotsResponse>, Status> {
-        self.admin(request.metadata())?;
+        self.admin(&request)?;
         let book = self.book.clone();
         let entries = tokio::task::spawn_blocking(move || book.list())
             .await
@@ -914,7 +914,7 @@ impl Snapshots for SnapshotsApi {
         &self,
         request: GrpcRequest<proto::DeleteSnapshotRequest>,
     ) -> Result<GrpcResponse<proto::DeleteSnapshotResponse>, Status> {
-        self.admin(request.metadata())?;
+        self.admin(&request)?;
         let id = request.into_inner().id;
         Ok(GrpcResponse::new(self.delete_part(id).await?))
     }
@@ -933,7 +933,7 @@ impl Snapshots for SnapshotsApi {
             };
             Box::pin(futures::stream::iter([Ok(m)]))
         };
-        self.admin(request.metadata())?;
+        self.admin(&request)?;
         let raw = request.into_inner().id;
         let id: SnapshotId = match raw.parse() {
             Ok(id) => id,

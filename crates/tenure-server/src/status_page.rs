@@ -15,6 +15,9 @@
 //! manager and epoch its chunks know, and the page links to the other devices' pages
 //! (their metrics addresses, from the `peers` of the configuration).
 //!
+//! With authorization on, every route needs a token with `read` on `/` (`/metrics` not
+//! when `[metrics] public = true`): see [`crate::http_auth`].
+//!
 //! Every string that comes from a client (lock names, session ids, snapshot errors) is
 //! HTML-escaped ([`esc`]).
 
@@ -596,13 +599,23 @@ pub struct SnapshotRow {
 }
 
 /// Bind nothing: serve the metrics address on `listener` until `stop`.
-pub fn serve(listener: TcpListener, page: StatusPage, stop: CancellationToken) {
+/// Who may read it is `access`'s to say.
+pub fn serve(
+    listener: TcpListener,
+    page: StatusPage,
+    access: crate::http_auth::Access,
+    stop: CancellationToken,
+) {
     let addr = page.metrics_addr;
     let app = Router::new()
         .route("/", get(html))
         .route("/status.json", get(json))
         .route("/metrics", get(prometheus))
-        .with_state(Arc::new(page));
+        .with_state(Arc::new(page))
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            crate::http_auth::guard,
+        ));
     tokio::spawn(async move {
         info!(%addr, "metrics and status page listening");
         let r = axum::serve(listener, app)

@@ -2,7 +2,9 @@
 //! chosen explicitly.
 //!
 //! - **Client port**: TLS with the device's certificate. A client may present a certificate
-//!   of the cluster's CA (verified when presented; not required). A client that speaks
+//!   of the cluster's CA (verified when presented; not required; one of another CA fails
+//!   the handshake). Its subject common name reaches the services as the connection's
+//!   [`ClientConnInfo`], which [`crate::auth`] takes as the caller's identity. A client that speaks
 //!   plaintext HTTP/2 to it is answered with an HTTP/2 GOAWAY saying that TLS is required
 //!   ([`tenure_client::tls::plaintext_refusal`]), so it fails with a reason.
 //! - **Peer port**: mutual TLS. Both sides present a certificate signed by the cluster's
@@ -227,12 +229,89 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// What the services know of a client port connection (a request extension).
+#[derive(Clone, Debug)]
+pub struct ClientConnInfo {
+    /// Its addresses.
+    pub tcp: tonic::transport::server::TcpConnectInfo,
+    /// The subject common name of the certificate the client presented, which the
+    /// handshake verified against the cluster's CA (empty when it names none); none
+    /// without a certificate.
+    pub cert_cn: Option<String>,
+}
+
 impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    type ConnectInfo = ClientConnInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.tcp().connect_info()
+        ClientConnInfo {
+            tcp: self.tcp().connect_info(),
+            cert_cn: (self.peer_certificate()).map(|c| common_name(c).unwrap_or_default()),
+        }
     }
+}
+
+/// One DER element at the start of `b`: its tag, its contents and what follows it.
+fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, mut b) = b.split_first()?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n].iter().fold(0, |l, &x| l << 8 | usize::from(x));
+        b = &b[n..];
+        len
+    };
+    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+}
+
+/// The subject common name (OID 2.5.4.3) of a certificate, in UTF-8 or printable
+/// characters: what an identity is named by. Walks `Certificate → tbsCertificate →
+/// subject` (RFC 5280 §4.1) and nothing more.
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    const SEQUENCE: u8 = 0x30;
+    let (SEQUENCE, cert, _) = der(cert)? else {
+        return None;
+    };
+    let (SEQUENCE, mut tbs, _) = der(cert)? else {
+        return None;
+    };
+    let mut next = || {
+        let (tag, contents, rest) = der(tbs)?;
+        tbs = rest;
+        Some((tag, contents))
+    };
+    // [0] version (absent in v1), serial, signature algorithm, issuer, validity, subject.
+    if next()?.0 == 0xa0 {
+        next()?;
+    }
+    for _ in 0..3 {
+        next()?;
+    }
+    let (SEQUENCE, mut rdns) = next()? else {
+        return None;
+    };
+    while let Some((0x31, mut set, rest)) = der(rdns) {
+        rdns = rest;
+        while let Some((SEQUENCE, attr, rest)) = der(set) {
+            set = rest;
+            let (0x06, oid, value) = der(attr)? else {
+                return None;
+            };
+            if oid == [0x55, 0x04, 0x03] {
+                // UTF8String, PrintableString, IA5String.
+                let (0x0c | 0x13 | 0x16, text, _) = der(value)? else {
+                    return None;
+                };
+                return String::from_utf8(text.to_vec()).ok();
+            }
+        }
+    }
+    None
 }
 
 /// How long a client's TLS handshake may take before its connection is closed.

@@ -15,26 +15,12 @@ use tenure_client::proto::{
     session_request::Kind as Rq, snapshots_client::SnapshotsClient, tenure_client::TenureClient,
 };
 use tenure_client::{Client, ClientOptions, Error, LockMode, Transport, Wait};
-use tenure_server::auth::{AuthConfig, Perm, Rule, TokenConfig, hash_secret};
+use tenure_server::auth::{AuthConfig, Perm};
 use tenure_server::config::ServerConfig;
 
 const ROOT: &str = "secret-root";
 const READER: &str = "secret-reader";
 const WORKER: &str = "secret-worker";
-
-fn token(name: &str, secret: &str, rules: &[(&str, &[Perm])]) -> TokenConfig {
-    TokenConfig {
-        name: name.into(),
-        sha256: hash_secret(secret),
-        rules: rules
-            .iter()
-            .map(|(p, perms)| Rule {
-                prefix: p.to_string(),
-                perms: perms.to_vec(),
-            })
-            .collect(),
-    }
-}
 
 fn with_auth(c: &mut ServerConfig) {
     c.auth = AuthConfig {
@@ -44,32 +30,12 @@ fn with_auth(c: &mut ServerConfig) {
             token("reader", READER, &[("/", &[Perm::Read])]),
             token("worker", WORKER, &[("/jobs/", &[Perm::Lock])]),
         ],
-    };
-}
-
-fn opts(token: Option<&str>) -> ClientOptions {
-    ClientOptions {
-        request_timeout: Duration::from_secs(3),
-        retry_deadline: Duration::from_secs(30),
-        max_attempts: 200,
-        token: token.map(str::to_string),
         ..Default::default()
-    }
+    };
 }
 
 fn client_as(c: &Cluster, token: Option<&str>) -> Client {
     Client::with_options(c.endpoints(), opts(token)).unwrap()
-}
-
-fn denied(r: Result<impl std::fmt::Debug, Error>, what: &[&str]) {
-    match r {
-        Err(Error::PermissionDenied(m)) => {
-            for w in what {
-                assert!(m.contains(w), "{m:?} does not name {w:?}");
-            }
-        }
-        other => panic!("expected PermissionDenied naming {what:?}, got {other:?}"),
-    }
 }
 
 /// The same for the services with error types of their own.

@@ -26,7 +26,8 @@ pub struct Target {
     #[arg(long, env = "TENURE_CA")]
     pub ca: Option<PathBuf>,
     /// A client certificate (PEM) to present, signed by the cluster's CA (with
-    /// --client-key).
+    /// --client-key; `tenure cert new` issues one). With authorization on, its subject
+    /// common name is the caller's identity ([[auth.certs]]) when no token is given.
     #[arg(long, env = "TENURE_CLIENT_CERT", requires = "client_key")]
     pub client_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).

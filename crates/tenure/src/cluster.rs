@@ -306,6 +306,7 @@ fn admin_token(data: &Path) -> anyhow::Result<tenure_server::auth::AuthConfig> {
                 perms: vec![Perm::Admin],
             }],
         }],
+        certs: Vec::new(),
     })
 }
 
@@ -371,6 +372,7 @@ pub(crate) fn local_configs(
             snapshot: Default::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         })
         .collect())
 }

@@ -3,6 +3,7 @@
 //! subcommands are one enum variant and one module.
 
 mod bench;
+mod cert_cmd;
 mod chaos_cmd;
 mod client_cmds;
 mod cluster;
@@ -77,6 +78,8 @@ enum Command {
     Chaos(chaos_cmd::ChaosArgs),
     /// Tokens for a cluster's authorization ([auth]): a new one, or the hash of a secret.
     Token(token_cmd::TokenArgs),
+    /// Client certificates from the local cluster's CA, named in [auth] as identities.
+    Cert(cert_cmd::CertArgs),
 }
 
 /// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Command::Snapshot(args) => snapshot_cmds::run(args).map(|()| ExitCode::SUCCESS),
         Command::Chaos(args) => chaos_cmd::run(args),
         Command::Token(args) => token_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Cert(args) => cert_cmd::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

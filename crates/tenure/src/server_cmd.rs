@@ -74,6 +74,9 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .context("starting the tokio runtime")?;
     rt.block_on(async move {
         let handle = tenure_server::start(cfg).await?;
+        handle
+            .reload_auth_on_hangup(args.config)
+            .context("installing the SIGHUP handler (reloads [auth])")?;
         let stop = handle.stop_token();
         tokio::spawn(async move {
             let mut term =

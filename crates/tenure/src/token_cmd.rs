@@ -42,7 +42,8 @@ struct HashArgs {
     secret: Option<String>,
 }
 
-fn parse_rule(s: &str) -> Result<Rule, String> {
+/// A rule from the command line: PREFIX=PERMS.
+pub(crate) fn parse_rule(s: &str) -> Result<Rule, String> {
     let (prefix, perms) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not PREFIX=PERMS (e.g. /jobs/=read,lock)"))?;
@@ -91,14 +92,7 @@ pub fn run(args: TokenArgs) -> anyhow::Result<()> {
 
 fn new(a: NewArgs) -> anyhow::Result<()> {
     let secret = new_secret()?;
-    let rules = if a.rules.is_empty() {
-        vec![Rule {
-            prefix: "/".into(),
-            perms: vec![Perm::Read],
-        }]
-    } else {
-        a.rules
-    };
+    let rules = rules_or_read(a.rules);
     let token = TokenConfig {
         name: a.name,
         sha256: hash_secret(&secret),
@@ -107,29 +101,14 @@ fn new(a: NewArgs) -> anyhow::Result<()> {
     let check = tenure_server::auth::AuthConfig {
         enabled: true,
         tokens: vec![token.clone()],
+        certs: Vec::new(),
     };
     check.validate()?;
-    let rules: Vec<String> = token
-        .rules
-        .iter()
-        .map(|r| {
-            let perms: Vec<String> = r
-                .perms
-                .iter()
-                .map(|p| format!("{:?}", p.as_str()))
-                .collect();
-            format!(
-                "{{ prefix = {:?}, perms = [{}] }}",
-                r.prefix,
-                perms.join(", ")
-            )
-        })
-        .collect();
     let snippet = format!(
-        "[[auth.tokens]]\nname = {:?}\nsha256 = {:?}\nrules = [{}]\n",
+        "[[auth.tokens]]\nname = {:?}\nsha256 = {:?}\nrules = {}\n",
         token.name,
         token.sha256,
-        rules.join(", ")
+        rules_toml(&token.rules)
     );
     if a.json {
         println!(
@@ -144,11 +123,43 @@ fn new(a: NewArgs) -> anyhow::Result<()> {
         println!("{secret}");
         println!();
         println!(
-            "add to every device's server.toml (with `[auth] enabled = true`), then restart it:"
+            "add to every device's server.toml (with `[auth] enabled = true`), then reload it \
+             (SIGHUP) or restart it:"
         );
         print!("{snippet}");
     }
     Ok(())
+}
+
+/// Rules as the configuration writes them: an inline TOML array.
+pub(crate) fn rules_toml(rules: &[Rule]) -> String {
+    let rules: Vec<String> = rules
+        .iter()
+        .map(|r| {
+            let perms: Vec<String> = r
+                .perms
+                .iter()
+                .map(|p| format!("{:?}", p.as_str()))
+                .collect();
+            format!(
+                "{{ prefix = {:?}, perms = [{}] }}",
+                r.prefix,
+                perms.join(", ")
+            )
+        })
+        .collect();
+    format!("[{}]", rules.join(", "))
+}
+
+/// The rules given on the command line, or read on `/` when none are.
+pub(crate) fn rules_or_read(rules: Vec<Rule>) -> Vec<Rule> {
+    if !rules.is_empty() {
+        return rules;
+    }
+    vec![Rule {
+        prefix: "/".into(),
+        perms: vec![Perm::Read],
+    }]
 }
 
 #[cfg(test)]

@@ -1,7 +1,10 @@
 //! Authorization from the command line: `cluster up --auth` makes a TLS cluster that
 //! needs a token, writes its admin token (owner only), and `tenure` commands take a token
 //! from `--auth-token` or `TENURE_TOKEN`; a token from `tenure token new` added to the devices'
-//! configurations gets what its rules grant, and nothing else.
+//! configurations gets what its rules grant, and nothing else; so does a client
+//! certificate from `tenure cert new`, presented with `--client-cert` and `--client-key`.
+//! SIGHUP makes a device re-read its `[auth]` section: a token added works and a token
+//! removed is unknown, without a restart.
 
 mod common;
 use common::*;
@@ -113,12 +116,46 @@ fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
     let new: serde_json::Value = serde_json::from_str(&out).unwrap();
     let worker = new["secret"].as_str().unwrap().to_string();
     let snippet = new["toml"].as_str().unwrap();
+    // A client certificate, made with `tenure cert new` from the cluster's CA.
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    let cert_args = [
+        "cert",
+        "new",
+        "billing",
+        "--data",
+        d,
+        "--out",
+        certs.to_str().unwrap(),
+        "--rule",
+        "/billing/=lock",
+        "--json",
+    ];
+    let (ok, out, err) = tenure_as(None, &cert_args);
+    assert!(ok, "cert new:\n{out}\n{err}");
+    let cert: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (crt, key) = (
+        cert["cert"].as_str().unwrap(),
+        cert["key"].as_str().unwrap(),
+    );
+    let mode = std::fs::metadata(key).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "the certificate's key is its owner's only"
+    );
+    let (ok, _, err) = tenure_as(None, &cert_args);
+    assert!(
+        !ok && err.contains("exists"),
+        "an existing key is not overwritten: {err}"
+    );
+    let cert_snippet = cert["toml"].as_str().unwrap();
     let (ok, out, err) = tenure_as(None, &["cluster", "down", "--data", d]);
     assert!(ok, "{out}\n{err}");
     for id in 1..=3 {
         let p = data.join(format!("d{id}")).join("server.toml");
         let text = std::fs::read_to_string(&p).unwrap();
-        std::fs::write(&p, format!("{text}\n{snippet}")).unwrap();
+        std::fs::write(&p, format!("{text}\n{snippet}\n{cert_snippet}")).unwrap();
     }
     let (ok, out, err) = tenure_as(None, &up_args);
     assert!(ok, "restart:\n{out}\n{err}");
@@ -143,4 +180,67 @@ fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
     assert!(err.contains("permission denied"), "{err}");
     let (ok, out, err) = tenure_as(Some(&admin), &["object", "ls", "/cfg", "--data", d]);
     assert!(ok && out.contains("/cfg/a"), "{out}\n{err}");
+
+    // The certificate, without a token, gets what its entry grants.
+    let as_cert = |name: &str| {
+        let args = [
+            "lock",
+            name,
+            "--data",
+            d,
+            "--client-cert",
+            crt,
+            "--client-key",
+            key,
+        ];
+        tenure_as(None, &[&args[..], &["--", "true"]].concat())
+    };
+    let (ok, out, err) = as_cert("/billing/a");
+    assert!(ok, "the certificate locks under /billing/:\n{out}\n{err}");
+    let (ok, _, err) = as_cert("/other");
+    assert!(!ok);
+    assert!(
+        err.contains("permission denied") && err.contains("certificate \"billing\""),
+        "{err}"
+    );
+
+    // Without a restart: the worker's entry is replaced by a new token's in every
+    // device's configuration, and SIGHUP makes each device re-read its [auth].
+    let (ok, out, err) = tenure_as(
+        None,
+        &["token", "new", "nightly", "--rule", "/jobs/=lock", "--json"],
+    );
+    assert!(ok, "token new:\n{out}\n{err}");
+    let nightly: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let secret = nightly["secret"].as_str().unwrap();
+    for id in 1..=3 {
+        let p = data.join(format!("d{id}")).join("server.toml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = text.replace(snippet, nightly["toml"].as_str().unwrap());
+        std::fs::write(&p, text).unwrap();
+    }
+    for d in cluster_file(&data)["devices"].as_array().unwrap() {
+        let pid = d["pid"].as_u64().unwrap().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    let lock_as = |t: &str| tenure_as(Some(t), &["lock", "/jobs/c", "--data", d, "--", "true"]);
+    let start = std::time::Instant::now();
+    while !lock_as(secret).0 {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "the new token never worked: {:?}",
+            lock_as(secret)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (ok, _, err) = lock_as(&worker);
+    assert!(!ok && err.contains("unknown token"), "{err}");
+    let (ok, out, err) = tenure_as(None, &["cluster", "status", "--data", d]);
+    assert!(ok, "the devices still run:\n{out}\n{err}");
 }

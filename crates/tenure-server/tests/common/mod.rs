@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions};
+use tenure_client::{Client, ClientOptions, Error};
+use tenure_server::auth::{Perm, Rule, TokenConfig, hash_secret};
 use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
 use tenure_server::{ServerHandle, start_with_listeners};
 
@@ -71,6 +72,11 @@ impl Node {
         }
     }
 
+    /// The running device.
+    pub fn handle(&self) -> &ServerHandle {
+        self.handle.as_ref().expect("the device runs")
+    }
+
     pub fn client_endpoint(&self) -> String {
         self.cfg.client_listen.to_string()
     }
@@ -123,6 +129,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             snapshot: Default::default(),
             tls: None,
             auth: Default::default(),
+            metrics: Default::default(),
         })
         .collect()
 }
@@ -204,5 +211,43 @@ pub async fn wait_all_managed(
             "stores without exactly one manager after {limit:?}: {m:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A `[[auth.tokens]]` entry of `name` for `secret` with `rules`.
+pub fn token(name: &str, secret: &str, rules: &[(&str, &[Perm])]) -> TokenConfig {
+    TokenConfig {
+        name: name.into(),
+        sha256: hash_secret(secret),
+        rules: rules
+            .iter()
+            .map(|(p, perms)| Rule {
+                prefix: p.to_string(),
+                perms: perms.to_vec(),
+            })
+            .collect(),
+    }
+}
+
+/// Client options of the authorization tests, with `token` if given.
+pub fn opts(token: Option<&str>) -> ClientOptions {
+    ClientOptions {
+        request_timeout: Duration::from_secs(3),
+        retry_deadline: Duration::from_secs(30),
+        max_attempts: 200,
+        token: token.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// `r` is a refusal (`PermissionDenied`) whose message names each of `what`.
+pub fn denied(r: Result<impl std::fmt::Debug, Error>, what: &[&str]) {
+    match r {
+        Err(Error::PermissionDenied(m)) => {
+            for w in what {
+                assert!(m.contains(w), "{m:?} does not name {w:?}");
+            }
+        }
+        other => panic!("expected PermissionDenied naming {what:?}, got {other:?}"),
     }
 }
