@@ -260,7 +260,8 @@ fn pid_alive(pid: u32) -> bool {
 }
 
 fn new_configs(a: &UpArgs, data: &Path) -> anyhow::Result<Vec<ServerConfig>> {
-    let mut cfgs = local_configs(a.devices, a.stores, a.replication, a.base_port, data)?;
+    let ids: Vec<u64> = (1..=a.devices).collect();
+    let mut cfgs = local_configs(&ids, a.stores, a.replication, a.base_port, data)?;
     for c in &mut cfgs {
         c.snapshot.keep = a.snapshot_keep;
     }
@@ -313,13 +314,13 @@ fn admin_token(data: &Path) -> anyhow::Result<tenure_server::auth::AuthConfig> {
 /// The configurations of a new local cluster of devices 1..=`devices` whose data lives
 /// under `data` (`dN/`), on ports from `base_port` (0: free ports).
 pub(crate) fn local_configs(
-    devices: u64,
+    ids: &[u64],
     stores: u32,
     replication: usize,
     base_port: u16,
     data: &Path,
 ) -> anyhow::Result<Vec<ServerConfig>> {
-    if devices == 0 {
+    if ids.is_empty() {
         bail!("--devices must be at least 1");
     }
     let port = |offset: u64, id: u64| -> anyhow::Result<u16> {
@@ -331,7 +332,7 @@ pub(crate) fn local_configs(
     };
     let mut peers = Vec::new();
     let mut metrics = Vec::new();
-    for id in 1..=devices {
+    for &id in ids {
         let m = SocketAddr::from(([127, 0, 0, 1], port(200, id)?));
         peers.push(PeerConfig {
             id,
@@ -344,7 +345,7 @@ pub(crate) fn local_configs(
     let data = std::path::absolute(data)?;
     // The devices share this machine's cores.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = (cores / devices as usize).max(1);
+    let workers = (cores / ids.len()).max(1);
     Ok(peers
         .iter()
         .zip(metrics)

@@ -348,7 +348,9 @@ async fn create(a: CreateArgs) -> anyhow::Result<()> {
     }
     let total: u64 = manifest.devices.iter().map(|p| p.bytes).sum();
     println!("{}", manifest.id);
-    println!(
+    // The id alone on standard output, so that `ID=$(tenure snapshot create)` works; what
+    // happened on standard error.
+    eprintln!(
         "  recorded by {} devices {:?} in {:.0} ms (initiator device {}; {:.0} ms with the request)",
         manifest.devices.len(),
         created.devices,
@@ -356,7 +358,7 @@ async fn create(a: CreateArgs) -> anyhow::Result<()> {
         manifest.initiator,
         recorded.as_secs_f64() * 1e3,
     );
-    println!(
+    eprintln!(
         "  {}",
         if manifest.terminated {
             "terminated: no message was in flight in the cut"
@@ -364,7 +366,7 @@ async fn create(a: CreateArgs) -> anyhow::Result<()> {
             "messages were in flight in the cut: recorded, replayed on restore"
         }
     );
-    println!(
+    eprintln!(
         "  collected into {} ({} parts, {}) with {MANIFEST}",
         out.display(),
         manifest.devices.len(),
@@ -996,11 +998,15 @@ fn restore(a: RestoreArgs) -> anyhow::Result<()> {
         );
     }
     let n = parts.len() as u64;
-    let ids: BTreeSet<u64> = parts.iter().map(|p| p.device.0).collect();
-    if ids != (1..=n).collect() {
-        bail!("the snapshot's devices are {ids:?}; a local cluster's devices are numbered 1..={n}");
-    }
-    let mut cfgs = crate::cluster::local_configs(n, m.stores, m.replication.max(1), 0, into)?;
+    // The devices keep their ids (a cluster that changed its members has gaps in them):
+    // the recorded state names them.
+    let ids: Vec<u64> = parts
+        .iter()
+        .map(|p| p.device.0)
+        .collect::<BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    let mut cfgs = crate::cluster::local_configs(&ids, m.stores, m.replication.max(1), 0, into)?;
     if !a.insecure {
         crate::cluster::secure(&mut cfgs, into)?;
     }

@@ -534,3 +534,67 @@ fn retention_keeps_the_newest_snapshots_and_rm_removes_one_everywhere() {
         "{err}"
     );
 }
+
+/// A cluster whose members changed (a fourth device added, the second removed) has gaps
+/// in its device ids; its snapshot restores with the same ids, and the restored cluster
+/// holds the lock of the cut. `snapshot create` prints the id alone on standard output,
+/// so `ID=$(tenure snapshot create)` works.
+#[test]
+fn a_snapshot_after_membership_changes_restores_with_its_device_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    let d = data.to_str().unwrap();
+    up(&data);
+    let (ok, out, err) = tenure(&["cluster", "add", "--data", d]);
+    assert!(ok, "cluster add failed:\n{out}\n{err}");
+    let (ok, out, err) = tenure(&["cluster", "remove", "2", "--data", d]);
+    assert!(ok, "cluster remove failed:\n{out}\n{err}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _enter = rt.enter();
+    let client = Client::with_options(endpoints(&data), with_tls(&data, options())).unwrap();
+    let guard = rt
+        .block_on(client.lock("/kept/lock", LockMode::Exclusive, Wait::Try))
+        .unwrap();
+    let token = guard.token();
+
+    let (ok, out, err) = tenure(&["snapshot", "create", "--data", d]);
+    assert!(ok, "snapshot create failed:\n{out}\n{err}");
+    let id = out.trim();
+    assert!(
+        !id.is_empty() && !id.contains(char::is_whitespace),
+        "stdout is the id alone: {out:?}"
+    );
+    assert!(err.contains("recorded by 3 devices [1, 3, 4]"), "{err}");
+
+    let restored = dir.path().join("restored");
+    let _restored_guard = Guard(restored.clone());
+    let r = restored.to_str().unwrap();
+    let (ok, out, err) = tenure(&["snapshot", "restore", id, "--data", d, "--into", r]);
+    assert!(ok, "snapshot restore failed:\n{out}\n{err}");
+    let (ok, out, err) = tenure(&["cluster", "up", "--data", r, "--wait-secs", "60"]);
+    assert!(
+        ok,
+        "cluster up of the restored snapshot failed:\n{out}\n{err}"
+    );
+    let ids: Vec<u64> = cluster_file(&restored)["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 3, 4], "the restored devices keep their ids");
+    let (ok, out, err) = tenure(&["locks", "/kept", "--data", r, "--json"]);
+    assert!(ok, "locks in the restored cluster failed:\n{out}\n{err}");
+    let locks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let holder = &locks[0]["holders"][0];
+    assert_eq!(locks[0]["name"], "/kept/lock", "{locks}");
+    assert_eq!(holder["session"].as_u64(), Some(guard.session()), "{locks}");
+    assert_eq!(
+        holder["token"].as_str(),
+        Some(format!("{}.{}", token.epoch, token.seq).as_str()),
+        "{locks}"
+    );
+    drop(guard);
+}
