@@ -25,12 +25,15 @@ pub struct Devices {
 }
 
 /// Server configurations for the hosts of `net` (stores, replication, data under `data`).
+/// With `proxied`, each device reaches every other device through its host's proxy
+/// towards it ([`crate::proxy`]): the peer's address in its configuration is the proxy's.
 pub fn configs(
     net: &TestNet,
     stores: u32,
     replication: usize,
     data: &Path,
     seed: u64,
+    proxied: bool,
 ) -> Vec<ServerConfig> {
     let peers: Vec<PeerConfig> = net
         .hosts
@@ -57,7 +60,17 @@ pub fn configs(
                 stores,
                 replication,
             },
-            peers: peers.clone(),
+            peers: peers
+                .iter()
+                .map(|q| PeerConfig {
+                    peer_addr: if proxied && q.id != p.id {
+                        crate::proxy::peer_addr(q.id)
+                    } else {
+                        q.peer_addr
+                    },
+                    ..q.clone()
+                })
+                .collect(),
             timing: TimingOverrides::default(),
             run_policies: true,
             join: false,

@@ -21,6 +21,7 @@ pub mod devices;
 pub mod history;
 pub mod nemesis;
 pub mod net;
+pub mod proxy;
 pub mod summary;
 pub mod workload;
 
@@ -61,6 +62,10 @@ pub struct ChaosConfig {
     pub max_steps: u64,
     /// Keep the data directory (logs) even when nothing failed.
     pub keep_data: bool,
+    /// A fault lasts this long (ms, inclusive range; pauses outlast the lease instead).
+    pub fault_ms: (u64, u64),
+    /// Quiet time after each fault (ms, inclusive range).
+    pub gap_ms: (u64, u64),
 }
 
 impl ChaosConfig {
@@ -78,6 +83,8 @@ impl ChaosConfig {
             ttl: Duration::from_secs(5),
             max_steps: 2_000_000,
             keep_data: false,
+            fault_ms: (2000, 5000),
+            gap_ms: (1000, 2500),
         }
     }
 }
@@ -144,7 +151,8 @@ async fn inner(
     net: &TestNet,
     data: &std::path::Path,
 ) -> anyhow::Result<Summary> {
-    let cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed);
+    let proxies = proxy::Proxies::start(net, cfg.seed).context("starting the link proxies")?;
+    let cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed, true);
     let mut devices = Devices::start(&cfg.bin, net, &cfgs)?;
     devices
         .wait_ready(Duration::from_secs(60))
@@ -179,18 +187,22 @@ async fn inner(
     // Phase 1: faults.
     let started = Instant::now();
     let lease = tenure_core::config::Timing::default().lease;
-    let nem = nemesis::run(
+    let targets = nemesis::Targets {
         net,
-        &mut devices,
-        &rec,
-        nemesis_rng,
-        started + cfg.duration,
+        proxies: &proxies,
+        devices: &mut devices,
+        rec: &rec,
+    };
+    let pace = nemesis::Pace {
         lease,
-    )
-    .await;
+        fault_ms: cfg.fault_ms,
+        gap_ms: cfg.gap_ms,
+    };
+    let nem = nemesis::run(targets, nemesis_rng, started + cfg.duration, pace).await;
     let fault_secs = started.elapsed().as_secs_f64();
     // Phase 2: heal, settle.
     net.heal()?;
+    proxies.clear();
     nem?;
     tokio::time::sleep(cfg.settle).await;
 

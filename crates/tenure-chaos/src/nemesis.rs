@@ -1,40 +1,70 @@
 //! The nemesis: one fault at a time, drawn from the run's seed. Every round is a
-//! shuffled permutation of the six kinds, so even a short run sees each of them:
+//! shuffled permutation of the kinds, so even a short run sees each of them:
 //!
 //! - `kill`: kill -9 one device, restart it later (same data directory);
 //! - `pause`: SIGSTOP one device for longer than the chunk lease, then SIGCONT;
 //! - `isolate`: one host drops everything from and to every other host;
 //! - `split`: a minority of hosts drops everything from and to the majority;
 //! - `one-way`: one host drops what the others send it (or what it sends them);
-//! - `loss`: every host drops a share of its peer packets (`numgen random mod 100`).
+//! - `loss`: every host drops a share of its peer packets (`numgen random mod 100`);
+//! - `delay`: every peer link delays what it carries by 5–200 ms with jitter (the
+//!   proxies of [`crate::proxy`]; order within a connection is kept);
+//! - `reorder`: every direction of every peer link gets a delay of its own (0–250 ms),
+//!   so messages overtake each other across links, and a random link's connection is
+//!   cut every 0.4–1.2 s, losing what it carried.
 //!
 //! At most one fault is on at a time, so at most one device (a minority) is down. The
-//! clients' traffic from the root namespace is never dropped: a client beside a
-//! partitioned device still reaches it, as a client on the minority side would.
+//! clients' traffic from the root namespace is never dropped or delayed: a client beside
+//! a partitioned device still reaches it, as a client on the minority side would.
 
 use crate::devices::Devices;
 use crate::history::Recorder;
 use crate::net::TestNet;
+use crate::proxy::{Proxies, Shape};
 use std::time::{Duration, Instant};
 use tenure_core::rng::Rng;
 
 /// The kinds of fault, in summary order.
-pub const KINDS: [&str; 6] = ["kill", "pause", "isolate", "split", "one-way", "loss"];
+pub const KINDS: [&str; 8] = [
+    "kill", "pause", "isolate", "split", "one-way", "loss", "delay", "reorder",
+];
 
-fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
-    Duration::from_millis(lo + rng.below(hi - lo + 1))
+/// How long faults last and how far apart they are.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// The chunk lease: pauses outlast it.
+    pub lease: Duration,
+    /// A fault lasts this long (ms, inclusive range), pauses aside.
+    pub fault_ms: (u64, u64),
+    /// Quiet time after each fault (ms, inclusive range).
+    pub gap_ms: (u64, u64),
 }
 
-/// Inject faults until `until`, then heal everything and restart what is down. `lease`
-/// is the chunk lease: pauses outlast it.
-pub async fn run(
-    net: &TestNet,
-    devices: &mut Devices,
-    rec: &Recorder,
-    mut rng: Rng,
-    until: Instant,
-    lease: Duration,
-) -> anyhow::Result<()> {
+/// What the nemesis acts on.
+pub struct Targets<'a> {
+    /// The test hosts (nftables rules).
+    pub net: &'a TestNet,
+    /// The peer-link proxies.
+    pub proxies: &'a Proxies,
+    /// The device processes.
+    pub devices: &'a mut Devices,
+    /// Where faults are recorded.
+    pub rec: &'a Recorder,
+}
+
+fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.below(hi.max(lo) - lo + 1))
+}
+
+/// Inject faults until `until`, then heal everything and restart what is down.
+pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> anyhow::Result<()> {
+    let Targets {
+        net,
+        proxies,
+        devices,
+        rec,
+    } = t;
+    let lease = pace.lease;
     let n = devices.len() as u64;
     let all: Vec<u64> = (1..=n).collect();
     let mut round: Vec<&str> = Vec::new();
@@ -51,7 +81,7 @@ pub async fn run(
         let target = 1 + rng.below(n);
         let others: Vec<u64> = all.iter().copied().filter(|d| *d != target).collect();
         let left = until.saturating_duration_since(Instant::now());
-        let dur = ms(&mut rng, 2000, 5000).min(left);
+        let dur = ms(&mut rng, pace.fault_ms.0, pace.fault_ms.1).min(left);
         match kind {
             "kill" => {
                 let f = rec.fault(kind, format!("kill -9 d{target}"), vec![target]);
@@ -111,6 +141,61 @@ pub async fn run(
                 net.heal()?;
                 rec.fault_end(f);
             }
+            "delay" => {
+                let base = 5 + rng.below(196);
+                let jitter = rng.below(base / 2 + 1);
+                let f = rec.fault(
+                    kind,
+                    format!("every peer link +{base} ms ± {jitter} ms"),
+                    all.clone(),
+                );
+                proxies.set_all(Shape {
+                    delay: Duration::from_millis(base),
+                    jitter: Duration::from_millis(jitter),
+                });
+                tokio::time::sleep(dur).await;
+                proxies.clear();
+                rec.fault_end(f);
+            }
+            "reorder" => {
+                let mut slow = (0, 0, 0);
+                for a in 1..=n {
+                    for b in (1..=n).filter(|b| *b != a) {
+                        let d = rng.below(251);
+                        slow = slow.max((d, a, b));
+                        proxies.set(
+                            a,
+                            b,
+                            Shape {
+                                delay: Duration::from_millis(d),
+                                jitter: Duration::from_millis(rng.below(21)),
+                            },
+                        );
+                    }
+                }
+                let f = rec.fault(
+                    kind,
+                    format!(
+                        "each direction 0-250 ms (d{}->d{} {} ms), links cut",
+                        slow.1, slow.2, slow.0
+                    ),
+                    all.clone(),
+                );
+                let end = Instant::now() + dur;
+                loop {
+                    let step = ms(&mut rng, 400, 1200);
+                    if Instant::now() + step >= end {
+                        break;
+                    }
+                    tokio::time::sleep(step).await;
+                    let a = 1 + rng.below(n);
+                    let b = 1 + (a + rng.below(n - 1)) % n;
+                    proxies.cut(a, b);
+                }
+                tokio::time::sleep_until(end.into()).await;
+                proxies.clear();
+                rec.fault_end(f);
+            }
             _ => {
                 let pct = 10 + rng.below(31) as u32;
                 let f = rec.fault(kind, format!("{pct}% of peer packets dropped"), all.clone());
@@ -128,7 +213,7 @@ pub async fn run(
                 devices.log(id).display()
             );
         }
-        tokio::time::sleep(ms(&mut rng, 1000, 2500)).await;
+        tokio::time::sleep(ms(&mut rng, pace.gap_ms.0, pace.gap_ms.1)).await;
     }
     Ok(())
 }
