@@ -2,7 +2,10 @@
 //! `ip netns exec HOST tenure server --config dN/server.toml` (`ip netns exec` execs the
 //! server, so the child's pid is the server's and signals reach it directly). The
 //! configurations are those of `tenure cluster up` (`local_configs`), with the hosts'
-//! addresses and fixed ports instead of 127.0.0.1 and free ones.
+//! addresses and fixed ports instead of 127.0.0.1 and free ones. Device `N`'s
+//! configuration and log are in `dN/` of the run's directory, its data in `dN/data`
+//! (where [`crate::disk`] mounts its disk), and its process joins the cgroup its disk is
+//! stalled through.
 
 use crate::net::{CLIENT_PORT, PEER_PORT, TestNet};
 use anyhow::{Context, bail};
@@ -20,6 +23,8 @@ pub struct Devices {
     bin: PathBuf,
     cfgs: Vec<(String, PathBuf, PathBuf)>,
     procs: Vec<Option<Child>>,
+    /// Per device, the `cgroup.procs` file its process is written to after each start.
+    cgroups: Vec<Option<PathBuf>>,
     endpoints: Vec<String>,
     stores: u32,
 }
@@ -52,7 +57,7 @@ pub fn configs(
         .iter()
         .map(|p| ServerConfig {
             id: p.id,
-            data_dir: data.join(format!("d{}", p.id)),
+            data_dir: data.join(format!("d{}", p.id)).join("data"),
             peer_listen: p.peer_addr,
             client_listen: p.client_addr,
             metrics_listen: None,
@@ -90,22 +95,30 @@ pub fn configs(
 }
 
 impl Devices {
-    /// Write the configurations and start every device.
-    pub fn start(bin: &Path, net: &TestNet, cfgs: &[ServerConfig]) -> anyhow::Result<Devices> {
+    /// Write the configurations and start every device; device `id`'s process joins the
+    /// cgroup whose `cgroup.procs` is `cgroups(id)`, if any.
+    pub fn start(
+        bin: &Path,
+        net: &TestNet,
+        cfgs: &[ServerConfig],
+        cgroups: impl Fn(u64) -> Option<PathBuf>,
+    ) -> anyhow::Result<Devices> {
         let mut d = Devices {
             bin: bin.to_path_buf(),
             cfgs: Vec::new(),
             procs: Vec::new(),
+            cgroups: Vec::new(),
             endpoints: Vec::new(),
             stores: cfgs.first().map_or(0, |c| c.cluster.stores),
         };
         for (c, h) in cfgs.iter().zip(&net.hosts) {
             std::fs::create_dir_all(&c.data_dir)?;
-            let path = c.data_dir.join("server.toml");
+            let dir = c.data_dir.parent().unwrap_or(&c.data_dir);
+            let path = dir.join("server.toml");
             std::fs::write(&path, c.to_toml())?;
-            d.cfgs
-                .push((h.ns.clone(), path, c.data_dir.join("server.log")));
+            d.cfgs.push((h.ns.clone(), path, dir.join("server.log")));
             d.procs.push(None);
+            d.cgroups.push(cgroups(h.id));
             d.endpoints.push(net.client_endpoint(h.id));
         }
         for id in 1..=cfgs.len() as u64 {
@@ -157,7 +170,13 @@ impl Devices {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting device {id}"))?;
+        let pid = child.id();
         self.procs[(id - 1) as usize] = Some(child);
+        // `ip netns exec` execs the server: this pid is the server's.
+        if let Some(procs) = &self.cgroups[(id - 1) as usize] {
+            std::fs::write(procs, pid.to_string())
+                .with_context(|| format!("putting device {id} into {}", procs.display()))?;
+        }
         Ok(())
     }
 

@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod devices;
+pub mod disk;
 pub mod history;
 pub mod nemesis;
 pub mod net;
@@ -152,8 +153,12 @@ async fn inner(
     data: &std::path::Path,
 ) -> anyhow::Result<Summary> {
     let proxies = proxy::Proxies::start(net, cfg.seed).context("starting the link proxies")?;
+    let disks = disk::Disks::create(net, data).context("making the devices' disks")?;
+    if let Some(why) = &disks.unavailable {
+        println!("chaos: no disk-stall faults: {why}");
+    }
     let cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed, true);
-    let mut devices = Devices::start(&cfg.bin, net, &cfgs)?;
+    let mut devices = Devices::start(&cfg.bin, net, &cfgs, |id| disks.procs_file(id))?;
     devices
         .wait_ready(Duration::from_secs(60))
         .await
@@ -190,6 +195,7 @@ async fn inner(
     let targets = nemesis::Targets {
         net,
         proxies: &proxies,
+        disks: &disks,
         devices: &mut devices,
         rec: &rec,
     };
@@ -203,6 +209,7 @@ async fn inner(
     // Phase 2: heal, settle.
     net.heal()?;
     proxies.clear();
+    disks.release_all();
     nem?;
     tokio::time::sleep(cfg.settle).await;
 
@@ -271,6 +278,9 @@ async fn inner(
         fault_secs,
         ops: op_counts,
         faults: fault_counts,
+        unavailable: (disks.unavailable.iter())
+            .map(|why| ("disk-stall".to_string(), why.clone()))
+            .collect(),
         unavailability: summary::unavailability(&recorded.ops, stop_us),
         recovery: summary::recovery(&recorded.ops, &recorded.faults),
         reasons: summary::reasons(&recorded.ops),

@@ -11,13 +11,17 @@
 //!   proxies of [`crate::proxy`]; order within a connection is kept);
 //! - `reorder`: every direction of every peer link gets a delay of its own (0–250 ms),
 //!   so messages overtake each other across links, and a random link's connection is
-//!   cut every 0.4–1.2 s, losing what it carried.
+//!   cut every 0.4–1.2 s, losing what it carried;
+//! - `disk-stall`: one device's reads and writes of its data directory are held in the
+//!   kernel ([`crate::disk`]) for longer than the chunk lease, then let through — left
+//!   out where disks cannot stall here.
 //!
 //! At most one fault is on at a time, so at most one device (a minority) is down. The
 //! clients' traffic from the root namespace is never dropped or delayed: a client beside
 //! a partitioned device still reaches it, as a client on the minority side would.
 
 use crate::devices::Devices;
+use crate::disk::Disks;
 use crate::history::Recorder;
 use crate::net::TestNet;
 use crate::proxy::{Proxies, Shape};
@@ -25,8 +29,16 @@ use std::time::{Duration, Instant};
 use tenure_core::rng::Rng;
 
 /// The kinds of fault, in summary order.
-pub const KINDS: [&str; 8] = [
-    "kill", "pause", "isolate", "split", "one-way", "loss", "delay", "reorder",
+pub const KINDS: [&str; 9] = [
+    "kill",
+    "pause",
+    "isolate",
+    "split",
+    "one-way",
+    "loss",
+    "delay",
+    "reorder",
+    "disk-stall",
 ];
 
 /// How long faults last and how far apart they are.
@@ -46,6 +58,8 @@ pub struct Targets<'a> {
     pub net: &'a TestNet,
     /// The peer-link proxies.
     pub proxies: &'a Proxies,
+    /// The devices' disks.
+    pub disks: &'a Disks,
     /// The device processes.
     pub devices: &'a mut Devices,
     /// Where faults are recorded.
@@ -61,6 +75,7 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
     let Targets {
         net,
         proxies,
+        disks,
         devices,
         rec,
     } = t;
@@ -72,7 +87,9 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
     tokio::time::sleep(ms(&mut rng, 1000, 2000)).await;
     while Instant::now() + Duration::from_secs(2) < until {
         if round.is_empty() {
-            round = KINDS.to_vec();
+            round = (KINDS.iter().copied())
+                .filter(|k| *k != "disk-stall" || disks.available())
+                .collect();
             for i in (1..round.len()).rev() {
                 round.swap(i, rng.below(i as u64 + 1) as usize);
             }
@@ -139,6 +156,18 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
                 }
                 tokio::time::sleep(dur).await;
                 net.heal()?;
+                rec.fault_end(f);
+            }
+            "disk-stall" => {
+                let dur = lease + ms(&mut rng, 500, 3000);
+                let f = rec.fault(
+                    kind,
+                    format!("d{target}'s {} held for {dur:?}", disks.describe(target)),
+                    vec![target],
+                );
+                disks.stall(target)?;
+                tokio::time::sleep(dur).await;
+                disks.release(target)?;
                 rec.fault_end(f);
             }
             "delay" => {

@@ -49,6 +49,8 @@ pub struct Summary {
     pub ops: BTreeMap<String, BTreeMap<String, u64>>,
     /// Faults: kind → count.
     pub faults: BTreeMap<String, u64>,
+    /// Kinds of fault this machine cannot inject: kind → why.
+    pub unavailable: BTreeMap<String, String>,
     /// Every fault.
     pub fault_log: Vec<Fault>,
     /// Why operations ended unknown or failed: reason → count.
@@ -249,8 +251,15 @@ impl std::fmt::Display for Summary {
             }
         }
         let _ = writeln!(s, "\nfaults:");
-        for (kind, n) in &self.faults {
-            let _ = writeln!(s, "  {kind:<12} {n:>6}");
+        for kind in crate::nemesis::KINDS {
+            match (self.faults.get(kind), self.unavailable.get(kind)) {
+                (_, Some(why)) => {
+                    let _ = writeln!(s, "  {kind:<12}      -  (unavailable here: {why})");
+                }
+                (n, None) => {
+                    let _ = writeln!(s, "  {kind:<12} {:>6}", n.copied().unwrap_or(0));
+                }
+            }
         }
         for (i, fl) in self.fault_log.iter().enumerate() {
             let rec = self
