@@ -207,6 +207,21 @@ impl Api {
         self.error(store, e)
     }
 
+    /// [`Api::client_error`] for a request of `session`: an expiry names the session.
+    pub(crate) fn session_error(
+        &self,
+        store: StoreId,
+        session: SessionId,
+        e: &ClientError,
+    ) -> proto::Error {
+        let mut err = self.client_error(store, e);
+        if let Some(Kind::SessionExpired(x)) = err.kind.as_mut() {
+            x.session = session.0;
+            err.message = format!("session {} expired", session.0);
+        }
+        err
+    }
+
     /// Map a core error to the wire error.
     pub fn error(&self, store: StoreId, e: &ClientError) -> proto::Error {
         let kind = match e {
@@ -551,7 +566,7 @@ impl Api {
                         info!(%store, session = session.0, "keep-alive for an expired session");
                         metrics::counter!("tenure_keepalive_expired_total").increment(1);
                     }
-                    R::Error(self.client_error(store, &e))
+                    R::Error(self.session_error(store, session, &e))
                 }
                 Ok(other) => return Err(unexpected("KeepAlive", &other)),
             },
@@ -583,7 +598,7 @@ impl Api {
                 metrics::counter!("tenure_sessions_closed_total").increment(1);
                 reply(R::Ok(proto::SessionClosed {}))
             }
-            Err(e) => reply(R::Error(self.client_error(store, &e))),
+            Err(e) => reply(R::Error(self.session_error(store, session, &e))),
             Ok(other) => Err(unexpected("CloseSession", &other)),
         }
     }
@@ -654,7 +669,7 @@ impl Api {
                 }))
             }
             Err(e) => {
-                let mut err = self.client_error(store, &e);
+                let mut err = self.session_error(store, session, &e);
                 fill_name(&mut err, &r.name);
                 reply(R::Error(err))
             }
@@ -712,7 +727,7 @@ impl Api {
                 reply(R::Ok(proto::Released {}))
             }
             Err(e) => {
-                let mut err = self.client_error(store, &e);
+                let mut err = self.session_error(store, session, &e);
                 fill_name(&mut err, &r.name);
                 if let Some(Kind::StaleToken(st)) = err.kind.as_mut() {
                     st.presented = r.token;

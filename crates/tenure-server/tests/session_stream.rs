@@ -435,14 +435,15 @@ fn a_non_manager_redirects_and_the_session_resumes_on_the_manager() {
             }
             other => panic!("{other:?}"),
         }
-        // A session that does not exist: SessionExpired, and the stream can start anew.
+        // A session that does not exist: SessionExpired naming it, and the stream can
+        // start anew.
         r = Raw::open(&manager).await;
         r.send(1, Rq::Start(start(store, Some(session + 999))))
             .await;
-        assert!(matches!(
-            error_kind(&r.answer(1, &mut vec![]).await),
-            Kind::SessionExpired(_)
-        ));
+        match error_kind(&r.answer(1, &mut vec![]).await) {
+            Kind::SessionExpired(x) => assert_eq!(x.session, session + 999),
+            other => panic!("{other:?}"),
+        }
     });
 }
 
