@@ -1,5 +1,6 @@
 //! Fuzzing the decoders of untrusted bytes (DESIGN §8, bad input): peer frames, the
-//! write-ahead log read back at start, snapshot part files, lock names.
+//! write-ahead log read back at start, snapshot part files, lock names, and gRPC
+//! requests as the services turn them into the core's requests.
 //!
 //! Each [`Target`] is a decoder with a corpus of valid inputs (real encodings: the
 //! simulator's messages and records, see `tenure fuzz`, plus the files of a corpus
@@ -382,6 +383,192 @@ fn check_lock_name(bytes: &[u8]) -> Verdict {
     }
 }
 
+// ---- gRPC requests into the core's requests ---------------------------------------------
+
+/// A gRPC message decoded as tonic decodes it (prost), re-encoded and decoded again
+/// (it must round-trip), then `convert`ed as its service does.
+fn grpc<M: prost::Message + Default + PartialEq + std::fmt::Debug>(
+    bytes: &[u8],
+    convert: impl Fn(M) -> Verdict,
+) -> Verdict {
+    let Ok(m) = M::decode(bytes) else {
+        return Verdict::Rejected("protobuf");
+    };
+    match round_trip(&m, Some(m.encode_to_vec()), |b| M::decode(b).ok()) {
+        Verdict::Accepted => convert(m),
+        other => other,
+    }
+}
+
+fn lookup_verdict(r: Result<tenure_core::lookup::LookupRequest, &'static str>) -> Verdict {
+    let req = match r {
+        Ok(req) => req,
+        Err(kind) => return Verdict::Rejected(kind),
+    };
+    let settings = tenure_core::lookup::LookupSettings::default();
+    match tenure_core::lookup::entries::validate(&settings, &req) {
+        Ok(()) => Verdict::Accepted,
+        Err(e) => Verdict::Rejected(crate::lookup::error_kind(&e)),
+    }
+}
+
+/// Lookup publishes (`Lookup.Publish`): the request as the service turns it into the
+/// core's, then the core's validation of it.
+pub fn grpc_publish_target() -> Target {
+    use prost::Message;
+    use tenure_client::proto::{Durability, EntryVersion, PublishRequest};
+    let reqs = [
+        PublishRequest {
+            key: "/svc/api/1".into(),
+            value: b"10.0.0.1:8080".to_vec(),
+            interval_ms: 1000,
+            ..Default::default()
+        },
+        PublishRequest {
+            key: "/cfg/primary".into(),
+            value: b"d2".to_vec(),
+            interval_ms: 300_000,
+            durability: Durability::Persistent as i32,
+            ..Default::default()
+        },
+        PublishRequest {
+            key: "/svc/db/shard-07".into(),
+            value: vec![0; 40],
+            version: Some(EntryVersion {
+                stamp: 1_795_000_000_000_000,
+                provider: 7,
+            }),
+            interval_ms: 500,
+            adapt_min_ms: 250,
+            adapt_max_ms: 4000,
+            ..Default::default()
+        },
+    ];
+    Target {
+        name: "grpc-publish",
+        corpus: reqs.iter().map(|r| r.encode_to_vec()).collect(),
+        check: check_grpc_publish,
+    }
+}
+
+fn check_grpc_publish(bytes: &[u8]) -> Verdict {
+    grpc(bytes, |r: tenure_client::proto::PublishRequest| {
+        lookup_verdict(crate::lookup::publish_request(r).map_err(|_| "invalid request"))
+    })
+}
+
+/// Lookup subscriptions (`Lookup.Watch` requests): prefix and alert subscriptions, with
+/// and without a resume position, turned into the core's requests and validated.
+pub fn grpc_watch_target() -> Target {
+    use prost::Message;
+    use tenure_client::proto::{
+        AlertSpec, LeaderRef, SubPosition, Subscribe, Unsubscribe, WatchRequest, subscribe,
+        watch_request,
+    };
+    let reqs = [
+        WatchRequest {
+            request_id: 1,
+            kind: Some(watch_request::Kind::Subscribe(Subscribe {
+                sub: 0x5eed,
+                watch: Some(subscribe::Watch::Prefix("/svc".into())),
+                interval_ms: 1000,
+                position: None,
+            })),
+        },
+        WatchRequest {
+            request_id: 2,
+            kind: Some(watch_request::Kind::Subscribe(Subscribe {
+                sub: 9,
+                watch: Some(subscribe::Watch::Alert(AlertSpec {
+                    key: "/svc/api/1".into(),
+                    within_ms: 3000,
+                })),
+                interval_ms: 2000,
+                position: Some(SubPosition {
+                    leader: Some(LeaderRef::default()),
+                    seq: 41,
+                }),
+            })),
+        },
+        WatchRequest {
+            request_id: 3,
+            kind: Some(watch_request::Kind::Unsubscribe(Unsubscribe { sub: 9 })),
+        },
+    ];
+    Target {
+        name: "grpc-watch",
+        corpus: reqs.iter().map(|r| r.encode_to_vec()).collect(),
+        check: check_grpc_watch,
+    }
+}
+
+fn check_grpc_watch(bytes: &[u8]) -> Verdict {
+    use tenure_client::proto::{WatchRequest, watch_request::Kind};
+    grpc(bytes, |r: WatchRequest| match r.kind {
+        Some(Kind::Subscribe(s)) => {
+            lookup_verdict(crate::lookup::subscribe_request(s).map_err(|_| "invalid request"))
+        }
+        Some(Kind::Unsubscribe(_)) => Verdict::Accepted,
+        None => Verdict::Rejected("no kind"),
+    })
+}
+
+/// Object puts (`Objects.Put`): the key as a path in a store and the write conditions
+/// (create-only, compare-and-set, a fence with its lock name and token), as the service
+/// checks them before the core sees the write.
+pub fn grpc_put_target() -> Target {
+    use prost::Message;
+    use tenure_client::proto::{Fence, FencingToken, PutObjectRequest, WriteConditions};
+    let reqs = [
+        PutObjectRequest {
+            key: "/app/config.json".into(),
+            data: b"{}".to_vec().into(),
+            ..Default::default()
+        },
+        PutObjectRequest {
+            key: "/app/leader".into(),
+            data: b"me".to_vec().into(),
+            conditions: Some(WriteConditions {
+                if_absent: true,
+                if_revision: Some(12),
+                fence: None,
+            }),
+            ephemeral: true,
+            session: 8_589_934_597,
+            request_id: 3,
+        },
+        PutObjectRequest {
+            key: "/app/state".into(),
+            data: vec![7; 64].into(),
+            conditions: Some(WriteConditions {
+                fence: Some(Fence {
+                    lock: "/app/lock".into(),
+                    token: Some(FencingToken { epoch: 4, seq: 17 }),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    Target {
+        name: "grpc-put",
+        corpus: reqs.iter().map(|r| r.encode_to_vec()).collect(),
+        check: check_grpc_put,
+    }
+}
+
+fn check_grpc_put(bytes: &[u8]) -> Verdict {
+    grpc(bytes, |r: tenure_client::proto::PutObjectRequest| {
+        if LockName::parse(&r.key).is_err() {
+            return Verdict::Rejected("invalid key");
+        }
+        match crate::objects::conditions(r.conditions) {
+            Ok(_) => Verdict::Accepted,
+            Err(_) => Verdict::Rejected("invalid conditions"),
+        }
+    })
+}
+
 /// Accepted when `value` encodes (`encoded`) to bytes that decode to it again.
 fn round_trip<T: PartialEq + std::fmt::Debug>(
     value: &T,
@@ -447,6 +634,9 @@ mod tests {
             snapshot_body_target(&[], &[]),
             wal_record_target(&[]),
             lock_name_target(),
+            grpc_publish_target(),
+            grpc_watch_target(),
+            grpc_put_target(),
         ] {
             let r = run(&t, 20_000, 3);
             assert_eq!(r.failed, 0, "{}: {:?}", t.name, r.failures);

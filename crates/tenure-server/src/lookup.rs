@@ -120,7 +120,7 @@ impl LookupApi {
     }
 }
 
-fn error_kind(e: &LookupError) -> &'static str {
+pub(crate) fn error_kind(e: &LookupError) -> &'static str {
     match e {
         LookupError::InvalidKey(_) => "invalid_key",
         LookupError::TooLarge { .. } => "too_large",
@@ -145,7 +145,9 @@ fn unexpected(what: &str, r: &LookupResponse) -> Status {
 }
 
 /// A Publish request as the core's request.
-fn publish_request(r: proto::PublishRequest) -> Result<LookupRequest, proto::LookupError> {
+pub(crate) fn publish_request(
+    r: proto::PublishRequest,
+) -> Result<LookupRequest, proto::LookupError> {
     let durability = durability_from_proto(r.durability).map_err(invalid_request)?;
     let interval = Duration::from_millis(r.interval_ms);
     let bound = |ms: u64| {
@@ -169,7 +171,7 @@ fn publish_request(r: proto::PublishRequest) -> Result<LookupRequest, proto::Loo
 }
 
 /// A Subscribe request as the core's request.
-fn subscribe_request(s: proto::Subscribe) -> Result<LookupRequest, proto::LookupError> {
+pub(crate) fn subscribe_request(s: proto::Subscribe) -> Result<LookupRequest, proto::LookupError> {
     use proto::subscribe::Watch as W;
     let watch = match s.watch {
         Some(W::Prefix(p)) => Watch::Prefix(p),

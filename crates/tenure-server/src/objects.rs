@@ -140,7 +140,7 @@ pub(crate) fn change_to_proto(c: &tenure_core::objects::Change) -> proto::Object
 }
 
 /// A write's conditions from the wire.
-fn conditions(c: Option<proto::WriteConditions>) -> Result<Conditions, proto::Error> {
+pub(crate) fn conditions(c: Option<proto::WriteConditions>) -> Result<Conditions, proto::Error> {
     let c = c.unwrap_or_default();
     let fence = match c.fence {
         None => None,

@@ -29,6 +29,12 @@ pub enum Which {
     SnapshotBody,
     /// Lock names, as clients send them.
     LockName,
+    /// Lookup publishes (gRPC), into the core's requests.
+    GrpcPublish,
+    /// Lookup watch requests (gRPC), into the core's requests.
+    GrpcWatch,
+    /// Object puts (gRPC): key and write conditions.
+    GrpcPut,
     /// Every decoder.
     All,
 }
@@ -50,6 +56,10 @@ pub struct FuzzArgs {
     /// Write each failing input to `DIR/<decoder>/failure-N`.
     #[arg(long, value_name = "DIR")]
     save: Option<PathBuf>,
+    /// Write each decoder's corpus (the simulator's shapes and `--corpus` files) to
+    /// `DIR/<decoder>/<crc32>` before fuzzing: how the repository's `fuzz/corpus` is made.
+    #[arg(long, value_name = "DIR")]
+    write_corpus: Option<PathBuf>,
 }
 
 /// Real messages and records: a short simulator run, keeping a few of each shape.
@@ -71,6 +81,9 @@ pub fn run(args: FuzzArgs) -> anyhow::Result<ExitCode> {
         fuzz::snapshot_part_target(&c.msgs, &c.persists),
         fuzz::snapshot_body_target(&c.msgs, &c.persists),
         fuzz::lock_name_target(),
+        fuzz::grpc_publish_target(),
+        fuzz::grpc_watch_target(),
+        fuzz::grpc_put_target(),
     ];
     let wanted = |t: &Target| args.which == Which::All || crate::value_name(&args.which) == t.name;
     targets.retain(wanted);
@@ -95,6 +108,14 @@ pub fn run(args: FuzzArgs) -> anyhow::Result<ExitCode> {
                     t.corpus
                         .push(std::fs::read(&p).with_context(|| format!("reading {p:?}"))?);
                 }
+            }
+        }
+        if let Some(dir) = &args.write_corpus {
+            let dir = dir.join(t.name);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {dir:?}"))?;
+            for input in &t.corpus {
+                let p = dir.join(format!("{:08x}", crc32fast::hash(input)));
+                std::fs::write(&p, input).with_context(|| format!("writing {p:?}"))?;
             }
         }
         let start = Instant::now();

@@ -44,12 +44,20 @@ fn bench_refuses_more_connections_than_clients() {
 }
 
 /// DESIGN §8 (bad input): `tenure fuzz` feeds mutated real encodings (a simulator run's
-/// messages and records) to every decoder; none panics or decodes wrongly, and each both
-/// accepts and rejects inputs (mutations that never get through are no evidence).
+/// messages and records, and the repository's corpus under `fuzz/corpus`) to every
+/// decoder; none panics or decodes wrongly, and each both accepts and rejects inputs
+/// (mutations that never get through are no evidence).
 #[test]
 fn fuzz_command_finds_no_failure_in_any_decoder() {
+    let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus");
+    assert!(
+        std::path::Path::new(corpus).join("wire").is_dir(),
+        "the repository keeps a corpus in {corpus}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["fuzz", "--inputs", "50000", "--seed", "3"])
+        .args([
+            "fuzz", "--inputs", "50000", "--seed", "3", "--corpus", corpus,
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -66,7 +74,10 @@ fn fuzz_command_finds_no_failure_in_any_decoder() {
             "wal-record",
             "snapshot-part",
             "snapshot-body",
-            "lock-name"
+            "lock-name",
+            "grpc-publish",
+            "grpc-watch",
+            "grpc-put"
         ],
         "{text}"
     );
