@@ -35,9 +35,11 @@ pub struct ServerArgs {
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
+    // Colours only on a terminal: `cluster up` sends the log to dN/server.log.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let mut cfg = ServerConfig::load(&args.config)?;
     if let Some(v) = args.id {
