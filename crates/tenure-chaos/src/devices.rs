@@ -22,6 +22,8 @@ use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverri
 pub struct Devices {
     bin: PathBuf,
     cfgs: Vec<(String, PathBuf, PathBuf)>,
+    /// Per device, its configuration and how often it was started.
+    servers: Vec<(ServerConfig, u64)>,
     procs: Vec<Option<Child>>,
     /// Per device, the `cgroup.procs` file its process is written to after each start.
     cgroups: Vec<Option<PathBuf>>,
@@ -106,6 +108,7 @@ impl Devices {
         let mut d = Devices {
             bin: bin.to_path_buf(),
             cfgs: Vec::new(),
+            servers: Vec::new(),
             procs: Vec::new(),
             cgroups: Vec::new(),
             endpoints: Vec::new(),
@@ -115,8 +118,8 @@ impl Devices {
             std::fs::create_dir_all(&c.data_dir)?;
             let dir = c.data_dir.parent().unwrap_or(&c.data_dir);
             let path = dir.join("server.toml");
-            std::fs::write(&path, c.to_toml())?;
             d.cfgs.push((h.ns.clone(), path, dir.join("server.log")));
+            d.servers.push((c.clone(), 0));
             d.procs.push(None);
             d.cgroups.push(cgroups(h.id));
             d.endpoints.push(net.client_endpoint(h.id));
@@ -147,9 +150,19 @@ impl Devices {
         &self.cfgs[(id - 1) as usize].2
     }
 
-    /// Start device `id` (its process must not be running).
+    /// Start device `id` (its process must not be running). Each start seeds the core's
+    /// PRNG anew, from the configured seed and the start's number, as a device of a real
+    /// deployment does from its boot time: a seed that came back at every restart would
+    /// replay the PRNG's draws (upload ids among them).
     pub fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        let (server, boots) = &mut self.servers[(id - 1) as usize];
+        let mut c = server.clone();
+        c.rng_seed = c
+            .rng_seed
+            .map(|s| tenure_core::rng::mix64(s ^ (*boots << 48)));
+        *boots += 1;
         let (ns, cfg, log) = &self.cfgs[(id - 1) as usize];
+        std::fs::write(cfg, c.to_toml())?;
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
