@@ -37,7 +37,9 @@ pub struct CheckResult {
 }
 
 impl CheckResult {
-    fn new(name: &str, violations: Vec<String>, unchecked: bool, detail: String) -> Self {
+    /// A verdict: `fail` with violations, else `unchecked` if the check could not be
+    /// completed, else `pass`.
+    pub fn new(name: &str, violations: Vec<String>, unchecked: bool, detail: String) -> Self {
         let status = if !violations.is_empty() {
             "fail"
         } else if unchecked {

@@ -1,6 +1,7 @@
-//! The real-time history of a run: every client operation as invoke / ok / fail /
-//! unknown with its bounds on one clock (microseconds since the run started), the
-//! clients' holding intervals and the faults.
+//! The real-time history of a run: every client operation — locks, objects, lookup — as
+//! invoke / ok / fail / unknown with its bounds on one clock (microseconds since the run
+//! started), the lock clients' holding intervals, the stores' object histories read after
+//! the full restart, and the faults.
 
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -112,6 +113,161 @@ pub struct Hold {
     pub end_us: Option<u64>,
 }
 
+/// What an object operation asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjKind {
+    /// A plain put of `value`.
+    Put,
+    /// A compare-and-set put of `value` if the key's active revision is `expect`'s.
+    Cas,
+    /// A get.
+    Get,
+}
+
+/// An object read: what the store described and what the content said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ObjRead {
+    /// The active revision.
+    pub revision: u64,
+    /// Its upload.
+    pub uuid: String,
+    /// Its description: length and CRC-32.
+    pub size: u64,
+    /// CRC-32 of the content, as described.
+    pub checksum: u32,
+    /// Length and CRC-32 of the content received.
+    pub content: (u64, u32),
+    /// The value the content carries (none: not a content any client wrote).
+    pub value: Option<u64>,
+}
+
+/// How an object operation ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjOutcome {
+    /// A put took effect at this revision, as this upload.
+    Written {
+        /// Revision.
+        revision: u64,
+        /// Upload.
+        uuid: String,
+    },
+    /// A compare-and-set found another revision (no effect).
+    Mismatch,
+    /// A get found this (none: no object).
+    Read(Option<ObjRead>),
+    /// Definitely no effect (a read that failed).
+    Fail(String),
+    /// May or may not have taken effect.
+    Unknown(String),
+}
+
+/// One object operation.
+#[derive(Clone, Debug, Serialize)]
+pub struct ObjOp {
+    /// Client.
+    pub client: u64,
+    /// What it asked.
+    pub kind: ObjKind,
+    /// Key.
+    pub key: String,
+    /// The key's store.
+    pub store: u32,
+    /// The value a put writes (unique in the run, never 0).
+    pub value: Option<u64>,
+    /// A compare-and-set's expectation: the revision, and the value the client saw at it
+    /// (0: the key absent, revision 0).
+    pub expect: Option<(u64, u64)>,
+    /// Invoke time (µs).
+    pub invoke_us: u64,
+    /// Response time (µs); none for `Unknown`.
+    pub response_us: Option<u64>,
+    /// The outcome.
+    pub outcome: ObjOutcome,
+}
+
+/// One change of a store's object history, as a watch delivered it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ObjChange {
+    /// Revision.
+    pub revision: u64,
+    /// Key.
+    pub key: String,
+    /// The upload, length and CRC-32 that became active (none: a delete).
+    pub put: Option<(String, u64, u32)>,
+}
+
+/// A store's object history after the full restart, read by a watch from `compacted`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ObjHistory {
+    /// Changes up to this revision are not in `changes`.
+    pub compacted: u64,
+    /// The store's revision when read.
+    pub revision: u64,
+    /// The changes after `compacted`, in revision order.
+    pub changes: Vec<ObjChange>,
+}
+
+/// What a lookup operation asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupKind {
+    /// Publish `value` (persistent: acknowledged by the leader; volatile: sent).
+    Publish,
+    /// The provider stopped refreshing (volatile): the entry must go within its bound.
+    Stop,
+    /// A get from the leader.
+    Get,
+}
+
+/// How a lookup operation ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LookupOutcome {
+    /// Published with this version (stamp, provider): acknowledged if persistent.
+    Published {
+        /// Version.
+        version: (u64, u64),
+    },
+    /// The provider stopped.
+    Stopped,
+    /// The leader answered this entry (none: absent).
+    Found {
+        /// The entry: value, version (stamp, provider).
+        entry: Option<(String, (u64, u64))>,
+        /// The leader's device.
+        leader: u64,
+    },
+    /// Definitely no effect.
+    Fail(String),
+    /// May or may not have taken effect.
+    Unknown(String),
+}
+
+/// One lookup operation.
+#[derive(Clone, Debug, Serialize)]
+pub struct LookupOp {
+    /// Client.
+    pub client: u64,
+    /// What it asked.
+    pub kind: LookupKind,
+    /// Key.
+    pub key: String,
+    /// Persistent (else volatile).
+    pub persistent: bool,
+    /// The refresh interval the provider asked for (ms).
+    pub interval_ms: u64,
+    /// The value published.
+    pub value: Option<String>,
+    /// Invoke time (µs).
+    pub invoke_us: u64,
+    /// Response time (µs); none for `Unknown`.
+    pub response_us: Option<u64>,
+    /// The outcome.
+    pub outcome: LookupOutcome,
+}
+
 /// A fault the nemesis injected.
 #[derive(Clone, Debug, Serialize)]
 pub struct Fault {
@@ -143,6 +299,12 @@ pub struct Recorded {
     pub holds: Vec<Hold>,
     /// Faults.
     pub faults: Vec<Fault>,
+    /// Object operations.
+    pub objects: Vec<ObjOp>,
+    /// Per store, its object history after the full restart.
+    pub object_histories: std::collections::BTreeMap<u32, ObjHistory>,
+    /// Lookup operations.
+    pub lookups: Vec<LookupOp>,
 }
 
 impl Recorder {
@@ -167,6 +329,22 @@ impl Recorder {
     /// Record an operation.
     pub fn op(&self, op: Op) {
         self.inner.lock().expect("recorder").ops.push(op);
+    }
+
+    /// Record an object operation.
+    pub fn obj(&self, op: ObjOp) {
+        self.inner.lock().expect("recorder").objects.push(op);
+    }
+
+    /// Record a store's object history.
+    pub fn obj_history(&self, store: u32, h: ObjHistory) {
+        let mut r = self.inner.lock().expect("recorder");
+        r.object_histories.insert(store, h);
+    }
+
+    /// Record a lookup operation.
+    pub fn lookup(&self, op: LookupOp) {
+        self.inner.lock().expect("recorder").lookups.push(op);
     }
 
     /// Record a holding interval; returns its index.

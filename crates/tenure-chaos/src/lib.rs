@@ -1,27 +1,34 @@
 //! # tenure-chaos
 //!
 //! Fault testing of real `tenure server` processes, in the manner of Jepsen: test hosts
-//! (network namespaces, [`net`]), one device per host ([`devices`]), a seeded nemesis
-//! that kills, pauses, partitions and drops packets ([`nemesis`]), a workload of lock
-//! clients recording a real-time history ([`workload`], [`history`]), and at the end the
-//! simulator's checkers run on that history ([`check`]) and a summary is printed
-//! ([`summary`]).
+//! (network namespaces, [`net`]) whose peer links pass through proxies ([`proxy`]) and
+//! whose data directories are disks that can stall ([`disk`]), one device per host
+//! ([`devices`]), a seeded nemesis that kills, pauses, partitions, drops, delays and
+//! reorders packets and stalls disks ([`nemesis`]), a workload of lock clients
+//! ([`workload`]), object clients ([`objects`]) and lookup providers and readers
+//! ([`lookup`]) recording a real-time history ([`history`]), and at the end the
+//! simulator's checkers run on that history ([`check`], [`objects`], [`lookup`]) and a
+//! summary is printed ([`summary`]).
 //!
 //! A run has four phases: faults for the configured time; heal and a fault-free settle
 //! while the workload goes on (recovery); stop the workload with some locks held, kill
-//! every device and start them all again; read every lock's holders and compare them
-//! with what the clients were told. One seed drives every choice of the nemesis and the
-//! workload (timing of real processes still varies between runs of one seed).
+//! every device and start them all again; read every lock's holders, every object and
+//! every lookup key, and the stores' object histories, and compare them with what the
+//! clients were told. One seed drives every choice of the nemesis and the workload
+//! (timing of real processes still varies between runs of one seed).
 //!
 //! Needs root (namespaces) and `nft`; [`net::unsupported`] says why not when it cannot
-//! run, so tests can skip.
+//! run, so tests can skip. Disk stalls need loop devices and cgroup v1 block-I/O
+//! throttling ([`disk::unsupported`]); without them a run goes on without that fault.
 
 pub mod check;
 pub mod devices;
 pub mod disk;
 pub mod history;
+pub mod lookup;
 pub mod nemesis;
 pub mod net;
+pub mod objects;
 pub mod proxy;
 pub mod summary;
 pub mod workload;
@@ -55,6 +62,12 @@ pub struct ChaosConfig {
     pub stores: u32,
     /// Lock names (spread over stores by their first segment).
     pub names: usize,
+    /// Object clients (0: no object workload).
+    pub object_clients: usize,
+    /// Object keys (all in one store).
+    pub object_keys: usize,
+    /// Lookup keys of each durability (0: no lookup workload).
+    pub lookup_keys: usize,
     /// Fault-free time with the workload after the last fault.
     pub settle: Duration,
     /// Session TTL of the clients.
@@ -80,6 +93,9 @@ impl ChaosConfig {
             bin,
             stores: 16,
             names: 3,
+            object_clients: 2,
+            object_keys: 3,
+            lookup_keys: 2,
             settle: Duration::from_secs(5),
             ttl: Duration::from_secs(5),
             max_steps: 2_000_000,
@@ -188,6 +204,43 @@ async fn inner(
             ))
         })
         .collect();
+    // Object and lookup clients: ids from 100 and 200 (the final readers 150 and 250).
+    let obj_keys = objects::keys(cfg.object_keys);
+    let mut others: Vec<tokio::task::JoinHandle<anyhow::Result<()>>> = (0..cfg.object_clients
+        as u64)
+        .map(|i| {
+            tokio::spawn(objects::worker(
+                100 + i,
+                endpoints.clone(),
+                obj_keys.clone(),
+                cfg.stores,
+                rec.clone(),
+                rng.fork(),
+                stop_rx.clone(),
+            ))
+        })
+        .collect();
+    let (persistent, volatile) = lookup::keys(cfg.lookup_keys);
+    if cfg.lookup_keys > 0 {
+        others.push(tokio::spawn(lookup::providers(
+            200,
+            endpoints.clone(),
+            persistent.clone(),
+            volatile.clone(),
+            rec.clone(),
+            rng.fork(),
+            stop_rx.clone(),
+        )));
+        others.push(tokio::spawn(lookup::reader(
+            201,
+            endpoints.clone(),
+            persistent.clone(),
+            volatile.clone(),
+            rec.clone(),
+            rng.fork(),
+            stop_rx.clone(),
+        )));
+    }
 
     // Phase 1: faults.
     let started = Instant::now();
@@ -221,6 +274,14 @@ async fn inner(
         match tokio::time::timeout(Duration::from_secs(60), w).await {
             Ok(Ok(Ok(Some(h)))) => held.push(h),
             Ok(Ok(Ok(None))) => {}
+            Ok(Ok(Err(e))) => bail!("a client failed: {e:#}"),
+            Ok(Err(e)) => bail!("a client panicked: {e}"),
+            Err(_) => bail!("a client did not stop within 60 s"),
+        }
+    }
+    for w in others {
+        match tokio::time::timeout(Duration::from_secs(60), w).await {
+            Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => bail!("a client failed: {e:#}"),
             Ok(Err(e)) => bail!("a client panicked: {e}"),
             Err(_) => bail!("a client did not stop within 60 s"),
@@ -260,16 +321,37 @@ async fn inner(
         let _ = tokio::time::timeout(Duration::from_secs(5), h.guard.release()).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), h.client.close()).await;
     }
+    if cfg.object_clients > 0 {
+        objects::final_reads(&rec, &endpoints, &obj_keys, 150).await;
+    }
+    if cfg.lookup_keys > 0 {
+        lookup::final_reads(&rec, &endpoints, &persistent, &volatile, 250).await;
+    }
 
     // Checks. The history goes beside the logs (kept when something failed, or with
     // `keep_data`) for a look at what the clients saw.
     let recorded = rec.snapshot();
     std::fs::write(data.join("history.json"), serde_json::to_vec(&recorded)?)?;
-    let (ops, holds, max_steps) = (recorded.ops.clone(), recorded.holds.clone(), cfg.max_steps);
-    let fr = final_read.clone();
-    let checks =
-        tokio::task::spawn_blocking(move || check::run_checks(&ops, &holds, Some(&fr), max_steps))
-            .await?;
+    let max_steps = cfg.max_steps;
+    let restart_us = rec.us(restart_at);
+    let lookup_settings = cfgs.first().map(|c| c.lookup.clone()).unwrap_or_default();
+    let r = recorded.clone();
+    let checks = tokio::task::spawn_blocking(move || {
+        let mut c = check::run_checks(&r.ops, &r.holds, Some(&final_read), max_steps);
+        if !r.objects.is_empty() {
+            c.extend(objects::checks(
+                &r.objects,
+                &r.object_histories,
+                Some(restart_us),
+                max_steps,
+            ));
+        }
+        if !r.lookups.is_empty() {
+            c.extend(lookup::checks(&r.lookups, &r.faults, &lookup_settings));
+        }
+        c
+    })
+    .await?;
     let (op_counts, fault_counts) = summary::counts(&recorded);
     Ok(Summary {
         seed: cfg.seed,
@@ -281,9 +363,9 @@ async fn inner(
         unavailable: (disks.unavailable.iter())
             .map(|why| ("disk-stall".to_string(), why.clone()))
             .collect(),
-        unavailability: summary::unavailability(&recorded.ops, stop_us),
-        recovery: summary::recovery(&recorded.ops, &recorded.faults),
-        reasons: summary::reasons(&recorded.ops),
+        unavailability: summary::unavailability(&summary::spans(&recorded), stop_us),
+        recovery: summary::recovery(&summary::spans(&recorded), &recorded.faults),
+        reasons: summary::reasons(&recorded),
         fault_log: recorded.faults,
         checks,
         full_restart_ms: Some(restart.as_millis() as u64),

@@ -205,7 +205,7 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
                 let f = rec.fault(
                     kind,
                     format!(
-                        "each direction 0-250 ms (d{}->d{} {} ms), links cut",
+                        "each way 0-250 ms, cuts (d{}->d{} {})",
                         slow.1, slow.2, slow.0
                     ),
                     all.clone(),

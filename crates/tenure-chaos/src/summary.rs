@@ -1,10 +1,13 @@
-//! The run's summary, Jepsen-style: operations by kind and outcome, faults by kind, the
-//! checks, and availability — the longest time each store answered no operation while
-//! some client was trying, and how long after each fault's end every store answered
-//! again.
+//! The run's summary, Jepsen-style: operations (locks, objects, lookup) by kind and
+//! outcome, faults by kind (and the kinds this machine cannot inject), the checks, and
+//! availability — the longest time each store answered no lock or object operation
+//! while some client was trying, and how long after each fault's end every store
+//! answered again.
 
 use crate::check::CheckResult;
-use crate::history::{Fault, Op, OpKind, Outcome, Recorded};
+use crate::history::{
+    Fault, LookupKind, LookupOutcome, ObjKind, ObjOutcome, OpKind, Outcome, Recorded,
+};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -92,15 +95,51 @@ fn kind_name(k: &OpKind) -> &'static str {
     }
 }
 
+/// One operation on a store, for availability: locks and objects alike.
+#[derive(Clone, Debug)]
+pub struct Span {
+    /// Store.
+    pub store: u32,
+    /// Lock name or object key.
+    pub name: String,
+    /// Invoke (µs).
+    pub invoke_us: u64,
+    /// Response (µs); none: unknown.
+    pub response_us: Option<u64>,
+    /// Whether it succeeded.
+    pub ok: bool,
+}
+
+/// The operations of a run on stores (a session's end is not one).
+pub fn spans(r: &Recorded) -> Vec<Span> {
+    let locks = (r.ops.iter())
+        .filter(|o| o.kind != OpKind::Expiry)
+        .map(|o| Span {
+            store: o.store,
+            name: o.name.clone(),
+            invoke_us: o.invoke_us,
+            response_us: o.response_us,
+            ok: o.ok(),
+        });
+    let objects = r.objects.iter().map(|o| Span {
+        store: o.store,
+        name: o.key.clone(),
+        invoke_us: o.invoke_us,
+        response_us: o.response_us,
+        ok: matches!(
+            o.outcome,
+            ObjOutcome::Written { .. } | ObjOutcome::Mismatch | ObjOutcome::Read(_)
+        ),
+    });
+    locks.chain(objects).collect()
+}
+
 /// Per store: longest stretch with no successful operation while some client tried,
 /// over the operations invoked before the workload stopped at `end_us` (the final
 /// phase's acquires wait for locks held on purpose).
-pub fn unavailability(ops: &[Op], end_us: u64) -> Vec<StoreGap> {
-    let mut by_store: BTreeMap<u32, Vec<&Op>> = BTreeMap::new();
-    for o in ops
-        .iter()
-        .filter(|o| o.kind != OpKind::Expiry && o.invoke_us < end_us)
-    {
+pub fn unavailability(ops: &[Span], end_us: u64) -> Vec<StoreGap> {
+    let mut by_store: BTreeMap<u32, Vec<&Span>> = BTreeMap::new();
+    for o in ops.iter().filter(|o| o.invoke_us < end_us) {
         by_store.entry(o.store).or_default().push(o);
     }
     let mut out = Vec::new();
@@ -118,7 +157,7 @@ pub fn unavailability(ops: &[Op], end_us: u64) -> Vec<StoreGap> {
         spans.sort();
         let mut oks: Vec<u64> = ops
             .iter()
-            .filter(|o| o.ok())
+            .filter(|o| o.ok)
             .filter_map(|o| o.response_us)
             .collect();
         oks.sort();
@@ -156,9 +195,9 @@ pub fn unavailability(ops: &[Op], end_us: u64) -> Vec<StoreGap> {
 }
 
 /// Per fault: the longest time over the stores from its end to a successful operation.
-pub fn recovery(ops: &[Op], faults: &[Fault]) -> Vec<Recovery> {
+pub fn recovery(ops: &[Span], faults: &[Fault]) -> Vec<Recovery> {
     let mut oks: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for o in ops.iter().filter(|o| o.ok()) {
+    for o in ops.iter().filter(|o| o.ok) {
         if let Some(t) = o.response_us {
             oks.entry(o.store).or_default().push(t);
         }
@@ -187,24 +226,72 @@ pub fn recovery(ops: &[Op], faults: &[Fault]) -> Vec<Recovery> {
         .collect()
 }
 
+/// Every operation of a run as (kind, outcome, why it failed or is unknown, name): locks,
+/// objects and lookup alike.
+fn labelled(r: &Recorded) -> Vec<(&'static str, &'static str, Option<&str>, &str)> {
+    let mut out = Vec::new();
+    for o in &r.ops {
+        let why = match &o.outcome {
+            Outcome::Fail(w) | Outcome::Unknown(w) => Some(w.as_str()),
+            _ => None,
+        };
+        out.push((
+            kind_name(&o.kind),
+            outcome_name(&o.outcome),
+            why,
+            o.name.as_str(),
+        ));
+    }
+    for o in &r.objects {
+        let kind = match o.kind {
+            ObjKind::Put => "object put",
+            ObjKind::Cas => "object cas",
+            ObjKind::Get => "object get",
+        };
+        let (outcome, why) = match &o.outcome {
+            ObjOutcome::Written { .. } => ("ok", None),
+            ObjOutcome::Mismatch => ("mismatch", None),
+            ObjOutcome::Read(Some(_)) => ("ok", None),
+            ObjOutcome::Read(None) => ("absent", None),
+            ObjOutcome::Fail(w) => ("fail", Some(w.as_str())),
+            ObjOutcome::Unknown(w) => ("unknown", Some(w.as_str())),
+        };
+        out.push((kind, outcome, why, o.key.as_str()));
+    }
+    for o in &r.lookups {
+        let kind = match (&o.kind, o.persistent) {
+            (LookupKind::Publish, true) => "publish (persistent)",
+            (LookupKind::Publish, false) => "publish (volatile)",
+            (LookupKind::Stop, _) => "provider stop",
+            (LookupKind::Get, _) => "lookup get",
+        };
+        let (outcome, why) = match &o.outcome {
+            LookupOutcome::Published { .. } | LookupOutcome::Stopped => ("ok", None),
+            LookupOutcome::Found { entry: Some(_), .. } => ("ok", None),
+            LookupOutcome::Found { entry: None, .. } => ("absent", None),
+            LookupOutcome::Fail(w) => ("fail", Some(w.as_str())),
+            LookupOutcome::Unknown(w) => ("unknown", Some(w.as_str())),
+        };
+        out.push((kind, outcome, why, o.key.as_str()));
+    }
+    out
+}
+
 /// Why operations failed or ended unknown, by kind and reason (numbers and names
 /// blanked so that reasons group).
-pub fn reasons(ops: &[Op]) -> BTreeMap<String, u64> {
+pub fn reasons(r: &Recorded) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for o in ops {
-        let (what, why) = match &o.outcome {
-            Outcome::Fail(w) => ("fail", w),
-            Outcome::Unknown(w) => ("unknown", w),
-            _ => continue,
+    for (kind, what, why, name) in labelled(r) {
+        let Some(why) = why else {
+            continue;
         };
         let why: String = why
+            .replace(name, "NAME")
             .chars()
             .map(|c| if c.is_ascii_digit() { '#' } else { c })
-            .collect::<String>()
-            .replace(&o.name, "NAME");
-        let why: String = why.chars().take(110).collect();
-        *out.entry(format!("{} {what}: {why}", kind_name(&o.kind)))
-            .or_default() += 1;
+            .take(110)
+            .collect();
+        *out.entry(format!("{kind} {what}: {why}")).or_default() += 1;
     }
     out
 }
@@ -217,10 +304,10 @@ pub fn counts(
     BTreeMap<String, u64>,
 ) {
     let mut ops: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for o in &r.ops {
-        *ops.entry(kind_name(&o.kind).into())
+    for (kind, outcome, _, _) in labelled(r) {
+        *ops.entry(kind.into())
             .or_default()
-            .entry(outcome_name(&o.outcome).into())
+            .entry(outcome.into())
             .or_default() += 1;
     }
     let mut faults = BTreeMap::new();
@@ -242,7 +329,7 @@ impl std::fmt::Display for Summary {
         for (kind, outs) in &self.ops {
             let total: u64 = outs.values().sum();
             let parts: Vec<String> = outs.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            let _ = writeln!(s, "  {kind:<12} {total:>6}  ({})", parts.join(", "));
+            let _ = writeln!(s, "  {kind:<21} {total:>6}  ({})", parts.join(", "));
         }
         if !self.reasons.is_empty() {
             let _ = writeln!(s, "  fail/unknown reasons:");
@@ -270,7 +357,7 @@ impl std::fmt::Display for Summary {
                 .map_or("-".to_string(), |m| format!("{m} ms"));
             let _ = writeln!(
                 s,
-                "    {:>7.1}s-{:<7} {:<8} {:<40} recovered in {rec}",
+                "    {:>7.1}s-{:<7} {:<10} {:<40} recovered in {rec}",
                 fl.start_us as f64 / 1e6,
                 fl.end_us
                     .map_or("?".into(), |e| format!("{:.1}s", e as f64 / 1e6)),
