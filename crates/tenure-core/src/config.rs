@@ -89,7 +89,8 @@ pub struct PlantedBugs {
     pub expire_without_grace: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
-    /// The lookup leader admits every node that asks to join (no `t + 1` bound).
+    /// The lookup service keeps no `t + 1` bound: the leader admits every node that asks
+    /// to join, and no surplus active node steps down.
     pub lookup_admit_all: bool,
     /// A lookup leader keeps its leadership when an older active node appears.
     pub lookup_keep_leadership: bool,
@@ -107,6 +108,9 @@ pub struct PlantedBugs {
     pub lookup_sync_restarts_seq: bool,
     /// The lookup maintainer runs only on soft-state changes, never on LONG_TIMEOUT.
     pub lookup_no_long_timeout: bool,
+    /// A lookup leader answers a `Get` of a live entry with a value nobody published (the
+    /// entry's value with a byte appended).
+    pub lookup_fabricated_answer: bool,
     /// The object collector also deletes the blocks of active objects.
     pub objects_collect_active: bool,
     /// Fenced object writes are applied without checking the token.

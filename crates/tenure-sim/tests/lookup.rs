@@ -112,6 +112,42 @@ fn caught(
     (seed, outcome, v)
 }
 
+// Checker (1), the t + 1 part, planted bug: the service keeps no t + 1 bound — the
+// leader admits every node that asks to join and no surplus node steps down — so more
+// than t + 1 nodes stay active past the quiet period (seed 003: "the protocol attempts to
+// maintain at most t+1 hot nodes").
+#[test]
+fn planted_admit_all_is_caught_by_the_leader_checkers_t_plus_one_part() {
+    let planted = PlantedBugs {
+        lookup_admit_all: true,
+        ..PlantedBugs::default()
+    };
+    let (_, outcome, v) = caught(
+        planted,
+        ProfileChoice::Common,
+        50,
+        |v| matches!(v, LookupViolation::Leaders { why, .. } if why.contains("t + 1 =")),
+    );
+    assert_eq!(outcome, Outcome::Correctness);
+    assert!(v.to_string().contains("active nodes"), "{v}");
+}
+
+// Integrity (besides the numbered checkers), planted bug: the leader answers a Get of a
+// live entry with its value and a byte more, a value no provider ever published. The
+// answer is fabricated, not merely stale.
+#[test]
+fn planted_fabricated_answer_is_caught_by_the_integrity_checker() {
+    let planted = PlantedBugs {
+        lookup_fabricated_answer: true,
+        ..PlantedBugs::default()
+    };
+    let (_, outcome, v) = caught(planted, ProfileChoice::Common, 20, |v| {
+        matches!(v, LookupViolation::Fabricated { .. })
+    });
+    assert_eq!(outcome, Outcome::Correctness);
+    assert!(v.to_string().contains("never its provider's value"), "{v}");
+}
+
 // Checkers (1) and (2), planted bug: nodes react to "node down" only at their next
 // LONG_TIMEOUT maintainer run, so after the leader crashes nobody leads for up to a
 // LONG_TIMEOUT. The outage checker must see a query unanswered past 3 HB (+ slack and

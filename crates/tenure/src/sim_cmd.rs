@@ -125,7 +125,7 @@ enum Plant {
     ExpireWithoutGrace,
     /// A device that does not manage a store redirects clients to itself.
     RedirectToSelf,
-    /// The lookup leader admits every node that asks to join (no t + 1 bound).
+    /// The lookup service keeps no t + 1 bound (every join admitted, no step-down).
     LookupAdmitAll,
     /// A lookup leader keeps its leadership when an older active node appears.
     LookupKeepLeadership,
@@ -143,6 +143,8 @@ enum Plant {
     LookupSyncRestartsSeq,
     /// The lookup maintainer never runs on LONG_TIMEOUT.
     LookupNoLongTimeout,
+    /// A lookup leader answers a get with a value nobody published.
+    LookupFabricatedAnswer,
     /// The object collector also deletes the blocks of active objects.
     ObjectsCollectActive,
     /// Fenced object writes are applied without checking the token.
@@ -235,6 +237,7 @@ impl SimArgs {
             lookup_silent_expiry: self.plant.contains(&Plant::LookupSilentExpiry),
             lookup_sync_restarts_seq: self.plant.contains(&Plant::LookupSyncRestartsSeq),
             lookup_no_long_timeout: self.plant.contains(&Plant::LookupNoLongTimeout),
+            lookup_fabricated_answer: self.plant.contains(&Plant::LookupFabricatedAnswer),
             objects_collect_active: self.plant.contains(&Plant::ObjectsCollectActive),
             objects_ignore_fence: self.plant.contains(&Plant::ObjectsIgnoreFence),
             objects_read_superseded: self.plant.contains(&Plant::ObjectsReadSuperseded),

@@ -752,7 +752,12 @@ impl Node {
                 let lid = lid?;
                 let window = ctx.cfg.lookup.adapt.demand_window;
                 self.data.count_query(now, window, key);
-                let entry = self.data.map.get(key).and_then(|e| self.data.view(now, e));
+                let mut entry = self.data.map.get(key).and_then(|e| self.data.view(now, e));
+                if ctx.cfg.planted.lookup_fabricated_answer
+                    && let Some(e) = &mut entry
+                {
+                    e.value.push(b'?');
+                }
                 Some(Ok(LookupResponse::Entry { entry, leader: lid }))
             }
             LookupRequest::List { prefix } => {

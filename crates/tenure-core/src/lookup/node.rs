@@ -382,7 +382,8 @@ impl Node {
                 .filter(|(_, d)| Self::s(ctx).ups != Some(*d))
                 .max()
                 == Some(&mine);
-            if nodes.len() > t + 1 && !self.is_ups(ctx) && youngest_non_ups {
+            let surplus = nodes.len() > t + 1 && !ctx.cfg.planted.lookup_admit_all;
+            if surplus && !self.is_ups(ctx) && youngest_non_ups {
                 self.active = false;
                 self.start = None;
                 self.leader = false;
