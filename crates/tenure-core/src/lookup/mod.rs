@@ -29,6 +29,8 @@ pub mod policy;
 pub mod sss;
 
 #[cfg(test)]
+mod adapt_tests;
+#[cfg(test)]
 mod regressions;
 #[cfg(test)]
 mod tests;

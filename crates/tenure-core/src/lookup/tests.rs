@@ -10,12 +10,12 @@ use std::time::Duration;
 
 const MS: Duration = Duration::from_millis(1);
 
-fn d(n: u64) -> DeviceId {
+pub(super) fn d(n: u64) -> DeviceId {
     DeviceId(n)
 }
 
 /// A cluster of `n` devices with one store (the lookup service is what is under test).
-fn cluster(n: u64, tweak: impl Fn(&mut LookupSettings)) -> Cluster {
+pub(super) fn cluster(n: u64, tweak: impl Fn(&mut LookupSettings)) -> Cluster {
     Cluster::with(n, 1, |c| tweak(&mut c.lookup))
 }
 
@@ -26,7 +26,7 @@ fn states(c: &Cluster) -> Vec<(DeviceId, NodeState)> {
         .collect()
 }
 
-fn leaders(c: &Cluster) -> Vec<DeviceId> {
+pub(super) fn leaders(c: &Cluster) -> Vec<DeviceId> {
     (c.devices.iter())
         .filter(|(_, dev)| dev.lookup().is_leader())
         .map(|(id, _)| *id)
@@ -42,7 +42,7 @@ fn active_count(c: &Cluster) -> usize {
 /// Cold start of every node at once: nobody answers Can-I-Join, so after three tries
 /// every node becomes active (the self-stabilising variant), warms up, and the oldest
 /// by `<activeStartTime, id>` leads.
-fn settled(n: u64, tweak: impl Fn(&mut LookupSettings)) -> Cluster {
+pub(super) fn settled(n: u64, tweak: impl Fn(&mut LookupSettings)) -> Cluster {
     let mut c = cluster(n, tweak);
     c.run_for(Duration::from_secs(8));
     c
@@ -65,7 +65,7 @@ fn publish(
     }
 }
 
-fn answer(c: &Cluster, req_id: u64) -> Result<LookupResponse, LookupError> {
+pub(super) fn answer(c: &Cluster, req_id: u64) -> Result<LookupResponse, LookupError> {
     match c.replies.get(&req_id).cloned().expect("answered") {
         Ok(Response::Lookup(r)) => Ok(r),
         Err(ClientError::Lookup(e)) => Err(e),
@@ -73,7 +73,7 @@ fn answer(c: &Cluster, req_id: u64) -> Result<LookupResponse, LookupError> {
     }
 }
 
-fn get(c: &mut Cluster, via: DeviceId, key: &str) -> Option<Vec<u8>> {
+pub(super) fn get(c: &mut Cluster, via: DeviceId, key: &str) -> Option<Vec<u8>> {
     let id = c.lookup(via, 1, LookupRequest::Get { key: key.into() });
     c.run_for(Duration::from_millis(150));
     match answer(c, id) {
