@@ -405,6 +405,8 @@ fn writes(a: WritesArgs) -> anyhow::Result<()> {
 /// (`cluster.json`), not for `--endpoints`.
 struct CpuMeter {
     devices: Vec<u32>,
+    /// What the measured processes are ("device", "etcd").
+    label: &'static str,
     start: Option<(Option<Duration>, Duration)>,
 }
 
@@ -419,7 +421,22 @@ impl CpuMeter {
             Vec::new()
         };
         let start = cpu_sample(&devices);
-        CpuMeter { devices, start }
+        CpuMeter {
+            devices,
+            label: "device",
+            start,
+        }
+    }
+
+    /// Start measuring etcd's processes `pids` (so that its CPU per operation stands
+    /// beside Tenure's devices'), and this process.
+    fn start_pids(pids: Vec<u32>) -> CpuMeter {
+        let start = cpu_sample(&pids);
+        CpuMeter {
+            devices: pids,
+            label: "etcd",
+            start,
+        }
     }
 
     /// Microseconds of CPU per unit of work since the start, as JSON
@@ -433,8 +450,9 @@ impl CpuMeter {
         let bench = per(b1.saturating_sub(b0));
         let text = match devices {
             Some(d) => format!(
-                "CPU per {unit}: {d:.0} µs in the {} device processes, {bench:.0} µs in this one",
-                self.devices.len()
+                "CPU per {unit}: {d:.0} µs in the {} {} processes, {bench:.0} µs in this one",
+                self.devices.len(),
+                self.label
             ),
             None => format!("CPU per {unit}: {bench:.0} µs in this process"),
         };

@@ -42,6 +42,10 @@ pub struct LookupArgs {
     /// queriers read with linearizable Range.
     #[arg(long)]
     etcd: Option<String>,
+    /// With `--etcd`: the process ids of the etcd members (comma-separated, e.g.
+    /// `$(pgrep -d, -x etcd)`), whose CPU per operation is then reported.
+    #[arg(long, value_delimiter = ',', requires = "etcd")]
+    etcd_pids: Vec<u32>,
     #[command(flatten)]
     target: Target,
     /// Machine-readable output.
@@ -247,7 +251,11 @@ async fn measure(a: &LookupArgs, backend: Backend, keys: Vec<String>) -> anyhow:
     let started = Instant::now();
     let last_ok = Arc::new(AtomicU64::new(0));
     let longest_gap = Arc::new(Mutex::new(Duration::ZERO));
-    let cpu = CpuMeter::start(&a.target);
+    let cpu = if a.etcd.is_some() {
+        CpuMeter::start_pids(a.etcd_pids.clone())
+    } else {
+        CpuMeter::start(&a.target)
+    };
     let end = started + Duration::from_secs(a.seconds);
     let keys = Arc::new(keys);
     let mut tasks = Vec::new();

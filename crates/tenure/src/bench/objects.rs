@@ -41,6 +41,10 @@ pub struct ObjectsArgs {
     /// Run the same shapes against etcd at this endpoint (`host:port`).
     #[arg(long)]
     etcd: Option<String>,
+    /// With `--etcd`: the process ids of the etcd members (comma-separated, e.g.
+    /// `$(pgrep -d, -x etcd)`), whose CPU per operation is then reported.
+    #[arg(long, value_delimiter = ',', requires = "etcd")]
+    etcd_pids: Vec<u32>,
     #[command(flatten)]
     target: Target,
     /// Machine-readable output.
@@ -187,7 +191,7 @@ async fn phase(a: &ObjectsArgs, put: bool, clients: u64, size: usize) -> anyhow:
     }
     let errors = Arc::new(AtomicU64::new(0));
     let cpu = if a.etcd.is_some() {
-        None
+        (!a.etcd_pids.is_empty()).then(|| CpuMeter::start_pids(a.etcd_pids.clone()))
     } else {
         Some(CpuMeter::start(&a.target))
     };
