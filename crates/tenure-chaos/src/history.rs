@@ -153,8 +153,12 @@ pub enum ObjOutcome {
         /// Upload.
         uuid: String,
     },
-    /// A compare-and-set found another revision (no effect).
-    Mismatch,
+    /// A compare-and-set found another revision (no effect): the key's active revision
+    /// as the store answered it (none: no object).
+    Mismatch {
+        /// The active revision the store reported.
+        current: Option<u64>,
+    },
     /// A get found this (none: no object).
     Read(Option<ObjRead>),
     /// Definitely no effect (a read that failed).

@@ -143,9 +143,9 @@ impl Worker {
                     uuid: w.uuid,
                 }
             }
-            Ok(Err(Error::RevisionMismatch { .. })) if cas => {
+            Ok(Err(Error::RevisionMismatch { current, .. })) if cas => {
                 self.seen.remove(key);
-                ObjOutcome::Mismatch
+                ObjOutcome::Mismatch { current }
             }
             Ok(Err(e)) => ObjOutcome::Unknown(e.to_string()),
             Err(_) => ObjOutcome::Unknown(format!("no answer in {CALL_LIMIT:?}")),
@@ -331,7 +331,7 @@ fn register_ops(ops: &[&ObjOp]) -> Vec<Operation<RegisterInput, RegisterOutput>>
                 };
                 let output = match outcome {
                     ObjOutcome::Written { .. } => Some(RegisterOutput::Ok),
-                    ObjOutcome::Mismatch => Some(RegisterOutput::CasFailed),
+                    ObjOutcome::Mismatch { .. } => Some(RegisterOutput::CasFailed),
                     _ => None,
                 };
                 (input, output)

@@ -128,7 +128,7 @@ pub fn spans(r: &Recorded) -> Vec<Span> {
         response_us: o.response_us,
         ok: matches!(
             o.outcome,
-            ObjOutcome::Written { .. } | ObjOutcome::Mismatch | ObjOutcome::Read(_)
+            ObjOutcome::Written { .. } | ObjOutcome::Mismatch { .. } | ObjOutcome::Read(_)
         ),
     });
     locks.chain(objects).collect()
@@ -250,7 +250,7 @@ fn labelled(r: &Recorded) -> Vec<(&'static str, &'static str, Option<&str>, &str
         };
         let (outcome, why) = match &o.outcome {
             ObjOutcome::Written { .. } => ("ok", None),
-            ObjOutcome::Mismatch => ("mismatch", None),
+            ObjOutcome::Mismatch { .. } => ("mismatch", None),
             ObjOutcome::Read(Some(_)) => ("ok", None),
             ObjOutcome::Read(None) => ("absent", None),
             ObjOutcome::Fail(w) => ("fail", Some(w.as_str())),

@@ -335,7 +335,13 @@ fn clean_objects() -> (Vec<ObjOp>, BTreeMap<u32, ObjHistory>) {
         obj(0, ObjKind::Put, Some(A), (0, 10), written(1, 11)),
         obj(1, ObjKind::Get, None, (20, 30), read(A, 1, 11)),
         cas(1, (1, A), B, (40, 50), written(2, 22)),
-        cas(0, (1, A), C, (60, 70), ObjOutcome::Mismatch),
+        cas(
+            0,
+            (1, A),
+            C,
+            (60, 70),
+            ObjOutcome::Mismatch { current: Some(2) },
+        ),
         obj(2, ObjKind::Get, None, (80, 90), read(B, 2, 22)),
     ];
     (
