@@ -1,8 +1,12 @@
 //! `tenure chaos`: fault testing of real device processes on test hosts (network
 //! namespaces on this machine; needs root and nftables). A seeded nemesis kills, pauses,
-//! partitions and drops packets while lock clients record a history; at the end the
-//! simulator's checkers run on it and a Jepsen-style summary is printed (`--json` for
-//! scripts). Exit status: 0 when no check failed, 2 on a violation, 1 on an error.
+//! partitions, drops, delays and reorders peer traffic (through proxies on the peer
+//! links) and stalls disks (loop devices throttled through cgroup v1 block I/O, where the
+//! machine has them) while lock, object and lookup clients record a history; at the end
+//! the simulator's checkers run on it and a Jepsen-style summary is printed (`--json`
+//! for scripts): operations, faults by kind (and the kinds this machine cannot inject),
+//! each check, availability. Exit status: 0 when no check failed, 2 on a violation, 1 on
+//! an error.
 
 use clap::Args;
 use std::process::ExitCode;
@@ -26,6 +30,12 @@ pub struct ChaosArgs {
     /// Lock clients.
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Object clients (0: none).
+    #[arg(long, default_value_t = 2)]
+    object_clients: usize,
+    /// Lookup keys of each durability, persistent and volatile (0: no lookup workload).
+    #[arg(long, default_value_t = 2)]
+    lookup_keys: usize,
     /// Keep the devices' data and logs even when every check passes.
     #[arg(long)]
     keep: bool,
@@ -51,6 +61,8 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs_f64(a.minutes.max(0.0) * 60.0),
     );
     cfg.clients = a.clients.max(1);
+    cfg.object_clients = a.object_clients;
+    cfg.lookup_keys = a.lookup_keys;
     cfg.keep_data = a.keep;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
