@@ -83,6 +83,9 @@ pub struct PlantedBugs {
     pub serve_without_lease: bool,
     /// The lock table grants without checking conflicting holders or waiters.
     pub skip_conflict_check: bool,
+    /// The lock table looks for conflicts on the requested name only: a lock on a path
+    /// and a conflicting lock on its ancestor or descendant can both be granted.
+    pub ignore_cover: bool,
     /// The manager answers a SafeTalk batch after the first ACCEPTED instead of all.
     pub confirm_before_all_accepted: bool,
     /// A new manager gives sessions no grace: every session expires at takeover.

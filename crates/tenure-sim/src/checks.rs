@@ -79,8 +79,11 @@ pub enum Violation {
     },
     /// Invariant 3: two sessions believed they held conflicting locks at one instant.
     MutualExclusion {
-        /// The lock.
+        /// The lock granted second.
         name: String,
+        /// The lock the earlier holder held: `name`, or a name that covers it or that it
+        /// covers (an ancestor or a descendant).
+        first_name: String,
         /// The earlier holder.
         first: SessionId,
         /// Its token.
@@ -231,6 +234,20 @@ impl std::fmt::Display for Violation {
             }
             Violation::MutualExclusion {
                 name,
+                first_name,
+                first,
+                first_token,
+                first_since_us,
+                second,
+                second_token,
+                at_us,
+            } if first_name == name => write!(
+                f,
+                "{name}: {second:?} ({second_token:?}) granted at {at_us}us while {first:?} ({first_token:?}) held it since {first_since_us}us"
+            ),
+            Violation::MutualExclusion {
+                name,
+                first_name,
                 first,
                 first_token,
                 first_since_us,
@@ -239,7 +256,7 @@ impl std::fmt::Display for Violation {
                 at_us,
             } => write!(
                 f,
-                "{name}: {second:?} ({second_token:?}) granted at {at_us}us while {first:?} ({first_token:?}) held it since {first_since_us}us"
+                "{name}: {second:?} ({second_token:?}) granted at {at_us}us while {first:?} ({first_token:?}) held {first_name}, which overlaps it, since {first_since_us}us"
             ),
             Violation::FencingOrder {
                 name,

@@ -116,6 +116,10 @@ pub struct LockKnobs {
     pub pipelined_p: f64,
     /// Requests a pipelining client keeps in flight at most, keep-alive aside.
     pub pipeline_max: usize,
+    /// Lock names are paths in a small tree per store (`/g`, `/g/a`, `/g/a/x`, ...), so
+    /// some names cover others and the cover rule and intention modes run (seed 004 §9);
+    /// otherwise they are siblings (`/g/l0`, `/g/l1`, ...).
+    pub nested_names: bool,
 }
 
 impl LockKnobs {
@@ -136,6 +140,7 @@ impl LockKnobs {
             crash_p: [0.0, 0.005, 0.02][rng.below(3) as usize],
             pipelined_p: 0.0,
             pipeline_max: 1,
+            nested_names: false,
         }
     }
 
@@ -150,6 +155,32 @@ impl LockKnobs {
             Pipelining::Forced => (1.0, max.max(2)),
         };
     }
+}
+
+impl LockKnobs {
+    /// Draw the shape of lock names from its own generator (which also gives each client
+    /// its names), so that a run with sibling names is exactly the run its seed gave
+    /// before names had paths.
+    pub fn draw_paths(&mut self, rng: &mut Rng, choice: LockPaths) {
+        let nested = rng.chance(0.75);
+        self.nested_names = match choice {
+            LockPaths::Drawn => nested,
+            LockPaths::Flat => false,
+            LockPaths::Nested => true,
+        };
+    }
+}
+
+/// The shape of the lock clients' names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum LockPaths {
+    /// The seed decides (nested in three runs out of four).
+    #[default]
+    Drawn,
+    /// Sibling names only (`/g/l0`, `/g/l1`, ...): no name covers another.
+    Flat,
+    /// Names from a small tree per store, some ancestors of others.
+    Nested,
 }
 
 /// Which lock clients pipeline requests on their session stream.

@@ -13,7 +13,9 @@
 //! pending one *finished* before it *started*; a configuration (set of linearized
 //! operations as a bitset, model state) that was already explored is never explored again.
 //! If the model's inputs name independent objects ([`Model::partition_key`]), the history is
-//! split per object and each part checked alone (linearizability is local, Herlihy & Wing).
+//! split per object and each part checked alone (linearizability is local, Herlihy & Wing);
+//! objects that depend on each other ([`Model::keys_related`]: a lock name and its
+//! ancestors and descendants) stay in one part.
 //! Every search is bounded by [`Limits::max_steps`] and answers [`Verdict::Unknown`] rather
 //! than hang CI.
 //!
@@ -23,9 +25,10 @@
 //! relaxed to "may or may not have happened". Relaxing only adds linearizations, so the
 //! core is a sound witness, and it is usually the two or three operations at fault.
 //!
-//! [`LockModel`] is the sequential specification of a shared/exclusive lock per name (the
-//! LOCK table of seed 004 §2, whose controller "does not grant conflicting locks", with
-//! Chubby's sequencers — fencing tokens — increasing per lock, seed 002 §14.4.5);
+//! [`LockModel`] is the sequential specification of shared/exclusive locks on path names
+//! (the LOCK table of seed 004 §2, whose controller "does not grant conflicting locks",
+//! where a lock on a path covers its descendants, §9, with Chubby's sequencers — fencing
+//! tokens — increasing per lock, seed 002 §14.4.5);
 //! [`RegisterModel`] is a read/write/CAS register, to check the checker on a second model.
 
 use std::collections::{BTreeMap, HashSet};
@@ -54,6 +57,13 @@ pub trait Model: Clone + Eq + Hash + Debug {
     /// `None` for any input disables partitioning.
     fn partition_key(_input: &Self::Input) -> Option<String> {
         None
+    }
+
+    /// Whether operations on objects `a` and `b` (two different partition keys) depend on
+    /// each other, so that their histories must be checked together. Dependence is taken
+    /// transitively: the history is split into the connected groups of keys.
+    fn keys_related(_a: &str, _b: &str) -> bool {
+        false
     }
 }
 
@@ -179,21 +189,51 @@ pub fn check<M: Model>(
     })
 }
 
-/// Splits the history per [`Model::partition_key`], or keeps it whole.
+/// Splits the history per [`Model::partition_key`], keys related by
+/// [`Model::keys_related`] together, or keeps it whole. A group of several keys is named
+/// by its keys in order, joined by `" + "`.
 fn partitions<M: Model>(
     history: &[Operation<M::Input, M::Output>],
 ) -> Vec<(Option<String>, Vec<usize>)> {
     let keys: Option<Vec<String>> = history.iter().map(|o| M::partition_key(&o.input)).collect();
-    match keys {
-        Some(keys) => {
-            let mut parts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-            for (i, k) in keys.into_iter().enumerate() {
-                parts.entry(k).or_default().push(i);
-            }
-            parts.into_iter().map(|(k, v)| (Some(k), v)).collect()
-        }
-        None => vec![(None, (0..history.len()).collect())],
+    let Some(keys) = keys else {
+        return vec![(None, (0..history.len()).collect())];
+    };
+    let mut per_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, k) in keys.into_iter().enumerate() {
+        per_key.entry(k).or_default().push(i);
     }
+    // Union-find over the distinct keys (few: the names a run uses).
+    let names: Vec<String> = per_key.keys().cloned().collect();
+    let mut parent: Vec<usize> = (0..names.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for a in 0..names.len() {
+        for b in a + 1..names.len() {
+            if M::keys_related(&names[a], &names[b]) {
+                let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        }
+    }
+    let mut groups: BTreeMap<usize, (Vec<&str>, Vec<usize>)> = BTreeMap::new();
+    for (i, (name, ops)) in per_key.iter().enumerate() {
+        let g = groups.entry(root(&mut parent, i)).or_default();
+        g.0.push(name);
+        g.1.extend(ops);
+    }
+    groups
+        .into_values()
+        .map(|(names, mut ops)| {
+            ops.sort_unstable();
+            (Some(names.join(" + ")), ops)
+        })
+        .collect()
 }
 
 enum Search<M> {
@@ -527,19 +567,32 @@ pub struct NameState {
     pub last_token: Option<FencingToken>,
 }
 
-impl NameState {
-    fn grantable(&self, session: SessionId, mode: LockMode) -> bool {
-        !self.holders.contains_key(&session)
-            && self
-                .holders
-                .values()
-                .all(|m| *m == LockMode::Shared && mode == LockMode::Shared)
-    }
+/// `a` is a proper ancestor of `b` in the path hierarchy (`/a` of `/a/b`, not of `/ab`).
+pub fn is_ancestor(a: &str, b: &str) -> bool {
+    b.len() > a.len() && b.starts_with(a) && b.as_bytes()[a.len()] == b'/'
 }
 
-/// Sequential specification of a shared/exclusive lock per name, with fencing tokens
-/// strictly increasing per name. Names are independent (partition key = name); the
-/// hierarchy of the lock table is checked by lockctl's own tests, not here.
+/// One name covers the other (seed 004 §9): they are equal, or one is an ancestor of the
+/// other.
+pub fn names_overlap(a: &str, b: &str) -> bool {
+    a == b || is_ancestor(a, b) || is_ancestor(b, a)
+}
+
+/// The specification's conflict rule, stated on its own (not borrowed from the lock
+/// table): locks of two sessions conflict when one name covers the other and they are
+/// not both shared. A lock on a path covers its descendants (HCLC cover, seed 004 §9),
+/// and the intention modes it places on its ancestors (IS for shared, IX for exclusive)
+/// are compatible only with shared-under-shared (Gray's matrix: IS–S yes, IX–S no, X–any
+/// no), so the deepest common node always decides the same way.
+pub fn locks_conflict(a: &str, ma: LockMode, b: &str, mb: LockMode) -> bool {
+    names_overlap(a, b) && !(ma == LockMode::Shared && mb == LockMode::Shared)
+}
+
+/// Sequential specification of shared/exclusive locks on path names, with fencing
+/// tokens strictly increasing per name. A grant is legal only if no other session holds
+/// a conflicting lock on the name, an ancestor or a descendant ([`locks_conflict`]), so
+/// names that cover one another are checked together ([`Model::keys_related`]); other
+/// names are independent (partition key = name).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LockModel {
     /// State per name; absent = free, no token yet.
@@ -547,6 +600,22 @@ pub struct LockModel {
 }
 
 impl LockModel {
+    /// `session` may be granted `(name, mode)` here: it does not hold the name already,
+    /// and no other session holds a lock that conflicts with it.
+    fn grantable(&self, name: &str, session: SessionId, mode: LockMode) -> bool {
+        if (self.names.get(name)).is_some_and(|st| st.holders.contains_key(&session)) {
+            return false;
+        }
+        self.names
+            .iter()
+            .filter(|(n, _)| names_overlap(n, name))
+            .all(|(n, st)| {
+                st.holders
+                    .iter()
+                    .all(|(s, m)| *s == session || !locks_conflict(n, *m, name, mode))
+            })
+    }
+
     fn with(&self, name: &str, f: impl FnOnce(&mut NameState)) -> LockModel {
         let mut m = self.clone();
         let st = m.names.entry(name.to_owned()).or_default();
@@ -577,14 +646,13 @@ impl Model for LockModel {
                 LockOutput::Granted { token },
             ) => {
                 let st = self.get(name);
-                (st.grantable(*session, *mode) && st.last_token.is_none_or(|t| *token > t)).then(
-                    || {
+                (self.grantable(name, *session, *mode) && st.last_token.is_none_or(|t| *token > t))
+                    .then(|| {
                         self.with(name, |st| {
                             st.holders.insert(*session, *mode);
                             st.last_token = Some(*token);
                         })
-                    },
-                )
+                    })
             }
             (
                 LockInput::Acquire {
@@ -593,7 +661,7 @@ impl Model for LockModel {
                     mode,
                 },
                 LockOutput::Refused,
-            ) => (!self.get(name).grantable(*session, *mode)).then(|| self.clone()),
+            ) => (!self.grantable(name, *session, *mode)).then(|| self.clone()),
             (LockInput::Acquire { .. }, LockOutput::Failed) => Some(self.clone()),
             (LockInput::Release { name, session }, LockOutput::Released) => {
                 self.get(name).holders.contains_key(session).then(|| {
@@ -620,7 +688,7 @@ impl Model for LockModel {
                 session,
                 mode,
             } => {
-                if self.get(name).grantable(*session, *mode) {
+                if self.grantable(name, *session, *mode) {
                     // Granted with a token we never saw: it exceeded `last_token`, which
                     // stays as a (weaker) lower bound for later grants.
                     vec![self.with(name, |st| {
@@ -650,6 +718,97 @@ impl Model for LockModel {
             | LockInput::Holders { name } => Some(name.clone()),
         }
     }
+
+    fn keys_related(a: &str, b: &str) -> bool {
+        names_overlap(a, b)
+    }
+}
+
+/// [`LockModel`] with every name checked alone, the hierarchy ignored: the fallback for a
+/// group of covering names whose joint search hits the step bound. The projection of a
+/// history on one name is linearizable under this model whenever the history is under
+/// [`LockModel`] (a grant legal along the path is legal on its name alone, and a release
+/// or a read sees the same holders of the name), so a failure here is a real one —
+/// provided the history has no `Refused` output, which only a conflict on a covering name
+/// may justify (the simulator's clients record a refusal as `Failed`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PerNameLockModel(pub LockModel);
+
+impl Model for PerNameLockModel {
+    type Input = LockInput;
+    type Output = LockOutput;
+
+    fn step(&self, input: &LockInput, output: &LockOutput) -> Option<Self> {
+        self.0.step(input, output).map(PerNameLockModel)
+    }
+
+    fn step_unknown(&self, input: &LockInput) -> Vec<Self> {
+        (self.0.step_unknown(input).into_iter())
+            .map(PerNameLockModel)
+            .collect()
+    }
+
+    fn partition_key(input: &LockInput) -> Option<String> {
+        LockModel::partition_key(input)
+    }
+}
+
+/// The verdict on a lock history, and what it rests on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockVerdict {
+    /// Linearizable, not, or unknown (some group's searches all hit the step bound).
+    pub verdict: Verdict,
+    /// Operations in groups found linearizable together (the cover rule judged).
+    pub ops_linearizable: u64,
+    /// Groups of covering names whose joint search hit the step bound.
+    pub groups_unknown: u64,
+    /// Operations of those groups found linearizable name by name instead.
+    pub ops_linearizable_alone: u64,
+}
+
+/// Checks a lock history against [`LockModel`], one group of covering names at a time; a
+/// group whose search hits the step bound is checked again name by name
+/// ([`PerNameLockModel`]), so that nesting never checks less than names alone would. A
+/// counterexample's indices refer to its group's operations, in history order.
+pub fn check_locks(
+    history: &[Operation<LockInput, LockOutput>],
+    limits: &Limits,
+) -> Result<LockVerdict, HistoryError> {
+    let mut out = LockVerdict {
+        verdict: Verdict::Linearizable,
+        ops_linearizable: 0,
+        groups_unknown: 0,
+        ops_linearizable_alone: 0,
+    };
+    let mut unknown_steps = None;
+    for (_, part) in partitions::<LockModel>(history) {
+        let ops: Vec<Operation<LockInput, LockOutput>> =
+            part.iter().map(|i| history[*i].clone()).collect();
+        match check(&LockModel::default(), &ops, limits)? {
+            Verdict::Linearizable => out.ops_linearizable += ops.len() as u64,
+            Verdict::NotLinearizable(c) => {
+                out.verdict = Verdict::NotLinearizable(c);
+                return Ok(out);
+            }
+            Verdict::Unknown { steps } => {
+                out.groups_unknown += 1;
+                match check(&PerNameLockModel::default(), &ops, limits)? {
+                    Verdict::Linearizable => out.ops_linearizable_alone += ops.len() as u64,
+                    Verdict::NotLinearizable(c) => {
+                        out.verdict = Verdict::NotLinearizable(c);
+                        return Ok(out);
+                    }
+                    Verdict::Unknown { steps: more } => {
+                        *unknown_steps.get_or_insert(0) += steps + more;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(steps) = unknown_steps {
+        out.verdict = Verdict::Unknown { steps };
+    }
+    Ok(out)
 }
 
 // ---- the register model ----
@@ -920,6 +1079,147 @@ mod tests {
         assert_eq!(partitions::<LockModel>(&h).len(), 2);
     }
 
+    fn acq_on(name: &str, s: SessionId, mode: LockMode, at: (u64, u64), out: LockOutput) -> LockOp {
+        let input = LockInput::Acquire {
+            name: name.into(),
+            session: s,
+            mode,
+        };
+        op(s.0, input, at.0, Some((at.1, out)))
+    }
+
+    #[test]
+    fn planted_bug_conflicting_grants_on_a_path_are_rejected() {
+        // seed 004 §9 (HCLC cover): an exclusive lock on /l covers /l/c, so a second
+        // session's grant on /l/c while the first still holds /l is not linearizable,
+        // although each name's history alone is.
+        let h = vec![
+            acq_on("/l", A, X, (0, 2), granted(1)),
+            acq_on("/l/c", B, S, (3, 4), granted(2)),
+            acq_on("/m", B, X, (3, 4), granted(3)),
+        ];
+        let c = violation(&h);
+        assert_eq!(c.partition.as_deref(), Some("/l + /l/c"));
+        assert_eq!(c.core, vec![0, 1], "{c:?}");
+        // Each name's history alone passes: only the hierarchy catches it.
+        for name in ["/l", "/l/c"] {
+            let alone: Vec<LockOp> = h
+                .iter()
+                .filter(|o| LockModel::partition_key(&o.input).as_deref() == Some(name))
+                .cloned()
+                .collect();
+            assert_eq!(verdict(&alone), Verdict::Linearizable);
+        }
+    }
+
+    #[test]
+    fn shared_under_shared_and_siblings_pass() {
+        // IS on /l is compatible with S on /l; /l/c and /l/d are disjoint.
+        let h = vec![
+            acq_on("/l", A, S, (0, 2), granted(1)),
+            acq_on("/l/c", B, S, (3, 4), granted(2)),
+            acq_on("/l/c/e", B, S, (3, 4), granted(3)),
+            acq_on("/l/d", A, X, (5, 6), granted(4)),
+            // The same session may hold overlapping locks.
+            acq_on("/l/d/f", A, X, (7, 8), granted(5)),
+        ];
+        assert_eq!(verdict(&h), Verdict::Linearizable);
+        // But an exclusive lock under another session's shared one is refused.
+        let mut bad = h.clone();
+        bad.push(acq_on("/l/c/g", SessionId(3), X, (9, 10), granted(6)));
+        assert!(!verdict(&bad).is_linearizable());
+        let mut ok = h;
+        ok.push(acq_on(
+            "/l/c/g",
+            SessionId(3),
+            X,
+            (9, 10),
+            LockOutput::Refused,
+        ));
+        assert_eq!(verdict(&ok), Verdict::Linearizable);
+    }
+
+    #[test]
+    fn overlapping_names_share_a_partition_and_others_do_not() {
+        let names = ["/a/x", "/b", "/a", "/a/x/1", "/c/y", "/ab"];
+        let h: Vec<LockOp> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| acq_on(n, SessionId(i as u64), S, (0, 1), LockOutput::Failed))
+            .collect();
+        let parts: Vec<Option<String>> = partitions::<LockModel>(&h)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(
+            parts,
+            vec![
+                Some("/a + /a/x + /a/x/1".to_string()),
+                Some("/ab".to_string()),
+                Some("/b".to_string()),
+                Some("/c/y".to_string()),
+            ]
+        );
+    }
+
+    // The specification's conflict rule agrees with the lock table's compatibility matrix
+    // and cover rule on every pair of a small tree of names and every pair of modes.
+    #[test]
+    fn the_conflict_rule_agrees_with_the_lock_tables() {
+        use tenure_core::lockctl::{LockName, conflicts};
+        let names = ["/a", "/a/b", "/a/b/c", "/a/d", "/ab", "/e"];
+        for a in names {
+            for b in names {
+                for ma in [S, X] {
+                    for mb in [S, X] {
+                        let (na, nb) = (LockName::parse(a).unwrap(), LockName::parse(b).unwrap());
+                        assert_eq!(
+                            locks_conflict(a, ma, b, mb),
+                            conflicts(&na, ma, &nb, mb),
+                            "{a} {ma:?} / {b} {mb:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    // A group whose joint search hits the step bound is checked name by name: a
+    // violation on one name is still found, and the group counts as unknown.
+    #[test]
+    fn a_group_beyond_the_bound_is_checked_name_by_name() {
+        // Concurrent shared grants on /l and /l/c: 24 operations to linearize together,
+        // more than the bound allows, 12 on each name alone.
+        let mut h = Vec::new();
+        for s in 1..=12u64 {
+            h.push(acq_on("/l", SessionId(s), S, (0, 100), granted(s)));
+            h.push(acq_on("/l/c", SessionId(s), S, (0, 100), granted(100 + s)));
+        }
+        let limits = Limits {
+            max_steps: 20,
+            core_max_ops: 0,
+        };
+        let v = check_locks(&h, &limits).unwrap();
+        assert_eq!(v.verdict, Verdict::Linearizable);
+        assert_eq!((v.groups_unknown, v.ops_linearizable_alone), (1, 24));
+        // With room to search, the group is judged together.
+        let v = check_locks(&h, &Limits::default()).unwrap();
+        assert_eq!((v.verdict, v.ops_linearizable), (Verdict::Linearizable, 24));
+        // Two exclusive grants of /m/d without a release between them, in a group beyond
+        // the bound: still found.
+        for s in 1..=12u64 {
+            h.push(acq_on("/m", SessionId(s), S, (0, 100), granted(200 + s)));
+            h.push(acq_on("/m/e", SessionId(s), S, (0, 100), granted(300 + s)));
+        }
+        h.push(acq_on("/m/d", SessionId(20), X, (200, 201), granted(400)));
+        h.push(acq_on("/m/d", SessionId(21), X, (202, 203), granted(401)));
+        let v = check_locks(&h, &limits).unwrap();
+        match v.verdict {
+            Verdict::NotLinearizable(c) => assert_eq!(c.partition.as_deref(), Some("/m/d")),
+            other => panic!("expected a violation, got {other:?}"),
+        }
+    }
+
     #[test]
     fn malformed_history_is_an_error() {
         let h = vec![acq(A, X, (5, 1), granted(1))];
@@ -994,9 +1294,10 @@ mod tests {
         }
     }
 
-    /// Drives the real lock table (tenure-core lockctl) sequentially, giving each operation
-    /// an interval around its instant of execution; every such history is linearizable by
-    /// construction, so the checker must accept it (no false alarms).
+    /// Drives the real lock table (tenure-core lockctl) sequentially on a small tree of
+    /// names, giving each operation an interval around its instant of execution; every
+    /// such history is linearizable by construction, so the checker must accept it (no
+    /// false alarms, cover rule included).
     #[test]
     fn histories_of_the_real_lock_table_pass() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -1013,7 +1314,7 @@ mod tests {
                 let at = 10 * i + 5;
                 let (lo, hi) = (at - next(6), at + next(6));
                 let s = SessionId(1 + next(3));
-                let name = ["/p", "/q"][next(2) as usize].to_string();
+                let name = ["/p", "/q", "/p/x", "/p/x/y", "/p/z"][next(5) as usize].to_string();
                 let now = tenure_core::Instant(at);
                 let (input, out) = match next(3) {
                     0 => {

@@ -5,8 +5,10 @@
 //!   from the moment the grant reaches it until it sends the release, or until its
 //!   conservative session deadline passes (send time of the last answered keep-alive +
 //!   TTL − δ_c, [`tenure_core::session::client_deadline`]), whichever comes first. Two
-//!   such intervals of different sessions on one name must never overlap unless both are
-//!   shared. Checked when an interval opens, against every interval still open.
+//!   such intervals of different sessions must never overlap when their locks conflict:
+//!   on one name, or on two names one of which covers the other (an ancestor, seed 004
+//!   §9), unless both are shared ([`crate::lincheck::locks_conflict`]). Checked when an
+//!   interval opens, against every interval on the name, its ancestors and descendants.
 //! - **Fencing tokens strictly increase per lock**: a grant that completed before another
 //!   was invoked has the smaller token, and no two grants of a name share a token.
 //!   Checked when a grant's answer arrives.
@@ -14,8 +16,10 @@
 //!   takes over a store, its table must still hold every grant a client believes it
 //!   holds (unless the session's end was decided) and none that a client was told
 //!   was released (maximum forward progress, seed 004 §4.1).
-//! - **Linearizability** of the whole history against [`LockModel`], with the
-//!   Wing–Gong/Porcupine search of [`crate::lincheck`], at the end of the run. Session
+//! - **Linearizability** of the whole history against [`crate::lincheck::LockModel`],
+//!   with the Wing–Gong/Porcupine search of [`crate::lincheck`], at the end of the run:
+//!   names that cover one another together, or, where that search is beyond its bound,
+//!   name by name ([`crate::lincheck::check_locks`]). Session
 //!   ends decided by a manager are recorded as one release per lock they free, invoked
 //!   when the manager decided the end and answered when it was applied.
 //!
@@ -23,7 +27,7 @@
 //! bad history; the simulator tests show them firing on planted bugs in the core.
 
 use crate::checks::Violation;
-use crate::lincheck::{self, LockInput, LockModel, LockOutput, Operation, Verdict};
+use crate::lincheck::{self, LockInput, LockOutput, Operation, Verdict, locks_conflict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tenure_core::lockctl::{FencingToken, HolderInfo, LockMode, SessionId};
@@ -55,9 +59,14 @@ pub struct LockCheckCounts {
     pub fencing_checks: u64,
     /// Believed grants and acknowledged releases looked up in a new manager's table.
     pub takeover_checks: u64,
-    /// Operations in histories found linearizable.
+    /// Operations found linearizable, names that cover one another judged together.
     pub linearizable_ops: u64,
-    /// Histories (runs) whose linearizability search hit its step bound.
+    /// Operations found linearizable name by name, where the joint search of their group
+    /// of covering names hit its step bound.
+    pub linearizable_ops_alone: u64,
+    /// Groups of covering names whose joint search hit its step bound.
+    pub linearizability_groups_unknown: u64,
+    /// Histories (runs) with a group beyond the step bound even name by name.
     pub linearizability_unknown: u64,
 }
 
@@ -68,6 +77,8 @@ impl LockCheckCounts {
         self.fencing_checks += o.fencing_checks;
         self.takeover_checks += o.takeover_checks;
         self.linearizable_ops += o.linearizable_ops;
+        self.linearizable_ops_alone += o.linearizable_ops_alone;
+        self.linearizability_groups_unknown += o.linearizability_groups_unknown;
         self.linearizability_unknown += o.linearizability_unknown;
     }
 }
@@ -172,24 +183,48 @@ impl LockChecker {
         iv.end.unwrap_or(u64::MAX).min(d)
     }
 
+    /// The names with intervals that `name` covers or is covered by: its ancestors,
+    /// itself, its descendants. (Names that overlap share their first segment, hence
+    /// their store, so a session id means the same session on all of them.)
+    fn overlapping(&self, name: &str) -> Vec<String> {
+        let ancestors = (name.char_indices().skip(1))
+            .filter(|(_, c)| *c == '/')
+            .map(|(i, _)| &name[..i]);
+        let (lo, hi) = (format!("{name}/"), format!("{name}0"));
+        let descendants = self.intervals.range(lo..hi).map(|(n, _)| n.clone());
+        ancestors
+            .chain(std::iter::once(name))
+            .filter(|n| self.intervals.contains_key(*n))
+            .map(str::to_string)
+            .chain(descendants)
+            .collect()
+    }
+
     /// A grant reached a client whose deadline has not passed: it believes it holds the
-    /// lock from `now`. Checks mutual exclusion against every other belief.
+    /// lock from `now`. Checks mutual exclusion against every other belief on a name
+    /// that covers `name` or that it covers.
     pub fn hold(&mut self, name: &str, iv: Interval) {
         let mut found = None;
-        for other in self.intervals.get(name).into_iter().flatten() {
-            if other.session == iv.session {
-                continue;
-            }
-            self.counts.exclusion_checks += 1;
-            let both_shared = other.mode == LockMode::Shared && iv.mode == LockMode::Shared;
-            if !both_shared && self.effective_end(other) > iv.start {
-                found = Some(other.clone());
-                break;
+        let mut compared = 0;
+        'names: for other_name in self.overlapping(name) {
+            for other in &self.intervals[&other_name] {
+                if other.session == iv.session {
+                    continue;
+                }
+                compared += 1;
+                if locks_conflict(&other_name, other.mode, name, iv.mode)
+                    && self.effective_end(other) > iv.start
+                {
+                    found = Some((other_name.clone(), other.clone()));
+                    break 'names;
+                }
             }
         }
-        if let Some(first) = found {
+        self.counts.exclusion_checks += compared;
+        if let Some((first_name, first)) = found {
             self.violations.push(Violation::MutualExclusion {
                 name: name.to_string(),
+                first_name,
                 first: first.session,
                 first_token: first.token,
                 first_since_us: first.start,
@@ -344,16 +379,26 @@ impl LockChecker {
             .collect()
     }
 
-    /// Check the whole history for linearizability (at the end of a run).
+    /// Check the whole history for linearizability (at the end of a run): names that
+    /// cover one another together, or name by name where that search is beyond the bound.
     pub fn linearizable(&mut self, limits: &lincheck::Limits) {
         let history = self.history();
-        match lincheck::check(&LockModel::default(), &history, limits) {
-            Ok(Verdict::Linearizable) => self.counts.linearizable_ops += history.len() as u64,
-            Ok(Verdict::Unknown { .. }) => self.counts.linearizability_unknown += 1,
-            Ok(Verdict::NotLinearizable(c)) => self.violations.push(Violation::NotLinearizable {
-                name: c.partition.clone().unwrap_or_default(),
-                description: c.description.clone(),
-            }),
+        match lincheck::check_locks(&history, limits) {
+            Ok(v) => {
+                self.counts.linearizable_ops += v.ops_linearizable;
+                self.counts.linearizable_ops_alone += v.ops_linearizable_alone;
+                self.counts.linearizability_groups_unknown += v.groups_unknown;
+                match v.verdict {
+                    Verdict::Linearizable => {}
+                    Verdict::Unknown { .. } => self.counts.linearizability_unknown += 1,
+                    Verdict::NotLinearizable(c) => {
+                        self.violations.push(Violation::NotLinearizable {
+                            name: c.partition.clone().unwrap_or_default(),
+                            description: c.description.clone(),
+                        })
+                    }
+                }
+            }
             Err(e) => self.violations.push(Violation::NotLinearizable {
                 name: String::new(),
                 description: format!("malformed history: {e}"),
@@ -425,6 +470,38 @@ mod tests {
         // ... but an exclusive belief next to the shared ones is not.
         c.hold("/a/x", iv(5, LockMode::Exclusive, 5, 40));
         assert_eq!(c.violations.len(), 1);
+    }
+
+    // DESIGN §9.3 with the cover rule (seed 004 §9): a lock on /a covers /a/x, so
+    // beliefs on the two conflict unless both are shared; siblings never do.
+    #[test]
+    fn mutual_exclusion_judges_ancestors_and_descendants() {
+        let mut c = LockChecker::default();
+        c.hold("/a", iv(1, LockMode::Shared, 1, 10));
+        c.hold("/a/x", iv(2, LockMode::Shared, 2, 11));
+        c.hold("/a/y/z", iv(3, LockMode::Exclusive, 3, 12));
+        c.hold("/ab", iv(4, LockMode::Exclusive, 4, 13));
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert!(matches!(
+            &c.violations[0],
+            Violation::MutualExclusion { name, first_name, .. } if name == "/a/y/z" && first_name == "/a"
+        ));
+        // The descendant first, then the ancestor.
+        let mut c = LockChecker::default();
+        c.hold("/a/x/1", iv(1, LockMode::Exclusive, 1, 10));
+        c.hold("/a/y", iv(2, LockMode::Exclusive, 2, 11));
+        c.unhold("/a/y", SessionId(2), 12);
+        assert!(c.violations.is_empty());
+        c.hold("/a", iv(3, LockMode::Shared, 3, 13));
+        assert!(matches!(
+            &c.violations[..],
+            [Violation::MutualExclusion { first_name, .. }] if first_name == "/a/x/1"
+        ));
+        // The same session may hold overlapping locks.
+        let mut c = LockChecker::default();
+        c.hold("/a", iv(1, LockMode::Exclusive, 1, 10));
+        c.hold("/a/x", iv(1, LockMode::Exclusive, 2, 11));
+        assert!(c.violations.is_empty());
     }
 
     // DESIGN §9.3: fencing tokens strictly increase per lock.

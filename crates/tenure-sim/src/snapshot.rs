@@ -40,7 +40,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use tenure_core::data::{Tables, Version};
 use tenure_core::io::DevicePersist;
-use tenure_core::lockctl::{FencingToken, LockMode, SessionId};
+use tenure_core::lockctl::{FencingToken, SessionId};
 use tenure_core::msg::Msg;
 use tenure_core::rng::Rng;
 use tenure_core::snapshot::{SnapMsg, SnapshotId, SnapshotPart};
@@ -747,18 +747,30 @@ impl CutTracker {
     }
 }
 
-/// The first lock of `tables` with two holders not all shared, if any.
+/// The first two holders in `tables` of different sessions whose locks conflict — on one
+/// name, or on names one of which covers the other (seed 004 §9,
+/// [`crate::lincheck::locks_conflict`]) — if any: the name(s) and the two holders.
 pub fn conflicting_holders(tables: &Tables) -> Option<(String, String)> {
     let locks = tables.locks.locks_under("/").ok()?;
-    locks
-        .into_iter()
-        .find(|l| l.holders.len() > 1 && l.holders.iter().any(|h| h.mode != LockMode::Shared))
-        .map(|l| {
-            let hs: Vec<String> = (l.holders.iter())
-                .map(|h| format!("{:?} ({:?}, {:?})", h.session, h.mode, h.token))
-                .collect();
-            (l.name.to_string(), hs.join(" and "))
-        })
+    let held: Vec<(&str, &tenure_core::lockctl::HolderInfo)> = (locks.iter())
+        .flat_map(|l| l.holders.iter().map(move |h| (l.name.as_str(), h)))
+        .collect();
+    let show = |h: &tenure_core::lockctl::HolderInfo| {
+        format!("{:?} ({:?}, {:?})", h.session, h.mode, h.token)
+    };
+    for (i, (a, ha)) in held.iter().enumerate() {
+        for (b, hb) in &held[i + 1..] {
+            if ha.session != hb.session && crate::lincheck::locks_conflict(a, ha.mode, b, hb.mode) {
+                let name = if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a} and {b}")
+                };
+                return Some((name, format!("{} and {}", show(ha), show(hb))));
+            }
+        }
+    }
+    None
 }
 
 /// What the world's restored cluster gives the restore check.
@@ -1084,5 +1096,32 @@ mod tests {
             t.violations[0],
             SnapshotViolation::Incomplete { .. }
         ));
+    }
+
+    // The lock invariant in a recorded table judges the cover rule: /a and /a/b held
+    // exclusively by two sessions conflict; shared under shared does not.
+    #[test]
+    fn conflicting_holders_on_covering_names_are_found() {
+        use tenure_core::lockctl::{Acquire, LockMode, RequestId, Wait};
+        let acquire = |t: &mut Tables, s: u64, name: &str, mode: LockMode| {
+            let req = Acquire {
+                session: SessionId(s),
+                request_id: RequestId(1),
+                name: name.into(),
+                mode,
+                wait: Wait::Try,
+                lock_delay: None,
+            };
+            assert!(t.locks.acquire(&req, tenure_core::Instant(0)).is_ok());
+        };
+        let mut t = Tables::default();
+        t.locks.plant_ignore_cover(true);
+        acquire(&mut t, 1, "/a", LockMode::Shared);
+        acquire(&mut t, 2, "/a/b", LockMode::Shared);
+        acquire(&mut t, 3, "/c/d", LockMode::Exclusive);
+        assert_eq!(conflicting_holders(&t), None);
+        acquire(&mut t, 4, "/c", LockMode::Shared);
+        let (name, _) = conflicting_holders(&t).expect("found");
+        assert_eq!(name, "/c and /c/d");
     }
 }

@@ -42,7 +42,7 @@ mod snapshots;
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
 use crate::knobs::Knobs;
-use crate::knobs::{LockKnobs, Pipelining};
+use crate::knobs::{LockKnobs, LockPaths, Pipelining};
 use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
 use clients::{LockClient, LockReq};
@@ -128,6 +128,8 @@ pub struct SimConfig {
     pub writes: bool,
     /// Which lock clients pipeline requests on their session stream.
     pub pipelining: Pipelining,
+    /// Whether lock names are paths that cover one another, or siblings.
+    pub lock_paths: LockPaths,
     /// Run the object clients and watchers beside the lock clients ([`crate::objects`]).
     pub objects: bool,
     /// Check every block deletion against the manifests active at that moment (object
@@ -203,6 +205,7 @@ impl SimConfig {
             faults: true,
             writes: true,
             pipelining: Pipelining::Drawn,
+            lock_paths: LockPaths::Drawn,
             objects: true,
             objects_watch_deletes: true,
             membership: true,
@@ -682,6 +685,8 @@ pub struct World {
     /// Picks the clients that pipeline (their own stream, so that runs where none does
     /// draw everything else as before).
     pipe_rng: Rng,
+    /// Picks each client's names when they are paths (their own stream, likewise).
+    paths_rng: Rng,
     lock_clients: Vec<LockClient>,
     lock_reqs: BTreeMap<u64, LockReq>,
     locks: LockChecker,
@@ -775,6 +780,8 @@ impl World {
             mem_knobs.spares = 0;
             mem_knobs.change_mean_us = 0;
         }
+        let mut paths_rng = root.fork();
+        lock_knobs.draw_paths(&mut paths_rng, cfg.lock_paths);
         let mut cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         if let Some(cut) = restore {
             // A restored cluster is the snapshot's devices (a device whose disk holds no
@@ -860,6 +867,7 @@ impl World {
             lock_knobs,
             lock_rng,
             pipe_rng,
+            paths_rng,
             lock_clients: Vec::new(),
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),

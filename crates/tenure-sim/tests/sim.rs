@@ -1,14 +1,15 @@
-//! Simulator sweeps (DESIGN §9–10): a bounded sweep of the real core under faults finds no
-//! violation; one seed replays exactly; and each planted bug is caught — which shows the
-//! nemesis creates partitions, pauses and lease expiries often enough for the checkers
-//! to bite. Runs are shortened (10 s of faults, at most 30 s to converge) to keep the
-//! sweep well under a minute in `--release` on two cores.
+//! Simulator sweeps (DESIGN §9–10): a bounded sweep of the real core under faults — nested
+//! lock names included — finds no violation; one seed replays exactly; and each planted
+//! bug is caught — which shows the nemesis creates partitions, pauses and lease expiries
+//! often enough for the checkers to bite. Runs are
+//! shortened (10 s of faults, at most 30 s to converge) to keep the sweep well under a
+//! minute in `--release` on two cores.
 
 mod common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lincheck::{self, LockModel, Verdict};
-use tenure_sim::{Outcome, Pipelining, SimConfig, Violation, run, sweep};
+use tenure_sim::{LockPaths, Outcome, Pipelining, SimConfig, Violation, run, sweep};
 
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
@@ -59,21 +60,26 @@ fn bounded_sweep_finds_no_violation() {
 }
 
 // Seeds that once failed, each with the default settings `tenure sim --seed N` uses and
-// with pipelining off (the run they failed, before clients could pipeline), and what they
-// found: 5094 and 35561 stale reads, 8842 and 10853 regeneration races, 32991 a checker
-// bug, 46832 a vote committing an older layout behind a newer one, 80994 the members of a
-// committed relayout collected as orphans (no manager ever again).
+// with pipelining off and sibling lock names (the run they failed, before clients could
+// pipeline or lock paths), and what they found: 5094 and 35561 stale reads, 8842 and
+// 10853 regeneration races, 32991 a checker bug, 46832 a vote committing an older layout
+// behind a newer one, 80994 the members of a committed relayout collected as orphans (no
+// manager ever again).
 #[test]
 fn seeds_that_once_failed_pass() {
     for seed in [5094, 8842, 10853, 32991, 35561, 46832, 80994, 180613] {
-        for pipelining in [Pipelining::Drawn, Pipelining::Off] {
+        for (pipelining, paths) in [
+            (Pipelining::Drawn, LockPaths::Drawn),
+            (Pipelining::Off, LockPaths::Flat),
+        ] {
             let mut c = SimConfig::new(seed);
             c.pipelining = pipelining;
+            c.lock_paths = paths;
             c.membership = false;
             let r = run(c);
             assert!(
                 r.outcome == Outcome::Passed,
-                "seed {seed} {pipelining:?}: {:?} {:?}",
+                "seed {seed} {pipelining:?} {paths:?}: {:?} {:?}",
                 r.outcome,
                 r.violations
             );
@@ -231,6 +237,40 @@ fn planted_skip_conflict_check_is_caught_by_linearizability() {
     let (seed, ce) = caught.expect("no non-linearizable history within 50 seeds");
     eprintln!("seed {seed}: {}", ce.description);
     assert!(!ce.core.is_empty() || !ce.stuck.is_empty());
+}
+
+// DESIGN §4 and §9.3 planted bug: a lock table that looks for conflicts on the requested
+// name only (no cover rule, no intention modes) grants a path to one session and its
+// ancestor or descendant to another. The mutual exclusion checker, judging the hierarchy,
+// must see it; the same run's history alone is not linearizable (the model checks names
+// that cover one another together); and with sibling names only the bug is invisible.
+#[test]
+fn planted_ignore_cover_is_caught_along_the_path() {
+    let mut c = short(0);
+    c.planted.ignore_cover = true;
+    c.lock_paths = LockPaths::Nested;
+    let (seed, v) = first_violation_with(c.clone(), 50).expect("not caught within 50 seeds");
+    eprintln!("ignore-cover caught at seed {seed}: {v}");
+    assert!(
+        matches!(&v, Violation::MutualExclusion { name, first_name, .. } if name != first_name),
+        "{v}"
+    );
+    c.seed = seed;
+    c.keep_history = true;
+    let r = run(c.clone());
+    let verdict = lincheck::check(&LockModel::default(), &r.lock_history, &Default::default())
+        .expect("well-formed history");
+    match verdict {
+        Verdict::NotLinearizable(ce) => {
+            eprintln!("seed {seed}: {}", ce.description);
+            assert!(ce.partition.is_some_and(|p| p.contains(" + ")));
+        }
+        v => panic!("seed {seed}: {v:?}"),
+    }
+    c.lock_paths = LockPaths::Flat;
+    c.keep_history = false;
+    let r = run(c);
+    assert_ne!(r.outcome, Outcome::Correctness, "{:?}", r.violations);
 }
 
 // DESIGN §4 and §9.4 planted bug: a manager that answers after the first ACCEPTED loses

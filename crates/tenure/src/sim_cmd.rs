@@ -10,6 +10,8 @@
 //!   checkers catch it.
 //! - `--pipelining off|forced` overrides the seed's choice of lock clients that pipeline
 //!   requests on their session stream.
+//! - `--lock-paths flat|nested` overrides the seed's choice of lock names: siblings, or
+//!   paths of a small tree per store that cover one another.
 //! - Object clients and watchers (seed 001) run beside the lock clients in every run of
 //!   the stores' world (`--no-objects` leaves them out); reports and summaries print
 //!   what they did and how often the object checkers compared something.
@@ -30,7 +32,7 @@ use std::time::Instant as WallClock;
 use tenure_core::PlantedBugs;
 use tenure_sim::lookup::knobs::ProfileChoice;
 use tenure_sim::lookup::summary::{Extreme, LookupSummary};
-use tenure_sim::{Outcome, Pipelining, RunReport, SimConfig, Summary, WorldKind};
+use tenure_sim::{LockPaths, Outcome, Pipelining, RunReport, SimConfig, Summary, WorldKind};
 
 /// Exit status for a correctness violation.
 const EXIT_CORRECTNESS: u8 = 2;
@@ -89,6 +91,9 @@ pub struct SimArgs {
     /// Which lock clients pipeline requests on their session stream.
     #[arg(long, value_enum, default_value_t = Pipeline::Drawn)]
     pipelining: Pipeline,
+    /// Whether lock names are paths that cover one another (nested) or siblings (flat).
+    #[arg(long, value_enum, default_value_t = Paths::Drawn)]
+    lock_paths: Paths,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
     /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
     /// apply).
@@ -119,6 +124,8 @@ enum Plant {
     ServeWithoutLease,
     /// The lock table grants without checking for conflicts.
     SkipConflictCheck,
+    /// The lock table checks conflicts on the requested name only (no cover rule).
+    IgnoreCover,
     /// Managers answer a SafeTalk batch after the first ACCEPTED instead of all.
     ConfirmBeforeAllAccepted,
     /// A new manager expires every session at once instead of granting grace.
@@ -194,6 +201,16 @@ enum LookupProfile {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Paths {
+    /// The seed decides (nested in three runs out of four).
+    Drawn,
+    /// Sibling names only: no name covers another.
+    Flat,
+    /// Names from a small tree per store, some ancestors of others.
+    Nested,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Pipeline {
     /// The seed decides (none, half or all of the clients; 1 to 8 requests in flight).
     Drawn,
@@ -223,6 +240,7 @@ impl SimArgs {
             broken_quorum: self.plant.contains(&Plant::BrokenQuorum),
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
+            ignore_cover: self.plant.contains(&Plant::IgnoreCover),
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
@@ -272,6 +290,11 @@ impl SimArgs {
             Pipeline::Off => Pipelining::Off,
             Pipeline::Forced => Pipelining::Forced,
         };
+        c.lock_paths = match self.lock_paths {
+            Paths::Drawn => LockPaths::Drawn,
+            Paths::Flat => LockPaths::Flat,
+            Paths::Nested => LockPaths::Nested,
+        };
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -318,6 +341,10 @@ impl SimArgs {
         if self.pipelining != Pipeline::Drawn {
             s.push_str(" --pipelining ");
             s.push_str(&crate::value_name(&self.pipelining));
+        }
+        if self.lock_paths != Paths::Drawn && self.world == World::Stores {
+            s.push_str(" --lock-paths ");
+            s.push_str(&crate::value_name(&self.lock_paths));
         }
         for p in &self.plant {
             s.push_str(" --plant ");
@@ -544,11 +571,13 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
     );
     let c = &s.lock_checks;
     println!(
-        "lock checks: {} mutual-exclusion pairs, {} fencing pairs, {} takeover lookups, {} ops linearizable, {} histories beyond the search bound",
+        "lock checks: {} mutual-exclusion pairs, {} fencing pairs, {} takeover lookups, {} ops linearizable ({} more name by name, in {} groups of covering names beyond the search bound), {} histories beyond the search bound",
         c.exclusion_checks,
         c.fencing_checks,
         c.takeover_checks,
         c.linearizable_ops,
+        c.linearizable_ops_alone,
+        c.linearizability_groups_unknown,
         c.linearizability_unknown
     );
     if s.objects.puts + s.objects.gets + s.objects.watch_events > 0 {

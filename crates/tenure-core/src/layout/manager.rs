@@ -1691,6 +1691,9 @@ impl Manager {
         self.spec
             .locks
             .plant_skip_conflicts(ctx.cfg.planted.skip_conflict_check);
+        self.spec
+            .locks
+            .plant_ignore_cover(ctx.cfg.planted.ignore_cover);
         let result = self.spec.execute(version, &op);
         let store = self.store;
         let (own, grants, ended) = match result {

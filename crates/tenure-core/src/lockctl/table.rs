@@ -450,6 +450,10 @@ pub struct LockTable {
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]
     planted_skip_conflicts: bool,
+    /// Planted bug (tests only): look for conflicts on the requested name only, not on
+    /// its ancestors and descendants (no cover, no intention modes). Not replicated.
+    #[serde(skip)]
+    planted_ignore_cover: bool,
 }
 
 impl LockTable {
@@ -464,6 +468,7 @@ impl LockTable {
             waiters: BTreeMap::new(),
             sessions: BTreeMap::new(),
             planted_skip_conflicts: false,
+            planted_ignore_cover: false,
         }
     }
 
@@ -471,6 +476,13 @@ impl LockTable {
     /// exclusion and linearizability checkers can be shown to catch it.
     pub fn plant_skip_conflicts(&mut self, on: bool) {
         self.planted_skip_conflicts = on;
+    }
+
+    /// Plant (or remove) the ignore-the-cover-rule bug: conflicts are looked for on the
+    /// requested name alone, so a lock on `/a` and a conflicting one on `/a/b` can both
+    /// be granted. The simulator's checkers must judge the hierarchy to catch it.
+    pub fn plant_ignore_cover(&mut self, on: bool) {
+        self.planted_ignore_cover = on;
     }
 
     /// The configuration.
@@ -1031,7 +1043,10 @@ impl LockTable {
             return BTreeSet::new();
         }
         let mut out = BTreeSet::new();
-        for (n, e) in self.overlapping(name) {
+        let judged = self
+            .overlapping(name)
+            .filter(|(n, _)| !self.planted_ignore_cover || *n == name);
+        for (n, e) in judged {
             for (s, h) in &e.holders {
                 if *s != session && conflicts(n, h.mode, name, mode) {
                     out.insert(*s);

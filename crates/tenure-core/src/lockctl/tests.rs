@@ -178,6 +178,26 @@ fn exclusive_on_parent_blocks_child_and_vice_versa() {
 }
 
 #[test]
+fn planted_ignore_cover_grants_across_the_path_but_not_on_one_name() {
+    // The planted bug the simulator must catch: conflicts looked for on the exact name
+    // only, so an ancestor and a descendant are both held in conflicting modes.
+    let mut lt = table();
+    lt.plant_ignore_cover(true);
+    granted(lt.acquire(&req(S1, 1, "/a", X, Wait::Try), t(0)));
+    granted(lt.acquire(&req(S2, 1, "/a/b", X, Wait::Try), t(0)));
+    // On one name the check still holds.
+    assert_eq!(
+        lt.acquire(&req(S3, 1, "/a", S, Wait::Try), t(0)),
+        Err(AcquireError::WouldBlock)
+    );
+    lt.plant_ignore_cover(false);
+    assert_eq!(
+        lt.acquire(&req(S3, 2, "/a/b/c", S, Wait::Try), t(0)),
+        Err(AcquireError::WouldBlock)
+    );
+}
+
+#[test]
 fn shared_holders_coexist_exclusive_excludes() {
     // seed 004 §2: the LC does not grant conflicting locks.
     let mut lt = table();

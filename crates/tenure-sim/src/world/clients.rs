@@ -1,7 +1,9 @@
 //! The simulator's lock clients (issue: the lock service on stores). Each client opens a
 //! session in one of a few contended stores, keeps it alive, acquires (try or wait with a
 //! timeout, shared or exclusive), holds, releases, asks who holds a lock, sometimes
-//! closes its session, pauses past its TTL, or crashes. It follows `NotManager` hints,
+//! closes its session, pauses past its TTL, or crashes. Its names are siblings, or, in
+//! most runs, paths drawn from a small tree per store ([`NAME_TREE`]), so that one
+//! client's lock covers another's and the table's cover rule and intention modes decide. It follows `NotManager` hints,
 //! retries on `Unavailable` and client-side timeouts with the same idempotency key, and
 //! keeps its own conservative session deadline (send time of the last answered
 //! keep-alive + TTL − δ_c): a lock counts as held by the client only before it.
@@ -21,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tenure_core::io::{ClientError, Request, Response, WaitSpec};
 use tenure_core::lockctl::{FencingToken, LockMode, SessionId};
+use tenure_core::rng::Rng;
 use tenure_core::session::client_deadline;
 use tenure_core::{DeviceId, Instant, StoreId};
 
@@ -106,13 +109,39 @@ pub(super) struct LockReq {
     timeout_us: u64,
 }
 
-/// A lock name whose first segment hashes to `store`.
-fn names_for(store: StoreId, stores: u32, n: usize) -> Vec<String> {
-    let first = (0u64..)
+/// The first path segment of the lock names of `store` (every name under it is in the
+/// store: [`tenure_core::config::store_of`] hashes the first segment).
+fn store_segment(store: StoreId, stores: u32) -> String {
+    (0u64..)
         .map(|i| format!("g{i}"))
         .find(|g| tenure_core::config::store_of(g, stores) == store)
-        .expect("some segment hashes to every store");
+        .expect("some segment hashes to every store")
+}
+
+/// `n` sibling lock names of `store`: no name covers another.
+fn names_for(store: StoreId, stores: u32, n: usize) -> Vec<String> {
+    let first = store_segment(store, stores);
     (0..n).map(|j| format!("/{first}/l{j}")).collect()
+}
+
+/// The tree of nested lock names of a store, below its first segment `/g`: the segment
+/// itself (which covers every name of the store), two levels of children and a third
+/// level under `/g/a/x`, so that names are ancestors, descendants or siblings of one
+/// another (seed 004 §9: a lock on a path covers its descendants).
+const NAME_TREE: [&str; 9] = [
+    "/a", "/a/x", "", "/b", "/a/x/1", "/a/y", "/b/z", "/a/x/2", "/c",
+];
+
+/// `n` distinct names of `store`'s tree, drawn at random (all of them if `n` is larger).
+fn nested_names_for(store: StoreId, stores: u32, n: usize, rng: &mut Rng) -> Vec<String> {
+    let first = store_segment(store, stores);
+    let mut pool: Vec<&str> = NAME_TREE.to_vec();
+    let mut names = Vec::new();
+    while names.len() < n && !pool.is_empty() {
+        let suffix = pool.remove(rng.below(pool.len() as u64) as usize);
+        names.push(format!("/{first}{suffix}"));
+    }
+    names
 }
 
 impl World {
@@ -131,9 +160,14 @@ impl World {
                 .then_some(k.pipeline_max);
             // A pipelining client needs as many names as it keeps requests in flight.
             let names = k.names_per_store.max(pipeline.unwrap_or(0));
+            let names = if k.nested_names {
+                nested_names_for(store, self.cfg.stores, names, &mut self.paths_rng)
+            } else {
+                names_for(store, self.cfg.stores, names)
+            };
             self.lock_clients.push(LockClient {
                 store,
-                names: names_for(store, self.cfg.stores, names),
+                names,
                 target,
                 incarnation: 0,
                 session: None,
