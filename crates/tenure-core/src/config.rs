@@ -88,6 +88,9 @@ pub struct PlantedBugs {
     pub ignore_cover: bool,
     /// The manager answers a SafeTalk batch after the first ACCEPTED instead of all.
     pub confirm_before_all_accepted: bool,
+    /// A chunk outputs its ACCEPTED before the persist of the changes it accepts, so the
+    /// answer may leave before they are durable.
+    pub accepted_before_persist: bool,
     /// A new manager gives sessions no grace: every session expires at takeover.
     pub expire_without_grace: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.

@@ -77,6 +77,16 @@ pub enum Violation {
         /// serial counter).
         what: String,
     },
+    /// Durable before acknowledged (DESIGN §10, seed 004 §2): a chunk's ACCEPTED left its
+    /// device before the changes it answers for were on the chunk's durable record.
+    AckedBeforeDurable {
+        /// Device.
+        device: DeviceId,
+        /// The chunk.
+        chunk: ChunkId,
+        /// The change ACCEPTED answered for.
+        upto: Version,
+    },
     /// Invariant 3: two sessions believed they held conflicting locks at one instant.
     MutualExclusion {
         /// The lock granted second.
@@ -232,6 +242,14 @@ impl std::fmt::Display for Violation {
                     "{device}: volatile persistent state not on disk (chunk {chunk:?}): {what}"
                 )
             }
+            Violation::AckedBeforeDurable {
+                device,
+                chunk,
+                upto,
+            } => write!(
+                f,
+                "{device}: {chunk} answered ACCEPTED up to {upto:?} before its ACCEPT was durable"
+            ),
             Violation::MutualExclusion {
                 name,
                 first_name,
@@ -343,6 +361,8 @@ pub struct CheckCounts {
     pub served_checks: u64,
     /// Acknowledged writes looked up in a later epoch's chunk (invariant 4).
     pub write_checks: u64,
+    /// ACCEPTEDs checked, as they left, against their chunk's durable record.
+    pub durable_checks: u64,
 }
 
 impl CheckCounts {
@@ -351,6 +371,7 @@ impl CheckCounts {
         self.manager_checks += o.manager_checks;
         self.served_checks += o.served_checks;
         self.write_checks += o.write_checks;
+        self.durable_checks += o.durable_checks;
     }
 }
 
@@ -466,6 +487,19 @@ impl Checker {
     /// A chunk was garbage-collected: forget it.
     pub fn chunk_collected(&mut self, chunk: ChunkId) {
         self.committed.remove(&chunk);
+    }
+
+    /// A crash lost a chunk's newest records before they were durable: it is back at
+    /// `epoch` (none: its record never became durable). An epoch it committed only in
+    /// memory no longer binds it; what it committed durably before still does.
+    pub fn chunk_reverted(&mut self, chunk: ChunkId, epoch: Option<Epoch>) {
+        match (epoch, self.committed.get_mut(&chunk)) {
+            (Some(e), Some(c)) if e < *c => *c = e,
+            (None, Some(_)) => {
+                self.committed.remove(&chunk);
+            }
+            _ => {}
+        }
     }
 
     /// Durable before acknowledged: compare a device's in-memory persistent records with

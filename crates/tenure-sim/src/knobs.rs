@@ -194,3 +194,58 @@ pub enum Pipelining {
     /// Every client pipelines, with 2 to 8 requests in flight.
     Forced,
 }
+
+/// The disks of one run (DESIGN §10, durable before acknowledged): how long a group commit
+/// takes, how often one stalls, and what a crash does to the commit it interrupts. Drawn
+/// from their own generator, so that a run whose disk is synchronous is exactly the run
+/// its seed gave before disks could fail.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskKnobs {
+    /// A group commit takes up to this long (µs); 0: the disk is synchronous, every
+    /// persist durable as the core outputs it (no lost or torn write, no stall).
+    pub sync_max_us: u64,
+    /// Probability, while faults are on, that a commit stalls.
+    pub stall_p: f64,
+    /// A stalled commit takes up to this much longer (µs): up to three leases.
+    pub stall_max_us: u64,
+    /// Probability that a crash during a commit leaves its record torn (a prefix of its
+    /// bytes on the disk); otherwise the record is on the disk whole or not at all.
+    pub torn_p: f64,
+    /// Probability that the nemesis aims a crash at a device with writes not yet synced.
+    pub aim_unsynced_p: f64,
+}
+
+impl DiskKnobs {
+    /// Draw the disks from their own generator.
+    pub fn draw(rng: &mut Rng, choice: DiskModel) -> DiskKnobs {
+        let k = DiskKnobs {
+            sync_max_us: [0, 300, 3_000, 20_000][rng.below(4) as usize],
+            stall_p: [0.0, 0.002, 0.02][rng.below(3) as usize],
+            stall_max_us: 100_000 + rng.below(6_000_000),
+            torn_p: [0.3, 0.7][rng.below(2) as usize],
+            aim_unsynced_p: [0.0, 0.3, 0.7][rng.below(3) as usize],
+        };
+        match choice {
+            DiskModel::Drawn => k,
+            DiskModel::Synchronous => DiskKnobs {
+                sync_max_us: 0,
+                ..k
+            },
+        }
+    }
+
+    /// Whether writes go through the asynchronous pipeline.
+    pub fn asynchronous(&self) -> bool {
+        self.sync_max_us > 0
+    }
+}
+
+/// Which disks a run has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum DiskModel {
+    /// The seed decides (synchronous in one run out of four).
+    #[default]
+    Drawn,
+    /// Every persist is durable as the core outputs it: no lost or torn write, no stall.
+    Synchronous,
+}

@@ -22,6 +22,6 @@ pub mod sweep;
 pub mod world;
 
 pub use checks::{Violation, ViolationKind};
-pub use knobs::{LockPaths, Pipelining};
+pub use knobs::{DiskModel, LockPaths, Pipelining};
 pub use sweep::{Summary, sweep};
 pub use world::{Captured, Outcome, RunReport, SimConfig, SimError, WorldKind, run};

@@ -385,6 +385,9 @@ impl Cut {
 #[derive(Clone, Debug, Default)]
 pub struct CutTracker {
     sent: BTreeMap<(DeviceId, DeviceId), u64>,
+    /// Regular messages a device output but holds until persists they may depend on are
+    /// durable: sent, as far as its state goes, and they leave before any later one.
+    held: BTreeMap<(DeviceId, DeviceId), u64>,
     processed: BTreeMap<(DeviceId, DeviceId), u64>,
     records: BTreeMap<(SnapshotId, DeviceId), Vec<Record>>,
     logs: BTreeMap<(SnapshotId, DeviceId), Log>,
@@ -410,9 +413,19 @@ pub fn carried(msg: &Msg) -> Option<&Msg> {
 impl CutTracker {
     /// A regular message leaves `from` for `to`: its number on the channel.
     pub fn send(&mut self, from: DeviceId, to: DeviceId) -> u64 {
+        if let Some(h) = self.held.get_mut(&(from, to)) {
+            *h = h.saturating_sub(1);
+        }
         let s = self.sent.entry((from, to)).or_default();
         *s += 1;
         *s
+    }
+
+    /// `from` output a regular message for `to`, which leaves (is [`send`](Self::send))
+    /// now or once what it may depend on is durable, before any message output after
+    /// it. A record in between counts it as sent: the state recorded is past it.
+    pub fn produced(&mut self, from: DeviceId, to: DeviceId) {
+        *self.held.entry((from, to)).or_default() += 1;
     }
 
     /// Message `seq` of `from → to` is delivered to `to` (boot `boot`), which processes
@@ -464,7 +477,8 @@ impl CutTracker {
                 n = n.max(seq);
             }
             processed.insert(p, n);
-            sent.insert(p, self.sent.get(&(d, p)).copied().unwrap_or(0));
+            let held = self.held.get(&(d, p)).copied().unwrap_or(0);
+            sent.insert(p, self.sent.get(&(d, p)).copied().unwrap_or(0) + held);
         }
         let recs = self.records.entry((id, d)).or_default();
         if !recs.is_empty() {
@@ -549,9 +563,37 @@ impl CutTracker {
             .insert(d, PartInfo { record, part, seqs });
     }
 
+    /// A crash lost the persist by which `d` (boot `boot`) remembered recording `ids`
+    /// before it became durable: nothing that followed those records left the device (its
+    /// markers, tagged messages and Done/Continue wait for that persist), so as far as
+    /// anyone can tell they never happened, and `d` may record the snapshots once more.
+    /// Every persist after that one was lost too: the state `d` restarts from reflects
+    /// no message it processed after those records, whatever it processed since.
+    pub fn unrecorded(&mut self, d: DeviceId, boot: u64, ids: &[SnapshotId]) {
+        for id in ids {
+            if let Some(recs) = self.records.get_mut(&(*id, d)) {
+                for r in recs.iter().filter(|r| r.boot == boot) {
+                    for (p, n) in &r.processed {
+                        let seen = self.processed.entry((*p, d)).or_default();
+                        *seen = (*seen).min(*n);
+                    }
+                }
+                recs.retain(|r| r.boot != boot);
+            }
+            if let Some(parts) = self.parts.get_mut(id)
+                && parts.get(&d).is_some_and(|p| p.record.boot == boot)
+            {
+                parts.remove(&d);
+            }
+            self.logs.remove(&(*id, d));
+        }
+    }
+
     /// Device `d` crashed: it records nothing more in that boot.
     pub fn crashed(&mut self, d: DeviceId) {
         self.logs.retain(|(_, x), _| *x != d);
+        // What it held never leaves.
+        self.held.retain(|(from, _), _| *from != d);
     }
 
     /// Forget logs of snapshots a device must have given up on by now.
@@ -1098,6 +1140,23 @@ mod tests {
         ));
     }
 
+    // A message a device output before it recorded, but held until the persists it may
+    // depend on were durable, counts as sent before the record: its receiver may process
+    // it before recording (the cut is consistent), though it left after the record.
+    #[test]
+    fn a_message_held_across_the_record_counts_as_sent_before_it() {
+        let mut t = CutTracker::default();
+        t.produced(P, Q);
+        t.recorded(sid(), P, 1, 10, 0, &[P, Q], None);
+        let s1 = t.send(P, Q);
+        t.processed(P, Q, s1);
+        t.recorded(sid(), Q, 1, 11, 0, &[P, Q], None);
+        t.part(P, 1, part(P, BTreeMap::new()));
+        t.part(Q, 1, part(Q, BTreeMap::new()));
+        assert!(done(&mut t, false).is_some(), "{:?}", t.violations);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+    }
+
     // The lock invariant in a recorded table judges the cover rule: /a and /a/b held
     // exclusively by two sessions conflict; shared under shared does not.
     #[test]
@@ -1123,5 +1182,32 @@ mod tests {
         acquire(&mut t, 4, "/c", LockMode::Shared);
         let (name, _) = conflicting_holders(&t).expect("found");
         assert_eq!(name, "/c and /c/d");
+    }
+
+    // A record whose persist a crash lost before it was durable never showed outside the
+    // device: recording the snapshot again after the restart is no second record. One
+    // kept durably across the restart still is.
+    #[test]
+    fn a_record_lost_with_its_unsynced_persist_may_be_made_again() {
+        let mut t = CutTracker::default();
+        t.recorded(sid(), P, 1, 10, 0, &[P, Q], None);
+        // After its record, P processes a message Q sent after Q's own record.
+        t.recorded(sid(), Q, 1, 11, 0, &[P, Q], None);
+        let s1 = t.send(Q, P);
+        t.processed(Q, P, s1);
+        t.crashed(P);
+        t.unrecorded(P, 1, &[sid()]);
+        // Its restarted state reflects none of that: recording again is consistent.
+        t.recorded(sid(), P, 2, 20, 0, &[P, Q], None);
+        t.part(P, 2, part(P, BTreeMap::new()));
+        t.part(Q, 1, part(Q, BTreeMap::new()));
+        assert!(done(&mut t, false).is_some(), "{:?}", t.violations);
+        assert!(t.violations.is_empty(), "{:?}", t.violations);
+        t.crashed(P);
+        t.recorded(sid(), P, 3, 30, 0, &[P, Q], None);
+        assert!(matches!(
+            t.violations[..],
+            [SnapshotViolation::RecordedTwice { .. }]
+        ));
     }
 }

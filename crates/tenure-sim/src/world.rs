@@ -10,14 +10,18 @@
 //!   own [`Clock`] (offset plus a linear, periodic or step drift model), all within `δ_c`
 //!   of each other; clocks run on while a device is down or paused. A device's timer
 //!   (`poll_timeout`, a local instant) is converted back to real time to schedule it.
-//! - **Devices**: `Device::new` boots from the simulated disk — the `Persist` outputs
-//!   applied in order — so a crash loses exactly the volatile state. A pause freezes a
-//!   device: every input addressed to it waits, in order, until it resumes.
+//! - **Devices**: `Device::new` boots from the simulated disk — the `Persist` outputs that
+//!   became durable, applied in order — so a crash loses the volatile state and, with
+//!   the seed's slow disks (`world/disk.rs`), the writes not yet synced (the last record
+//!   perhaps torn), while what waited for them never left. A pause freezes a device:
+//!   every input addressed to it waits, in order, until it resumes.
 //! - **Network**: see [`crate::net`] (per-pair FIFO, latency, loss, duplication,
 //!   partitions, connections that die with a crash).
 //! - **Nemesis**: a Poisson process of actions drawn with the seed's weights: partition
 //!   (random halves or isolate one; symmetric or one-way; healed after a stability time),
-//!   heal, crash (restart after a delay), pause (long enough to outlast leases).
+//!   heal, crash (restart after a delay; aimed, as the seed says, at a device with writes
+//!   not yet synced), pause (long enough to outlast leases); and disks whose commits
+//!   stall, up to three leases.
 //! - **Workload**: clients write random keys of random stores through random devices and
 //!   follow `NotManager` hints (a few hops, then retry elsewhere after a timeout); lock
 //!   clients hold sessions and locks, one request at a time or pipelined
@@ -32,6 +36,7 @@
 
 mod clients;
 mod delay;
+mod disk;
 mod elections;
 mod membership;
 mod mgr_crash;
@@ -42,7 +47,7 @@ mod snapshots;
 use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
 use crate::clock::Clock;
 use crate::knobs::Knobs;
-use crate::knobs::{LockKnobs, LockPaths, Pipelining};
+use crate::knobs::{DiskKnobs, DiskModel, LockKnobs, LockPaths, Pipelining};
 use crate::lockcheck::{LockCheckCounts, LockChecker};
 use crate::net::{Fate, Network, PartitionMode};
 use clients::{LockClient, LockReq};
@@ -130,6 +135,9 @@ pub struct SimConfig {
     pub pipelining: Pipelining,
     /// Whether lock names are paths that cover one another, or siblings.
     pub lock_paths: LockPaths,
+    /// Whether disks are drawn by the seed (slow, stalling, losing and tearing unsynced
+    /// writes at crashes) or synchronous.
+    pub disk: DiskModel,
     /// Run the object clients and watchers beside the lock clients ([`crate::objects`]).
     pub objects: bool,
     /// Check every block deletion against the manifests active at that moment (object
@@ -206,6 +214,7 @@ impl SimConfig {
             writes: true,
             pipelining: Pipelining::Drawn,
             lock_paths: LockPaths::Drawn,
+            disk: DiskModel::Drawn,
             objects: true,
             objects_watch_deletes: true,
             membership: true,
@@ -267,6 +276,17 @@ pub struct Faults {
     /// Among them, crashes in the middle of an output batch (only a prefix of the
     /// outputs of the device's last input happened).
     pub torn_crashes: u64,
+    /// Groups of persists lost at crashes before their sync completed (lost unsynced
+    /// writes; nothing acknowledged depended on them).
+    pub unsynced_lost: u64,
+    /// Commits in flight at a crash whose record reached the disk torn (a prefix of its
+    /// bytes), refused by recovery's checksum.
+    pub torn_records: u64,
+    /// Commits in flight at a crash whose record reached the disk whole, though their
+    /// sync never returned.
+    pub unsynced_survived: u64,
+    /// Commits that stalled (up to three leases) before becoming durable.
+    pub disk_stalls: u64,
     /// Pauses.
     pub pauses: u64,
     /// Messages lost (random loss and partitions).
@@ -284,6 +304,10 @@ impl Faults {
         self.heals += o.heals;
         self.crashes += o.crashes;
         self.torn_crashes += o.torn_crashes;
+        self.unsynced_lost += o.unsynced_lost;
+        self.torn_records += o.torn_records;
+        self.unsynced_survived += o.unsynced_survived;
+        self.disk_stalls += o.disk_stalls;
         self.pauses += o.pauses;
         self.lost += o.lost;
         self.duplicated += o.duplicated;
@@ -339,6 +363,8 @@ pub struct RunReport {
     pub checks: CheckCounts,
     /// The lock workload this seed chose.
     pub lock_knobs: Option<LockKnobs>,
+    /// The disks this seed chose.
+    pub disk_knobs: Option<DiskKnobs>,
     /// What the lock clients did.
     pub locks: LockStats,
     /// How often the lock checkers compared something.
@@ -555,6 +581,12 @@ enum Event {
     /// Migrate the manager of store 0 off its chunks
     /// ([`SimConfig::migrate_manager_apart_at_us`]).
     MigrateApart,
+    /// A commit of a device's disk is durable ([`disk`]).
+    DiskSynced {
+        device: DeviceId,
+        boot: u64,
+        commit: u64,
+    },
 }
 
 impl Event {
@@ -566,7 +598,7 @@ impl Event {
             | Event::LockArrive { to, .. }
             | Event::ObjArrive { to, .. }
             | Event::PolicyArrive { to, .. } => Some(*to),
-            Event::Timer { device, .. } => Some(*device),
+            Event::Timer { device, .. } | Event::DiskSynced { device, .. } => Some(*device),
             _ => None,
         }
     }
@@ -601,6 +633,7 @@ impl Event {
             Event::MembershipRepeat(i) => 26 | (*i as u64) << 8,
             Event::CrashManager => 27,
             Event::MigrateApart => 28,
+            Event::DiskSynced { device, commit, .. } => 29 | device.0 << 8 | commit << 24,
         }
     }
 }
@@ -630,7 +663,12 @@ const NEMESIS_ACTIONS: [NemesisAction; 5] = [
 
 struct Node {
     device: Option<Device>,
+    /// What survives a crash: the persists that became durable.
     disk: DevicePersist,
+    /// Every persist the device output, durable or not: what its memory holds.
+    written: DevicePersist,
+    /// Persists and outputs on their way to the disk and out ([`disk`]).
+    pipe: disk::Pipe,
     cfg: DeviceConfig,
     clock: Clock,
     /// Real time until which the process is paused.
@@ -687,6 +725,9 @@ pub struct World {
     pipe_rng: Rng,
     /// Picks each client's names when they are paths (their own stream, likewise).
     paths_rng: Rng,
+    disk_knobs: DiskKnobs,
+    /// Draws commit latencies, stalls and crash fates (its own stream, likewise).
+    disk_rng: Rng,
     lock_clients: Vec<LockClient>,
     lock_reqs: BTreeMap<u64, LockReq>,
     locks: LockChecker,
@@ -782,6 +823,8 @@ impl World {
         }
         let mut paths_rng = root.fork();
         lock_knobs.draw_paths(&mut paths_rng, cfg.lock_paths);
+        let mut disk_rng = root.fork();
+        let disk_knobs = DiskKnobs::draw(&mut disk_rng, cfg.disk);
         let mut cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         if let Some(cut) = restore {
             // A restored cluster is the snapshot's devices (a device whose disk holds no
@@ -814,6 +857,8 @@ impl World {
                 d,
                 Node {
                     device: None,
+                    written: disk.clone(),
+                    pipe: disk::Pipe::booted(&disk, 0),
                     disk,
                     cfg: dc,
                     clock: Clock::draw(&mut clock_rng, skew_max_us, horizon),
@@ -838,6 +883,7 @@ impl World {
                 seed: cfg.seed,
                 knobs: Some(knobs.clone()),
                 lock_knobs: Some(lock_knobs.clone()),
+                disk_knobs: Some(disk_knobs.clone()),
                 object_knobs: cfg.objects.then(|| obj_knobs.clone()),
                 election_knobs: Some(el_knobs.clone()),
                 snapshot_knobs: restore.is_none().then(|| snap_knobs.clone()),
@@ -868,6 +914,8 @@ impl World {
             lock_rng,
             pipe_rng,
             paths_rng,
+            disk_knobs,
+            disk_rng,
             lock_clients: Vec::new(),
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),
@@ -911,6 +959,8 @@ impl World {
             let line = format!("knobs {:?}", w.knobs);
             w.trace(|| line);
             let line = format!("lock knobs {:?}", w.lock_knobs);
+            w.trace(|| line);
+            let line = format!("disk knobs {:?}", w.disk_knobs);
             w.trace(|| line);
             if w.cfg.objects {
                 let line = format!("object knobs {:?}", w.obj_knobs);
@@ -1064,10 +1114,11 @@ impl World {
             node.deferred.clear();
             if !torn {
                 let memory = dev.persistent();
-                self.checker.persisted(d, &memory, &self.nodes[&d].disk);
+                self.checker.persisted(d, &memory, &self.nodes[&d].written);
             }
             self.report.faults.crashes += 1;
             self.trace(|| format!("{d} crash{}", if torn { " (mid-batch)" } else { "" }));
+            self.disk_crash(d);
         }
     }
 
@@ -1138,10 +1189,10 @@ impl World {
                     {
                         self.report.captured.persists.push(op.clone());
                     }
-                    self.nodes.get_mut(&d).expect("node").disk.apply(&op);
                     if let tenure_core::PersistOp::BlockDelete { chunk, ids } = &op {
                         self.obj_on_block_delete(d, *chunk, ids);
                     }
+                    self.persist(d, op);
                 }
                 Output::Send { to, msg } => {
                     effects |= crate::snapshot::carried(&msg).is_some();
@@ -1150,13 +1201,11 @@ impl World {
                     {
                         self.report.captured.msgs.push(msg.clone());
                     }
-                    self.obj_on_send(d, &msg);
-                    self.send(d, to, msg)
+                    self.let_out(d, disk::Held::Send { to, msg })
                 }
                 Output::Reply { req_id, result, .. } => {
                     effects = true;
-                    self.snap_note_reply(d, req_id, &result);
-                    self.reply(d, req_id, result)
+                    self.let_out(d, disk::Held::Reply { req_id, result })
                 }
                 Output::SetTimer(_) => {}
                 Output::Observe(Observation::SnapshotRecorded { id }) => {
@@ -1175,7 +1224,12 @@ impl World {
                     changes,
                 } => {
                     effects = true;
-                    self.obj_events(client, watch, changes)
+                    let held = disk::Held::ObjectEvents {
+                        client,
+                        watch,
+                        changes,
+                    };
+                    self.let_out(d, held)
                 }
                 Output::WatchEnded {
                     client,
@@ -1183,7 +1237,12 @@ impl World {
                     reason,
                 } => {
                     effects = true;
-                    self.obj_watch_ended(client, watch, reason)
+                    let held = disk::Held::WatchEnded {
+                        client,
+                        watch,
+                        reason,
+                    };
+                    self.let_out(d, held)
                 }
                 Output::SnapshotStarted { id } => self.snap_started(d, id),
                 Output::SnapshotPart(part) => self.snap_part(d, *part),
@@ -1199,6 +1258,7 @@ impl World {
             self.schedule(self.now + delay, Event::Restart(d));
             return;
         }
+        self.disk_turn_end(d);
         if self.nodes[&d].retire_pending {
             self.stop_retired(d);
             return;
@@ -1280,12 +1340,12 @@ impl World {
                 self.mix(0x3000 ^ key << 8 ^ version.seq << 24 ^ version.epoch.0 << 48);
                 self.report.writes_acked += 1;
                 self.cuts.facts.write_acked(d, tick, store, key, version);
-                let chunks = self.nodes.values().flat_map(|n| n.disk.chunks.values());
+                let chunks = self.nodes.values().flat_map(|n| n.written.chunks.values());
                 self.checker.write_acked(store, key, version, chunks);
             }
             Observation::ChunkCommitted { chunk, epoch } => {
                 self.mix(0x4000 ^ chunk.serial << 8 ^ epoch.0 << 32);
-                if let Some(rec) = self.nodes[&d].disk.chunks.get(&chunk) {
+                if let Some(rec) = self.nodes[&d].written.chunks.get(&chunk) {
                     self.checker
                         .chunk_committed(chunk, rec.store, epoch, &rec.data);
                 }
@@ -1711,6 +1771,11 @@ impl World {
             Event::MembershipRepeat(i) => self.membership_send(i),
             Event::CrashManager => self.crash_manager(),
             Event::MigrateApart => self.migrate_apart(),
+            Event::DiskSynced {
+                device,
+                boot,
+                commit,
+            } => self.disk_synced(device, boot, commit),
         }
         self.restore_pending();
         true
@@ -1815,6 +1880,7 @@ impl World {
             NemesisAction::Crash => {
                 let d = ids[self.nemesis_rng.below(n) as usize];
                 let d = self.aim_at_coordinator(d);
+                let d = self.aim_at_unsynced(d);
                 if self.nodes[&d].device.is_none()
                     || (self.nodes[&d].paused_until.is_none()
                         && self.down_count() >= self.knobs.down_max)

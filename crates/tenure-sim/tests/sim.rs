@@ -1,7 +1,7 @@
-//! Simulator sweeps (DESIGN §9–10): a bounded sweep of the real core under faults — nested
-//! lock names included — finds no violation; one seed replays exactly; and each planted
-//! bug is caught — which shows the nemesis creates partitions, pauses and lease expiries
-//! often enough for the checkers to bite. Runs are
+//! Simulator sweeps (DESIGN §9–10): a bounded sweep of the real core under faults — disk
+//! faults and nested lock names included — finds no violation; one seed replays exactly;
+//! and each planted bug is caught — which shows the nemesis creates partitions, pauses,
+//! lease expiries and lost writes often enough for the checkers to bite. Runs are
 //! shortened (10 s of faults, at most 30 s to converge) to keep the sweep well under a
 //! minute in `--release` on two cores.
 
@@ -9,7 +9,7 @@ mod common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lincheck::{self, LockModel, Verdict};
-use tenure_sim::{LockPaths, Outcome, Pipelining, SimConfig, Violation, run, sweep};
+use tenure_sim::{DiskModel, LockPaths, Outcome, Pipelining, SimConfig, Violation, run, sweep};
 
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
@@ -45,6 +45,14 @@ fn bounded_sweep_finds_no_violation() {
     );
     assert!(s.checks.served_checks > 0 && s.checks.write_checks > 0 && s.checks.manager_checks > 0);
     assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
+    // DESIGN §10 under disk faults: crashes lost unsynced writes, tore records and kept
+    // unacknowledged ones whole; commits stalled; ACCEPTEDs were checked as they left.
+    let f = &s.faults;
+    assert!(
+        f.unsynced_lost > 0 && f.torn_records > 0 && f.unsynced_survived > 0,
+        "{f:?}"
+    );
+    assert!(f.disk_stalls > 0 && s.checks.durable_checks > 0, "{f:?}");
     // DESIGN §9 (invariants 3–5): the lock checkers compared real grants.
     assert!(s.locks.grants > 0 && s.locks.releases > 0 && s.locks.session_ends > 0);
     assert!(s.locks.client_pauses > 0 && s.locks.deadlines_passed > 0);
@@ -60,26 +68,27 @@ fn bounded_sweep_finds_no_violation() {
 }
 
 // Seeds that once failed, each with the default settings `tenure sim --seed N` uses and
-// with pipelining off and sibling lock names (the run they failed, before clients could
-// pipeline or lock paths), and what they found: 5094 and 35561 stale reads, 8842 and
-// 10853 regeneration races, 32991 a checker bug, 46832 a vote committing an older layout
-// behind a newer one, 80994 the members of a committed relayout collected as orphans (no
-// manager ever again).
+// with pipelining off, sibling lock names and synchronous disks (the run they failed,
+// before clients could pipeline or lock paths and before disks could fail), and what
+// they found: 5094 and 35561 stale reads, 8842 and 10853 regeneration races, 32991 a
+// checker bug, 46832 a vote committing an older layout behind a newer one, 80994 the
+// members of a committed relayout collected as orphans (no manager ever again).
 #[test]
 fn seeds_that_once_failed_pass() {
     for seed in [5094, 8842, 10853, 32991, 35561, 46832, 80994, 180613] {
-        for (pipelining, paths) in [
-            (Pipelining::Drawn, LockPaths::Drawn),
-            (Pipelining::Off, LockPaths::Flat),
+        for (pipelining, paths, disk) in [
+            (Pipelining::Drawn, LockPaths::Drawn, DiskModel::Drawn),
+            (Pipelining::Off, LockPaths::Flat, DiskModel::Synchronous),
         ] {
             let mut c = SimConfig::new(seed);
             c.pipelining = pipelining;
             c.lock_paths = paths;
+            c.disk = disk;
             c.membership = false;
             let r = run(c);
             assert!(
                 r.outcome == Outcome::Passed,
-                "seed {seed} {pipelining:?} {paths:?}: {:?} {:?}",
+                "seed {seed} {pipelining:?} {paths:?} {disk:?}: {:?} {:?}",
                 r.outcome,
                 r.violations
             );
@@ -271,6 +280,24 @@ fn planted_ignore_cover_is_caught_along_the_path() {
     c.keep_history = false;
     let r = run(c);
     assert_ne!(r.outcome, Outcome::Correctness, "{:?}", r.violations);
+}
+
+// DESIGN §10 planted bug: a chunk that outputs its ACCEPTED before the persist of what it
+// accepts lets the answer leave before the change is durable; the check made as each
+// ACCEPTED leaves must catch it (with a slow disk a crash then loses what the manager
+// counted as accepted).
+#[test]
+fn planted_accepted_before_persist_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            accepted_before_persist: true,
+            ..PlantedBugs::default()
+        },
+        20,
+    );
+    let (seed, v) = found.expect("not caught within 20 seeds");
+    eprintln!("accepted-before-persist caught at seed {seed}: {v}");
+    assert!(matches!(v, Violation::AckedBeforeDurable { .. }), "{v}");
 }
 
 // DESIGN §4 and §9.4 planted bug: a manager that answers after the first ACCEPTED loses

@@ -12,6 +12,9 @@
 //!   requests on their session stream.
 //! - `--lock-paths flat|nested` overrides the seed's choice of lock names: siblings, or
 //!   paths of a small tree per store that cover one another.
+//! - `--disk synchronous` overrides the seed's disks (slow group commits that stall, lose
+//!   unsynced writes and tear their last record at crashes) with ones where every persist
+//!   is durable at once.
 //! - Object clients and watchers (seed 001) run beside the lock clients in every run of
 //!   the stores' world (`--no-objects` leaves them out); reports and summaries print
 //!   what they did and how often the object checkers compared something.
@@ -32,7 +35,9 @@ use std::time::Instant as WallClock;
 use tenure_core::PlantedBugs;
 use tenure_sim::lookup::knobs::ProfileChoice;
 use tenure_sim::lookup::summary::{Extreme, LookupSummary};
-use tenure_sim::{LockPaths, Outcome, Pipelining, RunReport, SimConfig, Summary, WorldKind};
+use tenure_sim::{
+    DiskModel, LockPaths, Outcome, Pipelining, RunReport, SimConfig, Summary, WorldKind,
+};
 
 /// Exit status for a correctness violation.
 const EXIT_CORRECTNESS: u8 = 2;
@@ -94,6 +99,10 @@ pub struct SimArgs {
     /// Whether lock names are paths that cover one another (nested) or siblings (flat).
     #[arg(long, value_enum, default_value_t = Paths::Drawn)]
     lock_paths: Paths,
+    /// Whether the seed draws the disks (slow commits, stalls, unsynced writes lost and
+    /// records torn at crashes) or every persist is durable at once (synchronous).
+    #[arg(long, value_enum, default_value_t = Disk::Drawn)]
+    disk: Disk,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
     /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
     /// apply).
@@ -128,6 +137,8 @@ enum Plant {
     IgnoreCover,
     /// Managers answer a SafeTalk batch after the first ACCEPTED instead of all.
     ConfirmBeforeAllAccepted,
+    /// Chunks output ACCEPTED before persisting the changes they accept.
+    AcceptedBeforePersist,
     /// A new manager expires every session at once instead of granting grace.
     ExpireWithoutGrace,
     /// A device that does not manage a store redirects clients to itself.
@@ -201,6 +212,14 @@ enum LookupProfile {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Disk {
+    /// The seed decides (synchronous in one run out of four).
+    Drawn,
+    /// Every persist is durable as the core outputs it.
+    Synchronous,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Paths {
     /// The seed decides (nested in three runs out of four).
     Drawn,
@@ -242,6 +261,7 @@ impl SimArgs {
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
             ignore_cover: self.plant.contains(&Plant::IgnoreCover),
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
+            accepted_before_persist: self.plant.contains(&Plant::AcceptedBeforePersist),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
             lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
@@ -295,6 +315,10 @@ impl SimArgs {
             Paths::Flat => LockPaths::Flat,
             Paths::Nested => LockPaths::Nested,
         };
+        c.disk = match self.disk {
+            Disk::Drawn => DiskModel::Drawn,
+            Disk::Synchronous => DiskModel::Synchronous,
+        };
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -345,6 +369,10 @@ impl SimArgs {
         if self.lock_paths != Paths::Drawn && self.world == World::Stores {
             s.push_str(" --lock-paths ");
             s.push_str(&crate::value_name(&self.lock_paths));
+        }
+        if self.disk != Disk::Drawn && self.world == World::Stores {
+            s.push_str(" --disk ");
+            s.push_str(&crate::value_name(&self.disk));
         }
         for p in &self.plant {
             s.push_str(" --plant ");
@@ -435,6 +463,9 @@ fn print_run(r: &RunReport, wall_s: f64, k: usize, n: u64) {
     if let Some(k) = &r.lock_knobs {
         println!("  lock knobs: {k:?}");
     }
+    if let Some(k) = &r.disk_knobs {
+        println!("  disk knobs: {k:?}");
+    }
     println!("  locks: {:?}", r.locks);
     println!("  checks: {:?}", r.checks);
     println!("  lock checks: {:?}", r.lock_checks);
@@ -522,7 +553,7 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
     );
     let f = &s.faults;
     println!(
-        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}",
+        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits",
         f.partitions_halves,
         f.partitions_isolate,
         f.one_way,
@@ -531,7 +562,11 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
         f.torn_crashes,
         f.pauses,
         f.lost,
-        f.duplicated
+        f.duplicated,
+        f.unsynced_lost,
+        f.torn_records,
+        f.unsynced_survived,
+        f.disk_stalls
     );
     println!(
         "regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",
@@ -566,8 +601,11 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
         l.pipelined, l.out_of_order, l.stream_resumes, l.resent
     );
     println!(
-        "checks: {} manager, {} served-under-lease, {} acked-write-present",
-        s.checks.manager_checks, s.checks.served_checks, s.checks.write_checks
+        "checks: {} manager, {} served-under-lease, {} acked-write-present, {} accepted-durable",
+        s.checks.manager_checks,
+        s.checks.served_checks,
+        s.checks.write_checks,
+        s.checks.durable_checks
     );
     let c = &s.lock_checks;
     println!(

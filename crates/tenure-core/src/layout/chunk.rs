@@ -709,6 +709,14 @@ impl Chunk {
             return;
         }
         let chunk = self.p.id;
+        let accepted = ToManager::Accepted {
+            epoch,
+            upto: last_op,
+        };
+        let early = ctx.cfg.planted.accepted_before_persist;
+        if early {
+            self.to_mgr(ctx, from, accepted.clone());
+        }
         // Block data goes to the block store; the change is kept pending without it.
         let ops = self.blocks.take_data(ctx, chunk, ops);
         self.p.data.accept_batch(&ops, confirm);
@@ -724,14 +732,9 @@ impl Chunk {
             chunk: self.p.id,
             epoch,
         });
-        self.to_mgr(
-            ctx,
-            from,
-            ToManager::Accepted {
-                epoch,
-                upto: last_op,
-            },
-        );
+        if !early {
+            self.to_mgr(ctx, from, accepted);
+        }
     }
 
     /// SafeTalk CONFIRM (CL/CR): move confirmed changes into the tables.

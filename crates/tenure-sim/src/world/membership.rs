@@ -194,6 +194,10 @@ impl World {
 
     /// `d` observed its retirement: its process stops for good (its outputs have left).
     pub(super) fn stop_retired(&mut self, d: DeviceId) {
+        // What it produced becomes durable and leaves before it stops.
+        if self.nodes[&d].device.is_some() {
+            self.disk_drain(d);
+        }
         let node = self.nodes.get_mut(&d).expect("node");
         node.retire_pending = false;
         if node.device.take().is_none() {

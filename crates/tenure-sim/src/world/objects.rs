@@ -578,6 +578,17 @@ impl World {
         self.obj_reqs.contains_key(&id)
     }
 
+    /// The store of an object request in flight.
+    pub(super) fn obj_req_store(&self, id: u64) -> Option<StoreId> {
+        self.obj_reqs.get(&id).map(|r| r.store)
+    }
+
+    /// The store a watcher watches.
+    pub(super) fn watch_store(&self, client: ClientId) -> Option<StoreId> {
+        let w = client.0.checked_sub(OBJ_WATCH_BASE)?;
+        self.obj_watchers.get(w as usize).map(|w| w.store)
+    }
+
     /// An answer from `from` to an object request.
     pub(super) fn obj_reply(
         &mut self,
@@ -1001,7 +1012,7 @@ impl World {
         if !self.cfg.objects_watch_deletes {
             return;
         }
-        let Some(store) = (self.nodes[&d].disk.chunks.get(&chunk)).map(|r| r.store) else {
+        let Some(store) = (self.nodes[&d].written.chunks.get(&chunk)).map(|r| r.store) else {
             return;
         };
         let Some((m, _)) = self.manager_of(store) else {
