@@ -117,6 +117,8 @@ pub struct Coordinator {
     requests: Vec<PolicyCommand>,
     /// Stores with a balancing move under way.
     balancing: BTreeMap<StoreId, Instant>,
+    /// Fewest active members a retirement may leave (the replication factor).
+    min_active: usize,
 }
 
 /// A device holding this many more chunks than the least loaded live active device
@@ -164,6 +166,7 @@ impl Coordinator {
                 term: Some(term),
                 next_round: Some(next_round),
                 members: members.clone(),
+                min_active: cfg.cluster.replication.max(1),
                 ..Coordinator::default()
             };
         }
@@ -202,16 +205,11 @@ impl Coordinator {
     ) {
         if self.term == Some(term) {
             self.reports.insert(from, (now, chunks));
-            if members.version > self.members.version {
-                self.members = members.clone();
-            }
-            // A retirement another coordinator decided (in a record that lost to a newer
-            // one) still holds: that device has stopped for good.
-            for d in &members.retired {
-                if self.members.contains(*d) {
-                    self.members.retire(term, *d);
-                }
-            }
+            // The newer record, with what the other decided that it lacks: a retirement
+            // another coordinator decided (in a record that lost to a newer one) still
+            // holds, that device has stopped for good; and a device it admitted stays
+            // admitted.
+            self.members.merge(term, members, self.min_active);
         }
     }
 

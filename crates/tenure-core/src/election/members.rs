@@ -172,6 +172,53 @@ impl Members {
         }
     }
 
+    /// Take in what another record decided (the coordinator of `term`, on a member's
+    /// report): the newer of the two is the base, and the other's decisions it lacks are
+    /// carried over — a device it admitted that the base neither lists nor retired, a
+    /// retirement, a device it made retiring (while `min_active` allows). Records are
+    /// versioned by `(n, term)`, not by lineage: two coordinators of a partitioned cluster
+    /// can each make change `n`, and the one made under the older term would otherwise
+    /// vanish with the device it admitted (simulator seed 10213: d7 admitted in the
+    /// record (1, term 12), then a coordinator of term 15 that had not heard of it admitted
+    /// d6 as (1, term 15), and d7 was never a member again). Returns whether the result
+    /// differs from this record.
+    pub fn merge(&mut self, term: Term, other: &Members, min_active: usize) -> bool {
+        let before = self.clone();
+        let extra = if other.version > self.version {
+            std::mem::replace(self, other.clone())
+        } else {
+            other.clone()
+        };
+        let mut changed = false;
+        for d in &extra.retired {
+            if self.devices.remove(d).is_some() | self.retired.insert(*d) {
+                changed = true;
+            }
+        }
+        for (d, info) in &extra.devices {
+            if self.retired.contains(d) {
+                continue;
+            }
+            match self.devices.get(d).map(|i| i.state) {
+                None => {
+                    self.devices.insert(*d, info.clone());
+                    changed = true;
+                }
+                Some(MemberState::Active) if info.state == MemberState::Retiring => {
+                    if self.active().len() > min_active {
+                        self.devices.get_mut(d).expect("member").state = MemberState::Retiring;
+                        changed = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if changed {
+            self.bump(term);
+        }
+        *self != before
+    }
+
     /// `d` has drained: it leaves the record.
     pub fn retire(&mut self, term: Term, d: DeviceId) {
         if self.devices.remove(&d).is_some() {
@@ -213,6 +260,63 @@ mod tests {
             !m.admit(term(3), DeviceId(2), "", ""),
             "a retired id stays out"
         );
+    }
+
+    /// DESIGN §6, coordinator gathering reports: two coordinators of a partitioned
+    /// cluster each made change 1; the one under the newer term is the base, and the
+    /// device the other admitted is carried over in a new version (simulator seed 10213).
+    #[test]
+    fn members_merge_keeps_an_admission_made_in_a_record_that_lost() {
+        let boot = Members::bootstrap(&[DeviceId(1), DeviceId(2), DeviceId(3)]);
+        let mut older = boot.clone();
+        assert!(older.admit(term(12), DeviceId(7), "p7", "c7"));
+        let mut newer = boot.clone();
+        assert!(newer.admit(term(15), DeviceId(6), "p6", "c6"));
+        assert!(older.version < newer.version);
+        for (mut base, other) in [(newer.clone(), &older), (older.clone(), &newer)] {
+            assert!(base.merge(term(16), other, 3));
+            assert!(base.is_active(DeviceId(6)) && base.is_active(DeviceId(7)));
+            assert_eq!(base.devices[&DeviceId(7)].peer_addr, "p7");
+            assert!(
+                base.version > newer.version,
+                "a new version: {:?}",
+                base.version
+            );
+            assert_eq!(base.version.term, term(16));
+            let v = base.version;
+            assert!(
+                !base.merge(term(16), other, 3),
+                "merging again changes nothing"
+            );
+            assert_eq!(base.version, v);
+        }
+    }
+
+    /// A retirement, and a device made retiring, in the record that lost still hold; a
+    /// retiring state is carried only while enough active members remain.
+    #[test]
+    fn members_merge_keeps_retirements_and_retiring_within_min_active() {
+        let boot = Members::bootstrap(&[DeviceId(1), DeviceId(2), DeviceId(3), DeviceId(4)]);
+        let mut older = boot.clone();
+        assert!(older.start_retiring(term(3), DeviceId(4), 3));
+        older.retire(term(3), DeviceId(4));
+        assert!(older.start_retiring(term(3), DeviceId(3), 2));
+        let mut newer = boot.clone();
+        assert!(newer.admit(term(5), DeviceId(5), "", ""));
+        assert!(newer.admit(term(5), DeviceId(6), "", ""));
+        assert!(newer.admit(term(5), DeviceId(7), "", ""));
+        let mut m = newer.clone();
+        assert!(m.merge(term(6), &older, 3));
+        assert!(!m.contains(DeviceId(4)) && m.retired.contains(&DeviceId(4)));
+        assert_eq!(m.retiring(), vec![DeviceId(3)]);
+        assert!(m.is_active(DeviceId(7)));
+        // With only three active members left, the retiring state is not carried.
+        let mut other = boot.clone();
+        assert!(other.start_retiring(term(3), DeviceId(3), 2));
+        let mut small = boot.clone();
+        assert!(small.start_retiring(term(5), DeviceId(4), 3));
+        assert!(!small.merge(term(6), &other, 3));
+        assert_eq!(small.active(), vec![DeviceId(1), DeviceId(2), DeviceId(3)]);
     }
 
     #[test]
