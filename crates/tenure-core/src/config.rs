@@ -117,6 +117,10 @@ pub struct PlantedBugs {
     /// A lookup leader answers a `Get` of a live entry with a value nobody published (the
     /// entry's value with a byte appended).
     pub lookup_fabricated_answer: bool,
+    /// Lookup: a leader does not ask a node that comes up for its persistent store
+    /// before answering queries (an update acknowledged across a partition is answered
+    /// older after the heal).
+    pub lookup_no_pull: bool,
     /// The object collector also deletes the blocks of active objects.
     pub objects_collect_active: bool,
     /// Fenced object writes are applied without checking the token.

@@ -163,6 +163,9 @@ enum Plant {
     LookupNoLongTimeout,
     /// A lookup leader answers a get with a value nobody published.
     LookupFabricatedAnswer,
+    /// A lookup leader answers queries without asking a node that came back for its
+    /// persistent store.
+    LookupNoPull,
     /// The object collector also deletes the blocks of active objects.
     ObjectsCollectActive,
     /// Fenced object writes are applied without checking the token.
@@ -276,6 +279,7 @@ impl SimArgs {
             lookup_sync_restarts_seq: self.plant.contains(&Plant::LookupSyncRestartsSeq),
             lookup_no_long_timeout: self.plant.contains(&Plant::LookupNoLongTimeout),
             lookup_fabricated_answer: self.plant.contains(&Plant::LookupFabricatedAnswer),
+            lookup_no_pull: self.plant.contains(&Plant::LookupNoPull),
             objects_collect_active: self.plant.contains(&Plant::ObjectsCollectActive),
             objects_ignore_fence: self.plant.contains(&Plant::ObjectsIgnoreFence),
             objects_read_superseded: self.plant.contains(&Plant::ObjectsReadSuperseded),

@@ -560,16 +560,18 @@ pub enum LookupMsg {
         /// The result.
         result: Result<LookupResponse, LookupError>,
     },
-    /// Persistent entries for a leader that may lack them (sent back on a join Ack and
-    /// to each new leader: anti-entropy of the persistent store).
+    /// Persistent entries the receiver may lack: on a join Ack, and in answer to a
+    /// `MergeRequest`, which it acknowledges (sent even when empty).
     Merge {
         /// Entries (tombstones included).
         persistent: Vec<Entry>,
     },
-    /// A node that became active without a leader (the self-stabilising timeout: the
-    /// whole service was down) sends its persistent store to every node: each merges it
-    /// and answers with a `Merge` of what the sender lacks, so that the node's store is
-    /// whole before its warm-up ends and it may lead.
+    /// A node's persistent store, merged by the receiver, which answers with a `Merge` of
+    /// what the sender lacks (anti-entropy of the persistent store). A node that became
+    /// active without a leader (the self-stabilising timeout: the whole service was
+    /// down) sends it to every node, so that its store is whole before its warm-up ends
+    /// and it may lead; every node sends it to each new leader in its view, again with
+    /// its heartbeats until that leader answers.
     MergeRequest {
         /// Entries (tombstones included).
         persistent: Vec<Entry>,

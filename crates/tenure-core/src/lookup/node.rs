@@ -89,6 +89,18 @@ pub struct Node {
     /// The leader this node last saw in its soft-state store (anti-entropy of the
     /// persistent store goes to each new one).
     seen_leader: Option<(Instant, DeviceId)>,
+    /// The leader this node's persistent store was last sent to and when, until that
+    /// leader answers (its `Merge`, possibly empty, acknowledges it). The store is sent
+    /// again with the heartbeats meanwhile: a single message lost at a partition's heal
+    /// left the old leader answering values from before it (found by `tenure chaos`).
+    merge_to: Option<(DeviceId, Instant)>,
+    /// As leader, the nodes that came up (back from a partition or a restart) whose
+    /// persistent stores it asked for: each with its deadline and whether it was asked
+    /// again. Queries wait until they have answered (or their deadlines pass), so that an
+    /// update acknowledged on the other side of a partition is not answered older.
+    awaiting: BTreeMap<DeviceId, (Instant, bool)>,
+    /// Queries held meanwhile: (origin, client, request id, request).
+    held: Vec<(DeviceId, ClientId, u64, LookupRequest)>,
     /// Entries this device provides itself (DESIGN §3: where it manages stores, that it
     /// is alive), refreshed by the node like any provider's.
     own: BTreeMap<String, Own>,
@@ -124,6 +136,9 @@ impl Node {
             next_maintain: None,
             pending: BTreeMap::new(),
             seen_leader: None,
+            merge_to: None,
+            awaiting: BTreeMap::new(),
+            held: Vec::new(),
             own: BTreeMap::new(),
             own_stamp: 0,
         }
@@ -158,6 +173,9 @@ impl Node {
             next_maintain: Some(ctx.now + ctx.cfg.lookup.long_timeout),
             pending: BTreeMap::new(),
             seen_leader: None,
+            merge_to: None,
+            awaiting: BTreeMap::new(),
+            held: Vec::new(),
             own: BTreeMap::new(),
             own_stamp: 0,
         };
@@ -417,6 +435,7 @@ impl Node {
             },
         );
         self.next_heartbeat = Some(ctx.now + Self::s(ctx).heartbeat_interval);
+        self.resend_store(ctx);
     }
 
     fn sss_changed(&mut self, ctx: &mut Ctx, changes: &[SssChange]) {
@@ -431,14 +450,97 @@ impl Node {
         let now_leader = self.active_nodes().first().copied();
         if now_leader != self.seen_leader {
             self.seen_leader = now_leader;
+            self.merge_to = None;
             if let Some((_, d)) = now_leader
                 && d != self.me
             {
-                let persistent = self.data.persistent_store();
-                if !persistent.is_empty() {
-                    ctx.send(d, Msg::Lookup(LookupMsg::Merge { persistent }));
-                }
+                self.send_store(ctx, d);
             }
+        }
+    }
+
+    /// Send this node's persistent store to the leader `d` (as a `MergeRequest`, which
+    /// it acknowledges with what this node lacks), until it answers.
+    fn send_store(&mut self, ctx: &mut Ctx, d: DeviceId) {
+        let persistent = self.data.persistent_store();
+        if persistent.is_empty() {
+            self.merge_to = None;
+            return;
+        }
+        ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
+        self.merge_to = Some((d, ctx.now));
+    }
+
+    /// As leader, ask `d`, which just came up, for its persistent store (sending this
+    /// node's, so that it learns what it lacks too).
+    fn pull_store(&mut self, ctx: &mut Ctx, d: DeviceId, again: bool) {
+        let persistent = self.data.persistent_store();
+        ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
+        let until = ctx.now + Self::s(ctx).roundtrip_delay;
+        self.awaiting.insert(d, (until, again));
+    }
+
+    /// Stores asked for and not answered within a round trip are asked for once more;
+    /// after that the held queries are answered without them.
+    fn expire_awaiting(&mut self, ctx: &mut Ctx) {
+        let now = ctx.now;
+        let due: Vec<(DeviceId, bool)> = (self.awaiting.iter())
+            .filter(|(_, (until, _))| *until <= now)
+            .map(|(d, (_, again))| (*d, *again))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for (d, again) in due {
+            self.awaiting.remove(&d);
+            if !again && self.is_leader() && self.sss.is_up(d) {
+                self.pull_store(ctx, d, true);
+            }
+        }
+        if self.awaiting.is_empty() {
+            self.release_held(ctx);
+        }
+    }
+
+    /// Answer the queries held while stores were awaited (dropped if this node no longer
+    /// leads: their origins answer "no leader" at their deadlines).
+    fn release_held(&mut self, ctx: &mut Ctx) {
+        for (origin, client, req_id, req) in std::mem::take(&mut self.held) {
+            self.answer(ctx, origin, client, req_id, &req);
+        }
+    }
+
+    /// Deliver a forwarded request and send the answer this node gives, if any.
+    fn answer(
+        &mut self,
+        ctx: &mut Ctx,
+        origin: DeviceId,
+        client: ClientId,
+        req_id: u64,
+        req: &LookupRequest,
+    ) {
+        if let Some(result) = self.deliver(ctx, origin, req) {
+            ctx.send(
+                origin,
+                Msg::Lookup(LookupMsg::Answer {
+                    client,
+                    req_id,
+                    result,
+                }),
+            );
+        }
+    }
+
+    /// The heartbeat's retry of an unanswered store: while `d` is still the leader in
+    /// this node's view and a round trip has passed since the last send.
+    fn resend_store(&mut self, ctx: &mut Ctx) {
+        let Some((d, at)) = self.merge_to else {
+            return;
+        };
+        if self.seen_leader.map(|(_, l)| l) != Some(d) {
+            self.merge_to = None;
+        } else if ctx.now.saturating_since(at) >= Self::s(ctx).roundtrip_delay {
+            self.send_store(ctx, d);
         }
     }
 
@@ -454,8 +556,12 @@ impl Node {
                 if from == self.me {
                     return;
                 }
+                let arrived = !self.sss.is_up(from);
                 let change = self.sss.heartbeat(ctx.now, from, start, leader);
                 self.sss_changed(ctx, change.as_slice());
+                if arrived && self.is_leader() && !ctx.cfg.planted.lookup_no_pull {
+                    self.pull_store(ctx, from, false);
+                }
             }
             LookupMsg::CanIJoin { attempt, .. } => self.on_can_i_join(ctx, from, attempt),
             LookupMsg::Ack {
@@ -464,16 +570,23 @@ impl Node {
             } => self.on_ack(ctx, from, attempt, persistent),
             LookupMsg::Nack { attempt } => self.on_nack(ctx, attempt),
             LookupMsg::Merge { persistent } => {
+                if self.merge_to.is_some_and(|(d, _)| d == from) {
+                    self.merge_to = None;
+                }
                 if self.active {
                     let lid = self.is_leader().then(|| self.leader_id());
                     self.data.merge_persistent(ctx, persistent, lid);
+                }
+                if self.awaiting.remove(&from).is_some() && self.awaiting.is_empty() {
+                    self.release_held(ctx);
                 }
             }
             LookupMsg::MergeRequest { persistent } => {
                 // Every node answers (a passive one may hold what the others lost).
                 let lid = self.is_leader().then(|| self.leader_id());
                 let back = self.data.merge_persistent(ctx, persistent, lid);
-                if !back.is_empty() {
+                // Answered even when empty: the answer acknowledges the store.
+                if from != self.me || !back.is_empty() {
                     ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
                 }
             }
@@ -490,16 +603,12 @@ impl Node {
                 {
                     return;
                 }
-                if let Some(result) = self.deliver(ctx, origin, &req) {
-                    ctx.send(
-                        origin,
-                        Msg::Lookup(LookupMsg::Answer {
-                            client,
-                            req_id,
-                            result,
-                        }),
-                    );
+                let query = matches!(req, LookupRequest::Get { .. } | LookupRequest::List { .. });
+                if query && self.is_leader() && !self.awaiting.is_empty() {
+                    self.held.push((origin, client, req_id, req));
+                    return;
                 }
+                self.answer(ctx, origin, client, req_id, &req);
             }
             LookupMsg::Answer {
                 client,
@@ -637,6 +746,7 @@ impl Node {
         if self.next_heartbeat.is_some_and(|t| t <= now) {
             self.heartbeat(ctx);
         }
+        self.expire_awaiting(ctx);
         let down = self.sss.expire(now, Self::s(ctx).down_after());
         if !ctx.cfg.planted.lookup_lazy_failover {
             self.sss_changed(ctx, &down);
@@ -679,6 +789,7 @@ impl Node {
         [
             self.next_heartbeat,
             self.next_maintain,
+            self.awaiting.values().map(|(until, _)| *until).min(),
             self.sss.next_expiry(s.down_after()),
             join,
             pending,
