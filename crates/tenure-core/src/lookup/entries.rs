@@ -156,7 +156,16 @@ impl Entries {
     /// self-stabilising timeout (no leader answered: the whole service was down) gives
     /// every restored entry a fresh lifetime ([`Entries::revive_restored`]).
     pub fn restored(ctx: &Ctx, mut persistent: Vec<Entry>) -> Entries {
-        let mut e = Entries::default();
+        let mut e = Entries {
+            // Sequence numbers start at the boot time in µs, so that a node that leads
+            // again after a reboot under the same `LeaderId` continues above every number
+            // its previous life used (while it pushed fewer than one event per µs). Its
+            // `activeStartTime` differs after a reboot, unless soft state was corrupted
+            // to the same value both times (simulator lookup world seed 1233: a
+            // subscriber at seq 12 of d5's previous life got d5's Sync numbered 3).
+            pushed: ctx.now.0,
+            ..Entries::default()
+        };
         if ctx.cfg.planted.lookup_forget_on_restart {
             persistent.clear();
         }
