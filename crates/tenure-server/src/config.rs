@@ -260,7 +260,9 @@ pub struct ServerConfig {
     /// `AddDevice` request naming it asks for. `peers` lists the members and this device.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub join: bool,
-    /// Seed of the core's PRNG (default: derived from the id and the boot time).
+    /// Seed of the core's PRNG (default: derived from the id and the boot time). A fixed
+    /// seed replays the same draws at every start (for reproducing a run); upload ids
+    /// stay unique across restarts all the same, since they carry the device's clock.
     #[serde(default)]
     pub rng_seed: Option<u64>,
     /// How long a client request may wait for the core's answer.
