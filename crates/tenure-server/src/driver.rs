@@ -28,7 +28,10 @@
 //!    (persistent entries and tombstones) and device-wide ones, and no store waits for
 //!    them. Outputs that belong to no store (policy messages, status answers) wait for
 //!    every earlier persist. Each domain's outputs leave in output order (per store and
-//!    per peer FIFO, which SafeTalk needs).
+//!    per peer FIFO, which SafeTalk needs), outputs ready at once leave in output order,
+//!    and nothing overtakes a device-wide send to the same peer: a snapshot's marker
+//!    separates what was sent before its cut from what was sent after on the whole
+//!    channel, as Chandy-Lamport needs.
 //! 3. `Observe`s become metrics at once. `SetTimer` needs no action: the driver asks
 //!    [`Device::poll_timeout`] before every wait.
 //!
@@ -418,8 +421,14 @@ pub struct Driver {
     /// The store of each chunk on this device (persists name chunks).
     chunk_store: HashMap<ChunkId, StoreId>,
     /// Sends, replies and status answers waiting for their group, in output order per
-    /// domain.
-    held: HashMap<Domain, VecDeque<(u64, Held)>>,
+    /// domain: (group, output number, output).
+    held: HashMap<Domain, VecDeque<(u64, u64, Held)>>,
+    /// Numbers outputs as they are held (outputs ready at once leave in this order).
+    held_seq: u64,
+    /// Per peer, the newest group a device-wide send to it (a snapshot marker, a message
+    /// a snapshot tags, an election or coordinator message) waits for: every later send
+    /// to that peer waits for it too.
+    peer_floor: HashMap<DeviceId, u64>,
     /// Number of outputs in `held`.
     held_len: usize,
     /// When the last SafeTalk ACCEPT to each chunk was produced, for the round-trip
@@ -704,6 +713,8 @@ impl Driver {
             last_lookup_persist: 0,
             chunk_store,
             held: HashMap::new(),
+            held_seq: 0,
+            peer_floor: HashMap::new(),
             held_len: 0,
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
@@ -1143,7 +1154,7 @@ impl Driver {
 
     /// Queue an output behind every persist of its domain produced so far.
     fn hold(&mut self, domain: Domain, h: Held) {
-        let group = match domain {
+        let mut group = match domain {
             Domain::Store(s) => self
                 .last_store_persist
                 .get(&s)
@@ -1153,13 +1164,32 @@ impl Driver {
             Domain::Lookup => self.last_lookup_persist.max(self.last_device_persist),
             Domain::Device => self.last_persist,
         };
+        // A peer channel stays FIFO across domains where a snapshot needs it: nothing
+        // overtakes a device-wide send to the same peer (simulator seed 11430: a store's
+        // messages sent after a snapshot marker left before it, the marker waiting for
+        // every persist, and the receiver recorded a message its sender's cut had not
+        // sent yet).
+        if let Held::Send(to, _) = &h {
+            if let Some(f) = self.peer_floor.get(to).copied() {
+                if f > self.durable {
+                    group = group.max(f);
+                } else {
+                    self.peer_floor.remove(to);
+                }
+            }
+            if domain == Domain::Device && group > self.durable {
+                let f = self.peer_floor.entry(*to).or_default();
+                *f = (*f).max(group);
+            }
+        }
         let queue = self.held.entry(domain).or_default();
         // Nothing waits and nothing is ahead of it in its domain: it leaves now.
         if queue.is_empty() && group <= self.durable {
             self.emit(h);
             return;
         }
-        queue.push_back((group, h));
+        self.held_seq += 1;
+        queue.push_back((group, self.held_seq, h));
         self.held_len += 1;
     }
 
@@ -1171,13 +1201,17 @@ impl Driver {
         let durable = self.durable;
         let mut ready = Vec::new();
         for queue in self.held.values_mut() {
-            while queue.front().is_some_and(|(g, _)| *g <= durable) {
-                ready.push(queue.pop_front().expect("checked").1);
+            while queue.front().is_some_and(|(g, _, _)| *g <= durable) {
+                let (_, seq, h) = queue.pop_front().expect("checked");
+                ready.push((seq, h));
             }
         }
         self.held.retain(|_, q| !q.is_empty());
+        self.peer_floor.retain(|_, f| *f > durable);
         self.held_len -= ready.len();
-        for h in ready {
+        // In output order across domains (per peer FIFO where floors joined them).
+        ready.sort_by_key(|(seq, _)| *seq);
+        for (_, h) in ready {
             self.emit(h);
         }
     }

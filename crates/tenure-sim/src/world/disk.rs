@@ -119,6 +119,9 @@ pub(super) struct Pipe {
     chunk_store: BTreeMap<ChunkId, StoreId>,
     /// Outputs waiting for their group, in output order.
     outbox: VecDeque<(u64, Held)>,
+    /// Per peer, the newest group a held device-wide send to it waits for: later sends
+    /// to that peer wait for it too (the server's `peer_floor`).
+    peer_floor: BTreeMap<DeviceId, u64>,
     /// Commits started (ids of commits, for the event that ends one).
     commits: u64,
 }
@@ -261,7 +264,22 @@ impl World {
                 .map_or(Domain::Device, Domain::Store),
         };
         let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-        let group = pipe.group_of(domain);
+        let mut group = pipe.group_of(domain);
+        // Nothing overtakes a device-wide send to the same peer (a snapshot marker
+        // separates a channel's messages before and after the cut: seed 11430).
+        if let Held::Send { to, .. } = &held {
+            if let Some(f) = pipe.peer_floor.get(to).copied() {
+                if f > pipe.durable {
+                    group = group.max(f);
+                } else {
+                    pipe.peer_floor.remove(to);
+                }
+            }
+            if domain == Domain::Device && group > pipe.durable {
+                let f = pipe.peer_floor.entry(*to).or_default();
+                *f = (*f).max(group);
+            }
+        }
         // Within a domain groups only grow, so nothing of the domain is ahead of it.
         if group <= pipe.durable {
             return self.emit(d, held);
@@ -285,7 +303,7 @@ impl World {
                 client,
                 watch,
                 changes,
-            } => self.obj_events(client, watch, changes),
+            } => self.obj_events(d, client, watch, changes),
             Held::WatchEnded {
                 client,
                 watch,

@@ -147,7 +147,13 @@ impl World {
                         self.trace(|| format!("liveness: coordinator {c} crashed, kept down"));
                     }
                     CoordDown::Down(c) => {
-                        self.boot(c);
+                        // Unless a restart the nemesis had scheduled already booted it: a
+                        // second boot of a running device (no crash between) kept the old
+                        // disk pipeline, whose commit in flight belonged to the earlier
+                        // boot, and everything it sent waited forever (seed 10276).
+                        if self.nodes[&c].device.is_none() {
+                            self.boot(c);
+                        }
                         self.coord_down = CoordDown::Done;
                         self.trace(|| format!("liveness: the old coordinator {c} restarts"));
                     }

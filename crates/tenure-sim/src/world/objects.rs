@@ -897,14 +897,15 @@ impl World {
         }
         let wa = &mut self.obj_watchers[w];
         match (r.kind, result) {
+            // Only from the device the latest attempt went to: a client's stream to an
+            // endpoint it gave up on is closed, and a late answer there never reaches it
+            // (simulator seed 10677: a manager whose disk stalled answered two seconds
+            // late and replayed revisions 13-17 after the watcher had 20 from another).
             (ObjKind::Watch { sub }, Some(Ok(Response::Watching { revision })))
-                if sub == wa.sub =>
+                if sub == wa.sub && from.is_none_or(|d| d == wa.target) =>
             {
                 wa.live = true;
                 wa.heard_at = self.now;
-                if let Some(d) = from {
-                    wa.target = d;
-                }
                 if wa.start.is_none() {
                     wa.start = Some(revision);
                     wa.last = revision;
@@ -928,15 +929,22 @@ impl World {
         }
     }
 
-    /// Changes for a watch, from device `d`.
-    pub(super) fn obj_events(&mut self, client: ClientId, watch: u64, changes: Vec<Change>) {
+    /// Changes for a watch, from device `d` (dropped unless the watcher's subscription is
+    /// at `d`: its stream to any other device is closed).
+    pub(super) fn obj_events(
+        &mut self,
+        d: DeviceId,
+        client: ClientId,
+        watch: u64,
+        changes: Vec<Change>,
+    ) {
         let Some(w) = client.0.checked_sub(OBJ_WATCH_BASE).map(|w| w as usize) else {
             return;
         };
         let Some(wa) = self.obj_watchers.get_mut(w) else {
             return;
         };
-        if wa.sub != watch || wa.start.is_none() {
+        if wa.sub != watch || wa.start.is_none() || wa.target != d {
             return;
         }
         wa.heard_at = self.now;
