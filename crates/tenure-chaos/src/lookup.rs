@@ -7,7 +7,12 @@
 //! - **acknowledged persistent entries kept**: a get issued after the leader acknowledged
 //!   version `v` of a persistent entry answers `v` or a newer version — through
 //!   failovers, faults and the full restart — unless the provider's last acknowledged
-//!   refresh is older than the entry's lifetime (then it may be gone, but never older);
+//!   refresh is older than the entry's lifetime (then it may be gone, but never older).
+//!   While a fault separates nodes, and for [`converge`] after it ends, an older answer
+//!   is the seed's own behaviour, not a loss: a leader cut off (isolated, paused, behind
+//!   a one-way link) keeps leading its side — seed 003's weak leader — and a client that
+//!   reaches it directly reads what that side has, until the heal brings the nodes back
+//!   into its soft-state store and it takes their persistent stores in;
 //! - **volatile entries gone within their bound**: once a volatile provider stops
 //!   refreshing, no get issued later than the bound after that answers its value. The
 //!   bound is the entry's lifetime (two intervals and a round trip), a round trip and a
@@ -317,6 +322,24 @@ fn held_back(faults: &[Fault], from: u64, to: u64, end_us: u64) -> u64 {
         .sum()
 }
 
+/// How long after a fault ends a leader that was cut off may still answer from its own
+/// persistent store: the nodes see each other again (the peer transport redials within
+/// its largest backoff, 1 s, and a node is down or back within three heartbeats), and
+/// it asks them for their stores (two round trips, one retry) and holds queries meanwhile.
+fn converge(settings: &LookupSettings) -> Duration {
+    const REDIAL: Duration = Duration::from_secs(1);
+    settings.heartbeat_interval * 3 + REDIAL + settings.roundtrip_delay * 2
+}
+
+/// Whether some fault overlapping `[from, to]` ends less than `within` before `to` (or
+/// has not ended).
+fn recent_fault(faults: &[Fault], from: u64, to: u64, within: u64) -> bool {
+    (faults.iter()).any(|f| {
+        let end = f.end_us.unwrap_or(u64::MAX);
+        f.start_us <= to && end >= from && to <= end.saturating_add(within)
+    })
+}
+
 fn us(d: Duration) -> u64 {
     d.as_micros() as u64
 }
@@ -404,7 +427,9 @@ pub fn checks(ops: &[LookupOp], faults: &[Fault], settings: &LookupSettings) -> 
             lost_checks += 1;
             let answered = entry.as_ref().map(|(_, v)| *v);
             let ok = match answered {
-                Some(v) => v >= floor,
+                Some(v) => {
+                    v >= floor || recent_fault(faults, last.at_us, q, us(converge(settings)))
+                }
                 // Gone: only once the provider's refreshes stopped for a lifetime.
                 None => q > sent + us(life),
             };

@@ -621,6 +621,63 @@ fn lost_persistent_lookup_entry_is_caught() {
     );
 }
 
+/// Seed 003's weak leader: a leader cut off keeps leading its side, and a client that
+/// reaches it reads the older version while the fault lasts and until the nodes have met
+/// again; after that an older answer is a loss.
+#[test]
+fn older_persistent_answer_is_allowed_only_while_a_fault_separates_the_leaders() {
+    let mut ops = clean_lookups();
+    let isolate = Fault {
+        kind: "isolate".into(),
+        detail: "d1 | [2, 3, 4, 5]".into(),
+        devices: vec![1],
+        start_us: 150,
+        end_us: Some(4_000_000),
+    };
+    ops[2] = lk(
+        LookupKind::Get,
+        P,
+        None,
+        (3_000_000, 3_000_100),
+        found(Some(("c200-1", (999, 7)))),
+    );
+    let r = lookup_checks(&ops, std::slice::from_ref(&isolate));
+    assert_eq!(
+        status(&r, "lookup persistent entries kept").status,
+        "pass",
+        "{r:?}"
+    );
+    // Within the convergence bound after the heal (three heartbeats, a redial, two
+    // round trips: 2.1 s with the default settings) too.
+    ops[2] = lk(
+        LookupKind::Get,
+        P,
+        None,
+        (5_500_000, 5_500_100),
+        found(Some(("c200-1", (999, 7)))),
+    );
+    let r = lookup_checks(&ops, std::slice::from_ref(&isolate));
+    assert_eq!(
+        status(&r, "lookup persistent entries kept").status,
+        "pass",
+        "{r:?}"
+    );
+    // Not later.
+    ops[2] = lk(
+        LookupKind::Get,
+        P,
+        None,
+        (6_500_000, 6_500_100),
+        found(Some(("c200-1", (999, 7)))),
+    );
+    let r = lookup_checks(&ops, &[isolate]);
+    assert_eq!(
+        status(&r, "lookup persistent entries kept").status,
+        "fail",
+        "{r:?}"
+    );
+}
+
 #[test]
 fn volatile_lookup_entry_outliving_its_bound_is_caught() {
     let mut ops = clean_lookups();
