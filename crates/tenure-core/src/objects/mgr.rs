@@ -261,7 +261,16 @@ impl Manager {
                         return Ok(());
                     }
                 }
-                self.spec.objects.check(&key, &cond, &self.spec.locks)?;
+                if let Err(e) = self.spec.objects.check(&key, &cond, &self.spec.locks) {
+                    // The speculative table holds changes not committed yet: a refusal
+                    // judged on it leaves after a barrier, as a read does, so that no
+                    // client learns of a change before it is acknowledged (found by
+                    // `tenure chaos`, reordered peer links: a compare-and-set refused
+                    // naming revision 1094 before the put making it was acknowledged, and
+                    // a read after that refusal still answered 1088).
+                    self.after_barrier(ctx, client, req_id, Err(e));
+                    return Ok(());
+                }
                 let uuid = new_uuid(ctx);
                 let blocks = split(uuid, 0, 0, &data, bs);
                 let begin = ObjectOp::Begin {

@@ -695,3 +695,64 @@ fn a_small_put_is_one_safetalk_batch() {
     // Begin, the block and the activation travel in one ACCEPT to each of 3 chunks.
     assert_eq!(accepts(&c) - before, 3);
 }
+
+/// Seed 001 conditional writes, linearizable: a compare-and-set refused on a revision that
+/// a put still in flight makes is answered only once that put is committed (and
+/// acknowledged), never before — a client must not learn of a change before it is
+/// acknowledged (found by `tenure chaos` with reordered peer links).
+#[test]
+fn a_refusal_judged_on_an_uncommitted_put_waits_for_its_commit() {
+    let mut c = cluster();
+    let key = "/cas/k";
+    let first = match put(&mut c, key, b"one").expect("put") {
+        Response::ObjectWritten { revision, .. } => revision,
+        other => panic!("{other:?}"),
+    };
+    let d = mgr(&c, key);
+    let object = |req| Request::Object {
+        store: store(key),
+        req,
+    };
+    let put_id = c.request(
+        d,
+        1,
+        object(ObjectRequest::Put {
+            key: key.into(),
+            data: Bytes::from_static(b"two"),
+            writer: Writer::default(),
+            cond: Default::default(),
+            ephemeral: false,
+        }),
+    );
+    // At once, before the put's round: a compare-and-set on the first revision.
+    let cas_id = c.request(
+        d,
+        2,
+        object(ObjectRequest::Put {
+            key: key.into(),
+            data: Bytes::from_static(b"three"),
+            writer: Writer::default(),
+            cond: crate::objects::Conditions {
+                if_revision: Some(first),
+                ..Default::default()
+            },
+            ephemeral: false,
+        }),
+    );
+    assert!(
+        !c.replies.contains_key(&cas_id),
+        "refused before the put it saw was committed: {:?}",
+        c.replies.get(&cas_id)
+    );
+    c.run_for(Duration::from_millis(200));
+    let second = match c.replies.get(&put_id) {
+        Some(Ok(Response::ObjectWritten { revision, .. })) => *revision,
+        other => panic!("{other:?}"),
+    };
+    match c.replies.get(&cas_id) {
+        Some(Err(ClientError::Object(ObjectError::RevisionMismatch { current }))) => {
+            assert_eq!(*current, Some(second))
+        }
+        other => panic!("{other:?}"),
+    }
+}
