@@ -57,6 +57,12 @@ pub struct Device {
     /// it was admitted by a record that lost to another of the same number, and asks
     /// to be admitted again (see [`Device::report`]).
     readmit: Option<(String, String)>,
+    /// A record this device held whose decisions (an admission, a retirement) the newer
+    /// record it adopted lacks: reported to the coordinator with every report until a
+    /// record holds them again (a coordinator that never heard of an admission made a
+    /// record without it, and every device adopting that record would forget the
+    /// admission: simulator seed 10229).
+    lost_record: Option<Members>,
     /// Snapshots this device takes part in (seed 002 §14.1).
     snaps: Snapshots,
     /// When the coordinator next starts a scheduled snapshot.
@@ -164,6 +170,7 @@ impl Device {
             term: disk.term,
             next_report: now,
             readmit: None,
+            lost_record: None,
             members: record,
             snaps: if cfg_planted_forget {
                 Snapshots::default()
@@ -788,6 +795,13 @@ impl Device {
             chunks: self.chunks.len() as u32,
             members: self.members.clone(),
         }];
+        if let Some(lost) = &self.lost_record {
+            msgs.push(CoordMsg::Member {
+                term,
+                chunks: self.chunks.len() as u32,
+                members: lost.clone(),
+            });
+        }
         msgs.extend(
             (self.managers.values())
                 .filter_map(|m| m.report(now))
@@ -962,9 +976,22 @@ impl Device {
         {
             self.readmit = Some((i.peer_addr.clone(), i.client_addr.clone()));
         }
+        if self.members.ahead_of(&members) {
+            let mut lost = self.lost_record.take().unwrap_or_default();
+            lost.merge(self.term, &self.members, usize::MAX);
+            self.lost_record = Some(lost);
+        }
+        if self
+            .lost_record
+            .as_ref()
+            .is_some_and(|l| !l.ahead_of(&members))
+        {
+            self.lost_record = None;
+        }
         let ids = members.ids();
-        if self.coord.term().is_some() && members.version > self.coord.members.version {
-            self.coord.members = members.clone();
+        if let Some(term) = self.coord.term() {
+            let min_active = self.env.cfg.cluster.replication.max(1);
+            self.coord.members.merge(term, &members, min_active);
         }
         self.members = members.clone();
         self.env.cfg.cluster.devices = ids.clone();

@@ -425,6 +425,8 @@ pub struct Driver {
     held: HashMap<Domain, VecDeque<(u64, u64, Held)>>,
     /// Numbers outputs as they are held (outputs ready at once leave in this order).
     held_seq: u64,
+    /// Membership calls of the batch being handled, answered after its outputs.
+    member_replies: Vec<oneshot::Sender<crate::cluster_api::MembersView>>,
     /// Per peer, the newest group a device-wide send to it (a snapshot marker, a message
     /// a snapshot tags, an election or coordinator message) waits for: every later send
     /// to that peer waits for it too.
@@ -601,6 +603,9 @@ enum Held {
     Send(DeviceId, tenure_core::msg::Msg),
     Reply(u64, Answer),
     Status(oneshot::Sender<StatusSnapshot>, bool),
+    /// A membership call's answer: the record as it stands once what the call changed
+    /// is durable.
+    Members(oneshot::Sender<crate::cluster_api::MembersView>),
     LookupEvent(SubEvent),
     Watch(ClientId, u64, WatchMsg),
 }
@@ -714,6 +719,7 @@ impl Driver {
             chunk_store,
             held: HashMap::new(),
             held_seq: 0,
+            member_replies: Vec::new(),
             peer_floor: HashMap::new(),
             held_len: 0,
             accept_sent: HashMap::new(),
@@ -853,6 +859,9 @@ impl Driver {
             for (tx, detail) in statuses {
                 self.hold(Domain::Device, Held::Status(tx, detail));
             }
+            for tx in std::mem::take(&mut self.member_replies) {
+                self.hold(Domain::Device, Held::Members(tx));
+            }
             self.flush_held();
             self.start_commit();
             if self.gauges_at.elapsed() >= Duration::from_secs(1) {
@@ -959,7 +968,9 @@ impl Driver {
                 if let Some(cmd) = cmd {
                     self.input(Input::Policy(cmd), out);
                 }
-                let _ = reply.send(crate::cluster_api::MembersView::of(&self.device));
+                // Answered after the batch's outputs, once they are durable: an operator
+                // is never shown a record its coordinator could still lose in a crash.
+                self.member_replies.push(reply);
             }
             Call::StartSnapshot { reply } => {
                 let from = out.len();
@@ -1235,6 +1246,9 @@ impl Driver {
                     snap.detail = Some(Box::new(self.detail()));
                 }
                 let _ = tx.send(snap);
+            }
+            Held::Members(tx) => {
+                let _ = tx.send(crate::cluster_api::MembersView::of(&self.device));
             }
             Held::LookupEvent(ev) => self.lookup_subs.route(ev),
             Held::Watch(client, watch, msg) => self.watches.route(client, watch, msg),

@@ -127,7 +127,7 @@ fn planted_record_late_is_caught_in_many_seeds() {
         snapshot_record_late: true,
         ..Default::default()
     };
-    let n = 10;
+    let n = 30;
     let s = sweep(0, n, 2, &c, 0, |_, _| {});
     let cut = (s.failures.iter())
         .filter(|f| {

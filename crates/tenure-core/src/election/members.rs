@@ -172,6 +172,13 @@ impl Members {
         }
     }
 
+    /// Whether this record holds a decision `newer` lacks: a member `newer` neither lists
+    /// nor retired, or a retirement it does not list.
+    pub fn ahead_of(&self, newer: &Members) -> bool {
+        (self.devices.keys()).any(|d| !newer.contains(*d) && !newer.retired.contains(d))
+            || self.retired.iter().any(|d| !newer.retired.contains(d))
+    }
+
     /// Take in what another record decided (the coordinator of `term`, on a member's
     /// report): the newer of the two is the base, and the other's decisions it lacks are
     /// carried over — a device it admitted that the base neither lists nor retired, a

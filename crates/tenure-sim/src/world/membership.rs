@@ -157,7 +157,16 @@ impl World {
 
     /// Mark the requests the newest record shows as done.
     pub(super) fn membership_note_done(&mut self) {
-        let rec = self.members.newest();
+        // Judged on the newest record on some device's disk, not the newest observed: a
+        // coordinator that crashed before its record was durable lost the change with it
+        // (simulator seed 10229: an admission observed, its record lost unsynced, and the
+        // operator went on to remove a device that was no member).
+        let durable = (self.nodes.values())
+            .filter_map(|n| n.disk.members.as_ref())
+            .max_by_key(|m| m.version)
+            .cloned()
+            .unwrap_or_default();
+        let rec = &durable;
         let mut done = Vec::new();
         for (i, r) in self.mem_requests.iter().enumerate() {
             if r.done {
