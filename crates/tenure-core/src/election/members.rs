@@ -211,11 +211,11 @@ impl Members {
                     self.devices.insert(*d, info.clone());
                     changed = true;
                 }
-                Some(MemberState::Active) if info.state == MemberState::Retiring => {
-                    if self.active().len() > min_active {
-                        self.devices.get_mut(d).expect("member").state = MemberState::Retiring;
-                        changed = true;
-                    }
+                Some(MemberState::Active)
+                    if info.state == MemberState::Retiring && self.active().len() > min_active =>
+                {
+                    self.devices.get_mut(d).expect("member").state = MemberState::Retiring;
+                    changed = true;
                 }
                 _ => {}
             }
