@@ -184,3 +184,15 @@ fn seed_3353_a_coordinator_elected_again_keeps_its_rounds() {
     let r = run(SimConfig::new(3353));
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
+
+// DESIGN §6 (a retiring device claims no term), seed 20906: a spare had claimed term
+// (10, d6) before it was made retiring; d5 was then elected under (10, d5), lower by id.
+// d6 refused the lower term and could not lead, so it followed nobody and called an
+// election every second, which d5, in office under a term of the same number, answered
+// with its announcement. A coordinator now answers a retiring member's election of its
+// own term number with a new term above both.
+#[test]
+fn seed_20906_a_retiring_device_with_an_equal_term_gets_a_newer_one() {
+    let r = run(SimConfig::new(20906));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}

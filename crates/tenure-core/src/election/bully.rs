@@ -94,7 +94,16 @@ impl Elector {
         // holding a new election: a member that keeps calling elections (one that does
         // not hear the coordinator, say) would otherwise make every member above it
         // elect again, and the coordinator change terms, each time.
-        if self.is_coordinator() && self.bully.own.is_none() && their_n <= self.term.n {
+        // Not when a member being retired calls it with a term number equal to ours: it
+        // may hold a term of that number it claimed itself before it was made retiring,
+        // which outranks ours by id; it cannot lead and refuses an older term, so it would
+        // follow nobody (simulator seed 20906). A new term above both ends that.
+        let stale_claim = their_n == self.term.n && self.retiring.contains(&from);
+        if self.is_coordinator()
+            && self.bully.own.is_none()
+            && their_n <= self.term.n
+            && !stale_claim
+        {
             let term = self.term;
             self.send(from, ElectionMsg::Coordinator { id, term });
             return;
