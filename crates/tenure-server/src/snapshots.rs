@@ -1129,6 +1129,7 @@ mod tests {
         let done = Msg::Snapshot(SnapMsg::Done {
             id,
             devices: vec![DeviceId(3)],
+            view: vec![DeviceId(1), DeviceId(3)],
         });
         let other = Msg::Snapshot(SnapMsg::MarkerAck { id });
 

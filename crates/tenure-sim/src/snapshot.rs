@@ -389,6 +389,11 @@ pub struct CutTracker {
     /// durable: sent, as far as its state goes, and they leave before any later one.
     held: BTreeMap<(DeviceId, DeviceId), u64>,
     processed: BTreeMap<(DeviceId, DeviceId), u64>,
+    /// Asynchronous disks: per receiver, the messages it processed whose effects are not
+    /// all durable yet — (sender, number, the newest write group when it was processed).
+    unsynced: BTreeMap<DeviceId, Vec<(DeviceId, u64, u64)>>,
+    /// Per channel, the last message processed whose effects are durable.
+    durable: BTreeMap<(DeviceId, DeviceId), u64>,
     records: BTreeMap<(SnapshotId, DeviceId), Vec<Record>>,
     logs: BTreeMap<(SnapshotId, DeviceId), Log>,
     parts: BTreeMap<SnapshotId, BTreeMap<DeviceId, PartInfo>>,
@@ -441,10 +446,45 @@ impl CutTracker {
         }
     }
 
-    /// Message `seq` of `from → to` was processed.
-    pub fn processed(&mut self, from: DeviceId, to: DeviceId, seq: u64) {
+    /// Message `seq` of `from → to` was processed. With an asynchronous disk, `group` is
+    /// the newest write group of `to` when it was: its effects are durable once that group
+    /// is ([`synced`](Self::synced)), and lost with it ([`lost`](Self::lost)).
+    pub fn processed(&mut self, from: DeviceId, to: DeviceId, seq: u64, group: Option<u64>) {
         let p = self.processed.entry((from, to)).or_default();
         *p = (*p).max(seq);
+        match group {
+            Some(g) => self.unsynced.entry(to).or_default().push((from, seq, g)),
+            None => {
+                let p = self.durable.entry((from, to)).or_default();
+                *p = (*p).max(seq);
+            }
+        }
+    }
+
+    /// Every write group of `d` up to `group` is durable.
+    pub fn synced(&mut self, d: DeviceId, group: u64) {
+        let Some(list) = self.unsynced.get_mut(&d) else {
+            return;
+        };
+        for (from, seq, _) in list.iter().filter(|(_, _, g)| *g <= group) {
+            let p = self.durable.entry((*from, d)).or_default();
+            *p = (*p).max(*seq);
+        }
+        list.retain(|(_, _, g)| *g > group);
+    }
+
+    /// `d` crashed and only its write groups up to `kept` reached the disk: the state it
+    /// restarts from reflects no message it processed after them, so as far as its cut
+    /// can go those were never processed (their effects that had left wait for nothing
+    /// the crash lost).
+    pub fn lost(&mut self, d: DeviceId, kept: u64) {
+        self.synced(d, kept);
+        self.unsynced.remove(&d);
+        for ((from, to), n) in self.processed.iter_mut() {
+            if *to == d {
+                *n = self.durable.get(&(*from, d)).copied().unwrap_or(0);
+            }
+        }
     }
 
     /// A snapshot started at its initiator.

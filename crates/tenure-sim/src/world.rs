@@ -1656,8 +1656,14 @@ impl World {
                     self.delay_delivered(from, to, &msg);
                     self.input(to, Input::Message { from, msg: *msg });
                     self.delivering = None;
-                    if seq > 0 {
-                        self.cuts.processed(from, to, seq);
+                    let node = &self.nodes[&to];
+                    let crashed = node.boot != boot || node.device.is_none();
+                    if seq > 0 && !self.asynchronous_disk() {
+                        self.cuts.processed(from, to, seq, None);
+                    } else if seq > 0 && !crashed {
+                        // A crash in the middle of the batch lost its open write group.
+                        let group = node.pipe.groups();
+                        self.cuts.processed(from, to, seq, Some(group));
                     }
                 }
             }

@@ -57,6 +57,8 @@ struct Local {
     awaiting: BTreeSet<DeviceId>,
     /// Devices of this subtree that finished.
     devices: BTreeSet<DeviceId>,
+    /// The devices this one recorded with: its peers and itself.
+    view: BTreeSet<DeviceId>,
     /// Whether every successor answered Done.
     all_done: bool,
     /// Index in the current batch's outputs where the recording happened: sends before
@@ -79,7 +81,7 @@ impl Snapshots {
             initiator: me,
             serial: self.last_serial,
         };
-        self.record(now, id, None, peers, state, out);
+        self.record(now, me, id, None, peers, state, out);
         self.check(id, me, out);
         id
     }
@@ -117,9 +119,11 @@ impl Snapshots {
         self.active.keys().copied()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn record(
         &mut self,
         now: Instant,
+        me: DeviceId,
         id: SnapshotId,
         pred: Option<DeviceId>,
         peers: &[DeviceId],
@@ -156,8 +160,9 @@ impl Snapshots {
                 open,
                 channels: BTreeMap::new(),
                 unacked: peers.clone(),
-                awaiting: peers,
+                awaiting: peers.clone(),
                 devices: BTreeSet::new(),
+                view: peers.iter().copied().chain([me]).collect(),
                 all_done: true,
                 tag_from: out.len(),
             },
@@ -207,7 +212,7 @@ impl Snapshots {
                 let Some(state) = state else {
                     return;
                 };
-                self.record(now, id, Some(from), peers, state, out);
+                self.record(now, me, id, Some(from), peers, state, out);
             }
             Some(l) => {
                 // A marker after the first only stops its channel (the first one's channel
@@ -242,14 +247,39 @@ impl Snapshots {
                 }
                 return;
             }
-            SnapMsg::Done { id, ref devices } | SnapMsg::Continue { id, ref devices } => {
+            SnapMsg::Done {
+                id,
+                ref devices,
+                ref view,
+            }
+            | SnapMsg::Continue {
+                id,
+                ref devices,
+                ref view,
+            } => {
                 let cont = matches!(msg, SnapMsg::Continue { .. });
-                if let Some(l) = self.active.get_mut(&id)
-                    && l.awaiting.remove(&from)
-                {
-                    l.devices.extend(devices.iter().copied());
-                    l.all_done &= !cont;
+                let Some(l) = self.active.get_mut(&id) else {
+                    return;
+                };
+                if !l.awaiting.remove(&from) {
+                    return;
                 }
+                if !view.iter().copied().eq(l.view.iter().copied()) {
+                    let names = |v: &mut dyn Iterator<Item = &DeviceId>| {
+                        v.map(|d| d.0.to_string()).collect::<Vec<_>>().join(", ")
+                    };
+                    let why = format!(
+                        "device {} recorded it with devices {{{}}}, device {} with {{{}}}: the membership changed",
+                        from.0,
+                        names(&mut view.iter()),
+                        me.0,
+                        names(&mut l.view.iter())
+                    );
+                    self.fail(me, id, why, out);
+                    return;
+                }
+                l.devices.extend(devices.iter().copied());
+                l.all_done &= !cont;
                 id
             }
             SnapMsg::NotSuccessor { id } => {
@@ -294,12 +324,13 @@ impl Snapshots {
         devices.insert(me);
         let devices: Vec<DeviceId> = devices.into_iter().collect();
         let done = l.all_done && quiet;
+        let view: Vec<DeviceId> = l.view.into_iter().collect();
         let answer = match l.pred {
             Some(p) => {
                 let msg = if done {
-                    SnapMsg::Done { id, devices }
+                    SnapMsg::Done { id, devices, view }
                 } else {
-                    SnapMsg::Continue { id, devices }
+                    SnapMsg::Continue { id, devices, view }
                 };
                 out.push(Output::Send {
                     to: p,

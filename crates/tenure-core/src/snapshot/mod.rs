@@ -24,6 +24,14 @@
 //!   it has heard from everyone, knows the snapshot is complete, and whether the cut has
 //!   no message in flight (all Done).
 //!
+//! - Chandy-Lamport needs every device to cut the same channels. A device's channels
+//!   are those to its peers, the members of the record it holds, and records change
+//!   (a device is admitted, or restarts holding an older record). So each device notes
+//!   the devices it recorded with (its *view*) and its answer carries it: a device whose
+//!   successor recorded with another view fails the snapshot (simulator seed 20530: a
+//!   restarted device and an admitted one each recorded without the other, and the
+//!   admitted one's state reflected a message the other sent after its cut).
+//!
 //! The recorded part of each device leaves the core as [`crate::io::Output::SnapshotPart`]
 //! (the driver writes it durably before the device's Done/Continue is sent, so a complete
 //! snapshot is on disk everywhere); the initiator's result is
@@ -99,6 +107,10 @@ pub enum SnapMsg {
         id: SnapshotId,
         /// Devices of the sender's subtree (itself included) that finished.
         devices: Vec<DeviceId>,
+        /// The devices the subtree recorded with (each device's peers and itself: the
+        /// channels of its cut). Every device of a snapshot must have recorded with the
+        /// same, or the channels between them are not all cut.
+        view: Vec<DeviceId>,
     },
     /// §14.2 Continue: the sender's subtree finished, with messages in flight recorded.
     Continue {
@@ -106,6 +118,8 @@ pub enum SnapMsg {
         id: SnapshotId,
         /// Devices of the sender's subtree (itself included) that finished.
         devices: Vec<DeviceId>,
+        /// As in `Done`.
+        view: Vec<DeviceId>,
     },
     /// The marker of `id` was not the receiver's first: it is not the sender's
     /// successor.

@@ -177,6 +177,7 @@ fn a_finished_successor_repeats_its_answer_to_a_repeated_marker_of_its_predecess
     let done = SnapMsg::Done {
         id,
         devices: vec![d2],
+        view: vec![D1, d2, d3],
     };
     assert_eq!(answers(&out, D1), vec![done.clone()]);
     // The Done is lost; the predecessor tags its next message to this device.
@@ -288,4 +289,37 @@ fn snapshot_a_tag_from_outside_the_record_gives_the_snapshot_up() {
         "{later:?}"
     );
     assert!(!s.is_active(id));
+}
+
+/// Chandy-Lamport over a changing membership (module documentation; simulator seed
+/// 20530): a successor that recorded with other devices than its predecessor — here it
+/// lacks a device its predecessor has — makes the predecessor fail the snapshot; one that
+/// recorded with the same devices does not.
+#[test]
+fn a_successor_that_recorded_with_other_devices_fails_the_snapshot() {
+    use crate::time::Instant;
+    let (d2, d3) = (DeviceId(2), DeviceId(3));
+    let now = Instant(1_000);
+    let run = |view: Vec<DeviceId>| {
+        let mut s = Snapshots::default();
+        let mut out = Vec::new();
+        s.start(now, D1, &[d2, d3], crate::io::DevicePersist::default(), &mut out);
+        let id = s.active().next().expect("started");
+        s.on_marker(now, D1, &[d2, d3], d2, id, None, &mut out);
+        s.on_marker(now, D1, &[d2, d3], d3, id, None, &mut out);
+        s.on_msg(D1, d3, SnapMsg::NotSuccessor { id }, &mut out);
+        let devices = vec![d2];
+        s.on_msg(D1, d2, SnapMsg::Done { id, devices, view }, &mut out);
+        (out.into_iter())
+            .find_map(|o| match o {
+                Output::SnapshotEnded { result, .. } => Some(result),
+                _ => None,
+            })
+            .expect("the snapshot ended")
+    };
+    let same = run(vec![D1, d2, d3]);
+    assert!(same.is_ok(), "{same:?}");
+    let other = run(vec![D1, d2]);
+    let why = other.expect_err("a successor with another view fails the snapshot");
+    assert!(why.contains("membership changed"), "{why}");
 }

@@ -127,6 +127,11 @@ pub(super) struct Pipe {
 }
 
 impl Pipe {
+    /// The newest write group handed to the disk (0: none in this boot).
+    pub(super) fn groups(&self) -> u64 {
+        self.groups
+    }
+
     /// Whether some persist is not durable yet.
     pub(super) fn unsynced(&self) -> bool {
         !self.open.is_empty() || !self.queued.is_empty() || self.writing.is_some()
@@ -217,7 +222,7 @@ pub(super) fn recover_record(bytes: &[u8], seq: u64) -> Option<Vec<PersistOp>> {
 }
 
 impl World {
-    fn asynchronous_disk(&self) -> bool {
+    pub(super) fn asynchronous_disk(&self) -> bool {
         self.disk_knobs.asynchronous()
     }
 
@@ -411,6 +416,7 @@ impl World {
             }
             node.pipe.durable = g;
         }
+        self.cuts.synced(d, node.pipe.durable);
         self.flush_outbox(d);
         self.start_commit(d);
     }
@@ -451,6 +457,7 @@ impl World {
             }
             node.pipe.durable = g;
         }
+        self.cuts.synced(d, node.pipe.durable);
         self.flush_outbox(d);
     }
 
@@ -466,6 +473,7 @@ impl World {
         let mut lost = pipe.queued.len() as u64 + u64::from(!pipe.open.is_empty());
         let mut torn = false;
         let mut survived = false;
+        let mut kept = pipe.durable;
         if let Some(commit) = pipe.writing {
             let fate = self.disk_rng.next_u64();
             let u = (fate >> 11) as f64 / (1u64 << 53) as f64;
@@ -492,6 +500,7 @@ impl World {
                         node.disk.apply(op);
                     }
                 }
+                kept = commit.groups.last().map_or(kept, |(g, _)| *g);
                 survived = true;
             } else {
                 lost += commit.groups.len() as u64;
@@ -516,6 +525,7 @@ impl World {
         for (chunk, epoch) in reverted {
             self.checker.chunk_reverted(chunk, epoch);
         }
+        self.cuts.lost(d, kept);
         if !unrecorded.is_empty() {
             self.cuts.unrecorded(d, boot, &unrecorded);
         }
