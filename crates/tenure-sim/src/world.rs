@@ -1339,7 +1339,6 @@ impl World {
             } => {
                 self.mix(0x3000 ^ key << 8 ^ version.seq << 24 ^ version.epoch.0 << 48);
                 self.report.writes_acked += 1;
-                self.cuts.facts.write_acked(d, tick, store, key, version);
                 let chunks = self.nodes.values().flat_map(|n| n.written.chunks.values());
                 self.checker.write_acked(store, key, version, chunks);
             }

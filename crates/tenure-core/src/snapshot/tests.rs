@@ -303,7 +303,13 @@ fn a_successor_that_recorded_with_other_devices_fails_the_snapshot() {
     let run = |view: Vec<DeviceId>| {
         let mut s = Snapshots::default();
         let mut out = Vec::new();
-        s.start(now, D1, &[d2, d3], crate::io::DevicePersist::default(), &mut out);
+        s.start(
+            now,
+            D1,
+            &[d2, d3],
+            crate::io::DevicePersist::default(),
+            &mut out,
+        );
         let id = s.active().next().expect("started");
         s.on_marker(now, D1, &[d2, d3], d2, id, None, &mut out);
         s.on_marker(now, D1, &[d2, d3], d3, id, None, &mut out);

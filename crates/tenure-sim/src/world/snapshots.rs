@@ -83,13 +83,23 @@ impl World {
         }
     }
 
-    /// A device answered a client: note grants and releases of locks.
+    /// A device answered a client: note acknowledged writes, grants and releases.
     pub(super) fn snap_note_reply(
         &mut self,
         d: DeviceId,
         req_id: u64,
         result: &Result<Response, ClientError>,
     ) {
+        if let (Some(w), Ok(Response::Written { version })) = (self.writes.get(&req_id), result) {
+            // Acknowledged when the reply leaves, not when the manager decides: a crash
+            // before the write's persists are durable loses the reply with them (seed
+            // 20266), and the write is then only in flight at a cut.
+            let (store, key) = (w.store, w.key);
+            self.cuts
+                .facts
+                .write_acked(d, self.tick, store, key, *version);
+            return;
+        }
         let Some(r) = self.lock_reqs.get(&req_id) else {
             return;
         };
