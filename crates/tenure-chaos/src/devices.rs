@@ -15,8 +15,44 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tenure_client::tls::ClientTls;
 use tenure_client::{Client, ClientOptions};
 use tenure_server::config::{ClusterShape, PeerConfig, ServerConfig, TimingOverrides};
+
+/// Where the run's clients connect: the devices' client endpoints, and the cluster's CA
+/// when the devices serve TLS.
+#[derive(Clone)]
+pub struct Target {
+    /// Client endpoints, device 1 first.
+    pub endpoints: Vec<String>,
+    /// The TLS settings of every client (none: plaintext).
+    pub tls: Option<ClientTls>,
+}
+
+impl Target {
+    /// A client of every device with `opts` and the run's TLS settings.
+    pub fn client(&self, opts: ClientOptions) -> Result<Client, tenure_client::Error> {
+        let opts = ClientOptions {
+            tls: self.tls.clone(),
+            ..opts
+        };
+        Client::with_options(self.endpoints.clone(), opts)
+    }
+}
+
+/// Make the run's CA under `data/tls` and give every device a certificate of it, as
+/// `tenure cluster up` does: client ports serve TLS and peers authenticate each other
+/// with it (mutual TLS). Returns what the clients trust.
+pub fn secure(cfgs: &mut [ServerConfig], data: &Path) -> anyhow::Result<ClientTls> {
+    let ca = tenure_server::certs::Authority::create(&data.join("tls"))
+        .context("making the run's CA")?;
+    for c in cfgs.iter_mut() {
+        let files = (ca.issue_config(c))
+            .with_context(|| format!("issuing device {}'s certificate", c.id))?;
+        c.tls = Some(files);
+    }
+    ClientTls::from_files(&ca.cert_path, None).context("loading the run's CA")
+}
 
 /// The devices of a run and their processes.
 pub struct Devices {
@@ -27,7 +63,7 @@ pub struct Devices {
     procs: Vec<Option<Child>>,
     /// Per device, the `cgroup.procs` file its process is written to after each start.
     cgroups: Vec<Option<PathBuf>>,
-    endpoints: Vec<String>,
+    target: Target,
     stores: u32,
 }
 
@@ -103,6 +139,7 @@ impl Devices {
         bin: &Path,
         net: &TestNet,
         cfgs: &[ServerConfig],
+        tls: Option<ClientTls>,
         cgroups: impl Fn(u64) -> Option<PathBuf>,
     ) -> anyhow::Result<Devices> {
         let mut d = Devices {
@@ -111,7 +148,10 @@ impl Devices {
             servers: Vec::new(),
             procs: Vec::new(),
             cgroups: Vec::new(),
-            endpoints: Vec::new(),
+            target: Target {
+                endpoints: Vec::new(),
+                tls,
+            },
             stores: cfgs.first().map_or(0, |c| c.cluster.stores),
         };
         for (c, h) in cfgs.iter().zip(&net.hosts) {
@@ -122,7 +162,7 @@ impl Devices {
             d.servers.push((c.clone(), 0));
             d.procs.push(None);
             d.cgroups.push(cgroups(h.id));
-            d.endpoints.push(net.client_endpoint(h.id));
+            d.target.endpoints.push(net.client_endpoint(h.id));
         }
         for id in 1..=cfgs.len() as u64 {
             d.spawn(id)?;
@@ -130,9 +170,9 @@ impl Devices {
         Ok(d)
     }
 
-    /// Client endpoints, device 1 first.
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
+    /// Where clients connect.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// Number of devices.
@@ -250,7 +290,7 @@ impl Devices {
             request_timeout: Duration::from_secs(1),
             ..Default::default()
         };
-        let client = Client::with_options(self.endpoints.clone(), opts)?;
+        let client = self.target.client(opts)?;
         let started = Instant::now();
         loop {
             let mut ready = true;

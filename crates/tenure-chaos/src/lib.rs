@@ -41,7 +41,7 @@ use net::TestNet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use summary::Summary;
-use tenure_client::{Client, ClientOptions};
+use tenure_client::ClientOptions;
 use tenure_core::rng::Rng;
 use workload::{HeldAtEnd, WorkloadConfig};
 
@@ -76,6 +76,9 @@ pub struct ChaosConfig {
     pub max_steps: u64,
     /// Keep the data directory (logs) even when nothing failed.
     pub keep_data: bool,
+    /// Devices serve TLS on the client port and mutual TLS between peers, with a CA made
+    /// for the run (as `tenure cluster up` does by default).
+    pub tls: bool,
     /// A fault lasts this long (ms, inclusive range; pauses outlast the lease instead).
     pub fault_ms: (u64, u64),
     /// Quiet time after each fault (ms, inclusive range).
@@ -100,6 +103,7 @@ impl ChaosConfig {
             ttl: Duration::from_secs(5),
             max_steps: 2_000_000,
             keep_data: false,
+            tls: true,
             fault_ms: (2000, 5000),
             gap_ms: (1000, 2500),
         }
@@ -173,8 +177,13 @@ async fn inner(
     if let Some(why) = &disks.unavailable {
         println!("chaos: no disk-stall faults: {why}");
     }
-    let cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed, true);
-    let mut devices = Devices::start(&cfg.bin, net, &cfgs, |id| disks.procs_file(id))?;
+    let mut cfgs = devices::configs(net, cfg.stores, cfg.devices.min(3), data, cfg.seed, true);
+    let tls = if cfg.tls {
+        Some(devices::secure(&mut cfgs, data)?)
+    } else {
+        None
+    };
+    let mut devices = Devices::start(&cfg.bin, net, &cfgs, tls, |id| disks.procs_file(id))?;
     devices
         .wait_ready(Duration::from_secs(60))
         .await
@@ -191,12 +200,12 @@ async fn inner(
         hold_max: Duration::from_millis(300),
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let endpoints = devices.endpoints().to_vec();
+    let target = devices.target().clone();
     let workers: Vec<_> = (0..cfg.clients as u64)
         .map(|i| {
             tokio::spawn(workload::worker(
                 i,
-                endpoints.clone(),
+                target.clone(),
                 wl.clone(),
                 rec.clone(),
                 rng.fork(),
@@ -211,7 +220,7 @@ async fn inner(
         .map(|i| {
             tokio::spawn(objects::worker(
                 100 + i,
-                endpoints.clone(),
+                target.clone(),
                 obj_keys.clone(),
                 cfg.stores,
                 rec.clone(),
@@ -224,7 +233,7 @@ async fn inner(
     if cfg.lookup_keys > 0 {
         others.push(tokio::spawn(lookup::providers(
             200,
-            endpoints.clone(),
+            target.clone(),
             persistent.clone(),
             volatile.clone(),
             rec.clone(),
@@ -233,7 +242,7 @@ async fn inner(
         )));
         others.push(tokio::spawn(lookup::reader(
             201,
-            endpoints.clone(),
+            target.clone(),
             persistent.clone(),
             volatile.clone(),
             rec.clone(),
@@ -299,7 +308,7 @@ async fn inner(
         .await
         .context("full restart")?;
     // Serving, as a user sees it: every name's holders can be read.
-    let probe = Client::new(endpoints.clone())?;
+    let probe = target.client(ClientOptions::default())?;
     for name in &names {
         let _ = tokio::time::timeout(Duration::from_secs(60), probe.holders(name)).await;
     }
@@ -316,16 +325,16 @@ async fn inner(
     while !held.iter().all(confirmed) && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let final_read = read_holders(&rec, &endpoints, &names, &held, cfg.clients as u64).await;
+    let final_read = read_holders(&rec, &target, &names, &held, cfg.clients as u64).await;
     for h in held {
         let _ = tokio::time::timeout(Duration::from_secs(5), h.guard.release()).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), h.client.close()).await;
     }
     if cfg.object_clients > 0 {
-        objects::final_reads(&rec, &endpoints, &obj_keys, 150).await;
+        objects::final_reads(&rec, &target, &obj_keys, 150).await;
     }
     if cfg.lookup_keys > 0 {
-        lookup::final_reads(&rec, &endpoints, &persistent, &volatile, 250).await;
+        lookup::final_reads(&rec, &target, &persistent, &volatile, 250).await;
     }
 
     // Checks. The history goes beside the logs (kept when something failed, or with
@@ -356,6 +365,7 @@ async fn inner(
     Ok(Summary {
         seed: cfg.seed,
         devices: cfg.devices,
+        tls: cfg.tls,
         clients: cfg.clients,
         fault_secs,
         ops: op_counts,
@@ -377,7 +387,7 @@ async fn inner(
 /// note which held locks' sessions are known to live.
 async fn read_holders(
     rec: &Recorder,
-    endpoints: &[String],
+    target: &devices::Target,
     names: &[String],
     held: &[HeldAtEnd],
     reader: u64,
@@ -386,7 +396,7 @@ async fn read_holders(
         at_us: rec.now(),
         ..Default::default()
     };
-    let Ok(client) = Client::new(endpoints.to_vec()) else {
+    let Ok(client) = target.client(ClientOptions::default()) else {
         return fr;
     };
     let stores = client.stores().await.unwrap_or(0);

@@ -29,6 +29,7 @@
 //! entry refreshed for a while, abandons it, and later starts again with a new value.
 
 use crate::check::CheckResult;
+use crate::devices::Target;
 use crate::history::{Fault, LookupKind, LookupOp, LookupOutcome, Recorder};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -58,12 +59,12 @@ pub fn keys(n: usize) -> (Vec<String>, Vec<String>) {
     )
 }
 
-fn new_client(endpoints: &[String], name: String) -> anyhow::Result<Client> {
+fn new_client(target: &Target, name: String) -> anyhow::Result<Client> {
     let opts = ClientOptions {
         client_name: name,
         ..Default::default()
     };
-    Ok(Client::with_options(endpoints.to_vec(), opts)?)
+    Ok(target.client(opts)?)
 }
 
 fn version(v: EntryVersion) -> (u64, u64) {
@@ -153,14 +154,14 @@ impl Provider {
 /// entries must survive the full restart.
 pub async fn providers(
     idx: u64,
-    endpoints: Vec<String>,
+    target: Target,
     persistent: Vec<String>,
     volatile: Vec<String>,
     rec: Recorder,
     mut rng: Rng,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let client = new_client(&endpoints, format!("chaos-lookup-{idx}"))?;
+    let client = new_client(&target, format!("chaos-lookup-{idx}"))?;
     let mut p = Provider {
         idx,
         rec,
@@ -240,14 +241,14 @@ async fn get(client: &Client, key: &str) -> LookupOutcome {
 /// Read the keys (client `idx`), one at a time in random order, until `stop`.
 pub async fn reader(
     idx: u64,
-    endpoints: Vec<String>,
+    target: Target,
     persistent: Vec<String>,
     volatile: Vec<String>,
     rec: Recorder,
     mut rng: Rng,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let client = new_client(&endpoints, format!("chaos-lookup-reader-{idx}"))?;
+    let client = new_client(&target, format!("chaos-lookup-reader-{idx}"))?;
     let keys: Vec<(String, bool)> = (persistent.iter().map(|k| (k.clone(), true)))
         .chain(volatile.iter().map(|k| (k.clone(), false)))
         .collect();
@@ -284,12 +285,12 @@ async fn read(client: &Client, rec: &Recorder, idx: u64, key: &str, persistent: 
 /// After the full restart: read every key once (client `idx`).
 pub async fn final_reads(
     rec: &Recorder,
-    endpoints: &[String],
+    target: &Target,
     persistent: &[String],
     volatile: &[String],
     idx: u64,
 ) {
-    let Ok(client) = new_client(endpoints, "chaos-lookup-final".into()) else {
+    let Ok(client) = new_client(target, "chaos-lookup-final".into()) else {
         return;
     };
     for k in persistent {

@@ -25,6 +25,7 @@
 //!   returns less than the last acknowledged put.
 
 use crate::check::CheckResult;
+use crate::devices::Target;
 use crate::history::{ObjChange, ObjHistory, ObjKind, ObjOp, ObjOutcome, ObjRead, Recorder};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -70,12 +71,12 @@ fn crc(data: &[u8]) -> u32 {
     tenure_core::objects::BlockInfo::of(data).checksum
 }
 
-fn new_client(endpoints: &[String], name: String) -> anyhow::Result<Client> {
+fn new_client(target: &Target, name: String) -> anyhow::Result<Client> {
     let opts = ClientOptions {
         client_name: name,
         ..Default::default()
     };
-    Ok(Client::with_options(endpoints.to_vec(), opts)?)
+    Ok(target.client(opts)?)
 }
 
 struct Worker {
@@ -195,14 +196,14 @@ async fn get(client: &Client, key: &str) -> Result<Option<ObjRead>, String> {
 /// Run object client `idx` on `keys` until `stop` turns true.
 pub async fn worker(
     idx: u64,
-    endpoints: Vec<String>,
+    target: Target,
     keys: Vec<String>,
     stores: u32,
     rec: Recorder,
     mut rng: Rng,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let client = new_client(&endpoints, format!("chaos-objects-{idx}"))?;
+    let client = new_client(&target, format!("chaos-objects-{idx}"))?;
     let mut w = Worker {
         idx,
         rec,
@@ -226,8 +227,8 @@ pub async fn worker(
 
 /// After the full restart: read every key (recorded as client `reader`), then the
 /// store's object history back to what it still keeps (recorded per store).
-pub async fn final_reads(rec: &Recorder, endpoints: &[String], keys: &[String], reader: u64) {
-    let Ok(client) = new_client(endpoints, "chaos-objects-final".into()) else {
+pub async fn final_reads(rec: &Recorder, target: &Target, keys: &[String], reader: u64) {
+    let Ok(client) = new_client(target, "chaos-objects-final".into()) else {
         return;
     };
     let stores = client.stores().await.unwrap_or(1);

@@ -44,6 +44,8 @@ pub struct Summary {
     pub seed: u64,
     /// Devices.
     pub devices: usize,
+    /// Whether they served TLS (and mutual TLS between peers).
+    pub tls: bool,
     /// Clients.
     pub clients: usize,
     /// Length of the faulty phase (s).
@@ -322,8 +324,16 @@ impl std::fmt::Display for Summary {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "chaos run: seed {}, {} devices, {} clients, {:.0} s of faults",
-            self.seed, self.devices, self.clients, self.fault_secs
+            "chaos run: seed {}, {} devices ({}), {} clients, {:.0} s of faults",
+            self.seed,
+            self.devices,
+            if self.tls {
+                "TLS, mutual TLS between peers"
+            } else {
+                "plaintext"
+            },
+            self.clients,
+            self.fault_secs
         );
         let _ = writeln!(s, "\noperations:");
         for (kind, outs) in &self.ops {

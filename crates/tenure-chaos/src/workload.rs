@@ -17,6 +17,7 @@
 //!   learned of, or whose deadline had passed, is preceded by an `Expiry`: the session's
 //!   end released the lock some time after its last conservative deadline.
 
+use crate::devices::Target;
 use crate::history::{Hold, Op, OpKind, Outcome, Recorder, Token};
 use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, Error, LockGuard, LockMode, Wait};
@@ -48,13 +49,13 @@ pub struct HeldAtEnd {
     pub client: Client,
 }
 
-fn new_client(endpoints: &[String], idx: u64, ttl: Duration) -> anyhow::Result<Client> {
+fn new_client(target: &Target, idx: u64, ttl: Duration) -> anyhow::Result<Client> {
     let opts = ClientOptions {
         session_ttl: ttl,
         client_name: format!("chaos-{idx}"),
         ..Default::default()
     };
-    Ok(Client::with_options(endpoints.to_vec(), opts)?)
+    Ok(target.client(opts)?)
 }
 
 /// Whether an acquire's error means the store refused it (no effect).
@@ -68,7 +69,7 @@ fn refused(e: &Error, elapsed: Duration, wait: Duration, slack: Duration) -> boo
 
 struct Worker {
     idx: u64,
-    endpoints: Vec<String>,
+    target: Target,
     cfg: WorkloadConfig,
     rec: Recorder,
     rng: Rng,
@@ -118,7 +119,7 @@ impl Worker {
         }
         let old = std::mem::replace(
             &mut self.client,
-            new_client(&self.endpoints, self.idx, self.cfg.ttl)?,
+            new_client(&self.target, self.idx, self.cfg.ttl)?,
         );
         tokio::spawn(async move {
             let _ = tokio::time::timeout(Duration::from_secs(5), old.close()).await;
@@ -277,16 +278,16 @@ impl Worker {
 /// (for the final check), if granted.
 pub async fn worker(
     idx: u64,
-    endpoints: Vec<String>,
+    target: Target,
     cfg: WorkloadConfig,
     rec: Recorder,
     rng: Rng,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<HeldAtEnd>> {
-    let client = new_client(&endpoints, idx, cfg.ttl)?;
+    let client = new_client(&target, idx, cfg.ttl)?;
     let mut w = Worker {
         idx,
-        endpoints,
+        target,
         cfg,
         rec,
         rng,

@@ -188,6 +188,23 @@ impl Authority {
         self.issue_names(&name, &[crate::tls::peer_name(id)], addrs, cert, key)
     }
 
+    /// Issue the device of `cfg` its certificate, under `tls/` of its data directory,
+    /// valid for its peer and client addresses: the TLS files its configuration names.
+    pub fn issue_config(
+        &self,
+        cfg: &crate::config::ServerConfig,
+    ) -> Result<crate::tls::TlsFiles, CertError> {
+        let dir = cfg.data_dir.join("tls");
+        let files = crate::tls::TlsFiles {
+            ca: self.cert_path.clone(),
+            cert: dir.join("device.pem"),
+            key: dir.join("device.key"),
+        };
+        let addrs = [cfg.peer_listen.ip(), cfg.client_listen.ip()];
+        self.issue_device(DeviceId(cfg.id), &addrs, &files.cert, &files.key)?;
+        Ok(files)
+    }
+
     /// Issue a client's certificate whose subject common name is `name`: no host names,
     /// client authentication only (it cannot serve as a device's).
     pub fn issue_client(&self, name: &str, cert: &Path, key: &Path) -> Result<(), CertError> {

@@ -42,6 +42,10 @@ pub struct ChaosArgs {
     /// Machine-readable summary.
     #[arg(long)]
     json: bool,
+    /// Plaintext devices (by default they serve TLS and peers use mutual TLS, with a CA
+    /// made for the run, as `tenure cluster up` does).
+    #[arg(long)]
+    insecure: bool,
 }
 
 pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
@@ -64,6 +68,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
     cfg.object_clients = a.object_clients;
     cfg.lookup_keys = a.lookup_keys;
     cfg.keep_data = a.keep;
+    cfg.tls = !a.insecure;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -217,21 +217,8 @@ pub(crate) fn secure(cfgs: &mut [ServerConfig], data: &Path) -> anyhow::Result<(
 
 /// Issue `cfg`'s device a certificate of `ca` in its data directory.
 pub(crate) fn issue(ca: &Authority, cfg: &ServerConfig) -> anyhow::Result<TlsFiles> {
-    let dir = cfg.data_dir.join("tls");
-    let files = TlsFiles {
-        ca: ca.cert_path.clone(),
-        cert: dir.join("device.pem"),
-        key: dir.join("device.key"),
-    };
-    let addrs = [cfg.peer_listen.ip(), cfg.client_listen.ip()];
-    ca.issue_device(
-        tenure_core::ids::DeviceId(cfg.id),
-        &addrs,
-        &files.cert,
-        &files.key,
-    )
-    .with_context(|| format!("issuing device {}'s certificate", cfg.id))?;
-    Ok(files)
+    ca.issue_config(cfg)
+        .with_context(|| format!("issuing device {}'s certificate", cfg.id))
 }
 
 /// Run `tenure cluster ...`.
