@@ -329,3 +329,36 @@ fn a_successor_that_recorded_with_other_devices_fails_the_snapshot() {
     let why = other.expect_err("a successor with another view fails the snapshot");
     assert!(why.contains("membership changed"), "{why}");
 }
+
+/// `[snapshot] every` (DESIGN §6: the coordinator schedules snapshots): only the
+/// coordinator starts them, one per period, and each completes with every device.
+#[test]
+fn snapshot_the_coordinator_starts_one_every_period_and_each_completes() {
+    let every = Duration::from_secs(2);
+    let mut c = Cluster::with(3, 8, |cfg| cfg.snapshot.every = every);
+    c.run_for(Duration::from_secs(11));
+    let ids = started(&c);
+    // The coordinator is elected within the first seconds; then one start per period.
+    assert!((3..=5).contains(&ids.len()), "{ids:?}");
+    let initiators: std::collections::BTreeSet<DeviceId> =
+        ids.iter().map(|id| id.initiator).collect();
+    assert_eq!(initiators.len(), 1, "only the coordinator starts: {ids:?}");
+    let starts: Vec<_> = (c.snapshot_outputs.iter())
+        .filter(|(_, _, o)| matches!(o, Output::SnapshotStarted { .. }))
+        .map(|(t, _, _)| *t)
+        .collect();
+    for w in starts.windows(2) {
+        let gap = w[1].saturating_since(w[0]);
+        assert!(
+            gap >= every && gap < every + Duration::from_millis(500),
+            "{gap:?}"
+        );
+    }
+    let ended = ended(&c);
+    let done: Vec<_> = ended.iter().filter(|(_, r)| r.is_ok()).collect();
+    assert!(done.len() + 1 >= ids.len(), "{ended:?}");
+    for (_, r) in done {
+        let devices = &r.as_ref().expect("ok").devices;
+        assert_eq!(devices, &(1..=3).map(DeviceId).collect::<Vec<_>>());
+    }
+}
