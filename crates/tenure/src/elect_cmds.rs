@@ -12,7 +12,8 @@
 //!   session expired) COMMAND is killed. A campaign whose session expires fails; it does
 //!   not stand again under a new session. Ctrl-C or SIGTERM resigns (after passing
 //!   SIGTERM on to COMMAND and waiting for it), so the next candidate leads at once.
-//! - `leader NAME` prints the current leader (value, token, session) or "no leader";
+//! - `leader NAME` prints the current leader (value, token, session), or "no leader" and
+//!   exits with status 1 (as `lookup get` does for an absent key: scripts can test it);
 //!   `--watch` prints every change until Ctrl-C, "no leader" included.
 //!
 //! Exit statuses of `tenure elect` are those of `tenure lock` (see [`ELECT_EXIT_STATUSES`]).
@@ -310,8 +311,8 @@ fn change_json(c: &LeaderChange) -> serde_json::Value {
     serde_json::json!({"revision": c.revision, "leader": c.leader.as_ref().map(leader_json)})
 }
 
-/// `tenure leader`.
-pub fn leader(a: LeaderArgs) -> anyhow::Result<()> {
+/// `tenure leader`: exit status 1 when there is no leader (without `--watch`).
+pub fn leader(a: LeaderArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let client = a.target.client()?;
@@ -332,7 +333,12 @@ pub fn leader(a: LeaderArgs) -> anyhow::Result<()> {
                     None => println!("{}: no leader", a.name),
                 }
             }
-            return anyhow::Ok(());
+            let _ = client.close().await;
+            return anyhow::Ok(if l.is_some() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
         }
         let mut o = elections
             .observe(&a.name)
@@ -344,7 +350,7 @@ pub fn leader(a: LeaderArgs) -> anyhow::Result<()> {
         loop {
             let c = tokio::select! {
                 c = o.next() => c,
-                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
             };
             let c = match c {
                 None => bail!("observing {}: the observation stopped", a.name),

@@ -123,7 +123,7 @@ fn main() -> ExitCode {
         Command::Unlock(args) => lock_cmds::unlock(args).map(|()| ExitCode::SUCCESS),
         Command::Locks(args) => lock_cmds::locks(args).map(|()| ExitCode::SUCCESS),
         Command::Elect(args) => elect_cmds::elect(args),
-        Command::Leader(args) => elect_cmds::leader(args).map(|()| ExitCode::SUCCESS),
+        Command::Leader(args) => elect_cmds::leader(args),
         Command::Lookup(args) => lookup_cmds::run(args),
         Command::Object(args) => object_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),

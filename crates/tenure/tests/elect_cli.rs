@@ -401,7 +401,8 @@ fn a_campaign_whose_session_expires_fails_and_leaves_no_candidate() {
         let s = c.holders(&key).await.unwrap();
         assert!(s.holders.is_empty() && s.waiters.is_empty(), "{s:?}");
         let (ok, out, _) = tenure(&["leader", name, "--data", cluster.data.to_str().unwrap()]);
-        assert!(ok && out.contains("no leader"), "{out}");
+        // No leader: said so, with exit status 1 for scripts.
+        assert!(!ok && out.contains("no leader"), "{out}");
 
         // The client library: a campaign fails with SessionExpired when its session ends
         // (closed here) while it waits, and stands again only when asked.
