@@ -19,6 +19,7 @@ pub mod ctx;
 pub mod data;
 pub mod device;
 pub mod election;
+pub mod gate;
 pub mod ids;
 pub mod io;
 pub mod layout;

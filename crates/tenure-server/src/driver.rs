@@ -50,6 +50,7 @@ use crate::transport::{Inbound, Transport};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tenure_core::gate::{Domain, Gate};
 use tenure_core::ids::{ChunkId, ClientId, DeviceId, StoreId};
 use tenure_core::io::{
     ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
@@ -412,14 +413,8 @@ pub struct Driver {
     sent: u64,
     /// Every group up to this one is durable.
     durable: u64,
-    /// The newest group holding a persist the core produced (0: none yet), over all
-    /// domains, for device-wide persists, and per store.
-    last_persist: u64,
-    last_device_persist: u64,
-    last_store_persist: HashMap<StoreId, u64>,
-    last_lookup_persist: u64,
-    /// The store of each chunk on this device (persists name chunks).
-    chunk_store: HashMap<ChunkId, StoreId>,
+    /// The group each output waits for (per domain, per peer).
+    gate: Gate,
     /// Sends, replies and status answers waiting for their group, in output order per
     /// domain: (group, output number, output).
     held: HashMap<Domain, VecDeque<(u64, u64, Held)>>,
@@ -427,10 +422,6 @@ pub struct Driver {
     held_seq: u64,
     /// Membership calls of the batch being handled, answered after its outputs.
     member_replies: Vec<oneshot::Sender<crate::cluster_api::MembersView>>,
-    /// Per peer, the newest group a device-wide send to it (a snapshot marker, a message
-    /// a snapshot tags, an election or coordinator message) waits for: every later send
-    /// to that peer waits for it too.
-    peer_floor: HashMap<DeviceId, u64>,
     /// Number of outputs in `held`.
     held_len: usize,
     /// When the last SafeTalk ACCEPT to each chunk was produced, for the round-trip
@@ -452,42 +443,6 @@ pub struct Driver {
     /// The snapshots this device takes part in (their parts are written on a thread of
     /// their own; a Done/Continue leaves once its part is durable).
     snapshots: crate::snapshots::Book,
-}
-
-/// The persists an output may depend on: those of one store, those of the lookup node,
-/// or (`Device`) all of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Domain {
-    Store(StoreId),
-    Lookup,
-    Device,
-}
-
-impl Domain {
-    fn of_msg(msg: &tenure_core::msg::Msg) -> Domain {
-        use tenure_core::msg::Msg;
-        match msg {
-            Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
-                Domain::Store(*store)
-            }
-            Msg::Blocks(b) => Domain::Store(block_store(b)),
-            Msg::Lookup(_) => Domain::Lookup,
-            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => Domain::Device,
-        }
-    }
-}
-
-/// The store a block message is about.
-fn block_store(m: &tenure_core::objects::blocks::BlockMsg) -> StoreId {
-    use tenure_core::objects::blocks::BlockMsg as B;
-    match m {
-        B::Read { store, .. }
-        | B::Data { store, .. }
-        | B::Delete { store, .. }
-        | B::Deleted { store, .. }
-        | B::Probe { store, .. }
-        | B::Complete { store, .. } => *store,
-    }
 }
 
 /// Handles of the metrics recorded for every request, message or turn: looked up in the
@@ -692,7 +647,7 @@ impl Driver {
     ) -> Result<Driver, DriverError> {
         let mut clock = Clock::default();
         let chunks = state.chunks.len();
-        let chunk_store = state.chunks.values().map(|c| (c.id, c.store)).collect();
+        let gate = Gate::booted(state.chunks.values().map(|c| (c.id, c.store)));
         let (device, out) = Device::new(cfg, state, clock.now(), rng_seed);
         info!(
             device = %device.id(),
@@ -712,15 +667,10 @@ impl Driver {
             open_group: 1,
             sent: 0,
             durable: 0,
-            last_persist: 0,
-            last_device_persist: 0,
-            last_store_persist: HashMap::new(),
-            last_lookup_persist: 0,
-            chunk_store,
+            gate,
             held: HashMap::new(),
             held_seq: 0,
             member_replies: Vec::new(),
-            peer_floor: HashMap::new(),
             held_len: 0,
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
@@ -991,38 +941,9 @@ impl Driver {
         for o in out {
             match o {
                 Output::Persist(op) => {
-                    let g = self.open_group;
-                    self.last_persist = g;
-                    let store = match &op {
-                        PersistOp::PutChunk(c) => {
-                            self.chunk_store.insert(c.id, c.store);
-                            Some(c.store)
-                        }
-                        PersistOp::Accept { chunk, .. }
-                        | PersistOp::BlockPut { chunk, .. }
-                        | PersistOp::BlockDelete { chunk, .. } => {
-                            self.chunk_store.get(chunk).copied()
-                        }
-                        PersistOp::RemoveChunk(chunk) => self.chunk_store.remove(chunk),
-                        PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
-                            self.last_lookup_persist = g;
-                            if let PersistOp::LookupRemove(_) = &op {
-                                metrics::counter!("tenure_lookup_persistent_removals_total")
-                                    .increment(1);
-                            }
-                            self.open.push(op);
-                            continue;
-                        }
-                        PersistOp::SetNextSerial(_)
-                        | PersistOp::SetTerm(_)
-                        | PersistOp::SetMembers(_)
-                        | PersistOp::SetSnapshots(_) => None,
-                    };
-                    match store {
-                        Some(s) => {
-                            self.last_store_persist.insert(s, g);
-                        }
-                        None => self.last_device_persist = g,
+                    self.gate.persist(&op, self.open_group);
+                    if let PersistOp::LookupRemove(_) = &op {
+                        metrics::counter!("tenure_lookup_persistent_removals_total").increment(1);
                     }
                     self.open.push(op);
                 }
@@ -1165,34 +1086,13 @@ impl Driver {
 
     /// Queue an output behind every persist of its domain produced so far.
     fn hold(&mut self, domain: Domain, h: Held) {
-        let mut group = match domain {
-            Domain::Store(s) => self
-                .last_store_persist
-                .get(&s)
-                .copied()
-                .unwrap_or(0)
-                .max(self.last_device_persist),
-            Domain::Lookup => self.last_lookup_persist.max(self.last_device_persist),
-            Domain::Device => self.last_persist,
+        // Behind its domain's persists, and a peer channel stays FIFO where a snapshot
+        // needs it (see `tenure_core::gate`).
+        let to = match &h {
+            Held::Send(to, _) => Some(*to),
+            _ => None,
         };
-        // A peer channel stays FIFO across domains where a snapshot needs it: nothing
-        // overtakes a device-wide send to the same peer (simulator seed 11430: a store's
-        // messages sent after a snapshot marker left before it, the marker waiting for
-        // every persist, and the receiver recorded a message its sender's cut had not
-        // sent yet).
-        if let Held::Send(to, _) = &h {
-            if let Some(f) = self.peer_floor.get(to).copied() {
-                if f > self.durable {
-                    group = group.max(f);
-                } else {
-                    self.peer_floor.remove(to);
-                }
-            }
-            if domain == Domain::Device && group > self.durable {
-                let f = self.peer_floor.entry(*to).or_default();
-                *f = (*f).max(group);
-            }
-        }
+        let group = self.gate.wait_for(domain, to, self.durable);
         let queue = self.held.entry(domain).or_default();
         // Nothing waits and nothing is ahead of it in its domain: it leaves now.
         if queue.is_empty() && group <= self.durable {
@@ -1218,7 +1118,7 @@ impl Driver {
             }
         }
         self.held.retain(|_, q| !q.is_empty());
-        self.peer_floor.retain(|_, f| *f > durable);
+        self.gate.durable(durable);
         self.held_len -= ready.len();
         // In output order across domains (per peer FIFO where floors joined them).
         ready.sort_by_key(|(seq, _)| *seq);

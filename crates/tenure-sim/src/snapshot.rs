@@ -1085,7 +1085,7 @@ mod tests {
         t.recorded(sid(), P, 1, 10, 0, &peers, None);
         t.recorded(sid(), Q, 1, 11, 0, &peers, None);
         t.delivering(P, Q, 1, s1, &msg());
-        t.processed(P, Q, s1);
+        t.processed(P, Q, s1, None);
         t.part(P, 1, part(P, BTreeMap::new()));
         t.part(Q, 1, part(Q, BTreeMap::from([(P, vec![msg()])])));
         assert!(done(&mut t, false).is_some());
@@ -1104,7 +1104,7 @@ mod tests {
         t.delivering(P, Q, 1, s1, &msg());
         // Q's record comes after the tagged message's effects left Q.
         t.recorded(sid(), Q, 1, 11, 0, &peers, Some((P, s1, true)));
-        t.processed(P, Q, s1);
+        t.processed(P, Q, s1, None);
         t.part(P, 1, part(P, BTreeMap::new()));
         t.part(Q, 1, part(Q, BTreeMap::new()));
         assert!(done(&mut t, true).is_none());
@@ -1121,10 +1121,43 @@ mod tests {
         t.recorded(sid(), P, 1, 10, 0, &peers, None);
         let s1 = t.send(P, Q);
         t.recorded(sid(), Q, 1, 11, 0, &peers, Some((P, s1, false)));
-        t.processed(P, Q, s1);
+        t.processed(P, Q, s1, None);
         t.part(P, 1, part(P, BTreeMap::new()));
         t.part(Q, 1, part(Q, BTreeMap::new()));
         assert!(done(&mut t, true).is_some());
+    }
+
+    // Asynchronous disks (seed 10341): a message whose effects were only in writes a
+    // crash lost is not processed as far as the state the device restarts from goes; one
+    // whose write group survived stays processed.
+    #[test]
+    fn a_crash_forgets_the_messages_whose_writes_it_lost() {
+        let peers = [P, Q];
+        // P sends #1, records, sends #2; Q processes both (write groups 1 and 2), then
+        // crashes with only the groups up to `kept` durable, restarts and records.
+        let run = |kept: u64| {
+            let mut t = CutTracker::default();
+            let s1 = t.send(P, Q);
+            t.recorded(sid(), P, 1, 10, 0, &peers, None);
+            let s2 = t.send(P, Q);
+            t.processed(P, Q, s1, Some(1));
+            t.processed(P, Q, s2, Some(2));
+            t.synced(Q, 1);
+            t.lost(Q, kept);
+            t.recorded(sid(), Q, 2, 11, 0, &peers, None);
+            t.part(P, 1, part(P, BTreeMap::new()));
+            t.part(Q, 2, part(Q, BTreeMap::new()));
+            (done(&mut t, true).is_some(), t.violations)
+        };
+        // #2's write was lost: Q's state does not reflect it, the cut is consistent.
+        let (ok, v) = run(1);
+        assert!(ok, "{v:?}");
+        // It survived (the commit in flight was written whole): caught.
+        let (ok, v) = run(2);
+        assert!(
+            !ok && matches!(v[0], SnapshotViolation::ReceivedNotSent { .. }),
+            "{v:?}"
+        );
     }
 
     // A recorded message that was sent after the sender's record, or never delivered,
@@ -1189,7 +1222,7 @@ mod tests {
         t.produced(P, Q);
         t.recorded(sid(), P, 1, 10, 0, &[P, Q], None);
         let s1 = t.send(P, Q);
-        t.processed(P, Q, s1);
+        t.processed(P, Q, s1, None);
         t.recorded(sid(), Q, 1, 11, 0, &[P, Q], None);
         t.part(P, 1, part(P, BTreeMap::new()));
         t.part(Q, 1, part(Q, BTreeMap::new()));
@@ -1234,7 +1267,7 @@ mod tests {
         // After its record, P processes a message Q sent after Q's own record.
         t.recorded(sid(), Q, 1, 11, 0, &[P, Q], None);
         let s1 = t.send(Q, P);
-        t.processed(Q, P, s1);
+        t.processed(Q, P, s1, None);
         t.crashed(P);
         t.unrecorded(P, 1, &[sid()]);
         // Its restarted state reflects none of that: recording again is consistent.

@@ -30,7 +30,8 @@
 
 use super::{Event, World};
 use crate::checks::Violation;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+use tenure_core::gate::{Domain, Gate};
 use tenure_core::io::{ClientError, DevicePersist, PersistOp, Response};
 use tenure_core::msg::{Msg, ToManager};
 use tenure_core::{ChunkId, ClientId, DeviceId, StoreId};
@@ -60,35 +61,6 @@ pub(super) enum Held {
     },
 }
 
-/// The persists an output may depend on (the server's `Domain`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Domain {
-    Store(StoreId),
-    Lookup,
-    Device,
-}
-
-impl Domain {
-    fn of_msg(msg: &Msg) -> Domain {
-        use tenure_core::objects::blocks::BlockMsg as B;
-        match msg {
-            Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
-                Domain::Store(*store)
-            }
-            Msg::Blocks(
-                B::Read { store, .. }
-                | B::Data { store, .. }
-                | B::Delete { store, .. }
-                | B::Deleted { store, .. }
-                | B::Probe { store, .. }
-                | B::Complete { store, .. },
-            ) => Domain::Store(*store),
-            Msg::Lookup(_) => Domain::Lookup,
-            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => Domain::Device,
-        }
-    }
-}
-
 /// One commit: the groups it writes, numbered in commit order.
 #[derive(Clone, Debug)]
 struct Commit {
@@ -109,19 +81,10 @@ pub(super) struct Pipe {
     writing: Option<Commit>,
     /// Every group up to this one is durable.
     durable: u64,
-    /// The newest group holding a persist: of any kind, device-wide, of the lookup node,
-    /// per store.
-    last_persist: u64,
-    last_device: u64,
-    last_lookup: u64,
-    last_store: BTreeMap<StoreId, u64>,
-    /// The store of each chunk (persists name chunks).
-    chunk_store: BTreeMap<ChunkId, StoreId>,
+    /// The group each output waits for (the server driver's rule, shared).
+    gate: Gate,
     /// Outputs waiting for their group, in output order.
     outbox: VecDeque<(u64, Held)>,
-    /// Per peer, the newest group a held device-wide send to it waits for: later sends
-    /// to that peer wait for it too (the server's `peer_floor`).
-    peer_floor: BTreeMap<DeviceId, u64>,
     /// Commits started (ids of commits, for the event that ends one).
     commits: u64,
 }
@@ -140,50 +103,14 @@ impl Pipe {
     /// The pipeline of a device booting from `disk`.
     pub(super) fn booted(disk: &DevicePersist, commits: u64) -> Pipe {
         Pipe {
-            chunk_store: disk.chunks.values().map(|c| (c.id, c.store)).collect(),
+            gate: Gate::booted(disk.chunks.values().map(|c| (c.id, c.store))),
             commits,
             ..Pipe::default()
         }
     }
 
-    fn group_of(&self, domain: Domain) -> u64 {
-        match domain {
-            Domain::Store(s) => {
-                (self.last_store.get(&s).copied().unwrap_or(0)).max(self.last_device)
-            }
-            Domain::Lookup => self.last_lookup.max(self.last_device),
-            Domain::Device => self.last_persist,
-        }
-    }
-
     fn persist(&mut self, op: PersistOp) {
-        let g = self.groups + 1;
-        self.last_persist = g;
-        let store = match &op {
-            PersistOp::PutChunk(c) => {
-                self.chunk_store.insert(c.id, c.store);
-                Some(c.store)
-            }
-            PersistOp::Accept { chunk, .. }
-            | PersistOp::BlockPut { chunk, .. }
-            | PersistOp::BlockDelete { chunk, .. } => self.chunk_store.get(chunk).copied(),
-            PersistOp::RemoveChunk(chunk) => self.chunk_store.remove(chunk),
-            PersistOp::LookupPut(_) | PersistOp::LookupRemove(_) => {
-                self.last_lookup = g;
-                self.open.push(op);
-                return;
-            }
-            PersistOp::SetNextSerial(_)
-            | PersistOp::SetTerm(_)
-            | PersistOp::SetMembers(_)
-            | PersistOp::SetSnapshots(_) => None,
-        };
-        match store {
-            Some(s) => {
-                self.last_store.insert(s, g);
-            }
-            None => self.last_device = g,
-        }
+        self.gate.persist(&op, self.groups + 1);
         self.open.push(op);
     }
 }
@@ -269,22 +196,11 @@ impl World {
                 .map_or(Domain::Device, Domain::Store),
         };
         let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-        let mut group = pipe.group_of(domain);
-        // Nothing overtakes a device-wide send to the same peer (a snapshot marker
-        // separates a channel's messages before and after the cut: seed 11430).
-        if let Held::Send { to, .. } = &held {
-            if let Some(f) = pipe.peer_floor.get(to).copied() {
-                if f > pipe.durable {
-                    group = group.max(f);
-                } else {
-                    pipe.peer_floor.remove(to);
-                }
-            }
-            if domain == Domain::Device && group > pipe.durable {
-                let f = pipe.peer_floor.entry(*to).or_default();
-                *f = (*f).max(group);
-            }
-        }
+        let to = match &held {
+            Held::Send { to, .. } => Some(*to),
+            _ => None,
+        };
+        let group = pipe.gate.wait_for(domain, to, pipe.durable);
         // Within a domain groups only grow, so nothing of the domain is ahead of it.
         if group <= pipe.durable {
             return self.emit(d, held);
@@ -633,14 +549,14 @@ mod tests {
         p.persist(rec(1, 1));
         p.groups += 1;
         p.persist(rec(2, 2));
-        assert_eq!(p.group_of(Domain::Store(StoreId(1))), 1);
-        assert_eq!(p.group_of(Domain::Store(StoreId(2))), 2);
-        assert_eq!(p.group_of(Domain::Store(StoreId(3))), 0);
-        assert_eq!(p.group_of(Domain::Lookup), 0);
-        assert_eq!(p.group_of(Domain::Device), 2);
+        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(1)), None, 0), 1);
+        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(2)), None, 0), 2);
+        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 0);
+        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 0);
+        assert_eq!(p.gate.wait_for(Domain::Device, None, 0), 2);
         p.groups += 1;
         p.persist(PersistOp::SetNextSerial(3));
-        assert_eq!(p.group_of(Domain::Store(StoreId(3))), 3);
-        assert_eq!(p.group_of(Domain::Lookup), 3);
+        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 3);
+        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 3);
     }
 }
