@@ -1249,11 +1249,27 @@ impl World {
                 Output::SnapshotEnded { id, result } => self.snap_ended(id, result),
             }
         }
+        // A record whose persist a tear cut off never happened as far as anyone can tell
+        // (its markers wait for that persist): the device may record it again (seed
+        // 30996).
+        let written = &self.nodes[&d].written.snapshots;
+        let cut_off: Vec<tenure_core::snapshot::SnapshotId> = (observed.iter())
+            .filter_map(|(_, ob)| match ob {
+                Observation::SnapshotRecorded { id } if torn.is_some() && !written.contains(id) => {
+                    Some(*id)
+                }
+                _ => None,
+            })
+            .collect();
         for (tick, ob) in observed {
             self.observe(d, tick, ob);
         }
         if let Some(delay) = torn {
             self.report.faults.torn_crashes += 1;
+            if !cut_off.is_empty() {
+                let boot = self.nodes[&d].boot;
+                self.cuts.unrecorded(d, boot, &cut_off);
+            }
             self.crash(d, true);
             self.schedule(self.now + delay, Event::Restart(d));
             return;

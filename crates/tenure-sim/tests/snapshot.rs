@@ -202,3 +202,12 @@ fn seeds_20266_and_10341_crashes_with_unsynced_writes_are_judged_on_what_survive
         );
     }
 }
+
+// Seed 30996: a device recorded a snapshot and crashed in the same batch, before the
+// persist of its record (a torn batch): nothing of that record left the device, so its
+// second record after the restart is its only one, not a second.
+#[test]
+fn seed_30996_a_record_cut_off_by_a_torn_batch_is_not_a_first_record() {
+    let r = run(SimConfig::new(30996));
+    assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
+}
