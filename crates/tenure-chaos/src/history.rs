@@ -3,12 +3,12 @@
 //! started), the lock clients' holding intervals, the stores' object histories read after
 //! the full restart, and the faults.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// A fencing token as the client reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Token {
     /// Epoch of the granting manager.
     pub epoch: u64,
@@ -26,7 +26,7 @@ impl From<tenure_client::FencingToken> for Token {
 }
 
 /// What an operation asked.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpKind {
     /// Acquire (exclusive) with a timed wait.
@@ -42,7 +42,7 @@ pub enum OpKind {
 }
 
 /// How an operation ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Acquire granted.
@@ -63,7 +63,7 @@ pub enum Outcome {
 }
 
 /// One operation.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Op {
     /// Worker (client) index.
     pub client: u64,
@@ -95,7 +95,7 @@ impl Op {
 
 /// A client's belief that it holds a lock: from the grant's answer to the release sent
 /// or the conservative deadline, whichever came first.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Hold {
     /// Worker.
     pub client: u64,

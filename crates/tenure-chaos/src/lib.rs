@@ -62,6 +62,9 @@ pub struct ChaosConfig {
     pub stores: u32,
     /// Lock names (spread over stores by their first segment).
     pub names: usize,
+    /// How long the clients use one generation of the lock names before moving on to the
+    /// next ([`WorkloadConfig::period`]).
+    pub name_period: Duration,
     /// Object clients (0: no object workload).
     pub object_clients: usize,
     /// Object keys (all in one store).
@@ -96,6 +99,7 @@ impl ChaosConfig {
             bin,
             stores: 16,
             names: 3,
+            name_period: Duration::from_secs(60),
             object_clients: 2,
             object_keys: 3,
             lookup_keys: 2,
@@ -193,7 +197,8 @@ async fn inner(
     let nemesis_rng = rng.fork();
     let names: Vec<String> = (0..cfg.names).map(|i| format!("/chaos{i}/lock")).collect();
     let wl = WorkloadConfig {
-        names: names.clone(),
+        names,
+        period: cfg.name_period,
         stores: cfg.stores,
         ttl: cfg.ttl,
         acquire_wait: Duration::from_secs(3),
@@ -308,8 +313,9 @@ async fn inner(
         .await
         .context("full restart")?;
     // Serving, as a user sees it: every name's holders can be read.
+    let names = wl.names_up_to(rec.now());
     let probe = target.client(ClientOptions::default())?;
-    for name in &names {
+    for name in names.iter().rev().take(cfg.names) {
         let _ = tokio::time::timeout(Duration::from_secs(60), probe.holders(name)).await;
     }
     let restart = restart_at.elapsed();

@@ -27,8 +27,15 @@ use tokio::sync::watch;
 /// Workload settings.
 #[derive(Clone, Debug)]
 pub struct WorkloadConfig {
-    /// Lock names.
+    /// Lock names: the bases of the names used (see [`WorkloadConfig::name`]).
     pub names: Vec<String>,
+    /// How long one generation of the names is used: then every worker moves on to the
+    /// next (`/chaos0/lock.0`, `/chaos0/lock.1`, …, in the same store). Each name's
+    /// history stays short enough for the linearizability search, whatever the run's
+    /// length — Jepsen's independent keys. An operation whose outcome is unknown stays a
+    /// candidate to the end of its name's history, so on one name for a whole long run
+    /// their number makes the search exponential.
+    pub period: Duration,
     /// Stores of the cluster.
     pub stores: u32,
     /// Session TTL the clients ask for.
@@ -37,6 +44,26 @@ pub struct WorkloadConfig {
     pub acquire_wait: Duration,
     /// Longest hold.
     pub hold_max: Duration,
+}
+
+impl WorkloadConfig {
+    /// Generation of the names at `us` (µs since the run started).
+    pub fn generation(&self, us: u64) -> u64 {
+        us / (self.period.as_micros() as u64).max(1)
+    }
+
+    /// Name `i` of generation `generation`.
+    pub fn name(&self, i: usize, generation: u64) -> String {
+        format!("{}.{generation}", self.names[i % self.names.len()])
+    }
+
+    /// Every name used up to `us`, generation by generation.
+    pub fn names_up_to(&self, us: u64) -> Vec<String> {
+        (0..=self.generation(us))
+            .flat_map(|g| (0..self.names.len()).map(move |i| (i, g)))
+            .map(|(i, g)| self.name(i, g))
+            .collect()
+    }
 }
 
 /// A lock a worker still holds when the workload stops.
@@ -294,7 +321,8 @@ pub async fn worker(
         client,
     };
     while !*stop.borrow() {
-        let name = w.cfg.names[w.rng.below(w.cfg.names.len() as u64) as usize].clone();
+        let i = w.rng.below(w.cfg.names.len() as u64) as usize;
+        let name = w.cfg.name(i, w.cfg.generation(w.rec.now()));
         if w.rng.below(5) == 0 {
             w.read(&name).await;
             continue;
@@ -309,10 +337,41 @@ pub async fn worker(
             }));
         }
     }
-    let name = w.cfg.names[idx as usize % w.cfg.names.len()].clone();
+    let name = w.cfg.name(idx as usize, w.cfg.generation(w.rec.now()));
     Ok(w.acquire(&name).await?.map(|(g, _)| HeldAtEnd {
         client_index: idx,
         guard: g,
         client: w.client,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_move_to_the_next_generation_in_the_same_store() {
+        let cfg = WorkloadConfig {
+            names: vec!["/chaos0/lock".into(), "/chaos1/lock".into()],
+            period: Duration::from_secs(60),
+            stores: 16,
+            ttl: Duration::from_secs(5),
+            acquire_wait: Duration::from_secs(3),
+            hold_max: Duration::from_millis(300),
+        };
+        assert_eq!(cfg.generation(59_999_999), 0);
+        assert_eq!(cfg.generation(60_000_000), 1);
+        assert_eq!(cfg.name(1, 2), "/chaos1/lock.2");
+        let all = cfg.names_up_to(125_000_000);
+        assert_eq!(all.len(), 6);
+        assert_eq!(all[4], "/chaos0/lock.2");
+        for n in &all {
+            assert!(tenure_core::lockctl::LockName::parse(n).is_ok(), "{n}");
+            let base = &cfg.names[usize::from(n.starts_with("/chaos1"))];
+            assert_eq!(
+                tenure_core::config::store_of(n, 16),
+                tenure_core::config::store_of(base, 16)
+            );
+        }
+    }
 }

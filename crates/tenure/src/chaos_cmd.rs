@@ -36,6 +36,11 @@ pub struct ChaosArgs {
     /// Lookup keys of each durability, persistent and volatile (0: no lookup workload).
     #[arg(long, default_value_t = 2)]
     lookup_keys: usize,
+    /// Seconds the lock clients use one generation of the lock names before moving on to
+    /// the next (`/chaos0/lock.0`, `/chaos0/lock.1`, …): each name's history stays short
+    /// enough for the linearizability search, however long the run.
+    #[arg(long, default_value_t = 60)]
+    name_secs: u64,
     /// Keep the devices' data and logs even when every check passes.
     #[arg(long)]
     keep: bool,
@@ -67,6 +72,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
     cfg.clients = a.clients.max(1);
     cfg.object_clients = a.object_clients;
     cfg.lookup_keys = a.lookup_keys;
+    cfg.name_period = Duration::from_secs(a.name_secs.max(1));
     cfg.keep_data = a.keep;
     cfg.tls = !a.insecure;
     let rt = tokio::runtime::Builder::new_multi_thread()
