@@ -93,6 +93,9 @@ pub struct PlantedBugs {
     pub accepted_before_persist: bool,
     /// A new manager gives sessions no grace: every session expires at takeover.
     pub expire_without_grace: bool,
+    /// A new manager ignores the sessions' renewal notes: it counts every session's TTL
+    /// and grace from the first epoch it saw, as if none had been renewed since.
+    pub takeover_ignores_renewal: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
     /// The lookup service keeps no `t + 1` bound: the leader admits every node that asks

@@ -24,6 +24,9 @@ pub struct Ctx<'a> {
     /// Each store's manager as this device's lookup node last saw it published (DESIGN
     /// §3: chunks in the no-lease loop try it first).
     pub hints: &'a BTreeMap<crate::ids::StoreId, DeviceId>,
+    /// When this device first saw each recent epoch of each store (its chunks' epoch
+    /// changes; [`crate::session::EpochsSeen`]).
+    pub epochs: &'a BTreeMap<crate::ids::StoreId, crate::session::EpochsSeen>,
 }
 
 impl Ctx<'_> {

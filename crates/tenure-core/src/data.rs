@@ -82,6 +82,12 @@ pub enum StoreOp {
         /// Time to live between keep-alives.
         ttl: std::time::Duration,
     },
+    /// A keep-alive of the session was answered in this change's epoch (the first of the
+    /// epoch; committed before that answer leaves: [`crate::session`]).
+    SessionRenewed {
+        /// The session.
+        session: SessionId,
+    },
     /// End a session: expiry (its locks released with lock-delay) or close (without).
     SessionEnd {
         /// The session.
@@ -178,6 +184,8 @@ pub enum OpResult {
     Written,
     /// A session was opened.
     SessionOpened(SessionId),
+    /// A session's renewal was noted.
+    Renewed,
     /// A session ended (unknown sessions end with nothing released).
     SessionEnded(SessionRelease),
     /// A lock operation's result.
@@ -199,10 +207,16 @@ impl Tables {
             }
             StoreOp::SessionOpen { ttl } => {
                 let id = SessionId::from_version(seq);
-                self.sessions
-                    .open
-                    .insert(id, crate::session::SessionRecord { ttl: *ttl });
+                let renewed = seq.epoch;
+                let r = crate::session::SessionRecord { ttl: *ttl, renewed };
+                self.sessions.open.insert(id, r);
                 OpResult::SessionOpened(id)
+            }
+            StoreOp::SessionRenewed { session } => {
+                if let Some(r) = self.sessions.open.get_mut(session) {
+                    r.renewed = r.renewed.max(seq.epoch);
+                }
+                OpResult::Renewed
             }
             StoreOp::SessionEnd {
                 session,

@@ -108,6 +108,8 @@ struct Env {
     hints: BTreeMap<StoreId, DeviceId>,
     /// The lookup data's generation `hints` was built from.
     hints_gen: u64,
+    /// When this device's chunks first showed each recent epoch of their store.
+    epochs: BTreeMap<StoreId, crate::session::EpochsSeen>,
 }
 
 impl Env {
@@ -119,6 +121,7 @@ impl Env {
             out,
             heard: &self.heard,
             hints: &self.hints,
+            epochs: &self.epochs,
         }
     }
 }
@@ -158,6 +161,7 @@ impl Device {
                 heard: BTreeMap::new(),
                 hints: BTreeMap::new(),
                 hints_gen: 0,
+                epochs: BTreeMap::new(),
             },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
@@ -213,6 +217,8 @@ impl Device {
             };
             chunk.blocks =
                 crate::objects::blocks::ChunkBlocks::new(blocks.remove(&id).unwrap_or_default());
+            let v = chunk.view();
+            dev.env.epochs.entry(v.store).or_default().saw(v.epoch, now);
             dev.chunks.insert(id, chunk);
         }
         dev.finish(&mut out);
@@ -506,9 +512,14 @@ impl Device {
             ..
         } = self;
         let mut ctx = env.ctx(now, out);
+        // The epoch a chunk shows after a message (crate::session::EpochsSeen).
+        let mut shown = None;
         match msg {
             Msg::ToChunk { store, chunk, msg } => match chunks.get_mut(&chunk) {
-                Some(c) if chunk.device == ctx.me() => c.on_msg(&mut ctx, from, msg),
+                Some(c) if chunk.device == ctx.me() => {
+                    c.on_msg(&mut ctx, from, msg);
+                    shown = Some((store, c.view().epoch));
+                }
                 _ => {
                     // §4.2.4: a device answers acquire for a chunk it no longer has.
                     if matches!(msg, ToChunk::Acquire { .. }) {
@@ -554,6 +565,7 @@ impl Device {
                     *next_serial += 1;
                     ctx.persist(PersistOp::SetNextSerial(*next_serial));
                     let c = Chunk::created(&mut ctx, id, store, mgr, epoch, expiry);
+                    shown = Some((store, c.view().epoch));
                     chunks.insert(id, c);
                     ctx.send(
                         from,
@@ -570,6 +582,9 @@ impl Device {
             Msg::Lookup(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => {
                 unreachable!("handled above")
             }
+        }
+        if let Some((store, epoch)) = shown {
+            env.epochs.entry(store).or_default().saw(epoch, now);
         }
         self.collect_garbage();
     }

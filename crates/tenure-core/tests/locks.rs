@@ -545,3 +545,53 @@ fn new_manager_answers_reads_only_after_its_first_batch_is_accepted() {
     let h = late.expect("reads are answered once the first batch is accepted");
     assert_eq!(h[0].session, a, "the holder survived");
 }
+
+// DESIGN §4 sessions across failovers (tenure_core::session): a new manager counts a
+// session's TTL + grace from the first epoch after the session's last renewal, not from
+// its own takeover. A holder whose client went silent loses the lock TTL + grace (+
+// lock-delay) after the first manager change, though the manager keeps moving every
+// 1.5 s; counting from each takeover (5 s each here) it would never expire while the
+// changes go on.
+#[test]
+fn silent_holder_expires_after_the_first_manager_change_however_many_follow() {
+    use tenure_core::io::PolicyCommand;
+    let mut c = settled();
+    let a = open(&mut c, 1, ms(2000));
+    let b = open(&mut c, 2, Duration::from_secs(30));
+    token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
+    let mut wb = c.request(manager(&c), 2, acquire(NAME, b, 1, WaitSpec::Forever));
+    let start = c.now;
+    let mut granted_after = None;
+    for round in 0..8 {
+        // Move the manager to another device holding a chunk of the store (which has
+        // seen every epoch since the first change).
+        let m = manager(&c);
+        let to = (c.chunks_of(store()).iter())
+            .map(|v| v.id.device)
+            .filter(|d| *d != m)
+            .nth(round % 2)
+            .expect("another chunk");
+        c.policy(m, PolicyCommand::Migrate { store: store(), to });
+        for _ in 0..6 {
+            c.run_for(ms(250));
+            if let Some((m, _)) = c.manager_of(store()) {
+                keep_alive(&mut c, m, 2, b);
+                // The client library retries a wait the manager change cut off (the
+                // request id makes it the same request).
+                if let Some(Err(_)) = c.replies.get(&wb) {
+                    wb = c.request(m, 2, acquire(NAME, b, 1, WaitSpec::Forever));
+                }
+            }
+            if granted_after.is_none() && matches!(c.replies.get(&wb), Some(Ok(_))) {
+                granted_after = Some(c.now.0 - start.0);
+            }
+        }
+    }
+    let after = granted_after.expect("the waiter was granted while the manager kept moving");
+    // TTL 2 s + grace 3 s + lock-delay 1 s after the first change, and a round's slack.
+    assert!(
+        after <= 7_500_000,
+        "granted {after} µs after the first change"
+    );
+    token(c.replies.get(&wb).unwrap());
+}

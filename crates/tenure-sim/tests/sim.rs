@@ -370,6 +370,29 @@ fn planted_expire_without_grace_is_caught() {
     );
 }
 
+// DESIGN §4, sessions across failovers (crate::session): a new manager counts a session's
+// TTL + grace from the first epoch after its last renewal. One that ignores the renewal
+// notes counts from the first epoch it ever saw and expires holders whose keep-alives the
+// last manager answered; mutual exclusion on the clients' deadlines must catch it.
+#[test]
+fn planted_takeover_ignores_renewal_is_caught() {
+    // Long enough for epochs seen well before a takeover (10 s runs rarely have them);
+    // not so long that a restored cluster's takeover outlasts the restore bound, a
+    // separate matter (30 s runs: `tenure sim --seed 42 --safety-secs 30 --no-membership`).
+    let mut c = short(0);
+    c.safety_us = 20_000_000;
+    c.planted.takeover_ignores_renewal = true;
+    let (seed, v) = first_violation_with(c, 200).expect("not caught within 200 seeds");
+    eprintln!("takeover-ignores-renewal caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::MutualExclusion { .. } | Violation::NotLinearizable { .. }
+        ),
+        "{v}"
+    );
+}
+
 // Seed 004 §8: on the calm path (no faults, lock clients only) every change costs SafeTalk
 // at most three messages per remote chunk (ACCEPT, ACCEPTED, CONFIRM; two-phase commit
 // needs four), and the batches carry every change.

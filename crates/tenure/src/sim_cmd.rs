@@ -141,6 +141,8 @@ enum Plant {
     AcceptedBeforePersist,
     /// A new manager expires every session at once instead of granting grace.
     ExpireWithoutGrace,
+    /// A new manager ignores the sessions' renewal notes (counts from the first epoch seen).
+    TakeoverIgnoresRenewal,
     /// A device that does not manage a store redirects clients to itself.
     RedirectToSelf,
     /// The lookup service keeps no t + 1 bound (every join admitted, no step-down).
@@ -266,6 +268,7 @@ impl SimArgs {
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),
             accepted_before_persist: self.plant.contains(&Plant::AcceptedBeforePersist),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
+            takeover_ignores_renewal: self.plant.contains(&Plant::TakeoverIgnoresRenewal),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
             lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
             lookup_keep_leadership: self.plant.contains(&Plant::LookupKeepLeadership),

@@ -395,8 +395,20 @@ impl Manager {
         self.entered_at = ctx.now;
         self.seq = 0;
         self.spec = self.data.table.clone();
-        self.liveness =
-            Liveness::take_over(&self.spec.sessions, ctx.now, ctx.cfg.timing.session_grace);
+        let grace = ctx.cfg.timing.session_grace;
+        if cause == EpochCause::Relayout {
+            self.liveness.relayout(&self.spec.sessions, ctx.now, grace);
+        } else {
+            let none = Default::default();
+            let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
+            let mut sessions = self.spec.sessions.clone();
+            if ctx.cfg.planted.takeover_ignores_renewal {
+                for r in sessions.open.values_mut() {
+                    r.renewed = Default::default();
+                }
+            }
+            self.liveness = Liveness::take_over(&sessions, ctx.now, grace, seen);
+        }
         if ctx.cfg.planted.expire_without_grace {
             self.liveness.plant_no_grace(ctx.now);
         }
@@ -1488,6 +1500,11 @@ impl Manager {
                         ttl: self.spec.sessions.open[&session].ttl,
                     })
                     .map_err(|_| ClientError::SessionExpired);
+                // The first answer of this epoch waits for the renewal's note
+                // (crate::session): the barrier below is the note's change or a later one.
+                if r.is_ok() && self.spec.sessions.open[&session].renewed < self.epoch {
+                    self.submit_op(ctx, StoreOp::SessionRenewed { session }, Vec::new());
+                }
                 return self.after_barrier(ctx, client, req_id, r);
             }
             Request::CloseSession { session, .. } => {
@@ -1761,7 +1778,7 @@ impl Manager {
                 r.granted,
                 r.cancelled,
             ),
-            OpResult::Lock(LockOpResult::Epoch(_)) => {
+            OpResult::Lock(LockOpResult::Epoch(_)) | OpResult::Renewed => {
                 (Err(ClientError::Unavailable { store }), vec![], vec![])
             }
             OpResult::Refused(e) => (Err(e), vec![], vec![]),

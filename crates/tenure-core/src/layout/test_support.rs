@@ -95,6 +95,8 @@ pub(crate) struct Env {
     pub heard: BTreeMap<DeviceId, Instant>,
     /// Lookup hints (store → manager) handed to handlers.
     pub hints: BTreeMap<crate::ids::StoreId, DeviceId>,
+    /// Epochs seen per store.
+    pub epochs: BTreeMap<crate::ids::StoreId, crate::session::EpochsSeen>,
 }
 
 impl Env {
@@ -108,6 +110,7 @@ impl Env {
             out: Vec::new(),
             heard: BTreeMap::new(),
             hints: BTreeMap::new(),
+            epochs: BTreeMap::new(),
         }
     }
 
@@ -120,6 +123,7 @@ impl Env {
             out: &mut self.out,
             heard: &self.heard,
             hints: &self.hints,
+            epochs: &self.epochs,
         }
     }
 

@@ -1124,7 +1124,7 @@ mod uuid_tests {
     fn ids(now: Instant, seed: u64) -> Vec<Uuid> {
         let cfg = DeviceConfig::new(DeviceId(1), ClusterConfig::new(3, 1, 3));
         let (mut rng, mut out) = (Rng::new(seed), Vec::new());
-        let (heard, hints) = (BTreeMap::new(), BTreeMap::new());
+        let (heard, hints, epochs) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         let mut ctx = Ctx {
             now,
             cfg: &cfg,
@@ -1132,6 +1132,7 @@ mod uuid_tests {
             out: &mut out,
             heard: &heard,
             hints: &hints,
+            epochs: &epochs,
         };
         (0..3).map(|_| new_uuid(&mut ctx)).collect()
     }
