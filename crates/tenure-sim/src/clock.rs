@@ -56,14 +56,24 @@ pub struct Clock {
     pub offset_us: i64,
     /// Rate model.
     pub drift: Drift,
+    /// A reading every clock of the world adds (not skew: a restored cluster's clocks
+    /// read on from the snapshot's time).
+    pub base_us: u64,
 }
 
 impl Clock {
+    /// This clock, reading `us` more at every instant.
+    pub fn later(mut self, us: u64) -> Clock {
+        self.base_us += us;
+        self
+    }
+
     /// A perfect clock.
     pub fn perfect() -> Clock {
         Clock {
             offset_us: 0,
             drift: Drift::None,
+            base_us: 0,
         }
     }
 
@@ -92,7 +102,11 @@ impl Clock {
                 jump_us: rng.below(half as u64 + 1) as i64,
             },
         };
-        let mut c = Clock { offset_us, drift };
+        let mut c = Clock {
+            offset_us,
+            drift,
+            base_us: 0,
+        };
         if let Drift::Step { jump_us, .. } = c.drift {
             // Start low enough that the jump stays in the band.
             c.offset_us = c.offset_us.min(half - jump_us);
@@ -140,13 +154,13 @@ impl Clock {
     /// The local reading at real time `real`. The simulator starts real time at a base
     /// well above any skew, so the reading never saturates at zero.
     pub fn local(&self, real: u64) -> Instant {
-        Instant((real as i64 + self.skew_us(real)).max(0) as u64)
+        Instant((real as i64 + self.skew_us(real)).max(0) as u64 + self.base_us)
     }
 
     /// The earliest real time at which the local clock reads at least `local`
     /// (binary search: every model is monotonic and its skew is bounded).
     pub fn real_at(&self, local: Instant, skew_max_us: u64) -> u64 {
-        let l = local.0;
+        let l = local.0.saturating_sub(self.base_us);
         let mut lo = l.saturating_sub(skew_max_us + 2);
         let mut hi = l + skew_max_us + 2;
         while self.local(hi) < local {
@@ -175,8 +189,9 @@ mod tests {
         let skew = 25_000;
         let horizon = 60_000_000;
         let mut rng = Rng::new(7);
-        for _ in 0..200 {
-            let c = Clock::draw(&mut rng, skew, horizon);
+        for i in 0..200 {
+            // Every other clock reads on from a snapshot's time (a restored cluster's).
+            let c = Clock::draw(&mut rng, skew, horizon).later(i % 2 * 93_000_000);
             let mut last = c.local(1_000_000);
             for t in (1_000_000..horizon).step_by(99_991) {
                 assert!(c.skew_us(t).unsigned_abs() <= skew, "{c:?} at {t}");

@@ -376,9 +376,7 @@ fn planted_expire_without_grace_is_caught() {
 // last manager answered; mutual exclusion on the clients' deadlines must catch it.
 #[test]
 fn planted_takeover_ignores_renewal_is_caught() {
-    // Long enough for epochs seen well before a takeover (10 s runs rarely have them);
-    // not so long that a restored cluster's takeover outlasts the restore bound, a
-    // separate matter (30 s runs: `tenure sim --seed 42 --safety-secs 30 --no-membership`).
+    // Long enough for epochs seen well before a takeover (10 s runs rarely have them).
     let mut c = short(0);
     c.safety_us = 20_000_000;
     c.planted.takeover_ignores_renewal = true;
