@@ -401,13 +401,15 @@ impl Manager {
         } else {
             let none = Default::default();
             let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
-            let mut sessions = self.spec.sessions.clone();
-            if ctx.cfg.planted.takeover_ignores_renewal {
+            self.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
+                let mut sessions = self.spec.sessions.clone();
                 for r in sessions.open.values_mut() {
                     r.renewed = Default::default();
                 }
-            }
-            self.liveness = Liveness::take_over(&sessions, ctx.now, grace, seen);
+                Liveness::take_over(&sessions, ctx.now, grace, seen)
+            } else {
+                Liveness::take_over(&self.spec.sessions, ctx.now, grace, seen)
+            };
         }
         if ctx.cfg.planted.expire_without_grace {
             self.liveness.plant_no_grace(ctx.now);
