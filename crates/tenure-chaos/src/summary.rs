@@ -279,6 +279,26 @@ fn labelled(r: &Recorded) -> Vec<(&'static str, &'static str, Option<&str>, &str
     out
 }
 
+/// Names for a line of the summary: the generations of a lock name (`/a/lock.0`,
+/// `/a/lock.1`, …) as one `/a/lock.* (n generations)`.
+fn brief(names: &[String]) -> String {
+    let mut stems: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for n in names {
+        let stem = match n.rsplit_once('.') {
+            Some((stem, g)) if !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()) => stem,
+            _ => n.as_str(),
+        };
+        stems.entry(stem).or_default().push(n);
+    }
+    let parts: Vec<String> = (stems.into_iter())
+        .map(|(stem, ns)| match ns.as_slice() {
+            [one] => one.to_string(),
+            _ => format!("{stem}.* ({} generations)", ns.len()),
+        })
+        .collect();
+    parts.join(", ")
+}
+
 /// Why operations failed or ended unknown, by kind and reason (numbers and names
 /// blanked so that reasons group).
 pub fn reasons(r: &Recorded) -> BTreeMap<String, u64> {
@@ -382,11 +402,11 @@ impl std::fmt::Display for Summary {
         for g in &self.unavailability {
             let _ = writeln!(
                 s,
-                "  store {:<4} {:>6} ms from {:.1}s  {:?}",
+                "  store {:<4} {:>6} ms from {:.1}s  {}",
                 g.store,
                 g.longest_ms,
                 g.from_ms as f64 / 1000.0,
-                g.names
+                brief(&g.names)
             );
         }
         if let Some(worst) = self.recovery.iter().filter_map(|r| r.ms).max() {
@@ -425,5 +445,25 @@ impl std::fmt::Display for Summary {
             let _ = writeln!(s, "logs kept in {d}");
         }
         f.write_str(&s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn generations_of_a_name_show_as_one() {
+        let names: Vec<String> = [
+            "/chaos0/lock.0",
+            "/chaos0/lock.1",
+            "/chaos0/lock.10",
+            "/k/v1",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            super::brief(&names),
+            "/chaos0/lock.* (3 generations), /k/v1"
+        );
+        assert_eq!(super::brief(&["/a/lock.4".into()]), "/a/lock.4");
     }
 }
