@@ -353,12 +353,12 @@ fn search<M: Model>(
     let required: Vec<usize> = (0..n)
         .filter(|i| resp(history, part, relaxed, *i).is_some())
         .collect();
-    let done = |lin: &[u64]| required.iter().all(|i| bit(lin, *i));
     let empty = vec![0u64; n.div_ceil(64).max(1)];
     let mut mask = empty.clone();
     for i in &required {
         mask[i / 64] |= 1 << (i % 64);
     }
+    let done = |lin: &[u64]| lin.iter().zip(&mask).all(|(l, m)| l & m == *m);
     if done(&empty) {
         return Search::Ok;
     }
@@ -389,7 +389,9 @@ fn search<M: Model>(
         if !first_visit(&mut memo, &mask, &lin, &s) {
             continue;
         }
-        let depth = required.iter().filter(|i| bit(&lin, **i)).count();
+        let depth: usize = (lin.iter().zip(&mask))
+            .map(|(l, m)| (l & m).count_ones() as usize)
+            .sum();
         if depth > best.0 || best.1.is_empty() {
             let mut path: Vec<usize> = stack.iter().filter_map(|f| f.via).collect();
             path.push(c);
