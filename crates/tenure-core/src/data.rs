@@ -66,8 +66,8 @@ impl Reconcile for VersionedMap {
 }
 
 /// One replicated change to a store (a SafeTalk message M, seed 004 §2). Changes that
-/// depend on time carry the manager's clock reading, so every replica applies them to
-/// the same result.
+/// depend on time carry the store's time ([`crate::time::StoreClock`]) as their manager
+/// read it, so every replica applies them to the same result.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StoreOp {
     /// Write a test register.
@@ -94,14 +94,14 @@ pub enum StoreOp {
         session: SessionId,
         /// Expired (true) or closed by its client (false).
         expired: bool,
-        /// Manager time.
+        /// Store time ([`crate::time::StoreClock`]).
         at: crate::time::Instant,
     },
     /// A lock table operation.
     Lock {
         /// The operation.
         op: LockOp,
-        /// Manager time.
+        /// Store time ([`crate::time::StoreClock`]).
         at: crate::time::Instant,
     },
     /// A change applied only if a lock is held with exactly the presented fencing token,
@@ -116,12 +116,24 @@ pub enum StoreOp {
     Object {
         /// The change.
         op: crate::objects::ObjectOp,
-        /// Manager time and the decisions every replica repeats.
+        /// Store time and the decisions every replica repeats.
         acc: crate::objects::table::Access,
     },
 }
 
 impl StoreOp {
+    /// The store time the change carries, if it depends on time.
+    pub fn at(&self) -> Option<crate::time::Instant> {
+        match self {
+            StoreOp::SessionEnd { at, .. } | StoreOp::Lock { at, .. } => Some(*at),
+            StoreOp::Object { acc, .. } => Some(acc.at),
+            StoreOp::Fenced { op, .. } => op.at(),
+            StoreOp::Register { .. }
+            | StoreOp::SessionOpen { .. }
+            | StoreOp::SessionRenewed { .. } => None,
+        }
+    }
+
     /// Bytes of object block data the change carries.
     pub fn data_len(&self) -> usize {
         match self {
@@ -164,6 +176,10 @@ pub struct Tables {
     /// Objects: manifests by key, revisions, watch history.
     #[serde(default)]
     pub objects: crate::objects::ObjectTable,
+    /// The newest store time any applied change carried ([`crate::time::StoreClock`]):
+    /// a new manager reads the store's time on from here.
+    #[serde(default)]
+    pub clock: crate::time::Instant,
 }
 
 impl Default for Tables {
@@ -173,6 +189,7 @@ impl Default for Tables {
             sessions: Sessions::default(),
             locks: LockTable::new(LockTableConfig::default(), Epoch(0)),
             objects: Default::default(),
+            clock: Default::default(),
         }
     }
 }
@@ -200,6 +217,9 @@ impl Tables {
     /// Apply one change and return what it did. Deterministic: every replica that applies
     /// the same changes in the same order holds the same tables.
     pub fn execute(&mut self, seq: Version, op: &StoreOp) -> OpResult {
+        if let Some(at) = op.at() {
+            self.clock = self.clock.max(at);
+        }
         match op {
             StoreOp::Register { key, value } => {
                 self.registers.apply(*key, seq, *value);
@@ -292,6 +312,7 @@ impl crate::safetalk::Apply<StoreOp> for Tables {
     /// Object manifests are reconciled with seed 001's merge as well (DESIGN §3).
     fn absorb(&mut self, other: &Self) {
         self.objects.reconcile(&other.objects);
+        self.clock = self.clock.max(other.clock);
     }
 }
 

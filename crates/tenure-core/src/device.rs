@@ -554,7 +554,7 @@ impl Device {
                 store,
                 mgr,
                 epoch,
-                expiry,
+                lease,
             }) => {
                 if store.0 < ctx.cfg.cluster.stores {
                     // The serial is durable before the chunk id leaves the device.
@@ -564,6 +564,7 @@ impl Device {
                     };
                     *next_serial += 1;
                     ctx.persist(PersistOp::SetNextSerial(*next_serial));
+                    let expiry = ctx.now + lease;
                     let c = Chunk::created(&mut ctx, id, store, mgr, epoch, expiry);
                     shown = Some((store, c.view().epoch));
                     chunks.insert(id, c);

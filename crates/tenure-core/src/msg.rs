@@ -8,8 +8,8 @@
 use crate::data::{StoreData, StoreOp, Version};
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::layout::{LeaseType, Metadata, Prepared};
-use crate::time::Instant;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Every message a device sends to another.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,12 +59,13 @@ pub enum Msg {
 // add an allocation per message for no gain.
 #[allow(clippy::large_enum_variant)]
 pub enum ToChunk {
-    /// `renewal(mgr epoch, new expiry time)`. `expiry` is on the manager's clock.
+    /// `renewal(mgr epoch, new expiry time)`. The expiry travels as a length
+    /// ([`crate::time`]): the chunk's lease runs `lease` from when the renewal arrives.
     Renewal {
         /// The manager's epoch.
         epoch: Epoch,
-        /// New expiry (manager clock).
-        expiry: Instant,
+        /// The new lease's length, from receipt.
+        lease: Duration,
     },
     /// `epoch transition(old epoch, new epoch, new metadata, new mgr id)`: the SafeTalk
     /// prepare. The chunk logs it durably and votes to `coordinator`.
@@ -94,8 +95,8 @@ pub enum ToChunk {
         tx: u64,
         /// Merged store state.
         data: StoreData,
-        /// Lease expiry after the commit (commit lease window, manager clock).
-        expiry: Instant,
+        /// Lease after the commit (commit lease window), from receipt.
+        lease: Duration,
     },
     /// `abort tx`.
     Abort {
@@ -103,13 +104,13 @@ pub enum ToChunk {
         new_epoch: Epoch,
         /// Identity of this transition attempt (replays of another attempt change nothing).
         tx: u64,
-        /// Lease expiry after the abort (abort lease window, manager clock).
-        expiry: Instant,
+        /// Lease after the abort (abort lease window), from receipt.
+        lease: Duration,
     },
     /// `acquire(new lease expiry, new mgr, new epoch number)`.
     Acquire {
-        /// Recovery lease expiry (manager clock).
-        expiry: Instant,
+        /// Recovery lease, from receipt.
+        lease: Duration,
         /// The acquiring manager.
         mgr: DeviceId,
         /// The epoch the manager is recovering.
@@ -130,8 +131,8 @@ pub enum ToChunk {
         epoch: Epoch,
         /// The winning manager.
         new_mgr: DeviceId,
-        /// New recovery lease expiry (manager clock).
-        expiry: Instant,
+        /// New recovery lease, from receipt.
+        lease: Duration,
     },
     /// `redirect(new mgr)`: try this manager next.
     Redirect {
@@ -271,9 +272,10 @@ pub enum MgrMsg {
     Handoff {
         /// Identity of this migration attempt.
         tx: u64,
-        /// The attempt must be decided by then (outgoing manager's clock): the chunks'
-        /// prepares left at the same time, and they will not wait forever.
-        deadline: Instant,
+        /// The attempt must be decided within this long of the handoff's arrival (the
+        /// outgoing manager waits as long from its sending, then steps down): the
+        /// chunks' prepares left at the same time, and they will not wait forever.
+        within: Duration,
         /// The old manager's epoch.
         old_epoch: Epoch,
         /// The epoch the migration commits: above the old one and above every epoch a
@@ -321,8 +323,8 @@ pub enum PolicyMsg {
         mgr: DeviceId,
         /// The manager's current epoch.
         epoch: Epoch,
-        /// Recovery lease expiry for the new chunk (manager clock).
-        expiry: Instant,
+        /// Recovery lease for the new chunk, from receipt.
+        lease: Duration,
     },
     /// The chunk was created and persisted.
     ChunkCreated {

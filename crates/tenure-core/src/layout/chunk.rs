@@ -314,17 +314,17 @@ impl Chunk {
         use ChunkState as S;
         match (self.state, msg) {
             // §4.2.1 regular lease: renewal
-            (S::RegularLease, ToChunk::Renewal { epoch, expiry }) => {
+            (S::RegularLease, ToChunk::Renewal { epoch, lease }) => {
                 if epoch == self.p.epoch {
-                    self.lease_expiry = Some(expiry);
+                    self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 }
             }
             // §4.2.7 recovery lease: renewal (for the epoch the lease was granted in)
-            (S::RecoveryLease, ToChunk::Renewal { epoch, expiry }) => {
+            (S::RecoveryLease, ToChunk::Renewal { epoch, lease }) => {
                 if epoch >= self.lease_epoch && Some(from) == self.lease_mgr {
                     self.lease_epoch = epoch;
-                    self.lease_expiry = Some(expiry);
+                    self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 }
             }
@@ -377,16 +377,16 @@ impl Chunk {
                     new_epoch,
                     tx,
                     data,
-                    expiry,
+                    lease,
                 },
-            ) => self.commit(ctx, from, new_epoch, tx, data, expiry),
+            ) => self.commit(ctx, from, new_epoch, tx, data, lease),
             // §4.2.3: abort tx → regular lease extended by the abort window
             (
                 S::RegularTransition,
                 ToChunk::Abort {
                     new_epoch,
                     tx,
-                    expiry,
+                    lease,
                 },
             ) => {
                 if self.is_coordinator(from, new_epoch, tx) {
@@ -395,7 +395,7 @@ impl Chunk {
                     self.transition_deadline = None;
                     self.p.prepared = None;
                     self.persist(ctx);
-                    self.lease_expiry = Some(expiry);
+                    self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                     self.state = S::RegularLease;
                 }
@@ -423,9 +423,9 @@ impl Chunk {
             // metadata (not nack), so the recovering manager moves forward as §5.3.10's
             // ack-conditional and help texts intend; a nack without metadata would leave
             // it unable to learn of the newer epoch.
-            (S::NoLease, ToChunk::Acquire { expiry, mgr, epoch }) => {
+            (S::NoLease, ToChunk::Acquire { lease, mgr, epoch }) => {
                 self.send_ack(ctx, mgr, epoch);
-                self.lease_expiry = Some(expiry);
+                self.lease_expiry = Some(ctx.now + lease);
                 self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 self.lease_mgr = Some(mgr);
                 self.lease_epoch = epoch.max(self.p.epoch);
@@ -469,7 +469,7 @@ impl Chunk {
                 ToChunk::TransferLease {
                     epoch,
                     new_mgr,
-                    expiry,
+                    lease,
                 },
             ) => {
                 if epoch != self.lease_epoch {
@@ -495,7 +495,7 @@ impl Chunk {
                         },
                     );
                     self.lease_mgr = Some(new_mgr);
-                    self.lease_expiry = Some(expiry);
+                    self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 }
             }
@@ -612,7 +612,7 @@ impl Chunk {
         new_epoch: Epoch,
         tx: u64,
         data: crate::data::StoreData,
-        expiry: Instant,
+        lease: std::time::Duration,
     ) {
         if !self.is_coordinator(from, new_epoch, tx) {
             return;
@@ -635,7 +635,7 @@ impl Chunk {
                 self.p.known = None;
             }
             self.persist(ctx);
-            self.lease_expiry = Some(expiry);
+            self.lease_expiry = Some(ctx.now + lease);
             self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
             self.lease_mgr = Some(log.new_mgr);
             self.lease_epoch = log.new_epoch;

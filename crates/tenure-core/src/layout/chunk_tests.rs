@@ -116,7 +116,7 @@ fn regular_lease_renewal_same_epoch_extends_lease() {
         M,
         ToChunk::Renewal {
             epoch: e(3),
-            expiry,
+            lease: expiry.saturating_since(now),
         },
     );
     assert_eq!(k.state, S::RegularLease);
@@ -134,7 +134,7 @@ fn regular_lease_renewal_other_epoch_is_ignored() {
         let now = T0 + ms(500);
         let renewal = ToChunk::Renewal {
             epoch: e(epoch),
-            expiry: now + timing().lease,
+            lease: timing().lease,
         };
         k.on_msg(&mut env.ctx(now), M, renewal);
         assert_eq!(k.state, S::RegularLease);
@@ -280,7 +280,7 @@ fn regular_lease_acquire_nacks_with_regular_lease() {
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RegularLease, 3, M);
     let acquire = ToChunk::Acquire {
-        expiry: T0 + timing().lease,
+        lease: timing().lease,
         mgr: N,
         epoch: e(3),
     };
@@ -364,7 +364,7 @@ fn regular_transition_commit_member_enters_regular_lease_in_new_epoch() {
     let now = T0 + ms(200);
     let expiry = now + timing().commit_window;
     let data = data_with(3, 1, 9);
-    let commit = commit_msg(4, data.clone(), expiry);
+    let commit = commit_msg(4, data.clone(), expiry.saturating_since(now));
     k.on_msg(&mut env.ctx(now), N, commit);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
@@ -402,7 +402,7 @@ fn regular_transition_commit_non_member_garbage_collects() {
         M,
         tlog(4, md(&[2, 3, 5]), M),
     );
-    let commit = commit_msg(4, Default::default(), T0 + timing().commit_window);
+    let commit = commit_msg(4, Default::default(), timing().commit_window);
     k.on_msg(&mut env.ctx(T0), M, commit);
     let out = env.take();
     assert_collected(&k, &out);
@@ -415,15 +415,9 @@ fn regular_transition_commit_from_non_coordinator_is_ignored() {
     // the coordinator of the logged transition, for that epoch, commits or aborts it.
     let mut env = Env::new(d(1));
     let events = [
-        (
-            N,
-            commit_msg(4, Default::default(), T0 + timing().commit_window),
-        ),
-        (
-            M,
-            commit_msg(5, Default::default(), T0 + timing().commit_window),
-        ),
-        (N, abort_msg(4, T0 + timing().abort_window)),
+        (N, commit_msg(4, Default::default(), timing().commit_window)),
+        (M, commit_msg(5, Default::default(), timing().commit_window)),
+        (N, abort_msg(4, timing().abort_window)),
     ];
     for (from, msg) in events {
         let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
@@ -444,7 +438,7 @@ fn regular_transition_abort_returns_to_regular_lease() {
     let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
     let now = T0 + ms(300);
     let expiry = now + timing().abort_window;
-    let abort = abort_msg(4, expiry);
+    let abort = abort_msg(4, expiry.saturating_since(now));
     k.on_msg(&mut env.ctx(now), M, abort);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
@@ -505,7 +499,7 @@ fn garbage_collect_acquire_answers_nochunk() {
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::GarbageCollect, 3, M);
     let acquire = ToChunk::Acquire {
-        expiry: T0 + timing().lease,
+        lease: timing().lease,
         mgr: N,
         epoch: e(3),
     };
@@ -522,11 +516,11 @@ fn garbage_collect_other_messages_are_ignored() {
     let msgs = vec![
         ToChunk::Renewal {
             epoch: e(3),
-            expiry: T0 + t.lease,
+            lease: t.lease,
         },
         epoch_transition(3, 4, M),
-        commit_msg(4, Default::default(), T0 + t.lease),
-        abort_msg(4, T0 + t.lease),
+        commit_msg(4, Default::default(), t.lease),
+        abort_msg(4, t.lease),
         ToChunk::Lose,
         ToChunk::Release {
             epoch: e(3),
@@ -535,7 +529,7 @@ fn garbage_collect_other_messages_are_ignored() {
         ToChunk::TransferLease {
             epoch: e(3),
             new_mgr: N,
-            expiry: T0 + t.lease,
+            lease: t.lease,
         },
         ToChunk::Redirect { new_mgr: N },
     ];
@@ -585,7 +579,7 @@ fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     assert_eq!(k.next_timeout(t.clock_drift), Some(T0 + t.transition_wait));
     assert!(env.take().is_empty());
     let acquire = ToChunk::Acquire {
-        expiry: T0 + t.lease,
+        lease: t.lease,
         mgr: d(2),
         epoch: e(3),
     };
@@ -720,7 +714,7 @@ fn no_lease_acquire_same_epoch_acks_and_takes_recovery_lease() {
     let now = T0 + ms(50);
     let expiry = now + timing().lease;
     let acquire = ToChunk::Acquire {
-        expiry,
+        lease: expiry.saturating_since(now),
         mgr: N,
         epoch: e(3),
     };
@@ -755,7 +749,7 @@ fn no_lease_acquire_newer_epoch_acks_conditional_and_takes_recovery_lease() {
     let mut k = chunk(&mut env, S::NoLease, 3, M);
     let expiry = T0 + timing().lease;
     let acquire = ToChunk::Acquire {
-        expiry,
+        lease: expiry.saturating_since(T0),
         mgr: N,
         epoch: e(5),
     };
@@ -794,7 +788,7 @@ fn no_lease_acquire_older_epoch_acks_conditional_not_nack() {
     let mut k = chunk(&mut env, S::NoLease, 3, M);
     let expiry = T0 + timing().lease;
     let acquire = ToChunk::Acquire {
-        expiry,
+        lease: expiry.saturating_since(T0),
         mgr: N,
         epoch: e(2),
     };
@@ -829,7 +823,7 @@ fn no_lease_acquire_reports_prepared_vote() {
     let mut k = chunk(&mut env, S::NoLease, 3, M);
     k.p.prepared = Some(prepared(4, M));
     let acquire = ToChunk::Acquire {
-        expiry: T0 + timing().lease,
+        lease: timing().lease,
         mgr: N,
         epoch: e(3),
     };
@@ -1005,7 +999,7 @@ fn recovery_lease_renewal_same_epoch_extends_lease() {
         M,
         ToChunk::Renewal {
             epoch: e(3),
-            expiry,
+            lease: expiry.saturating_since(now),
         },
     );
     assert_eq!(k.state, S::RecoveryLease);
@@ -1023,7 +1017,7 @@ fn recovery_lease_renewal_older_epoch_or_other_manager_is_ignored() {
         let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
         let renewal = ToChunk::Renewal {
             epoch: e(epoch),
-            expiry: T0 + timing().lease * 3,
+            lease: timing().lease * 3,
         };
         k.on_msg(&mut env.ctx(T0 + ms(600)), from, renewal);
         assert_eq!(k.lease_expiry, Some(T0 + timing().lease));
@@ -1045,7 +1039,7 @@ fn recovery_lease_renewal_newer_epoch_from_lease_manager_moves_lease_epoch() {
         M,
         ToChunk::Renewal {
             epoch: e(5),
-            expiry,
+            lease: expiry.saturating_since(T0),
         },
     );
     assert_eq!(k.lease_expiry, Some(expiry));
@@ -1120,7 +1114,7 @@ fn recovery_lease_acquire_by_other_manager_nacks() {
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
     for epoch in [2, 3, 4] {
         let acquire = ToChunk::Acquire {
-            expiry: T0 + timing().lease * 2,
+            lease: timing().lease * 2,
             mgr: N,
             epoch: e(epoch),
         };
@@ -1150,7 +1144,7 @@ fn recovery_lease_acquire_by_same_manager_acks_again() {
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
     let acquire = |epoch| ToChunk::Acquire {
-        expiry: T0 + timing().lease,
+        lease: timing().lease,
         mgr: M,
         epoch: e(epoch),
     };
@@ -1197,7 +1191,7 @@ fn recovery_lease_transfer_lease_same_epoch_moves_lease() {
     let transfer = ToChunk::TransferLease {
         epoch: e(3),
         new_mgr: N,
-        expiry,
+        lease: expiry.saturating_since(now),
     };
     k.on_msg(&mut env.ctx(now), N, transfer);
     assert_eq!(
@@ -1235,7 +1229,7 @@ fn recovery_lease_transfer_lease_other_epoch_nacks() {
     let transfer = ToChunk::TransferLease {
         epoch: e(4),
         new_mgr: N,
-        expiry: T0 + timing().lease * 2,
+        lease: timing().lease * 2,
     };
     k.on_msg(&mut env.ctx(T0), N, transfer);
     assert_eq!(
@@ -1298,7 +1292,7 @@ fn recovery_transition_commit_member_enters_regular_lease() {
     let mut k = in_transition(&mut env, S::RecoveryTransition, 3, M, tlog(4, layout(), M));
     let now = T0 + ms(100);
     let expiry = now + timing().commit_window;
-    let commit = commit_msg(4, data_with(3, 2, 7), expiry);
+    let commit = commit_msg(4, data_with(3, 2, 7), expiry.saturating_since(now));
     k.on_msg(&mut env.ctx(now), M, commit);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
@@ -1332,7 +1326,7 @@ fn recovery_transition_commit_non_member_garbage_collects() {
         M,
         tlog(4, md(&[2, 3]), M),
     );
-    let commit = commit_msg(4, Default::default(), T0 + timing().commit_window);
+    let commit = commit_msg(4, Default::default(), timing().commit_window);
     k.on_msg(&mut env.ctx(T0), M, commit);
     let out = env.take();
     assert_collected(&k, &out);
@@ -1345,7 +1339,7 @@ fn recovery_transition_abort_enters_no_lease() {
     let mut env = Env::new(d(1));
     let mut k = in_transition(&mut env, S::RecoveryTransition, 3, M, tlog(4, layout(), M));
     let now = T0 + ms(100);
-    let abort = abort_msg(4, now + timing().abort_window);
+    let abort = abort_msg(4, timing().abort_window);
     k.on_msg(&mut env.ctx(now), M, abort);
     let out = env.take();
     assert_eq!(k.state, S::NoLease);
@@ -1446,11 +1440,7 @@ fn epoch_transition_replay_of_finished_attempt_votes_abort() {
     // prepare of an attempt this chunk already saw committed or aborted is refused.
     let mut env = Env::new(d(1));
     let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
-    k.on_msg(
-        &mut env.ctx(T0),
-        M,
-        abort_msg(4, T0 + timing().abort_window),
-    );
+    k.on_msg(&mut env.ctx(T0), M, abort_msg(4, timing().abort_window));
     assert_eq!(k.state, S::RegularLease);
     env.take();
     k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 4, M));
@@ -1469,15 +1459,11 @@ fn aborted_later_vote_does_not_hide_an_earlier_vote() {
     k.p.prepared = Some(prepared(4, N));
     k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 5, M));
     assert_eq!(k.state, S::RecoveryTransition);
-    k.on_msg(
-        &mut env.ctx(T0),
-        M,
-        abort_msg(5, T0 + timing().abort_window),
-    );
+    k.on_msg(&mut env.ctx(T0), M, abort_msg(5, timing().abort_window));
     assert_eq!(k.state, S::NoLease);
     env.take();
     let acquire = ToChunk::Acquire {
-        expiry: T0 + timing().lease,
+        lease: timing().lease,
         mgr: N,
         epoch: e(3),
     };

@@ -200,8 +200,12 @@ pub struct Manager {
     pub spec: Tables,
     /// Session liveness (volatile; rebuilt with a grace period by a new manager).
     pub liveness: Liveness,
-    /// When the lock table was last ticked.
+    /// When the lock table was last ticked (store time).
     pub lock_tick_at: Instant,
+    /// The store's time ([`crate::time::StoreClock`]): what every change is stamped with
+    /// and the tables' times are read on.
+    /// None until this manager first manages the store.
+    pub clock: Option<crate::time::StoreClock>,
     /// Clients waiting for a queued acquire: (session, request) → reply address.
     pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
     /// The batch in flight.
@@ -251,6 +255,7 @@ impl Manager {
             liveness: Liveness::default(),
             waiters: BTreeMap::new(),
             lock_tick_at: Instant(0),
+            clock: Default::default(),
             inflight: None,
             stable_since: Instant(0),
             entered_at: Instant(0),
@@ -373,7 +378,7 @@ impl Manager {
 
     fn acquire(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
         let msg = ToChunk::Acquire {
-            expiry: ctx.now + ctx.cfg.timing.lease,
+            lease: ctx.cfg.timing.lease,
             mgr: ctx.me(),
             epoch: self.epoch,
         };
@@ -382,11 +387,21 @@ impl Manager {
         self.outstanding.insert(c);
     }
 
+    /// The store's time at local time `now` ([`crate::time::StoreClock`]).
+    pub fn store_now(&self, now: Instant) -> Instant {
+        self.clock.map_or(self.spec.clock, |c| c.read(now))
+    }
+
+    /// The local time at which the store's time reaches `t`.
+    pub fn local_at(&self, t: Instant) -> Instant {
+        self.clock.map_or(t, |c| c.local(t))
+    }
+
     fn renew(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
-        let t = ctx.now + ctx.cfg.timing.lease;
+        let lease = ctx.cfg.timing.lease;
         let epoch = self.epoch;
-        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, expiry: t });
-        self.chunkfail.insert(c, t);
+        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, lease });
+        self.chunkfail.insert(c, ctx.now + lease);
     }
 
     fn enter_manager(&mut self, ctx: &mut Ctx<'_>, cause: EpochCause) {
@@ -395,6 +410,11 @@ impl Manager {
         self.entered_at = ctx.now;
         self.seq = 0;
         self.spec = self.data.table.clone();
+        // Store time reads on from the newest the tables hold (and, for a manager that
+        // goes on managing across a relayout, from its own reading if that is later).
+        let held = (self.clock.map(|c| c.read(ctx.now)))
+            .map_or(self.spec.clock, |t| t.max(self.spec.clock));
+        self.clock = Some(crate::time::StoreClock::start(held, ctx.now));
         let grace = ctx.cfg.timing.session_grace;
         if cause == EpochCause::Relayout {
             self.liveness.relayout(&self.spec.sessions, ctx.now, grace);
@@ -419,7 +439,7 @@ impl Manager {
         // Fencing tokens of this epoch's grants carry the epoch.
         let op = StoreOp::Lock {
             op: LockOp::BeginEpoch(self.epoch),
-            at: ctx.now,
+            at: self.store_now(ctx.now),
         };
         self.submit_op(ctx, op, Vec::new());
         ctx.observe(Observation::BecameManager {
@@ -492,7 +512,7 @@ impl Manager {
                         return;
                     }
                     let msg = ToChunk::Acquire {
-                        expiry: ctx.now + ctx.cfg.timing.lease,
+                        lease: ctx.cfg.timing.lease,
                         mgr: ctx.me(),
                         epoch: self.epoch,
                     };
@@ -946,7 +966,7 @@ impl Manager {
             .collect();
         let me = ctx.me();
         for c in t {
-            let expiry = ctx.now + ctx.cfg.timing.lease;
+            let lease = ctx.cfg.timing.lease;
             let epoch = self.epoch;
             self.to_chunk(
                 ctx,
@@ -954,11 +974,11 @@ impl Manager {
                 ToChunk::TransferLease {
                     epoch,
                     new_mgr: me,
-                    expiry,
+                    lease,
                 },
             );
             self.renewal_iffy.insert(c);
-            self.chunkfail.insert(c, expiry);
+            self.chunkfail.insert(c, ctx.now + lease);
             // Tenure: a transfer not acknowledged within a message timeout is given up.
             self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
         }
@@ -1078,7 +1098,7 @@ impl Manager {
                     new_epoch: tx.new_epoch,
                     tx: tx.id,
                     data: merged.clone(),
-                    expiry,
+                    lease: ctx.cfg.timing.commit_window,
                 },
             );
         }
@@ -1155,7 +1175,7 @@ impl Manager {
                 ToChunk::Abort {
                     new_epoch: tx.new_epoch,
                     tx: tx.id,
-                    expiry,
+                    lease: ctx.cfg.timing.abort_window,
                 },
             );
         }
@@ -1228,7 +1248,7 @@ impl Manager {
                 store: self.store,
                 msg: MgrMsg::Handoff {
                     tx,
-                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+                    within: ctx.cfg.timing.transition_timeout,
                     old_epoch: self.epoch,
                     new_epoch,
                     metadata: self.metadata.clone(),
@@ -1315,7 +1335,7 @@ impl Manager {
                 S::None,
                 MgrMsg::Handoff {
                     tx: id,
-                    deadline,
+                    within,
                     old_epoch,
                     new_epoch,
                     metadata,
@@ -1340,9 +1360,14 @@ impl Manager {
                     votes: BTreeSet::new(),
                     inputs: vec![(old_epoch, self.data.clone())],
                     await_mgr: Some(from),
-                    // The outgoing manager's deadline, made conservative for clock skew.
-                    deadline: (ctx.now + ctx.cfg.timing.transition_timeout)
-                        .min(deadline.saturating_sub(ctx.cfg.timing.clock_drift)),
+                    // The outgoing manager's deadline, from the handoff's arrival, made
+                    // conservative for the clocks' drift.
+                    deadline: ctx.now
+                        + ctx
+                            .cfg
+                            .timing
+                            .transition_timeout
+                            .min(within.saturating_sub(ctx.cfg.timing.clock_drift)),
                 });
             }
             (_, MgrMsg::Handoff { tx, new_epoch, .. }) => {
@@ -1517,7 +1542,7 @@ impl Manager {
                 StoreOp::SessionEnd {
                     session,
                     expired: false,
-                    at: now,
+                    at: self.store_now(now),
                 }
             }
             Request::Acquire {
@@ -1553,7 +1578,7 @@ impl Manager {
                 }
                 let wait = match wait {
                     WaitSpec::Try => Wait::Try,
-                    WaitSpec::Timeout(d) => Wait::Until(now + d),
+                    WaitSpec::Timeout(d) => Wait::Until(self.store_now(now) + d),
                     WaitSpec::Forever => Wait::Forever,
                 };
                 StoreOp::Lock {
@@ -1566,7 +1591,7 @@ impl Manager {
                         // Resolved here, so that every replica applies the same.
                         lock_delay: Some(lock_delay.unwrap_or(ctx.cfg.timing.lock_delay)),
                     }),
-                    at: now,
+                    at: self.store_now(now),
                 }
             }
             Request::Release {
@@ -1651,10 +1676,11 @@ impl Manager {
             result,
         };
         if self.queue.is_empty() {
-            self.lock_tick_at = self.lock_tick_at.max(ctx.now);
+            let at = self.store_now(ctx.now);
+            self.lock_tick_at = self.lock_tick_at.max(at);
             let op = StoreOp::Lock {
                 op: LockOp::Tick,
-                at: ctx.now,
+                at,
             };
             self.submit_op(ctx, op, Vec::new());
         }
@@ -1906,21 +1932,23 @@ impl Manager {
     /// act on its deadlines (wait timeouts, lock-delays).
     fn lock_timers(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        // The lock table's deadlines are store times (crate::time::StoreClock).
+        let at = self.store_now(now);
         for session in self.liveness.due(now) {
             let op = StoreOp::SessionEnd {
                 session,
                 expired: true,
-                at: now,
+                at,
             };
             self.submit_op(ctx, op, Vec::new());
         }
-        // At most one tick per instant: a deadline falling exactly on `now` is handled
+        // At most one tick per instant: a deadline falling exactly on `at` is handled
         // by the next tick, a microsecond later.
-        if self.spec.locks.next_deadline().is_some_and(|t| t <= now) && now > self.lock_tick_at {
-            self.lock_tick_at = now;
+        if self.spec.locks.next_deadline().is_some_and(|t| t <= at) && at > self.lock_tick_at {
+            self.lock_tick_at = at;
             let op = StoreOp::Lock {
                 op: LockOp::Tick,
-                at: now,
+                at,
             };
             self.submit_op(ctx, op, Vec::new());
         }
@@ -1953,7 +1981,8 @@ impl Manager {
                 self.spec
                     .locks
                     .next_deadline()
-                    .map(|d| d.max(self.lock_tick_at + std::time::Duration::from_micros(1))),
+                    .map(|d| d.max(self.lock_tick_at + std::time::Duration::from_micros(1)))
+                    .map(|d| self.local_at(d)),
             );
         }
         t
@@ -2122,7 +2151,7 @@ impl Manager {
             store: self.store,
             mgr: ctx.me(),
             epoch: self.epoch,
-            expiry: ctx.now + ctx.cfg.timing.lease,
+            lease: ctx.cfg.timing.lease,
         });
         ctx.send(device, msg);
     }

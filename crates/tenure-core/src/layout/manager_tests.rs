@@ -15,21 +15,21 @@ use crate::data::StoreData;
 use crate::ids::{ChunkId, ClientId, DeviceId};
 use crate::io::{ClientError, EpochCause, Observation, Output};
 use crate::msg::{MgrMsg, ToChunk, ToManager};
-use crate::time::Instant;
 use std::collections::BTreeSet;
+use std::time::Duration;
 
-fn acquire(now: Instant, epoch: u64) -> ToChunk {
+fn acquire(epoch: u64) -> ToChunk {
     ToChunk::Acquire {
-        expiry: now + timing().lease,
+        lease: timing().lease,
         mgr: M,
         epoch: e(epoch),
     }
 }
 
-fn renewal(now: Instant, epoch: u64) -> ToChunk {
+fn renewal(epoch: u64) -> ToChunk {
     ToChunk::Renewal {
         epoch: e(epoch),
-        expiry: now + timing().lease,
+        lease: timing().lease,
     }
 }
 
@@ -196,7 +196,7 @@ fn none_handoff_enters_into_reconciling() {
     let data = data_with(3, 1, 5);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: Instant(u64::MAX),
+        within: Duration::MAX,
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -229,7 +229,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     m.finished.insert(TX);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: Instant(u64::MAX),
+        within: Duration::MAX,
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -258,7 +258,7 @@ fn manager_handoff_while_busy_is_refused() {
     let mut m = managing(3);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: Instant(u64::MAX),
+        within: Duration::MAX,
         old_epoch: e(5),
         new_epoch: e(6),
         metadata: layout(),
@@ -283,7 +283,7 @@ fn manager_handoff_while_busy_is_refused() {
 #[test]
 fn none_help_starts_gathering_chunks() {
     // seed 000 §5.3.1 none: help(epoch, metadata) → outstanding ← chunks(metadata), won ←
-    // nil, acquire(expiry, me, epoch) to each with a timeout, better/lesser ← nil, epoch
+    // nil, acquire(me, epoch) to each with a timeout, better/lesser ← nil, epoch
     // and metadata from the help, gathering chunks.
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
@@ -301,11 +301,7 @@ fn none_help_starts_gathering_chunks() {
     }
     assert_eq!(
         to_chunks(&out),
-        vec![
-            (c(1), acquire(now, 3)),
-            (c(2), acquire(now, 3)),
-            (c(3), acquire(now, 3)),
-        ]
+        vec![(c(1), acquire(3)), (c(2), acquire(3)), (c(3), acquire(3)),]
     );
 }
 
@@ -419,8 +415,14 @@ fn into_transition_commit_enters_manager_and_tells_old_manager() {
     assert_eq!(
         commits,
         vec![
-            (c(1), commit_msg(4, StoreData::default(), expiry)),
-            (c(2), commit_msg(4, StoreData::default(), expiry)),
+            (
+                c(1),
+                commit_msg(4, StoreData::default(), expiry.saturating_since(now))
+            ),
+            (
+                c(2),
+                commit_msg(4, StoreData::default(), expiry.saturating_since(now))
+            ),
         ]
     );
     assert_eq!(
@@ -469,7 +471,10 @@ fn into_transition_abort_erases_epoch_and_goes_to_none() {
     let expiry = now + timing().abort_window;
     assert_eq!(
         to_chunks(&out),
-        vec![(c(1), abort_msg(4, expiry)), (c(2), abort_msg(4, expiry))]
+        vec![
+            (c(1), abort_msg(4, expiry.saturating_since(now))),
+            (c(2), abort_msg(4, expiry.saturating_since(now)))
+        ]
     );
     assert_eq!(
         mgr_msgs(&out),
@@ -673,7 +678,7 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
             MgrMsg::Handoff {
                 tx: id,
                 // Tenure: the attempt's deadline travels with the handoff.
-                deadline: now + env.cfg.timing.transition_timeout,
+                within: env.cfg.timing.transition_timeout,
                 old_epoch: e(3),
                 new_epoch: e(4),
                 metadata: layout(),
@@ -758,7 +763,7 @@ fn manager_chunkfail_of_recovered_chunk_drops_it_from_recovered() {
 #[test]
 fn manager_renewal_request_renews_lease() {
     // seed 000 §5.3.7 manager: renewal request(chunk epoch == epoch) from a chunk ∉
-    // failed → renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    // failed → renewal(now + d_l), chunkfail(sender) ← that time.
     let mut env = Env::new(M);
     let mut m = managing(3);
     let now = T0 + ms(600);
@@ -769,7 +774,7 @@ fn manager_renewal_request_renews_lease() {
         1,
         ToManager::RenewalRequest { epoch: e(3) },
     );
-    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(now, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state, S::Manager);
 }
@@ -902,7 +907,7 @@ fn manager_relayout_without_quorum_of_new_layout_is_refused() {
 #[test]
 fn manager_help_from_live_chunk_marks_failed_and_acquires() {
     // seed 000 §5.3.7 manager: help from a chunk ∈ chunks(metadata), ∉ failed → failed
-    // += sender, chunkfail to the outside policy, acquire(now + d_l, me, epoch) to it.
+    // += sender, chunkfail to the outside policy, acquire(me, epoch) to it.
     let mut env = Env::new(M);
     let mut m = managing(3);
     let now = T0 + ms(5);
@@ -911,7 +916,7 @@ fn manager_help_from_live_chunk_marks_failed_and_acquires() {
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.failed, set(&[1]));
     assert_eq!(observations(&out), vec![chunk_failed(1)]);
-    assert_eq!(to_chunks(&out), vec![(c(1), acquire(now, 3))]);
+    assert_eq!(to_chunks(&out), vec![(c(1), acquire(3))]);
 }
 
 #[test]
@@ -939,7 +944,7 @@ fn manager_help_from_failed_chunk_acquires_again() {
     let out = env.take();
     assert_eq!(m.failed, set(&[3]));
     assert!(observations(&out).is_empty());
-    assert_eq!(to_chunks(&out), vec![(c(3), acquire(T0, 3))]);
+    assert_eq!(to_chunks(&out), vec![(c(3), acquire(3))]);
 }
 
 #[test]
@@ -1039,7 +1044,7 @@ fn manager_nack_does_nothing() {
 #[test]
 fn manager_recovery_renewal_request_from_recovered_chunk_renews() {
     // seed 000 §5.3.7 manager: recovery renewal request from a sender ∈ recovered →
-    // renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    // renewal(now + d_l), chunkfail(sender) ← that time.
     let mut env = Env::new(M);
     let mut m = managing(3);
     m.failed = set(&[3]);
@@ -1047,7 +1052,7 @@ fn manager_recovery_renewal_request_from_recovered_chunk_renews() {
     let now = T0 + ms(600);
     let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
     from_chunk(&mut m, &mut env, now, 3, req);
-    assert_eq!(to_chunks(&env.take()), vec![(c(3), renewal(now, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(3), renewal(3))]);
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
 }
 
@@ -1113,7 +1118,8 @@ fn relayout_transition_commit_installs_new_metadata_and_increments_epoch() {
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
     assert_eq!(
-        chunks_sent(&out, |x| *x == commit_msg(4, StoreData::default(), expiry)),
+        chunks_sent(&out, |x| *x
+            == commit_msg(4, StoreData::default(), expiry.saturating_since(now))),
         set(&[1, 2, 3, 5]),
         "c(3) learns it is out of the layout from the commit"
     );
@@ -1155,7 +1161,7 @@ fn relayout_transition_abort_returns_to_manager() {
     assert!(m.tx.is_none());
     let expiry = now + timing().abort_window;
     assert_eq!(
-        chunks_sent(&out, |x| *x == abort_msg(4, expiry)),
+        chunks_sent(&out, |x| *x == abort_msg(4, expiry.saturating_since(now))),
         set(&[1, 2, 3, 5])
     );
     for k in layout().chunks {
@@ -1259,7 +1265,7 @@ fn gathering_chunks_ack_conditional_newer_epoch_moves_recovery_forward() {
     assert_eq!(m.metadata, md(&[1, 2, 5]));
     assert_eq!(m.won, set(&[1]));
     assert_eq!(m.outstanding, set(&[2, 3, 5]));
-    assert_eq!(to_chunks(&out), vec![(c(5), acquire(now, 5))]);
+    assert_eq!(to_chunks(&out), vec![(c(5), acquire(5))]);
     assert_eq!(m.timeout.get(&c(5)), Some(&(now + timing().msg_timeout)));
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
 }
@@ -1313,13 +1319,13 @@ fn gathering_chunks_nochunk_drops_outstanding() {
 #[test]
 fn gathering_chunks_recovery_renewal_request_from_won_chunk_renews() {
     // seed 000 §5.3.10 gathering chunks: recovery renewal request from a sender ∈ won →
-    // renewal(epoch, now + d_l), chunkfail(sender) ← that time.
+    // renewal(now + d_l), chunkfail(sender) ← that time.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1, 2]);
     let now = T0 + ms(600);
     let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
     from_chunk(&mut m, &mut env, now, 1, req);
-    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(now, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state, S::GatheringChunks);
 }
@@ -1365,13 +1371,13 @@ fn gathering_chunks_help_from_removed_older_chunk_sends_lose() {
 #[test]
 fn gathering_chunks_help_from_won_chunk_reacquires() {
     // seed 000 §5.3.10 gathering chunks: help from a sender ∉ outstanding (here ∈ won: it
-    // failed since) → won -= sender, acquire(now + d_l, me, epoch), timeout, outstanding
+    // failed since) → won -= sender, acquire(me, epoch), timeout, outstanding
     // += sender.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1, 2]);
     let now = T0 + ms(8);
     from_chunk(&mut m, &mut env, now, 1, help(3));
-    assert_eq!(to_chunks(&env.take()), vec![(c(1), acquire(now, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), acquire(3))]);
     assert_eq!(m.won, set(&[2]));
     assert_eq!(m.outstanding, set(&[1, 3]));
     assert_eq!(m.timeout.get(&c(1)), Some(&(now + timing().msg_timeout)));
@@ -1385,7 +1391,7 @@ fn gathering_chunks_help_from_newer_chunk_acquires_it() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 5, help(4));
-    assert_eq!(to_chunks(&env.take()), vec![(c(5), acquire(T0, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(5), acquire(3))]);
     assert_eq!(m.outstanding, set(&[3, 5]));
 }
 
@@ -1513,7 +1519,7 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
     assert_eq!(m.joint, vec![p]);
     assert_eq!(
         to_chunks(&env.take()),
-        vec![(c(4), acquire(now, 3)), (c(5), acquire(now, 3))]
+        vec![(c(4), acquire(3)), (c(5), acquire(3))]
     );
     assert_eq!(m.outstanding, set(&[2, 3, 4, 5]));
     from_chunk(&mut m, &mut env, now, 2, ack(3));
@@ -1574,7 +1580,7 @@ fn gathering_chunks_two_prepares_of_one_epoch_require_quorum_of_each_layout() {
     from_chunk(&mut m, &mut env, now, 1, ack_with(&committed));
     // The second layout of epoch 4 is joined and its new chunk acquired.
     assert_eq!(m.joint, vec![aborted.clone(), committed.clone()]);
-    assert_eq!(to_chunks(&env.take()), vec![(c(4), acquire(now, 3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(4), acquire(3))]);
     assert_eq!(m.outstanding, set(&[2, 4]));
     assert_eq!(m.state, S::GatheringChunks);
     // c(2) and c(4) are regularly leased by the manager of epoch 4.
@@ -1645,7 +1651,7 @@ fn gathered_no_quorum_no_better_starts_new_round() {
     assert_eq!(m.outstanding, set(&[2, 3]));
     assert_eq!(
         to_chunks(&out),
-        vec![(c(2), acquire(now, 3)), (c(3), acquire(now, 3))]
+        vec![(c(2), acquire(3)), (c(3), acquire(3))]
     );
     assert_eq!(m.timeout.get(&c(2)), Some(&(now + timing().msg_timeout)));
 }
@@ -1716,7 +1722,7 @@ fn gathering_leases_entry_transfers_remaining_leases() {
             ToChunk::TransferLease {
                 epoch: e(3),
                 new_mgr: M,
-                expiry: now + timing().lease
+                lease: timing().lease
             }
         )]
     );
@@ -1752,7 +1758,7 @@ fn gathering_leases_entry_with_nothing_to_transfer_starts_recovery_transition() 
 #[test]
 fn gathering_leases_recovery_renewal_request_renews() {
     // seed 000 §5.3.12 gathering leases: recovery renewal request(chunk epoch) from a
-    // sender ∉ failed → renewal(epoch, now + d_l), chunkfail; stay in gathering leases
+    // sender ∉ failed → renewal(now + d_l), chunkfail; stay in gathering leases
     // (the seed's "state ← gathering chunks" is a slip: "the same as ... gathering
     // chunks"). The implementation renews only chunks won or being transferred.
     let mut env = Env::new(M);
@@ -1764,7 +1770,7 @@ fn gathering_leases_recovery_renewal_request_renews() {
     from_chunk(&mut m, &mut env, now, 5, req);
     assert_eq!(
         to_chunks(&env.take()),
-        vec![(c(1), renewal(now, 3)), (c(3), renewal(now, 3))]
+        vec![(c(1), renewal(3)), (c(3), renewal(3))]
     );
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state, S::GatheringLeases);
@@ -1994,7 +2000,7 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
     assert_eq!(m.outstanding, set(&[4, 5]));
     assert_eq!(
         to_chunks(&out),
-        vec![(c(4), acquire(now, 3)), (c(5), acquire(now, 3))]
+        vec![(c(4), acquire(3)), (c(5), acquire(3))]
     );
     // c(4) and c(5) are regularly leased by the manager of epoch 4 (it committed): no
     // quorum of its layout, a better manager exists → release the won chunks, newly
@@ -2109,7 +2115,7 @@ fn gathering_leases_late_ack_conditional_from_newer_epoch_moves_recovery_forward
     assert!(m.renewal_iffy.is_empty());
     assert!(!m.timeout.contains_key(&c(3)));
     assert_eq!(m.outstanding, set(&[5]));
-    assert_eq!(to_chunks(&out), vec![(c(5), acquire(now, 4))]);
+    assert_eq!(to_chunks(&out), vec![(c(5), acquire(4))]);
 }
 
 #[test]
@@ -2167,7 +2173,8 @@ fn recovery_transition_commit_enters_manager_in_next_epoch() {
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
     assert_eq!(
-        chunks_sent(&out, |x| *x == commit_msg(4, StoreData::default(), expiry)),
+        chunks_sent(&out, |x| *x
+            == commit_msg(4, StoreData::default(), expiry.saturating_since(now))),
         set(&[1, 2, 3])
     );
     for k in layout().chunks {
@@ -2211,7 +2218,7 @@ fn recovery_transition_abort_goes_newly_awake() {
     assert!(m.finished.contains(&TX));
     let expiry = now + timing().abort_window;
     assert_eq!(
-        chunks_sent(&out, |x| *x == abort_msg(4, expiry)),
+        chunks_sent(&out, |x| *x == abort_msg(4, expiry.saturating_since(now))),
         set(&[1, 2, 3])
     );
 }

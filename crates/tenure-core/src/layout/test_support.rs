@@ -20,6 +20,7 @@ use crate::msg::{MgrMsg, Msg, ToChunk, ToManager};
 use crate::rng::Rng;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// The store every test uses.
 pub(crate) const STORE: StoreId = StoreId(0);
@@ -325,21 +326,21 @@ pub(crate) fn et(old: u64, new: u64, metadata: Metadata, new_mgr: DeviceId) -> T
 }
 
 /// `commit tx` of the transition to `new_epoch` (attempt [`TX`]).
-pub(crate) fn commit_msg(new_epoch: u64, data: StoreData, expiry: Instant) -> ToChunk {
+pub(crate) fn commit_msg(new_epoch: u64, data: StoreData, lease: Duration) -> ToChunk {
     ToChunk::Commit {
         new_epoch: e(new_epoch),
         tx: TX,
         data,
-        expiry,
+        lease,
     }
 }
 
 /// `abort tx` of the transition to `new_epoch` (attempt [`TX`]).
-pub(crate) fn abort_msg(new_epoch: u64, expiry: Instant) -> ToChunk {
+pub(crate) fn abort_msg(new_epoch: u64, lease: Duration) -> ToChunk {
     ToChunk::Abort {
         new_epoch: e(new_epoch),
         tx: TX,
-        expiry,
+        lease,
     }
 }
 

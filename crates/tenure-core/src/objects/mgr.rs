@@ -144,9 +144,10 @@ pub(crate) fn object_response(
 impl Manager {
     fn access(&self, ctx: &Ctx<'_>) -> Access {
         let s = &ctx.cfg.objects;
+        let at = self.store_now(ctx.now);
         Access {
-            at: ctx.now,
-            prune_before: ctx.now.saturating_sub(s.prune_after),
+            at,
+            prune_before: at.saturating_sub(s.prune_after),
             history: s.history,
         }
     }
@@ -723,7 +724,10 @@ impl Manager {
         }
         let s = ctx.cfg.objects.clone();
         let now = ctx.now;
-        let work = (self.data.table.objects).gc_work(now, s.prune_after, s.writing_timeout);
+        // The manifests' times are store times (crate::time::StoreClock); the
+        // collector's own tasks are timed on the local clock.
+        let at = self.store_now(now);
+        let work = (self.data.table.objects).gc_work(at, s.prune_after, s.writing_timeout);
         let me = (ctx.me(), self.epoch);
         let listed: BTreeSet<(String, Uuid)> = work.iter().map(work_id).collect();
         self.objects.gc.retain(|k, _| listed.contains(k));
@@ -758,7 +762,7 @@ impl Manager {
                             }
                             None => self.start_deleting(ctx, id, blocks.into_iter().collect()),
                         }
-                    } else if lease.is_none_or(|l| l.checked_in + s.lease_timeout < now)
+                    } else if lease.is_none_or(|l| l.checked_in + s.lease_timeout < at)
                         && stale(self.objects.gc.get(&id))
                     {
                         if lease.is_some() {
@@ -821,7 +825,7 @@ impl Manager {
 
     fn lease(&self, ctx: &Ctx<'_>) -> DeletionLease {
         DeletionLease {
-            checked_in: ctx.now,
+            checked_in: self.store_now(ctx.now),
             holder: ctx.me(),
             epoch: self.epoch,
         }

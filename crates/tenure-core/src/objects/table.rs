@@ -133,10 +133,10 @@ impl Default for ObjectTable {
     }
 }
 
-/// The context of one change: the manager's clock and decisions every replica repeats.
+/// The context of one change: the store's time and decisions every replica repeats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Access {
-    /// Manager time of the change.
+    /// Store time of the change ([`crate::time::StoreClock`]).
     pub at: Instant,
     /// Tombstones deleted before this are pruned.
     pub prune_before: Instant,
