@@ -49,7 +49,9 @@ use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+pub use crate::clock::Clock;
 use tenure_core::gate::{Domain, Gate};
 use tenure_core::ids::{ChunkId, ClientId, DeviceId, StoreId};
 use tenure_core::io::{
@@ -375,24 +377,6 @@ pub enum DriverError {
     /// The storage worker panicked or was cancelled.
     #[error("storage worker failed: {0}")]
     Worker(String),
-}
-
-/// Monotonic microsecond clock derived from the system clock.
-#[derive(Debug, Default)]
-pub struct Clock {
-    last: u64,
-}
-
-impl Clock {
-    /// Local time now.
-    pub fn now(&mut self) -> Instant {
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        self.last = self.last.max(t);
-        Instant(self.last)
-    }
 }
 
 /// The driver.

@@ -27,6 +27,7 @@
 
 pub mod auth;
 pub mod certs;
+pub mod clock;
 pub mod cluster_api;
 pub mod config;
 pub mod driver;

@@ -30,7 +30,7 @@ use prost::Message;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tenure_client::lookup::convert::{
     durability_from_proto, entry_to_proto, error_to_proto, event_to_proto, invalid_request,
     leader_to_proto, meta_to_proto, node_view_to_proto, position_from_proto, version_from_proto,
@@ -132,11 +132,10 @@ pub(crate) fn error_kind(e: &LookupError) -> &'static str {
 }
 
 /// A version stamped with this device's clock, for requests that carry none.
+/// The device's clock (never moved by a wall-clock step: a version stamped after a step
+/// back is still newer than one stamped before it).
 fn stamp_now() -> EntryVersion {
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
+    let stamp = crate::clock::now_us();
     EntryVersion { stamp, provider: 0 }
 }
 

@@ -77,7 +77,6 @@ mod tests {
     use super::*;
     use tenure_core::ids::{ChunkId, Epoch, StoreId};
     use tenure_core::msg::ToChunk;
-    use tenure_core::time::Instant;
 
     #[test]
     fn round_trip() {
@@ -118,7 +117,7 @@ mod tests {
                 },
                 msg: ToChunk::Renewal {
                     epoch: Epoch(4),
-                    expiry: Instant(1_000_000),
+                    lease: std::time::Duration::from_secs(2),
                 },
             }),
         };
