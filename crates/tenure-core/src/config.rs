@@ -96,6 +96,9 @@ pub struct PlantedBugs {
     /// A new manager ignores the sessions' renewal notes: it counts every session's TTL
     /// and grace from the first epoch it saw, as if none had been renewed since.
     pub takeover_ignores_renewal: bool,
+    /// (Simulator) a device times its leases, deadlines and timers on its wall clock,
+    /// steps and all, made monotonic — as the server's clock once was.
+    pub wall_clock_deadlines: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
     /// The lookup service keeps no `t + 1` bound: the leader admits every node that asks

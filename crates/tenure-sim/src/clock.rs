@@ -16,6 +16,16 @@
 //!
 //! Every model is monotonic non-decreasing: a protocol core may assume its `now` never
 //! goes back.
+//!
+//! **Wall-clock steps** (DESIGN §3, "Clocks"). Beside its drift a device has a wall clock
+//! that steps, forward and back, by any size ([`Clock::steps`]: an NTP step, `date -s`).
+//! The server times everything on the boot clock and reads the wall clock once, at its
+//! start, for its clock's origin (`tenure_server::clock`): so a step moves nothing while
+//! the device runs, and a device that restarts after a step reads its clock from an
+//! origin that far off the others' ([`Clock::life_us`]) — far beyond δ_c, which then
+//! bounds only how much two devices' clocks *advance* differently over a lease. The
+//! planted bug `wall-clock-deadlines` feeds the core the wall clock itself, steps and all
+//! (made monotonic, as the server's clock once was).
 
 use serde::Serialize;
 use tenure_core::Instant;
@@ -59,7 +69,18 @@ pub struct Clock {
     /// A reading every clock of the world adds (not skew: a restored cluster's clocks
     /// read on from the snapshot's time).
     pub base_us: u64,
+    /// Steps of the device's wall clock: (real time, jump in µs), in time order.
+    pub steps: Vec<(u64, i64)>,
+    /// How far this life's clock reads from the drift model: the wall clock's steps up
+    /// to the device's last boot (its clock's origin is the wall clock then).
+    pub life_us: i64,
+    /// Planted bug `wall-clock-deadlines`: the core reads the wall clock, steps and all.
+    pub wall_deadlines: bool,
 }
+
+/// A reading every clock adds in runs with wall-clock steps, so that a clock stepped
+/// back by an hour still reads above zero.
+pub const STEP_LIFT_US: u64 = 2 * 3_600_000_000;
 
 impl Clock {
     /// This clock, reading `us` more at every instant.
@@ -68,12 +89,40 @@ impl Clock {
         self
     }
 
+    /// The wall clock's steps up to real time `real`.
+    pub fn stepped_us(&self, real: u64) -> i64 {
+        (self.steps.iter())
+            .take_while(|(at, _)| *at <= real)
+            .map(|(_, j)| *j)
+            .sum()
+    }
+
+    /// The device (re)boots at real time `real`: its clock's origin is its wall clock's.
+    pub fn boot(&mut self, real: u64) {
+        self.life_us = self.stepped_us(real);
+    }
+
+    /// The wall clock at `real` (drift, offset and steps).
+    pub fn wall(&self, real: u64) -> Instant {
+        let v = real as i64 + self.skew_us(real) + self.stepped_us(real);
+        Instant(v.max(0) as u64 + self.base_us)
+    }
+
+    /// How far readings can be from real time (the band and every step).
+    fn spread_us(&self, skew_max_us: u64) -> u64 {
+        let steps: u64 = self.steps.iter().map(|(_, j)| j.unsigned_abs()).sum();
+        skew_max_us + steps + self.life_us.unsigned_abs() + 2
+    }
+
     /// A perfect clock.
     pub fn perfect() -> Clock {
         Clock {
             offset_us: 0,
             drift: Drift::None,
             base_us: 0,
+            steps: Vec::new(),
+            life_us: 0,
+            wall_deadlines: false,
         }
     }
 
@@ -106,6 +155,9 @@ impl Clock {
             offset_us,
             drift,
             base_us: 0,
+            steps: Vec::new(),
+            life_us: 0,
+            wall_deadlines: false,
         };
         if let Drift::Step { jump_us, .. } = c.drift {
             // Start low enough that the jump stays in the band.
@@ -154,17 +206,27 @@ impl Clock {
     /// The local reading at real time `real`. The simulator starts real time at a base
     /// well above any skew, so the reading never saturates at zero.
     pub fn local(&self, real: u64) -> Instant {
-        Instant((real as i64 + self.skew_us(real)).max(0) as u64 + self.base_us)
+        if self.wall_deadlines {
+            // The wall clock made monotonic: after a step back it stands still until it
+            // reads again what it read before the step.
+            let before = (self.steps.iter())
+                .take_while(|(at, _)| *at <= real)
+                .map(|(at, _)| self.wall(at.saturating_sub(1)));
+            return before.fold(self.wall(real), Instant::max);
+        }
+        let v = real as i64 + self.skew_us(real) + self.life_us;
+        Instant(v.max(0) as u64 + self.base_us)
     }
 
     /// The earliest real time at which the local clock reads at least `local`
     /// (binary search: every model is monotonic and its skew is bounded).
     pub fn real_at(&self, local: Instant, skew_max_us: u64) -> u64 {
         let l = local.0.saturating_sub(self.base_us);
-        let mut lo = l.saturating_sub(skew_max_us + 2);
-        let mut hi = l + skew_max_us + 2;
+        let spread = self.spread_us(skew_max_us);
+        let mut lo = l.saturating_sub(spread);
+        let mut hi = l + spread;
         while self.local(hi) < local {
-            hi += skew_max_us + 2; // only if the band was violated; keeps it total
+            hi += spread; // only if the band was violated; keeps it total
         }
         while lo < hi {
             let mid = lo + (hi - lo) / 2;

@@ -164,6 +164,10 @@ pub struct SimConfig {
     /// the LC outside the k sites). Meant for calm runs; the coordinator later moves it
     /// back to its preferred device.
     pub migrate_manager_apart_at_us: Option<u64>,
+    /// Wall-clock steps ([`crate::clock`]): `None` lets the seed draw them (a third of the
+    /// runs with faults), as the sweep will once a device restarted after a step keeps
+    /// every store, election and membership change going; off by default until then.
+    pub clock_steps: Option<bool>,
     /// Record an event trace.
     #[serde(skip)]
     pub trace: bool,
@@ -226,6 +230,7 @@ impl SimConfig {
             lookup_profile: Default::default(),
             crash_manager_at_us: None,
             migrate_manager_apart_at_us: None,
+            clock_steps: Some(false),
             trace: false,
             keep_history: false,
             capture: 0,
@@ -297,11 +302,21 @@ pub struct Faults {
     pub lost: u64,
     /// Messages duplicated.
     pub duplicated: u64,
+    /// Wall-clock steps forward ([`crate::clock`]).
+    pub clock_steps_forward: u64,
+    /// Wall-clock steps back.
+    pub clock_steps_back: u64,
+    /// Boots of a device whose wall clock had stepped: its clock reads from an origin off
+    /// the others' by the steps.
+    pub boots_after_step: u64,
 }
 
 impl Faults {
     /// Add another run's counts.
     pub fn add(&mut self, o: &Faults) {
+        self.clock_steps_forward += o.clock_steps_forward;
+        self.clock_steps_back += o.clock_steps_back;
+        self.boots_after_step += o.boots_after_step;
         self.partitions_halves += o.partitions_halves;
         self.partitions_isolate += o.partitions_isolate;
         self.one_way += o.one_way;
@@ -847,6 +862,15 @@ impl World {
         // lease's expiry) lie in its past. Restarted from zero, a replayed lease taken at
         // 33 s held every chunk of a store for 33 s (seeds 42, 46 with 30 s of faults).
         let later_us = restore.map_or(0, |cut| cut.id.serial + RESTORE_LATER_US);
+        // Wall-clock steps, from a generator of their own (the seed's other draws are
+        // those it made before steps existed).
+        let mut step_rng = Rng::new(mix64(cfg.seed ^ 0xc10c_57e9_0000_0001));
+        let drawn = step_rng.below(3) == 0;
+        let stepping = cfg.planted.wall_clock_deadlines
+            || (cfg.faults && restore.is_none() && cfg.clock_steps.unwrap_or(drawn));
+        let step_limit_us = cfg.safety_us;
+        let ttl_us = lock_knobs.ttl_ms * 1000;
+        let lease_us = timing.lease.as_micros() as u64;
         let mut nodes = BTreeMap::new();
         for d in cluster.devices.iter().chain(&spares).copied() {
             let mut dc = DeviceConfig::new(d, cluster.clone());
@@ -870,7 +894,16 @@ impl World {
                     pipe: disk::Pipe::booted(&disk, 0),
                     disk,
                     cfg: dc,
-                    clock: Clock::draw(&mut clock_rng, skew_max_us, horizon).later(later_us),
+                    clock: {
+                        let mut c =
+                            Clock::draw(&mut clock_rng, skew_max_us, horizon).later(later_us);
+                        if stepping {
+                            c = c.later(crate::clock::STEP_LIFT_US);
+                            c.steps = draw_steps(&mut step_rng, step_limit_us, lease_us, ttl_us);
+                            c.wall_deadlines = cfg.planted.wall_clock_deadlines;
+                        }
+                        c
+                    },
                     paused_until: None,
                     timer_generation: 0,
                     boot: 0,
@@ -901,6 +934,15 @@ impl World {
                     .iter()
                     .map(|(d, n): (&DeviceId, &Node)| (d.0, n.clock.clone()))
                     .collect(),
+                faults: Faults {
+                    clock_steps_forward: (nodes.values().flat_map(|n: &Node| &n.clock.steps))
+                        .filter(|(_, j)| *j > 0)
+                        .count() as u64,
+                    clock_steps_back: (nodes.values().flat_map(|n: &Node| &n.clock.steps))
+                        .filter(|(_, j)| *j < 0)
+                        .count() as u64,
+                    ..Faults::default()
+                },
                 ..RunReport::default()
             },
             clock_drift: timing.clock_drift,
@@ -1095,6 +1137,11 @@ impl World {
         node.held = None;
         node.deferred.clear();
         let seed = node.rng.next_u64();
+        node.clock.boot(now);
+        if node.clock.life_us != 0 {
+            self.report.faults.boots_after_step += 1;
+        }
+        let node = self.nodes.get_mut(&d).expect("node");
         let local = node.clock.local(now);
         let (dev, out) = Device::new(node.cfg.clone(), node.disk.clone(), local, seed);
         node.device = Some(dev);
@@ -2315,4 +2362,23 @@ pub fn run(cfg: SimConfig) -> RunReport {
         WorldKind::Stores => World::new(cfg).run(),
         WorldKind::Lookup => crate::lookup::run(cfg),
     }
+}
+
+/// A device's wall-clock steps ([`crate::clock`]): one or two in the safety phase, each
+/// forward or back by 30 s, an hour, or a length between the lease and three session
+/// TTLs.
+fn draw_steps(rng: &mut Rng, within_us: u64, lease_us: u64, ttl_us: u64) -> Vec<(u64, i64)> {
+    let mut steps: Vec<(u64, i64)> = (0..1 + rng.below(2))
+        .map(|_| {
+            let at = START_US + rng.below(within_us.max(1));
+            let size = match rng.below(3) {
+                0 => 30_000_000,
+                1 => 3_600_000_000,
+                _ => lease_us + rng.below(3 * ttl_us.max(1)),
+            } as i64;
+            (at, if rng.below(2) == 0 { size } else { -size })
+        })
+        .collect();
+    steps.sort_unstable();
+    steps
 }

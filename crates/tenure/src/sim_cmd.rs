@@ -103,6 +103,13 @@ pub struct SimArgs {
     /// records torn at crashes) or every persist is durable at once (synchronous).
     #[arg(long, value_enum, default_value_t = Disk::Drawn)]
     disk: Disk,
+    /// Whether devices' wall clocks step (once or twice each, forward and back by 30 s, an
+    /// hour, or beyond the lease and session TTL; a device restarted after a step reads
+    /// its clock that far off the others'). Off by default for now: a device restarted
+    /// after a step still leaves stores, elections and membership without progress in
+    /// some seeds.
+    #[arg(long, value_enum, default_value_t = Steps::Off)]
+    clock_steps: Steps,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
     /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
     /// apply).
@@ -143,6 +150,8 @@ enum Plant {
     ExpireWithoutGrace,
     /// A new manager ignores the sessions' renewal notes (counts from the first epoch seen).
     TakeoverIgnoresRenewal,
+    /// A device times its deadlines on its wall clock, steps and all
+    WallClockDeadlines,
     /// A device that does not manage a store redirects clients to itself.
     RedirectToSelf,
     /// The lookup service keeps no t + 1 bound (every join admitted, no step-down).
@@ -217,6 +226,14 @@ enum LookupProfile {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Steps {
+    /// Every device's wall clock steps once or twice.
+    On,
+    /// No wall clock steps.
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Disk {
     /// The seed decides (synchronous in one run out of four).
     Drawn,
@@ -269,6 +286,7 @@ impl SimArgs {
             accepted_before_persist: self.plant.contains(&Plant::AcceptedBeforePersist),
             expire_without_grace: self.plant.contains(&Plant::ExpireWithoutGrace),
             takeover_ignores_renewal: self.plant.contains(&Plant::TakeoverIgnoresRenewal),
+            wall_clock_deadlines: self.plant.contains(&Plant::WallClockDeadlines),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
             lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
             lookup_keep_leadership: self.plant.contains(&Plant::LookupKeepLeadership),
@@ -326,6 +344,7 @@ impl SimArgs {
             Disk::Drawn => DiskModel::Drawn,
             Disk::Synchronous => DiskModel::Synchronous,
         };
+        c.clock_steps = Some(self.clock_steps == Steps::On);
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -380,6 +399,10 @@ impl SimArgs {
         if self.disk != Disk::Drawn && self.world == World::Stores {
             s.push_str(" --disk ");
             s.push_str(&crate::value_name(&self.disk));
+        }
+        if self.clock_steps != Steps::Off && self.world == World::Stores {
+            s.push_str(" --clock-steps ");
+            s.push_str(&crate::value_name(&self.clock_steps));
         }
         for p in &self.plant {
             s.push_str(" --plant ");
@@ -560,7 +583,7 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
     );
     let f = &s.faults;
     println!(
-        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits",
+        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits; wall clocks: {} steps forward, {} back, {} boots after a step",
         f.partitions_halves,
         f.partitions_isolate,
         f.one_way,
@@ -573,7 +596,10 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
         f.unsynced_lost,
         f.torn_records,
         f.unsynced_survived,
-        f.disk_stalls
+        f.disk_stalls,
+        f.clock_steps_forward,
+        f.clock_steps_back,
+        f.boots_after_step
     );
     println!(
         "regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",

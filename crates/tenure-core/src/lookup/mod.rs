@@ -625,3 +625,69 @@ pub fn under(key: &str, prefix: &str) -> bool {
     let p = prefix.trim_end_matches('/');
     p.is_empty() || key == p || (key.starts_with(p) && key.as_bytes().get(p.len()) == Some(&b'/'))
 }
+
+/// The origin of entry times on the wire. Entries travel between nodes (a join's Ack,
+/// Merge, MergeRequest) with their times — deadline, last refresh, last change — read
+/// relative to the sender's clock, as this origin plus (time − sender's now); the
+/// receiver reads them back against its own clock. No node reads another's clock
+/// (DESIGN §3, "Clocks"): each device's clock has an origin of its own. An entry arrives
+/// with its lifetime counted from its arrival, a message delay longer than the sender
+/// counted: it outlives its provider's silence by that delay at most, the seed's δ.
+const WIRE_ZERO: u64 = 1 << 62;
+
+fn shift(t: Instant, from: Instant, to: Instant) -> Instant {
+    Instant((t.0 as i128 - from.0 as i128 + to.0 as i128).max(0) as u64)
+}
+
+fn map_times(mut entries: Vec<Entry>, f: impl Fn(Instant) -> Instant) -> Vec<Entry> {
+    for e in &mut entries {
+        e.deadline = f(e.deadline);
+        e.refreshed = f(e.refreshed);
+        e.changed = f(e.changed);
+    }
+    entries
+}
+
+/// Entries as they leave this node (times relative to `now`).
+pub(crate) fn to_wire(entries: Vec<Entry>, now: Instant) -> Vec<Entry> {
+    map_times(entries, |t| shift(t, now, Instant(WIRE_ZERO)))
+}
+
+/// Entries as they arrive (times read back against `now`).
+pub(crate) fn from_wire(entries: Vec<Entry>, now: Instant) -> Vec<Entry> {
+    map_times(entries, |t| shift(t, Instant(WIRE_ZERO), now))
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    // DESIGN §3, "Clocks": an entry's times cross between nodes whose clocks have
+    // different origins as lengths from the sender's now.
+    #[test]
+    fn entries_travel_with_times_relative_to_the_senders_clock() {
+        let e = Entry {
+            key: "/a".into(),
+            value: Some(vec![1]),
+            version: EntryVersion {
+                stamp: 1,
+                provider: 1,
+            },
+            interval: Duration::from_secs(1),
+            durability: Durability::Persistent,
+            adapt: IntervalRange::fixed(Duration::from_secs(1)),
+            deadline: Instant(5_000_000_000 + 3_000_000),
+            refreshed: Instant(5_000_000_000 - 1_000_000),
+            changed: Instant(5_000_000_000 - 9_000_000),
+            stable: 0,
+        };
+        // Sent at 5,000 s on the sender's clock, received at 7 s on the receiver's.
+        let wire = to_wire(vec![e.clone()], Instant(5_000_000_000));
+        let got = from_wire(wire, Instant(7_000_000)).remove(0);
+        assert_eq!(got.deadline, Instant(10_000_000));
+        assert_eq!(got.refreshed, Instant(6_000_000));
+        // A change older than the receiver's origin reads as its origin.
+        assert_eq!(got.changed, Instant(0));
+        assert_eq!((got.key, got.version), (e.key, e.version));
+    }
+}

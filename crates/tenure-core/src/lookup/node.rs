@@ -294,7 +294,7 @@ impl Node {
             // persistent entries this node booted with (a full outage is over).
             Some(Join::Asking { .. }) => {
                 self.data.revive_restored(ctx);
-                let persistent = self.data.persistent_store();
+                let persistent = super::to_wire(self.data.persistent_store(), ctx.now);
                 self.multicast(ctx, LookupMsg::MergeRequest { persistent });
                 self.join_activate(ctx)
             }
@@ -316,9 +316,11 @@ impl Node {
         // "streamed persistent store and ack(UPS_token)": take the leader's store, and
         // send back what it lacks (anti-entropy, so an acknowledged entry kept only here
         // is not lost to a leader that missed it).
+        let persistent = super::from_wire(persistent, ctx.now);
         let back = self.data.merge_persistent(ctx, persistent, None);
         self.data.forget_restored(ctx);
         if !back.is_empty() {
+            let back = super::to_wire(back, ctx.now);
             ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
         }
         self.join_activate(ctx);
@@ -347,7 +349,7 @@ impl Node {
         let msg = if admit {
             LookupMsg::Ack {
                 attempt,
-                persistent: self.data.persistent_store(),
+                persistent: super::to_wire(self.data.persistent_store(), ctx.now),
             }
         } else {
             LookupMsg::Nack { attempt }
@@ -467,6 +469,7 @@ impl Node {
             self.merge_to = None;
             return;
         }
+        let persistent = super::to_wire(persistent, ctx.now);
         ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
         self.merge_to = Some((d, ctx.now));
     }
@@ -474,7 +477,7 @@ impl Node {
     /// As leader, ask `d`, which just came up, for its persistent store (sending this
     /// node's, so that it learns what it lacks too).
     fn pull_store(&mut self, ctx: &mut Ctx, d: DeviceId, again: bool) {
-        let persistent = self.data.persistent_store();
+        let persistent = super::to_wire(self.data.persistent_store(), ctx.now);
         ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
         let until = ctx.now + Self::s(ctx).roundtrip_delay;
         self.awaiting.insert(d, (until, again));
@@ -575,6 +578,7 @@ impl Node {
                 }
                 if self.active {
                     let lid = self.is_leader().then(|| self.leader_id());
+                    let persistent = super::from_wire(persistent, ctx.now);
                     self.data.merge_persistent(ctx, persistent, lid);
                 }
                 if self.awaiting.remove(&from).is_some() && self.awaiting.is_empty() {
@@ -584,9 +588,11 @@ impl Node {
             LookupMsg::MergeRequest { persistent } => {
                 // Every node answers (a passive one may hold what the others lost).
                 let lid = self.is_leader().then(|| self.leader_id());
+                let persistent = super::from_wire(persistent, ctx.now);
                 let back = self.data.merge_persistent(ctx, persistent, lid);
                 // Answered even when empty: the answer acknowledges the store.
                 if from != self.me || !back.is_empty() {
+                    let back = super::to_wire(back, ctx.now);
                     ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
                 }
             }

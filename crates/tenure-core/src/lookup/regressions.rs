@@ -259,7 +259,8 @@ mod merge_notify_tests {
         };
         for deadline in [now + Duration::from_secs(2), now + Duration::from_secs(20)] {
             let msg = Msg::Lookup(LookupMsg::Merge {
-                persistent: vec![entry(deadline)],
+                // Entries travel with times relative to the sender's clock.
+                persistent: crate::lookup::to_wire(vec![entry(deadline)], now),
             });
             c.input(leader, Input::Message { from: other, msg });
         }
