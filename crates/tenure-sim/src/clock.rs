@@ -104,8 +104,8 @@ impl Clock {
 
     /// The wall clock at `real` (drift, offset and steps).
     pub fn wall(&self, real: u64) -> Instant {
-        let v = real as i64 + self.skew_us(real) + self.stepped_us(real);
-        Instant(v.max(0) as u64 + self.base_us)
+        let v = real as i64 + self.skew_us(real) + self.stepped_us(real) + self.base_us as i64;
+        Instant(v.max(0) as u64)
     }
 
     /// How far readings can be from real time (the band and every step).
@@ -214,17 +214,19 @@ impl Clock {
                 .map(|(at, _)| self.wall(at.saturating_sub(1)));
             return before.fold(self.wall(real), Instant::max);
         }
-        let v = real as i64 + self.skew_us(real) + self.life_us;
-        Instant(v.max(0) as u64 + self.base_us)
+        // The base is added before the clamp: a clock read from an origin an hour back
+        // (a restart after a step back) reads below its base, and must still move.
+        let v = real as i64 + self.skew_us(real) + self.life_us + self.base_us as i64;
+        Instant(v.max(0) as u64)
     }
 
     /// The earliest real time at which the local clock reads at least `local`
     /// (binary search: every model is monotonic and its skew is bounded).
     pub fn real_at(&self, local: Instant, skew_max_us: u64) -> u64 {
-        let l = local.0.saturating_sub(self.base_us);
+        let l = local.0 as i64 - self.base_us as i64;
         let spread = self.spread_us(skew_max_us);
-        let mut lo = l.saturating_sub(spread);
-        let mut hi = l + spread;
+        let mut lo = (l - spread as i64).max(0) as u64;
+        let mut hi = (l + spread as i64).max(0) as u64 + 1;
         while self.local(hi) < local {
             hi += spread; // only if the band was violated; keeps it total
         }
@@ -267,5 +269,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    // DESIGN §3, "Clocks": a wall-clock step moves a running device's clock not at all;
+    // after a restart the clock reads from the stepped wall clock's origin, still
+    // monotonic and still inverted by `real_at`; the planted wall-clock clock stands
+    // still after a step back.
+    #[test]
+    fn steps_move_the_clock_only_from_the_next_boot() {
+        let mut c = Clock::perfect().later(STEP_LIFT_US);
+        c.steps = vec![(5_000_000, -3_600_000_000), (9_000_000, 30_000_000)];
+        let before = c.local(6_000_000);
+        assert_eq!(
+            before.0,
+            STEP_LIFT_US + 6_000_000,
+            "a running device ignores steps"
+        );
+        assert_eq!(
+            c.wall(6_000_000).0,
+            STEP_LIFT_US + 6_000_000 - 3_600_000_000
+        );
+        c.boot(7_000_000);
+        assert_eq!(c.life_us, -3_600_000_000);
+        let mut last = c.local(7_000_000);
+        for t in (7_000_000..12_000_000).step_by(333_333) {
+            let l = c.local(t);
+            assert!(
+                l > last || t == 7_000_000,
+                "the clock moves after a restart"
+            );
+            last = l;
+            let r = c.real_at(l, 25_000);
+            assert!(r <= t && c.local(r) >= l, "real_at({l:?}) = {r} at {t}");
+        }
+        let mut planted = c.clone();
+        planted.wall_deadlines = true;
+        let (a, b) = (planted.local(4_999_999), planted.local(6_000_000));
+        assert_eq!(a, b, "the planted clock stands still after the step back");
+        // An hour back, then 30 s forward: still below what it read before.
+        assert_eq!(planted.local(9_000_000), a);
     }
 }

@@ -510,3 +510,37 @@ fn seed_2847_a_relayout_reconciles_new_chunks_before_they_vote() {
     let r = run(SimConfig::new(2847));
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
+
+// DESIGN §3, "Clocks": with every device's wall clock stepping (forward and back, by 30 s,
+// an hour, or beyond the lease and TTL) and devices restarting after their steps, the
+// same seeds pass; a device that times its deadlines on its wall clock (the planted bug:
+// the server's clock before it moved to the boot clock) is caught — its clock stands
+// still after a step back and leaps after a step forward.
+#[test]
+fn planted_wall_clock_deadlines_is_caught_where_steps_alone_pass() {
+    let mut c = short(0);
+    c.safety_us = 20_000_000;
+    c.clock_steps = Some(true);
+    let calm = sweep(40_000, 8, 2, &c, 0, |_, _| {});
+    assert!(
+        calm.faults.boots_after_step > 0,
+        "no device restarted after a step"
+    );
+    assert!(
+        calm.failures.is_empty(),
+        "steps alone: {:?}",
+        (calm.failures.iter())
+            .map(|f| (f.seed, f.violation.to_string()))
+            .collect::<Vec<_>>()
+    );
+    c.planted.wall_clock_deadlines = true;
+    let planted = sweep(40_000, 8, 2, &c, 1, |_, _| {});
+    let f = planted
+        .failures
+        .first()
+        .expect("wall-clock deadlines not caught in 8 seeds");
+    eprintln!(
+        "wall-clock-deadlines caught at seed {}: {}",
+        f.seed, f.violation
+    );
+}

@@ -105,10 +105,9 @@ pub struct SimArgs {
     disk: Disk,
     /// Whether devices' wall clocks step (once or twice each, forward and back by 30 s, an
     /// hour, or beyond the lease and session TTL; a device restarted after a step reads
-    /// its clock that far off the others'). Off by default for now: a device restarted
-    /// after a step still leaves stores, elections and membership without progress in
-    /// some seeds.
-    #[arg(long, value_enum, default_value_t = Steps::Off)]
+    /// its clock that far off the others'): drawn by the seed (one run in three with
+    /// faults), or on or off.
+    #[arg(long, value_enum, default_value_t = Steps::Drawn)]
     clock_steps: Steps,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
     /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
@@ -227,6 +226,8 @@ enum LookupProfile {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Steps {
+    /// The seed decides (one run in three with faults).
+    Drawn,
     /// Every device's wall clock steps once or twice.
     On,
     /// No wall clock steps.
@@ -344,7 +345,11 @@ impl SimArgs {
             Disk::Drawn => DiskModel::Drawn,
             Disk::Synchronous => DiskModel::Synchronous,
         };
-        c.clock_steps = Some(self.clock_steps == Steps::On);
+        c.clock_steps = match self.clock_steps {
+            Steps::Drawn => None,
+            Steps::On => Some(true),
+            Steps::Off => Some(false),
+        };
         c.trace = self.trace;
         c.validate().context("invalid simulator configuration")?;
         Ok(c)
@@ -400,7 +405,7 @@ impl SimArgs {
             s.push_str(" --disk ");
             s.push_str(&crate::value_name(&self.disk));
         }
-        if self.clock_steps != Steps::Off && self.world == World::Stores {
+        if self.clock_steps != Steps::Drawn && self.world == World::Stores {
             s.push_str(" --clock-steps ");
             s.push_str(&crate::value_name(&self.clock_steps));
         }

@@ -90,6 +90,10 @@ impl Snapshots {
     /// recorded in earlier lives).
     pub fn boot(recorded: Vec<SnapshotId>) -> Snapshots {
         Snapshots {
+            // Serials go on above every snapshot recorded here before: a clock read from
+            // an earlier origin after a restart (DESIGN §3, "Clocks") must not give a new
+            // snapshot the id of one this device recorded in an earlier life.
+            last_serial: recorded.iter().map(|s| s.serial).max().unwrap_or(0),
             earlier: recorded.iter().copied().collect(),
             recorded: recorded.into(),
             ..Snapshots::default()

@@ -58,7 +58,8 @@ use std::time::Duration;
 pub struct SnapshotId {
     /// Who started it.
     pub initiator: DeviceId,
-    /// The initiator's serial (its local clock in µs when it started, made unique).
+    /// The initiator's serial (its local clock in µs when it started, made unique: above
+    /// every serial it gave before, in this life and the recorded ones).
     pub serial: u64,
 }
 

@@ -362,3 +362,31 @@ fn snapshot_the_coordinator_starts_one_every_period_and_each_completes() {
         assert_eq!(devices, &(1..=3).map(DeviceId).collect::<Vec<_>>());
     }
 }
+
+/// DESIGN §3, "Clocks": a device restarted with its clock read from an earlier origin
+/// (its wall clock was stepped back) gives a new snapshot an id above every one it
+/// recorded in its earlier lives, not the id its clock reading would make.
+#[test]
+fn a_restart_on_an_earlier_clock_does_not_repeat_a_snapshot_id() {
+    use crate::time::Instant;
+    let (d2, d3) = (DeviceId(2), DeviceId(3));
+    let mut first = Snapshots::default();
+    let mut out = Vec::new();
+    let old = first.start(
+        Instant(7_200_000_000),
+        D1,
+        &[d2, d3],
+        crate::io::DevicePersist::default(),
+        &mut out,
+    );
+    // Restarted an hour back on its new clock.
+    let mut s = Snapshots::boot(first.recorded());
+    let new = s.start(
+        Instant(3_600_000_000),
+        D1,
+        &[d2, d3],
+        crate::io::DevicePersist::default(),
+        &mut out,
+    );
+    assert!(new.serial > old.serial, "{new} after {old}");
+}
