@@ -22,6 +22,7 @@
 //! throttling ([`disk::unsupported`]); without them a run goes on without that fault.
 
 pub mod check;
+pub mod clock;
 pub mod devices;
 pub mod disk;
 pub mod history;
