@@ -5,8 +5,10 @@
 //! addresses and fixed ports instead of 127.0.0.1 and free ones. Device `N`'s
 //! configuration and log are in `dN/` of the run's directory, its data in `dN/data`
 //! (where [`crate::disk`] mounts its disk), and its process joins the cgroup its disk is
-//! stalled through.
+//! stalled through. With clock faults, every device runs under the clock shim of
+//! [`crate::clock`] with its control file `dN/faketime` (true time until a fault).
 
+use crate::clock::Clocks;
 use crate::net::{CLIENT_PORT, PEER_PORT, TestNet};
 use anyhow::{Context, bail};
 use rustix::process::{Pid, Signal, kill_process};
@@ -63,6 +65,8 @@ pub struct Devices {
     procs: Vec<Option<Child>>,
     /// Per device, the `cgroup.procs` file its process is written to after each start.
     cgroups: Vec<Option<PathBuf>>,
+    /// The devices' clocks, when clock faults are on.
+    clocks: Option<Clocks>,
     target: Target,
     stores: u32,
 }
@@ -134,13 +138,16 @@ pub fn configs(
 
 impl Devices {
     /// Write the configurations and start every device; device `id`'s process joins the
-    /// cgroup whose `cgroup.procs` is `cgroups(id)`, if any.
+    /// cgroup whose `cgroup.procs` is `cgroups(id)`, if any. With `faketime` (the clock
+    /// shim, [`crate::clock`]), every device runs under it, reading true time until a
+    /// clock fault.
     pub fn start(
         bin: &Path,
         net: &TestNet,
         cfgs: &[ServerConfig],
         tls: Option<ClientTls>,
         cgroups: impl Fn(u64) -> Option<PathBuf>,
+        faketime: Option<PathBuf>,
     ) -> anyhow::Result<Devices> {
         let mut d = Devices {
             bin: bin.to_path_buf(),
@@ -148,6 +155,7 @@ impl Devices {
             servers: Vec::new(),
             procs: Vec::new(),
             cgroups: Vec::new(),
+            clocks: None,
             target: Target {
                 endpoints: Vec::new(),
                 tls,
@@ -163,6 +171,12 @@ impl Devices {
             d.procs.push(None);
             d.cgroups.push(cgroups(h.id));
             d.target.endpoints.push(net.client_endpoint(h.id));
+        }
+        if let Some(lib) = faketime {
+            let dirs: Vec<PathBuf> = (d.cfgs.iter())
+                .map(|(_, cfg, _)| cfg.parent().unwrap_or(Path::new(".")).to_path_buf())
+                .collect();
+            d.clocks = Some(Clocks::new(lib, &dirs)?);
         }
         for id in 1..=cfgs.len() as u64 {
             d.spawn(id)?;
@@ -207,7 +221,12 @@ impl Devices {
             .create(true)
             .append(true)
             .open(log)?;
-        let child = Command::new("ip")
+        let mut cmd = Command::new("ip");
+        // `ip` runs under the shim too, harmlessly, and passes its environment on.
+        if let Some(c) = &self.clocks {
+            crate::clock::apply(&mut cmd, &c.env(id));
+        }
+        let child = cmd
             .args(["netns", "exec", ns])
             .arg(&self.bin)
             .arg("server")
@@ -248,8 +267,47 @@ impl Devices {
         self.signal(id, Signal::KILL)?;
         if let Some(mut c) = self.procs[(id - 1) as usize].take() {
             c.wait()?;
+            if self.clocks.is_some() {
+                crate::clock::forget(c.id());
+            }
         }
         Ok(())
+    }
+
+    /// Whether the devices run under the clock shim (clock faults are possible).
+    pub fn has_clocks(&self) -> bool {
+        self.clocks.is_some()
+    }
+
+    /// Step device `id`'s wall clock to `offset_s` seconds from true time (0: back to
+    /// true time); its monotonic clocks do not move. In effect within
+    /// [`crate::clock::until_read`].
+    pub fn step_clock(&mut self, id: u64, offset_s: i64) -> anyhow::Result<()> {
+        match &mut self.clocks {
+            Some(c) => c.step(id, offset_s),
+            None => bail!("no clock shim"),
+        }
+    }
+
+    /// kill -9 device `id` and start it again with every clock of its process running at
+    /// `1 + ppm/10⁶` of true rate (0: true rate) — a rate cannot change in a running
+    /// process without jumping its clocks ([`crate::clock`]).
+    pub fn restart_drifting(&mut self, id: u64, ppm: i64) -> anyhow::Result<()> {
+        if self.clocks.is_none() {
+            bail!("no clock shim");
+        }
+        self.kill(id)?;
+        if let Some(c) = &mut self.clocks {
+            c.set_drift(id, ppm)?;
+        }
+        self.spawn(id)
+    }
+
+    /// Every device's wall clock back to true time, and every later start at true rate.
+    pub fn reset_clocks(&mut self) {
+        if let Some(c) = &mut self.clocks {
+            c.reset();
+        }
     }
 
     /// SIGSTOP device `id`.
@@ -344,6 +402,9 @@ impl Drop for Devices {
         for c in self.procs.iter_mut().flatten() {
             let _ = c.kill();
             let _ = c.wait();
+            if self.clocks.is_some() {
+                crate::clock::forget(c.id());
+            }
         }
     }
 }

@@ -3,8 +3,9 @@
 //! Fault testing of real `tenure server` processes, in the manner of Jepsen: test hosts
 //! (network namespaces, [`net`]) whose peer links pass through proxies ([`proxy`]) and
 //! whose data directories are disks that can stall ([`disk`]), one device per host
-//! ([`devices`]), a seeded nemesis that kills, pauses, partitions, drops, delays and
-//! reorders packets and stalls disks ([`nemesis`]), a workload of lock clients
+//! ([`devices`]) under a clock shim that can step or skew its clocks ([`clock`]), a
+//! seeded nemesis that kills, pauses, partitions, drops, delays and reorders packets,
+//! stalls disks and steps and skews clocks ([`nemesis`]), a workload of lock clients
 //! ([`workload`]), object clients ([`objects`]) and lookup providers and readers
 //! ([`lookup`]) recording a real-time history ([`history`]), and at the end the
 //! simulator's checkers run on that history ([`check`], [`objects`], [`lookup`]) and a
@@ -20,6 +21,7 @@
 //! Needs root (namespaces) and `nft`; [`net::unsupported`] says why not when it cannot
 //! run, so tests can skip. Disk stalls need loop devices and cgroup v1 block-I/O
 //! throttling ([`disk::unsupported`]); without them a run goes on without that fault.
+//! Clock faults need libfaketime ([`clock::find`]); without it, likewise.
 
 pub mod check;
 pub mod clock;
@@ -87,6 +89,8 @@ pub struct ChaosConfig {
     pub fault_ms: (u64, u64),
     /// Quiet time after each fault (ms, inclusive range).
     pub gap_ms: (u64, u64),
+    /// Clock faults (`clock-step`, `clock-drift`), where libfaketime is installed.
+    pub clock_faults: bool,
 }
 
 impl ChaosConfig {
@@ -111,6 +115,7 @@ impl ChaosConfig {
             tls: true,
             fault_ms: (2000, 5000),
             gap_ms: (1000, 2500),
+            clock_faults: true,
         }
     }
 }
@@ -188,7 +193,22 @@ async fn inner(
     } else {
         None
     };
-    let mut devices = Devices::start(&cfg.bin, net, &cfgs, tls, |id| disks.procs_file(id))?;
+    let faketime = if cfg.clock_faults {
+        clock::find()
+    } else {
+        Err("turned off (--no-clock)".to_string())
+    };
+    if let Err(why) = &faketime {
+        println!("chaos: no clock faults: {why}");
+    }
+    let mut devices = Devices::start(
+        &cfg.bin,
+        net,
+        &cfgs,
+        tls,
+        |id| disks.procs_file(id),
+        faketime.clone().ok(),
+    )?;
     devices
         .wait_ready(Duration::from_secs(60))
         .await
@@ -269,6 +289,7 @@ async fn inner(
     };
     let pace = nemesis::Pace {
         lease,
+        ttl: cfg.ttl,
         fault_ms: cfg.fault_ms,
         gap_ms: cfg.gap_ms,
     };
@@ -278,6 +299,7 @@ async fn inner(
     net.heal()?;
     proxies.clear();
     disks.release_all();
+    devices.reset_clocks();
     nem?;
     tokio::time::sleep(cfg.settle).await;
 
@@ -369,6 +391,16 @@ async fn inner(
     })
     .await?;
     let (op_counts, fault_counts) = summary::counts(&recorded);
+    let mut unavailable: std::collections::BTreeMap<String, String> = (disks.unavailable.iter())
+        .map(|why| ("disk-stall".to_string(), why.clone()))
+        .collect();
+    if let Err(why) = &faketime {
+        for kind in ["clock-step", "clock-drift"] {
+            unavailable.insert(kind.to_string(), why.clone());
+        }
+    }
+    let spans = summary::spans(&recorded);
+    let steps = summary::clock_steps(&recorded, &spans, stop_us);
     Ok(Summary {
         seed: cfg.seed,
         devices: cfg.devices,
@@ -377,11 +409,10 @@ async fn inner(
         fault_secs,
         ops: op_counts,
         faults: fault_counts,
-        unavailable: (disks.unavailable.iter())
-            .map(|why| ("disk-stall".to_string(), why.clone()))
-            .collect(),
-        unavailability: summary::unavailability(&summary::spans(&recorded), stop_us),
-        recovery: summary::recovery(&summary::spans(&recorded), &recorded.faults),
+        unavailable,
+        unavailability: summary::unavailability(&spans, stop_us),
+        recovery: summary::recovery(&spans, &recorded.faults),
+        clock_steps: steps,
         reasons: summary::reasons(&recorded),
         fault_log: recorded.faults,
         checks,

@@ -14,7 +14,16 @@
 //!   cut every 0.4–1.2 s, losing what it carried;
 //! - `disk-stall`: one device's reads and writes of its data directory are held in the
 //!   kernel ([`crate::disk`]) for longer than the chunk lease, then let through — left
-//!   out where disks cannot stall here.
+//!   out where disks cannot stall here;
+//! - `clock-step`: one device's wall clock steps forward or back by more than the chunk
+//!   lease and the session TTL (30 s; one step in four an hour) for the fault's length,
+//!   then back to true time; its monotonic clocks do not move ([`crate::clock`]);
+//! - `clock-drift`: one device is killed (-9) and restarted with all its clocks running
+//!   [`crate::clock::DRIFT_PPM`] fast or slow, within the drift the devices allow for,
+//!   and at the fault's end killed and restarted at true rate again.
+//!
+//! The clock faults are left out where the clock shim (libfaketime) is missing, or
+//! when the run turns them off.
 //!
 //! At most one fault is on at a time, so at most one device (a minority) is down. The
 //! clients' traffic from the root namespace is never dropped or delayed: a client beside
@@ -29,7 +38,7 @@ use std::time::{Duration, Instant};
 use tenure_core::rng::Rng;
 
 /// The kinds of fault, in summary order.
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 11] = [
     "kill",
     "pause",
     "isolate",
@@ -39,6 +48,8 @@ pub const KINDS: [&str; 9] = [
     "delay",
     "reorder",
     "disk-stall",
+    "clock-step",
+    "clock-drift",
 ];
 
 /// How long faults last and how far apart they are.
@@ -46,6 +57,8 @@ pub const KINDS: [&str; 9] = [
 pub struct Pace {
     /// The chunk lease: pauses outlast it.
     pub lease: Duration,
+    /// The clients' session TTL: clock steps exceed it and the lease.
+    pub ttl: Duration,
     /// A fault lasts this long (ms, inclusive range), pauses aside.
     pub fault_ms: (u64, u64),
     /// Quiet time after each fault (ms, inclusive range).
@@ -70,6 +83,16 @@ fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(lo + rng.below(hi.max(lo) - lo + 1))
 }
 
+/// A clock step's size (s): beyond the lease and the TTL — 30 s, or three times the
+/// longer of them if that is more — or, one step in four, an hour.
+fn step_secs(rng: &mut Rng, pace: &Pace) -> i64 {
+    if rng.below(4) == 0 {
+        3600
+    } else {
+        (3 * pace.lease.max(pace.ttl).as_secs()).max(30) as i64
+    }
+}
+
 /// Inject faults until `until`, then heal everything and restart what is down.
 pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> anyhow::Result<()> {
     let Targets {
@@ -89,6 +112,7 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
         if round.is_empty() {
             round = (KINDS.iter().copied())
                 .filter(|k| *k != "disk-stall" || disks.available())
+                .filter(|k| !k.starts_with("clock-") || devices.has_clocks())
                 .collect();
             for i in (1..round.len()).rev() {
                 round.swap(i, rng.below(i as u64 + 1) as usize);
@@ -168,6 +192,39 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
                 disks.stall(target)?;
                 tokio::time::sleep(dur).await;
                 disks.release(target)?;
+                rec.fault_end(f);
+            }
+            "clock-step" => {
+                let secs = step_secs(&mut rng, &pace);
+                let offset = if rng.below(2) == 0 { secs } else { -secs };
+                // The fault counts from when the device surely reads the stepped clock
+                // to when it surely reads true time again.
+                devices.step_clock(target, offset)?;
+                tokio::time::sleep(crate::clock::until_read()).await;
+                let f = rec.fault(
+                    kind,
+                    format!(
+                        "d{target} wall clock {}",
+                        crate::clock::describe_offset(offset)
+                    ),
+                    vec![target],
+                );
+                tokio::time::sleep(dur).await;
+                devices.step_clock(target, 0)?;
+                tokio::time::sleep(crate::clock::until_read()).await;
+                rec.fault_end(f);
+            }
+            "clock-drift" => {
+                let drift = crate::clock::DRIFT_PPM;
+                let ppm = if rng.below(2) == 0 { drift } else { -drift };
+                let f = rec.fault(
+                    kind,
+                    format!("d{target} clocks {ppm:+} ppm (restarted)"),
+                    vec![target],
+                );
+                devices.restart_drifting(target, ppm)?;
+                tokio::time::sleep(dur).await;
+                devices.restart_drifting(target, 0)?;
                 rec.fault_end(f);
             }
             "delay" => {

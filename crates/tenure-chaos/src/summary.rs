@@ -2,7 +2,8 @@
 //! outcome, faults by kind (and the kinds this machine cannot inject), the checks, and
 //! availability — the longest time each store answered no lock or object operation
 //! while some client was trying, and how long after each fault's end every store
-//! answered again.
+//! answered again — and for clock steps, how long a store answered nothing while a
+//! device's wall clock was stepped and how many locks were granted meanwhile.
 
 use crate::check::CheckResult;
 use crate::history::{
@@ -37,6 +38,39 @@ pub struct Recovery {
     pub ms: Option<u64>,
 }
 
+/// One clock step (a `clock-step` fault) and the service while it was on.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClockStep {
+    /// Fault index.
+    pub fault: usize,
+    /// Which device and how far (`d2 wall clock -30s`).
+    pub detail: String,
+    /// Start (ms since the run started): the device surely read the stepped clock.
+    pub from_ms: u64,
+    /// End (ms): it surely read true time again.
+    pub to_ms: u64,
+    /// The longest stretch, over the stores, in which a store answered no operation
+    /// while some client tried, within the step (ms).
+    pub longest_ms: u64,
+    /// That store (none: no client tried any store during the step).
+    pub store: Option<u32>,
+    /// Lock grants the clients received during the step.
+    pub grants: u64,
+}
+
+/// The clock steps of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClockSteps {
+    /// Each step.
+    pub steps: Vec<ClockStep>,
+    /// Per store, its longest stretch without a success (while clients tried) within
+    /// some step.
+    pub per_store: Vec<StoreGap>,
+    /// Lock grants received during steps, in all: the stores — the stepped device's
+    /// among them — kept granting.
+    pub grants: u64,
+}
+
 /// Everything the run reports.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
@@ -66,6 +100,8 @@ pub struct Summary {
     pub unavailability: Vec<StoreGap>,
     /// Recovery after each fault.
     pub recovery: Vec<Recovery>,
+    /// Service during clock steps.
+    pub clock_steps: ClockSteps,
     /// From killing every device to every name's holders read again (ms).
     pub full_restart_ms: Option<u64>,
     /// The run's data (logs) if kept.
@@ -140,19 +176,27 @@ pub fn spans(r: &Recorded) -> Vec<Span> {
 /// over the operations invoked before the workload stopped at `end_us` (the final
 /// phase's acquires wait for locks held on purpose).
 pub fn unavailability(ops: &[Span], end_us: u64) -> Vec<StoreGap> {
+    unavailability_in(ops, 0, end_us)
+}
+
+/// [`unavailability`] within `[from_us, to_us]`: operations are cut to the window, and a
+/// store that answered nothing since before it counts from its start.
+pub fn unavailability_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<StoreGap> {
     let mut by_store: BTreeMap<u32, Vec<&Span>> = BTreeMap::new();
-    for o in ops.iter().filter(|o| o.invoke_us < end_us) {
+    for o in
+        (ops.iter()).filter(|o| o.invoke_us < to_us && o.response_us.unwrap_or(to_us) >= from_us)
+    {
         by_store.entry(o.store).or_default().push(o);
     }
     let mut out = Vec::new();
     for (store, ops) in by_store {
-        // Busy periods: the union of [invoke, response] (unknown: to the run's end).
+        // Busy periods: the union of [invoke, response] (unknown: to the window's end).
         let mut spans: Vec<(u64, u64)> = ops
             .iter()
             .map(|o| {
                 (
-                    o.invoke_us,
-                    o.response_us.unwrap_or(end_us).clamp(o.invoke_us, end_us),
+                    o.invoke_us.max(from_us),
+                    (o.response_us.unwrap_or(to_us).clamp(o.invoke_us, to_us)).max(from_us),
                 )
             })
             .collect();
@@ -193,6 +237,46 @@ pub fn unavailability(ops: &[Span], end_us: u64) -> Vec<StoreGap> {
             from_ms: from / 1000,
         });
     }
+    out
+}
+
+/// The clock steps among `r`'s faults: per step, the longest a store answered nothing
+/// while clients tried and the lock grants received within it; per store, its longest
+/// such stretch in any step. Windows end at `end_us` at the latest (the workload's stop).
+pub fn clock_steps(r: &Recorded, ops: &[Span], end_us: u64) -> ClockSteps {
+    let mut out = ClockSteps::default();
+    let mut per_store: BTreeMap<u32, StoreGap> = BTreeMap::new();
+    for (i, f) in r.faults.iter().enumerate() {
+        if f.kind != "clock-step" {
+            continue;
+        }
+        let (from, to) = (f.start_us, f.end_us.unwrap_or(end_us).min(end_us));
+        let gaps = unavailability_in(ops, from, to);
+        let worst = gaps.iter().max_by_key(|g| g.longest_ms);
+        let grants = (r.ops.iter())
+            .filter(|o| o.kind == OpKind::Acquire && matches!(o.outcome, Outcome::Granted { .. }))
+            .filter(|o| o.response_us.is_some_and(|t| t >= from && t <= to))
+            .count() as u64;
+        out.steps.push(ClockStep {
+            fault: i,
+            detail: f.detail.clone(),
+            from_ms: from / 1000,
+            to_ms: to / 1000,
+            longest_ms: worst.map_or(0, |g| g.longest_ms),
+            store: worst.map(|g| g.store),
+            grants,
+        });
+        out.grants += grants;
+        for g in gaps {
+            match per_store.get(&g.store) {
+                Some(had) if had.longest_ms >= g.longest_ms => {}
+                _ => {
+                    per_store.insert(g.store, g);
+                }
+            }
+        }
+    }
+    out.per_store = per_store.into_values().collect();
     out
 }
 
@@ -371,7 +455,7 @@ impl std::fmt::Display for Summary {
         for kind in crate::nemesis::KINDS {
             match (self.faults.get(kind), self.unavailable.get(kind)) {
                 (_, Some(why)) => {
-                    let _ = writeln!(s, "  {kind:<12}      -  (unavailable here: {why})");
+                    let _ = writeln!(s, "  {kind:<12}      -  (left out: {why})");
                 }
                 (n, None) => {
                     let _ = writeln!(s, "  {kind:<12} {:>6}", n.copied().unwrap_or(0));
@@ -387,7 +471,7 @@ impl std::fmt::Display for Summary {
                 .map_or("-".to_string(), |m| format!("{m} ms"));
             let _ = writeln!(
                 s,
-                "    {:>7.1}s-{:<7} {:<10} {:<40} recovered in {rec}",
+                "    {:>7.1}s-{:<7} {:<11} {:<40} recovered in {rec}",
                 fl.start_us as f64 / 1e6,
                 fl.end_us
                     .map_or("?".into(), |e| format!("{:.1}s", e as f64 / 1e6)),
@@ -417,6 +501,39 @@ impl std::fmt::Display for Summary {
                 s,
                 "  full restart of every device: every lock readable after {ms} ms"
             );
+        }
+        let steps = &self.clock_steps;
+        if !steps.steps.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nclock steps (one device's wall clock; its monotonic clocks untouched):"
+            );
+            for st in &steps.steps {
+                let _ = writeln!(
+                    s,
+                    "    {:>7.1}s-{:<7} {:<24} longest without a success {:>6} ms{}, {} grants",
+                    st.from_ms as f64 / 1000.0,
+                    format!("{:.1}s", st.to_ms as f64 / 1000.0),
+                    st.detail,
+                    st.longest_ms,
+                    st.store.map_or(String::new(), |x| format!(" (store {x})")),
+                    st.grants
+                );
+            }
+            if let Some(w) = steps.steps.iter().max_by_key(|st| st.longest_ms) {
+                let _ = writeln!(
+                    s,
+                    "  longest a store served nothing during a step: {} ms{}; lock grants during steps: {}",
+                    w.longest_ms,
+                    w.store
+                        .map_or(String::new(), |x| format!(" (store {x}, {})", w.detail)),
+                    steps.grants
+                );
+            }
+            let per: Vec<String> = (steps.per_store.iter())
+                .map(|g| format!("{}:{}", g.store, g.longest_ms))
+                .collect();
+            let _ = writeln!(s, "  per store during steps (store:ms): {}", per.join(" "));
         }
         let _ = writeln!(s, "\nchecks:");
         for c in &self.checks {

@@ -1,8 +1,9 @@
 //! `tenure chaos`: fault testing of real device processes on test hosts (network
 //! namespaces on this machine; needs root and nftables). A seeded nemesis kills, pauses,
 //! partitions, drops, delays and reorders peer traffic (through proxies on the peer
-//! links) and stalls disks (loop devices throttled through cgroup v1 block I/O, where the
-//! machine has them) while lock, object and lookup clients record a history; at the end
+//! links), stalls disks (loop devices throttled through cgroup v1 block I/O, where the
+//! machine has them) and steps and skews one device's clocks (libfaketime, where it is
+//! installed) while lock, object and lookup clients record a history; at the end
 //! the simulator's checkers run on it and a Jepsen-style summary is printed (`--json`
 //! for scripts): operations, faults by kind (and the kinds this machine cannot inject),
 //! each check, availability. Exit status: 0 when no check failed, 2 on a violation, 1 on
@@ -17,6 +18,13 @@ use tenure_chaos::ChaosConfig;
 const EXIT_VIOLATION: u8 = 2;
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Faults, one at a time, each kind in every round: kill (-9 and restart), pause (SIGSTOP \
+beyond the lease), isolate, split, one-way, loss, delay, reorder (peer links), \
+disk-stall (where loop devices and blkio throttling exist), clock-step (one device's \
+wall clock 30 s or 1 h forward or back, monotonic clocks untouched) and clock-drift \
+(one device restarted with its clocks 500 ppm fast or slow) — the clock faults where \
+libfaketime is installed (Debian package faketime), unless --no-clock.")]
 pub struct ChaosArgs {
     /// How long faults are injected, in minutes (fractions allowed).
     #[arg(long, default_value_t = 1.0)]
@@ -51,6 +59,11 @@ pub struct ChaosArgs {
     /// made for the run, as `tenure cluster up` does).
     #[arg(long)]
     insecure: bool,
+    /// Leave out the clock faults: clock-step (one device's wall clock stepped 30 s or
+    /// 1 h, then back) and clock-drift (one device restarted with its clocks 500 ppm
+    /// fast or slow, then restarted at true rate).
+    #[arg(long)]
+    no_clock: bool,
 }
 
 pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
@@ -75,6 +88,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
     cfg.name_period = Duration::from_secs(a.name_secs.max(1));
     cfg.keep_data = a.keep;
     cfg.tls = !a.insecure;
+    cfg.clock_faults = !a.no_clock;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
