@@ -45,9 +45,11 @@ pub struct ClockStep {
     pub fault: usize,
     /// Which device and how far (`d2 wall clock -30s`).
     pub detail: String,
-    /// Start (ms since the run started): the device surely read the stepped clock.
+    /// Start (ms since the run started): from here every wall-clock read of the device
+    /// returns the stepped time (the shim reads its control file once a second).
     pub from_ms: u64,
-    /// End (ms): it surely read true time again.
+    /// End (ms): from here every read returns true time again (some may have, up to a
+    /// second before).
     pub to_ms: u64,
     /// The longest stretch, over the stores, in which a store answered no operation
     /// while some client tried, within the step (ms).
