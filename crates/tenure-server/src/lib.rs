@@ -111,6 +111,14 @@ pub enum ServerError {
     /// A server task panicked.
     #[error("server task failed: {0}")]
     Task(String),
+    /// The clock's origin could not be kept in the data directory.
+    #[error("keeping the clock's origin in {path}: {source}")]
+    Clock {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A running device.
@@ -243,6 +251,13 @@ pub async fn start_with_listeners(
         None => None,
     };
 
+    // The device's clock reads on from the origin its data directory keeps (a restart
+    // on the same host boot neither extends nor cuts what it persisted).
+    let origin = clock::init(&cfg.data_dir).map_err(|source| ServerError::Clock {
+        path: cfg.data_dir.join("clock"),
+        source,
+    })?;
+    info!(device = %me, origin_us = origin, "clock origin");
     let dir = cfg.data_dir.clone();
     let (storage, state) = tokio::task::spawn_blocking(move || Storage::open(&dir, me))
         .await
