@@ -66,6 +66,8 @@ pub fn init(dir: &Path) -> std::io::Result<u64> {
     }
     let o = *ORIGIN.get_or_init(|| wall_us().saturating_sub(boottime_us()));
     if let Some(id) = &boot {
+        // A new device's data directory is made here, before its storage opens.
+        std::fs::create_dir_all(dir)?;
         let tmp = dir.join("clock.tmp");
         let mut f = std::fs::File::create(&tmp)?;
         std::io::Write::write_all(&mut f, format!("{id} {o}\n").as_bytes())?;
@@ -128,13 +130,14 @@ mod tests {
         assert_eq!(kept_origin(Some("b-1 3600\n"), None), None);
         assert_eq!(kept_origin(None, this), None);
         // A device's data directory gets the record of this boot.
+        // (a directory that does not exist yet, as a new device's)
         let dir = std::env::temp_dir().join(format!("tenure-clock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let origin = init(&dir).unwrap();
+        let origin = init(&dir.join("d1")).unwrap();
+        let dir = dir.join("d1");
         if let Some(id) = boot_id() {
             let text = std::fs::read_to_string(dir.join("clock")).unwrap();
             assert_eq!(kept_origin(Some(&text), Some(&id)), Some(origin));
         }
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
     }
 }
