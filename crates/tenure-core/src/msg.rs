@@ -272,10 +272,12 @@ pub enum MgrMsg {
     Handoff {
         /// Identity of this migration attempt.
         tx: u64,
-        /// The attempt must be decided within this long of the handoff's arrival (the
-        /// outgoing manager waits as long from its sending, then steps down): the
-        /// chunks' prepares left at the same time, and they will not wait forever.
-        within: Duration,
+        /// The attempt must be decided by then (outgoing manager's clock): the chunks'
+        /// prepares left at the same time, and they will not wait forever. The one time
+        /// still read across devices (DESIGN §3, "Clocks"): as a length counted from
+        /// arrival, a handoff held in a paused incoming manager's inbox would be
+        /// committed long after the outgoing manager gave up on it.
+        deadline: crate::time::Instant,
         /// The old manager's epoch.
         old_epoch: Epoch,
         /// The epoch the migration commits: above the old one and above every epoch a

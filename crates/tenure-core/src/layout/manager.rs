@@ -1248,7 +1248,7 @@ impl Manager {
                 store: self.store,
                 msg: MgrMsg::Handoff {
                     tx,
-                    within: ctx.cfg.timing.transition_timeout,
+                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                     old_epoch: self.epoch,
                     new_epoch,
                     metadata: self.metadata.clone(),
@@ -1335,7 +1335,7 @@ impl Manager {
                 S::None,
                 MgrMsg::Handoff {
                     tx: id,
-                    within,
+                    deadline,
                     old_epoch,
                     new_epoch,
                     metadata,
@@ -1360,14 +1360,9 @@ impl Manager {
                     votes: BTreeSet::new(),
                     inputs: vec![(old_epoch, self.data.clone())],
                     await_mgr: Some(from),
-                    // The outgoing manager's deadline, from the handoff's arrival, made
-                    // conservative for the clocks' drift.
-                    deadline: ctx.now
-                        + ctx
-                            .cfg
-                            .timing
-                            .transition_timeout
-                            .min(within.saturating_sub(ctx.cfg.timing.clock_drift)),
+                    // The outgoing manager's deadline, made conservative for clock skew.
+                    deadline: (ctx.now + ctx.cfg.timing.transition_timeout)
+                        .min(deadline.saturating_sub(ctx.cfg.timing.clock_drift)),
                 });
             }
             (_, MgrMsg::Handoff { tx, new_epoch, .. }) => {

@@ -196,7 +196,7 @@ fn none_handoff_enters_into_reconciling() {
     let data = data_with(3, 1, 5);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        within: Duration::MAX,
+        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -229,7 +229,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     m.finished.insert(TX);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        within: Duration::MAX,
+        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -258,7 +258,7 @@ fn manager_handoff_while_busy_is_refused() {
     let mut m = managing(3);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        within: Duration::MAX,
+        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(5),
         new_epoch: e(6),
         metadata: layout(),
@@ -678,7 +678,7 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
             MgrMsg::Handoff {
                 tx: id,
                 // Tenure: the attempt's deadline travels with the handoff.
-                within: env.cfg.timing.transition_timeout,
+                deadline: now + env.cfg.timing.transition_timeout,
                 old_epoch: e(3),
                 new_epoch: e(4),
                 metadata: layout(),
