@@ -16,7 +16,6 @@ use crate::ids::{ChunkId, ClientId, DeviceId};
 use crate::io::{ClientError, EpochCause, Observation, Output};
 use crate::msg::{MgrMsg, ToChunk, ToManager};
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 fn acquire(epoch: u64) -> ToChunk {
     ToChunk::Acquire {
