@@ -272,12 +272,6 @@ pub enum MgrMsg {
     Handoff {
         /// Identity of this migration attempt.
         tx: u64,
-        /// The attempt must be decided by then (outgoing manager's clock): the chunks'
-        /// prepares left at the same time, and they will not wait forever. The one time
-        /// still read across devices (DESIGN §3, "Clocks"): as a length counted from
-        /// arrival, a handoff held in a paused incoming manager's inbox would be
-        /// committed long after the outgoing manager gave up on it.
-        deadline: crate::time::Instant,
         /// The old manager's epoch.
         old_epoch: Epoch,
         /// The epoch the migration commits: above the old one and above every epoch a
@@ -291,12 +285,26 @@ pub enum MgrMsg {
         /// The old manager's copy of the store state.
         data: StoreData,
     },
-    /// The outgoing manager's vote (it has reconciled: `done`).
+    /// The incoming manager holds the handoff and asks for the outgoing manager's vote
+    /// (Tenure: the vote is a round trip, so that no device reads another's clock).
+    HandoffReady {
+        /// Epoch being prepared.
+        new_epoch: Epoch,
+        /// Identity of this transition attempt (replays of another attempt change nothing).
+        tx: u64,
+    },
+    /// The outgoing manager's vote (it has reconciled: `done`), sent only in answer to
+    /// [`MgrMsg::HandoffReady`] while its window is open.
     HandoffVote {
         /// Epoch being prepared.
         new_epoch: Epoch,
         /// Identity of this transition attempt (replays of another attempt change nothing).
         tx: u64,
+        /// How long, from this vote's sending, the outgoing manager keeps waiting for
+        /// the commit: the incoming manager counts it from its `HandoffReady`'s sending
+        /// (earlier in real time), less the drift bound, and aborts past it (DESIGN §3,
+        /// "Clocks").
+        within: Duration,
     },
     /// Commit of the migration, from the incoming manager to the outgoing one.
     HandoffCommit {

@@ -919,6 +919,7 @@ fn tx_of(msg: &mut Msg) -> Option<&mut u64> {
         Msg::Mgr {
             msg:
                 MgrMsg::Handoff { tx, .. }
+                | MgrMsg::HandoffReady { tx, .. }
                 | MgrMsg::HandoffVote { tx, .. }
                 | MgrMsg::HandoffCommit { tx, .. }
                 | MgrMsg::HandoffAbort { tx, .. },

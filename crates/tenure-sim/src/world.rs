@@ -164,9 +164,8 @@ pub struct SimConfig {
     /// the LC outside the k sites). Meant for calm runs; the coordinator later moves it
     /// back to its preferred device.
     pub migrate_manager_apart_at_us: Option<u64>,
-    /// Wall-clock steps ([`crate::clock`]): `None` lets the seed draw them (a third of the
-    /// runs with faults); off unless asked, while a handoff's deadline is still read
-    /// across devices (DESIGN §3, "Clocks").
+    /// Wall-clock steps ([`crate::clock`]): `None` (the default) lets the seed draw them
+    /// (a third of the runs with faults; DESIGN §3, "Clocks").
     pub clock_steps: Option<bool>,
     /// Record an event trace.
     #[serde(skip)]
@@ -230,7 +229,7 @@ impl SimConfig {
             lookup_profile: Default::default(),
             crash_manager_at_us: None,
             migrate_manager_apart_at_us: None,
-            clock_steps: Some(false),
+            clock_steps: None,
             trace: false,
             keep_history: false,
             capture: 0,

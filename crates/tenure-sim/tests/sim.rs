@@ -382,11 +382,15 @@ fn planted_expire_without_grace_is_caught() {
 // last manager answered; mutual exclusion on the clients' deadlines must catch it.
 #[test]
 fn planted_takeover_ignores_renewal_is_caught() {
-    // Long enough for epochs seen well before a takeover (10 s runs rarely have them).
-    let mut c = short(0);
-    c.safety_us = 20_000_000;
+    // The bug shows only in a rare conjunction: a takeover by a device that saw the
+    // store's first epochs more than TTL + grace before, which expires every session at
+    // once, while a holder has not yet heard of it and another client reopens and is
+    // granted the name (about one 40 s run in fifty with membership changes, one 20 s
+    // run in two hundred without: seeds 13 and 32 of 0..114).
+    let mut c = SimConfig::new(0);
+    c.safety_us = 40_000_000;
     c.planted.takeover_ignores_renewal = true;
-    let (seed, v) = first_violation_with(c, 200).expect("not caught within 200 seeds");
+    let (seed, v) = first_violation_with(c, 60).expect("not caught within 60 seeds");
     eprintln!("takeover-ignores-renewal caught at seed {seed}: {v}");
     assert_exclusion_broken(&v);
 }

@@ -105,9 +105,9 @@ pub struct SimArgs {
     disk: Disk,
     /// Whether devices' wall clocks step (once or twice each, forward and back by 30 s, an
     /// hour, or beyond the lease and session TTL; a device restarted after a step reads
-    /// its clock that far off the others'): on, off (the default), or drawn by the seed
-    /// (one run in three with faults).
-    #[arg(long, value_enum, default_value_t = Steps::Off)]
+    /// its clock that far off the others'): on, off, or drawn by the seed (the default:
+    /// one run in three with faults).
+    #[arg(long, value_enum, default_value_t = Steps::Drawn)]
     clock_steps: Steps,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
     /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
@@ -405,7 +405,7 @@ impl SimArgs {
             s.push_str(" --disk ");
             s.push_str(&crate::value_name(&self.disk));
         }
-        if self.clock_steps != Steps::Off && self.world == World::Stores {
+        if self.clock_steps != Steps::Drawn && self.world == World::Stores {
             s.push_str(" --clock-steps ");
             s.push_str(&crate::value_name(&self.clock_steps));
         }

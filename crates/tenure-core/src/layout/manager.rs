@@ -78,6 +78,8 @@ pub struct Tx {
     pub inputs: Vec<(Epoch, StoreData)>,
     /// Migration: the outgoing manager's vote is still awaited.
     pub await_mgr: Option<DeviceId>,
+    /// When this manager began the attempt (migration: sent its `HandoffReady`).
+    pub begun: Instant,
     /// Abort if not complete by then.
     pub deadline: Instant,
 }
@@ -1059,17 +1061,20 @@ impl Manager {
                 self.data.clone(),
             )],
             await_mgr: None,
+            begun: ctx.now,
             deadline: ctx.now + ctx.cfg.timing.transition_timeout,
         });
     }
 
     /// `done`: every participant has reconciled and voted; commit.
     fn check_votes(&mut self, ctx: &mut Ctx<'_>) {
-        let complete = self
-            .tx
-            .as_ref()
-            .is_some_and(|t| t.await_mgr.is_none() && t.votes == t.participants);
-        if !complete {
+        let Some(tx) = self.tx.as_ref() else { return };
+        if tx.deadline <= ctx.now {
+            // Votes read only after the deadline (a paused device): the attempt is over,
+            // whatever arrived meanwhile (an outgoing manager has stepped down by now).
+            return self.abort_tx(ctx);
+        }
+        if !(tx.await_mgr.is_none() && tx.votes == tx.participants) {
             return;
         }
         // initiate commit, voting commit → * transition; as coordinator, commit at once.
@@ -1248,7 +1253,6 @@ impl Manager {
                 store: self.store,
                 msg: MgrMsg::Handoff {
                     tx,
-                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                     old_epoch: self.epoch,
                     new_epoch,
                     metadata: self.metadata.clone(),
@@ -1272,16 +1276,9 @@ impl Manager {
             );
         }
         self.new_mgr = Some(node);
+        // Our state travels in the handoff; `done` (and the vote) when the incoming
+        // manager says it holds it (HandoffReady), while this window is open.
         self.state = MgrState::OutOfReconciling;
-        // done: our state travelled in the handoff; vote commit.
-        ctx.send(
-            node,
-            Msg::Mgr {
-                store: self.store,
-                msg: MgrMsg::HandoffVote { new_epoch, tx },
-            },
-        );
-        self.state = MgrState::OutOfTransition;
         self.out_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
         true
     }
@@ -1335,7 +1332,6 @@ impl Manager {
                 S::None,
                 MgrMsg::Handoff {
                     tx: id,
-                    deadline,
                     old_epoch,
                     new_epoch,
                     metadata,
@@ -1360,10 +1356,13 @@ impl Manager {
                     votes: BTreeSet::new(),
                     inputs: vec![(old_epoch, self.data.clone())],
                     await_mgr: Some(from),
-                    // The outgoing manager's deadline, made conservative for clock skew.
-                    deadline: (ctx.now + ctx.cfg.timing.transition_timeout)
-                        .min(deadline.saturating_sub(ctx.cfg.timing.clock_drift)),
+                    begun: ctx.now,
+                    // Until the outgoing manager's vote says how long it waits.
+                    deadline: ctx.now + ctx.cfg.timing.transition_timeout,
                 });
+                let msg = MgrMsg::HandoffReady { new_epoch, tx: id };
+                let store = self.store;
+                ctx.send(from, Msg::Mgr { store, msg });
             }
             (_, MgrMsg::Handoff { tx, new_epoch, .. }) => {
                 // Tenure: busy with this store, or a replay of a finished attempt;
@@ -1376,13 +1375,49 @@ impl Manager {
                     },
                 );
             }
-            (S::IntoReconciling, MgrMsg::HandoffVote { new_epoch, tx: id }) => {
+            // §5.3.6 out of reconciling: done (the incoming manager holds our state),
+            // vote commit — only while our window is open, saying how long it stays so.
+            (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffReady { new_epoch, tx }) => {
+                let open = self.out_deadline.filter(|d| *d > ctx.now);
+                if let Some(d) = open.filter(|_| {
+                    Some(from) == self.new_mgr
+                        && new_epoch == self.next_epoch()
+                        && self.out_tx == Some(tx)
+                }) {
+                    self.state = S::OutOfTransition;
+                    let within = d.saturating_since(ctx.now);
+                    let msg = MgrMsg::HandoffVote {
+                        new_epoch,
+                        tx,
+                        within,
+                    };
+                    ctx.send(
+                        from,
+                        Msg::Mgr {
+                            store: self.store,
+                            msg,
+                        },
+                    );
+                }
+            }
+            (
+                S::IntoReconciling,
+                MgrMsg::HandoffVote {
+                    new_epoch,
+                    tx: id,
+                    within,
+                },
+            ) => {
                 if let Some(tx) = self
                     .tx
                     .as_mut()
                     .filter(|t| t.new_epoch == new_epoch && t.id == id && t.await_mgr == Some(from))
                 {
                     tx.await_mgr = None;
+                    // The vote left after our HandoffReady: counted from the ready's
+                    // sending, less the drift bound, the outgoing manager still waits.
+                    let by = (tx.begun + within).saturating_sub(ctx.cfg.timing.clock_drift);
+                    tx.deadline = tx.deadline.min(by);
                     self.check_votes(ctx);
                 }
             }
@@ -1396,8 +1431,8 @@ impl Manager {
                     self.forwarding = Some(from);
                 }
             }
-            // §5.3.6 out of transition: abort tx
-            (S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
+            // §5.3.6 out of transition: abort tx (or refused before the vote)
+            (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
                 if Some(from) == self.new_mgr
                     && new_epoch == self.next_epoch()
                     && self.out_tx == Some(tx)
@@ -1989,7 +2024,11 @@ impl Manager {
         if self.tx.as_ref().is_some_and(|t| t.deadline <= now) {
             self.abort_tx(ctx);
         }
-        if self.state == MgrState::OutOfTransition && self.out_deadline.is_some_and(|t| t <= now) {
+        let out = matches!(
+            self.state,
+            MgrState::OutOfReconciling | MgrState::OutOfTransition
+        );
+        if out && self.out_deadline.is_some_and(|t| t <= now) {
             // Tenure: the incoming manager never answered; step down and let the chunks
             // regenerate (resuming could run beside a committed successor).
             let fwd = self.new_mgr;

@@ -195,7 +195,6 @@ fn none_handoff_enters_into_reconciling() {
     let data = data_with(3, 1, 5);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -203,7 +202,17 @@ fn none_handoff_enters_into_reconciling() {
         data: data.clone(),
     };
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
-    assert!(env.take().is_empty());
+    // Tenure: it tells the outgoing manager it holds the handoff, asking for its vote.
+    assert_eq!(
+        mgr_msgs(&env.take()),
+        vec![(
+            N,
+            MgrMsg::HandoffReady {
+                new_epoch: e(4),
+                tx: TX
+            }
+        )]
+    );
     assert_eq!(m.state, S::IntoReconciling);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, layout());
@@ -216,6 +225,7 @@ fn none_handoff_enters_into_reconciling() {
     assert_eq!(tx.new_epoch, e(4));
     assert_eq!(tx.participants, set(&[1, 2]));
     assert_eq!(tx.await_mgr, Some(N));
+    assert_eq!(tx.begun, T0);
     assert_eq!(tx.deadline, T0 + timing().transition_timeout);
 }
 
@@ -228,7 +238,6 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     m.finished.insert(TX);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(3),
         new_epoch: e(4),
         metadata: layout(),
@@ -257,7 +266,6 @@ fn manager_handoff_while_busy_is_refused() {
     let mut m = managing(3);
     let handoff = MgrMsg::Handoff {
         tx: TX,
-        deadline: crate::time::Instant(u64::MAX),
         old_epoch: e(5),
         new_epoch: e(6),
         metadata: layout(),
@@ -395,6 +403,7 @@ fn into_transition_commit_enters_manager_and_tells_old_manager() {
     let hv = MgrMsg::HandoffVote {
         new_epoch: e(4),
         tx: TX,
+        within: timing().transition_wait,
     };
     m.on_mgr_msg(&mut env.ctx(now), N, hv);
     let out = env.take();
@@ -528,26 +537,98 @@ fn migrating_out() -> Manager {
 #[test]
 fn out_of_reconciling_done_votes_and_enters_out_of_transition() {
     // seed 000 §5.3.5 out of reconciling: done → initiate commit voting commit, out of
-    // transition. The outgoing manager's state travelled in the handoff, so it is
-    // reconciled at once and votes to the incoming manager.
+    // transition. The outgoing manager's state travelled in the handoff; it is reconciled
+    // when the incoming manager says it holds it (Tenure: HandoffReady), and votes in
+    // answer, saying how long its window stays open.
     let mut env = Env::new(M);
     let mut m = managing(3);
     assert!(m.migrate(&mut env.ctx(T0), N));
     let out = env.take();
     let id = sent_tx_id(&out);
-    assert_eq!(m.state, S::OutOfTransition);
+    assert_eq!(m.state, S::OutOfReconciling);
     assert_eq!(m.out_tx, Some(id));
     assert_eq!(m.out_deadline, Some(T0 + timing().transition_wait));
-    let msgs = mgr_msgs(&out);
+    assert!(
+        !mgr_msgs(&out)
+            .iter()
+            .any(|(_, x)| matches!(x, MgrMsg::HandoffVote { .. })),
+        "no vote before the incoming manager is ready"
+    );
+    // A ready for another attempt or from another device changes nothing.
+    let other = MgrMsg::HandoffReady {
+        new_epoch: e(4),
+        tx: id + 1,
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), N, other);
+    let ready = MgrMsg::HandoffReady {
+        new_epoch: e(4),
+        tx: id,
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), d(2), ready.clone());
+    assert!(env.take().is_empty());
+    assert_eq!(m.state, S::OutOfReconciling);
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(10)), N, ready);
+    assert_eq!(m.state, S::OutOfTransition);
     assert_eq!(
-        msgs.last(),
-        Some(&(
+        mgr_msgs(&env.take()),
+        vec![(
             N,
             MgrMsg::HandoffVote {
                 new_epoch: e(4),
-                tx: id
+                tx: id,
+                within: timing().transition_wait - ms(10),
             }
-        ))
+        )]
+    );
+}
+
+#[test]
+fn out_of_reconciling_ready_after_the_window_gets_no_vote() {
+    // seed 000 §5.3.5 out of reconciling. Tenure: a HandoffReady read after the window
+    // closed (the outgoing manager's timer not yet fired) is not answered: the incoming
+    // manager could otherwise commit after this one stepped down.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    assert!(m.migrate(&mut env.ctx(T0), N));
+    let id = sent_tx_id(&env.take());
+    let ready = MgrMsg::HandoffReady {
+        new_epoch: e(4),
+        tx: id,
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + timing().transition_wait), N, ready);
+    assert!(env.take().is_empty());
+    assert_eq!(m.state, S::OutOfReconciling);
+}
+
+#[test]
+fn into_reconciling_vote_bounds_the_deadline_by_the_outgoing_window() {
+    // seed 000 §5.3.3 into reconciling. Tenure: the outgoing manager's vote says how long
+    // it still waits; counted from our HandoffReady (sent earlier in real time) less the
+    // drift bound, it can end the attempt before our own timeout — and votes read after
+    // that deadline (a paused device) abort instead of committing.
+    let mut env = Env::new(M);
+    let mut m = migrating_in();
+    let within = ms(300);
+    let hv = MgrMsg::HandoffVote {
+        new_epoch: e(4),
+        tx: TX,
+        within,
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(100)), N, hv);
+    let by = T0 + within - timing().clock_drift;
+    assert_eq!(m.tx.as_ref().map(|t| t.deadline), Some(by));
+    assert_eq!(m.state, S::IntoReconciling);
+    from_chunk(&mut m, &mut env, by, 1, vote(4));
+    from_chunk(&mut m, &mut env, by, 2, vote(4));
+    let out = env.take();
+    assert_erased(&m);
+    assert!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Commit { .. })).is_empty(),
+        "nothing committed after the deadline"
+    );
+    assert_eq!(
+        chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
+        set(&[1, 2])
     );
 }
 
@@ -641,16 +722,20 @@ fn out_of_transition_without_answer_steps_down() {
     // seed 000 §5.3.6 out of transition. Tenure: if the incoming manager never answers
     // within `transition_wait`, step down (resuming could run beside a committed
     // successor) and let the chunks regenerate, forwarding to the incoming manager.
-    let mut env = Env::new(M);
-    let mut m = migrating_out();
-    let deadline = T0 + timing().transition_wait;
-    m.on_tick(&mut env.ctx(deadline - ms(1)));
-    assert_eq!(m.state, S::OutOfTransition);
-    m.on_tick(&mut env.ctx(deadline));
-    let out = env.take();
-    assert_erased(&m);
-    assert_eq!(m.forwarding, Some(N));
-    assert_eq!(observations(&out), vec![stopped(3)]);
+    // The same out of reconciling, when no HandoffReady came.
+    for state in [S::OutOfReconciling, S::OutOfTransition] {
+        let mut env = Env::new(M);
+        let mut m = migrating_out();
+        m.state = state;
+        let deadline = T0 + timing().transition_wait;
+        m.on_tick(&mut env.ctx(deadline - ms(1)));
+        assert_eq!(m.state, state);
+        m.on_tick(&mut env.ctx(deadline));
+        let out = env.take();
+        assert_erased(&m);
+        assert_eq!(m.forwarding, Some(N));
+        assert_eq!(observations(&out), vec![stopped(3)]);
+    }
 }
 
 // ---- §5.3.7 manager --------------------------------------------------------------------
@@ -669,15 +754,14 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
     let out = env.take();
     let id = sent_tx_id(&out);
     assert_eq!(m.new_mgr, Some(N));
-    assert_eq!(m.state, S::OutOfTransition);
+    // Tenure: out of reconciling until the incoming manager holds the state.
+    assert_eq!(m.state, S::OutOfReconciling);
     assert_eq!(
         mgr_msgs(&out)[0],
         (
             N,
             MgrMsg::Handoff {
                 tx: id,
-                // Tenure: the attempt's deadline travels with the handoff.
-                deadline: now + env.cfg.timing.transition_timeout,
                 old_epoch: e(3),
                 new_epoch: e(4),
                 metadata: layout(),

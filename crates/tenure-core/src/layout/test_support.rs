@@ -286,6 +286,7 @@ pub(crate) fn tx(
         votes: BTreeSet::new(),
         inputs: vec![(Epoch::default(), StoreData::default())],
         await_mgr: None,
+        begun: T0,
         deadline: T0 + timing().transition_timeout,
     }
 }
