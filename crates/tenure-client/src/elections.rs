@@ -233,7 +233,7 @@ impl Elections {
     async fn confirmed(&self, l: Leadership) -> Result<Leadership> {
         let safe = |l: &Leadership| {
             let s = *l.state.borrow();
-            !s.expired && s.deadline.saturating_duration_since(Instant::now()) > l.loss_warning()
+            !s.expired && s.until().saturating_duration_since(Instant::now()) > l.loss_warning()
         };
         if safe(&l) {
             return Ok(l);
@@ -387,13 +387,13 @@ impl Leadership {
     /// The conservative deadline: this client certainly leads until then. Keep-alives
     /// move it forward.
     pub fn deadline(&self) -> Instant {
-        self.state.borrow().deadline
+        self.state.borrow().until()
     }
 
     /// Whether this client certainly leads now.
     pub fn is_leader(&self) -> bool {
         let s = *self.state.borrow();
-        !s.expired && !self.resigned && Instant::now() < s.deadline
+        !s.expired && !self.resigned && Instant::now() < s.until()
     }
 
     /// How long before the deadline [`Leadership::lost`] resolves when not extended.

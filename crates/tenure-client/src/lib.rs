@@ -63,6 +63,7 @@ pub mod lookup;
 pub mod objects;
 pub mod snapshots;
 mod stream;
+pub mod suspend;
 pub mod tls;
 
 use std::collections::HashMap;

@@ -26,6 +26,7 @@
 use crate::Chan;
 use crate::proto::{self, tenure_client::TenureClient};
 use crate::stream::{Ev, Rq};
+use crate::suspend::Sent;
 use crate::{Bounds, Client, Error, Result, Transport};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -109,11 +110,43 @@ impl From<FencingToken> for proto::FencingToken {
 /// A session's state as the client sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionState {
-    /// The conservative deadline: the session (and every lock it holds) is certainly
-    /// alive until then.
+    /// The conservative deadline as it was set: the session (and every lock it holds) is
+    /// certainly alive until then, unless the host was suspended since — read it with
+    /// [`SessionState::until`], which counts that.
     pub deadline: Instant,
+    /// How long the host had been suspended when `deadline` was set
+    /// ([`crate::suspend::asleep`]).
+    pub asleep: Duration,
     /// The manager reported the session expired: its locks are released.
     pub expired: bool,
+}
+
+impl SessionState {
+    /// A new session's state: `deadline` from a request sent at `sent`.
+    pub(crate) fn new(deadline: Instant, sent: Sent) -> SessionState {
+        SessionState {
+            deadline,
+            asleep: sent.asleep,
+            expired: false,
+        }
+    }
+
+    /// The conservative deadline now: [`Self::deadline`], earlier by any time the host
+    /// spent suspended since it was set (the devices count that time; a monotonic clock
+    /// does not).
+    pub fn until(&self) -> Instant {
+        crate::suspend::shifted(self.deadline, self.asleep, crate::suspend::asleep())
+    }
+
+    /// A keep-alive sent at `sent` was answered: the deadline moves to `deadline` if
+    /// that is later (both read with the suspensions since their sending).
+    pub(crate) fn extend(&mut self, deadline: Instant, sent: Sent) {
+        let now = crate::suspend::asleep();
+        let new = crate::suspend::shifted(deadline, sent.asleep, now);
+        let old = crate::suspend::shifted(self.deadline, self.asleep, now);
+        self.deadline = new.max(old);
+        self.asleep = now;
+    }
 }
 
 /// Why [`LockGuard::lost`] resolved.
@@ -257,13 +290,13 @@ impl LockGuard {
     /// The conservative deadline: the lock is certainly held until then. Keep-alives
     /// move it forward.
     pub fn deadline(&self) -> Instant {
-        self.state.borrow().deadline
+        self.state.borrow().until()
     }
 
     /// Whether the lock is certainly held now (before the deadline, session not expired).
     pub fn is_held(&self) -> bool {
         let s = *self.state.borrow();
-        !s.expired && Instant::now() < s.deadline
+        !s.expired && Instant::now() < s.until()
     }
 
     /// How long before the deadline [`LockGuard::lost`] resolves when not extended.
@@ -295,29 +328,31 @@ impl LockGuard {
 /// if no keep-alive has extended it by then, or as soon as the session is known to have
 /// expired. Shared by [`LockGuard::lost`] and the elections' leaderships.
 pub(crate) async fn may_be_lost(mut rx: watch::Receiver<SessionState>, warn: Duration) -> Loss {
+    // Timers run on the monotonic clock, which a suspended host does not advance: wake at
+    // least this often, so that a deadline a suspension brought earlier is seen soon after
+    // the host resumes.
+    const LOOK_AGAIN: Duration = Duration::from_millis(250);
+    let mut alive = true;
     loop {
         let s = *rx.borrow_and_update();
         if s.expired {
             return Loss::Expired;
         }
-        let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
-        if Instant::now() >= at {
+        let until = s.until();
+        let at = until.checked_sub(warn).unwrap_or(until);
+        let now = Instant::now();
+        if now >= at {
             return Loss::DeadlineNear;
         }
+        let wake = at.min(now + LOOK_AGAIN);
+        if !alive {
+            // The keep-alive task is gone: nothing will extend the deadline.
+            tokio::time::sleep_until(wake.into()).await;
+            continue;
+        }
         tokio::select! {
-            _ = tokio::time::sleep_until(at.into()) => {}
-            r = rx.changed() => {
-                if r.is_err() {
-                    // The keep-alive task is gone: nothing will extend the deadline.
-                    let s = *rx.borrow();
-                    if s.expired {
-                        return Loss::Expired;
-                    }
-                    let at = s.deadline.checked_sub(warn).unwrap_or(s.deadline);
-                    tokio::time::sleep_until(at.into()).await;
-                    return Loss::DeadlineNear;
-                }
-            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+            r = rx.changed() => alive = r.is_ok(),
         }
     }
 }
@@ -393,11 +428,11 @@ impl Client {
             }
             return Ok(session);
         }
-        let (sent_at, opened) = self
+        let (sent, opened) = self
             .routed(store, |mut c| {
                 let client_name = client_name.clone();
                 async move {
-                    let sent_at = Instant::now();
+                    let sent = Sent::now();
                     let r = c
                         .open_session(proto::OpenSessionRequest {
                             store,
@@ -409,7 +444,7 @@ impl Client {
                         .into_inner();
                     use proto::open_session_response::Result as R;
                     Ok(match r.result {
-                        Some(R::Ok(o)) => Ok((sent_at, o)),
+                        Some(R::Ok(o)) => Ok((sent, o)),
                         Some(R::Error(e)) => Err(Error::from_proto(e)),
                         None => Err(Error::Malformed),
                     })
@@ -418,10 +453,7 @@ impl Client {
             .await?;
         let id = opened.session.map(|s| s.id).ok_or(Error::Malformed)?;
         let ttl = Duration::from_millis(opened.ttl_ms);
-        let (tx, _) = watch::channel(SessionState {
-            deadline: self.deadline_of(sent_at, ttl),
-            expired: false,
-        });
+        let (tx, _) = watch::channel(SessionState::new(self.deadline_of(sent.at, ttl), sent));
         let session = Arc::new(Session {
             store,
             id,
@@ -434,7 +466,7 @@ impl Client {
         tokio::spawn(keep_alive(
             Arc::downgrade(&self.inner),
             session.clone(),
-            sent_at,
+            sent.at,
         ));
         if let Some(old) = sessions.insert(store, session.clone()) {
             old.stop();
@@ -555,7 +587,7 @@ impl Client {
         let name = guard.name.clone();
         let safe = |g: &LockGuard| {
             let s = *g.state.borrow();
-            !s.expired && s.deadline.saturating_duration_since(Instant::now()) > g.loss_warning()
+            !s.expired && s.until().saturating_duration_since(Instant::now()) > g.loss_warning()
         };
         if safe(&guard) {
             return Ok(guard);
@@ -970,7 +1002,8 @@ async fn keep_alive(
             if session.stopped.load(Ordering::SeqCst) {
                 return;
             }
-            let sent_at = Instant::now();
+            let sent = Sent::now();
+            let sent_at = sent.at;
             let req = proto::KeepAliveRequest {
                 session: Some(proto::SessionRef {
                     store,
@@ -992,9 +1025,7 @@ async fn keep_alive(
                     let ttl = Duration::from_millis(alive.ttl_ms);
                     let deadline = client.deadline_of(sent_at, ttl);
                     trace!(store, session = session.id, %target, rtt = ?sent_at.elapsed(), "kept alive");
-                    session
-                        .state
-                        .send_modify(|s| s.deadline = s.deadline.max(deadline));
+                    session.state.send_modify(|s| s.extend(deadline, sent));
                     client.set_route(store, &target);
                     retry = retry_min;
                     rotate = 0;
@@ -1057,5 +1088,41 @@ async fn pause(session: &Session, d: Duration) {
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
         _ = session.wake.notified() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Seed 002 §14.4.5 (sessions), DESIGN §3 "Clocks": a keep-alive's answer moves the
+    // conservative deadline only forward; one that was sent when the host had slept less
+    // than it has now is read earlier by the difference.
+    #[test]
+    fn session_state_extend_keeps_the_later_deadline_counting_suspension() {
+        let now = Sent::now();
+        let d = now.at + Duration::from_secs(10);
+        let mut s = SessionState::new(d, now);
+        s.extend(d - Duration::from_secs(3), Sent::now());
+        assert!(s.until() >= d - Duration::from_millis(5), "moved back");
+        s.extend(d + Duration::from_secs(3), Sent::now());
+        assert!(s.until() >= d + Duration::from_secs(3) - Duration::from_millis(5));
+        // A deadline recorded as set before a (pretended) 2 s suspension reads 2 s
+        // earlier.
+        let then = Sent {
+            at: now.at,
+            asleep: crate::suspend::asleep() + Duration::from_secs(2),
+        };
+        let late = SessionState::new(d, then);
+        assert_eq!(late.until(), d, "no sleep counted backwards");
+        // (Only on a host that has slept 2 s since its boot can the pretence go back.)
+        let asleep = crate::suspend::asleep();
+        if asleep >= Duration::from_secs(2) {
+            let early = SessionState {
+                asleep: asleep - Duration::from_secs(2),
+                ..late
+            };
+            assert!(early.until() <= d - Duration::from_secs(2) + Duration::from_millis(5));
+        }
     }
 }

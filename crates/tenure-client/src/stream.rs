@@ -28,6 +28,7 @@
 use crate::locks::{Session, SessionState};
 use crate::proto;
 pub(crate) use crate::proto::{session_event::Kind as Ev, session_request::Kind as Rq};
+use crate::suspend::Sent;
 use crate::{Client, Error, Inner, Result, normalize};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::collections::BTreeMap;
@@ -187,7 +188,7 @@ struct Pending {
     /// An open's answer goes here instead.
     open: Option<(String, oneshot::Sender<Result<Arc<Session>>>)>,
     /// Sent on the current stream, when.
-    sent_at: Option<Instant>,
+    sent_at: Option<Sent>,
 }
 
 /// An open stream.
@@ -208,7 +209,7 @@ struct Task {
     pending: BTreeMap<u64, Pending>,
     conn: Option<Conn>,
     /// The keep-alive in flight: its id and send time.
-    keep_alive: Option<(u64, Instant)>,
+    keep_alive: Option<(u64, Sent)>,
     next_keep_alive: Option<Instant>,
     confirms: Vec<oneshot::Sender<()>>,
     /// Where the last redirect pointed, tried first by the next connect.
@@ -302,7 +303,8 @@ impl Task {
     fn stuck_at(&self) -> Option<Instant> {
         let client = self.client()?;
         let o = &client.inner.opts;
-        let ka = self.keep_alive.map(|(_, at)| {
+        let ka = self.keep_alive.map(|(_, sent)| {
+            let at = sent.at;
             let ttl = self.session.as_ref().map_or(o.session_ttl, |s| s.ttl);
             at + (ttl / 3).clamp(o.attempt_timeout, o.request_timeout)
         });
@@ -310,7 +312,7 @@ impl Task {
             .pending
             .values()
             .filter(|p| p.quick)
-            .filter_map(|p| p.sent_at)
+            .filter_map(|p| p.sent_at.map(|s| s.at))
             .min()
             .map(|at| at + o.request_timeout);
         match (ka, quick) {
@@ -398,7 +400,7 @@ impl Task {
     /// server's window.
     async fn send_pending(&mut self) -> Option<Broken> {
         let conn = self.conn.as_mut()?;
-        let now = Instant::now();
+        let now = Sent::now();
         let mut out = Vec::new();
         for (id, p) in self.pending.iter_mut() {
             if conn.in_flight >= conn.max_in_flight {
@@ -427,8 +429,7 @@ impl Task {
         let conn = self.conn.as_mut()?;
         self.session.as_ref()?;
         let id = client.next_request_id();
-        let now = Instant::now();
-        self.keep_alive = Some((id, now));
+        self.keep_alive = Some((id, Sent::now()));
         let req = proto::SessionRequest {
             request_id: id,
             kind: Some(Rq::KeepAlive(proto::StreamKeepAlive {})),
@@ -493,7 +494,7 @@ impl Task {
         if let Some((name, reply)) = p.open {
             let answer = match &kind {
                 Ev::Opened(o) => {
-                    let session = self.bind(o, p.sent_at.unwrap_or_else(Instant::now));
+                    let session = self.bind(o, p.sent_at.unwrap_or_else(Sent::now));
                     debug!(store = self.store, session = session.id, client = %name, "session opened");
                     Ok(session)
                 }
@@ -523,13 +524,13 @@ impl Task {
         {
             // Its caller gave up, but the session exists: keep it for the next open
             // rather than leave it to expire.
-            self.bind(o, p.sent_at.unwrap_or_else(Instant::now));
+            self.bind(o, p.sent_at.unwrap_or_else(Sent::now));
         }
         self.send_pending().await
     }
 
     /// An answer to the keep-alive in flight.
-    fn kept_alive(&mut self, kind: Ev, sent_at: Instant, endpoint: String) -> Option<Broken> {
+    fn kept_alive(&mut self, kind: Ev, sent_at: Sent, endpoint: String) -> Option<Broken> {
         match kind {
             Ev::Alive(a) => {
                 self.extend(sent_at, Duration::from_millis(a.ttl_ms));
@@ -614,37 +615,29 @@ impl Task {
     }
 
     /// The session opened by an answer.
-    fn bind(&mut self, o: &proto::SessionOpened, sent_at: Instant) -> Arc<Session> {
+    fn bind(&mut self, o: &proto::SessionOpened, sent: Sent) -> Arc<Session> {
         let id = o.session.as_ref().map_or(0, |s| s.id);
         let ttl = Duration::from_millis(o.ttl_ms);
         let deadline = self
             .client()
-            .map_or(sent_at, |c| c.deadline_of(sent_at, ttl));
-        let session = Arc::new(Session::new(
-            self.store,
-            id,
-            ttl,
-            SessionState {
-                deadline,
-                expired: false,
-            },
-        ));
+            .map_or(sent.at, |c| c.deadline_of(sent.at, ttl));
+        let state = SessionState::new(deadline, sent);
+        let session = Arc::new(Session::new(self.store, id, ttl, state));
         self.session = Some(session.clone());
-        self.next_keep_alive = Some(sent_at + ttl / 3);
+        self.next_keep_alive = Some(sent.at + ttl / 3);
         session
     }
 
     /// A keep-alive (or a resume) sent at `sent_at` was answered with `ttl`.
-    fn extend(&mut self, sent_at: Instant, ttl: Duration) {
+    fn extend(&mut self, sent: Sent, ttl: Duration) {
         let Some(client) = self.client() else {
             return;
         };
         if let Some(s) = &self.session {
-            let deadline = client.deadline_of(sent_at, ttl);
-            trace!(store = self.store, session = s.id, rtt = ?sent_at.elapsed(), "kept alive");
-            s.state
-                .send_modify(|st| st.deadline = st.deadline.max(deadline));
-            self.next_keep_alive = Some(sent_at + s.ttl / 3);
+            let deadline = client.deadline_of(sent.at, ttl);
+            trace!(store = self.store, session = s.id, rtt = ?sent.at.elapsed(), "kept alive");
+            s.state.send_modify(|st| st.extend(deadline, sent));
+            self.next_keep_alive = Some(sent.at + s.ttl / 3);
         }
     }
 
@@ -729,7 +722,7 @@ impl Task {
         let resume = self.session.as_ref().map(|s| s.id);
         let hint = self.hint.take();
         let start_id = client.next_request_id();
-        let sent_at = Instant::now();
+        let sent_at = Sent::now();
         match connect(&client, self.store, resume, hint, self.rotate, start_id).await {
             Ok((conn, started)) => {
                 self.failures = 0;
