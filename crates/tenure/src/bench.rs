@@ -8,6 +8,7 @@
 
 mod lookup;
 mod objects;
+mod scale;
 
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
@@ -35,6 +36,10 @@ enum BenchCmd {
     /// Objects: puts and gets of small values at several client counts, then large
     /// objects (MB/s); `--etcd` runs the same shapes against etcd.
     Objects(objects::ObjectsArgs),
+    /// Scale: fill N objects (rate per tenth, RSS and disk per device), hold L locks in S
+    /// sessions, kill -9 the busiest device (first grant in its stores, every store
+    /// managed, locks lost, sessions expired) and restart it.
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -106,6 +111,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         BenchCmd::Locks(l) => locks(l),
         BenchCmd::Lookup(l) => lookup::run(l),
         BenchCmd::Objects(o) => objects::run(o),
+        BenchCmd::Scale(s) => scale::run(s),
     }
 }
 
