@@ -36,17 +36,27 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
     let tenths = r["tenths"].as_array().unwrap();
     assert_eq!(tenths.len(), 10, "{r}");
     assert_eq!(tenths[9]["objects"], 3000, "{r}");
-    assert!(tenths.iter().all(|t| t["rate"].as_f64().unwrap() > 0.0), "{r}");
+    assert!(
+        tenths.iter().all(|t| t["rate"].as_f64().unwrap() > 0.0),
+        "{r}"
+    );
     for d in r["after_hold"].as_array().unwrap() {
         assert!(d["rss_mb"].as_f64().unwrap() > 1.0, "{r}");
         assert!(d["disk_mb"].as_f64().unwrap() > 0.0, "{r}");
     }
     let f = &r["failover"];
     assert!(!f["stores"].as_array().unwrap().is_empty(), "{r}");
-    let first = f["first_grant_s"].as_f64().expect("a grant in the killed device's stores");
-    let managed = f["all_managed_s"].as_f64().expect("every store managed again");
+    let first = f["first_grant_s"]
+        .as_f64()
+        .expect("a grant in the killed device's stores");
+    let managed = f["all_managed_s"]
+        .as_f64()
+        .expect("every store managed again");
     assert!(first < 20.0 && managed < 20.0, "{r}");
-    assert!(f["restart_s"].as_f64().is_some(), "the killed device serves again: {r}");
+    assert!(
+        f["restart_s"].as_f64().is_some(),
+        "the killed device serves again: {r}"
+    );
     assert_eq!(f["locks_lost"], 0, "{r}");
     assert_eq!(f["sessions_expired"], 0, "{r}");
     eprintln!(
