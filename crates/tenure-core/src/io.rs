@@ -723,6 +723,16 @@ impl PersistOp {
 }
 
 impl DevicePersist {
+    /// [`Self::apply`], taking the change: a whole record is moved in, not copied.
+    pub fn apply_owned(&mut self, op: PersistOp) {
+        match op {
+            PersistOp::PutChunk(c) => {
+                self.chunks.insert(c.id, *c);
+            }
+            op => self.apply(&op),
+        }
+    }
+
     /// Apply a durable change.
     pub fn apply(&mut self, op: &PersistOp) {
         match op {

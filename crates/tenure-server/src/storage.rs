@@ -212,7 +212,7 @@ impl Storage {
         for (seq, bytes) in records.iter().enumerate() {
             let ops: Vec<PersistOp> = postcard::from_bytes(bytes)
                 .map_err(|source| StorageError::Record { seq, source })?;
-            storage.apply(&ops);
+            storage.apply(ops);
         }
         if !storage.dirty.is_empty() {
             storage.checkpoint()?;
@@ -371,7 +371,7 @@ impl Storage {
             Ok(Logged(ops))
         } else {
             // Larger than the whole log: straight into redb.
-            self.apply(&ops);
+            self.apply(ops);
             self.checkpoint()?;
             Ok(Logged(Vec::new()))
         }
@@ -379,14 +379,13 @@ impl Storage {
 
     /// Bring the in-memory copy of the durable state up to date with a logged group.
     pub fn apply_logged(&mut self, logged: Logged) {
-        self.apply(&logged.0);
+        self.apply(logged.0);
     }
 
     /// Apply a durable group to the in-memory state and note what it changed.
-    fn apply(&mut self, ops: &[PersistOp]) {
+    fn apply(&mut self, ops: Vec<PersistOp>) {
         for op in ops {
-            self.state.apply(op);
-            match op {
+            match &op {
                 PersistOp::PutChunk(c) => {
                     self.dirty.removed.remove(&c.id);
                     self.dirty.chunks.insert(c.id);
@@ -417,6 +416,7 @@ impl Storage {
                     }
                 }
             }
+            self.state.apply_owned(op);
         }
     }
 
