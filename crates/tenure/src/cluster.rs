@@ -579,10 +579,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// What a device's Status answer says about it, or why there is none.
-type Statuses = BTreeMap<u64, Result<StatusResponse, String>>;
+pub(crate) type Statuses = BTreeMap<u64, Result<StatusResponse, String>>;
 
 /// Every device's Status answer, or the error that stood for it.
-async fn statuses(client: &Client, file: &ClusterFile) -> Statuses {
+pub(crate) async fn statuses(client: &Client, file: &ClusterFile) -> Statuses {
     let mut out = BTreeMap::new();
     for d in &file.devices {
         let s = client.status_of(&d.client_addr.to_string()).await;
@@ -592,7 +592,7 @@ async fn statuses(client: &Client, file: &ClusterFile) -> Statuses {
 }
 
 /// store → (device, epoch) for every store some device reports managing.
-fn managers(statuses: &Statuses) -> BTreeMap<u32, (u64, u64)> {
+pub(crate) fn managers(statuses: &Statuses) -> BTreeMap<u32, (u64, u64)> {
     let mut out = BTreeMap::new();
     for s in statuses.values().flatten() {
         for m in s.managers.iter().filter(|m| m.state == "Manager") {

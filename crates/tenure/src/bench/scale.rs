@@ -430,21 +430,18 @@ fn progress(hidden: bool, len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
-/// store → managing device, from every device that answers.
+/// store → managing device, from every device of `file` but `skip` that answers.
 async fn managers(c: &Client, file: &ClusterFile, skip: u64) -> BTreeMap<u32, (u64, u64)> {
-    let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    for d in file.devices.iter().filter(|d| d.id != skip) {
-        let Ok(s) = c.status_of(&d.client_addr.to_string()).await else {
-            continue;
-        };
-        for m in s.managers.iter().filter(|m| m.state == "Manager") {
-            let e = out.entry(m.store).or_insert((s.device, m.epoch));
-            if m.epoch > e.1 {
-                *e = (s.device, m.epoch);
-            }
-        }
-    }
-    out
+    let survivors = ClusterFile {
+        devices: file
+            .devices
+            .iter()
+            .filter(|d| d.id != skip)
+            .cloned()
+            .collect(),
+        ..file.clone()
+    };
+    crate::cluster::managers(&crate::cluster::statuses(c, &survivors).await)
 }
 
 /// A lock name in `store` not used by anything else.
