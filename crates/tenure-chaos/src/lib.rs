@@ -91,6 +91,8 @@ pub struct ChaosConfig {
     pub gap_ms: (u64, u64),
     /// Clock faults (`clock-step`, `clock-drift`), where libfaketime is installed.
     pub clock_faults: bool,
+    /// Only these kinds of fault ([`nemesis::KINDS`]); empty: every kind.
+    pub only: Vec<String>,
 }
 
 impl ChaosConfig {
@@ -116,6 +118,7 @@ impl ChaosConfig {
             fault_ms: (2000, 5000),
             gap_ms: (1000, 2500),
             clock_faults: true,
+            only: Vec::new(),
         }
     }
 }
@@ -292,6 +295,7 @@ async fn inner(
         ttl: cfg.ttl,
         fault_ms: cfg.fault_ms,
         gap_ms: cfg.gap_ms,
+        only: cfg.only.clone(),
     };
     let nem = nemesis::run(targets, nemesis_rng, started + cfg.duration, pace).await;
     let fault_secs = started.elapsed().as_secs_f64();

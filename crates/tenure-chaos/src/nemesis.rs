@@ -53,7 +53,7 @@ pub const KINDS: [&str; 11] = [
 ];
 
 /// How long faults last and how far apart they are.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Pace {
     /// The chunk lease: pauses outlast it.
     pub lease: Duration,
@@ -63,6 +63,8 @@ pub struct Pace {
     pub fault_ms: (u64, u64),
     /// Quiet time after each fault (ms, inclusive range).
     pub gap_ms: (u64, u64),
+    /// Only these kinds ([`KINDS`]); empty: every kind.
+    pub only: Vec<String>,
 }
 
 /// What the nemesis acts on.
@@ -113,7 +115,14 @@ pub async fn run(t: Targets<'_>, mut rng: Rng, until: Instant, pace: Pace) -> an
             round = (KINDS.iter().copied())
                 .filter(|k| *k != "disk-stall" || disks.available())
                 .filter(|k| !k.starts_with("clock-") || devices.has_clocks())
+                .filter(|k| pace.only.is_empty() || pace.only.iter().any(|o| o == k))
                 .collect();
+            if round.is_empty() {
+                anyhow::bail!(
+                    "none of the faults asked for ({:?}) can run here",
+                    pace.only
+                );
+            }
             for i in (1..round.len()).rev() {
                 round.swap(i, rng.below(i as u64 + 1) as usize);
             }

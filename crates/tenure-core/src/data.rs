@@ -7,7 +7,6 @@ use crate::ids::Epoch;
 use crate::lockctl::{LockOp, LockOpResult, LockTable, LockTableConfig, SessionRelease};
 use crate::session::{SessionId, Sessions};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// The reconciliation step: merge another chunk's copy of the same store into this one.
 /// Must be commutative, associative and idempotent, so the order in which chunks answer
@@ -33,7 +32,7 @@ pub struct Version {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionedMap {
     /// key → (version, value)
-    pub entries: BTreeMap<u64, (Version, u64)>,
+    pub entries: imbl::OrdMap<u64, (Version, u64)>,
 }
 
 impl VersionedMap {

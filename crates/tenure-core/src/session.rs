@@ -84,7 +84,7 @@ impl EpochsSeen {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sessions {
     /// Open sessions.
-    pub open: BTreeMap<SessionId, SessionRecord>,
+    pub open: imbl::OrdMap<SessionId, SessionRecord>,
 }
 
 /// Typed session errors.

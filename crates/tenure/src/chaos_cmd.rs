@@ -64,6 +64,10 @@ pub struct ChaosArgs {
     /// fast or slow, then restarted at true rate).
     #[arg(long)]
     no_clock: bool,
+    /// Only these kinds of fault, comma-separated (e.g. `clock-step,clock-drift`), to
+    /// attribute an outage to one kind [default: every kind]
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(tenure_chaos::nemesis::KINDS))]
+    faults: Vec<String>,
 }
 
 pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
@@ -89,6 +93,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
     cfg.keep_data = a.keep;
     cfg.tls = !a.insecure;
     cfg.clock_faults = !a.no_clock;
+    cfg.only = a.faults;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -425,9 +425,12 @@ impl Manager {
             let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
             self.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
                 let mut sessions = self.spec.sessions.clone();
-                for r in sessions.open.values_mut() {
-                    r.renewed = Default::default();
-                }
+                sessions.open = (sessions.open.into_iter())
+                    .map(|(id, mut r)| {
+                        r.renewed = Default::default();
+                        (id, r)
+                    })
+                    .collect();
                 Liveness::take_over(&sessions, ctx.now, grace, seen)
             } else {
                 Liveness::take_over(&self.spec.sessions, ctx.now, grace, seen)

@@ -444,9 +444,9 @@ pub struct LockTable {
     epoch: Epoch,
     last_seq: u64,
     next_ticket: u64,
-    entries: BTreeMap<LockName, Entry>,
-    waiters: BTreeMap<Ticket, Waiter>,
-    sessions: BTreeMap<SessionId, SessionState>,
+    entries: imbl::OrdMap<LockName, Entry>,
+    waiters: imbl::OrdMap<Ticket, Waiter>,
+    sessions: imbl::OrdMap<SessionId, SessionState>,
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]
     planted_skip_conflicts: bool,
@@ -464,9 +464,9 @@ impl LockTable {
             epoch,
             last_seq: 0,
             next_ticket: 0,
-            entries: BTreeMap::new(),
-            waiters: BTreeMap::new(),
-            sessions: BTreeMap::new(),
+            entries: imbl::OrdMap::new(),
+            waiters: imbl::OrdMap::new(),
+            sessions: imbl::OrdMap::new(),
             planted_skip_conflicts: false,
             planted_ignore_cover: false,
         }
@@ -1085,7 +1085,7 @@ impl LockTable {
     ) -> impl Iterator<Item = (&'a LockName, &'a Entry)> + 'a {
         let (lo, hi) = name.descendant_range();
         self.entries
-            .range::<str, _>((Bound::Included(lo.as_str()), Bound::Excluded(hi.as_str())))
+            .range::<_, str>((Bound::Included(lo.as_str()), Bound::Excluded(hi.as_str())))
     }
 
     /// Depth-first search of the waits-for graph from `first` (the new wait's blockers) back

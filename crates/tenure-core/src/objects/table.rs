@@ -102,7 +102,7 @@ pub enum GcWork {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectTable {
     /// Per key, the manifests by upload UUID.
-    pub keys: BTreeMap<String, BTreeMap<Uuid, Manifest>>,
+    pub keys: imbl::OrdMap<String, BTreeMap<Uuid, Manifest>>,
     /// The store's object revision: one more at every visible change.
     pub revision: u64,
     /// The latest changes, oldest first.
@@ -113,22 +113,22 @@ pub struct ObjectTable {
     /// the same).
     pub history_limit: u32,
     /// Keys with an ephemeral object, by owning session.
-    pub owned: BTreeMap<SessionId, BTreeSet<String>>,
+    pub owned: imbl::OrdMap<SessionId, BTreeSet<String>>,
     /// Keys with a manifest that is not a clean active one (writing, pending_delete,
     /// deleted, or active with garbage): where the spawn step looks.
-    pub attention: BTreeSet<String>,
+    pub attention: imbl::OrdSet<String>,
 }
 
 impl Default for ObjectTable {
     fn default() -> Self {
         ObjectTable {
-            keys: BTreeMap::new(),
+            keys: imbl::OrdMap::new(),
             revision: 0,
             history: VecDeque::new(),
             compacted: 0,
             history_limit: super::ObjectSettings::default().history,
-            owned: BTreeMap::new(),
-            attention: BTreeSet::new(),
+            owned: imbl::OrdMap::new(),
+            attention: imbl::OrdSet::new(),
         }
     }
 }
@@ -633,17 +633,27 @@ impl ObjectTable {
                 .filter(|m| m.state == ManifestState::Active)
                 .filter_map(|m| m.owner)
                 .collect();
-            for (s, keys) in self.owned.iter_mut() {
-                if !owners.contains(s) {
-                    keys.remove(key);
+            self.disown(key, |s| !owners.contains(s));
+        } else {
+            self.disown(key, |_| true);
+        }
+    }
+
+    /// Take `key` out of the ephemeral index of every session `drop` picks; a session
+    /// left with no key leaves the index.
+    fn disown(&mut self, key: &str, drop: impl Fn(&SessionId) -> bool) {
+        let stale: Vec<SessionId> = (self.owned.iter())
+            .filter(|(s, keys)| keys.contains(key) && drop(s))
+            .map(|(s, _)| *s)
+            .collect();
+        for s in stale {
+            if let Some(keys) = self.owned.get_mut(&s) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.owned.remove(&s);
                 }
             }
-        } else {
-            for keys in self.owned.values_mut() {
-                keys.remove(key);
-            }
         }
-        self.owned.retain(|_, k| !k.is_empty());
     }
 
     fn settle_key_only(&mut self, key: &str) {
