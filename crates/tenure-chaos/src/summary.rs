@@ -56,6 +56,15 @@ pub struct ClockStep {
     pub longest_ms: u64,
     /// That store (none: no client tried any store during the step).
     pub store: Option<u32>,
+    /// When that stretch began before the step (ms before its start): the store was
+    /// already out when the step began (the previous fault's recovery), none if it
+    /// began within the step.
+    pub carried_ms: Option<u64>,
+    /// The longest stretch, over the stores, that began within the step (ms): the
+    /// outage the step itself may have caused.
+    pub began_ms: u64,
+    /// That store.
+    pub began_store: Option<u32>,
     /// Lock grants the clients received during the step.
     pub grants: u64,
 }
@@ -184,6 +193,26 @@ pub fn unavailability(ops: &[Span], end_us: u64) -> Vec<StoreGap> {
 /// [`unavailability`] within `[from_us, to_us]`: operations are cut to the window, and a
 /// store that answered nothing since before it counts from its start.
 pub fn unavailability_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<StoreGap> {
+    let mut out: Vec<StoreGap> = Vec::new();
+    for (store, names, gaps) in gaps_in(ops, from_us, to_us) {
+        let (from, longest) = (gaps.iter().copied())
+            .max_by_key(|(a, len)| (*len, std::cmp::Reverse(*a)))
+            .unwrap_or((0, 0));
+        out.push(StoreGap {
+            store,
+            names,
+            longest_ms: longest / 1000,
+            from_ms: from / 1000,
+        });
+    }
+    out
+}
+
+/// Per store (with the names its operations used): every stretch `(start, length)` (µs)
+/// within `[from_us, to_us]` in which it answered no operation while some client tried.
+/// A stretch that began before the window starts at the window's start.
+#[allow(clippy::type_complexity)]
+fn gaps_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<(u32, Vec<String>, Vec<(u64, u64)>)> {
     let mut by_store: BTreeMap<u32, Vec<&Span>> = BTreeMap::new();
     for o in
         (ops.iter()).filter(|o| o.invoke_us < to_us && o.response_us.unwrap_or(to_us) >= from_us)
@@ -209,7 +238,7 @@ pub fn unavailability_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<StoreGap
             .filter_map(|o| o.response_us)
             .collect();
         oks.sort();
-        let (mut longest, mut from) = (0, 0);
+        let mut gaps = Vec::new();
         let mut i = 0;
         while i < spans.len() {
             let (a, mut b) = spans[i];
@@ -220,27 +249,22 @@ pub fn unavailability_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<StoreGap
             i += 1;
             let mut last = a;
             for t in oks.iter().copied().filter(|t| *t >= a && *t <= b) {
-                if t - last > longest {
-                    (longest, from) = (t - last, last);
-                }
+                gaps.push((last, t - last));
                 last = t;
             }
-            if b - last > longest {
-                (longest, from) = (b - last, last);
-            }
+            gaps.push((last, b - last));
         }
         let mut names: Vec<String> = ops.iter().map(|o| o.name.clone()).collect();
         names.sort();
         names.dedup();
-        out.push(StoreGap {
-            store,
-            names,
-            longest_ms: longest / 1000,
-            from_ms: from / 1000,
-        });
+        out.push((store, names, gaps));
     }
     out
 }
+
+/// How far before a clock step its window looks, to tell a stretch that began before the
+/// step (the previous fault's recovery) from one that began within it.
+const LOOKBACK_US: u64 = 30_000_000;
 
 /// The clock steps among `r`'s faults: per step, the longest a store answered nothing
 /// while clients tried and the lock grants received within it; per store, its longest
@@ -255,6 +279,17 @@ pub fn clock_steps(r: &Recorded, ops: &[Span], end_us: u64) -> ClockSteps {
         let (from, to) = (f.start_us, f.end_us.unwrap_or(end_us).min(end_us));
         let gaps = unavailability_in(ops, from, to);
         let worst = gaps.iter().max_by_key(|g| g.longest_ms);
+        // Seen from further back, a stretch that covers the step's start began before it.
+        let wide = gaps_in(ops, from.saturating_sub(LOOKBACK_US), to);
+        let carried_ms = worst.and_then(|w| {
+            let (_, _, g) = wide.iter().find(|(s, _, _)| *s == w.store)?;
+            let (a, _) = g.iter().find(|(a, len)| *a < from && a + len > from)?;
+            Some((from - a) / 1000)
+        });
+        let began = (wide.iter())
+            .flat_map(|(s, _, g)| g.iter().map(move |(a, len)| (*s, *a, *len)))
+            .filter(|(_, a, _)| *a >= from)
+            .max_by_key(|(_, a, len)| (*len, std::cmp::Reverse(*a)));
         let grants = (r.ops.iter())
             .filter(|o| o.kind == OpKind::Acquire && matches!(o.outcome, Outcome::Granted { .. }))
             .filter(|o| o.response_us.is_some_and(|t| t >= from && t <= to))
@@ -266,6 +301,9 @@ pub fn clock_steps(r: &Recorded, ops: &[Span], end_us: u64) -> ClockSteps {
             to_ms: to / 1000,
             longest_ms: worst.map_or(0, |g| g.longest_ms),
             store: worst.map(|g| g.store),
+            carried_ms,
+            began_ms: began.map_or(0, |(_, _, len)| len / 1000),
+            began_store: began.map(|(s, _, _)| s),
             grants,
         });
         out.grants += grants;
@@ -513,12 +551,16 @@ impl std::fmt::Display for Summary {
             for st in &steps.steps {
                 let _ = writeln!(
                     s,
-                    "    {:>7.1}s-{:<7} {:<24} longest without a success {:>6} ms{}, {} grants",
+                    "    {:>7.1}s-{:<7} {:<24} longest without a success {:>6} ms{}{}, {} grants",
                     st.from_ms as f64 / 1000.0,
                     format!("{:.1}s", st.to_ms as f64 / 1000.0),
                     st.detail,
                     st.longest_ms,
                     st.store.map_or(String::new(), |x| format!(" (store {x})")),
+                    st.carried_ms.map_or(String::new(), |c| format!(
+                        ", already out {c} ms before; longest begun within {} ms",
+                        st.began_ms
+                    )),
                     st.grants
                 );
             }
@@ -530,6 +572,15 @@ impl std::fmt::Display for Summary {
                     w.store
                         .map_or(String::new(), |x| format!(" (store {x}, {})", w.detail)),
                     steps.grants
+                );
+            }
+            if let Some(w) = steps.steps.iter().max_by_key(|st| st.began_ms) {
+                let _ = writeln!(
+                    s,
+                    "  longest a store served nothing, begun within a step: {} ms{}",
+                    w.began_ms,
+                    (w.began_store)
+                        .map_or(String::new(), |x| format!(" (store {x}, {})", w.detail)),
                 );
             }
             let per: Vec<String> = (steps.per_store.iter())
@@ -569,6 +620,58 @@ impl std::fmt::Display for Summary {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn span(store: u32, invoke_ms: u64, response_ms: u64) -> Span {
+        Span {
+            store,
+            name: format!("/s{store}"),
+            invoke_us: invoke_ms * 1000,
+            response_us: Some(response_ms * 1000),
+            ok: true,
+        }
+    }
+
+    /// A store already out when a clock step begins is reported as carried over, and
+    /// the longest stretch begun within the step is told apart.
+    #[test]
+    fn clock_step_outage_carried_from_before_is_told_apart() {
+        let mut ops = Vec::new();
+        for t in (0..9000).step_by(100) {
+            ops.push(span(1, t, t + 50));
+        }
+        // Store 1: out from 9.0 s to 12.0 s (one operation waits it out).
+        ops.push(span(1, 9000, 12_000));
+        // Store 2: serves until 11.0 s, then waits 500 ms.
+        for t in (0..11_000).step_by(100) {
+            ops.push(span(2, t, t + 10));
+        }
+        ops.push(span(2, 11_000, 11_500));
+        let r = Recorded {
+            ops: Vec::new(),
+            holds: Vec::new(),
+            faults: vec![Fault {
+                kind: "clock-step".into(),
+                detail: "d1 wall clock +30s".into(),
+                devices: vec![1],
+                start_us: 10_000_000,
+                end_us: Some(13_000_000),
+            }],
+            objects: Vec::new(),
+            object_histories: Default::default(),
+            lookups: Vec::new(),
+        };
+        let steps = clock_steps(&r, &ops, 20_000_000);
+        let st = &steps.steps[0];
+        assert_eq!((st.longest_ms, st.store), (2000, Some(1)));
+        assert_eq!(
+            st.carried_ms,
+            Some(1000),
+            "store 1 was tried and out from 9.0 s"
+        );
+        assert_eq!((st.began_ms, st.began_store), (500, Some(2)));
+    }
+
     #[test]
     fn generations_of_a_name_show_as_one() {
         let names: Vec<String> = [
