@@ -27,7 +27,7 @@
 use crate::check::CheckResult;
 use crate::devices::Target;
 use crate::history::{ObjChange, ObjHistory, ObjKind, ObjOp, ObjOutcome, ObjRead, Recorder};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tenure_client::objects::Condition;
 use tenure_client::{Client, ClientOptions, Error};
@@ -604,7 +604,7 @@ pub fn checks(
 
 /// A store's history in the form the simulator's checker reads.
 fn table(h: &ObjHistory) -> ObjectTable {
-    let history: VecDeque<tenure_core::objects::table::Change> = (h.changes.iter())
+    let history: imbl::Vector<tenure_core::objects::table::Change> = (h.changes.iter())
         .filter_map(|c| {
             let kind = match &c.put {
                 Some((u, size, checksum)) => ChangeKind::Put {

@@ -30,6 +30,7 @@ pub mod msg;
 pub mod mutex;
 pub mod objects;
 pub mod rng;
+pub mod rows;
 pub mod safetalk;
 pub mod session;
 pub mod snapshot;

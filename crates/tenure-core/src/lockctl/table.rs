@@ -370,7 +370,7 @@ struct Ghost {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
+pub(crate) struct Entry {
     holders: BTreeMap<SessionId, Held>,
     queue: BTreeSet<Ticket>,
     ghost: Option<Ghost>,
@@ -383,7 +383,7 @@ impl Entry {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Waiter {
+pub(crate) struct Waiter {
     name: LockName,
     session: SessionId,
     request_id: RequestId,
@@ -415,7 +415,7 @@ struct Record {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct SessionState {
+pub(crate) struct SessionState {
     held: BTreeSet<LockName>,
     waiting: BTreeMap<Ticket, LockName>,
     requests: BTreeMap<RequestId, Record>,
@@ -444,9 +444,9 @@ pub struct LockTable {
     epoch: Epoch,
     last_seq: u64,
     next_ticket: u64,
-    entries: imbl::OrdMap<LockName, Entry>,
-    waiters: imbl::OrdMap<Ticket, Waiter>,
-    sessions: imbl::OrdMap<SessionId, SessionState>,
+    pub(crate) entries: imbl::OrdMap<LockName, Entry>,
+    pub(crate) waiters: imbl::OrdMap<Ticket, Waiter>,
+    pub(crate) sessions: imbl::OrdMap<SessionId, SessionState>,
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]
     planted_skip_conflicts: bool,

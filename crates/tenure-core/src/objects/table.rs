@@ -13,7 +13,7 @@ use crate::lockctl::LockTable;
 use crate::session::SessionId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// One change a watcher sees.
@@ -106,7 +106,7 @@ pub struct ObjectTable {
     /// The store's object revision: one more at every visible change.
     pub revision: u64,
     /// The latest changes, oldest first.
-    pub history: VecDeque<Change>,
+    pub history: imbl::Vector<Change>,
     /// History is kept for revisions after this one.
     pub compacted: u64,
     /// How many changes the history keeps (set by the changes, so every replica keeps
@@ -124,7 +124,7 @@ impl Default for ObjectTable {
         ObjectTable {
             keys: imbl::OrdMap::new(),
             revision: 0,
-            history: VecDeque::new(),
+            history: imbl::Vector::new(),
             compacted: 0,
             history_limit: super::ObjectSettings::default().history,
             owned: imbl::OrdMap::new(),
@@ -179,7 +179,7 @@ impl ObjectTable {
         // Revisions in the history are consecutive (every change records one), so the
         // changes after `after` start at a known index.
         let start = (after - self.compacted) as usize;
-        Ok((self.history.range(start.min(self.history.len())..))
+        Ok((self.history.skip(start.min(self.history.len())).iter())
             .filter(|c| c.revision > after && under(&c.key, prefix))
             .cloned()
             .collect())
