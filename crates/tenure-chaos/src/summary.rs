@@ -266,6 +266,10 @@ fn gaps_in(ops: &[Span], from_us: u64, to_us: u64) -> Vec<(u32, Vec<String>, Vec
 /// step (the previous fault's recovery) from one that began within it.
 const LOOKBACK_US: u64 = 30_000_000;
 
+/// A stretch that began this long before a step is shown as carried over (a shorter
+/// lead is an operation's own latency).
+const CARRIED_SHOWN_MS: u64 = 500;
+
 /// The clock steps among `r`'s faults: per step, the longest a store answered nothing
 /// while clients tried and the lock grants received within it; per store, its longest
 /// such stretch in any step. Windows end at `end_us` at the latest (the workload's stop).
@@ -557,10 +561,13 @@ impl std::fmt::Display for Summary {
                     st.detail,
                     st.longest_ms,
                     st.store.map_or(String::new(), |x| format!(" (store {x})")),
-                    st.carried_ms.map_or(String::new(), |c| format!(
-                        ", already out {c} ms before; longest begun within {} ms",
-                        st.began_ms
-                    )),
+                    (st.carried_ms.filter(|c| *c >= CARRIED_SHOWN_MS)).map_or(
+                        String::new(),
+                        |c| format!(
+                            ", already out {c} ms before; longest begun within {} ms",
+                            st.began_ms
+                        )
+                    ),
                     st.grants
                 );
             }

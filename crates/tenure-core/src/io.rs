@@ -603,6 +603,25 @@ pub struct ChunkPersist {
     pub data: StoreData,
 }
 
+impl ChunkPersist {
+    /// The record without its tables' rows ([`crate::rows::head`]): what storage that
+    /// keeps the rows apart writes as the chunk's record.
+    pub fn head(&self) -> ChunkPersist {
+        ChunkPersist {
+            data: crate::data::StoreData {
+                table: crate::rows::head(&self.data.table),
+                confirmed: self.data.confirmed,
+                l_list: self.data.l_list.clone(),
+                r_list: self.data.r_list.clone(),
+            },
+            prepared: self.prepared.clone(),
+            known: self.known.clone(),
+            metadata: self.metadata.clone(),
+            ..*self
+        }
+    }
+}
+
 /// A durable change.
 ///
 /// The SafeTalk ACCEPTs of a serving chunk are persisted as deltas (`Accept`) rather than

@@ -47,12 +47,16 @@ use tenure_core::ids::{ChunkId, DeviceId};
 use tenure_core::io::{ChunkPersist, DevicePersist, PersistOp};
 use tenure_core::lookup::Entry;
 use tenure_core::objects::{BlockId, Bytes, Uuid};
+use tenure_core::rows::{self, RowChange, RowError};
 
 /// Chunk records: `(device, serial)` → postcard(`ChunkPersist`).
 const CHUNKS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("chunks");
 /// Chunk deltas written after the chunk's record: `(device, serial, n)` →
 /// postcard(`PersistOp::Accept`), applied in `n` order at load.
 const DELTAS: TableDefinition<(u64, u64, u64), &[u8]> = TableDefinition::new("chunk_deltas");
+/// A chunk's tables, one row per key ([`rows`]): `(device, serial, kind byte + key)` →
+/// the row's value. The chunk's record in [`CHUNKS`] holds the rest (its head).
+const ROWS: TableDefinition<(u64, u64, &[u8]), &[u8]> = TableDefinition::new("chunk_rows");
 /// Persistent lookup entries and tombstones: key → postcard(`lookup::Entry`).
 const LOOKUP: TableDefinition<&str, &[u8]> = TableDefinition::new("lookup_entries");
 /// Object blocks: `(device, serial, upload, part, generation, index)` → the block's bytes.
@@ -66,7 +70,7 @@ const KEY_SNAPSHOTS: &str = "snapshots";
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 5;
+pub const FORMAT_VERSION: u64 = 6;
 
 const KEY_FORMAT: &str = "format_version";
 const KEY_NEXT_SERIAL: &str = "next_serial";
@@ -108,6 +112,14 @@ pub enum StorageError {
     /// A record could not be encoded.
     #[error("encoding a chunk record: {0}")]
     Encode(postcard::Error),
+    /// A row of a chunk's tables does not encode or decode.
+    #[error("chunk {chunk}: {source}")]
+    Row {
+        /// The chunk.
+        chunk: ChunkId,
+        /// Why.
+        source: RowError,
+    },
     /// The data was written by an unknown format version.
     #[error("data directory has format version {found}; this build reads {FORMAT_VERSION}")]
     Format {
@@ -159,8 +171,13 @@ pub struct Storage {
     state: DevicePersist,
     /// What the log changed since the last checkpoint.
     dirty: Dirty,
+    /// Per chunk, the tables its rows in redb hold (a copy that shares structure with
+    /// the state): a checkpoint writes the rows that differ from it.
+    persisted: HashMap<ChunkId, tenure_core::data::Tables>,
     /// Checkpoints done since open.
     checkpoints: u64,
+    /// Rows written by checkpoints since open.
+    rows_written: u64,
 }
 
 impl std::fmt::Debug for Storage {
@@ -188,13 +205,15 @@ impl Storage {
         })?;
         let path = dir.join("tenure.redb");
         let db = Database::create(&path).map_err(redb::Error::from)?;
-        let generation = {
+        let (generation, upgrade) = {
             let (format, owner) = read_meta(&db)?;
             check_meta(format, owner, device)?;
             if format != Some(FORMAT_VERSION) || owner.is_none() {
                 write_meta(&db, device)?;
             }
-            read_generation(&db)?
+            // Before format 6 a chunk's record held its whole tables and no rows.
+            let upgrade = format.is_some_and(|f| f < 6);
+            (read_generation(&db)?, upgrade)
         };
         let (wal, records) = Wal::open(&dir.join("tenure.wal"), log_bytes, generation)?;
         let mut storage = Storage {
@@ -204,10 +223,22 @@ impl Storage {
             wal,
             state: DevicePersist::default(),
             dirty: Dirty::default(),
+            persisted: HashMap::new(),
             checkpoints: 0,
+            rows_written: 0,
         };
-        let (state, next_delta) = storage.load_with_counters()?;
+        let (state, next_delta, persisted) = storage.load_with_counters()?;
         storage.state = state;
+        storage.persisted = persisted;
+        // A chunk with deltas, or of an older format, is written as rows at once.
+        for id in storage.state.chunks.keys() {
+            if upgrade || storage.next_delta.contains_key(&key(*id)) {
+                storage.dirty.chunks.insert(*id);
+            }
+        }
+        if upgrade {
+            storage.persisted.clear();
+        }
         storage.next_delta = next_delta;
         for (seq, bytes) in records.iter().enumerate() {
             let ops: Vec<PersistOp> = postcard::from_bytes(bytes)
@@ -226,6 +257,11 @@ impl Storage {
         self.checkpoints
     }
 
+    /// Rows of chunks' tables written by checkpoints since open.
+    pub fn rows_written(&self) -> u64 {
+        self.rows_written
+    }
+
     /// Path of the database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -237,11 +273,19 @@ impl Storage {
         Ok(self.load_with_counters()?.0)
     }
 
-    /// [`Self::load`], with the next delta number of each chunk that has deltas.
+    /// [`Self::load`], with the next delta number of each chunk that has deltas and,
+    /// per chunk, the tables its rows hold (before any delta).
     #[allow(clippy::type_complexity)]
     fn load_with_counters(
         &self,
-    ) -> Result<(DevicePersist, HashMap<(u64, u64), u64>), StorageError> {
+    ) -> Result<
+        (
+            DevicePersist,
+            HashMap<(u64, u64), u64>,
+            HashMap<ChunkId, tenure_core::data::Tables>,
+        ),
+        StorageError,
+    > {
         let raw = self.load_raw()?;
         let members = match raw.members {
             Some(bytes) => Some(postcard::from_bytes(&bytes).map_err(StorageError::MembersDecode)?),
@@ -262,6 +306,19 @@ impl Storage {
             let rec: ChunkPersist = postcard::from_bytes(&bytes)
                 .map_err(|source| StorageError::Decode { chunk, source })?;
             state.chunks.insert(chunk, rec);
+        }
+        for (chunk, k, v) in &raw.rows {
+            if let Some(rec) = state.chunks.get_mut(chunk) {
+                rows::insert(&mut rec.data.table, k, v).map_err(|source| StorageError::Row {
+                    chunk: *chunk,
+                    source,
+                })?;
+            }
+        }
+        let mut persisted = HashMap::new();
+        for (id, rec) in state.chunks.iter_mut() {
+            rows::finish(&mut rec.data.table);
+            persisted.insert(*id, rec.data.table.clone());
         }
         for (chunk, bytes) in raw.deltas {
             let op: PersistOp = postcard::from_bytes(&bytes)
@@ -285,7 +342,7 @@ impl Storage {
                 .or_default()
                 .insert(id, Bytes::from(bytes));
         }
-        Ok((state, raw.next_delta))
+        Ok((state, raw.next_delta, persisted))
     }
 
     fn load_raw(&self) -> Result<Raw, redb::Error> {
@@ -314,6 +371,18 @@ impl Storage {
             next_delta.insert((device, serial), n + 1);
             deltas.push((chunk_id(device, serial), v.value().to_vec()));
         }
+        let mut rows = Vec::new();
+        match tx.open_table(ROWS) {
+            Ok(t) => {
+                for row in t.iter()? {
+                    let (k, v) = row?;
+                    let (device, serial, key) = k.value();
+                    rows.push((chunk_id(device, serial), key.to_vec(), v.value().to_vec()));
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         let mut lookup = Vec::new();
         for row in tx.open_table(LOOKUP)?.iter()? {
             let (k, v) = row?;
@@ -339,6 +408,7 @@ impl Storage {
             members,
             snapshots,
             records,
+            rows,
             deltas,
             next_delta,
             lookup,
@@ -432,6 +502,17 @@ impl Storage {
         let mut next_delta = self.next_delta.clone();
         self.commit_encoded(&encoded, &mut next_delta, generation)?;
         self.next_delta = next_delta;
+        self.rows_written += (encoded.iter())
+            .filter(|e| matches!(e, Encoded::Row(..)))
+            .count() as u64;
+        for id in &self.dirty.removed {
+            self.persisted.remove(id);
+        }
+        for id in &self.dirty.chunks {
+            if let Some(rec) = self.state.chunks.get(id) {
+                self.persisted.insert(*id, rec.data.table.clone());
+            }
+        }
         self.dirty = Dirty::default();
         self.wal.reset(generation);
         self.checkpoints += 1;
@@ -449,9 +530,20 @@ impl Storage {
         for id in &dirty.removed {
             out.push(Encoded::Remove(key(*id)));
         }
+        let empty = tenure_core::data::Tables::default();
+        let mut changed = Vec::new();
         for id in &dirty.chunks {
             if let Some(rec) = self.state.chunks.get(id) {
-                out.push(Encoded::Put(key(*id), enc(rec)?));
+                // The record without its rows, then the rows that changed.
+                let head = rec.head();
+                out.push(Encoded::Head(key(*id), enc(&head)?));
+                let old = self.persisted.get(id).unwrap_or(&empty);
+                changed.clear();
+                rows::diff(old, &rec.data.table, &mut changed)
+                    .map_err(|source| StorageError::Row { chunk: *id, source })?;
+                for RowChange { key: k, value } in changed.drain(..) {
+                    out.push(Encoded::Row(key(*id), k, value));
+                }
             }
         }
         if dirty.serial {
@@ -559,15 +651,30 @@ impl Storage {
             let mut lookup = tx.open_table(LOOKUP)?;
             let mut blocks = tx.open_table(BLOCKS)?;
             let mut cluster = tx.open_table(CLUSTER)?;
+            let mut rows = tx.open_table(ROWS)?;
             for op in ops {
                 match op {
                     Encoded::Put(k, v) => {
                         chunks.insert(*k, v.as_slice())?;
                         drop_deltas(&mut deltas, next_delta, *k)?;
+                        drop_rows(&mut rows, *k)?;
                     }
+                    Encoded::Head(k, v) => {
+                        chunks.insert(*k, v.as_slice())?;
+                        drop_deltas(&mut deltas, next_delta, *k)?;
+                    }
+                    Encoded::Row(k, row, value) => match value {
+                        Some(v) => {
+                            rows.insert((k.0, k.1, row.as_slice()), v.as_slice())?;
+                        }
+                        None => {
+                            rows.remove((k.0, k.1, row.as_slice()))?;
+                        }
+                    },
                     Encoded::Remove(k) => {
                         chunks.remove(*k)?;
                         drop_deltas(&mut deltas, next_delta, *k)?;
+                        drop_rows(&mut rows, *k)?;
                         let (lo, hi) = chunk_block_range(*k);
                         blocks.retain_in(lo..=hi, |_, _| false)?;
                     }
@@ -612,6 +719,18 @@ impl Storage {
     }
 }
 
+/// Delete every row of chunk `k` (its whole record was just written, or it was removed).
+fn drop_rows(
+    rows: &mut redb::Table<(u64, u64, &[u8]), &[u8]>,
+    k: (u64, u64),
+) -> Result<(), redb::Error> {
+    let (lo, hi): (&[u8], &[u8]) = (&[], &[]);
+    rows.retain_in((k.0, k.1, lo)..(k.0, k.1.saturating_add(1), hi), |_, _| {
+        false
+    })?;
+    Ok(())
+}
+
 /// Delete every delta of chunk `k` (its whole record was just written or removed).
 fn drop_deltas(
     deltas: &mut redb::Table<(u64, u64, u64), &[u8]>,
@@ -646,7 +765,7 @@ fn check_meta(
 ) -> Result<(), StorageError> {
     if let Some(v) = format
         && v != FORMAT_VERSION
-        && !(1..=4).contains(&v)
+        && !(1..=5).contains(&v)
     {
         return Err(StorageError::Format { found: v });
     }
@@ -672,6 +791,7 @@ fn write_meta(db: &Database, device: DeviceId) -> Result<(), redb::Error> {
         tx.open_table(DELTAS)?;
         tx.open_table(LOOKUP)?;
         tx.open_table(BLOCKS)?;
+        tx.open_table(ROWS)?;
     }
     tx.commit()?;
     Ok(())
@@ -736,6 +856,7 @@ struct Raw {
     members: Option<Vec<u8>>,
     snapshots: Option<Vec<u8>>,
     records: Vec<(ChunkId, Vec<u8>)>,
+    rows: Vec<(ChunkId, Vec<u8>, Vec<u8>)>,
     deltas: Vec<(ChunkId, Vec<u8>)>,
     next_delta: HashMap<(u64, u64), u64>,
     lookup: Vec<(String, Vec<u8>)>,
@@ -771,7 +892,13 @@ impl Dirty {
 }
 
 enum Encoded {
+    /// A chunk's whole record (tables included; the tests' format-2 path): its rows go.
+    #[cfg_attr(not(test), allow(dead_code))]
     Put((u64, u64), Vec<u8>),
+    /// A chunk's record without its rows.
+    Head((u64, u64), Vec<u8>),
+    /// One row of a chunk's tables; none: delete it.
+    Row((u64, u64), Vec<u8>, Option<Vec<u8>>),
     Remove((u64, u64)),
     /// A delta in redb's delta table (format 2; written by the tests only).
     #[cfg_attr(not(test), allow(dead_code))]
@@ -933,6 +1060,80 @@ mod tests {
         drop(s);
         let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1024).unwrap();
         assert_eq!(state, applied(&groups));
+    }
+
+    /// A checkpoint writes the rows that changed since the last one, not the tables: a
+    /// store of 20,000 registers changed in three keys costs three rows per checkpoint.
+    #[test]
+    fn a_checkpoint_writes_the_changed_rows_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut big = chunk(0, 1);
+        for k in 0..20_000u64 {
+            big.data
+                .table
+                .registers
+                .entries
+                .insert(k, (Default::default(), k));
+        }
+        let mut groups = vec![vec![PersistOp::PutChunk(Box::new(big))]];
+        for i in 1..=2000 {
+            groups.push(vec![accept(0, i, i - 1)]);
+        }
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 4096).unwrap();
+        s.commit(groups[0].clone()).unwrap();
+        let (rows0, cps0) = (s.rows_written(), s.checkpoints());
+        assert!(
+            rows0 >= 20_000,
+            "the first checkpoint writes every row: {rows0}"
+        );
+        for g in &groups[1..] {
+            s.commit(g.clone()).unwrap();
+        }
+        let cps = s.checkpoints() - cps0;
+        assert!(cps >= 3, "{cps} checkpoints");
+        let rows = s.rows_written() - rows0;
+        assert!(rows <= 3 * cps, "{rows} rows in {cps} checkpoints");
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 4096).unwrap();
+        assert_eq!(state, applied(&groups));
+    }
+
+    /// A format-5 directory (whole records in the chunk table, no rows) opens with the
+    /// same state and is rewritten as rows at once.
+    #[test]
+    fn a_format_5_directory_is_upgraded_to_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut big = chunk(0, 1);
+        for k in 0..50u64 {
+            big.data
+                .table
+                .registers
+                .entries
+                .insert(k, (Default::default(), k));
+        }
+        let groups = vec![vec![PersistOp::PutChunk(Box::new(big))]];
+        {
+            let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+            s.write_redb(&groups[0], 0).unwrap();
+        }
+        {
+            let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.delete_table(ROWS).unwrap();
+            tx.open_table(META).unwrap().insert(KEY_FORMAT, 5).unwrap();
+            tx.commit().unwrap();
+        }
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        assert!(
+            s.rows_written() >= 50,
+            "rewritten as rows: {}",
+            s.rows_written()
+        );
+        drop(s);
+        let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        assert_eq!(state, applied(&groups));
+        assert_eq!(s.rows_written(), 0, "nothing left to upgrade");
     }
 
     #[test]
