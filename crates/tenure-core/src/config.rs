@@ -33,8 +33,13 @@ pub struct Timing {
     /// `transition_timeout + 2·clock_drift`: a coordinator counts a vote only within
     /// `transition_timeout` of its prepare, so a vote is dead before its chunk moves on.
     pub transition_wait: Duration,
-    /// How long a manager waits for a chunk's ACCEPTED before marking it failed.
+    /// How long a manager waits for a chunk's ACCEPTED before marking it failed, at
+    /// least: the wait follows the round times the manager measured
+    /// ([`crate::layout::ack_timer`]), up to `ack_timeout_max`.
     pub ack_timeout: Duration,
+    /// The longest a manager waits for a chunk's ACCEPTED (at most half the lease). At
+    /// or below `ack_timeout`: a fixed wait, nothing measured.
+    pub ack_timeout_max: Duration,
     /// Gathering rounds a regenerating manager tries before releasing its chunks.
     pub gather_rounds_max: u32,
     /// A manager migrates back to a store's preferred device only after the store has been
@@ -63,6 +68,7 @@ impl Default for Timing {
             transition_timeout: Duration::from_millis(600),
             transition_wait: Duration::from_millis(1500),
             ack_timeout: Duration::from_millis(300),
+            ack_timeout_max: Duration::from_millis(1000),
             gather_rounds_max: 6,
             migrate_after: Duration::from_millis(5000),
             liveness_window: Duration::from_millis(1500),

@@ -158,6 +158,7 @@ pub struct TimingOverrides {
     pub transition_timeout_ms: Option<u64>,
     pub transition_wait_ms: Option<u64>,
     pub ack_timeout_ms: Option<u64>,
+    pub ack_timeout_max_ms: Option<u64>,
     pub gather_rounds_max: Option<u32>,
     pub migrate_after_ms: Option<u64>,
     pub liveness_window_ms: Option<u64>,
@@ -179,6 +180,7 @@ impl TimingOverrides {
              clock_drift <- clock_drift_ms, msg_timeout <- msg_timeout_ms,
              help_wait <- help_wait_ms, transition_timeout <- transition_timeout_ms,
              transition_wait <- transition_wait_ms, ack_timeout <- ack_timeout_ms,
+             ack_timeout_max <- ack_timeout_max_ms,
              migrate_after <- migrate_after_ms, liveness_window <- liveness_window_ms,
              session_grace <- session_grace_ms, lock_delay <- lock_delay_ms);
         if let Some(n) = self.gather_rounds_max {

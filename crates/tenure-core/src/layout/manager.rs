@@ -104,6 +104,8 @@ pub struct Batch {
     pub waiting: BTreeSet<ChunkId>,
     /// Chunks that do not answer by then are marked failed.
     pub deadline: Instant,
+    /// When it was sent (its round time feeds the ack timeout).
+    pub sent: Instant,
 }
 
 /// Outside-policy work in progress for this store.
@@ -212,6 +214,8 @@ pub struct Manager {
     pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
     /// The batch in flight.
     pub inflight: Option<Batch>,
+    /// The measured batch round times: how long the next batch waits for ACCEPTED.
+    pub ack_timer: super::ack_timer::AckTimer,
     /// When the outside policies next run.
     pub stable_since: Instant,
     /// When this manager last entered the manager state (or its layout last changed).
@@ -259,6 +263,7 @@ impl Manager {
             lock_tick_at: Instant(0),
             clock: Default::default(),
             inflight: None,
+            ack_timer: Default::default(),
             stable_since: Instant(0),
             entered_at: Instant(0),
             policy: PolicyState::default(),
@@ -1921,11 +1926,14 @@ impl Manager {
                 },
             );
         }
+        let t = &ctx.cfg.timing;
+        let wait = (self.ack_timer).timeout(t.ack_timeout, t.ack_timeout_max.min(t.lease / 2));
         self.inflight = Some(Batch {
             ops,
             replies,
             waiting: live,
-            deadline: ctx.now + ctx.cfg.timing.ack_timeout,
+            deadline: ctx.now + wait,
+            sent: ctx.now,
         });
     }
 
@@ -1936,6 +1944,10 @@ impl Manager {
             return;
         }
         let b = self.inflight.take().expect("checked");
+        let t = &ctx.cfg.timing;
+        if t.ack_timeout_max > t.ack_timeout && ctx.now <= b.deadline {
+            self.ack_timer.sample(b.sent, ctx.now);
+        }
         for (v, op) in b.ops {
             if let StoreOp::Register { key, value } = op {
                 ctx.observe(Observation::WriteAcked {
@@ -2040,6 +2052,18 @@ impl Manager {
         }
         // SafeTalk: chunks that did not answer within the ack timeout are failed; the
         // manager goes on only while quorum and coverage hold (mark_failed).
+        // Tenure: while this device's own chunk has not accepted either, the device is
+        // slow (its disk, its CPU), not the peers: wait up to the longest ack timeout
+        // before blaming any chunk.
+        let t = &ctx.cfg.timing;
+        let longest = t.ack_timeout_max.min(t.lease / 2);
+        let me = ctx.me();
+        if let Some(b) = self.inflight.as_mut().filter(|b| b.deadline <= now)
+            && b.waiting.iter().any(|c| c.device == me)
+            && b.deadline < b.sent + longest
+        {
+            b.deadline = b.sent + longest;
+        }
         if let Some(b) = self.inflight.as_ref().filter(|b| b.deadline <= now) {
             for c in b.waiting.clone() {
                 if self.state != MgrState::Manager || !self.mark_failed(ctx, c) {

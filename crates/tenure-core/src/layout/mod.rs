@@ -13,6 +13,7 @@
 //! prepare, which a chunk logs durably before voting; the coordinator commits only with
 //! every participant's vote and ships the reconciled store state in the commit.
 
+pub mod ack_timer;
 pub mod chunk;
 pub mod manager;
 
