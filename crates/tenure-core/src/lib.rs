@@ -36,6 +36,7 @@ pub mod session;
 pub mod snapshot;
 pub mod testkit;
 pub mod time;
+pub mod vecmap;
 
 pub use config::{ClusterConfig, DeviceConfig, PlantedBugs, Timing};
 pub use device::Device;

@@ -371,7 +371,7 @@ struct Ghost {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Entry {
-    holders: BTreeMap<SessionId, Held>,
+    holders: crate::vecmap::VecMap<SessionId, Held>,
     queue: BTreeSet<Ticket>,
     ghost: Option<Ghost>,
 }

@@ -278,9 +278,12 @@ fn merge_parts(
     }
 }
 
+/// A key's manifests by upload (seed 001's dict): almost always one or two.
+pub type Dict = crate::vecmap::VecMap<Uuid, Manifest>;
+
 /// Resolve two copies of a key's dict (seed 001 workflow step 2): `dict:merge/3` with
 /// [`merge`] for UUIDs present in both.
-pub fn merge_dict(a: &mut BTreeMap<Uuid, Manifest>, b: &BTreeMap<Uuid, Manifest>) {
+pub fn merge_dict(a: &mut Dict, b: &Dict) {
     for (uuid, m) in b {
         match a.get_mut(uuid) {
             Some(x) => *x = merge(x, m),

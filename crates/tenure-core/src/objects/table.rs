@@ -102,7 +102,7 @@ pub enum GcWork {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectTable {
     /// Per key, the manifests by upload UUID.
-    pub keys: imbl::OrdMap<String, BTreeMap<Uuid, Manifest>>,
+    pub keys: imbl::OrdMap<String, super::manifest::Dict>,
     /// The store's object revision: one more at every visible change.
     pub revision: u64,
     /// The latest changes, oldest first.
@@ -505,7 +505,7 @@ impl ObjectTable {
             let Some(mine) = self.keys.get_mut(key) else {
                 continue;
             };
-            let known: BTreeMap<Uuid, Manifest> = (theirs.iter())
+            let known: super::manifest::Dict = (theirs.iter())
                 .filter(|(u, _)| mine.contains_key(u))
                 .map(|(u, m)| (*u, m.clone()))
                 .collect();
