@@ -32,6 +32,7 @@ pub struct Version {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionedMap {
     /// key → (version, value)
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub entries: imbl::OrdMap<u64, (Version, u64)>,
 }
 

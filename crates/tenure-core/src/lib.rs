@@ -29,6 +29,7 @@ pub mod menasce;
 pub mod msg;
 pub mod mutex;
 pub mod objects;
+pub mod persist_serde;
 pub mod rng;
 pub mod rows;
 pub mod safetalk;

@@ -84,6 +84,7 @@ impl EpochsSeen {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sessions {
     /// Open sessions.
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub open: imbl::OrdMap<SessionId, SessionRecord>,
 }
 

@@ -444,8 +444,11 @@ pub struct LockTable {
     epoch: Epoch,
     last_seq: u64,
     next_ticket: u64,
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub(crate) entries: imbl::OrdMap<LockName, Entry>,
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub(crate) waiters: imbl::OrdMap<Ticket, Waiter>,
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub(crate) sessions: imbl::OrdMap<SessionId, SessionState>,
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]

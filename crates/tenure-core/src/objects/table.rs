@@ -102,10 +102,12 @@ pub enum GcWork {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectTable {
     /// Per key, the manifests by upload UUID.
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub keys: imbl::OrdMap<String, super::manifest::Dict>,
     /// The store's object revision: one more at every visible change.
     pub revision: u64,
     /// The latest changes, oldest first.
+    #[serde(with = "crate::persist_serde::vector")]
     pub history: imbl::Vector<Change>,
     /// History is kept for revisions after this one.
     pub compacted: u64,
@@ -113,9 +115,11 @@ pub struct ObjectTable {
     /// the same).
     pub history_limit: u32,
     /// Keys with an ephemeral object, by owning session.
+    #[serde(with = "crate::persist_serde::ord_map")]
     pub owned: imbl::OrdMap<SessionId, BTreeSet<String>>,
     /// Keys with a manifest that is not a clean active one (writing, pending_delete,
     /// deleted, or active with garbage): where the spawn step looks.
+    #[serde(with = "crate::persist_serde::ord_set")]
     pub attention: imbl::OrdSet<String>,
 }
 
