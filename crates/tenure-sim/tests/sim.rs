@@ -166,9 +166,12 @@ fn planted_broken_quorum_is_caught() {
     );
     let (seed, v) = found.expect("broken quorum not caught within 200 seeds");
     eprintln!("broken quorum caught at seed {seed}: {v}");
+    // (A lost write may also show in a snapshot restored by the snapshot checker: a
+    // manager that took over without a key acknowledged before, seed 0 of this sweep.)
     assert!(matches!(
         v,
         Violation::TwoManagers { .. }
+            | Violation::Snapshot(tenure_sim::snapshot::SnapshotViolation::Restore { .. })
             | Violation::EpochNotIncreasing { .. }
             | Violation::LostWrite { .. }
             | Violation::LostGrant { .. }
@@ -392,7 +395,15 @@ fn planted_takeover_ignores_renewal_is_caught() {
     c.planted.takeover_ignores_renewal = true;
     let (seed, v) = first_violation_with(c, 60).expect("not caught within 60 seeds");
     eprintln!("takeover-ignores-renewal caught at seed {seed}: {v}");
-    assert_exclusion_broken(&v);
+    // The sessions expired at once may show first in the object store (seed 53 of this
+    // sweep: an object read older than a put acknowledged before it; the same seed
+    // without the bug passes), else as two holders or a lock history no order explains.
+    if !matches!(
+        v,
+        Violation::Objects(tenure_sim::objects::ObjectViolation::ReadStale { .. })
+    ) {
+        assert_exclusion_broken(&v);
+    }
 }
 
 // Seed 004 §8: on the calm path (no faults, lock clients only) every change costs SafeTalk
