@@ -68,12 +68,76 @@ pub struct Summary {
     pub membership: crate::membership::MembershipStats,
     /// The lookup world's figures (runs of `WorldKind::Lookup`).
     pub lookup: crate::lookup::summary::LookupSummary,
+    /// The windows after the wall-clock steps the seeds drew.
+    pub step_windows: StepWindows,
     /// Runs with a correctness violation.
     pub correctness_failures: u64,
     /// Runs with a liveness failure.
     pub liveness_failures: u64,
     /// Failing seeds with their first violation, by seed.
     pub failures: Vec<Failure>,
+}
+
+/// The windows after the wall-clock steps the seeds drew ([`crate::world::StepWindow`]),
+/// over a sweep's runs with faults: with the steps taken, and at the same instants of
+/// the runs that took none (two in three draw none; `--clock-steps off` takes none).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StepWindows {
+    /// Windows after a step taken.
+    pub taken: WindowFigures,
+    /// Windows at a drawn step's instant with no step taken.
+    pub not_taken: WindowFigures,
+}
+
+/// Per window: the longest a store was without a working manager, and the lock grants.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WindowFigures {
+    /// Per window, the longest a store was without a working manager (µs).
+    pub longest_outage_us: Vec<u64>,
+    /// Per window, the lock grants within it.
+    pub grants: Vec<u64>,
+}
+
+impl WindowFigures {
+    /// Windows measured.
+    pub fn len(&self) -> usize {
+        self.grants.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// Median and largest outage (µs), median and total grants.
+    pub fn figures(&self) -> (u64, u64, u64, u64) {
+        let (om, ox) = median_max(&self.longest_outage_us);
+        let (gm, _) = median_max(&self.grants);
+        (om, ox, gm, self.grants.iter().sum())
+    }
+}
+
+fn median_max(xs: &[u64]) -> (u64, u64) {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    (
+        v.get(v.len() / 2).copied().unwrap_or(0),
+        v.last().copied().unwrap_or(0),
+    )
+}
+
+impl StepWindows {
+    fn add(&mut self, ws: &[crate::world::StepWindow]) {
+        for w in ws {
+            let f = if w.taken {
+                &mut self.taken
+            } else {
+                &mut self.not_taken
+            };
+            f.longest_outage_us.push(w.longest_outage_us);
+            f.grants.push(w.grants);
+        }
+    }
 }
 
 impl Summary {
@@ -96,6 +160,7 @@ impl Summary {
         if let Some(l) = &r.lookup {
             self.lookup.add(r.seed, l);
         }
+        self.step_windows.add(&r.step_windows);
         self.regenerations += r.regenerations;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;

@@ -396,6 +396,8 @@ pub struct RunReport {
     pub update_delay: UpdateDelay,
     /// Update delays under managers holding none.
     pub update_delay_apart: UpdateDelay,
+    /// The windows after each wall-clock step the seed drew ([`StepWindow`]).
+    pub step_windows: Vec<StepWindow>,
     /// Violations (empty on success).
     pub violations: Vec<Violation>,
     /// Simulated time of the first violation (µs since the start).
@@ -435,6 +437,29 @@ pub struct RunReport {
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
     /// What the lookup world measured.
     pub lookup: Option<crate::lookup::LookupStats>,
+}
+
+/// How long after a wall-clock step its window is measured: five leases, past the
+/// step's possible effects on the stepped device's timers (none, its deadlines being on
+/// its monotonic clock) and on a failover it might start.
+pub const STEP_WINDOW_US: u64 = 10_000_000;
+
+/// The [`STEP_WINDOW_US`] after one wall-clock step the seed drew.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct StepWindow {
+    /// The device whose clock stepped.
+    pub device: u64,
+    /// When (µs since the start).
+    pub at_us: u64,
+    /// By how much (µs; negative is back).
+    pub jump_us: i64,
+    /// Whether the step was taken (else the same window without it).
+    pub taken: bool,
+    /// The longest any store was without a working manager within the window (µs),
+    /// whatever the cause (the run's other faults go on meanwhile).
+    pub longest_outage_us: u64,
+    /// Lock grants that reached their clients within the window, in every store.
+    pub grants: u64,
 }
 
 /// What the lock clients did in a run.
@@ -769,6 +794,13 @@ pub struct World {
     ever_managed: BTreeSet<StoreId>,
     /// store → real time it lost its working manager (while without one).
     unmanaged_since: BTreeMap<StoreId, u64>,
+    /// Every ended stretch of a store without a working manager: (since, until) µs.
+    outages: Vec<(u64, u64)>,
+    /// When each lock grant reached its client (µs).
+    grant_times: Vec<u64>,
+    /// The wall-clock steps the seed drew, per device, taken or not (`--clock-steps off`
+    /// measures the same windows without them): (device, at µs, jump µs).
+    drawn_steps: Vec<(u64, u64, i64)>,
     hash: u64,
     /// Counts every input and output the devices handle: orders records of snapshots
     /// against acknowledgements.
@@ -871,6 +903,7 @@ impl World {
         let ttl_us = lock_knobs.ttl_ms * 1000;
         let lease_us = timing.lease.as_micros() as u64;
         let mut nodes = BTreeMap::new();
+        let mut drawn_steps = Vec::new();
         for d in cluster.devices.iter().chain(&spares).copied() {
             let mut dc = DeviceConfig::new(d, cluster.clone());
             if spares.contains(&d) {
@@ -896,9 +929,15 @@ impl World {
                     clock: {
                         let mut c =
                             Clock::draw(&mut clock_rng, skew_max_us, horizon).later(later_us);
+                        // Drawn whether taken or not: the generator serves nothing else,
+                        // and the same windows are measured without the steps.
+                        let steps = draw_steps(&mut step_rng, step_limit_us, lease_us, ttl_us);
+                        if cfg.faults {
+                            drawn_steps.extend(steps.iter().map(|&(at, j)| (d.0, at, j)));
+                        }
                         if stepping {
                             c = c.later(crate::clock::STEP_LIFT_US);
-                            c.steps = draw_steps(&mut step_rng, step_limit_us, lease_us, ttl_us);
+                            c.steps = steps;
                             c.wall_deadlines = cfg.planted.wall_clock_deadlines;
                         }
                         c
@@ -982,6 +1021,9 @@ impl World {
             next_watch: 0,
             ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
+            outages: Vec::new(),
+            grant_times: Vec::new(),
+            drawn_steps,
             hash: 0xcbf2_9ce4_8422_2325,
             tick: 0,
             delivering: None,
@@ -2114,6 +2156,38 @@ impl World {
         out
     }
 
+    /// What happened in the [`STEP_WINDOW_US`] after each wall-clock step the seed drew
+    /// (taken, or with `--clock-steps off` the same instants without a step).
+    fn step_windows(&self) -> Vec<StepWindow> {
+        let open = self
+            .unmanaged_since
+            .values()
+            .map(|&since| (since, self.now));
+        let outages: Vec<(u64, u64)> = self.outages.iter().copied().chain(open).collect();
+        let stepped = self.nodes.values().any(|n| !n.clock.steps.is_empty());
+        (self.drawn_steps.iter())
+            .filter(|&&(_, at, _)| at < self.now)
+            .map(|&(device, at, jump_us)| {
+                let end = at + STEP_WINDOW_US;
+                let longest_outage_us = (outages.iter())
+                    .map(|&(since, until)| until.min(end).saturating_sub(since.max(at)))
+                    .max()
+                    .unwrap_or(0);
+                let grants = (self.grant_times.iter())
+                    .filter(|&&t| (at..end).contains(&t))
+                    .count() as u64;
+                StepWindow {
+                    device,
+                    at_us: at - START_US,
+                    jump_us,
+                    taken: stepped,
+                    longest_outage_us,
+                    grants,
+                }
+            })
+            .collect()
+    }
+
     /// Failover accounting (and, in the liveness phase, convergence): returns whether
     /// every store has a working manager.
     fn sample(&mut self) -> bool {
@@ -2134,6 +2208,7 @@ impl World {
                 self.ever_managed.insert(store);
                 if let Some(since) = self.unmanaged_since.remove(&store) {
                     self.report.max_failover_us = self.report.max_failover_us.max(self.now - since);
+                    self.outages.push((since, self.now));
                 }
             } else {
                 all = false;
@@ -2328,6 +2403,7 @@ impl World {
         }
         self.report.violations = std::mem::take(&mut self.checker.violations);
         self.report.checks = self.checker.counts.clone();
+        self.report.step_windows = self.step_windows();
         if let Some(v) = self.report.violations.first() {
             self.report.failed_at_us = Some(self.now - START_US);
             self.report.outcome = match v.kind() {

@@ -548,6 +548,15 @@ fn planted_wall_clock_deadlines_is_caught_where_steps_alone_pass() {
             .map(|f| (f.seed, f.violation.to_string()))
             .collect::<Vec<_>>()
     );
+    // Every step is measured, and the same instants are measured without the steps.
+    let steps = calm.faults.clock_steps_forward + calm.faults.clock_steps_back;
+    assert_eq!(calm.step_windows.taken.len() as u64, steps);
+    assert!(calm.step_windows.not_taken.is_empty());
+    let mut off = c.clone();
+    off.clock_steps = Some(false);
+    let off = sweep(40_000, 8, 2, &off, 0, |_, _| {});
+    assert_eq!(off.step_windows.not_taken.len() as u64, steps);
+    assert!(off.step_windows.taken.is_empty());
     c.planted.wall_clock_deadlines = true;
     let planted = sweep(40_000, 8, 2, &c, 1, |_, _| {});
     let f = planted

@@ -606,6 +606,25 @@ fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
         f.clock_steps_back,
         f.boots_after_step
     );
+    for (label, f) in [
+        ("after a wall-clock step", &s.step_windows.taken),
+        (
+            "at a drawn step's instant, none taken",
+            &s.step_windows.not_taken,
+        ),
+    ] {
+        if f.is_empty() {
+            continue;
+        }
+        let (om, ox, gm, total) = f.figures();
+        println!(
+            "{} s windows {label}: {}; longest a store had no manager within one: median {:.3} s, max {:.3} s; lock grants: {total} (median {gm} per window)",
+            tenure_sim::world::STEP_WINDOW_US / 1_000_000,
+            f.len(),
+            secs(om),
+            secs(ox),
+        );
+    }
     println!(
         "regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",
         s.regenerations,
