@@ -55,6 +55,14 @@ pub struct Timing {
     pub lock_delay: Duration,
 }
 
+impl Timing {
+    /// The longest a manager waits for a chunk's ACCEPTED: `ack_timeout_max`, at most
+    /// half the lease.
+    pub fn ack_timeout_longest(&self) -> Duration {
+        self.ack_timeout_max.min(self.lease / 2)
+    }
+}
+
 impl Default for Timing {
     fn default() -> Self {
         Timing {

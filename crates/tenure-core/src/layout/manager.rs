@@ -1927,7 +1927,7 @@ impl Manager {
             );
         }
         let t = &ctx.cfg.timing;
-        let wait = (self.ack_timer).timeout(t.ack_timeout, t.ack_timeout_max.min(t.lease / 2));
+        let wait = (self.ack_timer).timeout(t.ack_timeout, t.ack_timeout_longest());
         self.inflight = Some(Batch {
             ops,
             replies,
@@ -2056,7 +2056,7 @@ impl Manager {
         // slow (its disk, its CPU), not the peers: wait up to the longest ack timeout
         // before blaming any chunk.
         let t = &ctx.cfg.timing;
-        let longest = t.ack_timeout_max.min(t.lease / 2);
+        let longest = t.ack_timeout_longest();
         let me = ctx.me();
         if let Some(b) = self.inflight.as_mut().filter(|b| b.deadline <= now)
             && b.waiting.iter().any(|c| c.device == me)
