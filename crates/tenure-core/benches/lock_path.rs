@@ -155,6 +155,7 @@ fn delta_encoding(c: &mut Criterion) {
             epoch: Epoch(1),
             seq: 999,
         },
+        after: Default::default(),
     };
     c.bench_function("persist/encode acquire delta", |b| {
         b.iter(|| black_box(postcard::to_stdvec(black_box(&delta)).expect("encodes")))

@@ -163,6 +163,7 @@ mod tests {
             chunk: c,
             ops: Vec::new(),
             confirm: Version::default(),
+            after: Default::default(),
         }
     }
 

@@ -622,6 +622,26 @@ impl ChunkPersist {
     }
 }
 
+/// How often (in deltas) a chunk hands its tables to its durable copy ([`TablesAfter`]).
+pub const SHARE_TABLES_EVERY: u32 = 64;
+
+/// A chunk's tables after an [`PersistOp::Accept`], with its confirmed number, handed to
+/// whatever applies the delta to a copy of the chunk's record (the server's storage
+/// thread, the simulator's disks): the copy takes these tables (an O(1) clone of
+/// persistent maps, sharing every node with the chunk's) instead of applying the changes
+/// again to tables of its own — a device held each chunk's tables twice before
+/// ([`crate::safetalk::Replica::accept_batch_adopting`]). Not part of the change: never
+/// encoded (a delta read back from the log has none and is applied), and ignored by
+/// equality.
+#[derive(Clone, Debug, Default)]
+pub struct TablesAfter(pub Option<std::sync::Arc<(Version, crate::data::Tables)>>);
+
+impl PartialEq for TablesAfter {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
 /// A durable change.
 ///
 /// The SafeTalk ACCEPTs of a serving chunk are persisted as deltas (`Accept`) rather than
@@ -643,6 +663,10 @@ pub enum PersistOp {
         ops: Vec<(Version, crate::data::StoreOp)>,
         /// The piggybacked CONFIRM.
         confirm: Version,
+        /// The chunk's own tables after the batch, for a durable copy to share
+        /// ([`TablesAfter`]; never written).
+        #[serde(skip)]
+        after: TablesAfter,
     },
     /// Delete a chunk (garbage collect).
     RemoveChunk(ChunkId),
@@ -735,8 +759,17 @@ impl PersistOp {
     /// Apply a delta (`Accept`) to a chunk record; other changes are not deltas and
     /// leave it alone.
     pub fn apply_delta(&self, rec: &mut ChunkPersist) {
-        if let PersistOp::Accept { ops, confirm, .. } = self {
-            rec.data.accept_batch(ops, *confirm);
+        if let PersistOp::Accept {
+            ops,
+            confirm,
+            after,
+            ..
+        } = self
+        {
+            match &after.0 {
+                Some(a) => rec.data.accept_batch_adopting(ops, *confirm, a),
+                None => rec.data.accept_batch(ops, *confirm),
+            }
         }
     }
 }

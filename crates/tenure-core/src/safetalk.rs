@@ -89,6 +89,38 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
         }
     }
 
+    /// [`Self::accept_batch`] on a copy of a chunk (its durable copy) whose own replica,
+    /// after the same batch, is `after`: the pending lists are kept as `accept_batch`
+    /// keeps them, and where the copy's confirmed number comes out as `after`'s, the
+    /// table is taken from `after` (a persistent map, so the copy shares its nodes with
+    /// the chunk's) instead of being built a second time by applying the same changes.
+    /// Where the numbers differ (the chunk confirmed further on a CONFIRM of its own),
+    /// the changes are applied.
+    pub fn accept_batch_adopting(&mut self, ops: &[(Seq, Op)], confirm: Seq, after: &(Seq, T))
+    where
+        T: Clone,
+    {
+        for (seq, op) in ops {
+            self.accept(*seq, op.clone());
+        }
+        if self.confirmed.max(confirm) != after.0 {
+            if confirm > self.confirmed {
+                self.confirm(confirm);
+            }
+            return;
+        }
+        if confirm > self.confirmed {
+            let rest = Seq {
+                epoch: confirm.epoch,
+                seq: confirm.seq + 1,
+            };
+            self.l_list = self.l_list.split_off(&rest);
+            self.r_list = self.r_list.split_off(&rest);
+            self.confirmed = confirm;
+        }
+        self.table = after.1.clone();
+    }
+
     /// CONFIRM (CL/CR) of every change up to `upto`: move it into the LOCK table.
     pub fn confirm(&mut self, upto: Seq) {
         let mut pending: Vec<(Seq, Op)> = Vec::new();
@@ -366,5 +398,50 @@ mod tests {
         r.confirm(GRANT);
         assert!(r.table.0.contains(&X) && r.l_list.is_empty());
         assert!(!r.accept(GRANT, LockOp::Grant(X)));
+    }
+
+    fn seq(n: u64) -> Seq {
+        Seq {
+            epoch: Epoch(1),
+            seq: n,
+        }
+    }
+
+    // seed 004 §2 (ACCEPT with a piggybacked CONFIRM) at a chunk's durable copy: taking the
+    // chunk's own table after the batch leaves the copy as applying the batch does.
+    #[test]
+    fn accept_with_confirm_adopted_equals_applied() {
+        let mut chunk = llc(1, 0, 1);
+        let mut copy = chunk.clone();
+        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
+        chunk.accept_batch(&batch, seq(12));
+        let mut applied = copy.clone();
+        applied.accept_batch(&batch, seq(12));
+        copy.accept_batch_adopting(&batch, seq(12), &(chunk.confirmed, chunk.table.clone()));
+        assert_eq!(copy, applied);
+        assert_eq!(copy, chunk);
+        assert_eq!(
+            copy.l_list.keys().copied().collect::<Vec<_>>(),
+            vec![seq(13)]
+        );
+    }
+
+    // A chunk that confirmed further on a CONFIRM of its own (not persisted) has a table
+    // the copy must not take: the copy applies the batch instead.
+    #[test]
+    fn accept_after_an_unpersisted_confirm_is_applied_not_adopted() {
+        let mut chunk = llc(0, 0, 0);
+        let mut copy = chunk.clone();
+        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
+        chunk.accept_batch(&batch, seq(12));
+        chunk.confirm(seq(13));
+        let mut applied = copy.clone();
+        applied.accept_batch(&batch, seq(12));
+        copy.accept_batch_adopting(&batch, seq(12), &(chunk.confirmed, chunk.table.clone()));
+        assert_eq!(copy, applied);
+        assert!(
+            !copy.table.0.contains(&9),
+            "took the table confirmed further"
+        );
     }
 }

@@ -37,6 +37,7 @@ fn acquire_delta(chunk: ChunkId, seq: u64) -> PersistOp {
             },
         )],
         confirm: v(seq - 1),
+        after: Default::default(),
     }
 }
 

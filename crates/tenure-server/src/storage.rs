@@ -1091,6 +1091,7 @@ mod tests {
                 },
             )],
             confirm: v(confirm),
+            after: Default::default(),
         }
     }
 
@@ -1191,6 +1192,64 @@ mod tests {
         drop(s);
         let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 4096).unwrap();
         assert_eq!(state, applied(&groups));
+    }
+
+    /// A delta carrying its chunk's tables (as a serving chunk's ACCEPT does every
+    /// `SHARE_TABLES_EVERY` deltas) leaves the storage's copy sharing the chunk's maps,
+    /// not a second copy of them; what the log replays after a restart is the same.
+    #[test]
+    fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let c0 = ChunkId {
+            device: DeviceId(1),
+            serial: 0,
+        };
+        let mut own = chunk(0, 1);
+        for k in 0..5_000u64 {
+            own.data
+                .table
+                .registers
+                .entries
+                .insert(k, (Default::default(), k));
+        }
+        let mut groups = vec![vec![PersistOp::PutChunk(Box::new(own.clone()))]];
+        let mut at_294 = None;
+        for i in 1..=300 {
+            let mut op = accept(0, i, i - 1);
+            op.apply_delta(&mut own);
+            if let PersistOp::Accept { after, .. } = &mut op
+                && i % 7 == 0
+            {
+                *after = tenure_core::io::TablesAfter(Some(std::sync::Arc::new((
+                    own.data.confirmed,
+                    own.data.table.clone(),
+                ))));
+            }
+            if i == 294 {
+                at_294 = Some(own.data.table.registers.entries.clone());
+            }
+            groups.push(vec![op]);
+        }
+        let at_294 = at_294.expect("built");
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+        for g in &groups[..=294] {
+            s.commit(g.clone()).unwrap();
+        }
+        let table = |s: &Storage| s.state.chunks[&c0].data.table.registers.entries.clone();
+        assert!(
+            table(&s).ptr_eq(&at_294),
+            "the storage holds a copy of its own"
+        );
+        // Deltas without the tables are applied (copying only what they change).
+        for g in &groups[295..] {
+            s.commit(g.clone()).unwrap();
+        }
+        assert!(!table(&s).ptr_eq(&at_294));
+        assert_eq!(s.state.chunks[&c0].data, own.data);
+        drop(s);
+        let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+        assert_eq!(state, applied(&groups));
+        assert_eq!(state.chunks[&c0].data, own.data);
     }
 
     /// A device stopped while a checkpoint ran in the background (redb never took the

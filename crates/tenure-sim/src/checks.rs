@@ -752,6 +752,7 @@ mod tests {
             chunk: chunk(),
             ops: vec![(v(seq), StoreOp::Register { key: 1, value: seq })],
             confirm: Version::default(),
+            after: Default::default(),
         };
         disk.apply(&accept(1));
         memory.apply(&accept(1));

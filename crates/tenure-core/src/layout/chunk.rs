@@ -720,12 +720,22 @@ impl Chunk {
         // Block data goes to the block store; the change is kept pending without it.
         let ops = self.blocks.take_data(ctx, chunk, ops);
         self.p.data.accept_batch(&ops, confirm);
+        // Every few deltas the durable copy takes the chunk's tables (and shares their
+        // nodes); in between it applies the deltas, copying only the nodes they touch.
+        // Not at every delta: a node shared is copied by whichever side changes it next,
+        // and the chunk would copy each node it changes once per batch.
+        let after = crate::io::TablesAfter(
+            self.deltas
+                .is_multiple_of(crate::io::SHARE_TABLES_EVERY)
+                .then(|| std::sync::Arc::new((self.p.data.confirmed, self.p.data.table.clone()))),
+        );
         self.persist_delta(
             ctx,
             PersistOp::Accept {
                 chunk,
                 ops,
                 confirm,
+                after,
             },
         );
         ctx.observe(Observation::ChunkServed {

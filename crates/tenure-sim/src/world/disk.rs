@@ -157,7 +157,22 @@ impl World {
     pub(super) fn persist(&mut self, d: DeviceId, op: PersistOp) {
         let sync = !self.asynchronous_disk();
         let node = self.nodes.get_mut(&d).expect("node");
-        node.written.apply(&op);
+        // What was written is what a log replays: a delta applied, without the chunk's
+        // tables it carries (the durable copy takes those, as the server's storage
+        // does); the crash check compares the device's memory with it.
+        match &op {
+            PersistOp::Accept {
+                chunk,
+                ops,
+                confirm,
+                ..
+            } => {
+                if let Some(rec) = node.written.chunks.get_mut(chunk) {
+                    rec.data.accept_batch(ops, *confirm);
+                }
+            }
+            op => node.written.apply(op),
+        }
         if sync {
             node.disk.apply(&op);
         } else {
