@@ -21,7 +21,9 @@ mod snapshot_cmds;
 mod token_cmd;
 
 /// mimalloc: the server allocates and frees many small buffers per request (frames, messages,
-/// futures); glibc malloc cost about 6% of its CPU under lock load.
+/// futures); glibc malloc cost about 6% of its CPU under lock load. The feature
+/// `system-alloc` leaves it out, for heap profilers that follow malloc (heaptrack).
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -117,8 +117,42 @@ struct Report {
     locks: u64,
     hold_s: f64,
     hold_errors: u64,
+    /// Before the fill.
+    before: Vec<Footprint>,
     after_hold: Vec<Footprint>,
+    /// Resident memory per object and per held lock (its session's share included),
+    /// averaged over the devices: the growth over the fill and over the hold, divided
+    /// by the objects and the locks.
+    memory: Memory,
     failover: Option<Failover>,
+}
+
+/// What one object and one held lock cost in resident memory, per device (bytes).
+#[derive(Clone, Debug, Default, Serialize)]
+struct Memory {
+    per_object_b: Option<f64>,
+    per_lock_b: Option<f64>,
+}
+
+/// The devices' average RSS, in MB.
+fn mean_rss(f: &[Footprint]) -> f64 {
+    f.iter().map(|d| d.rss_mb).sum::<f64>() / f.len().max(1) as f64
+}
+
+impl Memory {
+    fn measure(r: &Report) -> Memory {
+        let mb = (1u64 << 20) as f64;
+        let filled = r.tenths.last().map(|t| mean_rss(&t.devices));
+        let grown = |from: f64, to: f64, n: u64| (n > 0).then(|| (to - from) * mb / n as f64);
+        Memory {
+            per_object_b: filled.and_then(|f| grown(mean_rss(&r.before), f, r.objects)),
+            per_lock_b: grown(
+                filled.unwrap_or_else(|| mean_rss(&r.before)),
+                mean_rss(&r.after_hold),
+                r.locks,
+            ),
+        }
+    }
 }
 
 /// Run the scale benchmark.
@@ -187,6 +221,13 @@ fn print(r: &Report) {
             d.device, d.rss_mb, d.disk_mb
         );
     }
+    let per = |x: Option<f64>| x.map_or("-".into(), |b| format!("{b:.0} B"));
+    println!(
+        "memory per device (RSS growth, averaged): {} per object, {} per held lock (its session's share included); before the fill {:.0} MB",
+        per(r.memory.per_object_b),
+        per(r.memory.per_lock_b),
+        mean_rss(&r.before)
+    );
     let Some(f) = &r.failover else {
         return;
     };
@@ -258,9 +299,11 @@ async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
         locks: a.locks,
         ..Default::default()
     };
+    report.before = footprints(&file);
     fill(a, &file, &mut report).await?;
     let held = hold(a, &file, &mut report).await?;
     report.after_hold = footprints(&file);
+    report.memory = Memory::measure(&report);
     if !a.no_kill {
         report.failover = Some(kill(a, &file, &held).await?);
     }
