@@ -216,6 +216,8 @@ pub struct Manager {
     pub inflight: Option<Batch>,
     /// The measured batch round times: how long the next batch waits for ACCEPTED.
     pub ack_timer: super::ack_timer::AckTimer,
+    /// Batches completed since `spec` last shared `data`'s tables ([`Self::share_spec`]).
+    pub unshared: u32,
     /// When the outside policies next run.
     pub stable_since: Instant,
     /// When this manager last entered the manager state (or its layout last changed).
@@ -264,6 +266,7 @@ impl Manager {
             clock: Default::default(),
             inflight: None,
             ack_timer: Default::default(),
+            unshared: 0,
             stable_since: Instant(0),
             entered_at: Instant(0),
             policy: PolicyState::default(),
@@ -1962,7 +1965,9 @@ impl Manager {
         }
         ctx.out.extend(b.replies);
         self.objects_applied(ctx);
+        self.unshared = self.unshared.saturating_add(1);
         if self.queue.is_empty() {
+            self.share_spec(ctx);
             let (epoch, upto) = (self.epoch, self.data.confirmed);
             for c in self.live() {
                 self.to_chunk(ctx, c, ToChunk::Confirm { epoch, upto });
@@ -1971,6 +1976,21 @@ impl Manager {
             self.flush(ctx);
         }
         self.start_deferred(ctx);
+    }
+
+    /// With nothing queued or in flight, every change applied to the speculative tables
+    /// has been applied, in the same order and by the same code (`Tables::execute`), to
+    /// the committed ones: they hold the same. Every [`crate::io::SHARE_TABLES_EVERY`]
+    /// batches `spec` takes `data`'s tables again (an O(1) clone of persistent maps),
+    /// so the two share their nodes instead of drifting into two copies of the store.
+    /// Not with a planted lock-table bug, which acts on `spec` only.
+    fn share_spec(&mut self, ctx: &Ctx<'_>) {
+        let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
+        if self.unshared < crate::io::SHARE_TABLES_EVERY || self.inflight.is_some() || planted {
+            return;
+        }
+        self.unshared = 0;
+        self.spec = self.data.table.clone();
     }
 
     /// Time-driven changes: expire sessions past their deadline, and let the lock table

@@ -12,10 +12,12 @@ use super::manager::{Manager, TxKind};
 use super::test_support::*;
 use super::{LeaseType, MgrState as S, Prepared};
 use crate::data::StoreData;
+use crate::ids::StoreId;
 use crate::ids::{ChunkId, ClientId, DeviceId};
 use crate::io::{ClientError, EpochCause, Observation, Output};
 use crate::msg::{MgrMsg, ToChunk, ToManager};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 fn acquire(epoch: u64) -> ToChunk {
     ToChunk::Acquire {
@@ -2625,4 +2627,35 @@ fn manager_ack_conditional_with_a_lingering_prepare_moves_the_next_transition_ab
     let out = env.take();
     assert!(!epoch_transitions(&out).is_empty());
     assert!(epoch_transitions(&out).iter().all(|t| (t.1, t.2) == (3, 5)));
+}
+
+// Tenure (DESIGN "State at scale"): once everything submitted is committed, a manager's
+// speculative tables share the committed ones' nodes again, every SHARE_TABLES_EVERY
+// batches, rather than growing into a second copy of the store.
+#[test]
+fn speculative_tables_share_the_committed_ones_once_everything_is_committed() {
+    use crate::testkit::Cluster;
+    let store = StoreId(0);
+    let mut c = Cluster::new(3, 1);
+    c.run_for(Duration::from_secs(5));
+    let (d, _) = c.manager_of(store).expect("managed");
+    let mut shared = 0;
+    for i in 0..(3 * crate::io::SHARE_TABLES_EVERY as u64) {
+        c.write(d, store, i % 7, i);
+        c.run_for(Duration::from_millis(20));
+        let m = c.devices.get_mut(&d).expect("device").manager_mut(store);
+        assert!(
+            m.queue.is_empty() && m.inflight.is_none(),
+            "write {i} not committed"
+        );
+        assert_eq!(m.spec, m.data.table);
+        if m.spec
+            .registers
+            .entries
+            .ptr_eq(&m.data.table.registers.entries)
+        {
+            shared += 1;
+        }
+    }
+    assert!(shared >= 2, "shared after {shared} of the writes");
 }
