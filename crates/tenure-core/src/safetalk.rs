@@ -110,19 +110,15 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
             return;
         }
         if confirm > self.confirmed {
-            let rest = Seq {
-                epoch: confirm.epoch,
-                seq: confirm.seq + 1,
-            };
-            self.l_list = self.l_list.split_off(&rest);
-            self.r_list = self.r_list.split_off(&rest);
+            self.take_pending_upto(confirm);
             self.confirmed = confirm;
         }
         self.table = after.1.clone();
     }
 
-    /// CONFIRM (CL/CR) of every change up to `upto`: move it into the LOCK table.
-    pub fn confirm(&mut self, upto: Seq) {
+    /// Take every pending change up to `upto` out of the L- and R-lists, in sequence
+    /// order.
+    fn take_pending_upto(&mut self, upto: Seq) -> Vec<(Seq, Op)> {
         let mut pending: Vec<(Seq, Op)> = Vec::new();
         for list in [&mut self.l_list, &mut self.r_list] {
             let rest = list.split_off(&Seq {
@@ -132,7 +128,12 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
             pending.extend(std::mem::replace(list, rest));
         }
         pending.sort_by_key(|(s, _)| *s);
-        for (s, op) in pending {
+        pending
+    }
+
+    /// CONFIRM (CL/CR) of every change up to `upto`: move it into the LOCK table.
+    pub fn confirm(&mut self, upto: Seq) {
+        for (s, op) in self.take_pending_upto(upto) {
             self.table.apply(s, &op);
             self.confirmed = self.confirmed.max(s);
         }
@@ -407,17 +408,32 @@ mod tests {
         }
     }
 
+    /// A chunk and its durable copy, both at `start`, take one batch (grants at 12 and 13,
+    /// confirming 12); the chunk then does `then`. Returns the chunk, the copy that took
+    /// the chunk's table as it stands then (`accept_batch_adopting`) and one that applied
+    /// the batch.
+    fn copy_after_batch(
+        start: Replica<LockOp, Locks>,
+        then: impl FnOnce(&mut Replica<LockOp, Locks>),
+    ) -> (
+        Replica<LockOp, Locks>,
+        Replica<LockOp, Locks>,
+        Replica<LockOp, Locks>,
+    ) {
+        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
+        let (mut chunk, mut copy, mut applied) = (start.clone(), start.clone(), start);
+        chunk.accept_batch(&batch, seq(12));
+        then(&mut chunk);
+        applied.accept_batch(&batch, seq(12));
+        copy.accept_batch_adopting(&batch, seq(12), &(chunk.confirmed, chunk.table.clone()));
+        (chunk, copy, applied)
+    }
+
     // seed 004 §2 (ACCEPT with a piggybacked CONFIRM) at a chunk's durable copy: taking the
     // chunk's own table after the batch leaves the copy as applying the batch does.
     #[test]
     fn accept_with_confirm_adopted_equals_applied() {
-        let mut chunk = llc(1, 0, 1);
-        let mut copy = chunk.clone();
-        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
-        chunk.accept_batch(&batch, seq(12));
-        let mut applied = copy.clone();
-        applied.accept_batch(&batch, seq(12));
-        copy.accept_batch_adopting(&batch, seq(12), &(chunk.confirmed, chunk.table.clone()));
+        let (chunk, copy, applied) = copy_after_batch(llc(1, 0, 1), |_| {});
         assert_eq!(copy, applied);
         assert_eq!(copy, chunk);
         assert_eq!(
@@ -430,14 +446,7 @@ mod tests {
     // the copy must not take: the copy applies the batch instead.
     #[test]
     fn accept_after_an_unpersisted_confirm_is_applied_not_adopted() {
-        let mut chunk = llc(0, 0, 0);
-        let mut copy = chunk.clone();
-        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
-        chunk.accept_batch(&batch, seq(12));
-        chunk.confirm(seq(13));
-        let mut applied = copy.clone();
-        applied.accept_batch(&batch, seq(12));
-        copy.accept_batch_adopting(&batch, seq(12), &(chunk.confirmed, chunk.table.clone()));
+        let (_, copy, applied) = copy_after_batch(llc(0, 0, 0), |c| c.confirm(seq(13)));
         assert_eq!(copy, applied);
         assert!(
             !copy.table.0.contains(&9),

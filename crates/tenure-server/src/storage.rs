@@ -1043,6 +1043,19 @@ mod tests {
         c
     }
 
+    /// Chunk 0 at epoch 1 holding registers `0..n`.
+    fn chunk_with_registers(n: u64) -> ChunkPersist {
+        let mut c = chunk(0, 1);
+        for k in 0..n {
+            c.data
+                .table
+                .registers
+                .entries
+                .insert(k, (Default::default(), k));
+        }
+        c
+    }
+
     #[test]
     fn fresh_directory_is_empty_state() {
         let dir = tempfile::tempdir().unwrap();
@@ -1171,14 +1184,7 @@ mod tests {
     #[test]
     fn a_checkpoint_writes_the_changed_rows_only() {
         let dir = tempfile::tempdir().unwrap();
-        let mut big = chunk(0, 1);
-        for k in 0..20_000u64 {
-            big.data
-                .table
-                .registers
-                .entries
-                .insert(k, (Default::default(), k));
-        }
+        let big = chunk_with_registers(20_000);
         let mut groups = vec![vec![PersistOp::PutChunk(Box::new(big))]];
         for i in 1..=2000 {
             groups.push(vec![accept(0, i, i - 1)]);
@@ -1212,14 +1218,7 @@ mod tests {
             device: DeviceId(1),
             serial: 0,
         };
-        let mut own = chunk(0, 1);
-        for k in 0..5_000u64 {
-            own.data
-                .table
-                .registers
-                .entries
-                .insert(k, (Default::default(), k));
-        }
+        let mut own = chunk_with_registers(5_000);
         let mut groups = vec![vec![PersistOp::PutChunk(Box::new(own.clone()))]];
         let mut at_294 = None;
         for i in 1..=300 {
@@ -1294,14 +1293,7 @@ mod tests {
     #[test]
     fn a_format_5_directory_is_upgraded_to_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let mut big = chunk(0, 1);
-        for k in 0..50u64 {
-            big.data
-                .table
-                .registers
-                .entries
-                .insert(k, (Default::default(), k));
-        }
+        let big = chunk_with_registers(50);
         let groups = vec![vec![PersistOp::PutChunk(Box::new(big))]];
         {
             let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();

@@ -1966,8 +1966,8 @@ impl Manager {
         ctx.out.extend(b.replies);
         self.objects_applied(ctx);
         self.unshared = self.unshared.saturating_add(1);
+        self.share_spec(ctx);
         if self.queue.is_empty() {
-            self.share_spec(ctx);
             let (epoch, upto) = (self.epoch, self.data.confirmed);
             for c in self.live() {
                 self.to_chunk(ctx, c, ToChunk::Confirm { epoch, upto });
@@ -1986,7 +1986,8 @@ impl Manager {
     /// Not with a planted lock-table bug, which acts on `spec` only.
     fn share_spec(&mut self, ctx: &Ctx<'_>) {
         let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
-        if self.unshared < crate::io::SHARE_TABLES_EVERY || self.inflight.is_some() || planted {
+        let pending = !self.queue.is_empty() || self.inflight.is_some();
+        if self.unshared < crate::io::SHARE_TABLES_EVERY || pending || planted {
             return;
         }
         self.unshared = 0;
