@@ -317,6 +317,7 @@ impl ObjectTable {
                 for b in blocks {
                     new.remaining_write.remove(&b.id);
                 }
+                release_if_empty(&mut new.remaining_write);
                 new.last_written = at;
                 if let (Some(p), Some(parts)) = (part, new.props.multipart.as_mut()) {
                     let fresh = Part {
@@ -455,6 +456,7 @@ impl ObjectTable {
                     for b in deleted {
                         new.remaining_delete.remove(b);
                     }
+                    release_if_empty(&mut new.remaining_delete);
                     new.lease = Some(*lease);
                     new.deleted_at = Some(at);
                     self.put(key, new);
@@ -682,6 +684,14 @@ impl ObjectTable {
                 self.attention.remove(key);
             }
         }
+    }
+}
+
+/// An emptied `BTreeSet` keeps its leaf node (room for eleven block ids, ~370 B) until it
+/// is dropped; a table holds one per object, so give it back.
+fn release_if_empty(set: &mut BTreeSet<BlockId>) {
+    if set.is_empty() {
+        *set = BTreeSet::new();
     }
 }
 
