@@ -66,15 +66,18 @@ pub enum InvalidName {
 ///
 /// Ordering is byte order of the path, so the descendants of `/a` (`/a/…`) form one
 /// contiguous range of a `BTreeMap<LockName, _>` (see [`LockName::descendant_range`]).
+///
+/// Shared, not copied: a held lock's name sits in the lock's entry, its session's set of
+/// held names, the request's record and the grant; a clone is a reference count.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct LockName(String);
+pub struct LockName(std::sync::Arc<str>);
 
 impl LockName {
     /// Validates `s` as a lockable name (not the root).
     pub fn parse(s: &str) -> Result<LockName, InvalidName> {
         Self::check(s, false)?;
-        Ok(LockName(s.to_owned()))
+        Ok(LockName(s.into()))
     }
 
     /// Validates `s` as a prefix for listings: a lockable name, or the root `/`.
@@ -146,13 +149,13 @@ impl LockName {
             .char_indices()
             .skip(1)
             .filter(|(_, c)| *c == '/')
-            .map(|(i, _)| LockName(self.0[..i].to_owned()))
+            .map(|(i, _)| LockName(self.0[..i].into()))
     }
 
     /// `self` is a proper ancestor of `other` (`/a` of `/a/b`, not of `/ab`).
     pub fn is_ancestor_of(&self, other: &LockName) -> bool {
         other.0.len() > self.0.len()
-            && other.0.starts_with(&self.0)
+            && other.0.starts_with(&*self.0)
             && other.0.as_bytes()[self.0.len()] == b'/'
     }
 
@@ -178,13 +181,13 @@ impl TryFrom<String> for LockName {
     type Error = InvalidName;
     fn try_from(s: String) -> Result<Self, InvalidName> {
         LockName::check(&s, false)?;
-        Ok(LockName(s))
+        Ok(LockName(s.into()))
     }
 }
 
 impl From<LockName> for String {
     fn from(n: LockName) -> String {
-        n.0
+        n.0.to_string()
     }
 }
 
