@@ -125,6 +125,13 @@ struct Repair {
     asked: Option<(ChunkId, u64, Instant)>,
 }
 
+/// The copy of a block a chunk keeps: its own bytes. Block data arrives as a slice of
+/// the buffer it was received in (a client's gRPC frame holds many small puts), and a
+/// kept slice keeps that whole buffer alive: 3.2 KB per 256-byte object, measured.
+fn kept(data: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(data)
+}
+
 /// One chunk's blocks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkBlocks {
@@ -164,7 +171,7 @@ impl ChunkBlocks {
                     if let ObjectOp::Blocks { blocks, .. } = &op {
                         for b in blocks {
                             if let Some(d) = &b.data {
-                                self.data.insert(b.id, d.clone());
+                                self.data.insert(b.id, kept(d));
                                 ctx.persist(PersistOp::BlockPut {
                                     chunk,
                                     id: b.id,
@@ -278,7 +285,7 @@ impl ChunkBlocks {
                 && BlockInfo::of(&d) == *info
             {
                 r.missing.remove(&id);
-                self.data.insert(id, d.clone());
+                self.data.insert(id, kept(&d));
                 ctx.persist(PersistOp::BlockPut { chunk, id, data: d });
             }
         }
@@ -382,4 +389,60 @@ fn complete(ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId, epoch: Epoch, mgr
             epoch,
         }),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::test_support::Env;
+    use crate::objects::table::Access;
+    use crate::objects::{BlockWrite, Uuid};
+
+    /// A chunk keeps a block's own bytes, not the buffer it came in: a small put arrives
+    /// as a slice of a client's frame, and the slice would keep the whole frame alive.
+    #[test]
+    fn a_kept_block_does_not_hold_the_buffer_it_arrived_in() {
+        let frame = Bytes::from(vec![5u8; 64 * 1024]);
+        let data = frame.slice(1000..1256);
+        let id = BlockId {
+            upload: Uuid(9),
+            ..Default::default()
+        };
+        let op = StoreOp::Object {
+            op: ObjectOp::Blocks {
+                key: "/k".into(),
+                uuid: Uuid(9),
+                part: None,
+                blocks: vec![BlockWrite {
+                    id,
+                    info: BlockInfo::of(&data),
+                    data: Some(data.clone()),
+                }],
+            },
+            acc: Access {
+                at: Instant(1),
+                prune_before: Instant(0),
+                history: 10,
+            },
+        };
+        let mut env = Env::new(DeviceId(1));
+        let mut blocks = ChunkBlocks::default();
+        let chunk = ChunkId {
+            device: DeviceId(1),
+            serial: 0,
+        };
+        let left = blocks.take_data(
+            &mut env.ctx(Instant(1)),
+            chunk,
+            vec![(Version::default(), op)],
+        );
+        assert_eq!(left.len(), 1, "the change stays, without its data");
+        let kept = &blocks.data[&id];
+        assert_eq!(kept, &data);
+        let range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        assert!(
+            !range.contains(&(kept.as_ptr() as usize)),
+            "the kept block points into the frame it arrived in"
+        );
+    }
 }
