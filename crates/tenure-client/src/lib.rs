@@ -214,6 +214,10 @@ pub enum Error {
     /// The server does not serve this operation yet.
     #[error("not implemented by the server: {0}")]
     Unimplemented(String),
+    /// The device has as many requests in flight as it takes: retried after a pause, on
+    /// the same device (it is the right one, only busy).
+    #[error("{0}")]
+    Overloaded(String),
     /// A gRPC failure that is not one of the above: no device could be reached, no answer
     /// in time, or a status the client does not know (see [`describe_status`]).
     #[error("{}", describe_status(.0))]
@@ -373,6 +377,9 @@ impl Error {
         let answered = std::error::Error::source(&s).is_none();
         match s.code() {
             tonic::Code::Unimplemented => Error::Unimplemented(s.message().to_string()),
+            tonic::Code::ResourceExhausted if s.metadata().contains_key(OVERLOADED) => {
+                Error::Overloaded(s.message().to_string())
+            }
             tonic::Code::Unauthenticated if answered => {
                 Error::Unauthenticated(s.message().to_string())
             }
@@ -388,6 +395,7 @@ impl Error {
         match self {
             Error::NotManager { .. }
             | Error::Unavailable { .. }
+            | Error::Overloaded(_)
             | Error::Lookup(tenure_core::lookup::LookupError::NoLeader) => true,
             Error::Rpc(s) => {
                 matches!(
@@ -412,6 +420,10 @@ impl Error {
         matches!(self, Error::Rpc(s) if !tls::permanent_failure(s))
     }
 }
+
+/// The metadata key a device's overload answer (`RESOURCE_EXHAUSTED`) carries, telling
+/// it from a message too large, which has the same code and is not retried.
+pub const OVERLOADED: &str = "tenure-overloaded";
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -1148,6 +1160,8 @@ impl Client {
             match &err {
                 // A long call cut by its own bound: the endpoint answered nothing wrong.
                 _ if cut => continue,
+                // The right device, busy: the same one again after the pause.
+                Error::Overloaded(_) => {}
                 _ => {
                     redirects.reset();
                     self.clear_route(store);
@@ -1381,6 +1395,17 @@ mod tests {
         });
         assert!(matches!(e, Error::UnknownStore(99)));
         assert!(!e.retryable());
+    }
+
+    #[test]
+    fn an_overload_answer_is_retried_and_a_message_too_large_is_not() {
+        let mut s = tonic::Status::resource_exhausted("device d1 is overloaded");
+        s.metadata_mut()
+            .insert(OVERLOADED, tonic::metadata::MetadataValue::from_static("1"));
+        let e = Error::from_status(s);
+        assert!(matches!(e, Error::Overloaded(_)) && e.retryable(), "{e}");
+        let e = Error::from_status(tonic::Status::resource_exhausted("message too large"));
+        assert!(!matches!(e, Error::Overloaded(_)) && !e.retryable(), "{e}");
     }
 
     #[test]

@@ -270,6 +270,11 @@ pub struct ServerConfig {
     /// How long a client request may wait for the core's answer.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
+    /// How many client requests the device works on at once; one more is refused as
+    /// overloaded (`RESOURCE_EXHAUSTED`, retried by clients). Keep-alives, closes,
+    /// releases and waiting acquires are always admitted.
+    #[serde(default = "default_max_client_requests")]
+    pub max_client_requests: usize,
     /// Largest peer frame accepted.
     #[serde(default = "default_max_frame")]
     pub max_frame_bytes: usize,
@@ -326,6 +331,10 @@ impl MetricsConfig {
 fn yes() -> bool {
     true
 }
+fn default_max_client_requests() -> usize {
+    crate::admission::DEFAULT_MAX_CLIENT_REQUESTS
+}
+
 fn default_request_timeout_ms() -> u64 {
     5000
 }
@@ -641,6 +650,7 @@ mod tests {
             join: false,
             rng_seed: None,
             request_timeout_ms: 5000,
+            max_client_requests: 4096,
             max_frame_bytes: 1 << 20,
             worker_threads: None,
             lookup: LookupSettings::default(),

@@ -41,6 +41,7 @@ pub struct Api {
     me: Option<DeviceId>,
     watches: crate::driver::WatchRoutes,
     auth: Auth,
+    admission: crate::admission::Admission,
 }
 
 impl Api {
@@ -61,7 +62,14 @@ impl Api {
             me: None,
             watches: Default::default(),
             auth: Auth::disabled(),
+            admission: Default::default(),
         }
+    }
+
+    /// Admit client requests through `admission` (shared with the other services).
+    pub fn with_admission(mut self, admission: crate::admission::Admission) -> Api {
+        self.admission = admission;
+        self
     }
 
     /// Authorize calls with `auth` (shared with the services built over this one).
@@ -117,29 +125,33 @@ impl Api {
         self.request_timeout
     }
 
-    /// A request made as `client` (an object watch's stream), answered within the
-    /// configured request timeout.
+    /// A request made as `client` (a session stream's, an object watch's), answered
+    /// within the configured request timeout. On a device with as many requests in
+    /// flight as it takes, the request waits for a place (within the same timeout): a
+    /// stream's window bounds what waits, and a full window stops its client sending.
     pub(crate) async fn request_as(
         &self,
         client: tenure_core::ids::ClientId,
         req: Request,
     ) -> Result<Answer, Status> {
-        let (tx, rx) = oneshot::channel();
-        self.calls
-            .send(Call::RequestAs {
-                client,
-                req,
-                reply: tx,
-            })
-            .await
-            .map_err(|_| Status::unavailable("device is shutting down"))?;
         let limit = self.request_timeout;
-        tokio::time::timeout(limit, rx)
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!("no answer from the device within {limit:?}"))
-            })?
-            .map_err(|_| Status::unavailable("device is shutting down"))
+        let asked = async {
+            let _admitted = self.admission.wait(&req).await;
+            let (tx, rx) = oneshot::channel();
+            self.calls
+                .send(Call::RequestAs {
+                    client,
+                    req,
+                    reply: tx,
+                })
+                .await
+                .map_err(|_| Status::unavailable("device is shutting down"))?;
+            rx.await
+                .map_err(|_| Status::unavailable("device is shutting down"))
+        };
+        tokio::time::timeout(limit, asked).await.map_err(|_| {
+            Status::deadline_exceeded(format!("no answer from the device within {limit:?}"))
+        })?
     }
 
     /// A request answered within the configured request timeout.
@@ -153,6 +165,7 @@ impl Api {
         req: Request,
         limit: Option<Duration>,
     ) -> Result<Answer, Status> {
+        let _admitted = self.admission.request(&req)?;
         let (tx, rx) = oneshot::channel();
         self.calls
             .send(Call::Request { req, reply: tx })

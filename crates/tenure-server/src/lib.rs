@@ -25,6 +25,7 @@
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
 
+pub mod admission;
 pub mod auth;
 pub mod certs;
 pub mod clock;
@@ -314,6 +315,7 @@ pub async fn start_with_listeners(
         .iter()
         .map(|p| (DeviceId(p.id), p.client_addr))
         .collect();
+    let admission = admission::Admission::new(cfg.max_client_requests, Some(me));
     let api = grpc::Api::new(
         calls_tx.clone(),
         endpoints,
@@ -323,7 +325,8 @@ pub async fn start_with_listeners(
     )
     .with_device(me)
     .with_watches(watch_routes)
-    .with_auth(auth.clone());
+    .with_auth(auth.clone())
+    .with_admission(admission.clone());
     let driver = driver.with_members(api.endpoints().clone());
     let cluster_api = cluster_api::ClusterApi::new(
         calls_tx.clone(),
@@ -359,7 +362,8 @@ pub async fn start_with_listeners(
         sub_routes,
         Duration::from_millis(cfg.request_timeout_ms),
     )
-    .with_auth(auth.clone());
+    .with_auth(auth.clone())
+    .with_admission(admission);
     let grpc_stop = stop.clone();
     tokio::spawn(async move {
         let incoming = tls::client_incoming(

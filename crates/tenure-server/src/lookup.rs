@@ -64,6 +64,7 @@ pub struct LookupApi {
     routes: SubRoutes,
     request_timeout: Duration,
     auth: Auth,
+    admission: crate::admission::Admission,
 }
 
 /// The core's answer to a lookup request: its response, or its typed error.
@@ -78,7 +79,14 @@ impl LookupApi {
             routes,
             request_timeout,
             auth: Auth::disabled(),
+            admission: Default::default(),
         }
+    }
+
+    /// Admit requests through `admission` (shared with the other services).
+    pub fn with_admission(mut self, admission: crate::admission::Admission) -> Self {
+        self.admission = admission;
+        self
     }
 
     /// Authorize calls with `auth` (publish and revoke need `write` on the key; get,
@@ -91,6 +99,7 @@ impl LookupApi {
 
     /// Run one lookup request through the core.
     async fn ask(&self, req: LookupRequest) -> Result<LookupAnswer, Status> {
+        let _admitted = self.admission.take()?;
         let (tx, rx) = oneshot::channel();
         self.calls
             .send(Call::Lookup { req, reply: tx })

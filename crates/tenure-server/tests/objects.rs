@@ -221,3 +221,52 @@ fn a_compacted_watch_position_is_reported_as_a_reread() {
         c.close().await.unwrap();
     });
 }
+
+/// A device takes only `max_client_requests` requests at once and refuses one more with
+/// the typed overload answer at once; a client retries it on the same device after a
+/// pause, so every put lands; a client that may not retry sees the overload.
+#[test]
+fn an_overloaded_device_refuses_at_once_and_clients_retry_through() {
+    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 2);
+    let eps = cluster.endpoints();
+    rt().block_on(async {
+        let c = client(eps.clone());
+        wait_all_managed(&c, &eps, Duration::from_secs(30)).await;
+        let puts = (0..48).map(|i| {
+            let o = c.objects();
+            async move { o.put(&format!("/load/k{i}"), vec![i as u8; 300]).await }
+        });
+        for r in futures::future::join_all(puts).await {
+            r.unwrap();
+        }
+        let once = tenure_client::Client::with_options(
+            eps.clone(),
+            tenure_client::ClientOptions {
+                max_attempts: 1,
+                transport: tenure_client::Transport::Unary,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let puts = (0..48).map(|i| {
+            let o = once.objects();
+            async move { o.put(&format!("/load/once{i}"), vec![i as u8; 300]).await }
+        });
+        let refused = futures::future::join_all(puts)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .filter(|e| {
+                let last = match e {
+                    Error::GaveUp { last, .. } => last.as_ref(),
+                    e => e,
+                };
+                matches!(last, Error::Overloaded(m) if m.contains("is overloaded"))
+            })
+            .count();
+        assert!(refused > 0, "48 puts at once to devices taking 2 each");
+        // Everything the first client wrote is there.
+        let l = c.objects().list("/load").await.unwrap();
+        assert!(l.objects.len() >= 48);
+    });
+}

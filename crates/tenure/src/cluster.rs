@@ -352,6 +352,7 @@ pub(crate) fn local_configs(
             join: false,
             rng_seed: None,
             request_timeout_ms: 5000,
+            max_client_requests: tenure_server::admission::DEFAULT_MAX_CLIENT_REQUESTS,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: Some(workers),
             lookup: Default::default(),

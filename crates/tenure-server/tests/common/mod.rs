@@ -121,6 +121,7 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             join: false,
             rng_seed: Some(p.id),
             request_timeout_ms: 5000,
+            max_client_requests: tenure_server::admission::DEFAULT_MAX_CLIENT_REQUESTS,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: None,
             lookup: Default::default(),
