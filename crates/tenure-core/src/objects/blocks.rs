@@ -127,7 +127,8 @@ struct Repair {
 
 /// The copy of a block a chunk keeps: its own bytes. Block data arrives as a slice of
 /// the buffer it was received in (a client's gRPC frame holds many small puts), and a
-/// kept slice keeps that whole buffer alive: 3.2 KB per 256-byte object, measured.
+/// kept slice keeps that whole buffer alive: 3.2 KB per 256-byte object, measured. The
+/// copy is also what the chunk persists (the device's durable state shares it).
 fn kept(data: &Bytes) -> Bytes {
     Bytes::copy_from_slice(data)
 }
@@ -171,11 +172,12 @@ impl ChunkBlocks {
                     if let ObjectOp::Blocks { blocks, .. } = &op {
                         for b in blocks {
                             if let Some(d) = &b.data {
-                                self.data.insert(b.id, kept(d));
+                                let d = kept(d);
+                                self.data.insert(b.id, d.clone());
                                 ctx.persist(PersistOp::BlockPut {
                                     chunk,
                                     id: b.id,
-                                    data: d.clone(),
+                                    data: d,
                                 });
                             }
                         }
@@ -285,7 +287,8 @@ impl ChunkBlocks {
                 && BlockInfo::of(&d) == *info
             {
                 r.missing.remove(&id);
-                self.data.insert(id, kept(&d));
+                let d = kept(&d);
+                self.data.insert(id, d.clone());
                 ctx.persist(PersistOp::BlockPut { chunk, id, data: d });
             }
         }
@@ -394,6 +397,7 @@ fn complete(ctx: &mut Ctx<'_>, store: StoreId, chunk: ChunkId, epoch: Epoch, mgr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::Output;
     use crate::layout::test_support::Env;
     use crate::objects::table::Access;
     use crate::objects::{BlockWrite, Uuid};
@@ -443,6 +447,18 @@ mod tests {
         assert!(
             !range.contains(&(kept.as_ptr() as usize)),
             "the kept block points into the frame it arrived in"
+        );
+        let persisted: Vec<&Bytes> = (env.out.iter())
+            .filter_map(|o| match o {
+                Output::Persist(PersistOp::BlockPut { data, .. }) => Some(data),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(persisted.len(), 1);
+        assert_eq!(
+            persisted[0].as_ptr(),
+            kept.as_ptr(),
+            "what is persisted (and held by the device's durable state) is the kept copy"
         );
     }
 }
