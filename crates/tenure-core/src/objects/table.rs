@@ -507,8 +507,20 @@ impl ObjectTable {
     /// recovery merge starts from it), so a UUID absent from it was pruned there and is
     /// not let back in.
     pub fn reconcile(&mut self, other: &ObjectTable) {
-        for (key, theirs) in &other.keys {
-            let Some(mine) = self.keys.get_mut(key) else {
+        // Only keys whose dicts differ: where the copies share structure the diff does not
+        // look, and an equal dict merges to itself. Visiting (and so copying) every key
+        // made a regeneration cost the whole table, in time and memory, per chunk.
+        let differing: Vec<(String, super::manifest::Dict)> = (self.keys.diff(&other.keys))
+            .filter_map(|d| match d {
+                imbl::ordmap::DiffItem::Update {
+                    old: (key, _),
+                    new: (_, theirs),
+                } => Some((key.clone(), theirs.clone())),
+                _ => None,
+            })
+            .collect();
+        for (key, theirs) in differing {
+            let Some(mine) = self.keys.get_mut(&key) else {
                 continue;
             };
             let known: super::manifest::Dict = (theirs.iter())
@@ -516,7 +528,7 @@ impl ObjectTable {
                 .map(|(u, m)| (*u, m.clone()))
                 .collect();
             merge_dict(mine, &known);
-            self.settle_key_only(key);
+            self.settle_key_only(&key);
         }
     }
 

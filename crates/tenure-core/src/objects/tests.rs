@@ -679,6 +679,30 @@ fn reconcile_merges_known_uploads_and_does_not_resurrect_pruned_ones() {
     assert_eq!(merged, newest);
 }
 
+/// DESIGN "State at scale": a reconciliation costs what differs between the copies. A
+/// copy that shares the table's structure leaves it untouched (visiting every key copied
+/// every path: a regeneration rebuilt each store's whole table).
+#[test]
+fn reconcile_with_a_sharing_copy_copies_nothing() {
+    let mut tab = ObjectTable::default();
+    for i in 0..500u128 {
+        upload(
+            &mut tab,
+            &format!("/a/k{i}"),
+            i + 1,
+            b"v",
+            1,
+            Default::default(),
+        )
+        .unwrap();
+    }
+    let before = tab.clone();
+    let other = tab.clone();
+    tab.reconcile(&other);
+    assert!(tab.keys.ptr_eq(&before.keys), "a key's path was copied");
+    assert_eq!(tab, before);
+}
+
 #[test]
 fn list_is_by_path_prefix() {
     let mut tab = ObjectTable::default();
