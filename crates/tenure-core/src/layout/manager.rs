@@ -108,6 +108,24 @@ pub struct Batch {
     pub sent: Instant,
 }
 
+#[cfg(test)]
+impl Batch {
+    /// An empty batch sent at `sent`, waiting for `waiting` until `deadline`.
+    pub(crate) fn waiting_for(
+        waiting: BTreeSet<ChunkId>,
+        sent: Instant,
+        deadline: Instant,
+    ) -> Batch {
+        Batch {
+            ops: Vec::new(),
+            replies: Vec::new(),
+            waiting,
+            deadline,
+            sent,
+        }
+    }
+}
+
 /// Outside-policy work in progress for this store.
 #[derive(Clone, Debug, Default)]
 pub struct PolicyState {
@@ -2086,10 +2104,41 @@ impl Manager {
             b.deadline = b.sent + longest;
         }
         if let Some(b) = self.inflight.as_ref().filter(|b| b.deadline <= now) {
-            for c in b.waiting.clone() {
-                if self.state != MgrState::Manager || !self.mark_failed(ctx, c) {
+            // Tenure: a chunk whose failure would cost the store its quorum or coverage
+            // is given up to one lease from the batch's sending (and no longer than its
+            // lease to this manager, `chunkfail`, §5.3.7) before it is blamed: a manager
+            // without quorum steps down, and the store then waits for that same chunk to
+            // regenerate. A chunk slowed by a failover elsewhere (its device taking over
+            // a dead one's stores) answers late, not never; a lost ACCEPT is not sent
+            // again, so the wait stays bounded. The longest-silent devices are blamed
+            // first, so a dead one is marked and a slow one spared.
+            let (sent, lease) = (b.sent, t.lease);
+            let mut silent: Vec<ChunkId> = b.waiting.iter().copied().collect();
+            silent.sort_by_key(|c| match c.device == me {
+                true => now,
+                false => ctx.heard.get(&c.device).copied().unwrap_or_default(),
+            });
+            let mut spared_until: Option<Instant> = None;
+            for c in silent {
+                if self.state != MgrState::Manager {
                     return;
                 }
+                let mut rest = self.live();
+                rest.remove(&c);
+                let spare = (self.chunkfail.get(&c)).map(|&lease_end| lease_end.min(sent + lease));
+                if let Some(until) = spare
+                    && until > now
+                    && !self.quorum_and_coverage(ctx, &rest)
+                {
+                    spared_until = Some(spared_until.map_or(until, |s: Instant| s.min(until)));
+                    continue;
+                }
+                if !self.mark_failed(ctx, c) {
+                    return;
+                }
+            }
+            if let (Some(until), Some(b)) = (spared_until, self.inflight.as_mut()) {
+                b.deadline = until;
             }
         }
         let due_timeouts: Vec<ChunkId> = self
