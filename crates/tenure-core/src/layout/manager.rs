@@ -2110,14 +2110,12 @@ impl Manager {
             // without quorum steps down, and the store then waits for that same chunk to
             // regenerate. A chunk slowed by a failover elsewhere (its device taking over
             // a dead one's stores) answers late, not never; a lost ACCEPT is not sent
-            // again, so the wait stays bounded. The longest-silent devices are blamed
-            // first, so a dead one is marked and a slow one spared.
+            // again, so the wait stays bounded. The chunk whose lease to this manager ends
+            // first (renewed longest ago: a dead one stopped renewing) is blamed first,
+            // so a dead one is marked and a slow one spared; this device's own chunk last.
             let (sent, lease) = (b.sent, t.lease);
             let mut silent: Vec<ChunkId> = b.waiting.iter().copied().collect();
-            silent.sort_by_key(|c| match c.device == me {
-                true => now,
-                false => ctx.heard.get(&c.device).copied().unwrap_or_default(),
-            });
+            silent.sort_by_key(|c| (c.device == me, self.chunkfail.get(c).copied()));
             let mut spared_until: Option<Instant> = None;
             for c in silent {
                 if self.state != MgrState::Manager {

@@ -1059,16 +1059,15 @@ fn manager_help_from_newer_chunk_not_in_layout_is_ignored() {
 #[test]
 fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
     // SafeTalk: chunks silent past the ack timeout are failed (seed 000 §5.3.7 manager then
-    // goes on only with quorum and coverage). Tenure: the longest-silent device first, and
+    // goes on only with quorum and coverage). Tenure: the chunk renewed longest ago first
+    // (its lease to the manager, `chunkfail`, ends first), and
     // a chunk whose failure would cost the quorum waits up to one lease from the batch's
     // sending (a failover elsewhere slows its device; it answers late, not never).
     let lease = timing().lease;
     let mut env = Env::new(M);
     let mut m = managing(3);
+    // c3 renewed its lease since; c1 (a dead device) did not.
     m.chunkfail.insert(c(3), T0 + lease + ms(700));
-    env.heard.insert(d(1), T0);
-    env.heard.insert(d(2), T0 + ms(299));
-    env.heard.insert(d(3), T0 + ms(299));
     m.inflight = Some(super::manager::Batch::waiting_for(
         set(&[1, 3]),
         T0,
@@ -1076,7 +1075,11 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
     ));
     m.on_tick(&mut env.ctx(T0 + ms(300)));
     assert_eq!(m.state, S::Manager);
-    assert_eq!(m.failed, set(&[1]), "the silent device's chunk is blamed");
+    assert_eq!(
+        m.failed,
+        set(&[1]),
+        "the chunk renewed longest ago is blamed"
+    );
     let b = m.inflight.as_ref().expect("the batch still waits");
     assert_eq!(b.waiting, set(&[3]));
     assert_eq!(b.deadline, T0 + lease);
