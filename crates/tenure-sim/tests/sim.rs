@@ -389,11 +389,13 @@ fn planted_takeover_ignores_renewal_is_caught() {
     // store's first epochs more than TTL + grace before, which expires every session at
     // once, while a holder has not yet heard of it and another client reopens and is
     // granted the name (about one 40 s run in fifty with membership changes, one 20 s
-    // run in two hundred without: seeds 13 and 32 of 0..114).
+    // run in two hundred without: seeds 13 and 32 of 0..114). Since a manager spares a
+    // slow chunk its quorum needs, fewer stores step down under faults and takeovers are
+    // rarer: seed 94 is the first of this sweep (it passes without the bug).
     let mut c = SimConfig::new(0);
     c.safety_us = 40_000_000;
     c.planted.takeover_ignores_renewal = true;
-    let (seed, v) = first_violation_with(c, 60).expect("not caught within 60 seeds");
+    let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
     eprintln!("takeover-ignores-renewal caught at seed {seed}: {v}");
     // The sessions expired at once may show first in the object store (seed 53 of this
     // sweep: an object read older than a put acknowledged before it; the same seed
