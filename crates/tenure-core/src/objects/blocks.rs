@@ -125,12 +125,21 @@ struct Repair {
     asked: Option<(ChunkId, u64, Instant)>,
 }
 
-/// The copy of a block a chunk keeps: its own bytes. Block data arrives as a slice of
-/// the buffer it was received in (a client's gRPC frame holds many small puts), and a
-/// kept slice keeps that whole buffer alive: 3.2 KB per 256-byte object, measured. The
-/// copy is also what the chunk persists (the device's durable state shares it).
-fn kept(data: &Bytes) -> Bytes {
-    Bytes::copy_from_slice(data)
+/// Keep a block in `kept` and persist it. The chunk keeps its own bytes: block data
+/// arrives as a slice of the buffer it was received in (a client's gRPC frame holds many
+/// small puts), and a kept slice keeps that whole buffer alive: 3.2 KB per 256-byte
+/// object, measured. The copy is also what is persisted (the device's durable state
+/// shares it).
+fn keep(
+    kept: &mut BTreeMap<BlockId, Bytes>,
+    ctx: &mut Ctx<'_>,
+    chunk: ChunkId,
+    id: BlockId,
+    data: &Bytes,
+) {
+    let data = Bytes::copy_from_slice(data);
+    kept.insert(id, data.clone());
+    ctx.persist(PersistOp::BlockPut { chunk, id, data });
 }
 
 /// One chunk's blocks.
@@ -172,13 +181,7 @@ impl ChunkBlocks {
                     if let ObjectOp::Blocks { blocks, .. } = &op {
                         for b in blocks {
                             if let Some(d) = &b.data {
-                                let d = kept(d);
-                                self.data.insert(b.id, d.clone());
-                                ctx.persist(PersistOp::BlockPut {
-                                    chunk,
-                                    id: b.id,
-                                    data: d,
-                                });
+                                keep(&mut self.data, ctx, chunk, b.id, d);
                             }
                         }
                     }
@@ -287,9 +290,7 @@ impl ChunkBlocks {
                 && BlockInfo::of(&d) == *info
             {
                 r.missing.remove(&id);
-                let d = kept(&d);
-                self.data.insert(id, d.clone());
-                ctx.persist(PersistOp::BlockPut { chunk, id, data: d });
+                keep(&mut self.data, ctx, chunk, id, &d);
             }
         }
         if r.missing.is_empty() {

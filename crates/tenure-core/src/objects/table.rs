@@ -510,23 +510,26 @@ impl ObjectTable {
         // Only keys whose dicts differ: where the copies share structure the diff does not
         // look, and an equal dict merges to itself. Visiting (and so copying) every key
         // made a regeneration cost the whole table, in time and memory, per chunk.
+        // Of their dict, the uploads this copy knows.
         let differing: Vec<(String, super::manifest::Dict)> = (self.keys.diff(&other.keys))
             .filter_map(|d| match d {
                 imbl::ordmap::DiffItem::Update {
-                    old: (key, _),
+                    old: (key, mine),
                     new: (_, theirs),
-                } => Some((key.clone(), theirs.clone())),
+                } => Some((
+                    key.clone(),
+                    (theirs.iter())
+                        .filter(|(u, _)| mine.contains_key(u))
+                        .map(|(u, m)| (*u, m.clone()))
+                        .collect(),
+                )),
                 _ => None,
             })
             .collect();
-        for (key, theirs) in differing {
+        for (key, known) in differing {
             let Some(mine) = self.keys.get_mut(&key) else {
                 continue;
             };
-            let known: super::manifest::Dict = (theirs.iter())
-                .filter(|(u, _)| mine.contains_key(u))
-                .map(|(u, m)| (*u, m.clone()))
-                .collect();
             merge_dict(mine, &known);
             self.settle_key_only(&key);
         }
