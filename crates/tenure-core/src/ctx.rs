@@ -3,7 +3,9 @@
 
 use crate::config::DeviceConfig;
 use crate::ids::DeviceId;
-use crate::io::{Observation, Output, PersistOp};
+use crate::io::Output;
+use crate::io::observation::Observation;
+use crate::io::persist::PersistOp;
 use crate::msg::Msg;
 use crate::rng::Rng;
 use crate::time::Instant;

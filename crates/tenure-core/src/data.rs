@@ -4,8 +4,9 @@
 //! transition and ships the merged state in the commit (DESIGN §3).
 
 use crate::ids::Epoch;
+use crate::ids::SessionId;
 use crate::lockctl::{LockOp, LockOpResult, LockTable, LockTableConfig, SessionRelease};
-use crate::session::{SessionId, Sessions};
+use crate::session::Sessions;
 use serde::{Deserialize, Serialize};
 
 /// The reconciliation step: merge another chunk's copy of the same store into this one.
@@ -16,16 +17,7 @@ pub trait Reconcile {
     fn reconcile(&mut self, other: &Self);
 }
 
-/// Version of one write: the epoch it was ordered in, then the manager's sequence number.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub struct Version {
-    /// Epoch of the manager that ordered the write.
-    pub epoch: Epoch,
-    /// Sequence number within the epoch.
-    pub seq: u64,
-}
+pub use crate::ids::Version;
 
 /// A versioned register map: the test payload that exercises reconciliation before the
 /// lock tables exist. Merge keeps, per key, the value with the highest version.
@@ -208,9 +200,9 @@ pub enum OpResult {
     /// A lock operation's result.
     Lock(LockOpResult),
     /// An object change's result.
-    Object(Result<crate::objects::ObjectOutcome, crate::io::ClientError>),
+    Object(Result<crate::objects::ObjectOutcome, crate::error::ClientError>),
     /// A fenced change whose token was not the lock's current one: nothing changed.
-    Refused(crate::io::ClientError),
+    Refused(crate::error::ClientError),
 }
 
 impl Tables {
@@ -284,7 +276,7 @@ impl Tables {
         &self,
         fence: &crate::objects::Fence,
         op: &StoreOp,
-    ) -> Result<(), crate::io::ClientError> {
+    ) -> Result<(), crate::error::ClientError> {
         let releaser = match op {
             StoreOp::Lock {
                 op: LockOp::Release { session, .. } | LockOp::ReleaseRequest { session, .. },
@@ -297,7 +289,7 @@ impl Tables {
         };
         let holders = self.locks.holders(&fence.lock).unwrap_or_default();
         match holders.iter().find(|h| h.session == session) {
-            Some(h) if h.token != fence.token => Err(crate::io::ClientError::StaleToken {
+            Some(h) if h.token != fence.token => Err(crate::error::ClientError::StaleToken {
                 current: Some(h.token),
             }),
             _ => Ok(()),

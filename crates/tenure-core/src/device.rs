@@ -12,10 +12,14 @@ use crate::ctx::Ctx;
 use crate::election::coordinator::{CoordMsg, Coordinator};
 use crate::election::members::{MemberState, Members};
 use crate::election::{ElectionMsg, Elector, ElectorOut, Term};
+use crate::error::ClientError;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
-use crate::io::{
-    ChunkPersist, ClientError, DevicePersist, Input, Observation, Output, PersistOp, PolicyCommand,
-};
+use crate::io::observation::Observation;
+use crate::io::persist::ChunkPersist;
+use crate::io::persist::DevicePersist;
+use crate::io::persist::PersistOp;
+use crate::io::policy::PolicyCommand;
+use crate::io::{Input, Output};
 use crate::layout::chunk::Chunk;
 use crate::layout::manager::Manager;
 use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
@@ -352,7 +356,7 @@ impl Device {
         &mut self,
         now: Instant,
         from: DeviceId,
-        msg: crate::snapshot::SnapMsg,
+        msg: crate::snapshot::SnapMsg<Msg>,
         out: &mut Vec<Output>,
     ) {
         use crate::snapshot::SnapMsg;
@@ -1294,8 +1298,9 @@ fn manager_is_garbage(m: &Manager) -> bool {
 }
 
 /// The one role a block message reaches (see [`Device::timers`]).
-fn block_role(m: &crate::objects::blocks::BlockMsg) -> Role {
-    use crate::objects::blocks::{BlockMsg, Requester};
+fn block_role(m: &crate::objects::msg::BlockMsg) -> Role {
+    use crate::objects::msg::BlockMsg;
+    use crate::objects::msg::Requester;
     match m {
         BlockMsg::Read { chunk, .. }
         | BlockMsg::Delete { chunk, .. }
@@ -1319,9 +1324,10 @@ fn on_block_msg(
     chunks: &mut BTreeMap<ChunkId, Chunk>,
     managers: &mut BTreeMap<StoreId, Manager>,
     from: DeviceId,
-    msg: crate::objects::blocks::BlockMsg,
+    msg: crate::objects::msg::BlockMsg,
 ) {
-    use crate::objects::blocks::{BlockMsg, Requester};
+    use crate::objects::msg::BlockMsg;
+    use crate::objects::msg::Requester;
     let mine = |c: &ChunkId, ctx: &Ctx<'_>| c.device == ctx.me();
     match msg {
         BlockMsg::Read {
@@ -1389,7 +1395,7 @@ mod tests {
     use super::*;
     use crate::config::ClusterConfig;
     use crate::ids::ClientId;
-    use crate::io::Request;
+    use crate::io::request::Request;
 
     /// A request to a store this device does not manage leaves an empty manager role
     /// behind; the next message, whatever role it reaches, collects it (as a full scan
@@ -1426,7 +1432,7 @@ mod tests {
             out.iter().any(|o| matches!(
                 o,
                 Output::Reply {
-                    result: Err(crate::io::ClientError::NotManager { .. }),
+                    result: Err(crate::error::ClientError::NotManager { .. }),
                     ..
                 }
             )),
@@ -1447,7 +1453,7 @@ mod tests {
                     chunk,
                     msg: ToChunk::Confirm {
                         epoch: Epoch(1),
-                        upto: crate::data::Version::default(),
+                        upto: crate::ids::Version::default(),
                     },
                 },
             },

@@ -15,7 +15,7 @@
 //! receiver recorded a message its sender's cut had not sent yet).
 
 use crate::ids::{ChunkId, DeviceId, StoreId};
-use crate::io::PersistOp;
+use crate::io::persist::PersistOp;
 use crate::msg::Msg;
 use std::collections::BTreeMap;
 
@@ -34,7 +34,7 @@ pub enum Domain {
 impl Domain {
     /// The domain of a message to a peer.
     pub fn of_msg(msg: &Msg) -> Domain {
-        use crate::objects::blocks::BlockMsg as B;
+        use crate::objects::msg::BlockMsg as B;
         match msg {
             Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
                 Domain::Store(*store)
@@ -144,8 +144,8 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::Version;
     use crate::election::Term;
+    use crate::ids::Version;
 
     const S1: StoreId = StoreId(1);
     const S2: StoreId = StoreId(2);

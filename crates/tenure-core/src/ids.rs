@@ -36,6 +36,28 @@ impl Epoch {
     }
 }
 
+/// Version of one write: the epoch it was ordered in, then the manager's sequence number.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Version {
+    /// Epoch of the manager that ordered the write.
+    pub epoch: Epoch,
+    /// Sequence number within the epoch.
+    pub seq: u64,
+}
+
+/// A session id: unique per store forever (it is the sequence number of its open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// The id of the session opened by the change sequenced `v`.
+    pub fn from_version(v: Version) -> SessionId {
+        SessionId((v.epoch.0 << 32) | (v.seq & 0xFFFF_FFFF))
+    }
+}
+
 /// A client connection as seen by a device (the server maps connections to ids).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClientId(pub u64);

@@ -5,7 +5,8 @@
 //! `chunk.device`); messages addressed to a store's manager carry the [`StoreId`] and the
 //! sending chunk.
 
-use crate::data::{StoreData, StoreOp, Version};
+use crate::data::{StoreData, StoreOp};
+use crate::ids::Version;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::layout::{LeaseType, Metadata, Prepared};
 use serde::{Deserialize, Serialize};
@@ -44,13 +45,13 @@ pub enum Msg {
     /// The lookup service (seed 003).
     Lookup(crate::lookup::LookupMsg),
     /// Object block traffic (seed 001; DESIGN §5).
-    Blocks(crate::objects::blocks::BlockMsg),
+    Blocks(crate::objects::msg::BlockMsg),
     /// Elections of the cluster's coordinator (seed 002 §14.3; DESIGN §6).
     Election(crate::election::ElectionMsg),
     /// Reports to the coordinator and its commands (DESIGN §6).
     Coord(crate::election::coordinator::CoordMsg),
     /// Snapshot markers, tags and termination detection (seed 002 §14.1–§14.2).
-    Snapshot(crate::snapshot::SnapMsg),
+    Snapshot(crate::snapshot::SnapMsg<Msg>),
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -285,11 +285,12 @@ pub fn finish(t: &mut Tables) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::Version;
     use crate::ids::Epoch;
+    use crate::ids::SessionId;
+    use crate::ids::Version;
     use crate::lockctl::LockName;
     use crate::objects::table::{Change, ChangeKind};
-    use crate::session::{SessionId, SessionRecord};
+    use crate::session::SessionRecord;
     use std::time::Duration;
 
     fn filled(n: u64) -> Tables {

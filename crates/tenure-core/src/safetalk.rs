@@ -31,7 +31,7 @@ pub trait Apply<Op> {
 
 /// A store-wide sequence number: the epoch it was assigned in, then a counter within the
 /// epoch. Ordered, and strictly increasing across manager changes.
-pub use crate::data::Version as Seq;
+pub use crate::ids::Version as Seq;
 
 /// Whether a change is a grant (kept in the L-list) or a release (the R-list).
 pub trait Kind {

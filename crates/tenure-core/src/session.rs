@@ -27,23 +27,13 @@
 //! away, so the client's deadline never falls after the manager's in real time: a client
 //! that stops using its locks at its deadline never overlaps a successor holder.
 
-use crate::data::Version;
 use crate::ids::Epoch;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A session id: unique per store forever (it is the sequence number of its open).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct SessionId(pub u64);
-
-impl SessionId {
-    /// The id of the session opened by the change sequenced `v`.
-    pub fn from_version(v: Version) -> SessionId {
-        SessionId((v.epoch.0 << 32) | (v.seq & 0xFFFF_FFFF))
-    }
-}
+pub use crate::ids::SessionId;
 
 /// Replicated record of one session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,6 +231,7 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::Version;
 
     fn table(ids: &[u64]) -> Sessions {
         Sessions {

@@ -4,10 +4,14 @@
 
 use crate::config::{ClusterConfig, DeviceConfig};
 use crate::device::Device;
+use crate::error::ClientError;
 use crate::ids::{ClientId, DeviceId, StoreId};
-use crate::io::{
-    ClientError, DevicePersist, Input, Observation, Output, PolicyCommand, Request, Response,
-};
+use crate::io::observation::Observation;
+use crate::io::persist::DevicePersist;
+use crate::io::policy::PolicyCommand;
+use crate::io::request::Request;
+use crate::io::request::Response;
+use crate::io::{Input, Output};
 use crate::layout::{ChunkState, MgrState};
 use crate::msg::Msg;
 use crate::time::Instant;

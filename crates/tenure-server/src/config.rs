@@ -200,10 +200,10 @@ pub const DEFAULT_SNAPSHOT_KEEP: usize = 10;
 #[serde(deny_unknown_fields, default)]
 pub struct SnapshotConfig {
     /// A snapshot a device has recorded but not finished within this long fails there.
-    #[serde(with = "tenure_core::lookup::humantime_serde_compat")]
+    #[serde(with = "tenure_core::duration::millis")]
     pub timeout: Duration,
     /// The coordinator starts a snapshot this often (zero: never; only on request).
-    #[serde(with = "tenure_core::lookup::humantime_serde_compat")]
+    #[serde(with = "tenure_core::duration::millis")]
     pub every: Duration,
     /// How many snapshots this device keeps its part of: once a part is written, the
     /// oldest beyond this many are removed (see [`crate::snapshots`]). 0 keeps them all.

@@ -29,7 +29,7 @@ use super::Term;
 use super::members::{MemberState, Members};
 use crate::config::DeviceConfig;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
-use crate::io::PolicyCommand;
+use crate::io::policy::PolicyCommand;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -150,15 +150,15 @@ pub struct ElectionSettings {
     pub algorithm: Algorithm,
     /// How long a bully candidate waits for OK, and a ring sender for its successor's
     /// acknowledgement.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub answer_timeout: Duration,
     /// How long a bully candidate that got OK waits for COORDINATOR, and a ring
     /// initiator for its election to come back.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub result_timeout: Duration,
     /// The coordinator's heartbeat interval; a member starts an election after three
     /// missed heartbeats.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub heartbeat: Duration,
 }
 

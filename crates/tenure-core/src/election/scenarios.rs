@@ -4,7 +4,9 @@
 use super::Term;
 use super::coordinator::CoordMsg;
 use crate::ids::{DeviceId, Epoch, StoreId};
-use crate::io::{Input, Observation, PolicyCommand};
+use crate::io::Input;
+use crate::io::observation::Observation;
+use crate::io::policy::PolicyCommand;
 use crate::msg::Msg;
 use crate::testkit::Cluster;
 use std::time::Duration;

@@ -25,9 +25,12 @@
 
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::data::{StoreOp, Version};
+use crate::data::StoreOp;
+use crate::ids::Version;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
-use crate::io::{ChunkPersist, Observation, PersistOp};
+use crate::io::observation::Observation;
+use crate::io::persist::ChunkPersist;
+use crate::io::persist::PersistOp;
 use crate::layout::{ChunkState, ChunkView, LeaseType, Metadata, Prepared};
 use crate::msg::{Msg, ToChunk, ToManager};
 use crate::time::Instant;
@@ -174,7 +177,7 @@ impl Chunk {
     }
 
     /// Persist a SafeTalk change already applied to `self.p` as a delta, or, every
-    /// `whole_record_every` deltas ([`crate::io::CHECKPOINT_EVERY`] by default), as the
+    /// `whole_record_every` deltas ([`crate::config::CHECKPOINT_EVERY`] by default), as the
     /// whole record.
     fn persist_delta(&mut self, ctx: &mut Ctx<'_>, delta: PersistOp) {
         if self.deltas.saturating_add(1) >= ctx.cfg.whole_record_every {
@@ -724,9 +727,9 @@ impl Chunk {
         // nodes); in between it applies the deltas, copying only the nodes they touch.
         // Not at every delta: a node shared is copied by whichever side changes it next,
         // and the chunk would copy each node it changes once per batch.
-        let after = crate::io::TablesAfter(
+        let after = crate::io::persist::TablesAfter(
             self.deltas
-                .is_multiple_of(crate::io::SHARE_TABLES_EVERY)
+                .is_multiple_of(crate::io::persist::SHARE_TABLES_EVERY)
                 .then(|| std::sync::Arc::new((self.p.data.confirmed, self.p.data.table.clone()))),
         );
         self.persist_delta(

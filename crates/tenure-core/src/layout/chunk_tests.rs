@@ -11,7 +11,9 @@
 use super::chunk::Chunk;
 use super::test_support::*;
 use super::{ChunkState as S, LeaseType, Prepared};
-use crate::io::{Observation, Output, PersistOp};
+use crate::io::Output;
+use crate::io::observation::Observation;
+use crate::io::persist::PersistOp;
 use crate::msg::{ToChunk, ToManager};
 
 fn help(epoch: u64) -> ToManager {
@@ -34,7 +36,7 @@ fn prepared(new_epoch: u64, new_mgr: crate::ids::DeviceId) -> Prepared {
 }
 
 /// The chunk's persisted records, in order.
-fn put_chunks(out: &[Output]) -> Vec<crate::io::ChunkPersist> {
+fn put_chunks(out: &[Output]) -> Vec<crate::io::persist::ChunkPersist> {
     persists(out)
         .into_iter()
         .filter_map(|p| match p {
@@ -1253,7 +1255,7 @@ fn recovery_lease_access_protocol_blocks() {
     // seed 000 §4.1: the access protocol blocks unless the state is regular lease.
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
-    let v = crate::data::Version {
+    let v = crate::ids::Version {
         epoch: e(3),
         seq: 1,
     };
@@ -1509,7 +1511,7 @@ fn accept_persists(whole_record_every: u32, n: u64) -> String {
     let mut k = chunk(&mut env, S::RegularLease, 3, M);
     let mut kinds = String::new();
     for seq in 1..=n {
-        let v = crate::data::Version { epoch: e(3), seq };
+        let v = crate::ids::Version { epoch: e(3), seq };
         let accept = ToChunk::Accept {
             epoch: e(3),
             ops: vec![(v, crate::data::StoreOp::Register { key: 1, value: seq })],

@@ -12,9 +12,12 @@ use super::manager::{Manager, TxKind};
 use super::test_support::*;
 use super::{LeaseType, MgrState as S, Prepared};
 use crate::data::StoreData;
+use crate::error::ClientError;
 use crate::ids::StoreId;
 use crate::ids::{ChunkId, ClientId, DeviceId};
-use crate::io::{ClientError, EpochCause, Observation, Output};
+use crate::io::Output;
+use crate::io::observation::EpochCause;
+use crate::io::observation::Observation;
 use crate::msg::{MgrMsg, ToChunk, ToManager};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -2459,7 +2462,7 @@ fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
     // A read is answered once every live chunk has accepted, in this epoch, a batch sent
     // after the read arrived: a manager deposed while paused or cut off (its chunks
     // committed a newer epoch) can no longer answer from old state (seed 35561).
-    use crate::io::Request;
+    use crate::io::request::Request;
     let mut env = Env::new(M);
     let mut m = managing(3);
     let read = Request::Holders {
@@ -2496,7 +2499,7 @@ fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
         vec![&Output::Reply {
             client: ClientId(1),
             req_id: 7,
-            result: Ok(crate::io::Response::Holders(vec![]))
+            result: Ok(crate::io::request::Response::Holders(vec![]))
         }],
         "two of three accepted after the third failed: quorum holds, the read is answered"
     );
@@ -2534,7 +2537,7 @@ fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
     assert_eq!(m.state, S::None);
 }
 
-fn accepted(epoch: u64, upto: crate::data::Version) -> ToManager {
+fn accepted(epoch: u64, upto: crate::ids::Version) -> ToManager {
     ToManager::Accepted {
         epoch: e(epoch),
         upto,
@@ -2548,7 +2551,7 @@ fn manager_relayout_asked_while_a_batch_is_in_flight_starts_when_it_completes() 
     // between batches, so a relayout refused while busy was refused forever and a
     // retiring device's chunks never moved off it (simulator seed 1, membership on). It
     // now waits for the batch in flight, answering new requests Unavailable meanwhile.
-    use crate::io::Request;
+    use crate::io::request::Request;
     let mut env = Env::new(M);
     let mut m = managing(3);
     m.write(&mut env.ctx(T0), ClientId(1), 9, 1, 1);
@@ -2679,7 +2682,7 @@ fn speculative_tables_share_the_committed_ones_once_everything_is_committed() {
     c.run_for(Duration::from_secs(5));
     let (d, _) = c.manager_of(store).expect("managed");
     let mut shared = 0;
-    for i in 0..(3 * crate::io::SHARE_TABLES_EVERY as u64) {
+    for i in 0..(3 * crate::io::persist::SHARE_TABLES_EVERY as u64) {
         c.write(d, store, i % 7, i);
         c.run_for(Duration::from_millis(20));
         let m = c.devices.get_mut(&d).expect("device").manager_mut(store);

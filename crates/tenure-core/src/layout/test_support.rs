@@ -12,7 +12,9 @@ use crate::config::{ClusterConfig, DeviceConfig, Timing};
 use crate::ctx::Ctx;
 use crate::data::StoreData;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
-use crate::io::{Observation, Output, PersistOp};
+use crate::io::Output;
+use crate::io::observation::Observation;
+use crate::io::persist::PersistOp;
 use crate::layout::chunk::{Chunk, TransitionLog};
 use crate::layout::manager::{Manager, Tx, TxKind};
 use crate::layout::{ChunkState, Metadata, MgrState, Prepared};
@@ -73,7 +75,7 @@ pub(crate) fn ms(n: u64) -> std::time::Duration {
 
 /// A store holding one confirmed register write (`key` = `value`, ordered in `epoch`).
 pub(crate) fn data_with(epoch: u64, key: u64, value: u64) -> StoreData {
-    let v = crate::data::Version {
+    let v = crate::ids::Version {
         epoch: e(epoch),
         seq: 1,
     };

@@ -4,7 +4,7 @@
 use super::mode::{LockMode, conflicts};
 use super::name::{InvalidName, LockName};
 use crate::ids::Epoch;
-pub use crate::session::SessionId;
+pub use crate::ids::SessionId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

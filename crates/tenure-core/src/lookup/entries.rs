@@ -2,7 +2,6 @@
 //! queries answered by the leader; volatile and persistent entries; subscriptions and
 //! alerts, themselves soft state refreshed by their subscribers.
 
-use super::node::Node;
 use super::policy::{self, Signals};
 use super::{
     Durability, Entry, EntryView, LeaderId, LookupError, LookupMsg, LookupRequest, LookupResponse,
@@ -11,7 +10,8 @@ use super::{
 };
 use crate::ctx::Ctx;
 use crate::ids::DeviceId;
-use crate::io::{Output, PersistOp};
+use crate::io::Output;
+use crate::io::persist::PersistOp;
 use crate::msg::Msg;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,9 +51,9 @@ struct Demand {
 /// Entries, tombstones and subscriptions of one node.
 #[derive(Clone, Debug, Default)]
 pub struct Entries {
-    map: BTreeMap<String, Entry>,
+    pub(super) map: BTreeMap<String, Entry>,
     expiry: BTreeSet<(Instant, String)>,
-    subs: BTreeMap<SubId, Sub>,
+    pub(super) subs: BTreeMap<SubId, Sub>,
     demand: BTreeMap<String, Demand>,
     /// Meta-updates the leader sent for entries published through this node (origin).
     meta: BTreeMap<String, Meta>,
@@ -346,7 +346,7 @@ impl Entries {
         }
     }
 
-    fn view(&self, now: Instant, e: &Entry) -> Option<EntryView> {
+    pub(super) fn view(&self, now: Instant, e: &Entry) -> Option<EntryView> {
         Some(EntryView {
             key: e.key.clone(),
             value: e.value.clone()?,
@@ -357,7 +357,7 @@ impl Entries {
         })
     }
 
-    fn under_prefix(&self, now: Instant, prefix: &str) -> Vec<EntryView> {
+    pub(super) fn under_prefix(&self, now: Instant, prefix: &str) -> Vec<EntryView> {
         (self.live_under(prefix.trim_end_matches('/')))
             .filter(|e| under(&e.key, prefix))
             .filter_map(|e| self.view(now, e))
@@ -417,7 +417,7 @@ impl Entries {
 
     /// Apply a publish. Returns whether it was applied (or an idempotent repeat), or
     /// `StaleVersion`.
-    fn publish(
+    pub(super) fn publish(
         &mut self,
         ctx: &mut Ctx,
         lid: Option<LeaderId>,
@@ -483,7 +483,7 @@ impl Entries {
         Ok(())
     }
 
-    fn revoke(
+    pub(super) fn revoke(
         &mut self,
         ctx: &mut Ctx,
         lid: Option<LeaderId>,
@@ -540,7 +540,7 @@ impl Entries {
         Ok(())
     }
 
-    fn subscribe(
+    pub(super) fn subscribe(
         &mut self,
         ctx: &mut Ctx,
         lid: Option<LeaderId>,
@@ -626,7 +626,7 @@ impl Entries {
     }
 
     /// The adaptivity policy's verdict for an entry (leader only).
-    fn meta_for(&self, ctx: &Ctx, key: &str) -> Option<Meta> {
+    pub(super) fn meta_for(&self, ctx: &Ctx, key: &str) -> Option<Meta> {
         let e = self.map.get(key)?;
         let d = self.demand.get(key).copied().unwrap_or_default();
         let window = ctx.cfg.lookup.adapt.demand_window;
@@ -651,7 +651,7 @@ impl Entries {
         (m.interval != e.interval || m.durability != e.durability).then_some(m)
     }
 
-    fn count_query(&mut self, now: Instant, window: Duration, key: &str) {
+    pub(super) fn count_query(&mut self, now: Instant, window: Duration, key: &str) {
         let d = self.demand.entry(key.to_string()).or_default();
         if now.saturating_since(d.since) > window {
             *d = Demand {
@@ -677,7 +677,7 @@ impl Entries {
             self.meta.remove(&key);
             self.demand.remove(&key);
             if e.value.is_some() {
-                ctx.observe(crate::io::Observation::LookupExpired {
+                ctx.observe(crate::io::observation::Observation::LookupExpired {
                     persistent: e.durability == Durability::Persistent,
                 });
             }
@@ -740,105 +740,5 @@ impl Entries {
         [expiry, subs, alerts]
             .into_iter()
             .fold(None, crate::time::earliest)
-    }
-}
-
-impl Node {
-    /// The seed's `main_thread_for_receiving_announcements_and_queries`: one multicast
-    /// request arriving at this node. Returns the answer this node gives as leader (a
-    /// query, an acknowledged update, an unsubscribe), if any.
-    pub(super) fn deliver(
-        &mut self,
-        ctx: &mut Ctx,
-        origin: DeviceId,
-        req: &LookupRequest,
-    ) -> Option<Result<LookupResponse, LookupError>> {
-        let leader = self.is_leader();
-        let lid = leader.then(|| self.leader_id());
-        let now = ctx.now;
-        match req {
-            LookupRequest::Get { key } => {
-                let lid = lid?;
-                let window = ctx.cfg.lookup.adapt.demand_window;
-                self.data.count_query(now, window, key);
-                let mut entry = self.data.map.get(key).and_then(|e| self.data.view(now, e));
-                if ctx.cfg.planted.lookup_fabricated_answer
-                    && let Some(e) = &mut entry
-                {
-                    e.value.push(b'?');
-                }
-                Some(Ok(LookupResponse::Entry { entry, leader: lid }))
-            }
-            LookupRequest::List { prefix } => {
-                let lid = lid?;
-                let entries = self.data.under_prefix(now, prefix);
-                Some(Ok(LookupResponse::Entries {
-                    entries,
-                    leader: lid,
-                }))
-            }
-            LookupRequest::Publish {
-                key, durability, ..
-            } => {
-                if !self.applies_updates() {
-                    return None;
-                }
-                let applied = self.data.publish(ctx, lid, req);
-                lid?;
-                let meta = applied
-                    .as_ref()
-                    .ok()
-                    .and_then(|_| self.data.meta_for(ctx, key));
-                match durability {
-                    // `if (bIsLeader && update_needs_acknowledgement) reply(status)`.
-                    Durability::Persistent => {
-                        Some(applied.map(|_| LookupResponse::Published { acked: true, meta }))
-                    }
-                    Durability::Volatile => {
-                        if let Some(meta) = meta {
-                            if origin == self.me {
-                                self.data.cache_meta(key.clone(), meta);
-                            } else {
-                                let key = key.clone();
-                                ctx.send(origin, Msg::Lookup(LookupMsg::Meta { key, meta }));
-                            }
-                        }
-                        None
-                    }
-                }
-            }
-            LookupRequest::Revoke { durability, .. } => {
-                if !self.applies_updates() {
-                    return None;
-                }
-                let applied = self.data.revoke(ctx, lid, req);
-                lid?;
-                (*durability == Durability::Persistent)
-                    .then(|| applied.map(|_| LookupResponse::Revoked { acked: true }))
-            }
-            LookupRequest::Subscribe { .. } => {
-                if self.applies_updates() {
-                    self.data.subscribe(ctx, lid, origin, req);
-                }
-                None
-            }
-            LookupRequest::Unsubscribe { sub } => {
-                // Only the subscription's own origin drops it: a subscriber that moved to
-                // another device keeps it when its old stream's end unsubscribes.
-                let known = self.applies_updates()
-                    && match self.data.subs.get(sub) {
-                        Some(s) if s.origin == origin => self.data.subs.remove(sub).is_some(),
-                        Some(_) => true,
-                        None => false,
-                    };
-                lid?;
-                Some(if known {
-                    Ok(LookupResponse::Unsubscribed)
-                } else {
-                    Err(LookupError::UnknownSubscription(*sub))
-                })
-            }
-            LookupRequest::Status => None,
-        }
     }
 }

@@ -24,6 +24,7 @@
 //! driver as [`crate::Output::LookupEvent`].
 
 pub mod entries;
+mod main_thread;
 pub mod node;
 pub mod policy;
 pub mod sss;
@@ -52,29 +53,29 @@ pub struct LookupSettings {
     pub enabled: bool,
     /// `SS_HEARTBEAT_INTERVAL`: how often every node refreshes its soft state at the
     /// others. A node is down after three intervals without a heartbeat.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub heartbeat_interval: Duration,
     /// `ROUNDTRIP_COMMUNICATION_DELAY`: how long a joining node waits for Ack/Nack, and an
     /// origin for the leader's answer.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub roundtrip_delay: Duration,
     /// `MAX_VOLATILE_REFRESH_INTERVAL`: the longest refresh interval of a volatile entry,
     /// and the warm-up a joining node sleeps to build up volatile state.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub max_volatile_refresh_interval: Duration,
     /// `Max_Persistent_Refresh_Interval`: the longest refresh interval of any entry.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub max_persistent_refresh_interval: Duration,
     /// Θ: a provider retries an unacknowledged persistent update within this long (seed
     /// 003 relaxes "providers retry immediately" to "within Θ"). It sizes a persistent
     /// entry's lifetime (see [`LookupSettings::lifetime`]).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub max_retry_interval: Duration,
     /// The shortest refresh interval accepted.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub min_refresh_interval: Duration,
     /// `LONG_TIMEOUT`: the maintainer runs at least this often.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub long_timeout: Duration,
     /// `t`: the service keeps at most `t + 1` active (hot) nodes.
     pub hot_spares: usize,
@@ -84,52 +85,6 @@ pub struct LookupSettings {
     pub max_value_bytes: usize,
     /// Adaptivity (meta-updates): the policy's thresholds.
     pub adapt: policy::AdaptSettings,
-}
-
-/// Durations in the TOML config are written as milliseconds (`heartbeat_interval = 300`)
-/// or as strings with a unit (`"300ms"`, `"2s"`, `"5m"`). For `#[serde(with = ...)]` on a
-/// `Duration` field (the server's own configuration sections use it too).
-pub mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    /// A duration as milliseconds.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Millis(u64),
-        Text(String),
-    }
-
-    /// Milliseconds, or a string with a unit.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        match Raw::deserialize(d)? {
-            Raw::Millis(ms) => Ok(Duration::from_millis(ms)),
-            Raw::Text(t) => super::parse_duration(&t).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// Parse `"300ms"`, `"2s"`, `"5m"`, `"1h"` or a bare number of milliseconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (examples: 300ms, 2s, 5m)"))?;
-    let d = match unit.trim() {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        u => return Err(format!("unknown unit {u:?} in {s:?} (use ms, s, m or h)")),
-    };
-    Ok(d)
 }
 
 impl Default for LookupSettings {

@@ -22,7 +22,8 @@ use super::{
 };
 use crate::ctx::Ctx;
 use crate::ids::{ClientId, DeviceId};
-use crate::io::{Output, Response};
+use crate::io::Output;
+use crate::io::request::Response;
 use crate::msg::Msg;
 use crate::time::{Instant, earliest};
 use serde::{Deserialize, Serialize};
@@ -421,7 +422,7 @@ impl Node {
     }
 
     fn observe(&self, ctx: &mut Ctx) {
-        ctx.observe(crate::io::Observation::LookupState {
+        ctx.observe(crate::io::observation::Observation::LookupState {
             state: self.state(),
             start: self.start,
         });
@@ -894,6 +895,6 @@ pub(super) fn reply(
         req_id,
         result: result
             .map(Response::Lookup)
-            .map_err(crate::io::ClientError::Lookup),
+            .map_err(crate::error::ClientError::Lookup),
     });
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 #[serde(default)]
 pub struct AdaptSettings {
     /// Queries of one key are counted over this window.
-    #[serde(with = "super::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub demand_window: Duration,
     /// (a) this many queries in the window is high demand.
     pub demand_queries: u32,

@@ -83,7 +83,7 @@ mod sync_seq_tests {
 
 mod restore_tests {
     use crate::DeviceId;
-    use crate::io::Response;
+    use crate::io::request::Response;
     use crate::lookup::*;
     use crate::testkit::Cluster;
     use std::time::Duration;
@@ -275,7 +275,7 @@ mod merge_notify_tests {
 
 mod persistent_lifetime_tests {
     use crate::DeviceId;
-    use crate::io::Response;
+    use crate::io::request::Response;
     use crate::lookup::*;
     use crate::testkit::Cluster;
     use std::time::Duration;
@@ -364,9 +364,9 @@ mod multicast_tests {
         let get = c.lookup(DeviceId(1), 2, LookupRequest::Get { key: "/a/x".into() });
         c.run_for(Duration::from_millis(20));
         let got = match c.replies.get(&get) {
-            Some(Ok(crate::io::Response::Lookup(LookupResponse::Entry { entry, .. }))) => {
-                entry.as_ref().map(|e| e.value.clone())
-            }
+            Some(Ok(crate::io::request::Response::Lookup(LookupResponse::Entry {
+                entry, ..
+            }))) => entry.as_ref().map(|e| e.value.clone()),
             other => panic!("{other:?}"),
         };
         assert_eq!(got, Some(b"v1".to_vec()));
@@ -375,7 +375,7 @@ mod multicast_tests {
 
 mod merge_request_tests {
     use crate::DeviceId;
-    use crate::io::Response;
+    use crate::io::request::Response;
     use crate::lookup::*;
     use crate::testkit::Cluster;
     use std::time::Duration;
@@ -471,7 +471,7 @@ mod stabilise_tests {
 
 mod partition_tests {
     use crate::DeviceId;
-    use crate::io::Response;
+    use crate::io::request::Response;
     use crate::lookup::*;
     use crate::testkit::Cluster;
     use std::collections::BTreeSet;

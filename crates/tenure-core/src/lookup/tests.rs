@@ -2,8 +2,11 @@
 //! state and event), on the deterministic harness ([`crate::testkit::Cluster`]).
 
 use super::*;
+use crate::error::ClientError;
 use crate::ids::DeviceId;
-use crate::io::{ClientError, Output, PersistOp, Response};
+use crate::io::Output;
+use crate::io::persist::PersistOp;
+use crate::io::request::Response;
 use crate::lookup::node::Corruption;
 use crate::testkit::Cluster;
 use std::time::Duration;
@@ -382,7 +385,7 @@ fn volatile_entries_are_applied_everywhere_answered_by_the_leader_and_expire() {
         .filter(|(_, _, o)| {
             matches!(
                 o,
-                crate::io::Observation::LookupExpired { persistent: false }
+                crate::io::observation::Observation::LookupExpired { persistent: false }
             )
         })
         .count();

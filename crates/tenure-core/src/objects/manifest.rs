@@ -7,7 +7,7 @@
 //! a later state always wins over an earlier one; equal states merge their contents.
 
 use super::{BlockId, BlockInfo, Uuid};
-use crate::session::SessionId;
+use crate::ids::SessionId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

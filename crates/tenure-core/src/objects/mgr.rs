@@ -2,7 +2,9 @@
 //! activation, each a SafeTalk change), linearizable reads from complete chunks,
 //! collectors under deletion leases (seed 001 workflow step 4), and watches.
 
-use super::blocks::{BlockMsg, READ_BATCH, Requester};
+use super::blocks::READ_BATCH;
+use super::msg::BlockMsg;
+use super::msg::Requester;
 use super::table::{Access, GcWork};
 use super::{
     BlockId, Bytes, DeletionLease, ManifestState, ObjectError, ObjectMeta, ObjectOp, ObjectOutcome,
@@ -10,8 +12,12 @@ use super::{
 };
 use crate::ctx::Ctx;
 use crate::data::StoreOp;
+use crate::error::ClientError;
 use crate::ids::{ChunkId, ClientId, DeviceId};
-use crate::io::{ClientError, ObjectRequest, Observation, Output, Response};
+use crate::io::Output;
+use crate::io::observation::Observation;
+use crate::io::request::ObjectRequest;
+use crate::io::request::Response;
 use crate::layout::MgrState;
 use crate::layout::manager::Manager;
 use crate::lockctl::LockName;
@@ -59,7 +65,7 @@ struct Watch {
     last: u64,
     /// Held until the change carrying its read barrier is confirmed: nothing is sent
     /// before the subscription's answer and its replay.
-    held: Option<crate::data::Version>,
+    held: Option<crate::ids::Version>,
     /// The `after` it was asked with (a retry asks the same).
     asked: Option<u64>,
 }

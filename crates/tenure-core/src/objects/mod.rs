@@ -19,6 +19,7 @@
 pub mod blocks;
 pub mod manifest;
 pub mod mgr;
+pub mod msg;
 pub mod table;
 
 #[cfg(test)]
@@ -29,8 +30,8 @@ mod tests;
 pub use manifest::{DeletionLease, Manifest, ManifestState, Part, Props, merge, merge_dict};
 pub use table::{Change, ChangeKind, ObjectMeta, ObjectTable};
 
+use crate::ids::SessionId;
 use crate::lockctl::FencingToken;
-use crate::session::SessionId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -390,16 +391,16 @@ pub struct ObjectSettings {
     /// Longest key, in bytes.
     pub max_key_len: usize,
     /// Tombstones (`deleted`) are pruned this long after deletion.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub prune_after: Duration,
     /// A deletion lease not checked in for this long is taken over (the seed's N).
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub lease_timeout: Duration,
     /// A collector checks in this often.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub checkin_interval: Duration,
     /// An upload still writing this long after its last block is abandoned.
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub writing_timeout: Duration,
     /// How many changes the watch history keeps per store.
     pub history: u32,

@@ -4,8 +4,13 @@
 
 use super::*;
 use crate::config::{DeviceConfig, store_of};
+use crate::error::ClientError;
 use crate::ids::{DeviceId, StoreId};
-use crate::io::{ClientError, ObjectRequest, Output, Request, Response, Writer};
+use crate::io::Output;
+use crate::io::request::ObjectRequest;
+use crate::io::request::Request;
+use crate::io::request::Response;
+use crate::io::request::Writer;
 use crate::msg::Msg;
 use crate::testkit::Cluster;
 use std::time::Duration;
@@ -419,7 +424,10 @@ fn block_data_never_travels_in_a_vote_or_commit() {
     let s = store("/v/k");
     let (m, _) = c.manager_of(s).unwrap();
     let to = c.configs.keys().copied().find(|d| *d != m).unwrap();
-    c.policy(m, crate::io::PolicyCommand::Migrate { store: s, to });
+    c.policy(
+        m,
+        crate::io::policy::PolicyCommand::Migrate { store: s, to },
+    );
     c.run_for(Duration::from_secs(3));
     assert_eq!(c.manager_of(s).unwrap().0, to);
     let carried = |msg: &Msg| match msg {
@@ -520,7 +528,12 @@ fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
     c.crash(m);
     c.run_for(Duration::from_secs(10));
     let (m2, _) = c.manager_of(s).unwrap();
-    assert!(c.observed(|o| matches!(o, crate::io::Observation::GcLeaseTakeover { .. })) > 0);
+    assert!(
+        c.observed(|o| matches!(
+            o,
+            crate::io::observation::Observation::GcLeaseTakeover { .. }
+        )) > 0
+    );
     let t = c.devices[&m2].managed_tables(s).unwrap();
     // Collected (deleted, or already pruned: prune_after is 5 s here).
     let old = t.objects.keys[key].values().find(|m| m.revision == 1);
@@ -535,7 +548,7 @@ fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
     assert_eq!(get(&mut c, key), Ok(b"new content".to_vec()));
 }
 
-fn session(c: &mut Cluster, s: StoreId) -> crate::session::SessionId {
+fn session(c: &mut Cluster, s: StoreId) -> crate::ids::SessionId {
     let (m, _) = c.manager_of(s).unwrap();
     let id = c.request(
         m,
@@ -562,7 +575,7 @@ fn lock_req(c: &mut Cluster, s: StoreId, req: Request) -> Result<Response, Clien
 fn acquire(
     c: &mut Cluster,
     s: StoreId,
-    session: crate::session::SessionId,
+    session: crate::ids::SessionId,
     name: &str,
     id: u64,
 ) -> crate::lockctl::FencingToken {
@@ -575,7 +588,7 @@ fn acquire(
             request_id: id,
             name: name.into(),
             mode: crate::lockctl::LockMode::Exclusive,
-            wait: crate::io::WaitSpec::Try,
+            wait: crate::io::request::WaitSpec::Try,
             lock_delay: None,
         },
     );

@@ -8,9 +8,9 @@
 
 use super::manifest::{Manifest, ManifestState, Part, merge, merge_dict};
 use super::{BlockId, BlockInfo, Conditions, ObjectError, ObjectOp, ObjectOutcome, Uuid, under};
-use crate::io::ClientError;
+use crate::error::ClientError;
+use crate::ids::SessionId;
 use crate::lockctl::LockTable;
-use crate::session::SessionId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

@@ -244,7 +244,7 @@ fn upload(
     data: &[u8],
     s: u64,
     cond: Conditions,
-) -> Result<ObjectOutcome, crate::io::ClientError> {
+) -> Result<ObjectOutcome, crate::error::ClientError> {
     let uuid = Uuid(uuid);
     let blocks = split(uuid, 0, 0, &Bytes::copy_from_slice(data), 4);
     let l = locks();
@@ -389,7 +389,7 @@ fn put_if_token_checks_the_lock_atomically() {
     let tab = ObjectTable::default();
     let mut l = locks();
     let acq = Acquire {
-        session: crate::session::SessionId(1),
+        session: crate::ids::SessionId(1),
         request_id: RequestId(1),
         name: "/a/lock".into(),
         mode: LockMode::Exclusive,
@@ -414,7 +414,7 @@ fn put_if_token_checks_the_lock_atomically() {
     };
     assert_eq!(
         tab.check("/a/k", &fenced(stale), &l),
-        Err(crate::io::ClientError::StaleToken {
+        Err(crate::error::ClientError::StaleToken {
             current: Some(token)
         })
     );
@@ -585,7 +585,7 @@ fn multipart_completion_keeps_a_subset_and_collects_the_rest() {
 fn ephemeral_objects_end_with_their_session() {
     let mut tab = ObjectTable::default();
     let l = locks();
-    let s = crate::session::SessionId(5);
+    let s = crate::ids::SessionId(5);
     let begin = ObjectOp::Begin {
         key: "/a/e".into(),
         uuid: U,

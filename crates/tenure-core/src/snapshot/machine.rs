@@ -2,7 +2,9 @@
 
 use super::{SnapMsg, SnapshotId, SnapshotPart, SnapshotSettings};
 use crate::ids::DeviceId;
-use crate::io::{DevicePersist, Output, PersistOp};
+use crate::io::Output;
+use crate::io::persist::DevicePersist;
+use crate::io::persist::PersistOp;
 use crate::msg::Msg;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -18,7 +20,7 @@ const RECORDED_KEPT: usize = 64;
 /// Continue), sent again if the predecessor's marker comes again: the first answer may
 /// have been lost, and the marker (a tag) comes again only because the predecessor has
 /// not heard from this device.
-type Answer = Option<(DeviceId, SnapMsg)>;
+type Answer = Option<(DeviceId, SnapMsg<Msg>)>;
 
 /// One device's snapshot machine: every snapshot it takes part in.
 #[derive(Clone, Debug, Default)]
@@ -134,9 +136,9 @@ impl Snapshots {
         state: DevicePersist,
         out: &mut Vec<Output>,
     ) {
-        out.push(Output::Observe(crate::io::Observation::SnapshotRecorded {
-            id,
-        }));
+        out.push(Output::Observe(
+            crate::io::observation::Observation::SnapshotRecorded { id },
+        ));
         // Durable before the markers leave: a restart never records `id` again.
         self.recorded.push_back(id);
         if self.recorded.len() > RECORDED_KEPT {
@@ -243,7 +245,13 @@ impl Snapshots {
     }
 
     /// Any other snapshot message.
-    pub fn on_msg(&mut self, me: DeviceId, from: DeviceId, msg: SnapMsg, out: &mut Vec<Output>) {
+    pub fn on_msg(
+        &mut self,
+        me: DeviceId,
+        from: DeviceId,
+        msg: SnapMsg<Msg>,
+        out: &mut Vec<Output>,
+    ) {
         let id = match msg {
             SnapMsg::MarkerAck { id } => {
                 if let Some(l) = self.active.get_mut(&id) {

@@ -39,16 +39,15 @@
 //! `[snapshot] timeout` ends the snapshot as failed there.
 
 mod machine;
+pub mod part;
 #[cfg(test)]
 mod tests;
 
 pub use machine::Snapshots;
+pub use part::SnapshotPart;
 
 use crate::ids::DeviceId;
-use crate::io::DevicePersist;
-use crate::msg::Msg;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A snapshot's identity: its initiator and the initiator's serial.
@@ -81,9 +80,10 @@ impl std::str::FromStr for SnapshotId {
     }
 }
 
-/// Snapshot messages between devices.
+/// Snapshot messages between devices. `M` is the device's message envelope
+/// ([`crate::msg::Msg`]), which a tagged message carries and which carries these in turn.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum SnapMsg {
+pub enum SnapMsg<M> {
     /// The marker of snapshot `id` on this channel.
     Marker {
         /// The snapshot.
@@ -95,7 +95,7 @@ pub enum SnapMsg {
         /// Snapshots the sender has recorded.
         ids: Vec<SnapshotId>,
         /// The message.
-        msg: Box<Msg>,
+        msg: Box<M>,
     },
     /// The marker (or a tag) of `id` arrived: no more tags for it on this channel.
     MarkerAck {
@@ -135,30 +135,16 @@ pub enum SnapMsg {
     },
 }
 
-/// One device's recorded part of a snapshot.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SnapshotPart {
-    /// The snapshot.
-    pub id: SnapshotId,
-    /// The device.
-    pub device: DeviceId,
-    /// Its persistent state at the cut.
-    pub state: DevicePersist,
-    /// Messages recorded in flight on each incoming channel, by sender, in order: a
-    /// restored device receives them before anything else.
-    pub channels: BTreeMap<DeviceId, Vec<Msg>>,
-}
-
 /// Snapshot settings (`[snapshot]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SnapshotSettings {
     /// A snapshot a device has recorded but not finished within this long fails there
     /// (a peer is down or cut off).
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub timeout: Duration,
     /// The coordinator starts a snapshot this often (zero: never).
-    #[serde(with = "crate::lookup::humantime_serde_compat")]
+    #[serde(with = "crate::duration::millis")]
     pub every: Duration,
 }
 

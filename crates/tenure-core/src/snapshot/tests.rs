@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::io::{Input, Output, SnapshotSummary};
+use crate::msg::Msg;
 use crate::testkit::Cluster;
 
 const D1: DeviceId = DeviceId(1);
@@ -154,12 +155,12 @@ fn a_finished_successor_repeats_its_answer_to_a_repeated_marker_of_its_predecess
     let now = Instant(1_000);
     let mut s = Snapshots::default();
     let mut out = Vec::new();
-    let state = Some(crate::io::DevicePersist::default());
+    let state = Some(crate::io::persist::DevicePersist::default());
     s.on_marker(now, d2, &peers, D1, id, state, &mut out);
     s.on_marker(now, d2, &peers, d3, id, None, &mut out);
     s.on_msg(d2, D1, SnapMsg::NotSuccessor { id }, &mut out);
     s.on_msg(d2, d3, SnapMsg::NotSuccessor { id }, &mut out);
-    let answers = |out: &[Output], to: DeviceId| -> Vec<SnapMsg> {
+    let answers = |out: &[Output], to: DeviceId| -> Vec<SnapMsg<Msg>> {
         (out.iter())
             .filter_map(|o| match o {
                 Output::Send {
@@ -210,7 +211,7 @@ fn snapshot_a_restarted_device_never_records_again_and_aborts() {
     let at = |f: &dyn Fn(&Output) -> bool| out.iter().position(f).expect("present");
     let recorded = at(&|o| matches!(o, Output::Observe(_)));
     let persisted = at(
-        &|o| matches!(o, Output::Persist(crate::io::PersistOp::SetSnapshots(v)) if *v == vec![id]),
+        &|o| matches!(o, Output::Persist(crate::io::persist::PersistOp::SetSnapshots(v)) if *v == vec![id]),
     );
     let marker = at(&|o| {
         matches!(
@@ -262,7 +263,7 @@ fn snapshot_a_tag_from_outside_the_record_gives_the_snapshot_up() {
     let now = crate::time::Instant(1_000);
     let mut out = Vec::new();
     s.on_tag_from_outside(d2, &peers, d7, id, &mut out);
-    let sent: Vec<(DeviceId, SnapMsg)> = (out.iter())
+    let sent: Vec<(DeviceId, SnapMsg<Msg>)> = (out.iter())
         .filter_map(|o| match o {
             Output::Send {
                 to,
@@ -307,7 +308,7 @@ fn a_successor_that_recorded_with_other_devices_fails_the_snapshot() {
             now,
             D1,
             &[d2, d3],
-            crate::io::DevicePersist::default(),
+            crate::io::persist::DevicePersist::default(),
             &mut out,
         );
         let id = s.active().next().expect("started");
@@ -376,7 +377,7 @@ fn a_restart_on_an_earlier_clock_does_not_repeat_a_snapshot_id() {
         Instant(7_200_000_000),
         D1,
         &[d2, d3],
-        crate::io::DevicePersist::default(),
+        crate::io::persist::DevicePersist::default(),
         &mut out,
     );
     // Restarted an hour back on its new clock.
@@ -385,7 +386,7 @@ fn a_restart_on_an_earlier_clock_does_not_repeat_a_snapshot_id() {
         Instant(3_600_000_000),
         D1,
         &[d2, d3],
-        crate::io::DevicePersist::default(),
+        crate::io::persist::DevicePersist::default(),
         &mut out,
     );
     assert!(new.serial > old.serial, "{new} after {old}");

@@ -1,0 +1,292 @@
+//! The manager's events from its chunks (seed 000 §5.3): one match arm per (state, event)
+//! row of the seed's table.
+
+#![allow(clippy::collapsible_match)]
+
+use super::*;
+use crate::config::precedence;
+use crate::ctx::Ctx;
+use crate::ids::{ChunkId, DeviceId};
+use crate::layout::{LeaseType, MgrState};
+use crate::msg::{ToChunk, ToManager};
+
+impl Manager {
+    /// A message from a chunk of this store.
+    pub fn on_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, c: ChunkId, msg: ToManager) {
+        use MgrState as S;
+        if from != c.device {
+            // A device speaks only for its own chunks.
+            return;
+        }
+        match (self.state, msg) {
+            // §5.3.1 none: help → start regenerating.
+            (S::None, ToManager::Help { epoch, metadata }) => {
+                if !metadata.contains(c) {
+                    // Tenure: a chunk created by a relayout, not in its own metadata until
+                    // the commit reaches it. With no role here this manager cannot tell an
+                    // orphan (the relayout aborted) from a member of a committed layout
+                    // that missed the commit (simulator seed 80994: collecting such members
+                    // left the store without a manager forever), so it ignores the help;
+                    // a manager of the store answers it (lose, or acquire if a member).
+                } else if let Some(f) = self.forwarding.take() {
+                    // Tenure: we migrated out; point the chunk at the new manager once.
+                    self.to_chunk(ctx, c, ToChunk::Redirect { new_mgr: f });
+                } else {
+                    self.start_gathering(ctx, epoch, metadata);
+                }
+            }
+            // §5.3.7 manager: renewal request
+            (S::Manager, ToManager::RenewalRequest { epoch }) => {
+                if !self.failed.contains(&c) && epoch == self.epoch {
+                    self.renew(ctx, c);
+                }
+            }
+            // §5.3.7 manager: help
+            (S::Manager, ToManager::Help { epoch, .. }) => {
+                if self.metadata.contains(c) {
+                    if !self.failed.contains(&c) && !self.mark_failed(ctx, c) {
+                        return;
+                    }
+                    let msg = ToChunk::Acquire {
+                        lease: ctx.cfg.timing.lease,
+                        mgr: ctx.me(),
+                        epoch: self.epoch,
+                    };
+                    self.to_chunk(ctx, c, msg);
+                } else if epoch <= self.epoch {
+                    self.to_chunk(ctx, c, ToChunk::Lose);
+                }
+            }
+            // Tenure: an ack-conditional from a newer epoch means this manager is stale
+            // (a successor committed while it was cut off): step down.
+            (S::Manager, ToManager::AckConditional { chunk_epoch, .. })
+                if chunk_epoch > self.epoch =>
+            {
+                self.newly_awake(ctx);
+            }
+            // §5.3.7 manager: ack / ack-conditional from a failed chunk → recovered
+            (
+                S::Manager,
+                ToManager::Ack { prepared, .. } | ToManager::AckConditional { prepared, .. },
+            ) => {
+                if let Some(p) = prepared.filter(|p| p.new_epoch > self.epoch) {
+                    self.prepared_floor = self.prepared_floor.max(p.new_epoch);
+                }
+                if self.failed.contains(&c) {
+                    self.recovered.insert(c);
+                    self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+                }
+            }
+            // §5.3.7 manager: nack → do nothing
+            (S::Manager, ToManager::Nack { .. }) => {}
+            // §5.3.7 manager: recovery renewal request
+            (S::Manager, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.recovered.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            // SafeTalk ACCEPTED (LA/RA).
+            (S::Manager, ToManager::Accepted { epoch, upto }) => {
+                if epoch == self.epoch
+                    && let Some(b) = self.inflight.as_mut()
+                    && b.ops.last().is_some_and(|(v, _)| *v <= upto)
+                {
+                    b.waiting.remove(&c);
+                    if ctx.cfg.planted.confirm_before_all_accepted {
+                        b.waiting.clear();
+                    }
+                    self.try_complete(ctx);
+                }
+            }
+            // A chunk that cannot accept is failed (Menasce's up list, seed 004 §2).
+            (S::Manager, ToManager::Refused { epoch }) => {
+                if epoch == self.epoch && !self.failed.contains(&c) && self.metadata.contains(c) {
+                    self.mark_failed(ctx, c);
+                }
+            }
+            // §5.3.10 gathering chunks: ack
+            (S::GatheringChunks, ToManager::Ack { prepared, .. }) => {
+                self.won_chunk(ctx, c);
+                self.note_prepared(ctx, prepared);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: ack-conditional
+            (
+                S::GatheringChunks,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                self.won_chunk(ctx, c);
+                if chunk_epoch > self.epoch {
+                    self.move_forward(ctx, chunk_epoch, metadata);
+                }
+                self.note_prepared(ctx, prepared);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: nochunk
+            (S::GatheringChunks, ToManager::NoChunk) => {
+                self.outstanding.remove(&c);
+                self.timeout.remove(&c);
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 / §5.3.12: recovery renewal request
+            (S::GatheringChunks, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.won.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            (S::GatheringLeases, ToManager::RecoveryRenewalRequest { .. }) => {
+                if self.won.contains(&c) || self.renewal_iffy.contains(&c) {
+                    self.renew(ctx, c);
+                }
+            }
+            // §5.3.10 gathering chunks: help
+            (S::GatheringChunks, ToManager::Help { epoch, .. }) => {
+                if epoch < self.epoch && !self.all_chunks().contains(&c) {
+                    self.to_chunk(ctx, c, ToChunk::Lose);
+                } else if !self.outstanding.contains(&c) {
+                    self.won.remove(&c);
+                    self.acquire(ctx, c);
+                }
+            }
+            // §5.3.10 gathering chunks: nack (precedence arbitration)
+            (S::GatheringChunks, ToManager::Nack { mgr, lease, .. }) => {
+                self.outstanding.remove(&c);
+                self.timeout.remove(&c);
+                let me = ctx.me();
+                match (lease, mgr) {
+                    (_, Some(m)) if m == me => {}
+                    (LeaseType::Regular, Some(m)) => {
+                        self.better.insert(m);
+                    }
+                    (_, Some(m)) => {
+                        if precedence(self.store, m) > precedence(self.store, me) {
+                            self.better.insert(m);
+                        } else {
+                            self.lesser.insert(m);
+                        }
+                    }
+                    (_, None) => {}
+                }
+                self.check_gathered(ctx);
+            }
+            // §5.3.10 gathering chunks: transfernotice
+            (S::GatheringChunks, ToManager::TransferNotice { epoch, .. }) => {
+                if epoch == self.epoch {
+                    self.newly_awake(ctx);
+                }
+            }
+            // §5.3.12 gathering leases: transfer ack
+            // Tenure: the ack reports the chunk's prepare, which this manager has not
+            // seen (the chunk acked another manager); one it must join is weighed as a
+            // late ack is.
+            (
+                S::GatheringLeases,
+                ToManager::TransferAck {
+                    epoch,
+                    mgr,
+                    prepared,
+                },
+            ) => {
+                if epoch == self.epoch && mgr == ctx.me() && self.renewal_iffy.contains(&c) {
+                    self.timeout.remove(&c);
+                    if prepared.as_ref().is_some_and(|p| self.would_join(p)) {
+                        self.late_ack_gathering_leases(ctx, c, None, prepared);
+                    } else {
+                        self.renewal_iffy.remove(&c);
+                        self.won.insert(c);
+                        self.check_leases_gathered(ctx);
+                    }
+                }
+            }
+            // Tenure: a refused transfer, or a refused acquire of a joined layout's chunk,
+            // while gathering leases.
+            (S::GatheringLeases, ToManager::Nack { .. } | ToManager::NoChunk) => {
+                if self.renewal_iffy.remove(&c) {
+                    self.timeout.remove(&c);
+                    self.chunkfail.remove(&c);
+                    self.check_leases_gathered(ctx);
+                } else if self.outstanding.remove(&c) {
+                    self.timeout.remove(&c);
+                }
+            }
+            // Tenure: a late ack / ack-conditional (to an acquire of this regeneration)
+            // while gathering leases wins the chunk, and what it reports is weighed as in
+            // §5.3.10: a newer epoch moves the recovery forward, a prepare is joined. The
+            // gathered decision (§5.3.11) stands only if the won chunks still hold a
+            // quorum and coverage of every layout; otherwise back to gathering chunks,
+            // where the joined layouts' chunks are being acquired.
+            (S::GatheringLeases, ToManager::Ack { prepared, .. }) => {
+                self.late_ack_gathering_leases(ctx, c, None, prepared);
+            }
+            (
+                S::GatheringLeases,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                let newer = (chunk_epoch > self.epoch).then_some((chunk_epoch, metadata));
+                self.late_ack_gathering_leases(ctx, c, newer, prepared);
+            }
+            // Tenure: a late ack / ack-conditional from a chunk that is not a participant
+            // while the recovery transition is prepared. Nothing is committed yet; if what
+            // it reports would have changed the gathered decision, abort tx (§5.3.14).
+            (S::RecoveryReconciling, ToManager::Ack { prepared, .. }) => {
+                self.late_ack_recovery(ctx, None, prepared);
+            }
+            (
+                S::RecoveryReconciling,
+                ToManager::AckConditional {
+                    chunk_epoch,
+                    metadata,
+                    prepared,
+                    ..
+                },
+            ) => {
+                let newer = (chunk_epoch > self.epoch).then_some((chunk_epoch, metadata));
+                self.late_ack_recovery(ctx, newer, prepared);
+            }
+            // Votes (done + vote commit) in any reconciling state.
+            (
+                S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
+                ToManager::Vote {
+                    new_epoch,
+                    tx: id,
+                    data,
+                    committed,
+                },
+            ) => {
+                if let Some(tx) = self
+                    .tx
+                    .as_mut()
+                    .filter(|t| t.new_epoch == new_epoch && t.id == id)
+                    && tx.participants.contains(&c)
+                    && tx.votes.insert(c)
+                {
+                    tx.inputs.push((committed, data));
+                    self.check_votes(ctx);
+                }
+            }
+            (
+                S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
+                ToManager::VoteAbort { new_epoch, tx: id },
+            ) => {
+                if self
+                    .tx
+                    .as_ref()
+                    .is_some_and(|t| t.new_epoch == new_epoch && t.id == id)
+                {
+                    self.abort_tx(ctx);
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The manager state machine (seed 000 §5), including the outside policies a manager runs
+//! for its own store (seed 000 §3: replace a failed chunk by relayout, migrate the manager
+//! to the store's preferred device).
+//!
+//! A manager keeps no persistent state: a crash erases it (§5.3.2) and the chunks
+//! regenerate a manager through `help`. Regeneration is the sequence gathering chunks →
+//! gathered → gathering leases → recovery reconciling → recovery transition → manager.
+//!
+//! Where the seed leaves room, Tenure decides (each marked `Tenure:` below):
+//! - **commit protocol**: the coordinator (the new epoch's manager) sends `epoch
+//!   transition` (prepare), collects every participant's `Vote` (ACCEPTED, carrying its
+//!   store state: the reconciliation input), merges them, and commits by sending the
+//!   merged state; any `VoteAbort` or a missing vote by `transition_timeout` aborts;
+//! - **prepared records**: a regenerating manager that learns of an uncommitted prepare
+//!   for a newer epoch needs a quorum of *both* layouts (joint quorum) and commits to an
+//!   epoch above it, so no epoch number is ever committed twice and no acknowledged write
+//!   is lost whether or not that prepare committed somewhere. Attempts that aborted and
+//!   one that committed can share an epoch number (a chunk that missed an abort keeps the
+//!   stale prepare), so every distinct layout prepared for the newest such epoch is
+//!   joined, not only the first one heard of. A report counts whenever it arrives: a late
+//!   ack while gathering leases sends the manager back to gathering chunks if the won
+//!   chunks lack a quorum of what it reports, and one while the recovery transition is
+//!   being prepared aborts it if it would have changed that transition;
+//! - **failed accounting**: after a recovery commit the chunks that did not take part are
+//!   `failed` (the seed clears the set), so the quorum predicate in the manager state
+//!   counts only chunks that really hold leases;
+//! - **bounded contention**: after `gather_rounds_max` rounds without quorum a manager
+//!   releases its chunks and gives up, so a minority partition never holds chunks forever;
+//! - a `lose` goes only to chunks from an older epoch that are not in the layout.
+//!
+//! The role is split by what it does: `events` (messages from chunks, one arm per row of
+//! the seed's table), `regeneration` (gathering, recovery, the transition commit),
+//! `migration` (handoff and relayout), `host` (replication: group commit, batches,
+//! barriers), `requests` (client requests), `timers` and `policy` (the outside
+//! policies for this store). Objects are in [`crate::objects::mgr`].
+
+// Each match arm is one (state, event) row of the seed; a row's condition stays inside
+// its arm so the code reads like the seed's pseudo-code.
+#![allow(clippy::collapsible_match)]
+
+use crate::ctx::Ctx;
+use crate::data::{StoreData, StoreOp, Tables};
+use crate::error::ClientError;
+use crate::ids::SessionId;
+use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
+use crate::io::Output;
+use crate::io::observation::EpochCause;
+use crate::io::observation::Observation;
+use crate::layout::{ManagerView, Metadata, MgrState, Prepared};
+use crate::lockctl::LockOp;
+use crate::msg::{Msg, ToChunk};
+use crate::session::Liveness;
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+
+mod events;
+mod host;
+mod migration;
+mod policy;
+mod regeneration;
+mod requests;
+mod timers;
+
+pub use host::{Batch, Queued};
+pub use policy::{Deferred, PolicyState};
+
+/// What kind of epoch transition a [`Tx`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxKind {
+    /// End of regeneration (§5.3.13–14).
+    Recovery,
+    /// Relayout (§5.3.8–9).
+    Relayout,
+    /// Migration into this node (§5.3.3–4).
+    Into,
+}
+
+/// An epoch transition this manager coordinates (SafeTalk).
+#[derive(Clone, Debug)]
+pub struct Tx {
+    /// Identity of this attempt (carried by every message of it).
+    pub id: u64,
+    /// Kind.
+    pub kind: TxKind,
+    /// The epoch being committed.
+    pub new_epoch: Epoch,
+    /// Its layout.
+    pub metadata: Metadata,
+    /// Chunks that must vote.
+    pub participants: BTreeSet<ChunkId>,
+    /// Chunks that voted.
+    pub votes: BTreeSet<ChunkId>,
+    /// Reconciliation inputs so far (the voters' replicas, and this manager's own), each
+    /// with the epoch its holder last committed.
+    pub inputs: Vec<(Epoch, StoreData)>,
+    /// Migration: the outgoing manager's vote is still awaited.
+    pub await_mgr: Option<DeviceId>,
+    /// When this manager began the attempt (migration: sent its `HandoffReady`).
+    pub begun: Instant,
+    /// Abort if not complete by then.
+    pub deadline: Instant,
+}
+
+/// One device's manager role for one store: the variables of §5.1.
+#[derive(Clone, Debug)]
+pub struct Manager {
+    /// The store.
+    pub store: StoreId,
+    /// State.
+    pub state: MgrState,
+    /// Epoch number.
+    pub epoch: Epoch,
+    /// Metadata.
+    pub metadata: Metadata,
+    /// Failed chunks.
+    pub failed: BTreeSet<ChunkId>,
+    /// Failed chunks that have since recovered (hold a recovery lease from us).
+    pub recovered: BTreeSet<ChunkId>,
+    /// Forwarding address (after migrating out).
+    pub forwarding: Option<DeviceId>,
+    /// Migration destination.
+    pub new_mgr: Option<DeviceId>,
+    /// Better managers seen while gathering.
+    pub better: BTreeSet<DeviceId>,
+    /// Lesser managers seen while gathering.
+    pub lesser: BTreeSet<DeviceId>,
+    /// New metadata log (relayout).
+    pub new_metadata_log: Option<Metadata>,
+    /// Chunks not yet heard from while gathering.
+    pub outstanding: BTreeSet<ChunkId>,
+    /// Chunks won while gathering.
+    pub won: BTreeSet<ChunkId>,
+    /// Lease transfers not yet acknowledged.
+    pub renewal_iffy: BTreeSet<ChunkId>,
+    /// chunkfail(c) timers.
+    pub chunkfail: BTreeMap<ChunkId, Instant>,
+    /// timeout(c) timers.
+    pub timeout: BTreeMap<ChunkId, Instant>,
+    /// Previous manager (migration).
+    pub old_mgr: Option<DeviceId>,
+    /// Tenure: the layouts prepared for the newest epoch above ours learned while
+    /// gathering, one entry per distinct layout (joint quorum over all of them).
+    pub joint: Vec<Prepared>,
+    /// Tenure: gathering rounds so far.
+    pub rounds: u32,
+    /// Tenure: the epoch transition this manager coordinates.
+    pub tx: Option<Tx>,
+    /// Tenure: out-of-transition gives up at this time.
+    pub out_deadline: Option<Instant>,
+    /// Tenure: the migration attempt this manager is handing off.
+    pub out_tx: Option<u64>,
+    /// Tenure: the newest epoch a chunk reported prepared above ours while we manage
+    /// (an attempt that aborted, lingering at a chunk that missed the abort). A chunk
+    /// never votes twice for an epoch number, so the next transition starts above it.
+    pub prepared_floor: Epoch,
+    /// Tenure: transition attempts already committed or aborted here (replays of their
+    /// messages change nothing). Survives state resets; lost on a crash.
+    pub finished: BTreeSet<u64>,
+    /// The store's state as this manager knows it.
+    pub data: StoreData,
+    /// Sequence number of the last write ordered in this epoch.
+    pub seq: u64,
+    /// Changes waiting for the batch in flight to finish (group commit).
+    pub queue: Vec<Queued>,
+    /// The tables with every submitted change applied (the controller decides on this
+    /// copy; `data` holds only what every live chunk has accepted).
+    pub spec: Tables,
+    /// Session liveness (volatile; rebuilt with a grace period by a new manager).
+    pub liveness: Liveness,
+    /// When the lock table was last ticked (store time).
+    pub lock_tick_at: Instant,
+    /// The store's time ([`crate::time::StoreClock`]): what every change is stamped with
+    /// and the tables' times are read on.
+    /// None until this manager first manages the store.
+    pub clock: Option<crate::time::StoreClock>,
+    /// Clients waiting for a queued acquire: (session, request) → reply address.
+    pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
+    /// The batch in flight.
+    pub inflight: Option<Batch>,
+    /// The measured batch round times: how long the next batch waits for ACCEPTED.
+    pub ack_timer: super::ack_timer::AckTimer,
+    /// Batches completed since `spec` last shared `data`'s tables ([`Self::share_spec`]).
+    pub unshared: u32,
+    /// When the outside policies next run.
+    pub stable_since: Instant,
+    /// When this manager last entered the manager state (or its layout last changed).
+    pub entered_at: Instant,
+    /// Outside policies.
+    pub policy: PolicyState,
+    /// Objects: complete chunks, reads, collectors, watches.
+    pub objects: crate::objects::mgr::ObjMgr,
+}
+
+impl Manager {
+    /// A role in the none state.
+    pub fn new(store: StoreId) -> Manager {
+        Manager {
+            store,
+            state: MgrState::None,
+            epoch: Epoch(0),
+            metadata: Metadata::default(),
+            failed: BTreeSet::new(),
+            recovered: BTreeSet::new(),
+            forwarding: None,
+            new_mgr: None,
+            better: BTreeSet::new(),
+            lesser: BTreeSet::new(),
+            new_metadata_log: None,
+            outstanding: BTreeSet::new(),
+            won: BTreeSet::new(),
+            renewal_iffy: BTreeSet::new(),
+            chunkfail: BTreeMap::new(),
+            timeout: BTreeMap::new(),
+            old_mgr: None,
+            joint: Vec::new(),
+            rounds: 0,
+            tx: None,
+            out_deadline: None,
+            out_tx: None,
+            prepared_floor: Epoch::default(),
+            finished: BTreeSet::new(),
+            data: StoreData::default(),
+            seq: 0,
+            queue: Vec::new(),
+            spec: Tables::default(),
+            liveness: Liveness::default(),
+            waiters: BTreeMap::new(),
+            lock_tick_at: Instant(0),
+            clock: Default::default(),
+            inflight: None,
+            ack_timer: Default::default(),
+            unshared: 0,
+            stable_since: Instant(0),
+            entered_at: Instant(0),
+            policy: PolicyState::default(),
+            objects: Default::default(),
+        }
+    }
+
+    /// Read-only view.
+    pub fn view(&self) -> ManagerView {
+        ManagerView {
+            store: self.store,
+            state: self.state,
+            epoch: self.epoch,
+            metadata: self.metadata.clone(),
+            failed: self.failed.clone(),
+        }
+    }
+
+    /// §5.3.2 newly awake: erase all state and go to none. Any writes still waiting
+    /// are answered `Unavailable` (they were not acknowledged).
+    pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
+        if matches!(
+            self.state,
+            MgrState::Manager
+                | MgrState::RelayoutReconciling
+                | MgrState::RelayoutTransition
+                | MgrState::OutOfReconciling
+                | MgrState::OutOfTransition
+        ) {
+            ctx.observe(Observation::StoppedManaging {
+                store: self.store,
+                epoch: self.epoch,
+            });
+        }
+        self.fail_writes(ctx);
+        self.reset();
+    }
+
+    pub(super) fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
+        self.objects_stop(ctx);
+        let store = self.store;
+        let mut pending: Vec<Output> = self.inflight.take().map(|b| b.replies).unwrap_or_default();
+        for q in std::mem::take(&mut self.queue) {
+            pending.extend(q.replies);
+        }
+        for (_, (client, req_id)) in std::mem::take(&mut self.waiters) {
+            pending.push(Output::Reply {
+                client,
+                req_id,
+                result: Err(ClientError::Unavailable { store }),
+            });
+        }
+        for r in pending {
+            if let Output::Reply { client, req_id, .. } = r {
+                ctx.out.push(Output::Reply {
+                    client,
+                    req_id,
+                    result: Err(ClientError::Unavailable { store }),
+                });
+            }
+        }
+    }
+
+    /// Erase all state (→ none), keeping only the forwarding address and the memory of
+    /// finished transition attempts.
+    pub(super) fn reset(&mut self) {
+        let forwarding = self.forwarding;
+        let finished = std::mem::take(&mut self.finished);
+        *self = Manager::new(self.store);
+        self.forwarding = forwarding;
+        self.finished = finished;
+    }
+
+    pub(super) fn remember(&mut self, tx: u64) {
+        if self.finished.len() >= 256 {
+            self.finished.pop_first();
+        }
+        self.finished.insert(tx);
+    }
+
+    pub(super) fn to_chunk(&self, ctx: &mut Ctx<'_>, chunk: ChunkId, msg: ToChunk) {
+        ctx.send(
+            chunk.device,
+            Msg::ToChunk {
+                store: self.store,
+                chunk,
+                msg,
+            },
+        );
+    }
+
+    /// Every chunk regeneration must consider: the layout, plus the newer prepared ones.
+    pub(super) fn all_chunks(&self) -> BTreeSet<ChunkId> {
+        let mut s = self.metadata.chunks.clone();
+        for j in &self.joint {
+            s.extend(j.metadata.chunks.iter().copied());
+        }
+        s
+    }
+
+    /// Quorum and coverage of `set` (joint with every newer prepared layout, if any).
+    pub(super) fn quorum_and_coverage(&self, ctx: &Ctx<'_>, set: &BTreeSet<ChunkId>) -> bool {
+        if ctx.cfg.planted.broken_quorum {
+            return !set.is_empty();
+        }
+        let ok = |m: &Metadata| m.quorum(set) && m.coverage(set);
+        ok(&self.metadata) && self.joint.iter().all(|j| ok(&j.metadata))
+    }
+
+    pub(crate) fn live(&self) -> BTreeSet<ChunkId> {
+        self.metadata
+            .chunks
+            .difference(&self.failed)
+            .copied()
+            .collect()
+    }
+
+    pub(super) fn acquire(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        let msg = ToChunk::Acquire {
+            lease: ctx.cfg.timing.lease,
+            mgr: ctx.me(),
+            epoch: self.epoch,
+        };
+        self.to_chunk(ctx, c, msg);
+        self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
+        self.outstanding.insert(c);
+    }
+
+    /// The store's time at local time `now` ([`crate::time::StoreClock`]).
+    pub fn store_now(&self, now: Instant) -> Instant {
+        self.clock.map_or(self.spec.clock, |c| c.read(now))
+    }
+
+    /// The local time at which the store's time reaches `t`.
+    pub fn local_at(&self, t: Instant) -> Instant {
+        self.clock.map_or(t, |c| c.local(t))
+    }
+
+    pub(super) fn renew(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        let lease = ctx.cfg.timing.lease;
+        let epoch = self.epoch;
+        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, lease });
+        self.chunkfail.insert(c, ctx.now + lease);
+    }
+
+    pub(super) fn enter_manager(&mut self, ctx: &mut Ctx<'_>, cause: EpochCause) {
+        self.state = MgrState::Manager;
+        self.stable_since = ctx.now;
+        self.entered_at = ctx.now;
+        self.seq = 0;
+        self.spec = self.data.table.clone();
+        // Store time reads on from the newest the tables hold (and, for a manager that
+        // goes on managing across a relayout, from its own reading if that is later).
+        let held = (self.clock.map(|c| c.read(ctx.now)))
+            .map_or(self.spec.clock, |t| t.max(self.spec.clock));
+        self.clock = Some(crate::time::StoreClock::start(held, ctx.now));
+        let grace = ctx.cfg.timing.session_grace;
+        if cause == EpochCause::Relayout {
+            self.liveness.relayout(&self.spec.sessions, ctx.now, grace);
+        } else {
+            let none = Default::default();
+            let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
+            self.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
+                let mut sessions = self.spec.sessions.clone();
+                sessions.open = (sessions.open.into_iter())
+                    .map(|(id, mut r)| {
+                        r.renewed = Default::default();
+                        (id, r)
+                    })
+                    .collect();
+                Liveness::take_over(&sessions, ctx.now, grace, seen)
+            } else {
+                Liveness::take_over(&self.spec.sessions, ctx.now, grace, seen)
+            };
+        }
+        if ctx.cfg.planted.expire_without_grace {
+            self.liveness.plant_no_grace(ctx.now);
+        }
+        self.waiters.clear();
+        self.objects_enter(ctx);
+        // Fencing tokens of this epoch's grants carry the epoch.
+        let op = StoreOp::Lock {
+            op: LockOp::BeginEpoch(self.epoch),
+            at: self.store_now(ctx.now),
+        };
+        self.submit_op(ctx, op, Vec::new());
+        ctx.observe(Observation::BecameManager {
+            store: self.store,
+            epoch: self.epoch,
+            metadata: self.metadata.clone(),
+            cause,
+        });
+    }
+
+    /// A chunk is newly failed: report it to the outside policy; step down (suicide)
+    /// if quorum or coverage is lost. Returns whether this manager is still manager.
+    pub(super) fn mark_failed(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) -> bool {
+        self.failed.insert(c);
+        self.objects.complete.remove(&c);
+        self.policy.failed_at.entry(c).or_insert(ctx.now);
+        ctx.observe(Observation::ChunkFailed {
+            store: self.store,
+            chunk: c,
+        });
+        if self.quorum_and_coverage(ctx, &self.live()) {
+            // Batches no longer wait for a chunk whose lease has expired.
+            if let Some(b) = self.inflight.as_mut() {
+                b.waiting.remove(&c);
+            }
+            self.try_complete(ctx);
+            true
+        } else {
+            self.newly_awake(ctx);
+            false
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! Regeneration (seed 000 §5.3.10–14): gathering chunks, gathering leases, recovery, and
+//! the epoch transition this manager coordinates (prepare, votes, commit, abort).
+
+use super::*;
+use crate::ctx::Ctx;
+use crate::data::StoreData;
+use crate::ids::{ChunkId, DeviceId, Epoch};
+use crate::io::observation::EpochCause;
+use crate::io::observation::Observation;
+use crate::layout::{Metadata, MgrState, Prepared};
+use crate::msg::{MgrMsg, Msg, ToChunk};
+use std::collections::BTreeSet;
+
+impl Manager {
+    /// §5.3.1 help: begin regenerating at the chunk's epoch and metadata.
+    pub(super) fn start_gathering(&mut self, ctx: &mut Ctx<'_>, epoch: Epoch, metadata: Metadata) {
+        self.reset();
+        self.epoch = epoch;
+        self.metadata = metadata;
+        self.rounds = 1;
+        self.state = MgrState::GatheringChunks;
+        for c in self.metadata.chunks.clone() {
+            self.acquire(ctx, c);
+        }
+    }
+
+    pub(super) fn won_chunk(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
+        self.outstanding.remove(&c);
+        self.won.insert(c);
+        self.timeout.remove(&c);
+        self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
+    }
+
+    /// Tenure: a chunk voted for a newer epoch that may have committed elsewhere. Require
+    /// a quorum of its layout too, and acquire its chunks. Several attempts can have
+    /// prepared the same epoch number with different layouts (an aborted one lingers at a
+    /// chunk that missed the abort); any of them may be the one that committed, so each
+    /// distinct layout of the newest prepared epoch is joined.
+    pub(super) fn note_prepared(&mut self, ctx: &mut Ctx<'_>, prepared: Option<Prepared>) {
+        for c in self.join_prepared(prepared).unwrap_or_default() {
+            self.acquire(ctx, c);
+        }
+    }
+
+    /// Whether [`Self::join_prepared`] would join `p`'s layout.
+    pub(super) fn would_join(&self, p: &Prepared) -> bool {
+        p.new_epoch > self.epoch
+            && match self.joint.first().map(|j| j.new_epoch) {
+                Some(top) if top > p.new_epoch => false,
+                Some(top) if top == p.new_epoch => {
+                    !self.joint.iter().any(|j| j.metadata == p.metadata)
+                }
+                _ => true,
+            }
+    }
+
+    /// The bookkeeping of [`Self::note_prepared`] without the acquires: joins the layout
+    /// if it is new for the newest prepared epoch, and returns the chunks of it not yet
+    /// known (`None` if nothing was joined).
+    fn join_prepared(&mut self, prepared: Option<Prepared>) -> Option<Vec<ChunkId>> {
+        let p = prepared?;
+        if !self.would_join(&p) {
+            return None;
+        }
+        if self
+            .joint
+            .first()
+            .is_some_and(|j| j.new_epoch < p.new_epoch)
+        {
+            self.joint.clear();
+        }
+        let known = self.all_chunks();
+        let fresh: Vec<ChunkId> = p
+            .metadata
+            .chunks
+            .iter()
+            .filter(|c| {
+                !known.contains(*c) && !self.won.contains(c) && !self.outstanding.contains(c)
+            })
+            .copied()
+            .collect();
+        self.joint.push(p);
+        Some(fresh)
+    }
+
+    /// §5.3.10 ack-conditional from a newer epoch: move the recovery attempt forward to
+    /// the chunk's epoch and metadata, acquiring the chunks new to it.
+    pub(super) fn move_forward(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        chunk_epoch: Epoch,
+        metadata: Metadata,
+    ) {
+        self.epoch = chunk_epoch;
+        let cnew: Vec<ChunkId> = metadata
+            .chunks
+            .difference(&self.metadata.chunks)
+            .copied()
+            .collect();
+        self.metadata = metadata;
+        self.joint.retain(|j| j.new_epoch > chunk_epoch);
+        for n in cnew {
+            if !self.won.contains(&n) {
+                self.acquire(ctx, n);
+            }
+        }
+    }
+
+    /// §5.3.12 gathering leases: a late ack / ack-conditional (see the arm in
+    /// [`Self::on_msg`]). `newer` is the chunk's epoch and metadata if newer than ours.
+    pub(super) fn late_ack_gathering_leases(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        c: ChunkId,
+        newer: Option<(Epoch, Metadata)>,
+        prepared: Option<Prepared>,
+    ) {
+        self.renewal_iffy.remove(&c);
+        self.won_chunk(ctx, c);
+        if let Some((chunk_epoch, metadata)) = newer {
+            // The transfers went out at the old epoch: drop them and regather.
+            self.back_to_gathering_chunks();
+            self.move_forward(ctx, chunk_epoch, metadata);
+        }
+        self.note_prepared(ctx, prepared);
+        if self.state == MgrState::GatheringLeases && self.quorum_and_coverage(ctx, &self.won) {
+            self.check_leases_gathered(ctx);
+        } else {
+            self.back_to_gathering_chunks();
+            self.check_gathered(ctx);
+        }
+    }
+
+    /// Tenure: leave gathering leases for gathering chunks, giving up the lease
+    /// transfers in flight (the gathered decision will send them again if it still holds).
+    fn back_to_gathering_chunks(&mut self) {
+        self.state = MgrState::GatheringChunks;
+        for c in std::mem::take(&mut self.renewal_iffy) {
+            self.timeout.remove(&c);
+            self.chunkfail.remove(&c);
+        }
+    }
+
+    /// §5.3.13 recovery reconciling: a late ack / ack-conditional from a chunk that is
+    /// not a participant. Abort if a newer epoch committed at it that the participants
+    /// hold no quorum of (or at or above the epoch being prepared), or if it reports a
+    /// prepare that would have changed the transition: a layout of the newest prepared
+    /// epoch the participants hold no quorum of, or an epoch at or above the one being
+    /// prepared.
+    pub(super) fn late_ack_recovery(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        newer: Option<(Epoch, Metadata)>,
+        prepared: Option<Prepared>,
+    ) {
+        let Some((tx_epoch, participants, tx_metadata)) = self
+            .tx
+            .as_ref()
+            .map(|t| (t.new_epoch, t.participants.clone(), t.metadata.clone()))
+        else {
+            return;
+        };
+        // A participant's vote for this very transition (reported by a delayed ack) is
+        // not news.
+        let me = ctx.me();
+        let prepared = prepared
+            .filter(|p| !(p.new_epoch == tx_epoch && p.metadata == tx_metadata && p.new_mgr == me));
+        let holds = |m: &Metadata| {
+            ctx.cfg.planted.broken_quorum || (m.quorum(&participants) && m.coverage(&participants))
+        };
+        let stale = newer.is_some_and(|(e, m)| e >= tx_epoch || !holds(&m));
+        let changed = self.join_prepared(prepared).is_some()
+            && (self.recovery_target().0 > tx_epoch
+                || !self.quorum_and_coverage(ctx, &participants));
+        if stale || changed {
+            self.abort_tx(ctx);
+        }
+    }
+
+    pub(super) fn check_gathered(&mut self, ctx: &mut Ctx<'_>) {
+        if self.outstanding.is_empty() {
+            self.gathered(ctx);
+        }
+    }
+
+    /// §5.3.11 gathered: decide on entry.
+    pub(super) fn gathered(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = MgrState::Gathered;
+        if self.quorum_and_coverage(ctx, &self.won) {
+            self.gathering_leases(ctx);
+        } else if self.better.is_empty() && self.rounds < ctx.cfg.timing.gather_rounds_max {
+            // Not clearly lost: another round of acquisitions.
+            self.rounds += 1;
+            self.state = MgrState::GatheringChunks;
+            let rest: Vec<ChunkId> = self.all_chunks().difference(&self.won).copied().collect();
+            for c in rest {
+                self.acquire(ctx, c);
+            }
+            if self.outstanding.is_empty() {
+                self.newly_awake(ctx);
+            }
+        } else {
+            let hints: Vec<DeviceId> = self.better.iter().copied().collect();
+            let epoch = self.epoch;
+            for c in self.won.clone() {
+                self.to_chunk(
+                    ctx,
+                    c,
+                    ToChunk::Release {
+                        epoch,
+                        hints: hints.clone(),
+                    },
+                );
+            }
+            self.newly_awake(ctx);
+        }
+    }
+
+    /// §5.3.12 gathering leases: on entry, transfer every remaining lease to us.
+    fn gathering_leases(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = MgrState::GatheringLeases;
+        self.renewal_iffy.clear();
+        let t: Vec<ChunkId> = self
+            .all_chunks()
+            .into_iter()
+            .filter(|c| !self.failed.contains(c) && !self.won.contains(c))
+            .collect();
+        let me = ctx.me();
+        for c in t {
+            let lease = ctx.cfg.timing.lease;
+            let epoch = self.epoch;
+            self.to_chunk(
+                ctx,
+                c,
+                ToChunk::TransferLease {
+                    epoch,
+                    new_mgr: me,
+                    lease,
+                },
+            );
+            self.renewal_iffy.insert(c);
+            self.chunkfail.insert(c, ctx.now + lease);
+            // Tenure: a transfer not acknowledged within a message timeout is given up.
+            self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
+        }
+        self.check_leases_gathered(ctx);
+    }
+
+    pub(super) fn check_leases_gathered(&mut self, ctx: &mut Ctx<'_>) {
+        if self.renewal_iffy.is_empty() && self.state == MgrState::GatheringLeases {
+            self.start_recovery_transition(ctx);
+        }
+    }
+
+    /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
+    fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
+        let (new_epoch, metadata) = self.recovery_target();
+        let won = self.won.clone();
+        self.begin_tx(
+            ctx,
+            TxKind::Recovery,
+            new_epoch,
+            metadata,
+            won,
+            BTreeSet::new(),
+        );
+        self.state = MgrState::RecoveryReconciling;
+    }
+
+    /// The epoch and layout a recovery transition goes to: above the newest prepared
+    /// epoch joined, with its first layout, or else the next epoch of our layout.
+    fn recovery_target(&self) -> (Epoch, Metadata) {
+        match self.joint.first() {
+            Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
+            None => (self.epoch.next(), self.metadata.clone()),
+        }
+    }
+
+    pub(super) fn begin_tx(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        kind: TxKind,
+        new_epoch: Epoch,
+        metadata: Metadata,
+        participants: BTreeSet<ChunkId>,
+        reconcile: BTreeSet<ChunkId>,
+    ) {
+        let me = ctx.me();
+        let old_epoch = self.epoch;
+        let id = ctx.rng.next_u64();
+        let state = (!reconcile.is_empty()).then(|| Box::new(self.data.clone()));
+        for c in &participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::EpochTransition {
+                    old_epoch,
+                    new_epoch,
+                    metadata: metadata.clone(),
+                    new_mgr: me,
+                    tx: id,
+                    data: state.clone().filter(|_| reconcile.contains(c)),
+                },
+            );
+        }
+        self.tx = Some(Tx {
+            id,
+            kind,
+            new_epoch,
+            metadata,
+            participants,
+            votes: BTreeSet::new(),
+            // A regenerating manager's own state is empty: it holds no epoch.
+            inputs: vec![(
+                if kind == TxKind::Recovery {
+                    Epoch::default()
+                } else {
+                    old_epoch
+                },
+                self.data.clone(),
+            )],
+            await_mgr: None,
+            begun: ctx.now,
+            deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+        });
+    }
+
+    /// `done`: every participant has reconciled and voted; commit.
+    pub(super) fn check_votes(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(tx) = self.tx.as_ref() else { return };
+        if tx.deadline <= ctx.now {
+            // Votes read only after the deadline (a paused device): the attempt is over,
+            // whatever arrived meanwhile (an outgoing manager has stepped down by now).
+            return self.abort_tx(ctx);
+        }
+        if !(tx.await_mgr.is_none() && tx.votes == tx.participants) {
+            return;
+        }
+        // initiate commit, voting commit → * transition; as coordinator, commit at once.
+        self.state = match self.state {
+            MgrState::RecoveryReconciling => MgrState::RecoveryTransition,
+            MgrState::RelayoutReconciling => MgrState::RelayoutTransition,
+            _ => MgrState::IntoTransition,
+        };
+        self.commit_tx(ctx);
+    }
+
+    /// commit tx (§5.3.4, §5.3.9, §5.3.14).
+    fn commit_tx(&mut self, ctx: &mut Ctx<'_>) {
+        let tx = self.tx.take().expect("commit without a transaction");
+        self.remember(tx.id);
+        let expiry = ctx.now + ctx.cfg.timing.commit_window;
+        // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1).
+        let newest = tx.inputs.iter().map(|(e, _)| *e).max().unwrap_or_default();
+        let replicas: Vec<StoreData> = tx.inputs.into_iter().map(|(_, d)| d).collect();
+        let merged = crate::safetalk::merge(&replicas, newest);
+        for c in &tx.participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::Commit {
+                    new_epoch: tx.new_epoch,
+                    tx: tx.id,
+                    data: merged.clone(),
+                    lease: ctx.cfg.timing.commit_window,
+                },
+            );
+        }
+        self.epoch = tx.new_epoch;
+        self.metadata = tx.metadata;
+        self.data = merged;
+        self.joint.clear();
+        self.chunkfail.clear();
+        self.timeout.clear();
+        for c in tx
+            .participants
+            .iter()
+            .filter(|c| self.metadata.contains(**c))
+        {
+            self.chunkfail.insert(*c, expiry);
+        }
+        // Chunks of the new layout that did not take part hold no lease from us.
+        self.failed = self
+            .metadata
+            .chunks
+            .difference(&tx.participants)
+            .copied()
+            .collect();
+        self.recovered.clear();
+        self.policy = PolicyState {
+            failed_at: self.failed.iter().map(|c| (*c, ctx.now)).collect(),
+            ..PolicyState::default()
+        };
+        match tx.kind {
+            TxKind::Recovery => {
+                self.won.clear();
+                self.enter_manager(ctx, EpochCause::Regeneration);
+            }
+            TxKind::Relayout => {
+                self.new_metadata_log = None;
+                self.enter_manager(ctx, EpochCause::Relayout);
+                ctx.observe(Observation::Relayout {
+                    store: self.store,
+                    committed: true,
+                });
+            }
+            TxKind::Into => {
+                if let Some(old) = self.old_mgr.take() {
+                    let new_epoch = self.epoch;
+                    ctx.send(
+                        old,
+                        Msg::Mgr {
+                            store: self.store,
+                            msg: MgrMsg::HandoffCommit {
+                                new_epoch,
+                                tx: tx.id,
+                            },
+                        },
+                    );
+                }
+                self.enter_manager(ctx, EpochCause::Migration);
+                ctx.observe(Observation::Migration {
+                    store: self.store,
+                    committed: true,
+                });
+            }
+        }
+    }
+
+    /// abort tx (§5.3.4, §5.3.9, §5.3.14).
+    pub(super) fn abort_tx(&mut self, ctx: &mut Ctx<'_>) {
+        let tx = self.tx.take().expect("abort without a transaction");
+        self.remember(tx.id);
+        let expiry = ctx.now + ctx.cfg.timing.abort_window;
+        for c in &tx.participants {
+            self.to_chunk(
+                ctx,
+                *c,
+                ToChunk::Abort {
+                    new_epoch: tx.new_epoch,
+                    tx: tx.id,
+                    lease: ctx.cfg.timing.abort_window,
+                },
+            );
+        }
+        match tx.kind {
+            TxKind::Recovery => self.newly_awake(ctx),
+            TxKind::Relayout => {
+                self.new_metadata_log = None;
+                for c in self.live() {
+                    self.chunkfail.insert(c, expiry);
+                }
+                // Recovered chunks fall back to no lease on abort (§4.2.8).
+                for c in std::mem::take(&mut self.recovered) {
+                    self.chunkfail.remove(&c);
+                }
+                self.state = MgrState::Manager;
+                self.stable_since = ctx.now;
+                self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;
+                ctx.observe(Observation::Relayout {
+                    store: self.store,
+                    committed: false,
+                });
+            }
+            TxKind::Into => {
+                if let Some(old) = self.old_mgr.take() {
+                    ctx.send(
+                        old,
+                        Msg::Mgr {
+                            store: self.store,
+                            msg: MgrMsg::HandoffAbort {
+                                new_epoch: tx.new_epoch,
+                                tx: tx.id,
+                            },
+                        },
+                    );
+                }
+                ctx.observe(Observation::Migration {
+                    store: self.store,
+                    committed: false,
+                });
+                // erase epoch number, metadata → none
+                self.reset();
+            }
+        }
+    }
+}

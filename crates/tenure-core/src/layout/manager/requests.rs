@@ -1,0 +1,274 @@
+//! Client requests to the store this device manages: locks, sessions, registers, and the
+//! lock table's timers.
+
+use super::*;
+use crate::ctx::Ctx;
+use crate::data::StoreOp;
+use crate::error::ClientError;
+use crate::ids::SessionId;
+use crate::ids::{ChunkId, ClientId};
+use crate::io::Output;
+use crate::io::request::Request;
+use crate::io::request::Response;
+use crate::io::request::WaitSpec;
+use crate::layout::MgrState;
+use crate::lockctl::{Acquire, AcquireError, LockOp, ReleaseError, RequestId, Wait};
+use crate::time::Instant;
+use std::collections::BTreeSet;
+
+impl Manager {
+    /// A client write: queue it; it goes out in the next SafeTalk batch.
+    pub fn write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientId,
+        req_id: u64,
+        key: u64,
+        value: u64,
+    ) {
+        let req = Request::Write {
+            store: self.store,
+            key,
+            value,
+        };
+        self.request(ctx, client, req_id, req);
+    }
+
+    /// Whether this manager may answer from its own state: it holds unexpired leases, by
+    /// its clock with a margin of 2·δ_c, on a quorum of the store's chunks — no other
+    /// manager can exist before they expire (DESIGN §4, reads).
+    pub fn leases_valid(&self, ctx: &Ctx<'_>) -> bool {
+        let margin = ctx.cfg.timing.clock_drift * 2;
+        let held: BTreeSet<ChunkId> = self
+            .live()
+            .into_iter()
+            .filter(|c| self.chunkfail.get(c).is_some_and(|t| ctx.now + margin < *t))
+            .collect();
+        self.metadata.quorum(&held)
+    }
+
+    /// A client request for this store.
+    pub fn request(&mut self, ctx: &mut Ctx<'_>, client: ClientId, req_id: u64, req: Request) {
+        let reply = |ctx: &mut Ctx<'_>, result| {
+            ctx.out.push(Output::Reply {
+                client,
+                req_id,
+                result,
+            })
+        };
+        let refused = match self.state {
+            MgrState::Manager if !self.leases_valid(ctx) || self.policy.deferred.is_some() => {
+                Some(ClientError::Unavailable { store: self.store })
+            }
+            MgrState::Manager => None,
+            MgrState::None => Some(ClientError::NotManager {
+                hint: self.forwarding,
+            }),
+            _ => Some(ClientError::Unavailable { store: self.store }),
+        };
+        if let Some(e) = refused {
+            return reply(ctx, Err(e));
+        }
+        let now = ctx.now;
+        let op = match req {
+            Request::Write { key, value, .. } => StoreOp::Register { key, value },
+            Request::OpenSession { ttl, .. } => {
+                if let Err(e) = crate::session::check_ttl(ttl) {
+                    return reply(ctx, Err(ClientError::Rejected(e.to_string())));
+                }
+                StoreOp::SessionOpen { ttl }
+            }
+            Request::KeepAlive { session, .. } => {
+                let r = self
+                    .liveness
+                    .keep_alive(&self.spec.sessions, session, now)
+                    .map(|_| Response::KeptAlive {
+                        ttl: self.spec.sessions.open[&session].ttl,
+                    })
+                    .map_err(|_| ClientError::SessionExpired);
+                // The first answer of this epoch waits for the renewal's note
+                // (crate::session): the barrier below is the note's change or a later one.
+                if r.is_ok() && self.spec.sessions.open[&session].renewed < self.epoch {
+                    self.submit_op(ctx, StoreOp::SessionRenewed { session }, Vec::new());
+                }
+                return self.after_barrier(ctx, client, req_id, r);
+            }
+            Request::CloseSession { session, .. } => {
+                if !self.spec.sessions.open.contains_key(&session) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                self.liveness.expiring.insert(session);
+                StoreOp::SessionEnd {
+                    session,
+                    expired: false,
+                    at: self.store_now(now),
+                }
+            }
+            Request::Acquire {
+                session,
+                request_id,
+                name,
+                mode,
+                wait,
+                lock_delay,
+                ..
+            } => {
+                if lock_delay.is_some_and(|d| d > crate::lockctl::MAX_LOCK_DELAY) {
+                    return reply(
+                        ctx,
+                        Err(ClientError::Rejected(format!(
+                            "lock_delay {:?} is longer than the maximum {:?}",
+                            lock_delay.unwrap_or_default(),
+                            crate::lockctl::MAX_LOCK_DELAY
+                        ))),
+                    );
+                }
+                if crate::config::store_of(&name, ctx.cfg.cluster.stores) != self.store {
+                    return reply(
+                        ctx,
+                        Err(ClientError::InvalidName(format!(
+                            "{name} does not belong to store {}",
+                            self.store
+                        ))),
+                    );
+                }
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                let wait = match wait {
+                    WaitSpec::Try => Wait::Try,
+                    WaitSpec::Timeout(d) => Wait::Until(self.store_now(now) + d),
+                    WaitSpec::Forever => Wait::Forever,
+                };
+                StoreOp::Lock {
+                    op: LockOp::Acquire(Acquire {
+                        session,
+                        request_id: RequestId(request_id),
+                        name,
+                        mode,
+                        wait,
+                        // Resolved here, so that every replica applies the same.
+                        lock_delay: Some(lock_delay.unwrap_or(ctx.cfg.timing.lock_delay)),
+                    }),
+                    at: self.store_now(now),
+                }
+            }
+            Request::Release {
+                session,
+                request_id,
+                name,
+                ..
+            } => {
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                release_op(session, request_id, name, now)
+            }
+            Request::ReleaseFenced {
+                session,
+                request_id,
+                name,
+                token,
+                ..
+            } => {
+                if !self.liveness.alive(session, now) {
+                    return reply(ctx, Err(ClientError::SessionExpired));
+                }
+                let fence = crate::objects::Fence {
+                    lock: name.clone(),
+                    token,
+                };
+                StoreOp::Fenced {
+                    fence,
+                    op: Box::new(release_op(session, request_id, name, now)),
+                }
+            }
+            Request::Holders { name, .. } => {
+                let r = self
+                    .data
+                    .table
+                    .locks
+                    .holders(&name)
+                    .map(Response::Holders)
+                    .map_err(|e| ClientError::InvalidName(e.to_string()));
+                return self.after_barrier(ctx, client, req_id, r);
+            }
+            Request::Object { req, .. } => {
+                return self.object_request(ctx, client, req_id, req);
+            }
+            Request::LocksUnder { prefix, .. } => {
+                let r = self
+                    .data
+                    .table
+                    .locks
+                    .locks_under(&prefix)
+                    .map(Response::Locks)
+                    .map_err(|e| ClientError::InvalidName(e.to_string()));
+                return self.after_barrier(ctx, client, req_id, r);
+            }
+        };
+        self.submit(ctx, op, client, req_id);
+    }
+
+    /// Time-driven changes: expire sessions past their deadline, and let the lock table
+    /// act on its deadlines (wait timeouts, lock-delays).
+    pub(super) fn lock_timers(&mut self, ctx: &mut Ctx<'_>) {
+        let now = ctx.now;
+        // The lock table's deadlines are store times (crate::time::StoreClock).
+        let at = self.store_now(now);
+        for session in self.liveness.due(now) {
+            let op = StoreOp::SessionEnd {
+                session,
+                expired: true,
+                at,
+            };
+            self.submit_op(ctx, op, Vec::new());
+        }
+        // At most one tick per instant: a deadline falling exactly on `at` is handled
+        // by the next tick, a microsecond later.
+        if self.spec.locks.next_deadline().is_some_and(|t| t <= at) && at > self.lock_tick_at {
+            self.lock_tick_at = at;
+            let op = StoreOp::Lock {
+                op: LockOp::Tick,
+                at,
+            };
+            self.submit_op(ctx, op, Vec::new());
+        }
+    }
+}
+
+/// The client-facing error for a refused release.
+/// The lock table change of a release (with its idempotency key, if any).
+fn release_op(session: SessionId, request_id: u64, name: String, at: Instant) -> StoreOp {
+    StoreOp::Lock {
+        op: match request_id {
+            0 => LockOp::Release { name, session },
+            id => LockOp::ReleaseRequest {
+                name,
+                session,
+                request_id: RequestId(id),
+            },
+        },
+        at,
+    }
+}
+
+pub(super) fn release_error(e: &ReleaseError) -> ClientError {
+    match e {
+        ReleaseError::NotHeld { .. } => ClientError::NotHeld,
+        ReleaseError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
+        other => ClientError::Rejected(other.to_string()),
+    }
+}
+
+/// The client-facing error for a lock table refusal.
+pub(super) fn lock_error(e: &AcquireError) -> ClientError {
+    match e {
+        AcquireError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
+        AcquireError::WouldBlock => ClientError::WouldBlock,
+        AcquireError::Deadlock { .. } => ClientError::Deadlock,
+        AcquireError::Timeout => ClientError::Timeout,
+        AcquireError::SessionEnded => ClientError::SessionExpired,
+        other => ClientError::Rejected(other.to_string()),
+    }
+}
