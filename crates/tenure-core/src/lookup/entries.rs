@@ -1,6 +1,6 @@
-//! The lookup data and the seed's main thread: updates applied by every active node,
-//! queries answered by the leader; volatile and persistent entries; subscriptions and
-//! alerts, themselves soft state refreshed by their subscribers.
+//! The lookup data every active node keeps (the seed's main thread that applies updates and
+//! answers queries is `main_thread`): volatile and persistent entries, subscriptions
+//! and alerts, themselves soft state refreshed by their subscribers.
 
 use super::policy::{self, Signals};
 use super::{

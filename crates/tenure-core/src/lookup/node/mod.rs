@@ -15,7 +15,7 @@
 //!   ([`super::entries`]).
 
 use super::entries::Entries;
-use super::sss::{Peer, Sss, SssChange};
+use super::sss::{Peer, Sss};
 use super::{
     Entry, LeaderId, LookupError, LookupMsg, LookupRequest, LookupResponse, LookupSettings,
     NodeView,
@@ -28,6 +28,9 @@ use crate::msg::Msg;
 use crate::time::{Instant, earliest};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+mod join;
+mod maintainer;
 
 /// A node's state, as the seed names it (plus the phases of `Join()`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,12 +237,12 @@ impl Node {
 
     /// Whether the node applies updates (`bIsActive`, warm-up included: the sleep builds
     /// up volatile state).
-    pub(super) fn applies_updates(&self) -> bool {
+    pub(in crate::lookup) fn applies_updates(&self) -> bool {
         self.active
     }
 
     /// Every other device of the cluster.
-    pub(super) fn others(&self) -> impl Iterator<Item = DeviceId> + '_ {
+    pub(in crate::lookup) fn others(&self) -> impl Iterator<Item = DeviceId> + '_ {
         self.devices.iter().copied().filter(|d| *d != self.me)
     }
 
@@ -247,304 +250,6 @@ impl Node {
         let targets: Vec<DeviceId> = self.others().collect();
         for d in targets {
             ctx.send(d, Msg::Lookup(msg.clone()));
-        }
-    }
-
-    // ---- Join() --------------------------------------------------------------------
-
-    fn join_start(&mut self, ctx: &mut Ctx) {
-        self.join_ask(ctx, 0);
-    }
-
-    fn join_ask(&mut self, ctx: &mut Ctx, retry: u32) {
-        self.attempts += 1;
-        let attempt = self.attempts;
-        let ups = self.is_ups(ctx);
-        self.multicast(ctx, LookupMsg::CanIJoin { attempt, ups });
-        self.join = Some(Join::Asking {
-            attempt,
-            retry,
-            until: ctx.now + Self::s(ctx).roundtrip_delay,
-        });
-        if self.devices.iter().all(|d| *d == self.me) {
-            // Nobody to ask: the timeout path, at once.
-            self.join_timeout(ctx);
-        }
-    }
-
-    /// `bIsActive = TRUE; activeStartTime = GetLocalTime(); Sleep(MVRI)`.
-    fn join_activate(&mut self, ctx: &mut Ctx) {
-        self.active = true;
-        self.start = Some(ctx.now);
-        self.join = Some(Join::WarmingUp {
-            until: ctx.now + Self::s(ctx).max_volatile_refresh_interval,
-        });
-        self.observe(ctx);
-    }
-
-    fn join_timeout(&mut self, ctx: &mut Ctx) {
-        match self.join {
-            Some(Join::Asking { retry, .. }) if retry < 2 => {
-                self.join = Some(Join::Backoff {
-                    retry,
-                    until: ctx.now + Self::s(ctx).heartbeat_interval * 3,
-                });
-            }
-            // The self-stabilising variant: no answer after three tries — assume there is
-            // no leader and become active (and, once published, leader), with the
-            // persistent entries this node booted with (a full outage is over).
-            Some(Join::Asking { .. }) => {
-                self.data.revive_restored(ctx);
-                let persistent = super::to_wire(self.data.persistent_store(), ctx.now);
-                self.multicast(ctx, LookupMsg::MergeRequest { persistent });
-                self.join_activate(ctx)
-            }
-            Some(Join::Backoff { retry, .. }) => self.join_ask(ctx, retry + 1),
-            Some(Join::WarmingUp { .. }) => {
-                // SSS_Update("LS_start_time", activeStartTime): publish at once.
-                self.join = None;
-                self.heartbeat(ctx);
-                self.maintain(ctx);
-            }
-            None => {}
-        }
-    }
-
-    fn on_ack(&mut self, ctx: &mut Ctx, from: DeviceId, attempt: u64, persistent: Vec<Entry>) {
-        if !matches!(self.join, Some(Join::Asking { attempt: a, .. }) if a == attempt) {
-            return;
-        }
-        // "streamed persistent store and ack(UPS_token)": take the leader's store, and
-        // send back what it lacks (anti-entropy, so an acknowledged entry kept only here
-        // is not lost to a leader that missed it).
-        let persistent = super::from_wire(persistent, ctx.now);
-        let back = self.data.merge_persistent(ctx, persistent, None);
-        self.data.forget_restored(ctx);
-        if !back.is_empty() {
-            let back = super::to_wire(back, ctx.now);
-            ctx.send(from, Msg::Lookup(LookupMsg::Merge { persistent: back }));
-        }
-        self.join_activate(ctx);
-    }
-
-    fn on_nack(&mut self, ctx: &mut Ctx, attempt: u64) {
-        if matches!(self.join, Some(Join::Asking { attempt: a, .. }) if a == attempt) {
-            // "t+1 active nodes are already running": Join() returns.
-            self.join = None;
-            self.data.forget_restored(ctx);
-        }
-    }
-
-    // ---- leader thread ---------------------------------------------------------------
-
-    fn on_can_i_join(&mut self, ctx: &mut Ctx, from: DeviceId, attempt: u64) {
-        if !(self.leader && self.published()) {
-            return;
-        }
-        let sender_ups = Self::s(ctx).ups == Some(from);
-        let admit = if ctx.cfg.planted.lookup_admit_all {
-            true
-        } else {
-            self.active_nodes().len() < Self::s(ctx).hot_spares || sender_ups
-        };
-        let msg = if admit {
-            LookupMsg::Ack {
-                attempt,
-                persistent: super::to_wire(self.data.persistent_store(), ctx.now),
-            }
-        } else {
-            LookupMsg::Nack { attempt }
-        };
-        ctx.send(from, Msg::Lookup(msg));
-    }
-
-    // ---- maintainer ------------------------------------------------------------------
-
-    /// The maintainer, with the self-stabilising checks of seed 003.
-    pub(super) fn maintain(&mut self, ctx: &mut Ctx) {
-        self.next_maintain = Some(ctx.now + Self::s(ctx).long_timeout);
-        if ctx.cfg.planted.lookup_no_long_timeout {
-            self.next_maintain = None;
-        }
-        if self.join.is_some() {
-            // Join() blocks the maintainer in the seed.
-            return;
-        }
-        let t = Self::s(ctx).hot_spares;
-        let was = (self.active, self.leader, self.start);
-        if self.active && self.start.is_none() {
-            // I2a's first conjunct (passive ⇔ activeStartTime = INFINITE), which the
-            // seed's self-stabilising maintainer checks for passive nodes only: an active
-            // node with an infinite age (state corruption) is in no soft-state store, so
-            // it would neither lead nor step down, ever. It becomes passive (and joins
-            // again below if the service needs it).
-            self.active = false;
-            self.leader = false;
-            self.data.step_down(ctx);
-        }
-        if !self.active {
-            if self.start.is_some() || self.leader {
-                self.start = None;
-                self.leader = false;
-            }
-            let count = self.active_nodes().len();
-            if count < t || self.is_ups(ctx) {
-                self.join_start(ctx);
-            }
-        } else {
-            let nodes = self.active_nodes();
-            let mine = (self.start.unwrap_or_default(), self.me);
-            let earliest = nodes.first() == Some(&mine);
-            if self.leader && !earliest && !ctx.cfg.planted.lookup_keep_leadership {
-                self.leader = false;
-            }
-            let youngest_non_ups = nodes
-                .iter()
-                .filter(|(_, d)| Self::s(ctx).ups != Some(*d))
-                .max()
-                == Some(&mine);
-            let surplus = nodes.len() > t + 1 && !ctx.cfg.planted.lookup_admit_all;
-            if surplus && !self.is_ups(ctx) && youngest_non_ups {
-                self.active = false;
-                self.start = None;
-                self.leader = false;
-                // SSS_Delete("LS_start_time"): volatile state goes stale from here.
-                self.data.step_down(ctx);
-            } else if !self.leader && earliest {
-                self.leader = true;
-                self.data.became_leader(ctx, self.leader_id());
-            }
-        }
-        if (self.active, self.leader, self.start) != was {
-            self.heartbeat(ctx);
-            self.observe(ctx);
-        }
-    }
-
-    fn observe(&self, ctx: &mut Ctx) {
-        ctx.observe(crate::io::observation::Observation::LookupState {
-            state: self.state(),
-            start: self.start,
-        });
-    }
-
-    fn heartbeat(&mut self, ctx: &mut Ctx) {
-        let start = if self.published() { self.start } else { None };
-        self.multicast(
-            ctx,
-            LookupMsg::Heartbeat {
-                start,
-                leader: self.leader,
-            },
-        );
-        self.next_heartbeat = Some(ctx.now + Self::s(ctx).heartbeat_interval);
-        self.resend_store(ctx);
-    }
-
-    fn sss_changed(&mut self, ctx: &mut Ctx, changes: &[SssChange]) {
-        if changes.is_empty() {
-            return;
-        }
-        self.maintain(ctx);
-        // A new leader in this node's view gets this node's persistent store: what an
-        // acknowledged update left only here reaches whoever answers queries. Passive
-        // nodes send theirs too (a node that was leader when it acknowledged an update may
-        // come back passive, Nacked because `t` nodes are active).
-        let now_leader = self.active_nodes().first().copied();
-        if now_leader != self.seen_leader {
-            self.seen_leader = now_leader;
-            self.merge_to = None;
-            if let Some((_, d)) = now_leader
-                && d != self.me
-            {
-                self.send_store(ctx, d);
-            }
-        }
-    }
-
-    /// Send this node's persistent store to the leader `d` (as a `MergeRequest`, which
-    /// it acknowledges with what this node lacks), until it answers.
-    fn send_store(&mut self, ctx: &mut Ctx, d: DeviceId) {
-        let persistent = self.data.persistent_store();
-        if persistent.is_empty() {
-            self.merge_to = None;
-            return;
-        }
-        let persistent = super::to_wire(persistent, ctx.now);
-        ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
-        self.merge_to = Some((d, ctx.now));
-    }
-
-    /// As leader, ask `d`, which just came up, for its persistent store (sending this
-    /// node's, so that it learns what it lacks too).
-    fn pull_store(&mut self, ctx: &mut Ctx, d: DeviceId, again: bool) {
-        let persistent = super::to_wire(self.data.persistent_store(), ctx.now);
-        ctx.send(d, Msg::Lookup(LookupMsg::MergeRequest { persistent }));
-        let until = ctx.now + Self::s(ctx).roundtrip_delay;
-        self.awaiting.insert(d, (until, again));
-    }
-
-    /// Stores asked for and not answered within a round trip are asked for once more;
-    /// after that the held queries are answered without them.
-    fn expire_awaiting(&mut self, ctx: &mut Ctx) {
-        let now = ctx.now;
-        let due: Vec<(DeviceId, bool)> = (self.awaiting.iter())
-            .filter(|(_, (until, _))| *until <= now)
-            .map(|(d, (_, again))| (*d, *again))
-            .collect();
-        if due.is_empty() {
-            return;
-        }
-        for (d, again) in due {
-            self.awaiting.remove(&d);
-            if !again && self.is_leader() && self.sss.is_up(d) {
-                self.pull_store(ctx, d, true);
-            }
-        }
-        if self.awaiting.is_empty() {
-            self.release_held(ctx);
-        }
-    }
-
-    /// Answer the queries held while stores were awaited (dropped if this node no longer
-    /// leads: their origins answer "no leader" at their deadlines).
-    fn release_held(&mut self, ctx: &mut Ctx) {
-        for (origin, client, req_id, req) in std::mem::take(&mut self.held) {
-            self.answer(ctx, origin, client, req_id, &req);
-        }
-    }
-
-    /// Deliver a forwarded request and send the answer this node gives, if any.
-    fn answer(
-        &mut self,
-        ctx: &mut Ctx,
-        origin: DeviceId,
-        client: ClientId,
-        req_id: u64,
-        req: &LookupRequest,
-    ) {
-        if let Some(result) = self.deliver(ctx, origin, req) {
-            ctx.send(
-                origin,
-                Msg::Lookup(LookupMsg::Answer {
-                    client,
-                    req_id,
-                    result,
-                }),
-            );
-        }
-    }
-
-    /// The heartbeat's retry of an unanswered store: while `d` is still the leader in
-    /// this node's view and a round trip has passed since the last send.
-    fn resend_store(&mut self, ctx: &mut Ctx) {
-        let Some((d, at)) = self.merge_to else {
-            return;
-        };
-        if self.seen_leader.map(|(_, l)| l) != Some(d) {
-            self.merge_to = None;
-        } else if ctx.now.saturating_since(at) >= Self::s(ctx).roundtrip_delay {
-            self.send_store(ctx, d);
         }
     }
 

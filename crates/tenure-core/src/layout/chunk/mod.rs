@@ -25,8 +25,6 @@
 
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::data::StoreOp;
-use crate::ids::Version;
 use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::observation::Observation;
 use crate::io::persist::ChunkPersist;
@@ -34,6 +32,9 @@ use crate::io::persist::PersistOp;
 use crate::layout::{ChunkState, ChunkView, LeaseType, Metadata, Prepared};
 use crate::msg::{Msg, ToChunk, ToManager};
 use crate::time::Instant;
+
+mod serving;
+mod transition;
 
 /// The transient epoch transition log of §4.1 (`epoch transition log`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -392,7 +393,7 @@ impl Chunk {
                     lease,
                 },
             ) => {
-                if self.is_coordinator(from, new_epoch, tx) {
+                if self.is_transition_manager(from, new_epoch, tx) {
                     self.finished_tx(tx);
                     self.log = None;
                     self.transition_deadline = None;
@@ -405,7 +406,7 @@ impl Chunk {
             }
             // §4.2.8: abort tx → no lease
             (S::RecoveryTransition, ToChunk::Abort { new_epoch, tx, .. }) => {
-                if self.is_coordinator(from, new_epoch, tx) {
+                if self.is_transition_manager(from, new_epoch, tx) {
                     self.finished_tx(tx);
                     self.p.prepared = None;
                     self.persist(ctx);
@@ -506,264 +507,6 @@ impl Chunk {
             _ => {}
         }
     }
-
-    fn is_coordinator(&self, from: DeviceId, new_epoch: Epoch, tx: u64) -> bool {
-        self.log
-            .as_ref()
-            .is_some_and(|l| l.new_mgr == from && l.new_epoch == new_epoch && l.tx == tx)
-    }
-
-    /// Remember a finished transition attempt, so a replay of its prepare is refused.
-    fn finished_tx(&mut self, tx: u64) {
-        if self.finished.len() >= 16 {
-            self.finished.remove(0);
-        }
-        self.finished.push(tx);
-    }
-
-    /// §4.2.1 / §4.2.7 epoch transition, then §4.2.2 / §4.2.9 reconciling and `done`.
-    fn epoch_transition(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: DeviceId,
-        log: TransitionLog,
-        data: Option<Box<crate::data::StoreData>>,
-        recovery: bool,
-    ) {
-        // Tenure: vote only for the lease manager, and never twice for an epoch number.
-        let fresh = self
-            .highest_prepared()
-            .is_none_or(|p| log.new_epoch > p.new_epoch);
-        let acceptable = !self.finished.contains(&log.tx)
-            && log.old_epoch >= self.p.epoch
-            && log.new_epoch > self.p.epoch
-            && Some(from) == self.lease_mgr
-            && fresh;
-        if !acceptable {
-            self.to_mgr(
-                ctx,
-                log.new_mgr,
-                ToManager::VoteAbort {
-                    new_epoch: log.new_epoch,
-                    tx: log.tx,
-                },
-            );
-            return;
-        }
-        self.state = if recovery {
-            ChunkState::RecoveryReconciling
-        } else {
-            ChunkState::Reconciling
-        };
-        self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
-        // §5.3.8 "chunks are being reconciled": a relayout brings a chunk that does not
-        // hold the old epoch's state up to date before it votes (`done` persists it).
-        if let Some(d) = data {
-            let newest = self.p.epoch.max(log.old_epoch);
-            self.p.data = crate::safetalk::merge(&[self.p.data.clone(), *d], newest);
-        }
-        self.log = Some(log);
-        self.done(ctx);
-    }
-
-    /// `done`: reconciliation input is ready. Initiate the commit protocol voting commit:
-    /// the prepare is made durable, then the vote (carrying this chunk's state) is sent.
-    pub fn done(&mut self, ctx: &mut Ctx<'_>) {
-        // §4.2.2 / §4.2.9: done is a transition of the reconciling states only.
-        if !matches!(
-            self.state,
-            ChunkState::Reconciling | ChunkState::RecoveryReconciling
-        ) {
-            return;
-        }
-        let Some(log) = self.log.clone() else { return };
-        // Remember the earlier vote: if this one aborts, that one may still have
-        // committed somewhere.
-        if let Some(prev) = self.p.prepared.take()
-            && self
-                .p
-                .known
-                .as_ref()
-                .is_none_or(|k| k.new_epoch < prev.new_epoch)
-        {
-            self.p.known = Some(prev);
-        }
-        self.p.prepared = Some(Prepared {
-            new_epoch: log.new_epoch,
-            metadata: log.metadata.clone(),
-            new_mgr: log.new_mgr,
-        });
-        self.persist(ctx);
-        let vote = ToManager::Vote {
-            new_epoch: log.new_epoch,
-            tx: log.tx,
-            data: self.p.data.clone(),
-            committed: self.p.epoch,
-        };
-        self.to_mgr(ctx, log.new_mgr, vote);
-        self.state = match self.state {
-            ChunkState::RecoveryReconciling => ChunkState::RecoveryTransition,
-            _ => ChunkState::RegularTransition,
-        };
-    }
-
-    /// §4.2.3 / §4.2.8 commit tx.
-    fn commit(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: DeviceId,
-        new_epoch: Epoch,
-        tx: u64,
-        data: crate::data::StoreData,
-        lease: std::time::Duration,
-    ) {
-        if !self.is_coordinator(from, new_epoch, tx) {
-            return;
-        }
-        self.finished_tx(tx);
-        let log = self.log.take().expect("coordinator checked");
-        self.transition_deadline = None;
-        if log.metadata.contains(self.p.id) {
-            self.p.epoch = log.new_epoch;
-            self.p.metadata = log.metadata;
-            self.p.data = data;
-            self.p.lease_mgr = Some(log.new_mgr);
-            self.p.prepared = None;
-            if self
-                .p
-                .known
-                .as_ref()
-                .is_some_and(|k| k.new_epoch <= log.new_epoch)
-            {
-                self.p.known = None;
-            }
-            self.persist(ctx);
-            self.lease_expiry = Some(ctx.now + lease);
-            self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
-            self.lease_mgr = Some(log.new_mgr);
-            self.lease_epoch = log.new_epoch;
-            self.state = ChunkState::RegularLease;
-            ctx.observe(Observation::ChunkCommitted {
-                chunk: self.p.id,
-                epoch: log.new_epoch,
-            });
-            let live = self.p.data.table.objects.live_blocks();
-            let peers = self.p.metadata.chunks.iter().copied().collect();
-            let (store, id, epoch) = (self.p.store, self.p.id, self.p.epoch);
-            self.blocks
-                .after_commit(ctx, store, id, epoch, live, peers, log.new_mgr);
-        } else {
-            self.garbage_collect(ctx);
-        }
-    }
-
-    /// Whether this chunk serves the access protocol for `from` in `epoch` now: only
-    /// under a regular lease for its current epoch, granted by the sender, and trusted
-    /// only until `expiry - δ_c` (seed 000 §4.1: "the access protocol blocks unless the
-    /// state is regular").
-    fn serving(&self, ctx: &Ctx<'_>, from: DeviceId, epoch: Epoch) -> bool {
-        (self.state == ChunkState::RegularLease
-            && epoch == self.p.epoch
-            && Some(from) == self.lease_mgr
-            && self.lease_valid(ctx))
-            || ctx.cfg.planted.serve_without_lease
-    }
-
-    /// The highest sequence number this chunk holds (confirmed or pending).
-    fn last_accepted(&self) -> Version {
-        let d = &self.p.data;
-        let l = d.l_list.keys().next_back().copied().unwrap_or_default();
-        let r = d.r_list.keys().next_back().copied().unwrap_or_default();
-        d.confirmed.max(l).max(r)
-    }
-
-    /// SafeTalk ACCEPT (seed 004 §2, Appendix A: AL/AR): keep the batch in the L/R-lists
-    /// durably, apply the piggybacked CONFIRM, then answer ACCEPTED. A batch that does
-    /// not follow the last accepted change without a gap is refused (a lost ACCEPT).
-    fn accept(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        from: DeviceId,
-        epoch: Epoch,
-        ops: Vec<(Version, StoreOp)>,
-        confirm: Version,
-    ) {
-        let Some(first) = ops.first().map(|o| o.0) else {
-            return;
-        };
-        let last_op = ops.last().map(|o| o.0).unwrap_or(first);
-        let last = self.last_accepted();
-        let expected = if last.epoch == first.epoch {
-            last.seq + 1
-        } else {
-            1
-        };
-        if !self.serving(ctx, from, epoch) || first.epoch != epoch {
-            self.to_mgr(ctx, from, ToManager::Refused { epoch });
-            return;
-        }
-        if last_op <= last {
-            // A duplicate of a batch already accepted: answer again, change nothing.
-            self.to_mgr(ctx, from, ToManager::Accepted { epoch, upto: last });
-            return;
-        }
-        if first.seq != expected {
-            self.to_mgr(ctx, from, ToManager::Refused { epoch });
-            return;
-        }
-        let chunk = self.p.id;
-        let accepted = ToManager::Accepted {
-            epoch,
-            upto: last_op,
-        };
-        let early = ctx.cfg.planted.accepted_before_persist;
-        if early {
-            self.to_mgr(ctx, from, accepted.clone());
-        }
-        // Block data goes to the block store; the change is kept pending without it.
-        let ops = self.blocks.take_data(ctx, chunk, ops);
-        self.p.data.accept_batch(&ops, confirm);
-        // Every few deltas the durable copy takes the chunk's tables (and shares their
-        // nodes); in between it applies the deltas, copying only the nodes they touch.
-        // Not at every delta: a node shared is copied by whichever side changes it next,
-        // and the chunk would copy each node it changes once per batch.
-        let after = crate::io::persist::TablesAfter(
-            self.deltas
-                .is_multiple_of(crate::io::persist::SHARE_TABLES_EVERY)
-                .then(|| std::sync::Arc::new((self.p.data.confirmed, self.p.data.table.clone()))),
-        );
-        self.persist_delta(
-            ctx,
-            PersistOp::Accept {
-                chunk,
-                ops,
-                confirm,
-                after,
-            },
-        );
-        ctx.observe(Observation::ChunkServed {
-            chunk: self.p.id,
-            epoch,
-        });
-        if !early {
-            self.to_mgr(ctx, from, accepted);
-        }
-    }
-
-    /// SafeTalk CONFIRM (CL/CR): move confirmed changes into the tables.
-    ///
-    /// Tenure: a CONFIRM on its own is not persisted; it reaches the disk with the next
-    /// ACCEPT (which carries a CONFIRM at least as high) or whole record. Losing it in a
-    /// crash is losing the message: the changes stay durable in the L/R-lists, and the
-    /// recovery merge applies every pending change anyway (seed 004 §4.1), so nothing
-    /// confirmed is lost — and a SafeTalk round costs one durable write per chunk.
-    fn confirm(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, epoch: Epoch, upto: Version) {
-        if self.serving(ctx, from, epoch) && upto > self.p.data.confirmed {
-            self.p.data.confirm(upto.min(self.last_accepted()));
-        }
-    }
-
-    // ---- timers ------------------------------------------------------------------
 
     /// Earliest timer of this chunk.
     pub fn next_timeout(&self, ctx_drift: std::time::Duration) -> Option<Instant> {

@@ -1,0 +1,634 @@
+//! The device: every protocol state machine of one node behind one entry point.
+//!
+//! A device holds its chunks (seed 000 §4) and one manager role per store it is or may
+//! become manager of (§5). [`Device::handle`] routes an input to the right machine and
+//! returns the outputs in order; [`Device::poll_timeout`] is the earliest deadline of
+//! any machine. Persistent state lives in the chunks' [`ChunkPersist`] records and the
+//! serial counter; everything else is volatile and is lost on a crash (`Device::new`
+//! from the persisted state is a restart: every chunk is newly awake, §4.2.5).
+
+use crate::config::DeviceConfig;
+use crate::ctx::Ctx;
+use crate::election::coordinator::Coordinator;
+use crate::election::members::Members;
+use crate::election::{Elector, Term};
+use crate::error::ClientError;
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
+use crate::io::persist::ChunkPersist;
+use crate::io::persist::DevicePersist;
+use crate::io::persist::PersistOp;
+use crate::io::{Input, Output};
+use crate::layout::chunk::Chunk;
+use crate::layout::manager::Manager;
+use crate::layout::{ChunkView, ManagerView, Metadata, MgrState};
+use crate::lookup::Node;
+use crate::msg::Msg;
+use crate::rng::Rng;
+use crate::snapshot::Snapshots;
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+
+mod coordinator;
+mod routing;
+
+use routing::block_role;
+pub use routing::{device_key, parse_store_entry, store_key};
+
+/// One device's protocol core.
+pub struct Device {
+    env: Env,
+    next_serial: u64,
+    chunks: BTreeMap<ChunkId, Chunk>,
+    managers: BTreeMap<StoreId, Manager>,
+    last_timer: Option<Instant>,
+    /// The next timeout of every chunk and manager role, kept up to date per role: an
+    /// input that reaches one role (a message to a chunk or a manager, a client request)
+    /// refreshes that role's entry only; anything else (timers, policy, tests' direct
+    /// access) refreshes them all. [`Self::poll_timeout`] is the earliest entry.
+    timers: std::cell::RefCell<Timers>,
+    /// Stores whose manager role a client request reached since the last garbage
+    /// collection (a request can leave an empty role behind).
+    requested: Vec<StoreId>,
+    /// The device's lookup node (seed 003).
+    lookup: Node,
+    /// The coordinator's election (seed 002 §14.3; DESIGN §6).
+    elector: Elector,
+    /// The coordinator's view and decisions, used while this device is coordinator.
+    coord: Coordinator,
+    /// The newest coordinator term seen, persisted: commands of older terms are refused.
+    term: Term,
+    /// When this device next reports to the coordinator.
+    next_report: Instant,
+    /// The newest membership record seen (DESIGN §6).
+    members: Members,
+    /// This device's addresses, while a newer record left it out without retiring it:
+    /// it was admitted by a record that lost to another of the same number, and asks
+    /// to be admitted again (see [`Device::report`]).
+    readmit: Option<(String, String)>,
+    /// A record this device held whose decisions (an admission, a retirement) the newer
+    /// record it adopted lacks: reported to the coordinator with every report until a
+    /// record holds them again (a coordinator that never heard of an admission made a
+    /// record without it, and every device adopting that record would forget the
+    /// admission: simulator seed 10229).
+    lost_record: Option<Members>,
+    /// Snapshots this device takes part in (seed 002 §14.1).
+    snaps: Snapshots,
+    /// When the coordinator next starts a scheduled snapshot.
+    next_snapshot: Option<Instant>,
+}
+
+/// Cached next timeouts, see [`Device::timers`].
+#[derive(Default)]
+struct Timers {
+    /// Each role's next timeout (roles without one are absent).
+    deadlines: BTreeMap<Role, Instant>,
+    /// The same entries ordered by deadline: the first is [`Device::poll_timeout`].
+    order: BTreeSet<(Instant, Role)>,
+    stale: Stale,
+}
+
+/// A timer's owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Chunk(ChunkId),
+    Manager(StoreId),
+    Lookup,
+    Election,
+    Snapshot,
+}
+
+/// Which cached timeouts may be out of date.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stale {
+    #[default]
+    All,
+    /// Only this role's.
+    One(Role),
+    None,
+}
+
+/// What every handler's [`Ctx`] is made of, kept apart from the state machines so a
+/// context can be borrowed alongside them.
+struct Env {
+    cfg: DeviceConfig,
+    rng: Rng,
+    heard: BTreeMap<DeviceId, Instant>,
+    hints: BTreeMap<StoreId, DeviceId>,
+    /// The lookup data's generation `hints` was built from.
+    hints_gen: u64,
+    /// When this device's chunks first showed each recent epoch of their store.
+    epochs: BTreeMap<StoreId, crate::session::EpochsSeen>,
+}
+
+impl Env {
+    fn ctx<'a>(&'a mut self, now: Instant, out: &'a mut Vec<Output>) -> Ctx<'a> {
+        Ctx {
+            now,
+            cfg: &self.cfg,
+            rng: &mut self.rng,
+            out,
+            heard: &self.heard,
+            hints: &self.hints,
+            epochs: &self.epochs,
+        }
+    }
+}
+
+impl Device {
+    /// Boot a device from its persistent state. An empty state with serial 0 is a first
+    /// boot: the device creates its bootstrap chunks (epoch 1, the store's preferred
+    /// device as last manager) and persists them before anything else happens.
+    pub fn new(
+        cfg: DeviceConfig,
+        disk: DevicePersist,
+        now: Instant,
+        rng_seed: u64,
+    ) -> (Device, Vec<Output>) {
+        let mut cfg = cfg;
+        let cfg_id = cfg.id;
+        let record = disk.members.clone().unwrap_or_else(|| {
+            let mut ids = cfg.cluster.devices.clone();
+            if cfg.join {
+                // Not a member until the coordinator admits it.
+                ids.retain(|d| *d != cfg_id);
+            }
+            Members::bootstrap(&ids)
+        });
+        if disk.members.is_some() || cfg.join {
+            cfg.cluster.devices = record.ids();
+        }
+        let members = record.ids();
+        let retiring = record.retiring();
+        let election = cfg.election.clone();
+        let cfg_planted_forget = cfg.planted.snapshot_forget_recorded;
+        let mut dev = Device {
+            next_serial: disk.next_serial,
+            env: Env {
+                cfg,
+                rng: Rng::new(rng_seed),
+                heard: BTreeMap::new(),
+                hints: BTreeMap::new(),
+                hints_gen: 0,
+                epochs: BTreeMap::new(),
+            },
+            chunks: BTreeMap::new(),
+            managers: BTreeMap::new(),
+            last_timer: None,
+            timers: Default::default(),
+            requested: Vec::new(),
+            lookup: Node::placeholder(),
+            elector: Elector::new(cfg_id, members, retiring, election, disk.term, now),
+            coord: Coordinator::default(),
+            term: disk.term,
+            next_report: now,
+            readmit: None,
+            lost_record: None,
+            members: record,
+            snaps: if cfg_planted_forget {
+                Snapshots::default()
+            } else {
+                Snapshots::boot(disk.snapshots.clone())
+            },
+            next_snapshot: None,
+        };
+        dev.snaps.plant_record_late = dev.env.cfg.planted.snapshot_record_late;
+        dev.elector.plant_no_restart = dev.env.cfg.planted.election_no_restart;
+        let mut out = Vec::new();
+        dev.drain_elector(now, &mut out);
+        dev.lookup = {
+            let mut ctx = dev.env.ctx(now, &mut out);
+            let mut node = Node::boot(&mut ctx, disk.lookup.into_values().collect());
+            // DESIGN §3: every device publishes that it is alive, and where.
+            let me = ctx.cfg.id;
+            let addr = match ctx.cfg.advertise.as_str() {
+                "" => me.to_string(),
+                a => a.to_string(),
+            };
+            node.provide(&mut ctx, device_key(me), addr.into_bytes());
+            node
+        };
+        let mut blocks = disk.blocks;
+        let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
+        if dev.next_serial == 0 && records.is_empty() {
+            if dev.env.cfg.join {
+                dev.next_serial = dev.env.cfg.cluster.first_free_serial();
+                out.push(Output::Persist(PersistOp::SetNextSerial(dev.next_serial)));
+            } else {
+                records = dev.bootstrap(&mut out);
+            }
+        }
+        for p in records {
+            let id = p.id;
+            let mut chunk = {
+                let mut ctx = dev.env.ctx(now, &mut out);
+                Chunk::boot(&mut ctx, p)
+            };
+            chunk.blocks =
+                crate::objects::blocks::ChunkBlocks::new(blocks.remove(&id).unwrap_or_default());
+            let v = chunk.view();
+            dev.env.epochs.entry(v.store).or_default().saw(v.epoch, now);
+            dev.chunks.insert(id, chunk);
+        }
+        dev.finish(&mut out);
+        (dev, out)
+    }
+
+    fn bootstrap(&mut self, out: &mut Vec<Output>) -> Vec<ChunkPersist> {
+        let cluster = &self.env.cfg.cluster;
+        let mut records = Vec::new();
+        for store in cluster.store_ids() {
+            let chunks = cluster.bootstrap_chunks(store);
+            if let Some(id) = chunks.iter().find(|c| c.device == self.env.cfg.id).copied() {
+                let p = ChunkPersist {
+                    id,
+                    store,
+                    epoch: Epoch(1),
+                    metadata: Metadata::new(chunks),
+                    lease_mgr: Some(cluster.preferred_manager(store)),
+                    prepared: None,
+                    known: None,
+                    data: Default::default(),
+                };
+                out.push(Output::Persist(PersistOp::PutChunk(Box::new(p.clone()))));
+                records.push(p);
+            }
+        }
+        self.next_serial = cluster.first_free_serial();
+        out.push(Output::Persist(PersistOp::SetNextSerial(self.next_serial)));
+        records
+    }
+
+    /// Handle one input at local time `now`; returns the outputs in order.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Output> {
+        let mut out = Vec::new();
+        // Time passes before anything new happens: timers already due at `now` fire
+        // first, so a device that was paused acts on its expired deadlines (an expired
+        // commit window, a lapsed lease) before the messages that queued up meanwhile.
+        let due = self.poll_timeout().is_some_and(|t| t <= now);
+        self.timers.get_mut().stale = if due {
+            Stale::All
+        } else {
+            Self::reaches(&input)
+        };
+        if !matches!(input, Input::Tick) && due {
+            self.on_tick(now, &mut out);
+        }
+        match input {
+            Input::Message { from, msg } => {
+                self.env.heard.insert(from, now);
+                self.on_message(now, from, msg, &mut out);
+            }
+            Input::Tick => self.on_tick(now, &mut out),
+            Input::Request {
+                client,
+                req_id,
+                req,
+            } => {
+                let store = req.store();
+                if store.0 >= self.env.cfg.cluster.stores {
+                    out.push(Output::Reply {
+                        client,
+                        req_id,
+                        result: Err(ClientError::UnknownStore(store)),
+                    });
+                } else if let Some(hint) = self.lease_hint(store) {
+                    // Tenure: this device does not manage the store but one of its chunks
+                    // serves under a lease from the manager: point the client there. A
+                    // manager role's forwarding address (left by a migration) can be long
+                    // stale, and two of them can point at each other (seed 180613: clients
+                    // bounced between d1 and d4 while d2 managed the store).
+                    out.push(Output::Reply {
+                        client,
+                        req_id,
+                        result: Err(ClientError::NotManager { hint: Some(hint) }),
+                    });
+                } else {
+                    let Device {
+                        env,
+                        managers,
+                        requested,
+                        ..
+                    } = self;
+                    let mut ctx = env.ctx(now, &mut out);
+                    requested.push(store);
+                    managers
+                        .entry(store)
+                        .or_insert_with(|| Manager::new(store))
+                        .request(&mut ctx, client, req_id, req);
+                }
+            }
+            Input::Policy(cmd) => self.on_policy(now, cmd, &mut out),
+            Input::Lookup {
+                client,
+                req_id,
+                req,
+            } => {
+                let mut ctx = self.env.ctx(now, &mut out);
+                self.lookup.on_request(&mut ctx, client, req_id, req);
+            }
+            Input::StartSnapshot => self.start_snapshot(now, &mut out),
+        }
+        self.publish_managers(now, &mut out);
+        self.refresh_hints();
+        self.snaps.tag(&mut out);
+        self.finish(&mut out);
+        out
+    }
+
+    /// The one role an input can change, if it reaches only one (see [`Self::timers`]).
+    fn reaches(input: &Input) -> Stale {
+        match input {
+            Input::Message {
+                msg: Msg::ToChunk { chunk, .. },
+                ..
+            } => Stale::One(Role::Chunk(*chunk)),
+            Input::Message {
+                msg: Msg::ToManager { store, .. } | Msg::Mgr { store, .. },
+                ..
+            } => Stale::One(Role::Manager(*store)),
+            Input::Request { req, .. } => Stale::One(Role::Manager(req.store())),
+            Input::Lookup { .. }
+            | Input::Message {
+                msg: Msg::Lookup(_),
+                ..
+            } => Stale::One(Role::Lookup),
+            Input::Message {
+                msg: Msg::Blocks(b),
+                ..
+            } => Stale::One(block_role(b)),
+            Input::Message {
+                msg: Msg::Election(_),
+                ..
+            } => Stale::One(Role::Election),
+            Input::Message {
+                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_),
+                ..
+            }
+            | Input::StartSnapshot
+            | Input::Tick
+            | Input::Policy(_) => Stale::All,
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Output>) {
+        let t = self.poll_timeout();
+        if t != self.last_timer {
+            self.last_timer = t;
+            if let Some(t) = t {
+                out.push(Output::SetTimer(t));
+            }
+        }
+    }
+
+    /// Earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut timers = self.timers.borrow_mut();
+        self.refresh(&mut timers);
+        timers.order.first().map(|(t, _)| *t)
+    }
+
+    /// Bring the stale entries of `timers` up to date.
+    fn refresh(&self, timers: &mut Timers) {
+        let drift = self.env.cfg.timing.clock_drift;
+        let next = |role: Role| match role {
+            Role::Chunk(id) => self.chunks.get(&id).and_then(|c| c.next_timeout(drift)),
+            Role::Manager(s) => self.managers.get(&s).and_then(Manager::next_timeout),
+            Role::Lookup => self.lookup.next_timeout(&self.env.cfg.lookup),
+            Role::Election => self.election_timeout(),
+            Role::Snapshot => self.snaps.next_timeout(&self.env.cfg.snapshot),
+        };
+        let role = match std::mem::replace(&mut timers.stale, Stale::None) {
+            Stale::None => return,
+            Stale::One(role) => role,
+            Stale::All => {
+                let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
+                    .chain(self.managers.keys().map(|s| Role::Manager(*s)))
+                    .chain([Role::Lookup, Role::Election, Role::Snapshot]);
+                timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
+                timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
+                return;
+            }
+        };
+        let old = match next(role) {
+            Some(t) => {
+                timers.order.insert((t, role));
+                timers.deadlines.insert(role, t).filter(|o| *o != t)
+            }
+            None => timers.deadlines.remove(&role),
+        };
+        if let Some(o) = old {
+            timers.order.remove(&(o, role));
+        }
+    }
+
+    /// This device.
+    pub fn id(&self) -> DeviceId {
+        self.env.cfg.id
+    }
+
+    /// Configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.env.cfg
+    }
+
+    /// Current persistent state (what a crash keeps).
+    pub fn persistent(&self) -> DevicePersist {
+        DevicePersist {
+            next_serial: self.next_serial,
+            chunks: self.chunks.iter().map(|(k, c)| (*k, c.p.clone())).collect(),
+            lookup: (self.lookup.data().persistent_store().into_iter())
+                .map(|e| (e.key.clone(), e))
+                .collect(),
+            blocks: (self.chunks.iter())
+                .filter(|(_, c)| !c.blocks.data.is_empty())
+                .map(|(k, c)| (*k, c.blocks.data.clone()))
+                .collect(),
+            term: self.term,
+            members: (self.members.version != Default::default()).then(|| self.members.clone()),
+            snapshots: self.snaps.recorded(),
+        }
+    }
+
+    /// The lookup node.
+    pub fn lookup(&self) -> &Node {
+        &self.lookup
+    }
+
+    /// Direct access to the lookup node (tests and the simulator's state corruption).
+    pub fn lookup_mut(&mut self) -> &mut Node {
+        self.timers.get_mut().stale = Stale::All;
+        &mut self.lookup
+    }
+
+    /// View of one chunk.
+    pub fn chunk_view(&self, id: ChunkId) -> Option<ChunkView> {
+        self.chunks.get(&id).map(Chunk::view)
+    }
+
+    /// Views of all chunks.
+    pub fn chunk_views(&self) -> Vec<ChunkView> {
+        self.chunks.values().map(Chunk::view).collect()
+    }
+
+    /// View of this device's manager role for a store (None if it has none).
+    pub fn manager_view(&self, store: StoreId) -> Option<ManagerView> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state != MgrState::None)
+            .map(Manager::view)
+    }
+
+    /// Views of all manager roles that are not in the `None` state.
+    pub fn manager_views(&self) -> Vec<ManagerView> {
+        self.managers
+            .values()
+            .filter(|m| m.state != MgrState::None)
+            .map(Manager::view)
+            .collect()
+    }
+
+    /// The confirmed tables of a store this device manages (checkers look for lost
+    /// operations right after a takeover).
+    pub fn managed_tables(&self, store: StoreId) -> Option<&crate::data::Tables> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| &m.data.table)
+    }
+
+    /// The session deadlines kept by the manager of a store this device manages (status
+    /// pages show how long each session has left).
+    pub fn managed_liveness(&self, store: StoreId) -> Option<&crate::session::Liveness> {
+        self.managers
+            .get(&store)
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| &m.liveness)
+    }
+
+    /// A chunk's persistent record (checkers compare stored data).
+    pub fn chunk_record(&self, id: ChunkId) -> Option<&ChunkPersist> {
+        self.chunks.get(&id).map(|c| &c.p)
+    }
+
+    /// A chunk's object blocks (checkers compare them with the manifests).
+    pub fn chunk_blocks(&self, id: ChunkId) -> Option<&crate::objects::blocks::ChunkBlocks> {
+        self.chunks.get(&id).map(|c| &c.blocks)
+    }
+
+    /// The chunks the manager of `store` on this device knows to hold every object
+    /// block (reads are served from these).
+    pub fn complete_chunks(&self, store: StoreId) -> BTreeSet<ChunkId> {
+        (self.managers.get(&store))
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| m.objects.complete.clone())
+            .unwrap_or_default()
+    }
+
+    /// Direct access to a chunk's state machine (tests).
+    pub fn chunk_mut(&mut self, id: ChunkId) -> Option<&mut Chunk> {
+        self.timers.get_mut().stale = Stale::All;
+        self.chunks.get_mut(&id)
+    }
+
+    /// Direct access to a manager role (tests).
+    pub fn manager_mut(&mut self, store: StoreId) -> &mut Manager {
+        self.timers.get_mut().stale = Stale::All;
+        self.managers
+            .entry(store)
+            .or_insert_with(|| Manager::new(store))
+    }
+
+    /// The membership record this device has.
+    pub fn members(&self) -> &Members {
+        &self.members
+    }
+
+    /// The election machine (read only).
+    pub fn elector(&self) -> &Elector {
+        &self.elector
+    }
+
+    /// The coordinator this device follows (or is), with its term.
+    pub fn coordinator(&self) -> Option<Term> {
+        self.elector.coordinator()
+    }
+
+    /// The term this device acts in as coordinator, if it does.
+    pub fn acting_coordinator(&self) -> Option<Term> {
+        self.coord.term()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterConfig;
+    use crate::ids::ClientId;
+    use crate::io::request::Request;
+    use crate::msg::ToChunk;
+
+    /// A request to a store this device does not manage leaves an empty manager role
+    /// behind; the next message, whatever role it reaches, collects it (as a full scan
+    /// would).
+    #[test]
+    fn an_empty_manager_role_left_by_a_request_is_collected_by_the_next_message() {
+        let cluster = ClusterConfig::new(5, 8, 3);
+        let me = cluster.devices[4];
+        let now = Instant(1_000_000);
+        let (mut dev, _) = Device::new(
+            DeviceConfig::new(me, cluster.clone()),
+            DevicePersist::default(),
+            now,
+            7,
+        );
+        let store = (0..8)
+            .map(StoreId)
+            .find(|s| cluster.preferred_manager(*s) != me && !dev.managers.contains_key(s))
+            .expect("a store without a role here");
+        let before = dev.managers.len();
+        let out = dev.handle(
+            now,
+            Input::Request {
+                client: ClientId(1),
+                req_id: 1,
+                req: Request::Write {
+                    store,
+                    key: 1,
+                    value: 1,
+                },
+            },
+        );
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Reply {
+                    result: Err(crate::error::ClientError::NotManager { .. }),
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+        assert_eq!(dev.managers.len(), before + 1, "the request made a role");
+        // A message to some chunk (this device has no such chunk).
+        let chunk = ChunkId {
+            device: me,
+            serial: 999,
+        };
+        dev.handle(
+            now,
+            Input::Message {
+                from: cluster.devices[0],
+                msg: Msg::ToChunk {
+                    store: StoreId(0),
+                    chunk,
+                    msg: ToChunk::Confirm {
+                        epoch: Epoch(1),
+                        upto: crate::ids::Version::default(),
+                    },
+                },
+            },
+        );
+        assert_eq!(dev.managers.len(), before, "the empty role is collected");
+        assert!(!dev.managers.contains_key(&store));
+    }
+}

@@ -1,0 +1,128 @@
+//! The access protocol at a chunk (SafeTalk, seed 004 §2, Appendix A): served only under a
+//! regular lease for the current epoch; ACCEPT kept durably before ACCEPTED, CONFIRM applied.
+
+use super::*;
+use crate::ctx::Ctx;
+use crate::data::StoreOp;
+use crate::ids::Version;
+use crate::ids::{DeviceId, Epoch};
+use crate::io::observation::Observation;
+use crate::io::persist::PersistOp;
+use crate::layout::ChunkState;
+use crate::msg::ToManager;
+
+impl Chunk {
+    /// Whether this chunk serves the access protocol for `from` in `epoch` now: only
+    /// under a regular lease for its current epoch, granted by the sender, and trusted
+    /// only until `expiry - δ_c` (seed 000 §4.1: "the access protocol blocks unless the
+    /// state is regular").
+    pub(super) fn serving(&self, ctx: &Ctx<'_>, from: DeviceId, epoch: Epoch) -> bool {
+        (self.state == ChunkState::RegularLease
+            && epoch == self.p.epoch
+            && Some(from) == self.lease_mgr
+            && self.lease_valid(ctx))
+            || ctx.cfg.planted.serve_without_lease
+    }
+
+    /// The highest sequence number this chunk holds (confirmed or pending).
+    fn last_accepted(&self) -> Version {
+        let d = &self.p.data;
+        let l = d.l_list.keys().next_back().copied().unwrap_or_default();
+        let r = d.r_list.keys().next_back().copied().unwrap_or_default();
+        d.confirmed.max(l).max(r)
+    }
+
+    /// SafeTalk ACCEPT (seed 004 §2, Appendix A: AL/AR): keep the batch in the L/R-lists
+    /// durably, apply the piggybacked CONFIRM, then answer ACCEPTED. A batch that does
+    /// not follow the last accepted change without a gap is refused (a lost ACCEPT).
+    pub(super) fn accept(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        epoch: Epoch,
+        ops: Vec<(Version, StoreOp)>,
+        confirm: Version,
+    ) {
+        let Some(first) = ops.first().map(|o| o.0) else {
+            return;
+        };
+        let last_op = ops.last().map(|o| o.0).unwrap_or(first);
+        let last = self.last_accepted();
+        let expected = if last.epoch == first.epoch {
+            last.seq + 1
+        } else {
+            1
+        };
+        if !self.serving(ctx, from, epoch) || first.epoch != epoch {
+            self.to_mgr(ctx, from, ToManager::Refused { epoch });
+            return;
+        }
+        if last_op <= last {
+            // A duplicate of a batch already accepted: answer again, change nothing.
+            self.to_mgr(ctx, from, ToManager::Accepted { epoch, upto: last });
+            return;
+        }
+        if first.seq != expected {
+            self.to_mgr(ctx, from, ToManager::Refused { epoch });
+            return;
+        }
+        let chunk = self.p.id;
+        let accepted = ToManager::Accepted {
+            epoch,
+            upto: last_op,
+        };
+        let early = ctx.cfg.planted.accepted_before_persist;
+        if early {
+            self.to_mgr(ctx, from, accepted.clone());
+        }
+        // Block data goes to the block store; the change is kept pending without it.
+        let ops = self.blocks.take_data(ctx, chunk, ops);
+        self.p.data.accept_batch(&ops, confirm);
+        // Every few deltas the durable copy takes the chunk's tables (and shares their
+        // nodes); in between it applies the deltas, copying only the nodes they touch.
+        // Not at every delta: a node shared is copied by whichever side changes it next,
+        // and the chunk would copy each node it changes once per batch.
+        let after = crate::io::persist::TablesAfter(
+            self.deltas
+                .is_multiple_of(crate::io::persist::SHARE_TABLES_EVERY)
+                .then(|| std::sync::Arc::new((self.p.data.confirmed, self.p.data.table.clone()))),
+        );
+        self.persist_delta(
+            ctx,
+            PersistOp::Accept {
+                chunk,
+                ops,
+                confirm,
+                after,
+            },
+        );
+        ctx.observe(Observation::ChunkServed {
+            chunk: self.p.id,
+            epoch,
+        });
+        if !early {
+            self.to_mgr(ctx, from, accepted);
+        }
+    }
+
+    /// SafeTalk CONFIRM (CL/CR): move confirmed changes into the tables.
+    ///
+    /// Tenure: a CONFIRM on its own is not persisted; it reaches the disk with the next
+    /// ACCEPT (which carries a CONFIRM at least as high) or whole record. Losing it in a
+    /// crash is losing the message: the changes stay durable in the L/R-lists, and the
+    /// recovery merge applies every pending change anyway (seed 004 §4.1), so nothing
+    /// confirmed is lost — and a SafeTalk round costs one durable write per chunk.
+    pub(super) fn confirm(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        epoch: Epoch,
+        upto: Version,
+    ) {
+        if self.serving(ctx, from, epoch) && upto > self.p.data.confirmed {
+            self.p.data.confirm(upto.min(self.last_accepted()));
+        }
+    }
+
+    // ---- timers ------------------------------------------------------------------
+}

@@ -1,0 +1,161 @@
+//! A chunk's side of an epoch transition (seed 000 §4.2.1–§4.2.9): the prepare from the
+//! new epoch's manager, the vote, reconciling, `done`, and the commit or abort.
+
+use super::*;
+use crate::ctx::Ctx;
+use crate::ids::{DeviceId, Epoch};
+use crate::io::observation::Observation;
+use crate::layout::{ChunkState, Prepared};
+use crate::msg::ToManager;
+
+impl Chunk {
+    pub(super) fn is_transition_manager(&self, from: DeviceId, new_epoch: Epoch, tx: u64) -> bool {
+        self.log
+            .as_ref()
+            .is_some_and(|l| l.new_mgr == from && l.new_epoch == new_epoch && l.tx == tx)
+    }
+
+    /// Remember a finished transition attempt, so a replay of its prepare is refused.
+    pub(super) fn finished_tx(&mut self, tx: u64) {
+        if self.finished.len() >= 16 {
+            self.finished.remove(0);
+        }
+        self.finished.push(tx);
+    }
+
+    /// §4.2.1 / §4.2.7 epoch transition, then §4.2.2 / §4.2.9 reconciling and `done`.
+    pub(super) fn epoch_transition(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        log: TransitionLog,
+        data: Option<Box<crate::data::StoreData>>,
+        recovery: bool,
+    ) {
+        // Tenure: vote only for the lease manager, and never twice for an epoch number.
+        let fresh = self
+            .highest_prepared()
+            .is_none_or(|p| log.new_epoch > p.new_epoch);
+        let acceptable = !self.finished.contains(&log.tx)
+            && log.old_epoch >= self.p.epoch
+            && log.new_epoch > self.p.epoch
+            && Some(from) == self.lease_mgr
+            && fresh;
+        if !acceptable {
+            self.to_mgr(
+                ctx,
+                log.new_mgr,
+                ToManager::VoteAbort {
+                    new_epoch: log.new_epoch,
+                    tx: log.tx,
+                },
+            );
+            return;
+        }
+        self.state = if recovery {
+            ChunkState::RecoveryReconciling
+        } else {
+            ChunkState::Reconciling
+        };
+        self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        // §5.3.8 "chunks are being reconciled": a relayout brings a chunk that does not
+        // hold the old epoch's state up to date before it votes (`done` persists it).
+        if let Some(d) = data {
+            let newest = self.p.epoch.max(log.old_epoch);
+            self.p.data = crate::safetalk::merge(&[self.p.data.clone(), *d], newest);
+        }
+        self.log = Some(log);
+        self.done(ctx);
+    }
+
+    /// `done`: reconciliation input is ready. Initiate the commit protocol voting commit:
+    /// the prepare is made durable, then the vote (carrying this chunk's state) is sent.
+    pub fn done(&mut self, ctx: &mut Ctx<'_>) {
+        // §4.2.2 / §4.2.9: done is a transition of the reconciling states only.
+        if !matches!(
+            self.state,
+            ChunkState::Reconciling | ChunkState::RecoveryReconciling
+        ) {
+            return;
+        }
+        let Some(log) = self.log.clone() else { return };
+        // Remember the earlier vote: if this one aborts, that one may still have
+        // committed somewhere.
+        if let Some(prev) = self.p.prepared.take()
+            && self
+                .p
+                .known
+                .as_ref()
+                .is_none_or(|k| k.new_epoch < prev.new_epoch)
+        {
+            self.p.known = Some(prev);
+        }
+        self.p.prepared = Some(Prepared {
+            new_epoch: log.new_epoch,
+            metadata: log.metadata.clone(),
+            new_mgr: log.new_mgr,
+        });
+        self.persist(ctx);
+        let vote = ToManager::Vote {
+            new_epoch: log.new_epoch,
+            tx: log.tx,
+            data: self.p.data.clone(),
+            committed: self.p.epoch,
+        };
+        self.to_mgr(ctx, log.new_mgr, vote);
+        self.state = match self.state {
+            ChunkState::RecoveryReconciling => ChunkState::RecoveryTransition,
+            _ => ChunkState::RegularTransition,
+        };
+    }
+
+    /// §4.2.3 / §4.2.8 commit tx.
+    pub(super) fn commit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        new_epoch: Epoch,
+        tx: u64,
+        data: crate::data::StoreData,
+        lease: std::time::Duration,
+    ) {
+        if !self.is_transition_manager(from, new_epoch, tx) {
+            return;
+        }
+        self.finished_tx(tx);
+        let log = self.log.take().expect("coordinator checked");
+        self.transition_deadline = None;
+        if log.metadata.contains(self.p.id) {
+            self.p.epoch = log.new_epoch;
+            self.p.metadata = log.metadata;
+            self.p.data = data;
+            self.p.lease_mgr = Some(log.new_mgr);
+            self.p.prepared = None;
+            if self
+                .p
+                .known
+                .as_ref()
+                .is_some_and(|k| k.new_epoch <= log.new_epoch)
+            {
+                self.p.known = None;
+            }
+            self.persist(ctx);
+            self.lease_expiry = Some(ctx.now + lease);
+            self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+            self.lease_mgr = Some(log.new_mgr);
+            self.lease_epoch = log.new_epoch;
+            self.state = ChunkState::RegularLease;
+            ctx.observe(Observation::ChunkCommitted {
+                chunk: self.p.id,
+                epoch: log.new_epoch,
+            });
+            let live = self.p.data.table.objects.live_blocks();
+            let peers = self.p.metadata.chunks.iter().copied().collect();
+            let (store, id, epoch) = (self.p.store, self.p.id, self.p.epoch);
+            self.blocks
+                .after_commit(ctx, store, id, epoch, live, peers, log.new_mgr);
+        } else {
+            self.garbage_collect(ctx);
+        }
+    }
+}
