@@ -33,6 +33,16 @@
 //! - **Phases**: a safety phase with faults, then a liveness phase — partitions healed,
 //!   crashed devices restarted, paused ones resumed, faults and operator commands off —
 //!   in which every store must regain a working manager within `liveness_us`.
+//!
+//! This file holds the world's state ([`World`], one `Node` per device), its constants
+//! and the helpers every part uses (scheduling, tracing, the fingerprint). The rest, by
+//! concern: `config` and `report` (what a run is asked and what it answers), `build`
+//! (the world from its run seed), `event` and `step` (the queue and its dispatch), `run`
+//! and `managed` (the phases and the working-manager sampler), `devices`, `observe` and
+//! `send` (a device's inputs, outputs and messages), `nemesis` (faults and operator
+//! commands), `disk` (slow and torn disks), and the workloads and their checkers'
+//! glue: `writes`, `clients` and `pipeline` (locks), `objects`, `elections`,
+//! `snapshots`, `membership`, `delay` and `mgr_crash` (measurements).
 
 mod build;
 mod clients;
@@ -56,36 +66,24 @@ mod snapshots;
 mod step;
 mod writes;
 
-use crate::checks::{CheckCounts, Checker, Violation, ViolationKind};
+use crate::checks::Checker;
 use crate::clock::Clock;
-use crate::knobs::Knobs;
-use crate::knobs::{DiskKnobs, DiskModel, LockKnobs, LockPaths, Pipelining};
-use crate::lockcheck::{LockCheckCounts, LockChecker};
-use crate::net::{Fate, Network, PartitionMode};
+use crate::knobs::{DiskKnobs, Knobs, LockKnobs};
+use crate::lockcheck::LockChecker;
+use crate::net::Network;
 use clients::{LockClient, LockReq};
 pub use config::{Captured, SimConfig, SimError, WorldKind};
 pub use delay::UpdateDelay;
 use event::Event;
 pub use mgr_crash::ManagerCrash;
 pub use nemesis::NemesisAction;
-pub use report::{
-    Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalkCost, StepWindow,
-};
-use writes::ClientWrite;
-use serde::Serialize;
+pub use report::{Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalkCost, StepWindow};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use tenure_core::io::{
-    ClientError, DevicePersist, EpochCause, Input, Observation, Output, PolicyCommand, Request,
-    Response,
-};
-use tenure_core::layout::{ChunkState, Metadata, MgrState};
-use tenure_core::lockctl::SessionId;
-use tenure_core::msg::{Msg, ToChunk, ToManager};
+use tenure_core::io::{DevicePersist, Output};
 use tenure_core::rng::{Rng, mix64};
-use tenure_core::{
-    ClientId, ClusterConfig, Device, DeviceConfig, DeviceId, Epoch, PlantedBugs, StoreId,
-};
+use tenure_core::{Device, DeviceConfig, DeviceId, Epoch, StoreId};
+use writes::ClientWrite;
 
 /// Virtual real time at which a run starts (µs). Starting above zero keeps every clock's
 /// reading positive whatever its (negative) skew.
@@ -107,7 +105,10 @@ const LIN_STEPS_MAX: u64 = 200_000;
 /// A run that processes more events than this is stuck in an event storm.
 const EVENTS_MAX: u64 = 20_000_000;
 
+/// One simulated device: its process (while running), its disk, its clock and what
+/// the world keeps about its incarnations.
 struct Node {
+    /// The running process (`None` while crashed or retired).
     device: Option<Device>,
     /// What survives a crash: the persists that became durable.
     disk: DevicePersist,
@@ -115,7 +116,9 @@ struct Node {
     written: DevicePersist,
     /// Persists and outputs on their way to the disk and out ([`disk`]).
     pipe: disk::Pipe,
+    /// The configuration it boots with.
     cfg: DeviceConfig,
+    /// Its wall and monotonic clocks.
     clock: Clock,
     /// Real time until which the process is paused.
     paused_until: Option<u64>,
@@ -237,10 +240,12 @@ impl World {
         &self.knobs
     }
 
+    /// Simulated time since the start of the run (µs).
     fn since_start(&self) -> u64 {
         self.now - START_US
     }
 
+    /// Append a line to the trace, if one is recorded.
     fn trace(&mut self, f: impl FnOnce() -> String) {
         if self.cfg.trace {
             let line = f();
@@ -254,28 +259,34 @@ impl World {
         }
     }
 
+    /// Mix a value into the run's fingerprint.
     fn mix(&mut self, x: u64) {
         self.hash = mix64(self.hash ^ x);
     }
 
+    /// When the nemesis acts next.
     fn exp_nemesis(&mut self) -> u64 {
         self.now + exp(&mut self.nemesis_rng, self.knobs.nemesis_mean_us)
     }
 
+    /// When the next register write starts.
     fn exp_workload(&mut self) -> u64 {
         self.now + exp(&mut self.workload_rng, self.knobs.write_mean_us)
     }
 
+    /// Queue an event at `at` (never in the past), after those already queued then.
     fn schedule(&mut self, at: u64, ev: Event) {
         self.seq += 1;
         self.queue.insert((at.max(self.now), self.seq), ev);
     }
 
+    /// Whether `d`'s process is up and not paused.
     fn running(&self, d: DeviceId) -> bool {
         let n = &self.nodes[&d];
         n.device.is_some() && n.paused_until.is_none()
     }
 
+    /// Devices crashed or paused (retired ones aside).
     fn down_count(&self) -> u64 {
         self.nodes
             .values()
@@ -290,7 +301,7 @@ fn exp(rng: &mut Rng, mean: u64) -> u64 {
     (-(1.0 - u).ln() * mean as f64) as u64 + 1
 }
 
-/// Run one seed. The configuration must be valid ([`SimConfig::validate`]).
+/// Run one sim seed. The configuration must be valid ([`SimConfig::validate`]).
 pub fn run(cfg: SimConfig) -> RunReport {
     match cfg.world {
         WorldKind::Stores => World::new(cfg).run(),

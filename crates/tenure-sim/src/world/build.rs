@@ -3,7 +3,18 @@
 //! disks; and the first events. The same code builds a cluster restored from a
 //! snapshot's parts.
 
-use super::*;
+use super::{
+    Event, Faults, Node, RESTORE_LATER_US, RunReport, SAMPLE_US, START_US, SimConfig, World, disk,
+    elections, exp,
+};
+use crate::checks::Checker;
+use crate::clock::Clock;
+use crate::knobs::{DiskKnobs, Knobs, LockKnobs};
+use crate::lockcheck::LockChecker;
+use crate::net::Network;
+use std::collections::{BTreeMap, BTreeSet};
+use tenure_core::rng::{Rng, mix64};
+use tenure_core::{ClusterConfig, DeviceConfig, DeviceId};
 
 impl World {
     /// Build the world for a configuration (which must be valid, see
@@ -283,7 +294,6 @@ impl World {
         w
     }
 }
-
 
 /// A device's wall-clock steps ([`crate::clock`]): one or two in the safety phase, each
 /// forward or back by 30 s, an hour, or a length between the lease and three session

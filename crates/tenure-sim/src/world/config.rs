@@ -2,7 +2,10 @@
 //! [`SimConfig::validate`]), the world it simulates ([`WorldKind`]), and the messages and
 //! records a run can keep for a fuzzing corpus ([`Captured`]).
 
-use super::*;
+use crate::knobs::{DiskModel, LockPaths, Pipelining};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tenure_core::PlantedBugs;
 
 /// Invalid simulator configuration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -2,9 +2,13 @@
 //! middle of an output batch), inputs and due timers, the processing of one output batch
 //! (persists, messages, replies, observations, checks), and pauses ending.
 
-use super::*;
+use super::{Event, World, disk};
+use tenure_core::io::{Input, Observation, Output};
+use tenure_core::layout::MgrState;
+use tenure_core::{Device, DeviceId};
 
 impl World {
+    /// Start `d` from its durable disk (a retired device stays down).
     pub(super) fn boot(&mut self, d: DeviceId) {
         let now = self.now;
         let node = self.nodes.get_mut(&d).expect("node");
@@ -93,7 +97,7 @@ impl World {
     /// Apply one device's outputs in order (persist to its disk, send, reply), then run
     /// the checkers on its observations — after the whole batch, so they see what it made
     /// durable — and on its manager roles, then re-arm its timer.
-    pub(super) fn process(&mut self, d: DeviceId, mut out: Vec<Output>) {
+    fn process(&mut self, d: DeviceId, mut out: Vec<Output>) {
         // A torn crash: only a prefix of the batch happens (a `Persist` reached the disk
         // or not, a message left or not), in order — the core promises nothing depends
         // on a later output.
@@ -234,7 +238,9 @@ impl World {
         self.arm_timer(d);
     }
 
-    pub(super) fn arm_timer(&mut self, d: DeviceId) {
+    /// Schedule `d`'s next timer at the real time its clock reaches it; older timers
+    /// go stale.
+    fn arm_timer(&mut self, d: DeviceId) {
         let skew = self.skew_max_us;
         let node = self.nodes.get_mut(&d).expect("node");
         node.timer_generation += 1;
@@ -265,6 +271,7 @@ impl World {
         self.resume(d);
     }
 
+    /// End `d`'s pause if it is over: the rest of a held batch leaves, then a tick.
     pub(super) fn resume(&mut self, d: DeviceId) {
         let node = self.nodes.get_mut(&d).expect("node");
         if node.paused_until.is_some_and(|u| u <= self.now) {

@@ -1,7 +1,10 @@
 //! The events of the world's queue: the device each one is an input to (a paused device
 //! defers those) and the tag each one mixes into the run's fingerprint.
 
-use super::*;
+use tenure_core::DeviceId;
+use tenure_core::io::PolicyCommand;
+use tenure_core::lockctl::SessionId;
+use tenure_core::msg::Msg;
 
 /// An event of the world's queue.
 #[derive(Clone, Debug)]
@@ -97,6 +100,7 @@ impl Event {
         }
     }
 
+    /// What the event mixes into the run's fingerprint (with its time).
     pub(super) fn tag(&self) -> u64 {
         match self {
             Event::Deliver { from, to, .. } => 1 | from.0 << 8 | to.0 << 24,

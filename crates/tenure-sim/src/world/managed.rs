@@ -1,7 +1,10 @@
 //! Which stores have a working manager: the sampler behind failover times, step windows
 //! and the liveness phase's convergence.
 
-use super::*;
+use super::World;
+use std::collections::BTreeMap;
+use tenure_core::layout::{ChunkState, Metadata, MgrState};
+use tenure_core::{DeviceId, Epoch, StoreId};
 
 impl World {
     /// The running device in the `Manager` state for `store` with the highest epoch.

@@ -2,7 +2,11 @@
 //! crashes, pauses, drawn with the run's weights) and the operator's outside-policy
 //! commands (migrate, replace a chunk, relayout).
 
-use super::*;
+use super::{Event, World};
+use crate::net::PartitionMode;
+use tenure_core::io::PolicyCommand;
+use tenure_core::layout::Metadata;
+use tenure_core::{DeviceId, StoreId};
 
 /// The nemesis' repertoire (weights in [`Knobs::nemesis_weights`], in this order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +32,7 @@ const NEMESIS_ACTIONS: [NemesisAction; 5] = [
 ];
 
 impl World {
+    /// One nemesis action, drawn with the run's weights.
     pub(super) fn nemesis(&mut self) {
         let w = self.knobs.nemesis_weights;
         let total: u32 = w.iter().sum();

@@ -1,8 +1,11 @@
 //! What a device observes, fed to the checkers and mixed into the run's fingerprint.
 
-use super::*;
+use super::World;
+use tenure_core::DeviceId;
+use tenure_core::io::{EpochCause, Observation};
 
 impl World {
+    /// Feed one observation of `d` (its `tick`-th input or output) to the checkers.
     pub(super) fn observe(&mut self, d: DeviceId, tick: u64, ob: Observation) {
         self.trace(|| format!("{d} observe {ob:?}"));
         match ob {

@@ -2,7 +2,13 @@
 //! and SafeTalk's figures, the windows after wall-clock steps; and the end of a run, which
 //! orders the checkers' violations (correctness first) and fills the report.
 
-use super::*;
+use super::{Captured, ManagerCrash, START_US, UpdateDelay, World};
+use crate::checks::{CheckCounts, Violation, ViolationKind};
+use crate::clock::Clock;
+use crate::knobs::{DiskKnobs, Knobs, LockKnobs};
+use crate::lockcheck::LockCheckCounts;
+use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Faults injected, by kind.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -292,7 +298,7 @@ impl SafeTalkCost {
 impl World {
     /// What happened in the [`STEP_WINDOW_US`] after each wall-clock step the seed drew
     /// (taken, or with `--clock-steps off` the same instants without a step).
-    pub(super) fn step_windows(&self) -> Vec<StepWindow> {
+    fn step_windows(&self) -> Vec<StepWindow> {
         let open = self
             .unmanaged_since
             .values()
@@ -322,6 +328,7 @@ impl World {
             .collect()
     }
 
+    /// End the run: order the violations (correctness first) and fill the report.
     pub(super) fn finish(mut self) -> RunReport {
         self.report.sim_us = self.since_start();
         self.checker

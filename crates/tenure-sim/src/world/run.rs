@@ -2,9 +2,14 @@
 //! every store must regain a working manager, the lock clients be answered and the lock
 //! history be linearizable.
 
-use super::*;
+use super::{
+    EVENTS_MAX, Event, LIN_STEPS_MAX, LOCK_SETTLE_US, RunReport, SAMPLE_US, START_US, World,
+};
+use crate::checks::Violation;
+use tenure_core::{DeviceId, StoreId};
 
 impl World {
+    /// Whether any checker has found a violation.
     pub(super) fn failed(&self) -> bool {
         !self.checker.violations.is_empty()
             || !self.locks.violations.is_empty()
@@ -106,7 +111,7 @@ impl World {
 
     /// Too many events: the run is stuck in a storm (a timer firing at once forever, a
     /// message loop), which no deployment would survive.
-    pub(super) fn event_storm(&mut self) {
+    fn event_storm(&mut self) {
         self.checker.violations.push(Violation::NoManager {
             store: StoreId(0),
             why: format!("event storm: more than {EVENTS_MAX} events"),
@@ -115,7 +120,7 @@ impl World {
 
     /// Once every store has a manager again, lock clients must be answered within
     /// [`LOCK_SETTLE_US`]; then the whole lock history must be linearizable.
-    pub(super) fn settle_lock_clients(&mut self) {
+    fn settle_lock_clients(&mut self) {
         let until = self.now + LOCK_SETTLE_US;
         while !self.failed()
             && self.report.events <= EVENTS_MAX

@@ -2,9 +2,13 @@
 //! that watches them: SafeTalk's message cost, update delays, the manager crash's
 //! messages, election and membership records, snapshot channel numbers.
 
-use super::*;
+use super::{Event, World};
+use crate::net::Fate;
+use tenure_core::DeviceId;
+use tenure_core::msg::{Msg, ToChunk, ToManager};
 
 impl World {
+    /// Hand a message from `from` to the network (lost, delivered, perhaps twice).
     pub(super) fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
         self.count_safetalk(from, to, &msg);
         self.count_manager_crash(from, to, &msg);
@@ -58,7 +62,7 @@ impl World {
     }
 
     /// Message cost accounting (seed 004 §8): SafeTalk's messages, local or remote.
-    pub(super) fn count_safetalk(&mut self, from: DeviceId, to: DeviceId, msg: &Msg) {
+    fn count_safetalk(&mut self, from: DeviceId, to: DeviceId, msg: &Msg) {
         // A message sent while a snapshot's marker is unacknowledged travels tagged: it
         // is counted as what it carries.
         let mut msg = msg;

@@ -1,7 +1,9 @@
 //! One step of the event loop: the next event off the queue (deferred while the device
 //! it is an input to is paused), dispatched to what handles it.
 
-use super::*;
+use super::{Event, SAMPLE_US, World, exp};
+use tenure_core::io::{Input, Request};
+use tenure_core::{ClientId, DeviceId};
 
 impl World {
     /// Process one event. Returns false when the queue is empty.

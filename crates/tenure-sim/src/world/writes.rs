@@ -2,7 +2,9 @@
 //! random devices, following `NotManager` hints for a few hops; and the routing of every
 //! client reply to the workload it belongs to.
 
-use super::*;
+use super::{CLIENT_HOPS_MAX, CLIENT_TIMEOUT_US, Event, World};
+use tenure_core::io::{ClientError, Response};
+use tenure_core::{DeviceId, StoreId};
 
 /// One register write in flight.
 pub(super) struct ClientWrite {
@@ -15,6 +17,7 @@ pub(super) struct ClientWrite {
 }
 
 impl World {
+    /// Start a register write of a random key of a random store, through a random device.
     pub(super) fn new_write(&mut self) {
         self.next_req += 1;
         let req = self.next_req;
@@ -37,7 +40,7 @@ impl World {
     }
 
     /// Send (or resend) a write to `via`, with a client-side timeout.
-    pub(super) fn client_send(&mut self, req: u64, via: DeviceId) {
+    fn client_send(&mut self, req: u64, via: DeviceId) {
         let Some(w) = self.writes.get_mut(&req) else {
             return;
         };
@@ -52,6 +55,8 @@ impl World {
         );
     }
 
+    /// Retry a write at the hinted device, else a random one, or give up after
+    /// [`CLIENT_HOPS_MAX`] attempts.
     pub(super) fn client_retry(&mut self, req: u64, hint: Option<DeviceId>) {
         let Some(w) = self.writes.get(&req) else {
             return;
@@ -70,6 +75,7 @@ impl World {
         self.client_send(req, via);
     }
 
+    /// A device answered request `req`: route the answer to its workload.
     pub(super) fn reply(&mut self, d: DeviceId, req: u64, result: Result<Response, ClientError>) {
         self.trace(|| format!("{d} reply req {req}: {result:?}"));
         if self.lock_reqs.contains_key(&req) {
