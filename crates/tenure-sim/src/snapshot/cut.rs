@@ -10,7 +10,7 @@ use tenure_core::{ChunkId, DeviceId, Epoch, StoreId};
 
 impl CutTracker {
     /// Judge a completed snapshot's parts: all there, a consistent cut, the invariants in
-    /// its states; the cut to restore if it holds.
+    /// its states. The cut to restore, unless a part is missing or the cut is inconsistent.
     pub(super) fn check_cut(
         &mut self,
         id: SnapshotId,
