@@ -56,7 +56,8 @@ impl PalladioModel {
         m
     }
 
-    /// The generator seed a device boots with (fixed: a state determines the device).
+    /// The value a device's generator starts from (a constant: a state determines the
+    /// device).
     pub(super) fn seed(d: DeviceId) -> u64 {
         0x5eed_0000 + d.0
     }
