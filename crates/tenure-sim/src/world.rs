@@ -1,7 +1,7 @@
 //! The deterministic simulator: devices running the real `tenure-core` under a virtual
 //! clock, a faulty network and a nemesis, with the checkers run on every event.
 //!
-//! One `u64` seed drives everything (TigerBeetle's VOPR): the knobs, the network, the
+//! One `u64` run seed drives everything (TigerBeetle's VOPR): the knobs, the network, the
 //! nemesis, the workload, every clock and every device's own generator are forks of one
 //! PRNG, and the event queue is a `BTreeMap` ordered by (real time, sequence number), so
 //! [`run`] is a pure function of its [`SimConfig`]. No `HashMap` anywhere.
@@ -12,16 +12,16 @@
 //!   (`poll_timeout`, a local instant) is converted back to real time to schedule it.
 //! - **Devices**: `Device::new` boots from the simulated disk — the `Persist` outputs that
 //!   became durable, applied in order — so a crash loses the volatile state and, with
-//!   the seed's slow disks (`world/disk.rs`), the writes not yet synced (the last record
-//!   perhaps torn), while what waited for them never left. A pause freezes a device:
-//!   every input addressed to it waits, in order, until it resumes.
+//!   the run seed's slow disks (`world/disk.rs`), the writes not yet synced (the last
+//!   record perhaps torn), while what waited for them never left. A pause freezes a
+//!   device: every input addressed to it waits, in order, until it resumes.
 //! - **Network**: see [`crate::net`] (per-pair FIFO, latency, loss, duplication,
 //!   partitions, connections that die with a crash).
-//! - **Nemesis**: a Poisson process of actions drawn with the seed's weights: partition
-//!   (random halves or isolate one; symmetric or one-way; healed after a stability time),
-//!   heal, crash (restart after a delay; aimed, as the seed says, at a device with writes
-//!   not yet synced), pause (long enough to outlast leases); and disks whose commits
-//!   stall, up to three leases.
+//! - **Nemesis**: a Poisson process of actions drawn with the run seed's weights:
+//!   partition (random halves or isolate one; symmetric or one-way; healed after a
+//!   stability time), heal, crash (restart after a delay; aimed, as the run seed says, at
+//!   a device with writes not yet synced), pause (long enough to outlast leases); and
+//!   disks whose commits stall, up to three leases.
 //! - **Workload**: clients write random keys of random stores through random devices and
 //!   follow `NotManager` hints (a few hops, then retry elsewhere after a timeout); lock
 //!   clients hold sessions and locks, one request at a time or pipelined
