@@ -177,18 +177,11 @@ pub struct World {
     last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
     /// Update delay bookkeeping ([`delay`]).
     delay: delay::DelayTracker,
-    obj_knobs: crate::objects::ObjectKnobs,
-    obj_rng: Rng,
-    obj_clients: Vec<objects::ObjClient>,
-    obj_watchers: Vec<objects::Watcher>,
-    obj_reqs: BTreeMap<u64, objects::ObjReq>,
-    objcheck: crate::objects::ObjectChecker,
+    /// The object clients, watchers and checkers ([`objects`]).
+    obj: objects::ObjectWorld,
     /// The run is settling its objects: object clients, lock clients and the register
     /// workload start nothing new (the lock history was already checked).
     obj_quiet: bool,
-    /// Manifests seen collected by a manager.
-    obj_collected: BTreeSet<(StoreId, tenure_core::objects::Uuid)>,
-    next_watch: u64,
     /// Stores that have had a working manager at least once.
     ever_managed: BTreeSet<StoreId>,
     /// store → real time it lost its working manager (while without one).

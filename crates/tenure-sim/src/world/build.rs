@@ -5,7 +5,7 @@
 
 use super::{
     Event, Faults, Node, RESTORE_LATER_US, RunReport, SAMPLE_US, START_US, SimConfig, World, disk,
-    elections, exp,
+    elections, exp, objects,
 };
 use crate::checks::Checker;
 use crate::clock::Clock;
@@ -191,15 +191,17 @@ impl World {
             locks: LockChecker::default(),
             last_batch: BTreeMap::new(),
             delay: Default::default(),
-            obj_knobs,
-            obj_rng,
-            obj_clients: Vec::new(),
-            obj_watchers: Vec::new(),
-            obj_reqs: BTreeMap::new(),
-            objcheck: Default::default(),
+            obj: objects::ObjectWorld {
+                knobs: obj_knobs,
+                rng: obj_rng,
+                clients: Vec::new(),
+                watchers: Vec::new(),
+                reqs: BTreeMap::new(),
+                check: Default::default(),
+                collected: BTreeSet::new(),
+                next_watch: 0,
+            },
             obj_quiet: false,
-            obj_collected: BTreeSet::new(),
-            next_watch: 0,
             ever_managed: BTreeSet::new(),
             unmanaged_since: BTreeMap::new(),
             outages: Vec::new(),
@@ -236,7 +238,7 @@ impl World {
             let line = format!("disk knobs {:?}", w.disk_knobs);
             w.trace(|| line);
             if w.cfg.objects {
-                let line = format!("object knobs {:?}", w.obj_knobs);
+                let line = format!("object knobs {:?}", w.obj.knobs);
                 w.trace(|| line);
             }
             let line = format!("election knobs {:?}", w.el_knobs);

@@ -46,6 +46,26 @@ const OBJ_ATTEMPTS_MAX: u32 = 2 * CLIENT_HOPS_MAX;
 /// How often the settling world looks whether the objects are quiet.
 const OBJ_SETTLE_CHECK_US: u64 = 100_000;
 
+/// The object workload's and checkers' part of the world.
+pub(super) struct ObjectWorld {
+    /// What the run seed drew for the object workload.
+    pub(super) knobs: crate::objects::ObjectKnobs,
+    /// Draws the clients' and watchers' choices.
+    pub(super) rng: Rng,
+    /// The object clients, by number.
+    pub(super) clients: Vec<ObjClient>,
+    /// The watchers, by number.
+    pub(super) watchers: Vec<Watcher>,
+    /// Object requests in flight, by request id.
+    pub(super) reqs: BTreeMap<u64, ObjReq>,
+    /// The object checkers.
+    pub(super) check: crate::objects::ObjectChecker,
+    /// Manifests seen collected by a manager.
+    pub(super) collected: BTreeSet<(StoreId, Uuid)>,
+    /// The last watch id handed out.
+    pub(super) next_watch: u64,
+}
+
 /// A multipart upload a client has in progress.
 #[derive(Clone, Debug)]
 struct Upload {

@@ -335,7 +335,7 @@ impl World {
             .violations
             .extend(std::mem::take(&mut self.locks.violations));
         // Correctness before liveness: the first violation decides the outcome.
-        let (live, safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.objcheck.violations)
+        let (live, safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.obj.check.violations)
             .into_iter()
             .partition(|v| v.is_liveness());
         let (el_live, el_safe): (Vec<_>, Vec<_>) = std::mem::take(&mut self.elections.violations)
@@ -364,7 +364,7 @@ impl World {
         self.report.elections = self.elections.stats.clone();
         self.report.snapshots = self.cuts.stats.clone();
         self.report.membership = self.members.stats.clone();
-        self.report.objects.checks = self.objcheck.counts.clone();
+        self.report.objects.checks = self.obj.check.counts.clone();
         self.report.lock_checks = self.locks.counts.clone();
         self.report.locks.history_ops = self.locks.ops.len() as u64;
         if self.cfg.keep_history {

@@ -13,7 +13,7 @@ impl World {
     pub(super) fn failed(&self) -> bool {
         !self.checker.violations.is_empty()
             || !self.locks.violations.is_empty()
-            || !self.objcheck.violations.is_empty()
+            || !self.obj.check.violations.is_empty()
             || !self.elections.violations.is_empty()
             || !self.cuts.violations.is_empty()
             || !self.members.violations.is_empty()

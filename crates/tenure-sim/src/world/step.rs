@@ -152,7 +152,7 @@ impl World {
                 self.check_retired_chunks();
                 let timeout = self.nodes[&DeviceId(1)].cfg.snapshot.timeout;
                 self.cuts.prune(self.now, timeout.as_micros() as u64);
-                if !self.obj_clients.is_empty() {
+                if !self.obj.clients.is_empty() {
                     self.obj_sample();
                 }
                 self.schedule(self.now + SAMPLE_US, Event::Sample);

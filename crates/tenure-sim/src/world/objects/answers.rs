@@ -27,12 +27,12 @@ impl World {
         let st = &mut self.report.objects;
         match (r.kind, result) {
             (ObjKind::Open, Some(Ok(Response::SessionOpened { session, ttl }))) => {
-                self.obj_clients[c].session = Some((session, ttl));
+                self.obj.clients[c].session = Some((session, ttl));
                 let ka = ttl.as_micros() as u64 / 3;
                 self.schedule(now + ka, Event::ObjKeepAlive(c, session));
             }
             (ObjKind::KeepAlive, result) => {
-                let cl = &mut self.obj_clients[c];
+                let cl = &mut self.obj.clients[c];
                 cl.keepalive = None;
                 let Some((s, ttl)) = cl.session else {
                     return;
@@ -61,15 +61,16 @@ impl World {
                     st.puts += 1;
                     st.multi_block += (content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
                     st.ephemeral += ephemeral as u64;
-                    self.objcheck
+                    self.obj
+                        .check
                         .put_acked(store, &key, revision, uuid, content, now - START_US);
                     if let Some(expected) = cas {
                         self.report.objects.cas_wins += 1;
-                        self.objcheck.cas_won(store, &key, expected, revision);
+                        self.obj.check.cas_won(store, &key, expected, revision);
                     }
                     if let Some((lock, token)) = fence {
                         self.report.objects.fenced_landed += 1;
-                        (self.objcheck).fenced_landed(
+                        (self.obj.check).fenced_landed(
                             store,
                             &key,
                             &lock,
@@ -77,27 +78,28 @@ impl World {
                             r.first_sent - START_US,
                         );
                     }
-                    self.obj_clients[c].known.insert(key, revision);
+                    self.obj.clients[c].known.insert(key, revision);
                 }
                 Some(Err(ClientError::Object(
                     ObjectError::Exists { revision: cur }
                     | ObjectError::RevisionMismatch { current: Some(cur) },
                 ))) => {
                     st.cas_losses += 1;
-                    self.obj_clients[c].known.insert(key, cur);
+                    self.obj.clients[c].known.insert(key, cur);
                 }
                 Some(Err(ClientError::Object(ObjectError::RevisionMismatch { current: None }))) => {
                     st.cas_losses += 1;
-                    self.obj_clients[c].known.insert(key, 0);
+                    self.obj.clients[c].known.insert(key, 0);
                 }
                 Some(Err(ClientError::StaleToken { .. })) => st.fenced_refused += 1,
-                Some(Err(ClientError::SessionExpired)) => self.obj_clients[c].session = None,
+                Some(Err(ClientError::SessionExpired)) => self.obj.clients[c].session = None,
                 _ => {}
             },
             (ObjKind::TooLarge, Some(result)) => match result {
                 Err(ClientError::TooLarge { .. }) => st.too_large += 1,
                 other => self
-                    .objcheck
+                    .obj
+                    .check
                     .violations
                     .push(ObjectViolation::TooLargeAccepted {
                         store,
@@ -108,20 +110,21 @@ impl World {
                 Ok(Response::Object { meta, data }) => {
                     st.gets += 1;
                     let found = (meta.revision, meta.uuid, meta.checksum, meta.size);
-                    (self.objcheck).read(
+                    (self.obj.check).read(
                         store,
                         &key,
                         r.first_sent - START_US,
                         Some(found),
                         Some(sum(&data)),
                     );
-                    self.obj_clients[c].known.insert(key, meta.revision);
+                    self.obj.clients[c].known.insert(key, meta.revision);
                 }
                 Err(ClientError::Object(ObjectError::NoSuchObject)) => {
                     st.get_missing += 1;
-                    self.objcheck
+                    self.obj
+                        .check
                         .read(store, &key, r.first_sent - START_US, None, None);
-                    self.obj_clients[c].known.insert(key, 0);
+                    self.obj.clients[c].known.insert(key, 0);
                 }
                 Err(ClientError::Object(ObjectError::DataUnavailable)) => st.get_unavailable += 1,
                 _ => {}
@@ -130,27 +133,29 @@ impl World {
                 Ok(Response::ObjectMeta(meta)) => {
                     st.heads += 1;
                     let found = (meta.revision, meta.uuid, meta.checksum, meta.size);
-                    (self.objcheck).read(store, &key, r.first_sent - START_US, Some(found), None);
-                    self.obj_clients[c].known.insert(key, meta.revision);
+                    (self.obj.check).read(store, &key, r.first_sent - START_US, Some(found), None);
+                    self.obj.clients[c].known.insert(key, meta.revision);
                 }
                 Err(ClientError::Object(ObjectError::NoSuchObject)) => {
                     st.get_missing += 1;
-                    self.objcheck
+                    self.obj
+                        .check
                         .read(store, &key, r.first_sent - START_US, None, None);
                 }
                 _ => {}
             },
             (ObjKind::Delete { key }, Some(Ok(Response::ObjectDeleted { revision }))) => {
                 st.deletes += 1;
-                self.objcheck
+                self.obj
+                    .check
                     .delete_acked(store, &key, revision, now - START_US);
-                self.obj_clients[c].known.insert(key, 0);
+                self.obj.clients[c].known.insert(key, 0);
             }
             (ObjKind::Initiate { key }, Some(Ok(Response::UploadStarted { upload }))) => {
                 st.multipart_started += 1;
-                let parts = 1 + self.obj_rng.below(4) as u32;
-                let seed = self.obj_rng.next_u64();
-                self.obj_clients[c].upload = Some(Upload {
+                let parts = 1 + self.obj.rng.below(4) as u32;
+                let seed = self.obj.rng.next_u64();
+                self.obj.clients[c].upload = Some(Upload {
                     key,
                     id: upload,
                     parts,
@@ -161,38 +166,39 @@ impl World {
             (ObjKind::Part { part }, Some(result)) => match result {
                 Ok(Response::PartStored { .. }) => {
                     st.parts += 1;
-                    if let Some(u) = self.obj_clients[c].upload.as_mut() {
+                    if let Some(u) = self.obj.clients[c].upload.as_mut() {
                         u.stored.insert(part);
                     }
                 }
-                Err(ClientError::Object(_)) => self.obj_clients[c].upload = None,
+                Err(ClientError::Object(_)) => self.obj.clients[c].upload = None,
                 _ => {}
             },
             (ObjKind::Complete { key, content }, Some(result)) => {
-                self.obj_clients[c].upload = None;
+                self.obj.clients[c].upload = None;
                 if let Ok(Response::ObjectWritten { revision, uuid }) = result {
                     st.puts += 1;
                     st.multi_block += (content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
                     st.multipart_completed += 1;
-                    self.objcheck
+                    self.obj
+                        .check
                         .put_acked(store, &key, revision, uuid, content, now - START_US);
-                    self.obj_clients[c].known.insert(key, revision);
+                    self.obj.clients[c].known.insert(key, revision);
                 }
             }
             // A completion the client gave up on may have landed, with its parts: the
             // client forgets the upload rather than complete it again with others (the
             // upload's completion answers every later completion with its own result).
-            (ObjKind::Complete { .. }, None) => self.obj_clients[c].upload = None,
+            (ObjKind::Complete { .. }, None) => self.obj.clients[c].upload = None,
             (ObjKind::Abort, Some(result)) => {
-                self.obj_clients[c].upload = None;
+                self.obj.clients[c].upload = None;
                 if let Ok(Response::UploadAborted) = result {
                     st.multipart_aborted += 1;
                 }
             }
             _ => {}
         }
-        if self.obj_clients[c].inflight == Some(id) {
-            self.obj_clients[c].inflight = None;
+        if self.obj.clients[c].inflight == Some(id) {
+            self.obj.clients[c].inflight = None;
         }
         self.obj_think(c);
     }

@@ -22,21 +22,21 @@ impl World {
 
     /// Create the object clients and watchers of this run and start them.
     pub(in crate::world) fn start_object_clients(&mut self) {
-        let k = self.obj_knobs.clone();
+        let k = self.obj.knobs.clone();
         let stores_used = self.lock_knobs.stores_used as u64;
         let mut watched = BTreeSet::new();
         for c in 0..k.clients {
-            let store = StoreId(self.obj_rng.below(stores_used) as u32);
+            let store = StoreId(self.obj.rng.below(stores_used) as u32);
             let g = segment_for(store, self.cfg.stores);
             let keys = (0..k.keys_per_dir)
                 .flat_map(|j| [format!("/{g}/a/o{j}"), format!("/{g}/b/o{j}")])
                 .collect();
             let target = {
-                let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                let drawn = DeviceId(1 + self.obj.rng.below(self.cfg.devices));
                 self.client_endpoint(drawn)
             };
-            let with_session = self.obj_rng.chance(k.session_p);
-            self.obj_clients.push(ObjClient {
+            let with_session = self.obj.rng.chance(k.session_p);
+            self.obj.clients.push(ObjClient {
                 store,
                 keys,
                 target,
@@ -48,19 +48,19 @@ impl World {
                 known: BTreeMap::new(),
                 upload: None,
             });
-            let t = self.now + exp(&mut self.obj_rng, k.think_mean_us);
+            let t = self.now + exp(&mut self.obj.rng, k.think_mean_us);
             self.schedule(t, Event::ObjStep(c));
             watched.insert(store);
         }
         for store in watched {
             let g = segment_for(store, self.cfg.stores);
             for (prefix, whole) in [("/".to_string(), true), (format!("/{g}/a"), false)] {
-                let w = self.obj_watchers.len();
+                let w = self.obj.watchers.len();
                 let target = {
-                    let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                    let drawn = DeviceId(1 + self.obj.rng.below(self.cfg.devices));
                     self.client_endpoint(drawn)
                 };
-                self.obj_watchers.push(Watcher {
+                self.obj.watchers.push(Watcher {
                     store,
                     prefix,
                     whole,
@@ -74,7 +74,7 @@ impl World {
                     seen: BTreeSet::new(),
                     skipped: Vec::new(),
                 });
-                let t = self.now + 1 + self.obj_rng.below(WATCH_CHECK_US);
+                let t = self.now + 1 + self.obj.rng.below(WATCH_CHECK_US);
                 self.schedule(t, Event::WatchCheck(w));
             }
         }
@@ -82,17 +82,17 @@ impl World {
 
     /// Schedule client `c`'s next operation after a drawn think time.
     pub(super) fn obj_think(&mut self, c: usize) {
-        let t = self.now + exp(&mut self.obj_rng, self.obj_knobs.think_mean_us);
+        let t = self.now + exp(&mut self.obj.rng, self.obj.knobs.think_mean_us);
         self.schedule(t, Event::ObjStep(c));
     }
 
     /// A client's next operation, drawn with the seed's weights.
     pub(in crate::world) fn obj_step(&mut self, c: usize) {
-        if self.obj_quiet || self.obj_clients[c].inflight.is_some() {
+        if self.obj_quiet || self.obj.clients[c].inflight.is_some() {
             return;
         }
-        let k = self.obj_knobs.clone();
-        let cl = &self.obj_clients[c];
+        let k = self.obj.knobs.clone();
+        let cl = &self.obj.clients[c];
         let store = cl.store;
         if cl.with_session && cl.session.is_none() {
             let ttl = Duration::from_millis(k.ttl_ms);
@@ -102,18 +102,18 @@ impl World {
                 ObjKind::Open,
             );
         }
-        if cl.session.is_some() && self.obj_rng.chance(k.lapse_p) {
+        if cl.session.is_some() && self.obj.rng.chance(k.lapse_p) {
             let ttl = k.ttl_ms * 1_000;
-            self.obj_clients[c].lapse_until = self.now + 2 * ttl;
+            self.obj.clients[c].lapse_until = self.now + 2 * ttl;
             self.report.objects.sessions_lapsed += 1;
         }
-        let cl = &self.obj_clients[c];
-        let key = cl.keys[self.obj_rng.below(cl.keys.len() as u64) as usize].clone();
-        if cl.upload.is_some() && self.obj_rng.chance(0.7) {
+        let cl = &self.obj.clients[c];
+        let key = cl.keys[self.obj.rng.below(cl.keys.len() as u64) as usize].clone();
+        if cl.upload.is_some() && self.obj.rng.chance(0.7) {
             return self.multipart_step(c);
         }
         let total: u32 = k.weights.iter().sum::<u32>().max(1);
-        let mut pick = self.obj_rng.below(total as u64) as u32;
+        let mut pick = self.obj.rng.below(total as u64) as u32;
         let mut i = 0;
         while i + 1 < k.weights.len() && pick >= k.weights[i] {
             pick -= k.weights[i];
@@ -135,7 +135,7 @@ impl World {
                 self.obj_simple(c, req, ObjKind::Delete { key })
             }
             3 => {
-                let cas = self.obj_clients[c].known.get(&key).copied().unwrap_or(0);
+                let cas = self.obj.clients[c].known.get(&key).copied().unwrap_or(0);
                 self.put(c, key, Some(cas), None, false)
             }
             4 => {
@@ -143,7 +143,7 @@ impl World {
                 self.put(c, key, None, fence, false)
             }
             5 => {
-                let eph = self.obj_clients[c].session.is_some();
+                let eph = self.obj.clients[c].session.is_some();
                 self.put(c, key, None, None, eph)
             }
             6 => self.multipart_step(c),
@@ -151,7 +151,7 @@ impl World {
                 let req = ObjectRequest::Head { key: key.clone() };
                 self.obj_simple(c, req, ObjKind::Head { key })
             }
-            _ if self.obj_rng.chance(0.02) => self.too_large(c, key),
+            _ if self.obj.rng.chance(0.02) => self.too_large(c, key),
             _ => self.put(c, key, None, None, false),
         }
     }
@@ -159,7 +159,7 @@ impl World {
     /// The writer fields of client `c`'s next mutation (its session, if any).
     fn writer(&mut self, c: usize) -> Writer {
         Writer {
-            session: self.obj_clients[c].session.map(|s| s.0),
+            session: self.obj.clients[c].session.map(|s| s.0),
             // Unique and stable across retries: the request's own id.
             request_id: self.next_req + 1,
         }
@@ -167,21 +167,21 @@ impl World {
 
     /// Send a request of client `c` to its store.
     fn obj_simple(&mut self, c: usize, req: ObjectRequest, kind: ObjKind) {
-        let store = self.obj_clients[c].store;
+        let store = self.obj.clients[c].store;
         self.obj_request(Owner::Client(c), Request::Object { store, req }, kind);
     }
 
     /// A fencing token of a lock of the client's store: the newest known, or (as the
     /// knobs say) an older one.
     fn pick_fence(&mut self, c: usize) -> Option<(String, FencingToken)> {
-        let store = self.obj_clients[c].store;
+        let store = self.obj.clients[c].store;
         let locks: BTreeSet<String> = (self.lock_clients.iter())
             .filter(|l| l.store == store)
             .flat_map(|l| l.names.iter().cloned())
             .collect();
         let with: Vec<(String, Vec<(FencingToken, bool)>)> = (locks.into_iter())
             .map(|l| {
-                let t = self.objcheck.tokens(store, &l);
+                let t = self.obj.check.tokens(store, &l);
                 (l, t)
             })
             .filter(|(_, t)| !t.is_empty())
@@ -189,9 +189,9 @@ impl World {
         if with.is_empty() {
             return None;
         }
-        let (lock, toks) = &with[self.obj_rng.below(with.len() as u64) as usize];
-        let i = if toks.len() > 1 && self.obj_rng.chance(self.obj_knobs.stale_fence_p) {
-            self.obj_rng.below(toks.len() as u64 - 1) as usize
+        let (lock, toks) = &with[self.obj.rng.below(with.len() as u64) as usize];
+        let i = if toks.len() > 1 && self.obj.rng.chance(self.obj.knobs.stale_fence_p) {
+            self.obj.rng.below(toks.len() as u64 - 1) as usize
         } else {
             toks.len() - 1
         };
@@ -208,9 +208,9 @@ impl World {
         fence: Option<(String, FencingToken)>,
         ephemeral: bool,
     ) {
-        let len = self.obj_rng.below(self.obj_knobs.put_max as u64 + 1) as usize;
-        let data = content(self.obj_rng.next_u64(), len);
-        let if_absent = cas == Some(0) && self.obj_rng.chance(0.5);
+        let len = self.obj.rng.below(self.obj.knobs.put_max as u64 + 1) as usize;
+        let data = content(self.obj.rng.next_u64(), len);
+        let if_absent = cas == Some(0) && self.obj.rng.chance(0.5);
         let cond = Conditions {
             if_absent,
             if_revision: cas.filter(|_| !if_absent),
@@ -236,8 +236,8 @@ impl World {
 
     /// A put of one byte or more over the object size limit (it must be refused).
     pub(super) fn too_large(&mut self, c: usize, key: String) {
-        let len = crate::objects::MAX_OBJECT_SIZE as usize + 1 + self.obj_rng.below(64) as usize;
-        let data = content(self.obj_rng.next_u64(), len);
+        let len = crate::objects::MAX_OBJECT_SIZE as usize + 1 + self.obj.rng.below(64) as usize;
+        let data = content(self.obj.rng.next_u64(), len);
         let writer = self.writer(c);
         let req = ObjectRequest::Put {
             key,
@@ -252,9 +252,9 @@ impl World {
     /// A step of a multipart upload: initiate one, upload a part (in any order, some
     /// again), complete with a subset of the stored parts, or abort.
     fn multipart_step(&mut self, c: usize) {
-        let cl = &self.obj_clients[c];
+        let cl = &self.obj.clients[c];
         let Some(u) = cl.upload.clone() else {
-            let key = cl.keys[self.obj_rng.below(cl.keys.len() as u64) as usize].clone();
+            let key = cl.keys[self.obj.rng.below(cl.keys.len() as u64) as usize].clone();
             let writer = self.writer(c);
             let req = ObjectRequest::MultipartInitiate {
                 key: key.clone(),
@@ -262,7 +262,7 @@ impl World {
             };
             return self.obj_simple(c, req, ObjKind::Initiate { key });
         };
-        let r = &mut self.obj_rng;
+        let r = &mut self.obj.rng;
         if r.chance(0.05) {
             let req = ObjectRequest::MultipartAbort {
                 key: u.key.clone(),
@@ -304,10 +304,10 @@ impl World {
                 1
             } else {
                 self.report.objects.parts_again += 1;
-                s[self.obj_rng.below(s.len() as u64) as usize]
+                s[self.obj.rng.below(s.len() as u64) as usize]
             }
         } else {
-            missing[self.obj_rng.below(missing.len() as u64) as usize]
+            missing[self.obj.rng.below(missing.len() as u64) as usize]
         };
         let req = ObjectRequest::MultipartPart {
             key: u.key.clone(),

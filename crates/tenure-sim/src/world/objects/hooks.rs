@@ -28,7 +28,7 @@ impl World {
         let uploads: BTreeSet<Uuid> = ids.iter().map(|b| b.upload).collect();
         let blocks = ids.iter().copied().collect();
         let by = format!("the collector on {d}");
-        (self.objcheck).blocks_deleted(
+        (self.obj.check).blocks_deleted(
             *store,
             &uploads,
             &blocks,
@@ -62,7 +62,7 @@ impl World {
         let uploads: BTreeSet<Uuid> = ids.iter().map(|b| b.upload).collect();
         let blocks = ids.iter().copied().collect();
         let by = format!("{chunk} on {d}");
-        (self.objcheck).blocks_deleted(
+        (self.obj.check).blocks_deleted(
             store,
             &uploads,
             &blocks,
@@ -86,7 +86,7 @@ impl World {
                 for key in &t.attention {
                     for m in t.keys.get(key).into_iter().flat_map(|d| d.values()) {
                         if m.state == tenure_core::objects::ManifestState::Deleted {
-                            self.obj_collected.insert((v.store, m.uuid));
+                            self.obj.collected.insert((v.store, m.uuid));
                         }
                     }
                 }
@@ -102,7 +102,8 @@ impl World {
         mode: LockMode,
         token: FencingToken,
     ) {
-        self.objcheck
+        self.obj
+            .check
             .granted(store, name, token, mode, self.since_start());
     }
 
@@ -113,7 +114,8 @@ impl World {
         name: &str,
         token: FencingToken,
     ) {
-        self.objcheck
+        self.obj
+            .check
             .released(store, name, token, self.since_start());
     }
 }

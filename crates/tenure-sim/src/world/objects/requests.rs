@@ -18,13 +18,13 @@ impl World {
         let id = self.next_req;
         match owner {
             Owner::Client(c) if matches!(kind, ObjKind::KeepAlive) => {
-                self.obj_clients[c].keepalive = Some(id)
+                self.obj.clients[c].keepalive = Some(id)
             }
-            Owner::Client(c) => self.obj_clients[c].inflight = Some(id),
-            Owner::Watcher(w) => self.obj_watchers[w].pending = Some(id),
+            Owner::Client(c) => self.obj.clients[c].inflight = Some(id),
+            Owner::Watcher(w) => self.obj.watchers[w].pending = Some(id),
         }
         let store = req.store();
-        self.obj_reqs.insert(
+        self.obj.reqs.insert(
             id,
             ObjReq {
                 owner,
@@ -41,8 +41,8 @@ impl World {
     /// The device `owner` sends to.
     fn obj_target(&self, owner: Owner) -> DeviceId {
         match owner {
-            Owner::Client(c) => self.obj_clients[c].target,
-            Owner::Watcher(w) => self.obj_watchers[w].target,
+            Owner::Client(c) => self.obj.clients[c].target,
+            Owner::Watcher(w) => self.obj.watchers[w].target,
         }
     }
 
@@ -51,19 +51,19 @@ impl World {
         let to = match hint {
             Some(h) if self.nodes.contains_key(&h) => h,
             _ => {
-                let drawn = DeviceId(1 + self.obj_rng.below(self.cfg.devices));
+                let drawn = DeviceId(1 + self.obj.rng.below(self.cfg.devices));
                 self.client_endpoint(drawn)
             }
         };
         match owner {
-            Owner::Client(c) => self.obj_clients[c].target = to,
-            Owner::Watcher(w) => self.obj_watchers[w].target = to,
+            Owner::Client(c) => self.obj.clients[c].target = to,
+            Owner::Watcher(w) => self.obj.watchers[w].target = to,
         }
     }
 
     /// Send (or resend) request `id` to its owner's target, with a client-side timeout.
     fn obj_send(&mut self, id: u64) {
-        let Some(r) = self.obj_reqs.get_mut(&id) else {
+        let Some(r) = self.obj.reqs.get_mut(&id) else {
             return;
         };
         r.attempt += 1;
@@ -84,7 +84,7 @@ impl World {
         if node.boot != boot || node.device.is_none() {
             return;
         }
-        let Some(r) = self.obj_reqs.get(&id) else {
+        let Some(r) = self.obj.reqs.get(&id) else {
             return;
         };
         let client = match r.owner {
@@ -105,7 +105,7 @@ impl World {
 
     /// No answer in time: retry elsewhere with the same request.
     pub(in crate::world) fn obj_timeout(&mut self, id: u64, attempt: u32) {
-        let Some(r) = self.obj_reqs.get(&id) else {
+        let Some(r) = self.obj.reqs.get(&id) else {
             return;
         };
         if r.attempt != attempt {
@@ -118,11 +118,11 @@ impl World {
 
     /// Send request `id` again, or give up after [`OBJ_ATTEMPTS_MAX`] attempts.
     fn obj_retry(&mut self, id: u64) {
-        let Some(r) = self.obj_reqs.get(&id) else {
+        let Some(r) = self.obj.reqs.get(&id) else {
             return;
         };
         if r.attempt >= OBJ_ATTEMPTS_MAX {
-            let r = self.obj_reqs.remove(&id).expect("present");
+            let r = self.obj.reqs.remove(&id).expect("present");
             self.report.objects.gave_up += 1;
             return self.obj_done(id, r, None, None);
         }
@@ -131,18 +131,18 @@ impl World {
 
     /// Whether a reply is for an object request.
     pub(in crate::world) fn is_obj_req(&self, id: u64) -> bool {
-        self.obj_reqs.contains_key(&id)
+        self.obj.reqs.contains_key(&id)
     }
 
     /// The store of an object request in flight.
     pub(in crate::world) fn obj_req_store(&self, id: u64) -> Option<StoreId> {
-        self.obj_reqs.get(&id).map(|r| r.store)
+        self.obj.reqs.get(&id).map(|r| r.store)
     }
 
     /// The store a watcher watches.
     pub(in crate::world) fn watch_store(&self, client: ClientId) -> Option<StoreId> {
         let w = client.0.checked_sub(OBJ_WATCH_BASE)?;
-        self.obj_watchers.get(w as usize).map(|w| w.store)
+        self.obj.watchers.get(w as usize).map(|w| w.store)
     }
 
     /// An answer from `from` to an object request.
@@ -152,7 +152,7 @@ impl World {
         id: u64,
         result: Result<Response, ClientError>,
     ) {
-        let Some(r) = self.obj_reqs.get(&id) else {
+        let Some(r) = self.obj.reqs.get(&id) else {
             return;
         };
         let owner = r.owner;
@@ -165,18 +165,18 @@ impl World {
             // No manager known here, or none available: ask another device a little
             // later (the store may be changing managers).
             Err(ClientError::NotManager { .. } | ClientError::Unavailable { .. }) => {
-                let backoff = OBJ_BACKOFF_US / 2 + self.obj_rng.below(OBJ_BACKOFF_US);
+                let backoff = OBJ_BACKOFF_US / 2 + self.obj.rng.below(OBJ_BACKOFF_US);
                 self.schedule(self.now + backoff, Event::ObjTimeout { req: id, attempt });
             }
             result => {
-                let r = self.obj_reqs.remove(&id).expect("present");
+                let r = self.obj.reqs.remove(&id).expect("present");
                 self.obj_done(id, r, Some(from), Some(result));
             }
         }
     }
 
     pub(in crate::world) fn obj_keepalive_due(&mut self, c: usize, session: SessionId) {
-        let cl = &self.obj_clients[c];
+        let cl = &self.obj.clients[c];
         if cl.keepalive.is_some() || cl.session.is_none_or(|s| s.0 != session) {
             return;
         }

@@ -12,13 +12,13 @@ use tenure_core::{ChunkId, DeviceId, StoreId};
 impl World {
     /// The stores the object clients use.
     fn obj_stores(&self) -> BTreeSet<StoreId> {
-        self.obj_clients.iter().map(|c| c.store).collect()
+        self.obj.clients.iter().map(|c| c.store).collect()
     }
 
     /// Whether every store's objects are quiet: no client waiting, nothing to collect,
     /// every chunk complete, every watcher caught up.
     fn objects_quiet(&self) -> bool {
-        if self.obj_clients.iter().any(|c| c.inflight.is_some()) {
+        if self.obj.clients.iter().any(|c| c.inflight.is_some()) {
             return false;
         }
         self.obj_stores().into_iter().all(|store| {
@@ -34,7 +34,7 @@ impl World {
                 && self
                     .serving(store, m)
                     .is_subset(&dev.complete_chunks(store))
-                && (self.obj_watchers.iter())
+                && (self.obj.watchers.iter())
                     .filter(|w| w.store == store)
                     .all(|w| w.pending.is_none() && watch_behind(w, t).is_none())
         })
@@ -43,7 +43,7 @@ impl World {
     /// After faults stopped and every store has a manager: stop the clients, wait until
     /// the objects are quiet (at most [`OBJ_SETTLE_US`]), then run the end-of-run checks.
     pub(in crate::world) fn settle_objects(&mut self) {
-        if self.obj_clients.is_empty() {
+        if self.obj.clients.is_empty() {
             return;
         }
         self.obj_quiet = true;
@@ -88,25 +88,28 @@ impl World {
             let chunks: Vec<ChunkId> = v.metadata.chunks.iter().copied().collect();
             let complete = dev.complete_chunks(store);
             let serving = self.serving(store, m);
-            self.objcheck.final_history(store, &table);
-            self.objcheck.collected(store, &table);
+            self.obj.check.final_history(store, &table);
+            self.obj.check.collected(store, &table);
             self.check_blocks(store, &table, &chunks, &complete, &serving);
             self.check_merges(store, &table, &chunks);
-            for (w, wa) in self.obj_watchers.iter().enumerate() {
+            for (w, wa) in self.obj.watchers.iter().enumerate() {
                 if wa.store != store {
                     continue;
                 }
                 if let Some(current) = watch_behind(wa, &table) {
-                    self.objcheck.violations.push(ObjectViolation::WatchBehind {
-                        store,
-                        watcher: w,
-                        last: wa.last,
-                        current,
-                    });
+                    self.obj
+                        .check
+                        .violations
+                        .push(ObjectViolation::WatchBehind {
+                            store,
+                            watcher: w,
+                            last: wa.last,
+                            current,
+                        });
                 }
                 if let Some(start) = wa.start {
                     let (prefix, last) = (wa.prefix.clone(), wa.last);
-                    (self.objcheck).watch_complete(
+                    (self.obj.check).watch_complete(
                         store,
                         w,
                         &prefix,
@@ -119,15 +122,15 @@ impl World {
                 }
             }
         }
-        for (c, cl) in self.obj_clients.iter().enumerate() {
+        for (c, cl) in self.obj.clients.iter().enumerate() {
             if let Some(id) = cl.inflight {
-                let why = (self.obj_reqs.get(&id))
+                let why = (self.obj.reqs.get(&id))
                     .map(|r| format!("{:?} to {}", r.kind, cl.target))
                     .unwrap_or_default();
-                (self.objcheck.violations).push(ObjectViolation::ClientStuck { client: c, why });
+                (self.obj.check.violations).push(ObjectViolation::ClientStuck { client: c, why });
             }
         }
-        self.report.objects.gc_manifests = self.obj_collected.len() as u64;
+        self.report.objects.gc_manifests = self.obj.collected.len() as u64;
     }
 
     /// The chunks of `store`'s layout serving under its manager `m`: in the regular
@@ -172,7 +175,7 @@ impl World {
                     continue;
                 }
                 for (id, info) in &m.blocks {
-                    self.objcheck.counts.block_checks += 1;
+                    self.obj.check.counts.block_checks += 1;
                     let has = |c: &ChunkId| {
                         (self.nodes.get(&c.device))
                             .and_then(|n| n.disk.blocks.get(c))
@@ -192,7 +195,7 @@ impl World {
                             .map(|c| format!("block {} missing from complete {c}", id.index))
                     };
                     if let Some(why) = why {
-                        self.objcheck.violations.push(ObjectViolation::BlockLost {
+                        self.obj.check.violations.push(ObjectViolation::BlockLost {
                             store,
                             key: key.clone(),
                             uuid: m.uuid,
@@ -209,7 +212,7 @@ impl World {
             }
         }
         if let Some(why) = incomplete {
-            (self.objcheck.violations).push(ObjectViolation::RepairIncomplete { store, why });
+            (self.obj.check.violations).push(ObjectViolation::RepairIncomplete { store, why });
         }
     }
 
@@ -228,7 +231,7 @@ impl World {
             for (uuid, m) in dict {
                 let mut copies = vec![m];
                 copies.extend(recs.iter().filter_map(|t| t.keys.get(key)?.get(uuid)));
-                self.objcheck.merge_laws(store, key, &copies);
+                self.obj.check.merge_laws(store, key, &copies);
             }
         }
     }

@@ -10,9 +10,9 @@ use tenure_core::{ClientId, DeviceId};
 impl World {
     /// Subscribe again, from the last revision seen (or from now, the first time).
     pub(super) fn subscribe(&mut self, w: usize) {
-        self.next_watch += 1;
-        let sub = self.next_watch;
-        let wa = &mut self.obj_watchers[w];
+        self.obj.next_watch += 1;
+        let sub = self.obj.next_watch;
+        let wa = &mut self.obj.watchers[w];
         if wa.start.is_some() {
             self.report.objects.watch_resumes += 1;
         }
@@ -33,7 +33,7 @@ impl World {
     /// Re-read after `Compacted`: list the prefix, then watch from the list's revision.
     fn relist(&mut self, w: usize) {
         self.report.objects.watch_compacted += 1;
-        let wa = &self.obj_watchers[w];
+        let wa = &self.obj.watchers[w];
         let (store, prefix, sub) = (wa.store, wa.prefix.clone(), wa.sub);
         let req = Request::Object {
             store,
@@ -44,7 +44,7 @@ impl World {
 
     /// A watcher's periodic look at its subscription.
     pub(in crate::world) fn watch_check(&mut self, w: usize) {
-        let wa = &self.obj_watchers[w];
+        let wa = &self.obj.watchers[w];
         if wa.pending.is_none() && (!wa.live || self.now >= wa.heard_at + WATCH_QUIET_US) {
             self.obj_retarget(Owner::Watcher(w), None);
             self.subscribe(w);
@@ -61,10 +61,10 @@ impl World {
         from: Option<DeviceId>,
         result: Option<Result<Response, ClientError>>,
     ) {
-        if self.obj_watchers[w].pending == Some(id) {
-            self.obj_watchers[w].pending = None;
+        if self.obj.watchers[w].pending == Some(id) {
+            self.obj.watchers[w].pending = None;
         }
-        let wa = &mut self.obj_watchers[w];
+        let wa = &mut self.obj.watchers[w];
         match (r.kind, result) {
             // Only from the device the latest attempt went to: a client's stream to an
             // endpoint it gave up on is closed, and a late answer there never reaches it
@@ -110,7 +110,7 @@ impl World {
         let Some(w) = client.0.checked_sub(OBJ_WATCH_BASE).map(|w| w as usize) else {
             return;
         };
-        let Some(wa) = self.obj_watchers.get_mut(w) else {
+        let Some(wa) = self.obj.watchers.get_mut(w) else {
             return;
         };
         if wa.sub != watch || wa.start.is_none() || wa.target != d {
@@ -120,7 +120,8 @@ impl World {
         self.report.objects.watch_events += changes.len() as u64;
         wa.seen.extend(changes.iter().map(|c| c.revision));
         let (store, whole, prefix) = (wa.store, wa.whole, wa.prefix.clone());
-        self.objcheck
+        self.obj
+            .check
             .watch_events(store, w, &prefix, whole, &mut wa.last, &changes);
     }
 
@@ -134,11 +135,11 @@ impl World {
         let Some(w) = client.0.checked_sub(OBJ_WATCH_BASE).map(|w| w as usize) else {
             return;
         };
-        if self.obj_watchers.get(w).is_none_or(|wa| wa.sub != watch) {
+        if self.obj.watchers.get(w).is_none_or(|wa| wa.sub != watch) {
             return;
         }
-        self.obj_watchers[w].live = false;
-        if self.obj_watchers[w].pending.is_some() {
+        self.obj.watchers[w].live = false;
+        if self.obj.watchers[w].pending.is_some() {
             return;
         }
         match reason {
