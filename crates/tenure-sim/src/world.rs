@@ -199,32 +199,21 @@ pub struct World {
     tick: u64,
     /// The message being delivered, while its receiver handles it: (sender, number).
     delivering: Option<(DeviceId, u64)>,
-    el_knobs: crate::election::ElectionKnobs,
-    el_rng: Rng,
+    /// The election checker.
     elections: crate::election::ElectionChecker,
-    /// The liveness phase's crash of the coordinator.
-    coord_down: elections::CoordDown,
-    /// When the liveness phase last disturbed the election (its start, a restart).
-    disturbed_at: u64,
-    /// Whether the election has converged since that disturbance.
-    el_converged: bool,
-    snap_knobs: crate::snapshot::SnapshotKnobs,
-    snap_rng: Rng,
+    /// The coordinator's election in the world ([`elections`]).
+    el: elections::ElectionWorld,
+    /// The snapshot checker.
     cuts: crate::snapshot::CutTracker,
-    /// Complete snapshots waiting for their restore.
-    to_restore: Vec<crate::snapshot::Cut>,
-    /// Restores of snapshots started while faults were on, so far.
-    restores_faulty: u32,
+    /// Snapshots and their restores in the world ([`snapshots`]).
+    snap: snapshots::SnapshotWorld,
     /// This world is a cluster restored from a snapshot: no clients, no snapshots, and
     /// every takeover's tables kept for the restore check.
     restore: Option<crate::snapshot::Restored>,
-    mem_knobs: crate::membership::MembershipKnobs,
-    mem_rng: Rng,
+    /// The membership checker.
     members: crate::membership::MembershipChecker,
-    /// The operator's membership requests, in order.
-    mem_requests: Vec<membership::MemberRequest>,
-    /// The snapshots started, with the members of their initiator's record then.
-    snap_members: BTreeMap<tenure_core::snapshot::SnapshotId, Vec<DeviceId>>,
+    /// Membership changes in the world ([`membership`]).
+    mem: membership::MembershipWorld,
 }
 
 impl World {

@@ -5,7 +5,7 @@
 
 use super::{
     Event, Faults, Node, RESTORE_LATER_US, RunReport, SAMPLE_US, START_US, SimConfig, World, disk,
-    elections, exp, objects,
+    elections, exp, membership, objects, snapshots,
 };
 use crate::checks::Checker;
 use crate::clock::Clock;
@@ -210,23 +210,29 @@ impl World {
             hash: 0xcbf2_9ce4_8422_2325,
             tick: 0,
             delivering: None,
-            el_knobs,
-            el_rng,
             elections: crate::election::ElectionChecker::new(&election),
-            coord_down: elections::CoordDown::Done,
-            disturbed_at: 0,
-            el_converged: false,
-            snap_knobs,
-            snap_rng,
+            el: elections::ElectionWorld {
+                knobs: el_knobs,
+                rng: el_rng,
+                coord_down: elections::CoordDown::Done,
+                disturbed_at: 0,
+                converged: false,
+            },
             cuts: Default::default(),
-            to_restore: Vec::new(),
-            restores_faulty: 0,
+            snap: snapshots::SnapshotWorld {
+                knobs: snap_knobs,
+                rng: snap_rng,
+                to_restore: Vec::new(),
+                restores_faulty: 0,
+                members: BTreeMap::new(),
+            },
             restore: restore.map(|_| Default::default()),
-            mem_knobs,
-            mem_rng,
             members: crate::membership::MembershipChecker::new(bootstrap),
-            mem_requests: Vec::new(),
-            snap_members: BTreeMap::new(),
+            mem: membership::MembershipWorld {
+                knobs: mem_knobs,
+                rng: mem_rng,
+                requests: Vec::new(),
+            },
         };
         if w.cfg.trace {
             let line = format!("config {:?}", w.cfg);
@@ -241,11 +247,11 @@ impl World {
                 let line = format!("object knobs {:?}", w.obj.knobs);
                 w.trace(|| line);
             }
-            let line = format!("election knobs {:?}", w.el_knobs);
+            let line = format!("election knobs {:?}", w.el.knobs);
             w.trace(|| line);
-            let line = format!("snapshot knobs {:?}", w.snap_knobs);
+            let line = format!("snapshot knobs {:?}", w.snap.knobs);
             w.trace(|| line);
-            let line = format!("membership knobs {:?}", w.mem_knobs);
+            let line = format!("membership knobs {:?}", w.mem.knobs);
             w.trace(|| line);
             let clocks: Vec<String> = w
                 .nodes
@@ -256,7 +262,7 @@ impl World {
                 w.trace(|| format!("clock {c}"));
             }
         }
-        w.members.stats.runs_with_spares = (w.mem_knobs.spares > 0) as u64;
+        w.members.stats.runs_with_spares = (w.mem.knobs.spares > 0) as u64;
         let ids: Vec<DeviceId> = w.nodes.keys().copied().collect();
         for d in ids {
             w.boot(d);
@@ -286,11 +292,11 @@ impl World {
             w.start_object_clients();
         }
         if w.cfg.faults {
-            let t = w.now + exp(&mut w.snap_rng, w.snap_knobs.mean_us);
+            let t = w.now + exp(&mut w.snap.rng, w.snap.knobs.mean_us);
             w.schedule(t, Event::Snapshot);
         }
-        if w.mem_knobs.change_mean_us > 0 {
-            let t = w.now + exp(&mut w.mem_rng, w.mem_knobs.change_mean_us);
+        if w.mem.knobs.change_mean_us > 0 {
+            let t = w.now + exp(&mut w.mem.rng, w.mem.knobs.change_mean_us);
             w.schedule(t, Event::MembershipChange);
         }
         w

@@ -172,14 +172,14 @@ impl World {
             Event::Snapshot => {
                 if self.faults_on {
                     self.start_snapshot();
-                    let t = self.now + exp(&mut self.snap_rng, self.snap_knobs.mean_us);
+                    let t = self.now + exp(&mut self.snap.rng, self.snap.knobs.mean_us);
                     self.schedule(t, Event::Snapshot);
                 }
             }
             Event::MembershipChange => {
                 if self.faults_on {
                     self.membership_change();
-                    let t = self.now + exp(&mut self.mem_rng, self.mem_knobs.change_mean_us);
+                    let t = self.now + exp(&mut self.mem.rng, self.mem.knobs.change_mean_us);
                     self.schedule(t, Event::MembershipChange);
                 }
             }
