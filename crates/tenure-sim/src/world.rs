@@ -78,11 +78,11 @@ use event::Event;
 pub use mgr_crash::ManagerCrash;
 pub use nemesis::NemesisAction;
 pub use report::{Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalkCost, StepWindow};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tenure_core::io::{DevicePersist, Output};
 use tenure_core::rng::{Rng, mix64};
-use tenure_core::{Device, DeviceConfig, DeviceId, Epoch, StoreId};
+use tenure_core::{Device, DeviceConfig, DeviceId, Epoch};
 use writes::ClientWrite;
 
 /// Virtual real time at which a run starts (µs). Starting above zero keeps every clock's
@@ -182,17 +182,10 @@ pub struct World {
     /// The run is settling its objects: object clients, lock clients and the register
     /// workload start nothing new (the lock history was already checked).
     obj_quiet: bool,
-    /// Stores that have had a working manager at least once.
-    ever_managed: BTreeSet<StoreId>,
-    /// store → real time it lost its working manager (while without one).
-    unmanaged_since: BTreeMap<StoreId, u64>,
-    /// Every ended stretch of a store without a working manager: (since, until) µs.
-    outages: Vec<(u64, u64)>,
-    /// When each lock grant reached its client (µs).
-    grant_times: Vec<u64>,
-    /// The wall-clock steps the seed drew, per device, taken or not (`--clock-steps off`
-    /// measures the same windows without them): (device, at µs, jump µs).
-    drawn_steps: Vec<(u64, u64, i64)>,
+    /// Stores without a working manager, and what the step windows are measured on
+    /// ([`managed`]).
+    avail: managed::Availability,
+    /// The run's fingerprint so far (every event and observation mixed in).
     hash: u64,
     /// Counts every input and output the devices handle: orders records of snapshots
     /// against acknowledgements.

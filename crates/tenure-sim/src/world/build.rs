@@ -5,7 +5,7 @@
 
 use super::{
     Event, Faults, Node, RESTORE_LATER_US, RunReport, SAMPLE_US, START_US, SimConfig, World, disk,
-    elections, exp, membership, objects, snapshots,
+    elections, exp, managed, membership, objects, snapshots,
 };
 use crate::checks::Checker;
 use crate::clock::Clock;
@@ -202,11 +202,10 @@ impl World {
                 next_watch: 0,
             },
             obj_quiet: false,
-            ever_managed: BTreeSet::new(),
-            unmanaged_since: BTreeMap::new(),
-            outages: Vec::new(),
-            grant_times: Vec::new(),
-            drawn_steps,
+            avail: managed::Availability {
+                drawn_steps,
+                ..Default::default()
+            },
             hash: 0xcbf2_9ce4_8422_2325,
             tick: 0,
             delivering: None,

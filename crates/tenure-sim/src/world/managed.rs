@@ -2,9 +2,27 @@
 //! and the liveness phase's convergence.
 
 use super::World;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tenure_core::layout::{ChunkState, Metadata, MgrState};
 use tenure_core::{DeviceId, Epoch, StoreId};
+
+/// What the sampler records of stores without a working manager, and what the windows
+/// after wall-clock steps are measured on.
+#[derive(Default)]
+pub(super) struct Availability {
+    /// Stores that have had a working manager at least once.
+    pub(super) ever_managed: BTreeSet<StoreId>,
+    /// store → real time it lost its working manager (while without one).
+    pub(super) unmanaged_since: BTreeMap<StoreId, u64>,
+    /// Every ended stretch of a store without a working manager: (since, until) µs.
+    pub(super) outages: Vec<(u64, u64)>,
+    /// When each lock grant reached its client (µs).
+    pub(super) grant_times: Vec<u64>,
+    /// The wall-clock steps the run seed drew, per device, taken or not
+    /// (`--clock-steps off` measures the same windows without them): (device, at µs,
+    /// jump µs).
+    pub(super) drawn_steps: Vec<(u64, u64, i64)>,
+}
 
 impl World {
     /// The running device in the `Manager` state for `store` with the highest epoch.
@@ -101,15 +119,15 @@ impl World {
         let mut all = true;
         for (store, verdict) in managed {
             if verdict.is_ok() {
-                self.ever_managed.insert(store);
-                if let Some(since) = self.unmanaged_since.remove(&store) {
+                self.avail.ever_managed.insert(store);
+                if let Some(since) = self.avail.unmanaged_since.remove(&store) {
                     self.report.max_failover_us = self.report.max_failover_us.max(self.now - since);
-                    self.outages.push((since, self.now));
+                    self.avail.outages.push((since, self.now));
                 }
             } else {
                 all = false;
-                if self.ever_managed.contains(&store) {
-                    self.unmanaged_since.entry(store).or_insert(self.now);
+                if self.avail.ever_managed.contains(&store) {
+                    self.avail.unmanaged_since.entry(store).or_insert(self.now);
                 }
             }
         }

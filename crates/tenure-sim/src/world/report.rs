@@ -300,12 +300,13 @@ impl World {
     /// (taken, or with `--clock-steps off` the same instants without a step).
     fn step_windows(&self) -> Vec<StepWindow> {
         let open = self
+            .avail
             .unmanaged_since
             .values()
             .map(|&since| (since, self.now));
-        let outages: Vec<(u64, u64)> = self.outages.iter().copied().chain(open).collect();
+        let outages: Vec<(u64, u64)> = self.avail.outages.iter().copied().chain(open).collect();
         let stepped = self.nodes.values().any(|n| !n.clock.steps.is_empty());
-        (self.drawn_steps.iter())
+        (self.avail.drawn_steps.iter())
             .filter(|&&(_, at, _)| at < self.now)
             .map(|&(device, at, jump_us)| {
                 let end = at + STEP_WINDOW_US;
@@ -313,7 +314,7 @@ impl World {
                     .map(|&(since, until)| until.min(end).saturating_sub(since.max(at)))
                     .max()
                     .unwrap_or(0);
-                let grants = (self.grant_times.iter())
+                let grants = (self.avail.grant_times.iter())
                     .filter(|&&t| (at..end).contains(&t))
                     .count() as u64;
                 StepWindow {

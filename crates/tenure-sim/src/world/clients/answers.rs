@@ -108,7 +108,7 @@ impl World {
                 match result {
                     Some(Ok(Response::Granted { token })) => {
                         self.report.locks.grants += 1;
-                        self.grant_times.push(now);
+                        self.avail.grant_times.push(now);
                         let store = self.lock_clients[c].store;
                         self.obj_note_grant(store, name, *mode, token);
                         self.locks.respond(op, now, LockOutput::Granted { token });
