@@ -143,35 +143,59 @@ struct Node {
 
 /// The simulated world.
 pub struct World {
+    /// What the run was asked to do.
     cfg: SimConfig,
+    /// What the run seed drew for the cluster, the network, the nemesis and the writes.
     knobs: Knobs,
+    /// Draws the nemesis' actions and their targets.
     nemesis_rng: Rng,
+    /// Draws the register writes.
     workload_rng: Rng,
+    /// Draws the operator's commands.
     policy_rng: Rng,
+    /// The simulated network.
     net: Network,
+    /// Half the bound on two clocks' difference, `δ_c / 2` (µs).
     skew_max_us: u64,
+    /// The bound on two clocks' difference, `δ_c`.
     clock_drift: std::time::Duration,
+    /// Virtual real time (µs).
     now: u64,
+    /// The last event sequence number handed out.
     seq: u64,
+    /// The events to come, by (time, sequence number).
     queue: BTreeMap<(u64, u64), Event>,
+    /// The devices.
     nodes: BTreeMap<DeviceId, Node>,
+    /// Faults are on (the safety phase of a run with faults): the nemesis, the operator's
+    /// commands, snapshots and membership changes act.
     faults_on: bool,
+    /// The store checkers.
     checker: Checker,
+    /// The report being filled.
     report: RunReport,
+    /// The last request id handed out (shared by every workload).
     next_req: u64,
+    /// Register writes in flight, by request id.
     writes: BTreeMap<u64, ClientWrite>,
+    /// What the run seed drew for the lock clients.
     lock_knobs: LockKnobs,
+    /// Draws the lock clients' choices.
     lock_rng: Rng,
-    /// Picks the clients that pipeline (their own stream, so that runs where none does
-    /// draw everything else as before).
+    /// Picks the clients that pipeline (a stream of its own: whether any client pipelines
+    /// changes no other draw).
     pipe_rng: Rng,
-    /// Picks each client's names when they are paths (their own stream, likewise).
+    /// Picks each client's names when they are paths (a stream of its own, likewise).
     paths_rng: Rng,
+    /// What the run seed drew for the disks.
     disk_knobs: DiskKnobs,
-    /// Draws commit latencies, stalls and crash fates (its own stream, likewise).
+    /// Draws commit latencies, stalls and crash fates (a stream of its own, likewise).
     disk_rng: Rng,
+    /// The lock clients, by number.
     lock_clients: Vec<LockClient>,
+    /// Lock requests in flight, by request id.
     lock_reqs: BTreeMap<u64, LockReq>,
+    /// The lock checkers and the lock history.
     locks: LockChecker,
     /// Per manager device, the last SafeTalk batch counted (epoch, first version).
     last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
