@@ -77,6 +77,8 @@
 //!
 //! This file holds the configuration and the state; `devices` rebuilds and steps the
 //! devices, `actions` is the stateright model, `fidelity` the rebuild scheme's check.
+//!
+//! [`Device`]: tenure_core::Device
 
 mod actions;
 mod devices;

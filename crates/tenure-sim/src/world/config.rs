@@ -48,6 +48,8 @@ pub struct SimConfig {
     pub planted: PlantedBugs,
     /// A chunk persists its whole record after this many ACCEPT deltas in a row
     /// ([`DeviceConfig::whole_record_every`]; the server runs with `u32::MAX`).
+    ///
+    /// [`DeviceConfig::whole_record_every`]: tenure_core::DeviceConfig::whole_record_every
     pub whole_record_every: u32,
     /// Inject faults (nemesis, lossy network, operator commands, client pauses and
     /// crashes) in the safety phase; without them a run measures the calm path.
@@ -77,6 +79,8 @@ pub struct SimConfig {
     /// Crash the manager of store 0 once, this long (µs) after the start, and measure
     /// what it takes until a new manager serves the store ([`ManagerCrash`]). Meant for
     /// calm runs (`faults` off): the crashed device stays down until the liveness phase.
+    ///
+    /// [`ManagerCrash`]: super::ManagerCrash
     pub crash_manager_at_us: Option<u64>,
     /// Migrate the manager of store 0 once, this long (µs) after the start, to a device
     /// holding none of the store's chunks, if there is one (the lab's update cost with

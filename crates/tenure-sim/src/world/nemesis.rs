@@ -9,6 +9,8 @@ use tenure_core::layout::Metadata;
 use tenure_core::{DeviceId, StoreId};
 
 /// The nemesis' repertoire (weights in [`Knobs::nemesis_weights`], in this order).
+///
+/// [`Knobs::nemesis_weights`]: crate::knobs::Knobs::nemesis_weights
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NemesisAction {
     /// Cut the cluster into random halves.

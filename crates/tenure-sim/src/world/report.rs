@@ -148,6 +148,8 @@ pub struct RunReport {
     #[serde(skip)]
     pub trace: String,
     /// Messages and records kept for a fuzzing corpus ([`SimConfig::capture`]).
+    ///
+    /// [`SimConfig::capture`]: super::SimConfig::capture
     #[serde(skip)]
     pub captured: Captured,
     /// The lock history (operations as clients saw them), if asked for.
@@ -174,6 +176,8 @@ pub struct RunReport {
     /// What the membership changes did, and how often the membership checkers looked.
     pub membership: crate::membership::MembershipStats,
     /// The measured manager crash ([`SimConfig::crash_manager_at_us`]).
+    ///
+    /// [`SimConfig::crash_manager_at_us`]: super::SimConfig::crash_manager_at_us
     pub manager_crash: Option<ManagerCrash>,
     /// The lookup world's knobs.
     pub lookup_knobs: Option<crate::lookup::knobs::LookupKnobs>,
