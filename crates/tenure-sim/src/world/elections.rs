@@ -19,6 +19,20 @@ use crate::election::{ElectionViolation, MemberView, convergence_bound_us};
 use tenure_core::DeviceId;
 use tenure_core::io::{Observation, Output};
 
+/// The coordinator's election: the world's part beside the checker.
+pub(super) struct ElectionWorld {
+    /// What the run seed drew for the election.
+    pub(super) knobs: crate::election::ElectionKnobs,
+    /// Draws whether a fault aims at the coordinator, and its pauses before a command.
+    pub(super) rng: tenure_core::rng::Rng,
+    /// The liveness phase's crash of the coordinator.
+    pub(super) coord_down: CoordDown,
+    /// When the liveness phase last disturbed the election (its start, a restart).
+    pub(super) disturbed_at: u64,
+    /// Whether the election has converged since that disturbance.
+    pub(super) converged: bool,
+}
+
 /// A pause that stops the coordinator before a command leaves lasts at least this long,
 /// so that the others notice the silence (three heartbeats) and elect another one (µs).
 const COMMAND_PAUSE_MIN_US: u64 = 1_500_000;
@@ -38,7 +52,7 @@ impl World {
 
     /// The device a crash or a pause strikes: `drawn`, or now and then the coordinator.
     pub(super) fn aim_at_coordinator(&mut self, drawn: DeviceId) -> DeviceId {
-        if !self.el_rng.chance(self.el_knobs.coordinator_target_p) {
+        if !self.el.rng.chance(self.el.knobs.coordinator_target_p) {
             return drawn;
         }
         match self.current_coordinator() {
@@ -60,7 +74,7 @@ impl World {
         d: DeviceId,
         out: &mut Vec<Output>,
     ) -> Option<Vec<Output>> {
-        if !self.faults_on || self.el_knobs.command_pause_p == 0.0 {
+        if !self.faults_on || self.el.knobs.command_pause_p == 0.0 {
             return None;
         }
         let k = out
@@ -68,11 +82,11 @@ impl World {
             .position(|o| matches!(o, Output::Observe(Observation::CommandSent { .. })))?;
         if (out.iter()).any(|o| matches!(o, Output::Observe(Observation::SnapshotRecorded { .. })))
             || self.down_count() >= self.knobs.down_max
-            || !self.el_rng.chance(self.el_knobs.command_pause_p)
+            || !self.el.rng.chance(self.el.knobs.command_pause_p)
         {
             return None;
         }
-        let dur = COMMAND_PAUSE_MIN_US + self.el_rng.below(self.knobs.pause_max_us);
+        let dur = COMMAND_PAUSE_MIN_US + self.el.rng.below(self.knobs.pause_max_us);
         let rest = out.split_off(k);
         let until = self.now + dur;
         self.nodes.get_mut(&d).expect("node").paused_until = Some(until);
@@ -87,9 +101,9 @@ impl World {
     /// some seeds, converge again after its coordinator is crashed, then again after it
     /// restarts).
     pub(super) fn liveness_election_start(&mut self) {
-        self.disturbed_at = self.now;
-        self.el_converged = false;
-        self.coord_down = if self.cfg.faults && self.el_knobs.liveness_coordinator_down {
+        self.el.disturbed_at = self.now;
+        self.el.converged = false;
+        self.el.coord_down = if self.cfg.faults && self.el.knobs.liveness_coordinator_down {
             CoordDown::Pending
         } else {
             CoordDown::Done
@@ -124,9 +138,9 @@ impl World {
         let views = self.election_views();
         match self.elections.converged(&views) {
             Ok(term) => {
-                if !self.el_converged {
-                    self.el_converged = true;
-                    let took = self.now - self.disturbed_at;
+                if !self.el.converged {
+                    self.el.converged = true;
+                    let took = self.now - self.el.disturbed_at;
                     let m = &mut self.elections.stats.max_convergence_us;
                     *m = (*m).max(took);
                     self.trace(|| {
@@ -136,13 +150,13 @@ impl World {
                         )
                     });
                 }
-                match self.coord_down {
+                match self.el.coord_down {
                     CoordDown::Done => return true,
                     CoordDown::Pending => {
                         // The others must notice its silence and elect another one.
                         let c = term.leader;
                         self.crash(c, false);
-                        self.coord_down = CoordDown::Down(c);
+                        self.el.coord_down = CoordDown::Down(c);
                         self.elections.stats.coordinator_kept_down += 1;
                         self.trace(|| format!("liveness: coordinator {c} crashed, kept down"));
                     }
@@ -154,17 +168,17 @@ impl World {
                         if self.nodes[&c].device.is_none() {
                             self.boot(c);
                         }
-                        self.coord_down = CoordDown::Done;
+                        self.el.coord_down = CoordDown::Done;
                         self.trace(|| format!("liveness: the old coordinator {c} restarts"));
                     }
                 }
-                self.disturbed_at = self.now;
-                self.el_converged = false;
+                self.el.disturbed_at = self.now;
+                self.el.converged = false;
                 false
             }
             Err(why) => {
-                self.el_converged = false;
-                let after_us = self.now - self.disturbed_at;
+                self.el.converged = false;
+                let after_us = self.now - self.el.disturbed_at;
                 let bound_us = self.election_bound_us();
                 if after_us > bound_us {
                     self.elections
@@ -185,7 +199,7 @@ impl World {
     pub(super) fn election_not_converged(&mut self) {
         let views = self.election_views();
         if let Err(why) = self.elections.converged(&views) {
-            let after_us = self.now - self.disturbed_at;
+            let after_us = self.now - self.el.disturbed_at;
             let bound_us = self.election_bound_us();
             self.checker
                 .violations

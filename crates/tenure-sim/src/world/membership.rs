@@ -10,6 +10,16 @@ use tenure_core::DeviceId;
 use tenure_core::io::PolicyCommand;
 use tenure_core::layout::MgrState;
 
+/// Membership changes: the world's part beside the checker.
+pub(super) struct MembershipWorld {
+    /// What the run seed drew for membership changes.
+    pub(super) knobs: crate::membership::MembershipKnobs,
+    /// Draws the operator's requests and when they come.
+    pub(super) rng: tenure_core::rng::Rng,
+    /// The operator's membership requests, in order.
+    pub(super) requests: Vec<MemberRequest>,
+}
+
 /// One membership change the operator asked for.
 #[derive(Clone, Debug)]
 pub(super) struct MemberRequest {
@@ -74,7 +84,7 @@ impl World {
     /// member if enough running active members stay.
     pub(super) fn membership_change(&mut self) {
         let rec = self.members.newest().clone();
-        let asked: BTreeSet<DeviceId> = self.mem_requests.iter().map(|r| r.device).collect();
+        let asked: BTreeSet<DeviceId> = self.mem.requests.iter().map(|r| r.device).collect();
         let adds: Vec<DeviceId> = (self.nodes.iter())
             .filter(|(d, n)| n.cfg.join && !n.retired && !asked.contains(d) && !rec.contains(**d))
             .map(|(d, _)| *d)
@@ -83,7 +93,7 @@ impl World {
         // replication factor stay, running (never below the replication factor of live
         // members).
         let staying: Vec<DeviceId> = (rec.active().into_iter())
-            .filter(|d| !self.mem_requests.iter().any(|r| r.device == *d && !r.add))
+            .filter(|d| !self.mem.requests.iter().any(|r| r.device == *d && !r.add))
             .collect();
         let running = staying.iter().filter(|d| self.running(**d)).count();
         let removes = if staying.len() > self.cfg.replication && running > self.cfg.replication {
@@ -91,12 +101,12 @@ impl World {
         } else {
             Vec::new()
         };
-        let r = &mut self.mem_rng;
+        let r = &mut self.mem.rng;
         let remove = match (adds.is_empty(), removes.is_empty()) {
             (true, true) => return,
             (false, true) => false,
             (true, false) => true,
-            (false, false) => r.chance(self.mem_knobs.remove_p),
+            (false, false) => r.chance(self.mem.knobs.remove_p),
         };
         let (device, add) = if remove {
             (removes[r.below(removes.len() as u64) as usize], false)
@@ -114,20 +124,20 @@ impl World {
                 if add { "add" } else { "remove" }
             )
         });
-        self.mem_requests.push(MemberRequest {
+        self.mem.requests.push(MemberRequest {
             device,
             add,
             at: self.now,
             done: false,
         });
-        self.membership_send(self.mem_requests.len() - 1);
+        self.membership_send(self.mem.requests.len() - 1);
     }
 
     /// Send request `i` to a random running device (unless the record shows it already),
     /// and come back to it later.
     pub(super) fn membership_send(&mut self, i: usize) {
         self.membership_note_done();
-        let r = self.mem_requests[i].clone();
+        let r = self.mem.requests[i].clone();
         if r.done {
             return;
         }
@@ -135,7 +145,7 @@ impl World {
             .filter(|d| self.running(*d))
             .collect();
         if !running.is_empty() {
-            let to = running[self.mem_rng.below(running.len() as u64) as usize];
+            let to = running[self.mem.rng.below(running.len() as u64) as usize];
             let d = r.device;
             let cmd = if r.add {
                 PolicyCommand::AddDevice {
@@ -151,7 +161,7 @@ impl World {
             let lat = self.knobs.latency_min_us;
             self.schedule(self.now + lat, Event::PolicyArrive { to, boot, cmd });
         }
-        let t = self.now + self.mem_knobs.repeat_us;
+        let t = self.now + self.mem.knobs.repeat_us;
         self.schedule(t, Event::MembershipRepeat(i));
     }
 
@@ -168,7 +178,7 @@ impl World {
             .unwrap_or_default();
         let rec = &durable;
         let mut done = Vec::new();
-        for (i, r) in self.mem_requests.iter().enumerate() {
+        for (i, r) in self.mem.requests.iter().enumerate() {
             if r.done {
                 continue;
             }
@@ -182,7 +192,7 @@ impl World {
             }
         }
         for i in done {
-            let r = &mut self.mem_requests[i];
+            let r = &mut self.mem.requests[i];
             r.done = true;
             let ms = (self.now - r.at) / 1_000;
             let (device, add) = (r.device, r.add);
@@ -276,7 +286,7 @@ impl World {
         self.members.stats.convergence_checks += 1;
         self.membership_note_done();
         let rec = self.members.newest().clone();
-        let pending: Vec<String> = (self.mem_requests.iter())
+        let pending: Vec<String> = (self.mem.requests.iter())
             .filter(|r| !r.done)
             .map(|r| {
                 let d = r.device;
@@ -350,7 +360,7 @@ impl World {
     /// The liveness phase begins: note the changes still pending.
     pub(super) fn liveness_membership_start(&mut self) {
         self.membership_note_done();
-        if self.mem_requests.iter().any(|r| !r.done) {
+        if self.mem.requests.iter().any(|r| !r.done) {
             self.members.stats.pending_at_liveness += 1;
         }
     }

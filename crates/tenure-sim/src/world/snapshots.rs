@@ -14,6 +14,20 @@ const SNAPSHOT_SETTLE_SLACK_US: u64 = 2_000_000;
 /// Every store of a restored cluster regains a manager within this long at least (µs).
 const RESTORE_BOUND_US: u64 = 30_000_000;
 
+/// Snapshots and their restores: the world's part beside the checker.
+pub(super) struct SnapshotWorld {
+    /// What the run seed drew for snapshots.
+    pub(super) knobs: crate::snapshot::SnapshotKnobs,
+    /// Draws when snapshots start and where.
+    pub(super) rng: tenure_core::rng::Rng,
+    /// Complete snapshots waiting for their restore.
+    pub(super) to_restore: Vec<Cut>,
+    /// Restores of snapshots started while faults were on, so far.
+    pub(super) restores_faulty: u32,
+    /// The snapshots started, with the members of their initiator's record then.
+    pub(super) members: std::collections::BTreeMap<SnapshotId, Vec<DeviceId>>,
+}
+
 impl World {
     fn device_ids(&self) -> Vec<DeviceId> {
         self.nodes.keys().copied().collect()
@@ -32,7 +46,7 @@ impl World {
         if running.is_empty() {
             return;
         }
-        let d = running[self.snap_rng.below(running.len() as u64) as usize];
+        let d = running[self.snap.rng.below(running.len() as u64) as usize];
         self.trace(|| format!("{d} starts a snapshot"));
         self.input(d, Input::StartSnapshot);
     }
@@ -154,7 +168,7 @@ impl World {
     pub(super) fn snap_started(&mut self, d: DeviceId, id: SnapshotId) {
         self.trace(|| format!("{d} started snapshot {id}"));
         let members = (self.nodes[&d].device.as_ref()).map(|dev| dev.members().ids());
-        self.snap_members.insert(id, members.unwrap_or_default());
+        self.snap.members.insert(id, members.unwrap_or_default());
         self.cuts.started(id, !self.faults_on);
     }
 
@@ -176,12 +190,12 @@ impl World {
             return;
         }
         if !calm {
-            if self.restores_faulty >= self.snap_knobs.restores_max {
+            if self.snap.restores_faulty >= self.snap.knobs.restores_max {
                 return;
             }
-            self.restores_faulty += 1;
+            self.snap.restores_faulty += 1;
         }
-        self.to_restore.push(cut);
+        self.snap.to_restore.push(cut);
     }
 
     /// The devices a complete snapshot must have a part from: the members of its
@@ -192,7 +206,7 @@ impl World {
         id: SnapshotId,
         result: &Result<SnapshotSummary, String>,
     ) -> Vec<DeviceId> {
-        let start = self.snap_members.remove(&id).unwrap_or_default();
+        let start = self.snap.members.remove(&id).unwrap_or_default();
         let (Ok(summary), false) = (result, start.is_empty()) else {
             return self.device_ids();
         };
@@ -213,7 +227,7 @@ impl World {
 
     /// Restore the complete snapshots waiting, each into a fresh cluster, and judge it.
     pub(super) fn restore_pending(&mut self) {
-        while let Some(cut) = self.to_restore.pop() {
+        while let Some(cut) = self.snap.to_restore.pop() {
             if self.failed() {
                 return;
             }

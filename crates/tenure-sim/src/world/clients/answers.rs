@@ -1,0 +1,207 @@
+//! Concluding a lock request: what its answer (or none) tells the client, and what goes
+//! into the lock history with the output the client can vouch for.
+
+use super::{ClientSession, Kind, LockReq};
+use crate::lincheck::LockOutput;
+use crate::lockcheck::Interval;
+use crate::world::{Event, World};
+use tenure_core::io::{ClientError, Response};
+use tenure_core::lockctl::{LockMode, SessionId};
+use tenure_core::session::client_deadline;
+use tenure_core::{DeviceId, Instant};
+
+impl World {
+    /// An answer from `from` to a lock client.
+    pub(in crate::world) fn lock_reply(
+        &mut self,
+        from: DeviceId,
+        id: u64,
+        result: Result<Response, ClientError>,
+    ) {
+        let Some(r) = self.lock_reqs.get(&id) else {
+            return;
+        };
+        let c = r.client;
+        if r.incarnation != self.lock_clients[c].incarnation {
+            self.lock_reqs.remove(&id);
+            return;
+        }
+        let pipelined = self.lock_clients[c].pipeline.is_some();
+        // A stream the client left delivers nothing more: the request was re-sent.
+        if pipelined && from != r.sent_to {
+            self.trace(|| format!("lock client {c}: answer to req {id} on a left stream"));
+            return;
+        }
+        match result {
+            Err(ClientError::NotManager { hint }) if pipelined => {
+                self.resume_stream(c, hint, Some(id))
+            }
+            Err(ClientError::Unavailable { .. }) if pipelined => {
+                self.resume_stream(c, None, Some(id))
+            }
+            Err(ClientError::NotManager { hint }) => {
+                self.retarget(c, hint);
+                self.lock_retry(id)
+            }
+            Err(ClientError::Unavailable { .. }) => {
+                self.retarget(c, None);
+                self.lock_retry(id)
+            }
+            result => {
+                let r = self.lock_reqs.remove(&id).expect("present");
+                self.lock_clients[c].answered |= !self.faults_on;
+                self.note_out_of_order(c, id);
+                self.lock_done(&r, Some(result));
+            }
+        }
+    }
+
+    /// Conclude a request: record the history output, update the client, go on.
+    /// `result` is `None` when the client gave up without an answer it can use.
+    pub(super) fn lock_done(&mut self, r: &LockReq, result: Option<Result<Response, ClientError>>) {
+        let c = r.client;
+        let now = self.now;
+        let drift = self.clock_drift;
+        match (&r.kind, result) {
+            (Kind::Open, Some(Ok(Response::SessionOpened { session, ttl }))) => {
+                let deadline = client_deadline(Instant(r.first_sent), ttl, drift).0;
+                self.report.locks.sessions_opened += 1;
+                let cl = &mut self.lock_clients[c];
+                cl.session = Some(ClientSession {
+                    id: session,
+                    ttl,
+                    deadline,
+                });
+                cl.held.clear();
+                cl.tainted.clear();
+                self.locks.set_deadline(session, deadline);
+                self.schedule(deadline, Event::ClientDeadline(c, session));
+                let ka = ttl.as_micros() as u64 / 3;
+                self.schedule(now + ka, Event::KeepAliveDue(c, session));
+            }
+            (Kind::Open, _) => {}
+            (Kind::KeepAlive, result) => {
+                self.lock_clients[c].keepalive = None;
+                let cl = &mut self.lock_clients[c];
+                let Some(s) = cl.session.as_mut().filter(|s| Some(s.id) == r.session) else {
+                    return;
+                };
+                let sid = s.id;
+                match result {
+                    Some(Ok(Response::KeptAlive { ttl })) if now < s.deadline => {
+                        let d = client_deadline(Instant(r.first_sent), ttl, drift).0;
+                        s.deadline = s.deadline.max(d);
+                        s.ttl = ttl;
+                        let (deadline, ka) = (s.deadline, ttl.as_micros() as u64 / 3);
+                        self.locks.set_deadline(sid, deadline);
+                        self.schedule(deadline, Event::ClientDeadline(c, sid));
+                        self.schedule(now + ka, Event::KeepAliveDue(c, sid));
+                    }
+                    Some(Err(ClientError::SessionExpired)) => self.drop_session(c, now),
+                    _ => self.schedule(now + 50_000, Event::KeepAliveDue(c, sid)),
+                }
+                return;
+            }
+            (Kind::Close, _) => self.drop_session(c, now),
+            (Kind::Acquire { name, mode }, result) => {
+                let op = r.op.expect("acquires are recorded");
+                match result {
+                    Some(Ok(Response::Granted { token })) => {
+                        self.report.locks.grants += 1;
+                        self.avail.grant_times.push(now);
+                        let store = self.lock_clients[c].store;
+                        self.obj_note_grant(store, name, *mode, token);
+                        self.locks.respond(op, now, LockOutput::Granted { token });
+                        let cl = &mut self.lock_clients[c];
+                        match cl.session.as_ref() {
+                            Some(s) if Some(s.id) == r.session && now < s.deadline => {
+                                cl.held.insert(name.clone(), (*mode, token));
+                                let iv = Interval {
+                                    client: c as u64,
+                                    session: s.id,
+                                    mode: *mode,
+                                    token,
+                                    start: now,
+                                    end: None,
+                                };
+                                self.locks.hold(name, iv);
+                                self.lock_clients[c].inflight.remove(&r.id);
+                                let hold = self.lock_knobs.hold_mean_us;
+                                return self.think(c, hold);
+                            }
+                            // Granted after the client's deadline: not a grant it may use.
+                            _ => {
+                                cl.tainted.insert(name.clone());
+                            }
+                        }
+                    }
+                    Some(Err(
+                        ClientError::Timeout
+                        | ClientError::Deadlock
+                        | ClientError::WouldBlock
+                        | ClientError::Rejected(_)
+                        | ClientError::InvalidName(_)
+                        | ClientError::NotHeld,
+                    )) if !r.lost_attempt => {
+                        self.report.locks.acquire_failures += 1;
+                        self.locks.respond(op, now, LockOutput::Failed);
+                    }
+                    // Unknown outcome: the operation stays open in the history.
+                    other => {
+                        self.lock_clients[c].tainted.insert(name.clone());
+                        if matches!(other, Some(Err(ClientError::SessionExpired))) {
+                            self.drop_session(c, now);
+                        }
+                    }
+                }
+            }
+            (Kind::Release { name, token }, result) => {
+                let op = r.op.expect("releases are recorded");
+                let clean = r.attempt == 1 && !r.lost_attempt;
+                match result {
+                    // A retry carries the first attempt's request id, so it answers
+                    // `Released` whether this attempt or a lost earlier one released it.
+                    Some(Ok(Response::Released)) => {
+                        self.report.locks.releases += 1;
+                        if !clean {
+                            self.report.locks.releases_retried += 1;
+                        }
+                        self.locks.respond(op, now, LockOutput::Released);
+                        let store = self.lock_clients[c].store;
+                        self.obj_note_release(store, name, *token);
+                        if let Some(s) = r.session {
+                            self.locks.release_acked(store, name, s, *token);
+                        }
+                    }
+                    Some(Err(ClientError::NotHeld)) if clean => {
+                        self.locks.respond(op, now, LockOutput::NotHeld)
+                    }
+                    Some(Err(ClientError::SessionExpired)) => {
+                        if clean {
+                            self.locks.drop_op(op);
+                        }
+                        self.drop_session(c, now);
+                    }
+                    _ => {
+                        self.lock_clients[c].tainted.insert(name.clone());
+                    }
+                }
+            }
+            (Kind::Holders { .. }, result) => {
+                let op = r.op.expect("queries are recorded");
+                match result {
+                    Some(Ok(Response::Holders(hs))) => {
+                        let mut seen: Vec<(SessionId, LockMode)> =
+                            hs.iter().map(|h| (h.session, h.mode)).collect();
+                        seen.sort();
+                        self.locks.respond(op, now, LockOutput::Holders(seen));
+                    }
+                    _ => self.locks.drop_op(op),
+                }
+            }
+        }
+        self.lock_clients[c].inflight.remove(&r.id);
+        let think = self.lock_knobs.think_mean_us;
+        self.think(c, think);
+    }
+}
