@@ -205,8 +205,8 @@ impl Api {
         Ok((store_of(name, self.stores), n))
     }
 
-    /// The device's status snapshot.
-    pub async fn snapshot(&self) -> Result<StatusSnapshot, Status> {
+    /// The device's status view.
+    pub async fn view(&self) -> Result<StatusSnapshot, Status> {
         let (tx, rx) = oneshot::channel();
         self.calls
             .send(Call::Status {

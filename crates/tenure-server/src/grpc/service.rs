@@ -38,7 +38,7 @@ impl Tenure for Api {
         request: GrpcRequest<proto::StatusRequest>,
     ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
         self.auth.caller(&request)?;
-        let s = self.snapshot().await?;
+        let s = self.view().await?;
         Ok(GrpcResponse::new(status_to_proto(&s)))
     }
 

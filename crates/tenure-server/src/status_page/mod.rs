@@ -97,7 +97,7 @@ impl StatusPage {
     }
 
     /// The driver's status answer, with the detail.
-    async fn snapshot(&self) -> Result<StatusSnapshot, String> {
+    async fn view(&self) -> Result<StatusSnapshot, String> {
         let (tx, rx) = oneshot::channel();
         (self.calls.send(Call::Status {
             detail: true,
@@ -117,7 +117,7 @@ impl StatusPage {
 
     /// Everything the page shows.
     pub async fn gather(&self) -> Result<Page, String> {
-        let snap = self.snapshot().await?;
+        let snap = self.view().await?;
         let snapshots = (self.snapshots)
             .list(tonic::Request::new(proto::ListSnapshotsRequest {}))
             .await
