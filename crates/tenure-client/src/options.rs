@@ -25,7 +25,7 @@ pub struct ClientOptions {
     /// deadline for a session is this much earlier than the TTL alone would give.
     pub clock_drift: Duration,
     /// How long before a session's conservative deadline a guard reports that its lock
-    /// may be lost ([`LockGuard::lost`]) when no keep-alive has extended it.
+    /// may be lost ([`LockGuard::lost`](crate::LockGuard::lost)) when no keep-alive has extended it.
     pub loss_warning: Duration,
     /// Longest single wait RPC of a blocking acquire; the wait continues with a retry of
     /// the same request (the same place in the queue).

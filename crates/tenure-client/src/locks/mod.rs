@@ -64,9 +64,9 @@ impl LockMode {
 /// How long an acquire may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Grant now or fail with [`Error::WouldBlock`].
+    /// Grant now or fail with [`Error::WouldBlock`](crate::Error::WouldBlock).
     Try,
-    /// Wait in the lock's FIFO queue at most this long ([`Error::Timeout`]).
+    /// Wait in the lock's FIFO queue at most this long ([`Error::Timeout`](crate::Error::Timeout)).
     Timeout(Duration),
     /// Wait until granted (or the session ends, or a deadlock picks this request).
     Forever,

@@ -12,7 +12,7 @@
 //!
 //! Conditions: [`PutOptions::if_absent`] (create only), [`PutOptions::if_revision`]
 //! (compare-and-set on the active revision, 0 for "absent"), and fencing by a lock of
-//! the same store ([`Objects::put_fenced`] with a [`LockGuard`], or
+//! the same store ([`Objects::put_fenced`] with a [`LockGuard`](crate::LockGuard), or
 //! [`PutOptions::fence`] with a name and token): the store applies the write only if the
 //! lock is held with exactly that token, else [`Error::StaleToken`].
 //!

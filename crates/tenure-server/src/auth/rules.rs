@@ -22,7 +22,7 @@ pub struct Rule {
 pub struct TokenConfig {
     /// The token's name (in logs and error messages; never secret).
     pub name: String,
-    /// SHA-256 of the secret, 64 hex digits ([`hash_secret`], `tenure token hash`).
+    /// SHA-256 of the secret, 64 hex digits ([`hash_secret`](crate::auth::hash_secret), `tenure token hash`).
     pub sha256: String,
     /// What the token may do where.
     #[serde(default)]

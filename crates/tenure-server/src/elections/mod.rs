@@ -16,7 +16,7 @@
 //!
 //! Every handler runs the same code paths as the lock and object services: the lock
 //! requests through [`Api`]'s shared handlers, the object requests as the core's
-//! [`ObjectRequest`]s with the same error mapping ([`Api::client_error`]).
+//! [`ObjectRequest`](tenure_core::io::ObjectRequest)s with the same error mapping ([`Api::client_error`]).
 //!
 //! **Campaigns** wait in the lock's queue, which can take any time, so a campaign runs in
 //! a task of its own, registered by `(store, session, request_id)`: a retry of the same
