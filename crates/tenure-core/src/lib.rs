@@ -38,6 +38,7 @@ pub mod snapshot;
 pub mod testkit;
 pub mod time;
 pub mod vecmap;
+pub mod wal_record;
 
 pub use config::{ClusterConfig, DeviceConfig, PlantedBugs, Timing};
 pub use device::Device;

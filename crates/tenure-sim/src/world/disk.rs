@@ -18,9 +18,10 @@
 //! - a crash loses every group not yet durable (a *lost unsynced write*). The commit in
 //!   flight reached the disk whole (its sync had not returned: nothing was acknowledged),
 //!   not at all, or — with probability [`DiskKnobs::torn_p`] — *torn*: a prefix of its
-//!   record's bytes. The record is encoded as the server's write-ahead log encodes one
-//!   (length, CRC-32, sequence number, postcard payload) and recovery reads it back; a
-//!   torn record must fail its length or checksum test and count as never written.
+//!   record's bytes. The record is encoded with the server's write-ahead log codec
+//!   ([`tenure_core::wal_record`]: length, CRC-32, generation, sequence number, postcard
+//!   payload) and recovery reads it back; a torn record must fail its length or checksum
+//!   test and count as never written.
 //!
 //! So after a crash the device boots from exactly the groups that became durable (plus,
 //! perhaps, the one in flight), its peers and clients having seen nothing that depends on
@@ -33,6 +34,7 @@ use crate::checks::Violation;
 use std::collections::VecDeque;
 use tenure_core::gate::{Domain, Gate};
 use tenure_core::io::{ClientError, DevicePersist, PersistOp, Response};
+use tenure_core::wal_record;
 use tenure_core::msg::{Msg, ToManager};
 use tenure_core::{ChunkId, ClientId, DeviceId, StoreId};
 
@@ -115,37 +117,24 @@ impl Pipe {
     }
 }
 
-/// What recovery reads of a commit record: `len | crc | seq | payload`, the CRC-32 over
-/// `seq` and the payload (the server's log format without its generation).
+/// The log generation of the simulated disks' records (they never checkpoint).
+const GENERATION: u64 = 0;
+
+/// The log record a commit writes, encoded as the server's write-ahead log encodes one
+/// ([`wal_record`]), its sequence number the commit's id.
 fn encode_record(seq: u64, groups: &[(u64, Vec<PersistOp>)]) -> Vec<u8> {
     let ops: Vec<&PersistOp> = groups.iter().flat_map(|(_, ops)| ops).collect();
     let payload = postcard::to_allocvec(&ops).expect("persists encode");
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&seq.to_le_bytes());
-    crc.update(&payload);
-    let mut out = Vec::with_capacity(16 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&payload);
+    let mut out = Vec::with_capacity(wal_record::HEADER + payload.len());
+    wal_record::encode(&mut out, GENERATION, seq, &payload);
     out
 }
 
 /// Recovery of one record: its persists if it is whole, has the expected sequence number
 /// and a correct checksum, and decodes; `None` otherwise (never written, or torn).
 pub(super) fn recover_record(bytes: &[u8], seq: u64) -> Option<Vec<PersistOp>> {
-    let header = bytes.get(..16)?;
-    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
-    let at = u64::from_le_bytes(header[8..16].try_into().ok()?);
-    let payload = bytes.get(16..16 + len)?;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&header[8..16]);
-    h.update(payload);
-    if len == 0 || at != seq || h.finalize() != crc {
-        return None;
-    }
-    postcard::from_bytes(payload).ok()
+    let record = wal_record::decode(bytes, GENERATION, seq).ok()?;
+    postcard::from_bytes(record.payload).ok()
 }
 
 impl World {
