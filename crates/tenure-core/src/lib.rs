@@ -30,6 +30,7 @@ pub mod msg;
 pub mod mutex;
 pub mod objects;
 pub mod persist_serde;
+pub mod pipeline;
 pub mod rng;
 pub mod rows;
 pub mod safetalk;

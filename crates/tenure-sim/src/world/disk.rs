@@ -31,11 +31,11 @@
 
 use super::{Event, World};
 use crate::checks::Violation;
-use std::collections::VecDeque;
-use tenure_core::gate::{Domain, Gate};
+use tenure_core::gate::Domain;
 use tenure_core::io::{ClientError, DevicePersist, PersistOp, Response};
-use tenure_core::wal_record;
 use tenure_core::msg::{Msg, ToManager};
+use tenure_core::pipeline::{Pipeline, Release};
+use tenure_core::wal_record;
 use tenure_core::{ChunkId, ClientId, DeviceId, StoreId};
 
 /// An output that leaves the device once the persists it may depend on are durable.
@@ -70,23 +70,17 @@ struct Commit {
     groups: Vec<(u64, Vec<PersistOp>)>,
 }
 
-/// A device's write pipeline (asynchronous disks only). Groups are numbered from 1.
+/// A device's write pipeline (asynchronous disks only): the server driver's group-commit
+/// pipeline, in front of a simulated disk that writes one commit at a time.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Pipe {
-    /// Persists of the input being handled.
-    open: Vec<PersistOp>,
-    /// Number of the open group, minus one (0: the first group is 1).
-    groups: u64,
+    /// The open group, the groups' durability, and the outputs waiting for their group
+    /// (each released as soon as its group is durable).
+    out: Pipeline<Held>,
     /// Groups handed to the disk, waiting for the commit in flight to end.
     queued: Vec<(u64, Vec<PersistOp>)>,
     /// The commit in flight.
     writing: Option<Commit>,
-    /// Every group up to this one is durable.
-    durable: u64,
-    /// The group each output waits for (the server driver's rule, shared).
-    gate: Gate,
-    /// Outputs waiting for their group, in output order.
-    outbox: VecDeque<(u64, Held)>,
     /// Commits started (ids of commits, for the event that ends one).
     commits: u64,
 }
@@ -94,26 +88,31 @@ pub(super) struct Pipe {
 impl Pipe {
     /// The newest write group handed to the disk (0: none in this boot).
     pub(super) fn groups(&self) -> u64 {
-        self.groups
+        self.out.sent()
     }
 
     /// Whether some persist is not durable yet.
     pub(super) fn unsynced(&self) -> bool {
-        !self.open.is_empty() || !self.queued.is_empty() || self.writing.is_some()
+        self.out.has_open() || !self.queued.is_empty() || self.writing.is_some()
     }
 
     /// The pipeline of a device booting from `disk`.
     pub(super) fn booted(disk: &DevicePersist, commits: u64) -> Pipe {
         Pipe {
-            gate: Gate::booted(disk.chunks.values().map(|c| (c.id, c.store))),
+            out: Pipeline::booted(
+                disk.chunks.values().map(|c| (c.id, c.store)),
+                Release::OwnGroup,
+            ),
             commits,
             ..Pipe::default()
         }
     }
 
-    fn persist(&mut self, op: PersistOp) {
-        self.gate.persist(&op, self.groups + 1);
-        self.open.push(op);
+    /// The groups of `groups` are durable (they are in commit order).
+    fn synced(&mut self, groups: &[(u64, Vec<PersistOp>)]) {
+        if let Some((g, _)) = groups.last() {
+            (self.out.synced(*g)).expect("simulator bug: a group made durable twice");
+        }
     }
 }
 
@@ -165,7 +164,7 @@ impl World {
         if sync {
             node.disk.apply(&op);
         } else {
-            node.pipe.persist(op);
+            node.pipe.out.persist(op);
         }
     }
 
@@ -204,12 +203,9 @@ impl World {
             Held::Send { to, .. } => Some(*to),
             _ => None,
         };
-        let group = pipe.gate.wait_for(domain, to, pipe.durable);
-        // Within a domain groups only grow, so nothing of the domain is ahead of it.
-        if group <= pipe.durable {
-            return self.emit(d, held);
+        if let Some(held) = pipe.out.hold(domain, to, held) {
+            self.emit(d, held);
         }
-        pipe.outbox.push_back((group, held));
     }
 
     /// The output leaves the device.
@@ -280,9 +276,7 @@ impl World {
             return;
         }
         let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-        if !pipe.open.is_empty() {
-            pipe.groups += 1;
-            let group = (pipe.groups, std::mem::take(&mut pipe.open));
+        if let Some(group) = pipe.out.close_group() {
             pipe.queued.push(group);
         }
         self.start_commit(d);
@@ -330,13 +324,13 @@ impl World {
             return;
         }
         let done = node.pipe.writing.take().expect("checked");
-        for (g, ops) in done.groups {
-            for op in &ops {
+        for (_, ops) in &done.groups {
+            for op in ops {
                 node.disk.apply(op);
             }
-            node.pipe.durable = g;
         }
-        self.cuts.synced(d, node.pipe.durable);
+        node.pipe.synced(&done.groups);
+        self.cuts.synced(d, node.pipe.out.durable());
         self.flush_outbox(d);
         self.start_commit(d);
     }
@@ -345,11 +339,9 @@ impl World {
     fn flush_outbox(&mut self, d: DeviceId) {
         loop {
             let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-            let durable = pipe.durable;
-            let Some(i) = pipe.outbox.iter().position(|(g, _)| *g <= durable) else {
+            let Some(held) = pipe.out.next_ready() else {
                 return;
             };
-            let (_, held) = pipe.outbox.remove(i).expect("found");
             self.emit(d, held);
             if self.nodes[&d].device.is_none() {
                 return;
@@ -371,13 +363,13 @@ impl World {
             .flatten()
             .chain(std::mem::take(&mut node.pipe.queued))
             .collect();
-        for (g, ops) in groups {
-            for op in &ops {
+        for (_, ops) in &groups {
+            for op in ops {
                 node.disk.apply(op);
             }
-            node.pipe.durable = g;
         }
-        self.cuts.synced(d, node.pipe.durable);
+        node.pipe.synced(&groups);
+        self.cuts.synced(d, node.pipe.out.durable());
         self.flush_outbox(d);
     }
 
@@ -390,10 +382,10 @@ impl World {
         let torn_p = self.disk_knobs.torn_p;
         let node = self.nodes.get_mut(&d).expect("node");
         let pipe = std::mem::take(&mut node.pipe);
-        let mut lost = pipe.queued.len() as u64 + u64::from(!pipe.open.is_empty());
+        let mut lost = pipe.queued.len() as u64 + u64::from(pipe.out.has_open());
         let mut torn = false;
         let mut survived = false;
-        let mut kept = pipe.durable;
+        let mut kept = pipe.out.durable();
         if let Some(commit) = pipe.writing {
             let fate = self.disk_rng.next_u64();
             let u = (fate >> 11) as f64 / (1u64 << 53) as f64;
@@ -528,39 +520,5 @@ mod tests {
             None,
             "a record of another commit"
         );
-    }
-
-    // Outputs wait for their own store's persists and the device-wide ones, not for
-    // other stores'; anything device-wide waits for every persist.
-    #[test]
-    fn outputs_wait_for_the_persists_of_their_domain() {
-        let mut p = Pipe::default();
-        let rec = |store: u32, serial: u64| {
-            PersistOp::PutChunk(Box::new(tenure_core::io::ChunkPersist {
-                id: ChunkId {
-                    device: DeviceId(1),
-                    serial,
-                },
-                store: StoreId(store),
-                epoch: Default::default(),
-                metadata: Default::default(),
-                lease_mgr: None,
-                prepared: None,
-                known: None,
-                data: Default::default(),
-            }))
-        };
-        p.persist(rec(1, 1));
-        p.groups += 1;
-        p.persist(rec(2, 2));
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(1)), None, 0), 1);
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(2)), None, 0), 2);
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 0);
-        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 0);
-        assert_eq!(p.gate.wait_for(Domain::Device, None, 0), 2);
-        p.groups += 1;
-        p.persist(PersistOp::SetNextSerial(3));
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 3);
-        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 3);
     }
 }
