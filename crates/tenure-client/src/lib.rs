@@ -62,6 +62,7 @@ pub mod locks;
 pub mod lookup;
 pub mod objects;
 pub mod snapshots;
+pub mod status;
 mod stream;
 pub mod suspend;
 pub mod tls;
