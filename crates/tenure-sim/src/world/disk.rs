@@ -4,7 +4,8 @@
 //! With a synchronous disk ([`DiskKnobs::sync_max_us`] = 0) every `Persist` is durable
 //! the moment the core outputs it and every other output leaves at once, as the
 //! simulator always modelled it. Otherwise the disk works as the server's driver does
-//! (`tenure-server/src/driver.rs`, pipelined group commit):
+//! (`tenure-server/src/driver.rs`, pipelined group commit, with the same
+//! [`tenure_core::pipeline`]):
 //!
 //! - a device's persists of one input join the *open group*, handed to the disk at the
 //!   end of the input; a commit takes every group queued while the previous one ran, in
@@ -14,7 +15,9 @@
 //!   depend on is durable: per store, the store's persists and the device-wide ones; for
 //!   the lookup node, its persists and the device-wide ones; for anything else (elections,
 //!   the coordinator, snapshots, policies), every persist. Other stores' outputs leave
-//!   meanwhile;
+//!   meanwhile. Unlike the server's, an output leaves as soon as its own group is durable,
+//!   even ahead of an earlier one of its domain that waits for a later group
+//!   ([`Release::OwnGroup`]);
 //! - a crash loses every group not yet durable (a *lost unsynced write*). The commit in
 //!   flight reached the disk whole (its sync had not returned: nothing was acknowledged),
 //!   not at all, or — with probability [`DiskKnobs::torn_p`] — *torn*: a prefix of its
