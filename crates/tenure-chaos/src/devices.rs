@@ -361,7 +361,7 @@ impl Devices {
                         let waiting = s
                             .chunks
                             .iter()
-                            .filter(|c| c.state != "GarbageCollect" && c.state != "RegularLease")
+                            .filter(|c| !c.is_collected() && !c.is_serving())
                             .count();
                         if waiting > 0 {
                             ready = false;
@@ -370,7 +370,7 @@ impl Devices {
                         managed.extend(
                             s.managers
                                 .iter()
-                                .filter(|m| m.state == "Manager")
+                                .filter(|m| m.is_manager())
                                 .map(|m| m.store),
                         );
                     }

@@ -66,6 +66,7 @@ pub mod objects;
 mod options;
 mod routing;
 pub mod snapshots;
+pub mod status;
 mod stream;
 pub mod suspend;
 pub mod tls;

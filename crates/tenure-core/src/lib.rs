@@ -32,6 +32,7 @@ pub mod msg;
 pub mod mutex;
 pub mod objects;
 pub mod persist_serde;
+pub mod pipeline;
 pub mod rng;
 pub mod rows;
 pub mod safetalk;
@@ -40,6 +41,7 @@ pub mod snapshot;
 pub mod testkit;
 pub mod time;
 pub mod vecmap;
+pub mod wal_record;
 
 pub use config::{ClusterConfig, DeviceConfig, PlantedBugs, Timing};
 pub use device::Device;

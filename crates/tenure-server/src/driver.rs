@@ -5,7 +5,8 @@
 //! already queued (up to [`MAX_BATCH`] inputs), feeding each to [`Device::handle`].
 //!
 //! Outputs are released in the order the core requires, without ever blocking the task on
-//! the disk (pipelined group commit):
+//! the disk (pipelined group commit; the groups and the held outputs are
+//! [`tenure_core::pipeline`]'s, which the simulator runs too):
 //!
 //! 1. every `Persist` joins the *open commit group*, which is handed to the storage thread
 //!    at the end of each turn of the loop. The storage thread commits in order, and each
@@ -47,12 +48,12 @@
 
 use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbound, Transport};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use crate::clock::Clock;
-use tenure_core::gate::{Domain, Gate};
+use tenure_core::gate::Domain;
 use tenure_core::ids::{ChunkId, ClientId, DeviceId, StoreId};
 use tenure_core::io::{
     ClientError, EpochCause, Input, Observation, Output, PersistOp, Request, Response,
@@ -60,6 +61,7 @@ use tenure_core::io::{
 use tenure_core::layout::{ChunkView, ManagerView};
 use tenure_core::lookup::{SubEvent, SubId};
 use tenure_core::msg::{Msg, ToChunk, ToManager};
+use tenure_core::pipeline::{Pipeline, Release};
 use tenure_core::{Device, DeviceConfig, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info};
@@ -389,25 +391,11 @@ pub struct Driver {
     pending: HashMap<u64, Pending>,
     next_client: u64,
     clock: Clock,
-    /// Persists of the open group (committed after the one in flight).
-    open: Vec<PersistOp>,
-    /// Number of the open group; groups are numbered from 1, in commit order.
-    open_group: u64,
-    /// The newest group handed to the storage thread (0: none yet).
-    sent: u64,
-    /// Every group up to this one is durable.
-    durable: u64,
-    /// The group each output waits for (per domain, per peer).
-    gate: Gate,
-    /// Sends, replies and status answers waiting for their group, in output order per
-    /// domain: (group, output number, output).
-    held: HashMap<Domain, VecDeque<(u64, u64, Held)>>,
-    /// Numbers outputs as they are held (outputs ready at once leave in this order).
-    held_seq: u64,
+    /// The open commit group, the groups' durability, and the sends, replies and status
+    /// answers waiting for their group (released per domain in output order).
+    pipe: Pipeline<Held>,
     /// Membership calls of the batch being handled, answered after its outputs.
     member_replies: Vec<oneshot::Sender<crate::cluster_api::MembersView>>,
-    /// Number of outputs in `held`.
-    held_len: usize,
     /// When the last SafeTalk ACCEPT to each chunk was produced, for the round-trip
     /// histogram (ACCEPT out to ACCEPTED in).
     accept_sent: HashMap<ChunkId, std::time::Instant>,
@@ -631,7 +619,10 @@ impl Driver {
     ) -> Result<Driver, DriverError> {
         let mut clock = Clock::default();
         let chunks = state.chunks.len();
-        let gate = Gate::booted(state.chunks.values().map(|c| (c.id, c.store)));
+        let pipe = Pipeline::booted(
+            state.chunks.values().map(|c| (c.id, c.store)),
+            Release::DomainOrder,
+        );
         let (device, out) = Device::new(cfg, state, clock.now(), rng_seed);
         info!(
             device = %device.id(),
@@ -647,15 +638,8 @@ impl Driver {
             pending: HashMap::new(),
             next_client: 1,
             clock,
-            open: Vec::new(),
-            open_group: 1,
-            sent: 0,
-            durable: 0,
-            gate,
-            held: HashMap::new(),
-            held_seq: 0,
+            pipe,
             member_replies: Vec::new(),
-            held_len: 0,
             accept_sent: HashMap::new(),
             metrics: HotMetrics::new(),
             events: tokio::sync::broadcast::channel(1).0,
@@ -669,7 +653,7 @@ impl Driver {
         d.release(out);
         d.flush_held();
         d.start_commit();
-        while d.durable < d.sent {
+        while !d.pipe.all_durable() {
             d.await_commit().await?;
             d.start_commit();
         }
@@ -714,7 +698,7 @@ impl Driver {
         self.release(out);
         self.flush_held();
         self.start_commit();
-        while self.durable < self.sent {
+        while !self.pipe.all_durable() {
             self.await_commit().await?;
             self.start_commit();
         }
@@ -765,7 +749,7 @@ impl Driver {
                     }
                     None => return Ok(()),
                 },
-                r = self.committer.done.recv(), if self.durable < self.sent => {
+                r = self.committer.done.recv(), if !self.pipe.all_durable() => {
                     self.committed(r)?;
                 }
                 _ = tokio::time::sleep(wait) => {}
@@ -925,11 +909,10 @@ impl Driver {
         for o in out {
             match o {
                 Output::Persist(op) => {
-                    self.gate.persist(&op, self.open_group);
                     if let PersistOp::LookupRemove(_) = &op {
                         metrics::counter!("tenure_lookup_persistent_removals_total").increment(1);
                     }
-                    self.open.push(op);
+                    self.pipe.persist(op);
                 }
                 Output::Send { to, msg } => {
                     if let Msg::ToChunk {
@@ -997,7 +980,7 @@ impl Driver {
 
     /// This device retired: make what it produced durable and let it out, then stop.
     async fn retire(&mut self) -> Result<(), DriverError> {
-        while self.durable < self.sent {
+        while !self.pipe.all_durable() {
             self.await_commit().await?;
             self.start_commit();
         }
@@ -1076,37 +1059,16 @@ impl Driver {
             Held::Send(to, _) => Some(*to),
             _ => None,
         };
-        let group = self.gate.wait_for(domain, to, self.durable);
-        let queue = self.held.entry(domain).or_default();
         // Nothing waits and nothing is ahead of it in its domain: it leaves now.
-        if queue.is_empty() && group <= self.durable {
+        if let Some(h) = self.pipe.hold(domain, to, h) {
             self.emit(h);
-            return;
         }
-        self.held_seq += 1;
-        queue.push_back((group, self.held_seq, h));
-        self.held_len += 1;
     }
 
     /// Let out every held output whose persists are durable, in order per domain.
     fn flush_held(&mut self) {
-        if self.held_len == 0 {
-            return;
-        }
-        let durable = self.durable;
-        let mut ready = Vec::new();
-        for queue in self.held.values_mut() {
-            while queue.front().is_some_and(|(g, _, _)| *g <= durable) {
-                let (_, seq, h) = queue.pop_front().expect("checked");
-                ready.push((seq, h));
-            }
-        }
-        self.held.retain(|_, q| !q.is_empty());
-        self.gate.durable(durable);
-        self.held_len -= ready.len();
         // In output order across domains (per peer FIFO where floors joined them).
-        ready.sort_by_key(|(seq, _)| *seq);
-        for (_, h) in ready {
+        for h in self.pipe.ready() {
             self.emit(h);
         }
     }
@@ -1142,13 +1104,9 @@ impl Driver {
     /// Hand the open group to the storage thread. Groups queue there while a commit runs,
     /// and the next commit takes all of them at once.
     fn start_commit(&mut self) {
-        if self.open.is_empty() {
+        let Some((group, ops)) = self.pipe.close_group() else {
             return;
-        }
-        let ops = std::mem::take(&mut self.open);
-        let group = self.open_group;
-        self.open_group += 1;
-        self.sent = group;
+        };
         // A closed channel means the storage thread stopped: `committed` reports it.
         if let Some(jobs) = &self.committer.jobs {
             let _ = jobs.send((group, ops));
@@ -1169,14 +1127,7 @@ impl Driver {
             return Err(DriverError::Worker("storage thread stopped".into()));
         };
         result.inspect_err(|e| error!("storage commit failed, stopping: {e}"))?;
-        if group <= self.durable || group > self.sent {
-            return Err(DriverError::Worker(format!(
-                "commit of group {group} reported; durable {}, sent {}",
-                self.durable, self.sent
-            )));
-        }
-        self.durable = group;
-        Ok(())
+        (self.pipe.synced(group)).map_err(|e| DriverError::Worker(e.to_string()))
     }
 
     fn snapshot(&mut self) -> StatusSnapshot {

@@ -16,8 +16,9 @@
 //! len: u32 LE | crc: u32 LE | generation: u64 LE | seq: u64 LE | payload: len bytes
 //! ```
 //!
-//! `crc` is CRC-32 (ISO-HDLC) over `generation`, `seq` and `payload`. A log *generation*
-//! is the span between two checkpoints. The checkpoint writes the log's records into redb
+//! `crc` is CRC-32 (ISO-HDLC) over `generation`, `seq` and `payload`
+//! ([`tenure_core::wal_record`] encodes and checks records). A log *generation* is the
+//! span between two checkpoints. The checkpoint writes the log's records into redb
 //! together with the new generation number, in one durable redb transaction, and only
 //! then does the log start again at offset 0 under the new generation. `seq` numbers the
 //! records of a generation from 0.
@@ -49,8 +50,7 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// Bytes before a record's payload.
-pub const HEADER: usize = 4 + 4 + 8 + 8;
+pub use tenure_core::wal_record::{HEADER, encode as encode_record, scan};
 
 /// Block size of direct writes (and their memory alignment).
 const BLOCK: usize = 4096;
@@ -264,44 +264,6 @@ impl Wal {
     pub fn used(&self) -> u64 {
         self.offset
     }
-}
-
-/// Write record `seq` of `generation` carrying `payload` into `buf` (cleared first): length,
-/// CRC-32 of what follows it, generation, sequence number, payload.
-pub fn encode_record(buf: &mut Vec<u8>, generation: u64, seq: u64, payload: &[u8]) {
-    buf.clear();
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&[0; 4]);
-    buf.extend_from_slice(&generation.to_le_bytes());
-    buf.extend_from_slice(&seq.to_le_bytes());
-    buf.extend_from_slice(payload);
-    let crc = crc32fast::hash(&buf[8..]);
-    buf[4..8].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// The payloads of the leading run of valid records of `generation`, and the offset
-/// after the last one.
-pub fn scan(bytes: &[u8], generation: u64) -> (Vec<Vec<u8>>, u64) {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    while let Some(h) = bytes.get(at..at + HEADER) {
-        let len = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
-        let g = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-        let seq = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
-        if len == 0 || g != generation || seq != out.len() as u64 {
-            break;
-        }
-        let Some(rest) = bytes.get(at + 8..at + HEADER + len) else {
-            break;
-        };
-        if crc32fast::hash(rest) != crc {
-            break;
-        }
-        out.push(rest[16..].to_vec());
-        at += HEADER + len;
-    }
-    (out, at as u64)
 }
 
 /// Make a newly created file's directory entry durable.

@@ -596,7 +596,7 @@ pub(crate) async fn statuses(client: &Client, file: &ClusterFile) -> Statuses {
 pub(crate) fn managers(statuses: &Statuses) -> BTreeMap<u32, (u64, u64)> {
     let mut out = BTreeMap::new();
     for s in statuses.values().flatten() {
-        for m in s.managers.iter().filter(|m| m.state == "Manager") {
+        for m in s.managers.iter().filter(|m| m.is_manager()) {
             let e = out.entry(m.store).or_insert((s.device, m.epoch));
             if m.epoch > e.1 {
                 *e = (s.device, m.epoch);
@@ -625,9 +625,9 @@ fn serving(status: &Result<StatusResponse, String>) -> Result<Serving, String> {
         .as_ref()
         .map_err(|e| format!("no answer to Status ({e})"))?;
     // A chunk the layout dropped while its device was down is deleted, not rejoined.
-    let kept = || s.chunks.iter().filter(|c| c.state != "GarbageCollect");
+    let kept = || s.chunks.iter().filter(|c| !c.is_collected());
     let mut waiting: BTreeMap<&str, usize> = BTreeMap::new();
-    for c in kept().filter(|c| c.state != "RegularLease") {
+    for c in kept().filter(|c| !c.is_serving()) {
         *waiting.entry(c.state.as_str()).or_default() += 1;
     }
     if !waiting.is_empty() {
@@ -644,7 +644,7 @@ fn serving(status: &Result<StatusResponse, String>) -> Result<Serving, String> {
         device: s.device,
         chunks: kept().count(),
         stores: stores.len(),
-        manages: s.managers.iter().filter(|m| m.state == "Manager").count(),
+        manages: s.managers.iter().filter(|m| m.is_manager()).count(),
     })
 }
 
@@ -860,7 +860,7 @@ fn status(a: CommonArgs) -> anyhow::Result<()> {
                     devices.push(serde_json::json!({
                         "id": d.id, "pid": d.pid, "up": true, "client": d.client_addr,
                         "chunks": s.chunks.len(),
-                        "managing": s.managers.iter().filter(|m| m.state == "Manager").count(),
+                        "managing": s.managers.iter().filter(|m| m.is_manager()).count(),
                     }));
                 }
                 Err(e) => devices.push(serde_json::json!({

@@ -140,10 +140,8 @@ fn client(file: &ClusterFile, endpoints: Vec<String>) -> anyhow::Result<Client> 
 
 /// Chunks of a device in a regular lease (what it serves), and stores it manages.
 fn load(s: &StatusResponse) -> (usize, usize) {
-    let chunks = (s.chunks.iter())
-        .filter(|c| c.state == "RegularLease")
-        .count();
-    let manages = (s.managers.iter()).filter(|m| m.state == "Manager").count();
+    let chunks = (s.chunks.iter()).filter(|c| c.is_serving()).count();
+    let manages = (s.managers.iter()).filter(|m| m.is_manager()).count();
     (chunks, manages)
 }
 

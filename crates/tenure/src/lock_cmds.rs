@@ -442,7 +442,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             match answer {
                 Ok(s) => {
                     n_stores = s.stores;
-                    for m in s.managers.iter().filter(|m| m.state == "Manager") {
+                    for m in s.managers.iter().filter(|m| m.is_manager()) {
                         let newer = stores
                             .get(&m.store)
                             .is_none_or(|v| v["epoch"].as_u64().unwrap_or(0) < m.epoch);
@@ -457,7 +457,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                     }
                     devices.push(serde_json::json!({"device": s.device, "endpoint": e, "up": true,
                         "chunks": s.chunks.len(),
-                        "manages": s.managers.iter().filter(|m| m.state == "Manager").count()}));
+                        "manages": s.managers.iter().filter(|m| m.is_manager()).count()}));
                 }
                 Err(err) => devices.push(
                     serde_json::json!({"endpoint": e, "up": false, "error": err.to_string()}),

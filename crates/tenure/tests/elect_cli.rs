@@ -459,7 +459,7 @@ fn a_leader_learns_it_may_have_lost_leadership_before_its_deadline() {
                 if let Ok(s) = c.status_of(e).await
                     && s.managers
                         .iter()
-                        .any(|m| m.store == store && m.state == "Manager")
+                        .any(|m| m.store == store && m.is_manager())
                 {
                     return Some(s.device);
                 }
@@ -607,7 +607,7 @@ fn leadership_a_waiting_campaign_and_an_observer_survive_kill_9_of_the_store_man
                 if let Ok(s) = c.status_of(e).await
                     && s.managers
                         .iter()
-                        .any(|m| m.store == store && m.state == "Manager")
+                        .any(|m| m.store == store && m.is_manager())
                 {
                     return Some(s.device);
                 }

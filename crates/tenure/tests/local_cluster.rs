@@ -16,7 +16,7 @@ async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, (u64, u64)>
     let mut out = BTreeMap::new();
     for e in endpoints {
         if let Ok(s) = c.status_of(e).await {
-            for m in s.managers.iter().filter(|m| m.state == "Manager") {
+            for m in s.managers.iter().filter(|m| m.is_manager()) {
                 out.insert(m.store, (s.device, m.epoch));
             }
         }

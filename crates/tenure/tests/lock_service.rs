@@ -54,7 +54,7 @@ async fn manager_of(c: &Client, endpoints: &[String], store: u32) -> Option<(u64
             for m in s
                 .managers
                 .iter()
-                .filter(|m| m.state == "Manager" && m.store == store)
+                .filter(|m| m.is_manager() && m.store == store)
             {
                 if best.is_none_or(|(_, ep)| ep < m.epoch) {
                     best = Some((s.device, m.epoch));
@@ -224,7 +224,7 @@ fn lock_service_survives_kill_9_restarts_and_bad_input() {
         let rejoined = victim_entry["client_addr"].as_str().unwrap().to_string();
         until(Duration::from_secs(40), "the restarted device rejoins", || async {
             let s = probe.status_of(&rejoined).await.ok()?;
-            (!s.chunks.is_empty() && s.chunks.iter().all(|ch| ch.state == "RegularLease"))
+            (!s.chunks.is_empty() && s.chunks.iter().all(|ch| ch.is_serving()))
                 .then_some(())
         })
         .await;

@@ -67,7 +67,7 @@ async fn manager_of(c: &Client, eps: &[String], store: u32, limit: Duration) -> 
             if let Ok(s) = c.status_of(e).await
                 && s.managers
                     .iter()
-                    .any(|m| m.store == store && m.state == "Manager")
+                    .any(|m| m.store == store && m.is_manager())
             {
                 found.push(s.device);
             }

@@ -177,7 +177,7 @@ async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, (u64, u64)>
     let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for e in endpoints {
         if let Ok(s) = c.status_of(e).await {
-            for m in s.managers.iter().filter(|m| m.state == "Manager") {
+            for m in s.managers.iter().filter(|m| m.is_manager()) {
                 let best = out.entry(m.store).or_insert((s.device, m.epoch));
                 if best.1 < m.epoch {
                     *best = (s.device, m.epoch);

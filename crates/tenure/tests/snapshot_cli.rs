@@ -74,7 +74,7 @@ async fn session_open(client: &Client, store: u32, session: u64) -> Result<(), S
         let manager = client.status_all().await.into_iter().find_map(|(ep, s)| {
             let s = s.ok()?;
             (s.managers.iter())
-                .any(|m| m.store == store && m.state == "Manager")
+                .any(|m| m.store == store && m.is_manager())
                 .then_some(ep)
         });
         if let Some(ep) = manager {

@@ -143,7 +143,7 @@ pub fn status_to_proto(s: &StatusSnapshot) -> proto::StatusResponse {
                 device: c.id.device.0,
                 serial: c.id.serial,
                 store: c.store.0,
-                state: format!("{:?}", c.state),
+                state: tenure_client::status::chunk_state_name(c.state).to_string(),
                 epoch: c.epoch.0,
                 lease_manager: c.lease_mgr.map(|d| d.0),
             })
@@ -153,7 +153,7 @@ pub fn status_to_proto(s: &StatusSnapshot) -> proto::StatusResponse {
             .iter()
             .map(|m| proto::ManagerStatus {
                 store: m.store.0,
-                state: format!("{:?}", m.state),
+                state: tenure_client::status::mgr_state_name(m.state).to_string(),
                 epoch: m.epoch.0,
                 chunks: m.metadata.chunks.iter().map(cref).collect(),
                 failed: m.failed.iter().map(cref).collect(),

@@ -187,7 +187,7 @@ pub async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, Vec<(u6
     let mut out: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     for e in endpoints {
         if let Ok(s) = c.status_of(e).await {
-            for m in s.managers.iter().filter(|m| m.state == "Manager") {
+            for m in s.managers.iter().filter(|m| m.is_manager()) {
                 out.entry(m.store).or_default().push((s.device, m.epoch));
             }
         }

@@ -4,7 +4,8 @@
 //! With a synchronous disk ([`DiskKnobs::sync_max_us`] = 0) every `Persist` is durable
 //! the moment the core outputs it and every other output leaves at once, as the
 //! simulator always modelled it. Otherwise the disk works as the server's driver does
-//! (`tenure-server/src/driver.rs`, pipelined group commit):
+//! (`tenure-server/src/driver.rs`, pipelined group commit, with the same
+//! [`tenure_core::pipeline`]):
 //!
 //! - a device's persists of one input join the *open group*, handed to the disk at the
 //!   end of the input; a commit takes every group queued while the previous one ran, in
@@ -14,13 +15,16 @@
 //!   depend on is durable: per store, the store's persists and the device-wide ones; for
 //!   the lookup node, its persists and the device-wide ones; for anything else (elections,
 //!   the coordinator, snapshots, policies), every persist. Other stores' outputs leave
-//!   meanwhile;
+//!   meanwhile. Unlike the server's, an output leaves as soon as its own group is durable,
+//!   even ahead of an earlier one of its domain that waits for a later group
+//!   ([`Release::OwnGroup`]);
 //! - a crash loses every group not yet durable (a *lost unsynced write*). The commit in
 //!   flight reached the disk whole (its sync had not returned: nothing was acknowledged),
 //!   not at all, or — with probability [`DiskKnobs::torn_p`] — *torn*: a prefix of its
-//!   record's bytes. The record is encoded as the server's write-ahead log encodes one
-//!   (length, CRC-32, sequence number, postcard payload) and recovery reads it back; a
-//!   torn record must fail its length or checksum test and count as never written.
+//!   record's bytes. The record is encoded with the server's write-ahead log codec
+//!   ([`tenure_core::wal_record`]: length, CRC-32, generation, sequence number, postcard
+//!   payload) and recovery reads it back; a torn record must fail its length or checksum
+//!   test and count as never written.
 //!
 //! So after a crash the device boots from exactly the groups that became durable (plus,
 //! perhaps, the one in flight), its peers and clients having seen nothing that depends on
@@ -30,10 +34,11 @@
 
 use super::{Event, World};
 use crate::checks::Violation;
-use std::collections::VecDeque;
-use tenure_core::gate::{Domain, Gate};
+use tenure_core::gate::Domain;
 use tenure_core::io::{ClientError, DevicePersist, PersistOp, Response};
 use tenure_core::msg::{Msg, ToManager};
+use tenure_core::pipeline::{Pipeline, Release};
+use tenure_core::wal_record;
 use tenure_core::{ChunkId, ClientId, DeviceId, StoreId};
 
 /// An output that leaves the device once the persists it may depend on are durable.
@@ -68,23 +73,17 @@ struct Commit {
     groups: Vec<(u64, Vec<PersistOp>)>,
 }
 
-/// A device's write pipeline (asynchronous disks only). Groups are numbered from 1.
+/// A device's write pipeline (asynchronous disks only): the server driver's group-commit
+/// pipeline, in front of a simulated disk that writes one commit at a time.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Pipe {
-    /// Persists of the input being handled.
-    open: Vec<PersistOp>,
-    /// Number of the open group, minus one (0: the first group is 1).
-    groups: u64,
+    /// The open group, the groups' durability, and the outputs waiting for their group
+    /// (each released as soon as its group is durable).
+    out: Pipeline<Held>,
     /// Groups handed to the disk, waiting for the commit in flight to end.
     queued: Vec<(u64, Vec<PersistOp>)>,
     /// The commit in flight.
     writing: Option<Commit>,
-    /// Every group up to this one is durable.
-    durable: u64,
-    /// The group each output waits for (the server driver's rule, shared).
-    gate: Gate,
-    /// Outputs waiting for their group, in output order.
-    outbox: VecDeque<(u64, Held)>,
     /// Commits started (ids of commits, for the event that ends one).
     commits: u64,
 }
@@ -92,60 +91,52 @@ pub(super) struct Pipe {
 impl Pipe {
     /// The newest write group handed to the disk (0: none in this boot).
     pub(super) fn groups(&self) -> u64 {
-        self.groups
+        self.out.sent()
     }
 
     /// Whether some persist is not durable yet.
     pub(super) fn unsynced(&self) -> bool {
-        !self.open.is_empty() || !self.queued.is_empty() || self.writing.is_some()
+        self.out.has_open() || !self.queued.is_empty() || self.writing.is_some()
     }
 
     /// The pipeline of a device booting from `disk`.
     pub(super) fn booted(disk: &DevicePersist, commits: u64) -> Pipe {
         Pipe {
-            gate: Gate::booted(disk.chunks.values().map(|c| (c.id, c.store))),
+            out: Pipeline::booted(
+                disk.chunks.values().map(|c| (c.id, c.store)),
+                Release::OwnGroup,
+            ),
             commits,
             ..Pipe::default()
         }
     }
 
-    fn persist(&mut self, op: PersistOp) {
-        self.gate.persist(&op, self.groups + 1);
-        self.open.push(op);
+    /// The groups of `groups` are durable (they are in commit order).
+    fn synced(&mut self, groups: &[(u64, Vec<PersistOp>)]) {
+        if let Some((g, _)) = groups.last() {
+            (self.out.synced(*g)).expect("simulator bug: a group made durable twice");
+        }
     }
 }
 
-/// What recovery reads of a commit record: `len | crc | seq | payload`, the CRC-32 over
-/// `seq` and the payload (the server's log format without its generation).
+/// The log generation of the simulated disks' records (they never checkpoint).
+const GENERATION: u64 = 0;
+
+/// The log record a commit writes, encoded as the server's write-ahead log encodes one
+/// ([`wal_record`]), its sequence number the commit's id.
 fn encode_record(seq: u64, groups: &[(u64, Vec<PersistOp>)]) -> Vec<u8> {
     let ops: Vec<&PersistOp> = groups.iter().flat_map(|(_, ops)| ops).collect();
     let payload = postcard::to_allocvec(&ops).expect("persists encode");
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&seq.to_le_bytes());
-    crc.update(&payload);
-    let mut out = Vec::with_capacity(16 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&payload);
+    let mut out = Vec::with_capacity(wal_record::HEADER + payload.len());
+    wal_record::encode(&mut out, GENERATION, seq, &payload);
     out
 }
 
 /// Recovery of one record: its persists if it is whole, has the expected sequence number
 /// and a correct checksum, and decodes; `None` otherwise (never written, or torn).
 pub(super) fn recover_record(bytes: &[u8], seq: u64) -> Option<Vec<PersistOp>> {
-    let header = bytes.get(..16)?;
-    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
-    let at = u64::from_le_bytes(header[8..16].try_into().ok()?);
-    let payload = bytes.get(16..16 + len)?;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&header[8..16]);
-    h.update(payload);
-    if len == 0 || at != seq || h.finalize() != crc {
-        return None;
-    }
-    postcard::from_bytes(payload).ok()
+    let record = wal_record::decode(bytes, GENERATION, seq).ok()?;
+    postcard::from_bytes(record.payload).ok()
 }
 
 impl World {
@@ -176,7 +167,7 @@ impl World {
         if sync {
             node.disk.apply(&op);
         } else {
-            node.pipe.persist(op);
+            node.pipe.out.persist(op);
         }
     }
 
@@ -215,12 +206,9 @@ impl World {
             Held::Send { to, .. } => Some(*to),
             _ => None,
         };
-        let group = pipe.gate.wait_for(domain, to, pipe.durable);
-        // Within a domain groups only grow, so nothing of the domain is ahead of it.
-        if group <= pipe.durable {
-            return self.emit(d, held);
+        if let Some(held) = pipe.out.hold(domain, to, held) {
+            self.emit(d, held);
         }
-        pipe.outbox.push_back((group, held));
     }
 
     /// The output leaves the device.
@@ -291,9 +279,7 @@ impl World {
             return;
         }
         let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-        if !pipe.open.is_empty() {
-            pipe.groups += 1;
-            let group = (pipe.groups, std::mem::take(&mut pipe.open));
+        if let Some(group) = pipe.out.close_group() {
             pipe.queued.push(group);
         }
         self.start_commit(d);
@@ -341,13 +327,13 @@ impl World {
             return;
         }
         let done = node.pipe.writing.take().expect("checked");
-        for (g, ops) in done.groups {
-            for op in &ops {
+        for (_, ops) in &done.groups {
+            for op in ops {
                 node.disk.apply(op);
             }
-            node.pipe.durable = g;
         }
-        self.cuts.synced(d, node.pipe.durable);
+        node.pipe.synced(&done.groups);
+        self.cuts.synced(d, node.pipe.out.durable());
         self.flush_outbox(d);
         self.start_commit(d);
     }
@@ -356,11 +342,9 @@ impl World {
     fn flush_outbox(&mut self, d: DeviceId) {
         loop {
             let pipe = &mut self.nodes.get_mut(&d).expect("node").pipe;
-            let durable = pipe.durable;
-            let Some(i) = pipe.outbox.iter().position(|(g, _)| *g <= durable) else {
+            let Some(held) = pipe.out.next_ready() else {
                 return;
             };
-            let (_, held) = pipe.outbox.remove(i).expect("found");
             self.emit(d, held);
             if self.nodes[&d].device.is_none() {
                 return;
@@ -382,13 +366,13 @@ impl World {
             .flatten()
             .chain(std::mem::take(&mut node.pipe.queued))
             .collect();
-        for (g, ops) in groups {
-            for op in &ops {
+        for (_, ops) in &groups {
+            for op in ops {
                 node.disk.apply(op);
             }
-            node.pipe.durable = g;
         }
-        self.cuts.synced(d, node.pipe.durable);
+        node.pipe.synced(&groups);
+        self.cuts.synced(d, node.pipe.out.durable());
         self.flush_outbox(d);
     }
 
@@ -401,10 +385,10 @@ impl World {
         let torn_p = self.disk_knobs.torn_p;
         let node = self.nodes.get_mut(&d).expect("node");
         let pipe = std::mem::take(&mut node.pipe);
-        let mut lost = pipe.queued.len() as u64 + u64::from(!pipe.open.is_empty());
+        let mut lost = pipe.queued.len() as u64 + u64::from(pipe.out.has_open());
         let mut torn = false;
         let mut survived = false;
-        let mut kept = pipe.durable;
+        let mut kept = pipe.out.durable();
         if let Some(commit) = pipe.writing {
             let fate = self.disk_rng.next_u64();
             let u = (fate >> 11) as f64 / (1u64 << 53) as f64;
@@ -539,39 +523,5 @@ mod tests {
             None,
             "a record of another commit"
         );
-    }
-
-    // Outputs wait for their own store's persists and the device-wide ones, not for
-    // other stores'; anything device-wide waits for every persist.
-    #[test]
-    fn outputs_wait_for_the_persists_of_their_domain() {
-        let mut p = Pipe::default();
-        let rec = |store: u32, serial: u64| {
-            PersistOp::PutChunk(Box::new(tenure_core::io::ChunkPersist {
-                id: ChunkId {
-                    device: DeviceId(1),
-                    serial,
-                },
-                store: StoreId(store),
-                epoch: Default::default(),
-                metadata: Default::default(),
-                lease_mgr: None,
-                prepared: None,
-                known: None,
-                data: Default::default(),
-            }))
-        };
-        p.persist(rec(1, 1));
-        p.groups += 1;
-        p.persist(rec(2, 2));
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(1)), None, 0), 1);
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(2)), None, 0), 2);
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 0);
-        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 0);
-        assert_eq!(p.gate.wait_for(Domain::Device, None, 0), 2);
-        p.groups += 1;
-        p.persist(PersistOp::SetNextSerial(3));
-        assert_eq!(p.gate.wait_for(Domain::Store(StoreId(3)), None, 0), 3);
-        assert_eq!(p.gate.wait_for(Domain::Lookup, None, 0), 3);
     }
 }
