@@ -108,7 +108,7 @@ pub enum Call {
         /// the counts only.
         detail: bool,
         /// Where it goes.
-        reply: oneshot::Sender<StatusSnapshot>,
+        reply: oneshot::Sender<StatusView>,
     },
     /// The membership record (DESIGN §6), after `cmd` is handed to the core as
     /// `Input::Policy`, if there is one ([`crate::cluster_api`]).
@@ -148,7 +148,7 @@ pub enum DeviceEvent {
 
 /// What `Status` reports.
 #[derive(Clone, Debug)]
-pub struct StatusSnapshot {
+pub struct StatusView {
     /// This device.
     pub device: DeviceId,
     /// Every device of the cluster.
@@ -171,7 +171,7 @@ pub struct StatusSnapshot {
     pub detail: Option<Box<StatusDetail>>,
 }
 
-/// What the status page shows beyond [`StatusSnapshot`]'s counts: the membership record,
+/// What the status page shows beyond [`StatusView`]'s counts: the membership record,
 /// the lookup node, and the sessions, locks and objects of every store managed here.
 #[derive(Clone, Debug)]
 pub struct StatusDetail {
@@ -529,7 +529,7 @@ fn lookup_kind(req: &tenure_core::lookup::LookupRequest) -> &'static str {
 enum Held {
     Send(DeviceId, tenure_core::msg::Msg),
     Reply(u64, Answer),
-    Status(oneshot::Sender<StatusSnapshot>, bool),
+    Status(oneshot::Sender<StatusView>, bool),
     /// A membership call's answer: the record as it stands once what the call changed
     /// is durable.
     Members(oneshot::Sender<crate::cluster_api::MembersView>),
@@ -732,7 +732,7 @@ impl Driver {
                 .unwrap_or(Duration::from_secs(1))
                 .min(Duration::from_secs(1));
             let mut out = Vec::new();
-            let mut statuses: Vec<(oneshot::Sender<StatusSnapshot>, bool)> = Vec::new();
+            let mut statuses: Vec<(oneshot::Sender<StatusView>, bool)> = Vec::new();
             let mut n = 0;
             tokio::select! {
                 m = self.peers.recv() => match m {
@@ -824,7 +824,7 @@ impl Driver {
         &mut self,
         call: Call,
         out: &mut Vec<Output>,
-        statuses: &mut Vec<(oneshot::Sender<StatusSnapshot>, bool)>,
+        statuses: &mut Vec<(oneshot::Sender<StatusView>, bool)>,
     ) {
         match call {
             Call::Request { req, reply } => {
@@ -1087,11 +1087,11 @@ impl Driver {
                 }
             }
             Held::Status(tx, detail) => {
-                let mut snap = self.snapshot();
+                let mut view = self.status_view();
                 if detail {
-                    snap.detail = Some(Box::new(self.detail()));
+                    view.detail = Some(Box::new(self.detail()));
                 }
-                let _ = tx.send(snap);
+                let _ = tx.send(view);
             }
             Held::Members(tx) => {
                 let _ = tx.send(crate::cluster_api::MembersView::of(&self.device));
@@ -1130,7 +1130,7 @@ impl Driver {
         (self.pipe.synced(group)).map_err(|e| DriverError::Worker(e.to_string()))
     }
 
-    fn snapshot(&mut self) -> StatusSnapshot {
+    fn status_view(&mut self) -> StatusView {
         let managers = self.device.manager_views();
         let tables = managers
             .iter()
@@ -1151,7 +1151,7 @@ impl Driver {
             })
             .collect();
         let cfg = self.device.config();
-        StatusSnapshot {
+        StatusView {
             device: cfg.id,
             devices: cfg.cluster.devices.clone(),
             stores: cfg.cluster.stores,

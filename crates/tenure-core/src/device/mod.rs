@@ -435,7 +435,11 @@ impl Device {
     pub fn persistent(&self) -> DevicePersist {
         DevicePersist {
             next_serial: self.next_serial,
-            chunks: self.chunks.iter().map(|(k, c)| (*k, c.p.clone())).collect(),
+            chunks: self
+                .chunks
+                .iter()
+                .map(|(k, c)| (*k, c.record.clone()))
+                .collect(),
             lookup: (self.lookup.data().persistent_store().into_iter())
                 .map(|e| (e.key.clone(), e))
                 .collect(),
@@ -507,7 +511,7 @@ impl Device {
 
     /// A chunk's persistent record (checkers compare stored data).
     pub fn chunk_record(&self, id: ChunkId) -> Option<&ChunkPersist> {
-        self.chunks.get(&id).map(|c| &c.p)
+        self.chunks.get(&id).map(|c| &c.record)
     }
 
     /// A chunk's object blocks (checkers compare them with the manifests).

@@ -326,7 +326,9 @@ impl Device {
         }
         self.chunks
             .values()
-            .filter(|c| c.p.store == store && c.state == crate::layout::ChunkState::RegularLease)
+            .filter(|c| {
+                c.record.store == store && c.state == crate::layout::ChunkState::RegularLease
+            })
             .find_map(|c| c.lease_mgr.filter(|m| *m != self.id()))
     }
 

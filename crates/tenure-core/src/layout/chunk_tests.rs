@@ -87,7 +87,7 @@ fn assert_no_lease_asked(
     assert_eq!(k.lease_expiry, None);
     assert_eq!(k.lease_renewal, None);
     assert_eq!(k.log, None);
-    assert_eq!(to_mgrs(out), vec![(to, help(k.p.epoch.0))]);
+    assert_eq!(to_mgrs(out), vec![(to, help(k.record.epoch.0))]);
     assert_eq!(k.help_at, Some(now + timing().help_wait));
 }
 
@@ -159,8 +159,8 @@ fn regular_lease_epoch_transition_logs_and_reconciles() {
     let out = env.take();
     assert_eq!(k.state, S::RegularTransition);
     assert_eq!(k.log, Some(tlog(4, layout(), M)));
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
-    assert_eq!(k.p.epoch, e(3), "the epoch changes only at commit");
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.epoch, e(3), "the epoch changes only at commit");
     assert_eq!(k.transition_deadline, Some(now + timing().transition_wait));
     assert_voted_after_persist(&out, 4, M);
 }
@@ -189,7 +189,7 @@ fn regular_lease_epoch_transition_older_epoch_votes_abort() {
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
     assert_eq!(k.log, None);
-    assert_eq!(k.p.prepared, None);
+    assert_eq!(k.record.prepared, None);
     assert!(persists(&out).is_empty());
     assert_eq!(to_mgrs(&out), vec![(M, vote_abort(3))]);
 }
@@ -270,7 +270,7 @@ fn regular_lease_fail_goes_newly_awake() {
     let out = env.take();
     assert_no_lease_asked(&k, &out, now, M);
     assert!(k.mgr_attempt_queue.is_empty(), "M was popped");
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.epoch, e(3));
     assert!(persists(&out).is_empty());
 }
 
@@ -342,7 +342,7 @@ fn reconciling_done_votes_commit_and_enters_regular_transition() {
     k.done(&mut env.ctx(T0));
     let out = env.take();
     assert_eq!(k.state, S::RegularTransition);
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
     assert_eq!(k.log, Some(tlog(4, layout(), M)));
     assert_voted_after_persist(&out, 4, M);
 }
@@ -370,18 +370,18 @@ fn regular_transition_commit_member_enters_regular_lease_in_new_epoch() {
     k.on_msg(&mut env.ctx(now), N, commit);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
-    assert_eq!(k.p.epoch, e(4));
-    assert_eq!(k.p.metadata, new_md);
-    assert_eq!(k.p.data, data);
-    assert_eq!(k.p.lease_mgr, Some(N));
-    assert_eq!(k.p.prepared, None);
+    assert_eq!(k.record.epoch, e(4));
+    assert_eq!(k.record.metadata, new_md);
+    assert_eq!(k.record.data, data);
+    assert_eq!(k.record.lease_mgr, Some(N));
+    assert_eq!(k.record.prepared, None);
     assert_eq!(k.lease_mgr, Some(N));
     assert_eq!(k.lease_epoch, e(4));
     assert_eq!(k.lease_expiry, Some(expiry));
     assert_eq!(k.lease_renewal, Some(now + timing().renewal_period));
     assert_eq!(k.log, None);
     assert_eq!(k.transition_deadline, None);
-    assert_eq!(put_chunks(&out), vec![k.p.clone()]);
+    assert_eq!(put_chunks(&out), vec![k.record.clone()]);
     assert_eq!(
         observations(&out),
         vec![Observation::ChunkCommitted {
@@ -425,7 +425,7 @@ fn regular_transition_commit_from_non_coordinator_is_ignored() {
         let mut k = in_transition(&mut env, S::RegularTransition, 3, M, tlog(4, layout(), M));
         k.on_msg(&mut env.ctx(T0), from, msg);
         assert_eq!(k.state, S::RegularTransition);
-        assert_eq!(k.p.epoch, e(3));
+        assert_eq!(k.record.epoch, e(3));
         assert_eq!(k.log, Some(tlog(4, layout(), M)));
         assert!(env.take().is_empty());
     }
@@ -444,13 +444,13 @@ fn regular_transition_abort_returns_to_regular_lease() {
     k.on_msg(&mut env.ctx(now), M, abort);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.epoch, e(3));
     assert_eq!(k.lease_mgr, Some(M));
     assert_eq!(k.lease_expiry, Some(expiry));
     assert_eq!(k.lease_renewal, Some(now + timing().renewal_period));
     assert_eq!(k.log, None);
     assert_eq!(k.transition_deadline, None);
-    assert_eq!(k.p.prepared, None);
+    assert_eq!(k.record.prepared, None);
     assert_eq!(put_chunks(&out).len(), 1);
     assert!(sends(&out).is_empty());
 }
@@ -472,7 +472,7 @@ fn regular_transition_fail_goes_newly_awake() {
     let out = env.take();
     assert_no_lease_asked(&k, &out, now, M);
     assert_eq!(k.transition_deadline, None);
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
 }
 
 #[test]
@@ -552,11 +552,11 @@ fn newly_awake_boot_clears_transient_state_and_asks_last_manager() {
     // seed 000 §4.2.5 newly awake: on entry, clear the log and transient data,
     // mgr_attempt_queue ← lease mgr, no lease (whose loop asks that manager first).
     let mut env = Env::new(d(1));
-    let p = chunk(&mut env, S::RegularLease, 3, M).p;
+    let p = chunk(&mut env, S::RegularLease, 3, M).record;
     let k = Chunk::boot(&mut env.ctx(T0), p.clone());
     let out = env.take();
     assert_no_lease_asked(&k, &out, T0, M);
-    assert_eq!(k.p, p, "persistent state survives the restart");
+    assert_eq!(k.record, p, "persistent state survives the restart");
     assert_eq!(k.lease_mgr, Some(M));
     assert_eq!(k.lease_epoch, e(3));
     assert_eq!(k.transition_deadline, None);
@@ -574,7 +574,7 @@ fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     let mut env = Env::new(d(1));
     let t = timing();
     assert!(t.transition_wait > t.transition_timeout + t.clock_drift * 2);
-    let mut p = chunk(&mut env, S::RegularLease, 3, M).p;
+    let mut p = chunk(&mut env, S::RegularLease, 3, M).record;
     p.prepared = Some(prepared(4, N));
     let mut k = Chunk::boot(&mut env.ctx(T0), p.clone());
     assert_eq!(k.state, S::NewlyAwake);
@@ -593,7 +593,10 @@ fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     k.on_tick(&mut env.ctx(now));
     let out = env.take();
     assert_no_lease_asked(&k, &out, now, M);
-    assert_eq!(k.p, p, "the prepare record is still reported afterwards");
+    assert_eq!(
+        k.record, p,
+        "the prepare record is still reported afterwards"
+    );
 }
 
 #[test]
@@ -601,7 +604,7 @@ fn newly_awake_without_lease_manager_asks_a_random_director() {
     // seed 000 §4.2.5 newly awake: mgr_attempt_queue ← lease mgr (none) → the no-lease
     // loop picks a director at random.
     let mut env = Env::new(d(1));
-    let mut p = chunk(&mut env, S::RegularLease, 3, M).p;
+    let mut p = chunk(&mut env, S::RegularLease, 3, M).record;
     p.lease_mgr = None;
     let k = Chunk::boot(&mut env.ctx(T0), p);
     let out = env.take();
@@ -739,7 +742,7 @@ fn no_lease_acquire_same_epoch_acks_and_takes_recovery_lease() {
     assert_eq!(k.lease_epoch, e(3));
     assert!(k.mgr_attempt_queue.is_empty());
     assert_eq!(k.help_at, None);
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.epoch, e(3));
     assert!(persists(&out).is_empty());
 }
 
@@ -777,7 +780,7 @@ fn no_lease_acquire_newer_epoch_acks_conditional_and_takes_recovery_lease() {
         e(5),
         "Tenure: the lease belongs to the epoch granted"
     );
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.epoch, e(3));
 }
 
 #[test]
@@ -823,7 +826,7 @@ fn no_lease_acquire_reports_prepared_vote() {
     // transition the chunk voted for, so a regenerating manager never reuses its epoch.
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::NoLease, 3, M);
-    k.p.prepared = Some(prepared(4, M));
+    k.record.prepared = Some(prepared(4, M));
     let acquire = ToChunk::Acquire {
         lease: timing().lease,
         mgr: N,
@@ -870,7 +873,7 @@ fn recovery_lease_epoch_transition_enters_recovery_reconciling() {
     let out = env.take();
     assert_eq!(k.state, S::RecoveryTransition);
     assert_eq!(k.log, Some(tlog(4, layout(), M)));
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
     assert_eq!(k.transition_deadline, Some(T0 + timing().transition_wait));
     assert_voted_after_persist(&out, 4, M);
 }
@@ -906,7 +909,7 @@ fn recovery_lease_epoch_transition_with_state_reconciles_before_voting() {
     k.on_msg(&mut env.ctx(T0), M, msg);
     let out = env.take();
     assert_eq!(k.state, S::RecoveryTransition);
-    assert_eq!(k.p.data, state, "the chunk holds the store's state");
+    assert_eq!(k.record.data, state, "the chunk holds the store's state");
     assert_eq!(put_chunks(&out)[0].data, state, "durable with the prepare");
     assert_voted_after_persist(&out, 4, M);
     let voted = to_mgrs(&out).into_iter().find_map(|(_, m)| match m {
@@ -937,12 +940,12 @@ fn recovery_lease_epoch_transition_never_votes_twice_for_an_epoch() {
     // transition to 4 but takes one to 5.
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
-    k.p.prepared = Some(prepared(4, N));
+    k.record.prepared = Some(prepared(4, N));
     k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 4, M));
     let out = env.take();
     assert_eq!(k.state, S::RecoveryLease);
     assert_eq!(to_mgrs(&out), vec![(M, vote_abort(4))]);
-    assert_eq!(k.p.prepared, Some(prepared(4, N)));
+    assert_eq!(k.record.prepared, Some(prepared(4, N)));
     k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 5, M));
     let out = env.take();
     assert_eq!(k.state, S::RecoveryTransition);
@@ -1046,7 +1049,7 @@ fn recovery_lease_renewal_newer_epoch_from_lease_manager_moves_lease_epoch() {
     );
     assert_eq!(k.lease_expiry, Some(expiry));
     assert_eq!(k.lease_epoch, e(5));
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.epoch, e(3));
 }
 
 #[test]
@@ -1187,7 +1190,7 @@ fn recovery_lease_transfer_lease_same_epoch_moves_lease() {
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
     // Tenure: the transfer ack reports the chunk's undecided prepare, as an ack does.
-    k.p.prepared = Some(prepared(4, M));
+    k.record.prepared = Some(prepared(4, M));
     let now = T0 + ms(20);
     let expiry = now + timing().lease;
     let transfer = ToChunk::TransferLease {
@@ -1298,15 +1301,15 @@ fn recovery_transition_commit_member_enters_regular_lease() {
     k.on_msg(&mut env.ctx(now), M, commit);
     let out = env.take();
     assert_eq!(k.state, S::RegularLease);
-    assert_eq!(k.p.epoch, e(4));
-    assert_eq!(k.p.metadata, layout());
-    assert_eq!(k.p.data, data_with(3, 2, 7));
-    assert_eq!(k.p.lease_mgr, Some(M));
-    assert_eq!(k.p.prepared, None);
+    assert_eq!(k.record.epoch, e(4));
+    assert_eq!(k.record.metadata, layout());
+    assert_eq!(k.record.data, data_with(3, 2, 7));
+    assert_eq!(k.record.lease_mgr, Some(M));
+    assert_eq!(k.record.prepared, None);
     assert_eq!(k.lease_expiry, Some(expiry));
     assert_eq!(k.lease_renewal, Some(now + timing().renewal_period));
     assert_eq!(k.log, None);
-    assert_eq!(put_chunks(&out), vec![k.p.clone()]);
+    assert_eq!(put_chunks(&out), vec![k.record.clone()]);
     assert_eq!(
         observations(&out),
         vec![Observation::ChunkCommitted {
@@ -1346,8 +1349,8 @@ fn recovery_transition_abort_enters_no_lease() {
     let out = env.take();
     assert_eq!(k.state, S::NoLease);
     assert_eq!(k.log, None);
-    assert_eq!(k.p.prepared, None);
-    assert_eq!(k.p.epoch, e(3));
+    assert_eq!(k.record.prepared, None);
+    assert_eq!(k.record.epoch, e(3));
     assert_eq!(k.lease_expiry, None);
     assert_eq!(put_chunks(&out).len(), 1);
     let helps = to_mgrs(&out);
@@ -1373,7 +1376,7 @@ fn recovery_transition_fail_goes_newly_awake() {
     k.on_tick(&mut env.ctx(now));
     let out = env.take();
     assert_no_lease_asked(&k, &out, now, M);
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
 }
 
 // ---- §4.2.9 recovery reconciling ---------------------------------------------------
@@ -1387,7 +1390,7 @@ fn recovery_reconciling_done_votes_commit_and_enters_recovery_transition() {
     k.done(&mut env.ctx(T0));
     let out = env.take();
     assert_eq!(k.state, S::RecoveryTransition);
-    assert_eq!(k.p.prepared, Some(prepared(4, M)));
+    assert_eq!(k.record.prepared, Some(prepared(4, M)));
     assert_voted_after_persist(&out, 4, M);
 }
 
@@ -1407,7 +1410,7 @@ fn transition_wait_expiry_gives_up_on_coordinator_keeping_prepared() {
     ] {
         let mut env = Env::new(d(1));
         let mut k = in_transition(&mut env, state, 3, M, tlog(4, layout(), N));
-        let before = k.p.prepared.clone();
+        let before = k.record.prepared.clone();
         let deadline = T0 + t.transition_wait;
         assert_eq!(k.next_timeout(t.clock_drift), Some(deadline), "{state:?}");
         k.on_tick(&mut env.ctx(deadline - ms(1)));
@@ -1418,7 +1421,7 @@ fn transition_wait_expiry_gives_up_on_coordinator_keeping_prepared() {
         assert_eq!(k.state, S::NoLease, "{state:?}");
         assert_eq!(k.log, None);
         assert_eq!(k.transition_deadline, None);
-        assert_eq!(k.p.prepared, before, "{state:?}: the vote is kept");
+        assert_eq!(k.record.prepared, before, "{state:?}: the vote is kept");
         assert!(persists(&out).is_empty());
         let first = to_mgrs(&out);
         assert_eq!(first.len(), 1);
@@ -1458,7 +1461,7 @@ fn aborted_later_vote_does_not_hide_an_earlier_vote() {
     // since 4 may have committed elsewhere.
     let mut env = Env::new(d(1));
     let mut k = chunk(&mut env, S::RecoveryLease, 3, M);
-    k.p.prepared = Some(prepared(4, N));
+    k.record.prepared = Some(prepared(4, N));
     k.on_msg(&mut env.ctx(T0), M, epoch_transition(3, 5, M));
     assert_eq!(k.state, S::RecoveryTransition);
     k.on_msg(&mut env.ctx(T0), M, abort_msg(5, timing().abort_window));

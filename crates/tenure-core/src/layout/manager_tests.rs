@@ -2690,8 +2690,8 @@ fn speculative_tables_share_the_committed_ones_once_everything_is_committed() {
             m.queue.is_empty() && m.inflight.is_none(),
             "write {i} not committed"
         );
-        assert_eq!(m.spec, m.data.table);
-        if m.spec
+        assert_eq!(m.speculative, m.data.table);
+        if m.speculative
             .registers
             .entries
             .ptr_eq(&m.data.table.registers.entries)

@@ -149,7 +149,7 @@ pub(crate) fn chunk(env: &mut Env, state: ChunkState, epoch: u64, mgr: DeviceId)
         Chunk::created(&mut ctx, c(1), STORE, mgr, e(epoch), T0 + t.lease)
     };
     env.out.clear();
-    k.p.metadata = layout();
+    k.record.metadata = layout();
     k.state = state;
     match state {
         ChunkState::RegularLease | ChunkState::RecoveryLease => {}
@@ -194,7 +194,7 @@ pub(crate) fn in_transition(
         state,
         ChunkState::RegularTransition | ChunkState::RecoveryTransition
     ) {
-        k.p.prepared = Some(Prepared {
+        k.record.prepared = Some(Prepared {
             new_epoch: log.new_epoch,
             metadata: log.metadata.clone(),
             new_mgr: log.new_mgr,

@@ -1,7 +1,7 @@
 //! Conversions between the core's types and the protobuf messages, and the typed errors
 //! a response carries.
 
-use crate::driver::StatusSnapshot;
+use crate::driver::StatusView;
 use tenure_client::proto::{self, error::Kind};
 use tenure_core::ids::StoreId;
 use tenure_core::io::{ClientError, Response};
@@ -127,7 +127,7 @@ pub(crate) fn error_kind(e: &ClientError) -> &'static str {
 }
 
 /// Render a status snapshot for the wire.
-pub fn status_to_proto(s: &StatusSnapshot) -> proto::StatusResponse {
+pub fn status_to_proto(s: &StatusView) -> proto::StatusResponse {
     let cref = |c: &tenure_core::ids::ChunkId| proto::ChunkRef {
         device: c.device.0,
         serial: c.serial,

@@ -13,7 +13,7 @@
 //! `request_id`, which the core replays as the same place in the queue.
 
 use crate::auth::Auth;
-use crate::driver::{Answer, Call, DeviceEvent, StatusSnapshot};
+use crate::driver::{Answer, Call, DeviceEvent, StatusView};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -206,7 +206,7 @@ impl Api {
     }
 
     /// The device's status view.
-    pub async fn view(&self) -> Result<StatusSnapshot, Status> {
+    pub async fn view(&self) -> Result<StatusView, Status> {
         let (tx, rx) = oneshot::channel();
         self.calls
             .send(Call::Status {

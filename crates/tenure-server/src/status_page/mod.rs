@@ -23,7 +23,7 @@
 
 use crate::cluster_api::MembersView;
 use crate::config::PeerConfig;
-use crate::driver::{Call, StatusDetail, StatusSnapshot};
+use crate::driver::{Call, StatusDetail, StatusView};
 use crate::snapshots::SnapshotsApi;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -97,7 +97,7 @@ impl StatusPage {
     }
 
     /// The driver's status answer, with the detail.
-    async fn view(&self) -> Result<StatusSnapshot, String> {
+    async fn view(&self) -> Result<StatusView, String> {
         let (tx, rx) = oneshot::channel();
         (self.calls.send(Call::Status {
             detail: true,
@@ -126,7 +126,7 @@ impl StatusPage {
         Ok(self.page(&snap, snapshots))
     }
 
-    fn page(&self, s: &StatusSnapshot, snapshots: Vec<proto::SnapshotEntry>) -> Page {
+    fn page(&self, s: &StatusView, snapshots: Vec<proto::SnapshotEntry>) -> Page {
         let detail = s.detail.as_deref();
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -182,7 +182,7 @@ impl StatusPage {
         }
     }
 
-    fn devices(&self, s: &StatusSnapshot, detail: Option<&StatusDetail>) -> Vec<DeviceRow> {
+    fn devices(&self, s: &StatusView, detail: Option<&StatusDetail>) -> Vec<DeviceRow> {
         let up: Vec<DeviceId> = detail
             .map(|d| d.lookup.up.iter().map(|(d, _)| *d).collect())
             .unwrap_or_default();
@@ -242,7 +242,7 @@ impl StatusPage {
 
 /// Every store: its manager and epoch as this device knows them (its manager role, or the
 /// lease its chunk holds), and the counts of the stores it manages.
-fn stores(s: &StatusSnapshot, detail: Option<&StatusDetail>) -> Vec<StoreRow> {
+fn stores(s: &StatusView, detail: Option<&StatusDetail>) -> Vec<StoreRow> {
     let mut rows: BTreeMap<u32, StoreRow> = BTreeMap::new();
     for c in &s.chunks {
         let r = rows

@@ -198,7 +198,11 @@ impl PalladioModel {
         let snap = &s.devices[idx(d)];
         let disk = DevicePersist {
             next_serial: snap.disk.next_serial,
-            chunks: snap.chunks.iter().map(|c| (c.p.id, c.p.clone())).collect(),
+            chunks: snap
+                .chunks
+                .iter()
+                .map(|c| (c.record.id, c.record.clone()))
+                .collect(),
             lookup: BTreeMap::new(),
             blocks: BTreeMap::new(),
             term: Default::default(),
@@ -211,7 +215,7 @@ impl PalladioModel {
         let seed = tenure_core::rng::mix64(snap.digest ^ s.now.0.rotate_left(32));
         let (mut dev, _) = Device::new(self.cfg_of(d), disk, s.now, seed);
         for c in &snap.chunks {
-            *dev.chunk_mut(c.p.id).expect("chunk rebuilt") = c.clone();
+            *dev.chunk_mut(c.record.id).expect("chunk rebuilt") = c.clone();
         }
         if let Some(m) = &snap.manager {
             *dev.manager_mut(STORE) = m.clone();
@@ -304,13 +308,19 @@ impl PalladioModel {
                 Output::Observe(Observation::ChunkServed { chunk, epoch }) => {
                     s.served = true;
                     let drift = self.cfg.timing.clock_drift;
-                    let ok = before.iter().find(|c| c.p.id == chunk).is_some_and(|c| {
-                        c.state == ChunkState::RegularLease
-                            && c.p.epoch == epoch
-                            && c.lease_expiry.is_some_and(|e| s.now < e - drift)
-                    });
+                    let ok = before
+                        .iter()
+                        .find(|c| c.record.id == chunk)
+                        .is_some_and(|c| {
+                            c.state == ChunkState::RegularLease
+                                && c.record.epoch == epoch
+                                && c.lease_expiry.is_some_and(|e| s.now < e - drift)
+                        });
                     if !ok && s.bad_serve.is_none() {
-                        let st = before.iter().find(|c| c.p.id == chunk).map(|c| c.view());
+                        let st = before
+                            .iter()
+                            .find(|c| c.record.id == chunk)
+                            .map(|c| c.view());
                         s.bad_serve = Some(format!("{chunk} served {epoch} while {st:?}"));
                     }
                 }

@@ -55,7 +55,7 @@ pub struct TransitionLog {
 #[derive(Clone, Debug)]
 pub struct Chunk {
     /// Persistent state (bold face in the seed); changed only together with a `Persist`.
-    pub p: ChunkPersist,
+    pub record: ChunkPersist,
     /// State (volatile; reset to newly awake at restart).
     pub state: ChunkState,
     /// When the current lease expires (lease manager's clock).
@@ -91,7 +91,7 @@ impl Chunk {
         let mut c = Chunk {
             lease_mgr: p.lease_mgr,
             lease_epoch: p.epoch,
-            p,
+            record: p,
             state: ChunkState::NewlyAwake,
             lease_expiry: None,
             lease_renewal: None,
@@ -132,7 +132,7 @@ impl Chunk {
         let mut c = Chunk {
             lease_mgr: Some(mgr),
             lease_epoch: epoch,
-            p,
+            record: p,
             state: ChunkState::RecoveryLease,
             lease_expiry: Some(expiry),
             lease_renewal: None,
@@ -151,16 +151,16 @@ impl Chunk {
 
     /// This chunk's id.
     pub fn id(&self) -> ChunkId {
-        self.p.id
+        self.record.id
     }
 
     /// Read-only view.
     pub fn view(&self) -> ChunkView {
         ChunkView {
-            id: self.p.id,
-            store: self.p.store,
+            id: self.record.id,
+            store: self.record.store,
             state: self.state,
-            epoch: self.p.epoch,
+            epoch: self.record.epoch,
             lease_expiry: self.lease_expiry,
             lease_mgr: self.lease_mgr,
         }
@@ -174,7 +174,7 @@ impl Chunk {
 
     fn persist(&mut self, ctx: &mut Ctx<'_>) {
         self.deltas = 0;
-        ctx.persist(PersistOp::PutChunk(Box::new(self.p.clone())));
+        ctx.persist(PersistOp::PutChunk(Box::new(self.record.clone())));
     }
 
     /// Persist a SafeTalk change already applied to `self.p` as a delta, or, every
@@ -193,8 +193,8 @@ impl Chunk {
         ctx.send(
             to,
             Msg::ToManager {
-                store: self.p.store,
-                chunk: self.p.id,
+                store: self.record.store,
+                chunk: self.record.id,
                 msg,
             },
         );
@@ -222,8 +222,8 @@ impl Chunk {
         self.clear_lease();
         self.transition_deadline = None;
         self.help_at = None;
-        self.mgr_attempt_queue = self.p.lease_mgr.into_iter().collect();
-        if self.p.prepared.is_some() {
+        self.mgr_attempt_queue = self.record.lease_mgr.into_iter().collect();
+        if self.record.prepared.is_some() {
             self.transition_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
         } else {
             self.enter_no_lease(ctx);
@@ -244,7 +244,7 @@ impl Chunk {
     /// the manager the lookup service names (DESIGN §3), or pick a random director; send
     /// `help(epoch, metadata)`, and wait long enough for an answer.
     fn send_help(&mut self, ctx: &mut Ctx<'_>) {
-        let store = self.p.store;
+        let store = self.record.store;
         self.helps_sent += 1;
         let hint = ctx.hints.get(&store).copied();
         let d = if let Some(i) = (0..self.mgr_attempt_queue.len())
@@ -258,8 +258,8 @@ impl Chunk {
             devices[ctx.rng.below(devices.len() as u64) as usize]
         };
         let msg = ToManager::Help {
-            epoch: self.p.epoch,
-            metadata: self.p.metadata.clone(),
+            epoch: self.record.epoch,
+            metadata: self.record.metadata.clone(),
         };
         self.to_mgr(ctx, d, msg);
         self.help_at = Some(ctx.now + ctx.cfg.timing.help_wait);
@@ -271,13 +271,15 @@ impl Chunk {
         self.log = None;
         self.help_at = None;
         self.transition_deadline = None;
-        ctx.persist(PersistOp::RemoveChunk(self.p.id));
-        ctx.observe(Observation::ChunkCollected { chunk: self.p.id });
+        ctx.persist(PersistOp::RemoveChunk(self.record.id));
+        ctx.observe(Observation::ChunkCollected {
+            chunk: self.record.id,
+        });
     }
 
     /// The highest transition this chunk voted for and has not seen committed.
     pub fn highest_prepared(&self) -> Option<Prepared> {
-        match (&self.p.prepared, &self.p.known) {
+        match (&self.record.prepared, &self.record.known) {
             (Some(a), Some(b)) => Some(if a.new_epoch >= b.new_epoch { a } else { b }.clone()),
             (a, b) => a.clone().or_else(|| b.clone()),
         }
@@ -286,7 +288,7 @@ impl Chunk {
     /// §4.2.7: already held under a recovery lease by another manager (or epoch).
     fn nack_recovery(&self, ctx: &mut Ctx<'_>, to: DeviceId) {
         let msg = ToManager::Nack {
-            epoch: self.p.epoch,
+            epoch: self.record.epoch,
             mgr: self.lease_mgr,
             lease: LeaseType::Recovery,
         };
@@ -295,16 +297,16 @@ impl Chunk {
 
     fn send_ack(&mut self, ctx: &mut Ctx<'_>, mgr: DeviceId, epoch: Epoch) {
         let prepared = self.highest_prepared();
-        let msg = if epoch == self.p.epoch {
+        let msg = if epoch == self.record.epoch {
             ToManager::Ack {
-                epoch: self.p.epoch,
+                epoch: self.record.epoch,
                 prepared,
             }
         } else {
             ToManager::AckConditional {
                 mgr_epoch: epoch,
-                chunk_epoch: self.p.epoch,
-                metadata: self.p.metadata.clone(),
+                chunk_epoch: self.record.epoch,
+                metadata: self.record.metadata.clone(),
                 prepared,
             }
         };
@@ -319,7 +321,7 @@ impl Chunk {
         match (self.state, msg) {
             // §4.2.1 regular lease: renewal
             (S::RegularLease, ToChunk::Renewal { epoch, lease }) => {
-                if epoch == self.p.epoch {
+                if epoch == self.record.epoch {
                     self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 }
@@ -356,7 +358,7 @@ impl Chunk {
             // §4.2.1: acquire while regularly leased → nack
             (S::RegularLease, ToChunk::Acquire { .. }) => {
                 let msg = ToManager::Nack {
-                    epoch: self.p.epoch,
+                    epoch: self.record.epoch,
                     mgr: self.lease_mgr,
                     lease: LeaseType::Regular,
                 };
@@ -397,7 +399,7 @@ impl Chunk {
                     self.finished_tx(tx);
                     self.log = None;
                     self.transition_deadline = None;
-                    self.p.prepared = None;
+                    self.record.prepared = None;
                     self.persist(ctx);
                     self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
@@ -408,7 +410,7 @@ impl Chunk {
             (S::RecoveryTransition, ToChunk::Abort { new_epoch, tx, .. }) => {
                 if self.is_transition_manager(from, new_epoch, tx) {
                     self.finished_tx(tx);
-                    self.p.prepared = None;
+                    self.record.prepared = None;
                     self.persist(ctx);
                     self.enter_no_lease(ctx);
                 }
@@ -432,7 +434,7 @@ impl Chunk {
                 self.lease_expiry = Some(ctx.now + lease);
                 self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
                 self.lease_mgr = Some(mgr);
-                self.lease_epoch = epoch.max(self.p.epoch);
+                self.lease_epoch = epoch.max(self.record.epoch);
                 self.mgr_attempt_queue.clear();
                 self.help_at = None;
                 self.state = S::RecoveryLease;
@@ -463,7 +465,7 @@ impl Chunk {
                 } else {
                     // Tenure: the same manager re-acquiring (it lost our ack, moved its
                     // recovery forward, or gave up and started over) gets it again.
-                    self.lease_epoch = epoch.max(self.p.epoch);
+                    self.lease_epoch = epoch.max(self.record.epoch);
                     self.send_ack(ctx, mgr, epoch);
                 }
             }
@@ -534,7 +536,7 @@ impl Chunk {
     pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         use ChunkState as S;
         let now = ctx.now;
-        let (store, id) = (self.p.store, self.p.id);
+        let (store, id) = (self.record.store, self.record.id);
         self.blocks.on_tick(ctx, store, id);
         match self.state {
             S::RegularLease | S::RecoveryLease => {
@@ -546,11 +548,11 @@ impl Chunk {
                     // lease renewal: ask the lease manager (again, until renewed).
                     let msg = if self.state == S::RegularLease {
                         ToManager::RenewalRequest {
-                            epoch: self.p.epoch,
+                            epoch: self.record.epoch,
                         }
                     } else {
                         ToManager::RecoveryRenewalRequest {
-                            epoch: self.p.epoch,
+                            epoch: self.record.epoch,
                         }
                     };
                     if let Some(m) = self.lease_mgr {

@@ -18,7 +18,7 @@ impl Chunk {
     /// state is regular").
     pub(super) fn serving(&self, ctx: &Ctx<'_>, from: DeviceId, epoch: Epoch) -> bool {
         (self.state == ChunkState::RegularLease
-            && epoch == self.p.epoch
+            && epoch == self.record.epoch
             && Some(from) == self.lease_mgr
             && self.lease_valid(ctx))
             || ctx.cfg.planted.serve_without_lease
@@ -26,7 +26,7 @@ impl Chunk {
 
     /// The highest sequence number this chunk holds (confirmed or pending).
     fn last_accepted(&self) -> Version {
-        let d = &self.p.data;
+        let d = &self.record.data;
         let l = d.l_list.keys().next_back().copied().unwrap_or_default();
         let r = d.r_list.keys().next_back().copied().unwrap_or_default();
         d.confirmed.max(l).max(r)
@@ -66,7 +66,7 @@ impl Chunk {
             self.to_mgr(ctx, from, ToManager::Refused { epoch });
             return;
         }
-        let chunk = self.p.id;
+        let chunk = self.record.id;
         let accepted = ToManager::Accepted {
             epoch,
             upto: last_op,
@@ -77,7 +77,7 @@ impl Chunk {
         }
         // Block data goes to the block store; the change is kept pending without it.
         let ops = self.blocks.take_data(ctx, chunk, ops);
-        self.p.data.accept_batch(&ops, confirm);
+        self.record.data.accept_batch(&ops, confirm);
         // Every few deltas the durable copy takes the chunk's tables (and shares their
         // nodes); in between it applies the deltas, copying only the nodes they touch.
         // Not at every delta: a node shared is copied by whichever side changes it next,
@@ -85,7 +85,12 @@ impl Chunk {
         let after = crate::io::persist::TablesAfter(
             self.deltas
                 .is_multiple_of(crate::io::persist::SHARE_TABLES_EVERY)
-                .then(|| std::sync::Arc::new((self.p.data.confirmed, self.p.data.table.clone()))),
+                .then(|| {
+                    std::sync::Arc::new((
+                        self.record.data.confirmed,
+                        self.record.data.table.clone(),
+                    ))
+                }),
         );
         self.persist_delta(
             ctx,
@@ -97,7 +102,7 @@ impl Chunk {
             },
         );
         ctx.observe(Observation::ChunkServed {
-            chunk: self.p.id,
+            chunk: self.record.id,
             epoch,
         });
         if !early {
@@ -119,8 +124,8 @@ impl Chunk {
         epoch: Epoch,
         upto: Version,
     ) {
-        if self.serving(ctx, from, epoch) && upto > self.p.data.confirmed {
-            self.p.data.confirm(upto.min(self.last_accepted()));
+        if self.serving(ctx, from, epoch) && upto > self.record.data.confirmed {
+            self.record.data.confirm(upto.min(self.last_accepted()));
         }
     }
 

@@ -37,8 +37,8 @@ impl Chunk {
             .highest_prepared()
             .is_none_or(|p| log.new_epoch > p.new_epoch);
         let acceptable = !self.finished.contains(&log.tx)
-            && log.old_epoch >= self.p.epoch
-            && log.new_epoch > self.p.epoch
+            && log.old_epoch >= self.record.epoch
+            && log.new_epoch > self.record.epoch
             && Some(from) == self.lease_mgr
             && fresh;
         if !acceptable {
@@ -61,8 +61,8 @@ impl Chunk {
         // §5.3.8 "chunks are being reconciled": a relayout brings a chunk that does not
         // hold the old epoch's state up to date before it votes (`done` persists it).
         if let Some(d) = data {
-            let newest = self.p.epoch.max(log.old_epoch);
-            self.p.data = crate::safetalk::merge(&[self.p.data.clone(), *d], newest);
+            let newest = self.record.epoch.max(log.old_epoch);
+            self.record.data = crate::safetalk::merge(&[self.record.data.clone(), *d], newest);
         }
         self.log = Some(log);
         self.done(ctx);
@@ -81,16 +81,16 @@ impl Chunk {
         let Some(log) = self.log.clone() else { return };
         // Remember the earlier vote: if this one aborts, that one may still have
         // committed somewhere.
-        if let Some(prev) = self.p.prepared.take()
+        if let Some(prev) = self.record.prepared.take()
             && self
-                .p
+                .record
                 .known
                 .as_ref()
                 .is_none_or(|k| k.new_epoch < prev.new_epoch)
         {
-            self.p.known = Some(prev);
+            self.record.known = Some(prev);
         }
-        self.p.prepared = Some(Prepared {
+        self.record.prepared = Some(Prepared {
             new_epoch: log.new_epoch,
             metadata: log.metadata.clone(),
             new_mgr: log.new_mgr,
@@ -99,8 +99,8 @@ impl Chunk {
         let vote = ToManager::Vote {
             new_epoch: log.new_epoch,
             tx: log.tx,
-            data: self.p.data.clone(),
-            committed: self.p.epoch,
+            data: self.record.data.clone(),
+            committed: self.record.epoch,
         };
         self.to_mgr(ctx, log.new_mgr, vote);
         self.state = match self.state {
@@ -125,19 +125,19 @@ impl Chunk {
         self.finished_tx(tx);
         let log = self.log.take().expect("coordinator checked");
         self.transition_deadline = None;
-        if log.metadata.contains(self.p.id) {
-            self.p.epoch = log.new_epoch;
-            self.p.metadata = log.metadata;
-            self.p.data = data;
-            self.p.lease_mgr = Some(log.new_mgr);
-            self.p.prepared = None;
+        if log.metadata.contains(self.record.id) {
+            self.record.epoch = log.new_epoch;
+            self.record.metadata = log.metadata;
+            self.record.data = data;
+            self.record.lease_mgr = Some(log.new_mgr);
+            self.record.prepared = None;
             if self
-                .p
+                .record
                 .known
                 .as_ref()
                 .is_some_and(|k| k.new_epoch <= log.new_epoch)
             {
-                self.p.known = None;
+                self.record.known = None;
             }
             self.persist(ctx);
             self.lease_expiry = Some(ctx.now + lease);
@@ -146,12 +146,12 @@ impl Chunk {
             self.lease_epoch = log.new_epoch;
             self.state = ChunkState::RegularLease;
             ctx.observe(Observation::ChunkCommitted {
-                chunk: self.p.id,
+                chunk: self.record.id,
                 epoch: log.new_epoch,
             });
-            let live = self.p.data.table.objects.live_blocks();
-            let peers = self.p.metadata.chunks.iter().copied().collect();
-            let (store, id, epoch) = (self.p.store, self.p.id, self.p.epoch);
+            let live = self.record.data.table.objects.live_blocks();
+            let peers = self.record.metadata.chunks.iter().copied().collect();
+            let (store, id, epoch) = (self.record.store, self.record.id, self.record.epoch);
             self.blocks
                 .after_commit(ctx, store, id, epoch, live, peers, log.new_mgr);
         } else {

@@ -146,13 +146,13 @@ impl Manager {
             epoch: self.epoch,
             seq: self.seq,
         };
-        self.spec
+        self.speculative
             .locks
             .plant_skip_conflicts(ctx.cfg.planted.skip_conflict_check);
-        self.spec
+        self.speculative
             .locks
             .plant_ignore_cover(ctx.cfg.planted.ignore_cover);
-        let result = self.spec.execute(version, &op);
+        let result = self.speculative.execute(version, &op);
         let store = self.store;
         let (own, grants, ended) = match result {
             OpResult::Written => (Ok(Response::Written { version }), vec![], vec![]),
@@ -338,7 +338,7 @@ impl Manager {
         ctx.out.extend(b.replies);
         self.objects_applied(ctx);
         self.unshared = self.unshared.saturating_add(1);
-        self.share_spec(ctx);
+        self.share_speculative(ctx);
         if self.queue.is_empty() {
             let (epoch, upto) = (self.epoch, self.data.confirmed);
             for c in self.live() {
@@ -353,16 +353,16 @@ impl Manager {
     /// With nothing queued or in flight, every change applied to the speculative tables
     /// has been applied, in the same order and by the same code (`Tables::execute`), to
     /// the committed ones: they hold the same. Every [`crate::io::persist::SHARE_TABLES_EVERY`]
-    /// batches `spec` takes `data`'s tables again (an O(1) clone of persistent maps),
+    /// batches `speculative` takes `data`'s tables again (an O(1) clone of persistent maps),
     /// so the two share their nodes instead of drifting into two copies of the store.
-    /// Not with a planted lock-table bug, which acts on `spec` only.
-    pub(super) fn share_spec(&mut self, ctx: &Ctx<'_>) {
+    /// Not with a planted lock-table bug, which acts on `speculative` only.
+    pub(super) fn share_speculative(&mut self, ctx: &Ctx<'_>) {
         let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
         let pending = !self.queue.is_empty() || self.inflight.is_some();
         if self.unshared < crate::io::persist::SHARE_TABLES_EVERY || pending || planted {
             return;
         }
         self.unshared = 0;
-        self.spec = self.data.table.clone();
+        self.speculative = self.data.table.clone();
     }
 }

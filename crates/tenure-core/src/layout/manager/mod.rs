@@ -164,7 +164,7 @@ pub struct Manager {
     pub queue: Vec<Queued>,
     /// The tables with every submitted change applied (the controller decides on this
     /// copy; `data` holds only what every live chunk has accepted).
-    pub spec: Tables,
+    pub speculative: Tables,
     /// Session liveness (volatile; rebuilt with a grace period by a new manager).
     pub liveness: Liveness,
     /// When the lock table was last ticked (store time).
@@ -179,7 +179,7 @@ pub struct Manager {
     pub inflight: Option<Batch>,
     /// The measured batch round times: how long the next batch waits for ACCEPTED.
     pub ack_timer: super::ack_timer::AckTimer,
-    /// Batches completed since `spec` last shared `data`'s tables ([`Self::share_spec`]).
+    /// Batches completed since `speculative` last shared `data`'s tables ([`Self::share_speculative`]).
     pub unshared: u32,
     /// When the outside policies next run.
     pub stable_since: Instant,
@@ -222,7 +222,7 @@ impl Manager {
             data: StoreData::default(),
             seq: 0,
             queue: Vec::new(),
-            spec: Tables::default(),
+            speculative: Tables::default(),
             liveness: Liveness::default(),
             waiters: BTreeMap::new(),
             lock_tick_at: Instant(0),
@@ -360,7 +360,7 @@ impl Manager {
 
     /// The store's time at local time `now` ([`crate::time::StoreClock`]).
     pub fn store_now(&self, now: Instant) -> Instant {
-        self.clock.map_or(self.spec.clock, |c| c.read(now))
+        self.clock.map_or(self.speculative.clock, |c| c.read(now))
     }
 
     /// The local time at which the store's time reaches `t`.
@@ -380,20 +380,21 @@ impl Manager {
         self.stable_since = ctx.now;
         self.entered_at = ctx.now;
         self.seq = 0;
-        self.spec = self.data.table.clone();
+        self.speculative = self.data.table.clone();
         // Store time reads on from the newest the tables hold (and, for a manager that
         // goes on managing across a relayout, from its own reading if that is later).
         let held = (self.clock.map(|c| c.read(ctx.now)))
-            .map_or(self.spec.clock, |t| t.max(self.spec.clock));
+            .map_or(self.speculative.clock, |t| t.max(self.speculative.clock));
         self.clock = Some(crate::time::StoreClock::start(held, ctx.now));
         let grace = ctx.cfg.timing.session_grace;
         if cause == EpochCause::Relayout {
-            self.liveness.relayout(&self.spec.sessions, ctx.now, grace);
+            self.liveness
+                .relayout(&self.speculative.sessions, ctx.now, grace);
         } else {
             let none = Default::default();
             let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
             self.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
-                let mut sessions = self.spec.sessions.clone();
+                let mut sessions = self.speculative.sessions.clone();
                 sessions.open = (sessions.open.into_iter())
                     .map(|(id, mut r)| {
                         r.renewed = Default::default();
@@ -402,7 +403,7 @@ impl Manager {
                     .collect();
                 Liveness::take_over(&sessions, ctx.now, grace, seen)
             } else {
-                Liveness::take_over(&self.spec.sessions, ctx.now, grace, seen)
+                Liveness::take_over(&self.speculative.sessions, ctx.now, grace, seen)
             };
         }
         if ctx.cfg.planted.expire_without_grace {

@@ -81,20 +81,20 @@ impl Manager {
             Request::KeepAlive { session, .. } => {
                 let r = self
                     .liveness
-                    .keep_alive(&self.spec.sessions, session, now)
+                    .keep_alive(&self.speculative.sessions, session, now)
                     .map(|_| Response::KeptAlive {
-                        ttl: self.spec.sessions.open[&session].ttl,
+                        ttl: self.speculative.sessions.open[&session].ttl,
                     })
                     .map_err(|_| ClientError::SessionExpired);
                 // The first answer of this epoch waits for the renewal's note
                 // (crate::session): the barrier below is the note's change or a later one.
-                if r.is_ok() && self.spec.sessions.open[&session].renewed < self.epoch {
+                if r.is_ok() && self.speculative.sessions.open[&session].renewed < self.epoch {
                     self.submit_op(ctx, StoreOp::SessionRenewed { session }, Vec::new());
                 }
                 return self.after_barrier(ctx, client, req_id, r);
             }
             Request::CloseSession { session, .. } => {
-                if !self.spec.sessions.open.contains_key(&session) {
+                if !self.speculative.sessions.open.contains_key(&session) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
                 self.liveness.expiring.insert(session);
@@ -226,7 +226,13 @@ impl Manager {
         }
         // At most one tick per instant: a deadline falling exactly on `at` is handled
         // by the next tick, a microsecond later.
-        if self.spec.locks.next_deadline().is_some_and(|t| t <= at) && at > self.lock_tick_at {
+        if self
+            .speculative
+            .locks
+            .next_deadline()
+            .is_some_and(|t| t <= at)
+            && at > self.lock_tick_at
+        {
             self.lock_tick_at = at;
             let op = StoreOp::Lock {
                 op: LockOp::Tick,

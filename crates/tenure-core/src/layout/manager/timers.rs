@@ -29,7 +29,7 @@ impl Manager {
             t = earliest(t, self.liveness.next_deadline());
             t = earliest(
                 t,
-                self.spec
+                self.speculative
                     .locks
                     .next_deadline()
                     .map(|d| d.max(self.lock_tick_at + std::time::Duration::from_micros(1)))

@@ -98,7 +98,7 @@ impl Manager {
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.spec.objects.by_request(&key, req)
+                    && let Some(m) = self.speculative.objects.by_request(&key, req)
                 {
                     let (uuid, revision) = (m.uuid, m.revision);
                     if revision > 0 {
@@ -140,7 +140,11 @@ impl Manager {
                         return Ok(());
                     }
                 }
-                if let Err(e) = self.spec.objects.check(&key, &cond, &self.spec.locks) {
+                if let Err(e) = self
+                    .speculative
+                    .objects
+                    .check(&key, &cond, &self.speculative.locks)
+                {
                     // The speculative table holds changes not committed yet: a refusal
                     // judged on it leaves after a barrier, as a read does, so that no
                     // client learns of a change before it is acknowledged (found by
@@ -220,7 +224,7 @@ impl Manager {
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(revision) = self.spec.objects.deleted_by(&key, req)
+                    && let Some(revision) = self.speculative.objects.deleted_by(&key, req)
                 {
                     let r = Ok(Response::ObjectDeleted { revision });
                     self.after_barrier(ctx, client, req_id, r);
@@ -233,7 +237,7 @@ impl Manager {
                 check_key(ctx, store, &key)?;
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.spec.objects.by_request(&key, req)
+                    && let Some(m) = self.speculative.objects.by_request(&key, req)
                 {
                     let r = Ok(Response::UploadStarted { upload: m.uuid });
                     self.after_barrier(ctx, client, req_id, r);
@@ -262,7 +266,7 @@ impl Manager {
                     return Err(ClientError::Rejected("part numbers start at 1".into()));
                 }
                 let generation = match self
-                    .spec
+                    .speculative
                     .objects
                     .keys
                     .get(&key)
@@ -313,7 +317,7 @@ impl Manager {
             } => {
                 check_key(ctx, store, &key)?;
                 if let Some(m) = self
-                    .spec
+                    .speculative
                     .objects
                     .keys
                     .get(&key)
@@ -338,7 +342,7 @@ impl Manager {
             ObjectRequest::MultipartAbort { key, upload } => {
                 check_key(ctx, store, &key)?;
                 match self
-                    .spec
+                    .speculative
                     .objects
                     .keys
                     .get(&key)
