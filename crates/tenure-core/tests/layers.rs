@@ -165,7 +165,7 @@ fn graph(files: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>>
     let tests: BTreeSet<Module> = (files.iter())
         .flat_map(|(m, s)| test_children(m, s))
         .collect();
-    let is_test = |m: &Module| (1..=m.len()).any(|k| tests.contains(&m[..k].to_vec()));
+    let is_test = |m: &Module| (1..=m.len()).any(|k| tests.contains(&m[..k]));
     let resolve = |p: &[String]| {
         (0..=p.len())
             .rev()
