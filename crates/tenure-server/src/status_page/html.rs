@@ -5,8 +5,10 @@ use super::view::{LockRow, Page};
 use super::{ELECTION_SUFFIX, REFRESH_SECS};
 use crate::driver::{DETAIL_LOCKS_MAX, DETAIL_SESSIONS_MAX};
 use std::fmt::Write as _;
+use tenure_client::lookup::convert::state_name as node_state_name;
+use tenure_client::status::{chunk_state_name, mgr_state_name};
 use tenure_core::ids::DeviceId;
-use tenure_core::layout::ChunkState;
+use tenure_core::layout::{ChunkState, MgrState};
 use tenure_core::lookup::NodeState;
 
 /// `s` with the characters HTML gives a meaning escaped, for text and attribute values.
@@ -81,7 +83,7 @@ pub(super) fn pill(class: &str, text: &str) -> String {
 
 pub(super) fn mgr_class(state: &str) -> &'static str {
     match state {
-        "Manager" => "ok",
+        s if s == mgr_state_name(MgrState::Manager) => "ok",
         "" => "muted",
         _ => "warn",
     }
@@ -89,9 +91,9 @@ pub(super) fn mgr_class(state: &str) -> &'static str {
 
 pub(super) fn chunk_class(state: &str) -> &'static str {
     match state {
-        s if s == format!("{:?}", ChunkState::RegularLease) => "ok",
-        s if s == format!("{:?}", ChunkState::NoLease)
-            || s == format!("{:?}", ChunkState::GarbageCollect) =>
+        s if s == chunk_state_name(ChunkState::RegularLease) => "ok",
+        s if s == chunk_state_name(ChunkState::NoLease)
+            || s == chunk_state_name(ChunkState::GarbageCollect) =>
         {
             "bad"
         }
@@ -101,8 +103,8 @@ pub(super) fn chunk_class(state: &str) -> &'static str {
 
 pub(super) fn lookup_class(state: &str) -> &'static str {
     match state {
-        s if s == format!("{:?}", NodeState::Leader) => "ok",
-        s if s == format!("{:?}", NodeState::Active) => "info",
+        s if s == node_state_name(NodeState::Leader) => "ok",
+        s if s == node_state_name(NodeState::Active) => "info",
         _ => "muted",
     }
 }

@@ -28,8 +28,10 @@ use crate::snapshots::SnapshotsApi;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tenure_client::lookup::convert::state_name as node_state_name;
 use tenure_client::proto;
 use tenure_client::proto::snapshots_server::Snapshots;
+use tenure_client::status::{chunk_state_name, mgr_state_name};
 use tenure_core::election::members::MemberState;
 use tenure_core::ids::DeviceId;
 use tenure_core::layout::MgrState;
@@ -154,7 +156,7 @@ impl StatusPage {
                 .map(|c| ChunkRow {
                     id: c.id.to_string(),
                     store: c.store.0,
-                    state: format!("{:?}", c.state),
+                    state: chunk_state_name(c.state).to_string(),
                     epoch: c.epoch.0,
                     lease_manager: c.lease_mgr.map(|d| d.0),
                 })
@@ -162,7 +164,7 @@ impl StatusPage {
             sessions: sessions(detail),
             locks: locks(detail),
             lookup: detail.map(|d| LookupView {
-                state: format!("{:?}", d.lookup.state),
+                state: node_state_name(d.lookup.state).to_string(),
                 leader: d.lookup.leader.map(|l| l.0),
                 entries: d.lookup.entries,
                 subscriptions: d.lookup.subscriptions,
@@ -259,7 +261,7 @@ fn stores(s: &StatusView, detail: Option<&StatusDetail>) -> Vec<StoreRow> {
         let r = rows
             .entry(m.store.0)
             .or_insert_with(|| StoreRow::new(m.store.0));
-        r.role = format!("{:?}", m.state);
+        r.role = mgr_state_name(m.state).to_string();
         r.layout = m.metadata.chunks.iter().map(|c| c.to_string()).collect();
         r.failed = m.failed.iter().map(|c| c.to_string()).collect();
         if m.state == MgrState::Manager {
