@@ -9,7 +9,8 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::Duration;
-use tenure_core::data::{StoreData, StoreOp, Version};
+use tenure_core::data::{StoreData, StoreOp};
+use tenure_core::ids::Version;
 use tenure_core::ids::{ChunkId, DeviceId, Epoch};
 use tenure_core::io::PersistOp;
 use tenure_core::lockctl::{

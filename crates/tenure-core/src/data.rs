@@ -3,8 +3,8 @@
 //! implements [`Reconcile`]; the manager merges the chunks' states during an epoch
 //! transition and ships the merged state in the commit (DESIGN §3).
 
-use crate::ids::Epoch;
 use crate::ids::SessionId;
+use crate::ids::{Epoch, Version};
 use crate::lockctl::{LockOp, LockOpResult, LockTable, LockTableConfig, SessionRelease};
 use crate::session::Sessions;
 use serde::{Deserialize, Serialize};
@@ -16,8 +16,6 @@ pub trait Reconcile {
     /// Merge `other` into `self`.
     fn reconcile(&mut self, other: &Self);
 }
-
-pub use crate::ids::Version;
 
 /// A versioned register map: the test payload that exercises reconciliation before the
 /// lock tables exist. Merge keeps, per key, the value with the highest version.

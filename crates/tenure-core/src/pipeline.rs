@@ -231,7 +231,7 @@ impl<H> Pipeline<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::Version;
+    use crate::ids::Version;
 
     const S1: StoreId = StoreId(1);
     const S2: StoreId = StoreId(2);

@@ -27,13 +27,11 @@
 //! away, so the client's deadline never falls after the manager's in real time: a client
 //! that stops using its locks at its deadline never overlaps a successor holder.
 
-use crate::ids::Epoch;
+use crate::ids::{Epoch, SessionId};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-pub use crate::ids::SessionId;
 
 /// Replicated record of one session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

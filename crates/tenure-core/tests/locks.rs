@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 use tenure_core::config::store_of;
+use tenure_core::ids::SessionId;
 use tenure_core::io::{ClientError, Request, Response, WaitSpec};
 use tenure_core::lockctl::{FencingToken, LockMode};
-use tenure_core::session::SessionId;
 use tenure_core::testkit::Cluster;
 use tenure_core::{DeviceId, StoreId};
 

@@ -7,7 +7,8 @@
 //! under the system temporary directory (set `TMPDIR` to measure another disk).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use tenure_core::data::{StoreOp, Version};
+use tenure_core::data::StoreOp;
+use tenure_core::ids::Version;
 use tenure_core::ids::{ChunkId, DeviceId, Epoch};
 use tenure_core::io::{DevicePersist, Output, PersistOp};
 use tenure_core::lockctl::{Acquire, LockMode, LockOp, RequestId, SessionId, Wait};

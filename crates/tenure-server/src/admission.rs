@@ -122,8 +122,8 @@ pub fn overloaded(device: Option<DeviceId>, limit: usize) -> Status {
 mod tests {
     use super::*;
     use std::time::Duration;
+    use tenure_core::ids::SessionId;
     use tenure_core::ids::StoreId;
-    use tenure_core::session::SessionId;
 
     fn write() -> Request {
         Request::OpenSession {

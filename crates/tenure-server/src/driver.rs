@@ -140,7 +140,7 @@ pub enum DeviceEvent {
         /// The store.
         store: StoreId,
         /// The session.
-        session: tenure_core::session::SessionId,
+        session: tenure_core::ids::SessionId,
         /// Expired (true) or closed.
         expired: bool,
     },
@@ -212,7 +212,7 @@ pub struct StoreDetail {
 #[derive(Clone, Debug)]
 pub struct SessionDetail {
     /// Its id.
-    pub id: tenure_core::session::SessionId,
+    pub id: tenure_core::ids::SessionId,
     /// Its time to live between keep-alives.
     pub ttl: Duration,
     /// Time left before its deadline on the manager's clock (none: no deadline known;
@@ -1177,7 +1177,7 @@ impl Driver {
             let locks: Vec<_> = (t.locks.locks_under("/").unwrap_or_default().into_iter())
                 .filter(|l| !l.holders.is_empty() || !l.waiters.is_empty())
                 .collect();
-            let mut holds: BTreeMap<tenure_core::session::SessionId, usize> = BTreeMap::new();
+            let mut holds: BTreeMap<tenure_core::ids::SessionId, usize> = BTreeMap::new();
             for l in &locks {
                 for h in &l.holders {
                     *holds.entry(h.session).or_default() += 1;

@@ -17,11 +17,11 @@ use bytes::{Bytes, BytesMut};
 use std::pin::Pin;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind, objects_server::Objects};
+use tenure_core::ids::SessionId;
 use tenure_core::ids::StoreId;
 use tenure_core::io::{ObjectRequest, Request, Response, Writer};
 use tenure_core::lockctl::FencingToken;
 use tenure_core::objects::{Conditions, Fence, ObjectError, ObjectMeta, ObjectSettings, Uuid};
-use tenure_core::session::SessionId;
 use tonic::{Request as GrpcRequest, Response as GrpcResponse, Status, Streaming};
 
 /// Largest content slice in one `Get` or `Upload` message.

@@ -1094,7 +1094,8 @@ mod tests {
 
     /// A SafeTalk ACCEPT of one register write at sequence `seq`, confirming `confirm`.
     fn accept(serial: u64, seq: u64, confirm: u64) -> PersistOp {
-        use tenure_core::data::{StoreOp, Version};
+        use tenure_core::data::StoreOp;
+        use tenure_core::ids::Version;
         let v = |seq| Version {
             epoch: Epoch(1),
             seq,

@@ -48,9 +48,9 @@ use tenure_client::proto::{
     self, error::Kind, session_event::Kind as Ev, session_request::Kind as Rq,
 };
 use tenure_core::config::store_of;
+use tenure_core::ids::SessionId;
 use tenure_core::ids::{ClientId, StoreId};
 use tenure_core::io::{ObjectRequest, Request, Response};
-use tenure_core::session::SessionId;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;

@@ -11,7 +11,8 @@ pub use violation::{Violation, ViolationKind};
 
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tenure_core::data::{StoreData, Version};
+use tenure_core::data::StoreData;
+use tenure_core::ids::Version;
 use tenure_core::io::{ChunkPersist, DevicePersist};
 use tenure_core::layout::{ChunkState, ChunkView};
 use tenure_core::{ChunkId, DeviceId, Epoch, Instant, StoreId};

@@ -50,7 +50,8 @@ pub use cut::conflicting_holders;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
-use tenure_core::data::{Tables, Version};
+use tenure_core::data::Tables;
+use tenure_core::ids::Version;
 use tenure_core::io::DevicePersist;
 use tenure_core::lockctl::{FencingToken, SessionId};
 use tenure_core::msg::Msg;

@@ -198,7 +198,7 @@ pub struct World {
     /// The lock checkers and the lock history.
     locks: LockChecker,
     /// Per manager device, the last SafeTalk batch counted (epoch, first version).
-    last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::data::Version>)>,
+    last_batch: BTreeMap<DeviceId, (Epoch, Option<tenure_core::ids::Version>)>,
     /// Update delay bookkeeping ([`delay`]).
     delay: delay::DelayTracker,
     /// The object clients, watchers and checkers ([`objects`]).

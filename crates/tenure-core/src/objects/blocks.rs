@@ -8,6 +8,7 @@
 //! are swept, missing ones are copied from peer chunks (checked against the manifest's
 //! checksum), and when nothing is missing the chunk tells the manager it is complete.
 
+use super::msg::{BlockMsg, Requester};
 use super::{BlockId, BlockInfo, Bytes, ObjectOp};
 use crate::ctx::Ctx;
 use crate::data::StoreOp;
@@ -20,8 +21,6 @@ use std::collections::BTreeMap;
 
 /// Most blocks asked for in one read.
 pub const READ_BATCH: usize = 8;
-
-pub use super::msg::{BlockMsg, Requester};
 
 /// A repair in progress.
 #[derive(Clone, Debug, PartialEq, Eq)]

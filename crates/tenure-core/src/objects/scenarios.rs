@@ -222,8 +222,8 @@ fn a_chunk_that_missed_writes_repairs_from_a_peer_and_becomes_complete() {
     let repair_reads = c.count_delivered(|m| {
         matches!(
             m,
-            Msg::Blocks(blocks::BlockMsg::Read {
-                reply_to: blocks::Requester::Chunk(_),
+            Msg::Blocks(crate::objects::msg::BlockMsg::Read {
+                reply_to: crate::objects::msg::Requester::Chunk(_),
                 ..
             })
         )
@@ -511,7 +511,10 @@ fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
     let (m, _) = c.manager_of(s).unwrap();
     // The collector's deletions never arrive: it holds the lease and keeps checking in.
     c.drop = Some(Box::new(|_, _, msg| {
-        matches!(msg, Msg::Blocks(blocks::BlockMsg::Delete { .. }))
+        matches!(
+            msg,
+            Msg::Blocks(crate::objects::msg::BlockMsg::Delete { .. })
+        )
     }));
     put(&mut c, key, b"new content").unwrap();
     c.run_for(Duration::from_millis(600));

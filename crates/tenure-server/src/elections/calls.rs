@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tenure_client::elections::election_key;
 use tenure_client::proto::{self, error::Kind};
+use tenure_core::ids::SessionId;
 use tenure_core::ids::StoreId;
 use tenure_core::io::{ClientError, ObjectRequest, Request, Response, Writer};
 use tenure_core::lockctl::FencingToken;
 use tenure_core::objects::{Conditions, Fence, ObjectError};
-use tenure_core::session::SessionId;
 use tonic::Status;
 use tracing::info;
 

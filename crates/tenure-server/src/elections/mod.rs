@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind};
+use tenure_core::ids::SessionId;
 use tenure_core::ids::StoreId;
-use tenure_core::session::SessionId;
 use tokio::sync::{Notify, watch};
 use tonic::Status;
 

@@ -19,10 +19,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind};
 use tenure_core::config::store_of;
+use tenure_core::ids::SessionId;
 use tenure_core::ids::{DeviceId, StoreId};
 use tenure_core::io::{ClientError, Request};
 use tenure_core::lockctl::LockName;
-use tenure_core::session::SessionId;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tonic::Status;
 

@@ -2,7 +2,7 @@
 //! of liveness, and how each reads.
 
 use serde::Serialize;
-use tenure_core::data::Version;
+use tenure_core::ids::Version;
 use tenure_core::lockctl::{FencingToken, SessionId};
 use tenure_core::{ChunkId, DeviceId, Epoch, StoreId};
 

@@ -17,7 +17,7 @@
 use super::{START_US, World};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use tenure_core::data::Version;
+use tenure_core::ids::Version;
 use tenure_core::io::{ClientError, PolicyCommand, Request, Response};
 use tenure_core::msg::{Msg, ToChunk, ToManager};
 use tenure_core::{DeviceId, StoreId};

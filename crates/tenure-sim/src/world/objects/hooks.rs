@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use tenure_core::lockctl::{FencingToken, LockMode};
 use tenure_core::msg::Msg;
 use tenure_core::objects::Uuid;
-use tenure_core::objects::blocks::BlockMsg;
+use tenure_core::objects::msg::BlockMsg;
 use tenure_core::{ChunkId, DeviceId, StoreId};
 
 impl World {
