@@ -46,7 +46,7 @@ mod restore;
 #[cfg(test)]
 mod tests;
 
-pub use cut::conflicting_holders;
+pub use tenure_core::snapshot::records::conflicting_holders;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ use tenure_core::lockctl::{FencingToken, SessionId};
 use tenure_core::msg::Msg;
 use tenure_core::rng::Rng;
 use tenure_core::snapshot::{SnapMsg, SnapshotId, SnapshotPart};
-use tenure_core::{ChunkId, DeviceId, Epoch, StoreId};
+use tenure_core::{DeviceId, StoreId};
 
 /// What the seed draws for snapshots.
 #[derive(Clone, Debug, Serialize)]
@@ -107,27 +107,13 @@ pub enum SnapshotViolation {
         /// What is wrong.
         why: String,
     },
-    /// Two managers (or layouts) of one store and epoch in the cut.
-    TwoManagersInCut {
+    /// The recorded chunk states break a store invariant (two managers or layouts in one
+    /// epoch, diverged tables, conflicting holders, a fencing token held twice).
+    InCut {
         /// The snapshot.
         id: SnapshotId,
-        /// Store.
-        store: StoreId,
-        /// Epoch.
-        epoch: Epoch,
-        /// What differs.
-        why: String,
-    },
-    /// A recorded lock table with conflicting holders.
-    ConflictingHoldersInCut {
-        /// The snapshot.
-        id: SnapshotId,
-        /// The chunk.
-        chunk: ChunkId,
-        /// The lock.
-        name: String,
-        /// The holders.
-        holders: String,
+        /// What is wrong.
+        problem: tenure_core::snapshot::RecordProblem,
     },
     /// A device recorded one snapshot twice (after a restart): its second state holds
     /// messages received after the cut.
@@ -184,21 +170,7 @@ impl std::fmt::Display for SnapshotViolation {
                 f,
                 "snapshot {id}: channel {from}->{to} recorded at {to}: {why}"
             ),
-            SnapshotViolation::TwoManagersInCut {
-                id,
-                store,
-                epoch,
-                why,
-            } => write!(f, "snapshot {id}: {store} in {epoch}: {why}"),
-            SnapshotViolation::ConflictingHoldersInCut {
-                id,
-                chunk,
-                name,
-                holders,
-            } => write!(
-                f,
-                "snapshot {id}: {chunk} recorded {name} held by {holders}"
-            ),
+            SnapshotViolation::InCut { id, problem } => write!(f, "snapshot {id}: {problem}"),
             SnapshotViolation::RecordedTwice { id, device } => write!(
                 f,
                 "snapshot {id}: {device} recorded it twice (again after a restart)"

@@ -40,11 +40,13 @@
 
 mod machine;
 pub mod part;
+pub mod records;
 #[cfg(test)]
 mod tests;
 
 pub use machine::Snapshots;
 pub use part::SnapshotPart;
+pub use records::{RecordChecker, RecordProblem, check_records};
 
 use crate::ids::DeviceId;
 use serde::{Deserialize, Serialize};

@@ -1,12 +1,12 @@
 //! Judging a snapshot's parts: the cut is consistent (nothing recorded as received that
 //! was not sent, channel contents in order), and the recorded states hold the store
-//! invariants (one manager and one layout per epoch, no conflicting lock holders).
+//! invariants (one manager and one layout per epoch, no conflicting lock holders: the
+//! core's [`tenure_core::snapshot::records`], which `tenure snapshot verify` runs too).
 
 use super::{Cut, CutTracker, PartInfo, SnapshotViolation};
 use std::collections::{BTreeMap, BTreeSet};
-use tenure_core::data::Tables;
-use tenure_core::snapshot::SnapshotId;
-use tenure_core::{ChunkId, DeviceId, Epoch, StoreId};
+use tenure_core::DeviceId;
+use tenure_core::snapshot::{RecordChecker, SnapshotId};
 
 impl CutTracker {
     /// Judge a completed snapshot's parts: all there, a consistent cut, the invariants in
@@ -93,78 +93,21 @@ impl CutTracker {
         })
     }
 
-    /// Invariants in the recorded states: one manager and one layout per (store, epoch);
-    /// no conflicting holders in any recorded lock table.
+    /// Invariants in the recorded states, checked as `tenure snapshot verify` checks
+    /// them ([`tenure_core::snapshot::records`]): one manager and one layout per (store,
+    /// epoch), the same tables wherever the same changes were confirmed, no conflicting
+    /// holders in any recorded lock table, no fencing token held by two sessions.
     fn check_states(&mut self, id: SnapshotId, parts: &BTreeMap<DeviceId, PartInfo>) {
-        let mut epochs: BTreeMap<(StoreId, Epoch), (ChunkId, Option<DeviceId>)> = BTreeMap::new();
-        let mut layouts: BTreeMap<(StoreId, Epoch), (ChunkId, &tenure_core::layout::Metadata)> =
-            BTreeMap::new();
+        let mut records = RecordChecker::new();
         for pi in parts.values() {
             for c in pi.part.state.chunks.values() {
                 self.stats.state_checks += 1;
-                let (first, mgr) = *epochs
-                    .entry((c.store, c.epoch))
-                    .or_insert((c.id, c.lease_mgr));
-                if mgr != c.lease_mgr {
-                    self.violations.push(SnapshotViolation::TwoManagersInCut {
-                        id,
-                        store: c.store,
-                        epoch: c.epoch,
-                        why: format!(
-                            "{first} names manager {mgr:?}, {} names {:?}",
-                            c.id, c.lease_mgr
-                        ),
-                    });
-                }
-                if !c.metadata.chunks.is_empty() {
-                    let (first, md) = *layouts
-                        .entry((c.store, c.epoch))
-                        .or_insert((c.id, &c.metadata));
-                    if md != &c.metadata {
-                        self.violations.push(SnapshotViolation::TwoManagersInCut {
-                            id,
-                            store: c.store,
-                            epoch: c.epoch,
-                            why: format!("{first} and {} record different layouts", c.id),
-                        });
-                    }
-                }
-                if let Some((name, holders)) = conflicting_holders(&c.data.table) {
-                    self.violations
-                        .push(SnapshotViolation::ConflictingHoldersInCut {
-                            id,
-                            chunk: c.id,
-                            name,
-                            holders,
-                        });
-                }
+                records.add(c);
             }
         }
-    }
-}
-
-/// The first two holders in `tables` of different sessions whose locks conflict — on one
-/// name, or on names one of which covers the other (seed 004 §9,
-/// [`crate::lincheck::locks_conflict`]) — if any: the name(s) and the two holders.
-pub fn conflicting_holders(tables: &Tables) -> Option<(String, String)> {
-    let locks = tables.locks.locks_under("/").ok()?;
-    let held: Vec<(&str, &tenure_core::lockctl::HolderInfo)> = (locks.iter())
-        .flat_map(|l| l.holders.iter().map(move |h| (l.name.as_str(), h)))
-        .collect();
-    let show = |h: &tenure_core::lockctl::HolderInfo| {
-        format!("{:?} ({:?}, {:?})", h.session, h.mode, h.token)
-    };
-    for (i, (a, ha)) in held.iter().enumerate() {
-        for (b, hb) in &held[i + 1..] {
-            if ha.session != hb.session && crate::lincheck::locks_conflict(a, ha.mode, b, hb.mode) {
-                let name = if a == b {
-                    a.to_string()
-                } else {
-                    format!("{a} and {b}")
-                };
-                return Some((name, format!("{} and {}", show(ha), show(hb))));
-            }
+        for problem in records.problems {
+            self.violations
+                .push(SnapshotViolation::InCut { id, problem });
         }
     }
-    None
 }

@@ -194,33 +194,6 @@ fn a_message_held_across_the_record_counts_as_sent_before_it() {
     assert!(t.violations.is_empty(), "{:?}", t.violations);
 }
 
-// The lock invariant in a recorded table judges the cover rule: /a and /a/b held
-// exclusively by two sessions conflict; shared under shared does not.
-#[test]
-fn conflicting_holders_on_covering_names_are_found() {
-    use tenure_core::lockctl::{Acquire, LockMode, RequestId, Wait};
-    let acquire = |t: &mut Tables, s: u64, name: &str, mode: LockMode| {
-        let req = Acquire {
-            session: SessionId(s),
-            request_id: RequestId(1),
-            name: name.into(),
-            mode,
-            wait: Wait::Try,
-            lock_delay: None,
-        };
-        assert!(t.locks.acquire(&req, tenure_core::Instant(0)).is_ok());
-    };
-    let mut t = Tables::default();
-    t.locks.plant_ignore_cover(true);
-    acquire(&mut t, 1, "/a", LockMode::Shared);
-    acquire(&mut t, 2, "/a/b", LockMode::Shared);
-    acquire(&mut t, 3, "/c/d", LockMode::Exclusive);
-    assert_eq!(conflicting_holders(&t), None);
-    acquire(&mut t, 4, "/c", LockMode::Shared);
-    let (name, _) = conflicting_holders(&t).expect("found");
-    assert_eq!(name, "/c and /c/d");
-}
-
 // A record whose persist a crash lost before it was durable never showed outside the
 // device: recording the snapshot again after the restart is no second record. One
 // kept durably across the restart still is.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tenure_core::ids::{DeviceId, StoreId};
-use tenure_core::lockctl::{LockMode, conflicts};
+use tenure_core::lockctl::LockMode;
 use tenure_core::snapshot::SnapshotPart;
 use tenure_server::snapshots::{crc32, decode_part};
 
@@ -201,7 +201,7 @@ pub(super) fn check_cut(m: &Manifest, parts: &[SnapshotPart], v: &mut Verified) 
         }
     }
     for (store, chunks) in &by_store {
-        check_store(*store, chunks, v);
+        check_store(chunks, v);
         let records: Vec<_> = chunks.iter().map(|c| c.data.clone()).collect();
         let newest = chunks.iter().map(|c| c.epoch).max().unwrap_or_default();
         let t = tenure_core::safetalk::merge(&records, newest).table;
@@ -229,83 +229,11 @@ pub(super) fn check_cut(m: &Manifest, parts: &[SnapshotPart], v: &mut Verified) 
     v.sessions_open = v.sessions.len();
 }
 
-pub(super) fn check_store(
-    store: StoreId,
-    chunks: &[&tenure_core::io::ChunkPersist],
-    v: &mut Verified,
-) {
-    use tenure_core::ids::Epoch;
-    use tenure_core::layout::Metadata;
-    let mut epochs: BTreeMap<Epoch, (BTreeSet<DeviceId>, Vec<&Metadata>)> = BTreeMap::new();
-    for c in chunks {
-        let e = epochs.entry(c.epoch).or_default();
-        e.0.extend(c.lease_mgr);
-        if !e.1.contains(&&c.metadata) {
-            e.1.push(&c.metadata);
-        }
-    }
-    for (epoch, (managers, layouts)) in &epochs {
-        if managers.len() > 1 {
-            let ids: Vec<u64> = managers.iter().map(|d| d.0).collect();
-            v.problems.push(format!(
-                "store {store}: epoch {epoch} has {} managers in the chunk records (devices {ids:?})",
-                ids.len()
-            ));
-        }
-        if layouts.len() > 1 {
-            v.problems.push(format!(
-                "store {store}: the chunk records of epoch {epoch} disagree on its layout"
-            ));
-        }
-    }
-    // SafeTalk applies the same changes in the same order everywhere.
-    let mut tables: BTreeMap<_, &tenure_core::io::ChunkPersist> = BTreeMap::new();
-    for c in chunks {
-        match tables.get(&(c.epoch, c.data.confirmed)) {
-            Some(other) if other.data.table != c.data.table => v.problems.push(format!(
-                "store {store}: chunks {} and {} confirmed the same changes (epoch {}, up to {:?}) \
-                 but hold different tables",
-                other.id, c.id, c.epoch, c.data.confirmed
-            )),
-            Some(_) => {}
-            None => {
-                tables.insert((c.epoch, c.data.confirmed), c);
-            }
-        }
-    }
-    // Mutual exclusion in every record, and one grant per fencing token.
-    let mut grants: BTreeMap<(String, tenure_core::lockctl::FencingToken), u64> = BTreeMap::new();
-    for c in chunks {
-        let locks = c.data.table.locks.locks_under("/").unwrap_or_default();
-        let held: Vec<_> = (locks.iter())
-            .flat_map(|l| l.holders.iter().map(move |h| (&l.name, h)))
-            .collect();
-        for (i, (na, a)) in held.iter().enumerate() {
-            for (nb, b) in &held[i + 1..] {
-                if a.session != b.session && conflicts(na, a.mode, nb, b.mode) {
-                    v.problems.push(format!(
-                        "store {store}: chunk {} records conflicting holders: session {} holds {na} \
-                         {}, session {} holds {nb} {}",
-                        c.id,
-                        a.session.0,
-                        mode_name(a.mode),
-                        b.session.0,
-                        mode_name(b.mode)
-                    ));
-                }
-            }
-            let key = (na.to_string(), a.token);
-            if let Some(s) = grants.insert(key, a.session.0)
-                && s != a.session.0
-            {
-                v.problems.push(format!(
-                    "store {store}: fencing token {:?} of {na} is held by session {s} in one chunk \
-                     and by session {} in another",
-                    a.token, a.session.0
-                ));
-            }
-        }
-    }
+/// The store invariants in `chunks`, the records of one store: the core's
+/// [`tenure_core::snapshot::records`], which the simulator checks every cut with too.
+pub(super) fn check_store(chunks: &[&tenure_core::io::ChunkPersist], v: &mut Verified) {
+    let problems = tenure_core::snapshot::check_records(chunks.iter().copied());
+    v.problems.extend(problems.iter().map(ToString::to_string));
 }
 
 pub(super) fn mode_name(m: LockMode) -> &'static str {
@@ -336,7 +264,8 @@ pub(super) fn verify_cmd(a: VerifyArgs) -> anyhow::Result<()> {
             v.devices.len()
         );
         println!(
-            "  cut: {} stores, {} chunk records; one manager and one layout per epoch; no conflicting holders; \
+            "  cut: {} stores, {} chunk records; one manager and one layout per epoch; the same tables where \
+             the same changes were confirmed; no conflicting holders; no fencing token held twice; \
              {} locks held, {} sessions open; {} message(s) in flight",
             v.stores, v.chunks, v.locks_held, v.sessions_open, v.in_flight
         );
