@@ -497,7 +497,7 @@ impl Device {
         self.managers
             .get(&store)
             .filter(|m| m.state == MgrState::Manager)
-            .map(|m| &m.data.table)
+            .map(|m| &m.host.data.table)
     }
 
     /// The session deadlines kept by the manager of a store this device manages (status
@@ -506,7 +506,7 @@ impl Device {
         self.managers
             .get(&store)
             .filter(|m| m.state == MgrState::Manager)
-            .map(|m| &m.liveness)
+            .map(|m| &m.clients.liveness)
     }
 
     /// A chunk's persistent record (checkers compare stored data).

@@ -89,13 +89,13 @@ fn assert_erased(m: &Manager) {
     assert_eq!(m.metadata, super::Metadata::default());
     assert!(m.failed.is_empty());
     assert!(m.recovered.is_empty());
-    assert!(m.outstanding.is_empty());
-    assert!(m.won.is_empty());
-    assert!(m.renewal_iffy.is_empty());
-    assert!(m.better.is_empty() && m.lesser.is_empty());
+    assert!(m.regen.outstanding.is_empty());
+    assert!(m.regen.won.is_empty());
+    assert!(m.regen.renewal_iffy.is_empty());
+    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
     assert!(m.chunkfail.is_empty() && m.timeout.is_empty());
     assert!(m.tx.is_none());
-    assert_eq!(m.new_mgr, None);
+    assert_eq!(m.migration.new_mgr, None);
     assert_eq!(m.next_timeout(), None);
 }
 
@@ -164,11 +164,11 @@ fn gathering_chunks_fail_erases_state_keeping_forwarding_address() {
     // manager can be found (if none or newly awake)") is kept.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
-    m.forwarding = Some(N);
+    m.migration.forwarding = Some(N);
     m.newly_awake(&mut env.ctx(T0));
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(m.forwarding, Some(N));
+    assert_eq!(m.migration.forwarding, Some(N));
     assert!(
         out.is_empty(),
         "a regenerating role was not managing: {out:?}"
@@ -181,7 +181,7 @@ fn newly_awake_erases_all_state_and_goes_to_none() {
     let mut env = Env::new(M);
     let mut m = manager(S::NewlyAwake, 3);
     m.failed.insert(c(2));
-    m.won.insert(c(1));
+    m.regen.won.insert(c(1));
     m.newly_awake(&mut env.ctx(T0));
     assert_erased(&m);
     assert!(env.take().is_empty());
@@ -221,9 +221,9 @@ fn none_handoff_enters_into_reconciling() {
     assert_eq!(m.state, S::IntoReconciling);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.old_mgr, Some(N));
+    assert_eq!(m.migration.old_mgr, Some(N));
     assert_eq!(m.failed, set(&[3]));
-    assert_eq!(m.data, data);
+    assert_eq!(m.host.data, data);
     let tx = m.tx.as_ref().expect("a transition");
     assert_eq!(tx.kind, TxKind::Into);
     assert_eq!(tx.id, TX);
@@ -305,9 +305,9 @@ fn none_help_starts_gathering_chunks() {
     assert_eq!(m.state, S::GatheringChunks);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.outstanding, set(&[1, 2, 3]));
-    assert!(m.won.is_empty() && m.better.is_empty() && m.lesser.is_empty());
-    assert_eq!(m.rounds, 1);
+    assert_eq!(m.regen.outstanding, set(&[1, 2, 3]));
+    assert!(m.regen.won.is_empty() && m.regen.better.is_empty() && m.regen.lesser.is_empty());
+    assert_eq!(m.regen.rounds, 1);
     for k in layout().chunks {
         assert_eq!(m.timeout.get(&k), Some(&(now + timing().msg_timeout)));
     }
@@ -339,10 +339,10 @@ fn none_help_after_migrating_out_redirects_once() {
     // the new manager (§4.2.6 redirect) once, then regenerates on the next help.
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
-    m.forwarding = Some(N);
+    m.migration.forwarding = Some(N);
     from_chunk(&mut m, &mut env, T0, 1, help(3));
     assert_eq!(m.state, S::None);
-    assert_eq!(m.forwarding, None);
+    assert_eq!(m.migration.forwarding, None);
     assert_eq!(
         to_chunks(&env.take()),
         vec![(c(1), ToChunk::Redirect { new_mgr: N })]
@@ -366,7 +366,7 @@ fn none_help_from_another_device_for_chunk_is_ignored() {
 fn migrating_in() -> Manager {
     let mut m = manager(S::IntoReconciling, 4);
     m.failed = set(&[3]);
-    m.old_mgr = Some(N);
+    m.migration.old_mgr = Some(N);
     let mut t = tx(TxKind::Into, 4, layout(), set(&[1, 2]));
     t.await_mgr = Some(N);
     m.tx = Some(t);
@@ -417,7 +417,7 @@ fn into_transition_commit_enters_manager_and_tells_old_manager() {
     assert_eq!(m.metadata, layout());
     assert_eq!(m.failed, set(&[3]));
     assert!(m.tx.is_none());
-    assert_eq!(m.old_mgr, None);
+    assert_eq!(m.migration.old_mgr, None);
     assert!(m.finished.contains(&TX));
     let expiry = now + timing().commit_window;
     // (entering the manager state also replicates BeginEpoch; only the commits here)
@@ -533,9 +533,9 @@ fn into_transition_abort_on_vote_timeout() {
 fn migrating_out() -> Manager {
     let mut m = managing(3);
     m.state = S::OutOfTransition;
-    m.new_mgr = Some(N);
-    m.out_tx = Some(TX);
-    m.out_deadline = Some(T0 + timing().transition_wait);
+    m.migration.new_mgr = Some(N);
+    m.migration.out_tx = Some(TX);
+    m.migration.out_deadline = Some(T0 + timing().transition_wait);
     m
 }
 
@@ -551,8 +551,11 @@ fn out_of_reconciling_done_votes_and_enters_out_of_transition() {
     let out = env.take();
     let id = sent_tx_id(&out);
     assert_eq!(m.state, S::OutOfReconciling);
-    assert_eq!(m.out_tx, Some(id));
-    assert_eq!(m.out_deadline, Some(T0 + timing().transition_wait));
+    assert_eq!(m.migration.out_tx, Some(id));
+    assert_eq!(
+        m.migration.out_deadline,
+        Some(T0 + timing().transition_wait)
+    );
     assert!(
         !mgr_msgs(&out)
             .iter()
@@ -650,7 +653,7 @@ fn out_of_transition_commit_forwards_and_goes_to_none() {
     m.on_mgr_msg(&mut env.ctx(T0 + ms(30)), N, commit);
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(m.forwarding, Some(N));
+    assert_eq!(m.migration.forwarding, Some(N));
     assert_eq!(observations(&out), vec![stopped(3)]);
     assert!(sends(&out).is_empty());
 }
@@ -713,9 +716,9 @@ fn out_of_transition_abort_returns_to_manager() {
     m.on_mgr_msg(&mut env.ctx(now), N, abort);
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.epoch, e(3));
-    assert_eq!(m.new_mgr, None);
-    assert_eq!(m.out_tx, None);
-    assert_eq!(m.out_deadline, None);
+    assert_eq!(m.migration.new_mgr, None);
+    assert_eq!(m.migration.out_tx, None);
+    assert_eq!(m.migration.out_deadline, None);
     for k in layout().chunks {
         assert_eq!(m.chunkfail.get(&k), Some(&(now + timing().abort_window)));
     }
@@ -738,7 +741,7 @@ fn out_of_transition_without_answer_steps_down() {
         m.on_tick(&mut env.ctx(deadline));
         let out = env.take();
         assert_erased(&m);
-        assert_eq!(m.forwarding, Some(N));
+        assert_eq!(m.migration.forwarding, Some(N));
         assert_eq!(observations(&out), vec![stopped(3)]);
     }
 }
@@ -753,12 +756,12 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
     let mut env = Env::new(M);
     let mut m = managing(3);
     m.failed = set(&[3]);
-    m.data = data_with(3, 1, 4);
+    m.host.data = data_with(3, 1, 4);
     let now = T0 + ms(7);
     assert!(m.migrate(&mut env.ctx(now), N));
     let out = env.take();
     let id = sent_tx_id(&out);
-    assert_eq!(m.new_mgr, Some(N));
+    assert_eq!(m.migration.new_mgr, Some(N));
     // Tenure: out of reconciling until the incoming manager holds the state.
     assert_eq!(m.state, S::OutOfReconciling);
     assert_eq!(
@@ -905,7 +908,7 @@ fn manager_relayout_sends_epoch_transition_and_enters_relayout_reconciling() {
     let out = env.take();
     let id = sent_tx_id(&out);
     assert_eq!(m.state, S::RelayoutReconciling);
-    assert_eq!(m.new_metadata_log, Some(new.clone()));
+    assert_eq!(m.migration.new_metadata_log, Some(new.clone()));
     assert_eq!(m.epoch, e(3));
     assert_eq!(
         epoch_transitions(&out),
@@ -931,7 +934,7 @@ fn manager_relayout_reconciles_chunks_that_lack_the_state() {
     // and lost acknowledged writes.
     let mut env = Env::new(M);
     let mut m = managing(3);
-    m.data = data_with(3, 7, 42);
+    m.host.data = data_with(3, 7, 42);
     m.failed = set(&[3]);
     m.recovered = set(&[3]);
     assert!(m.relayout(&mut env.ctx(T0), md(&[1, 3, 5])));
@@ -986,7 +989,7 @@ fn manager_relayout_without_quorum_of_new_layout_is_refused() {
     assert!(!m.relayout(&mut env.ctx(T0), md(&[2, 3])));
     assert!(!m.relayout(&mut env.ctx(T0), md(&[])));
     assert_eq!(m.state, S::Manager);
-    assert_eq!(m.new_metadata_log, None);
+    assert_eq!(m.migration.new_metadata_log, None);
     let mut g = gathering(3, &[1], &[2, 3]);
     assert!(!g.relayout(&mut env.ctx(T0), md(&[1, 2, 5])));
     assert!(env.take().is_empty());
@@ -1071,7 +1074,7 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
     let mut m = managing(3);
     // c3 renewed its lease since; c1 (a dead device) did not.
     m.chunkfail.insert(c(3), T0 + lease + ms(700));
-    m.inflight = Some(super::manager::Batch::waiting_for(
+    m.host.inflight = Some(super::manager::Batch::waiting_for(
         set(&[1, 3]),
         T0,
         T0 + ms(300),
@@ -1083,7 +1086,7 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
         set(&[1]),
         "the chunk renewed longest ago is blamed"
     );
-    let b = m.inflight.as_ref().expect("the batch still waits");
+    let b = m.host.inflight.as_ref().expect("the batch still waits");
     assert_eq!(b.waiting, set(&[3]));
     assert_eq!(b.deadline, T0 + lease);
     m.on_tick(&mut env.ctx(T0 + lease - ms(1)));
@@ -1201,7 +1204,7 @@ fn manager_recovery_renewal_request_from_unrecovered_chunk_is_ignored() {
 fn relayouting() -> Manager {
     let mut m = managing(3);
     m.state = S::RelayoutReconciling;
-    m.new_metadata_log = Some(md(&[1, 2, 5]));
+    m.migration.new_metadata_log = Some(md(&[1, 2, 5]));
     m.tx = Some(tx(TxKind::Relayout, 4, md(&[1, 2, 5]), set(&[1, 2, 3, 5])));
     m
 }
@@ -1240,7 +1243,7 @@ fn relayout_transition_commit_installs_new_metadata_and_increments_epoch() {
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, md(&[1, 2, 5]));
-    assert_eq!(m.new_metadata_log, None);
+    assert_eq!(m.migration.new_metadata_log, None);
     assert!(m.failed.is_empty());
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
@@ -1284,7 +1287,7 @@ fn relayout_transition_abort_returns_to_manager() {
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.new_metadata_log, None);
+    assert_eq!(m.migration.new_metadata_log, None);
     assert!(m.tx.is_none());
     let expiry = now + timing().abort_window;
     assert_eq!(
@@ -1347,8 +1350,8 @@ fn gathering_chunks_ack_with_more_outstanding_stays() {
     let now = T0 + ms(2);
     from_chunk(&mut m, &mut env, now, 1, ack(3));
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.won, set(&[1]));
-    assert_eq!(m.outstanding, set(&[2, 3]));
+    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen.outstanding, set(&[2, 3]));
     assert!(!m.timeout.contains_key(&c(1)));
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert!(env.take().is_empty());
@@ -1362,8 +1365,8 @@ fn gathering_chunks_ack_last_outstanding_enters_gathered() {
     let mut m = gathering(3, &[3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, ack(3));
     let out = env.take();
-    assert_eq!(m.won, set(&[1, 3]));
-    assert!(m.outstanding.is_empty());
+    assert_eq!(m.regen.won, set(&[1, 3]));
+    assert!(m.regen.outstanding.is_empty());
     assert_eq!(m.state, S::GatheringLeases);
     assert_eq!(
         chunks_sent(&out, |x| matches!(x, ToChunk::TransferLease { .. })),
@@ -1390,8 +1393,8 @@ fn gathering_chunks_ack_conditional_newer_epoch_moves_recovery_forward() {
     assert_eq!(m.state, S::GatheringChunks);
     assert_eq!(m.epoch, e(5));
     assert_eq!(m.metadata, md(&[1, 2, 5]));
-    assert_eq!(m.won, set(&[1]));
-    assert_eq!(m.outstanding, set(&[2, 3, 5]));
+    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen.outstanding, set(&[2, 3, 5]));
     assert_eq!(to_chunks(&out), vec![(c(5), acquire(5))]);
     assert_eq!(m.timeout.get(&c(5)), Some(&(now + timing().msg_timeout)));
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
@@ -1407,8 +1410,8 @@ fn gathering_chunks_ack_conditional_older_epoch_counts_as_ack() {
     assert_eq!(m.state, S::GatheringChunks);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.won, set(&[1, 3]));
-    assert_eq!(m.outstanding, set(&[2]));
+    assert_eq!(m.regen.won, set(&[1, 3]));
+    assert_eq!(m.regen.outstanding, set(&[2]));
     assert!(env.take().is_empty());
 }
 
@@ -1423,9 +1426,9 @@ fn gathering_chunks_timeout_drops_outstanding() {
     assert_eq!(m.next_timeout(), Some(at));
     m.on_tick(&mut env.ctx(at));
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.outstanding, set(&[2]));
+    assert_eq!(m.regen.outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.regen.won, set(&[1]));
     assert!(env.take().is_empty());
 }
 
@@ -1437,9 +1440,9 @@ fn gathering_chunks_nochunk_drops_outstanding() {
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.outstanding, set(&[2]));
+    assert_eq!(m.regen.outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.won, set(&[1]));
+    assert_eq!(m.regen.won, set(&[1]));
     assert!(env.take().is_empty());
 }
 
@@ -1477,8 +1480,8 @@ fn gathering_chunks_chunkfail_drops_won() {
     m.chunkfail.insert(c(2), T0 + ms(50));
     m.on_tick(&mut env.ctx(T0 + ms(50)));
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.won, set(&[1]));
-    assert_eq!(m.outstanding, set(&[3]));
+    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen.outstanding, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(2)));
     assert!(env.take().is_empty());
 }
@@ -1492,7 +1495,7 @@ fn gathering_chunks_help_from_removed_older_chunk_sends_lose() {
     from_chunk(&mut m, &mut env, T0, 5, help(2));
     assert_eq!(to_chunks(&env.take()), vec![(c(5), ToChunk::Lose)]);
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.outstanding, set(&[3]));
+    assert_eq!(m.regen.outstanding, set(&[3]));
 }
 
 #[test]
@@ -1505,8 +1508,8 @@ fn gathering_chunks_help_from_won_chunk_reacquires() {
     let now = T0 + ms(8);
     from_chunk(&mut m, &mut env, now, 1, help(3));
     assert_eq!(to_chunks(&env.take()), vec![(c(1), acquire(3))]);
-    assert_eq!(m.won, set(&[2]));
-    assert_eq!(m.outstanding, set(&[1, 3]));
+    assert_eq!(m.regen.won, set(&[2]));
+    assert_eq!(m.regen.outstanding, set(&[1, 3]));
     assert_eq!(m.timeout.get(&c(1)), Some(&(now + timing().msg_timeout)));
     assert_eq!(m.state, S::GatheringChunks);
 }
@@ -1519,7 +1522,7 @@ fn gathering_chunks_help_from_newer_chunk_acquires_it() {
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 5, help(4));
     assert_eq!(to_chunks(&env.take()), vec![(c(5), acquire(3))]);
-    assert_eq!(m.outstanding, set(&[3, 5]));
+    assert_eq!(m.regen.outstanding, set(&[3, 5]));
 }
 
 #[test]
@@ -1531,7 +1534,7 @@ fn gathering_chunks_help_from_outstanding_chunk_is_ignored() {
     from_chunk(&mut m, &mut env, T0 + ms(8), 3, help(3));
     assert!(env.take().is_empty());
     assert_eq!(m.timeout.get(&c(3)), Some(&(T0 + timing().msg_timeout)));
-    assert_eq!(m.outstanding, set(&[3]));
+    assert_eq!(m.regen.outstanding, set(&[3]));
 }
 
 #[test]
@@ -1541,9 +1544,9 @@ fn gathering_chunks_nack_regular_lease_adds_better_manager() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Regular));
-    assert_eq!(m.better, BTreeSet::from([N]));
-    assert!(m.lesser.is_empty());
-    assert_eq!(m.outstanding, set(&[2]));
+    assert_eq!(m.regen.better, BTreeSet::from([N]));
+    assert!(m.regen.lesser.is_empty());
+    assert_eq!(m.regen.outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
     assert_eq!(m.state, S::GatheringChunks);
     assert!(env.take().is_empty());
@@ -1556,9 +1559,9 @@ fn gathering_chunks_nack_regular_lease_from_this_manager_does_nothing() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(M), LeaseType::Regular));
-    assert!(m.better.is_empty() && m.lesser.is_empty());
-    assert_eq!(m.outstanding, set(&[2]));
-    assert_eq!(m.won, set(&[1]));
+    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
+    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert_eq!(m.regen.won, set(&[1]));
 }
 
 #[test]
@@ -1574,13 +1577,13 @@ fn gathering_chunks_nack_recovery_or_no_lease_arbitrates_by_precedence() {
         let mut m = gathering(3, &[1, 2, 3, 5], &[]);
         from_chunk(&mut m, &mut env, T0, 1, nack(Some(higher), lease));
         from_chunk(&mut m, &mut env, T0, 2, nack(Some(lower), lease));
-        assert_eq!(m.better, BTreeSet::from([higher]), "{lease:?}");
-        assert_eq!(m.lesser, BTreeSet::from([lower]), "{lease:?}");
-        assert_eq!(m.outstanding, set(&[3, 5]));
+        assert_eq!(m.regen.better, BTreeSet::from([higher]), "{lease:?}");
+        assert_eq!(m.regen.lesser, BTreeSet::from([lower]), "{lease:?}");
+        assert_eq!(m.regen.outstanding, set(&[3, 5]));
         assert_eq!(m.state, S::GatheringChunks);
         // The same manager on a recovery lease: "shouldn't happen"; nothing recorded.
         from_chunk(&mut m, &mut env, T0, 3, nack(Some(me), lease));
-        assert_eq!(m.better.len() + m.lesser.len(), 2);
+        assert_eq!(m.regen.better.len() + m.regen.lesser.len(), 2);
     }
 }
 
@@ -1591,8 +1594,8 @@ fn gathering_chunks_nack_no_lease_without_manager_only_drops_outstanding() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(None, LeaseType::None));
-    assert!(m.better.is_empty() && m.lesser.is_empty());
-    assert_eq!(m.outstanding, set(&[2]));
+    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
+    assert_eq!(m.regen.outstanding, set(&[2]));
 }
 
 #[test]
@@ -1622,7 +1625,7 @@ fn gathering_chunks_transfernotice_other_epoch_is_ignored() {
     };
     from_chunk(&mut m, &mut env, T0, 1, notice);
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.won, set(&[1, 2]));
+    assert_eq!(m.regen.won, set(&[1, 2]));
 }
 
 #[test]
@@ -1643,12 +1646,12 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
         prepared: Some(p.clone()),
     };
     from_chunk(&mut m, &mut env, now, 1, with_prepared);
-    assert_eq!(m.joint, vec![p]);
+    assert_eq!(m.regen.joint, vec![p]);
     assert_eq!(
         to_chunks(&env.take()),
         vec![(c(4), acquire(3)), (c(5), acquire(3))]
     );
-    assert_eq!(m.outstanding, set(&[2, 3, 4, 5]));
+    assert_eq!(m.regen.outstanding, set(&[2, 3, 4, 5]));
     from_chunk(&mut m, &mut env, now, 2, ack(3));
     from_chunk(&mut m, &mut env, now, 3, ack(3));
     from_chunk(&mut m, &mut env, now, 4, ToManager::NoChunk);
@@ -1656,8 +1659,8 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
     from_chunk(&mut m, &mut env, now, 5, ToManager::NoChunk);
     // A quorum of the old layout but not of the prepared one: another round.
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.rounds, 2);
-    assert_eq!(m.outstanding, set(&[4, 5]));
+    assert_eq!(m.regen.rounds, 2);
+    assert_eq!(m.regen.outstanding, set(&[4, 5]));
     env.take();
     from_chunk(&mut m, &mut env, now, 4, ack(3));
     from_chunk(&mut m, &mut env, now, 5, ack(3));
@@ -1702,13 +1705,13 @@ fn gathering_chunks_two_prepares_of_one_epoch_require_quorum_of_each_layout() {
         prepared: Some(p.clone()),
     };
     from_chunk(&mut m, &mut env, now, 3, ack_with(&aborted));
-    assert_eq!(m.joint, vec![aborted.clone()]);
+    assert_eq!(m.regen.joint, vec![aborted.clone()]);
     assert!(to_chunks(&env.take()).is_empty());
     from_chunk(&mut m, &mut env, now, 1, ack_with(&committed));
     // The second layout of epoch 4 is joined and its new chunk acquired.
-    assert_eq!(m.joint, vec![aborted.clone(), committed.clone()]);
+    assert_eq!(m.regen.joint, vec![aborted.clone(), committed.clone()]);
     assert_eq!(to_chunks(&env.take()), vec![(c(4), acquire(3))]);
-    assert_eq!(m.outstanding, set(&[2, 4]));
+    assert_eq!(m.regen.outstanding, set(&[2, 4]));
     assert_eq!(m.state, S::GatheringChunks);
     // c(2) and c(4) are regularly leased by the manager of epoch 4.
     let nack4 = ToManager::Nack {
@@ -1746,9 +1749,9 @@ fn gathering_chunks_prepare_of_a_newer_epoch_replaces_the_joined_ones() {
     };
     from_chunk(&mut m, &mut env, T0, 1, ack_with(p(5, &[1, 2, 4])));
     from_chunk(&mut m, &mut env, T0, 2, ack_with(p(4, &[1, 2, 5])));
-    assert_eq!(m.joint, vec![p(5, &[1, 2, 4])]);
+    assert_eq!(m.regen.joint, vec![p(5, &[1, 2, 4])]);
     from_chunk(&mut m, &mut env, T0, 3, ack_with(p(6, &[1, 2, 3])));
-    assert_eq!(m.joint, vec![p(6, &[1, 2, 3])]);
+    assert_eq!(m.regen.joint, vec![p(6, &[1, 2, 3])]);
 }
 
 // ---- §5.3.11 gathered --------------------------------------------------------------
@@ -1760,7 +1763,7 @@ fn gathered_quorum_and_coverage_enters_gathering_leases() {
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.renewal_iffy, set(&[3]));
+    assert_eq!(m.regen.renewal_iffy, set(&[3]));
 }
 
 #[test]
@@ -1773,9 +1776,9 @@ fn gathered_no_quorum_no_better_starts_new_round() {
     from_chunk(&mut m, &mut env, now, 3, ToManager::NoChunk);
     let out = env.take();
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.rounds, 2);
-    assert_eq!(m.won, set(&[1]));
-    assert_eq!(m.outstanding, set(&[2, 3]));
+    assert_eq!(m.regen.rounds, 2);
+    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen.outstanding, set(&[2, 3]));
     assert_eq!(
         to_chunks(&out),
         vec![(c(2), acquire(3)), (c(3), acquire(3))]
@@ -1789,7 +1792,7 @@ fn gathered_no_quorum_with_better_manager_releases_and_goes_newly_awake() {
     // ids, epoch) to all chunks ∈ won, newly awake.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1]);
-    m.better.insert(N);
+    m.regen.better.insert(N);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     let out = env.take();
     assert_erased(&m);
@@ -1812,7 +1815,7 @@ fn gathered_after_max_rounds_releases_and_gives_up() {
     // never holds chunks forever.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1]);
-    m.rounds = timing().gather_rounds_max;
+    m.regen.rounds = timing().gather_rounds_max;
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     let out = env.take();
     assert_erased(&m);
@@ -1853,7 +1856,7 @@ fn gathering_leases_entry_transfers_remaining_leases() {
             }
         )]
     );
-    assert_eq!(m.renewal_iffy, set(&[3]));
+    assert_eq!(m.regen.renewal_iffy, set(&[3]));
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
     assert_eq!(m.timeout.get(&c(3)), Some(&(now + timing().msg_timeout)));
 }
@@ -1912,8 +1915,8 @@ fn gathering_leases_chunkfail_keeping_quorum_stays() {
     m.chunkfail.insert(c(5), T0 + ms(50));
     m.on_tick(&mut env.ctx(T0 + ms(50)));
     assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.renewal_iffy, set(&[4]));
-    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert_eq!(m.regen.renewal_iffy, set(&[4]));
+    assert_eq!(m.regen.won, set(&[1, 2, 3]));
     assert!(env.take().is_empty());
 }
 
@@ -1959,8 +1962,8 @@ fn gathering_leases_transfer_ack_last_starts_recovery_transition() {
     };
     from_chunk(&mut m, &mut env, T0, 3, tack);
     let out = env.take();
-    assert_eq!(m.won, set(&[1, 2, 3]));
-    assert!(m.renewal_iffy.is_empty());
+    assert_eq!(m.regen.won, set(&[1, 2, 3]));
+    assert!(m.regen.renewal_iffy.is_empty());
     assert_eq!(m.state, S::RecoveryReconciling);
     assert_eq!(
         epoch_transitions(&out),
@@ -1993,9 +1996,9 @@ fn gathering_leases_transfer_ack_reporting_a_prepare_joins_its_layout() {
     };
     from_chunk(&mut m, &mut env, T0, 3, tack);
     let out = env.take();
-    assert_eq!(m.joint, vec![p]);
+    assert_eq!(m.regen.joint, vec![p]);
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.won, set(&[1, 2, 3]));
+    assert_eq!(m.regen.won, set(&[1, 2, 3]));
     assert!(epoch_transitions(&out).is_empty());
     assert_eq!(
         chunks_sent(&out, |x| matches!(x, ToChunk::Acquire { .. })),
@@ -2016,8 +2019,8 @@ fn gathering_leases_transfer_ack_with_more_outstanding_stays() {
     };
     from_chunk(&mut m, &mut env, T0, 5, tack);
     assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.renewal_iffy, set(&[4]));
-    assert_eq!(m.won, set(&[1, 2, 3, 5]));
+    assert_eq!(m.regen.renewal_iffy, set(&[4]));
+    assert_eq!(m.regen.won, set(&[1, 2, 3, 5]));
     assert!(!m.timeout.contains_key(&c(5)));
     assert!(env.take().is_empty());
 }
@@ -2037,7 +2040,7 @@ fn gathering_leases_transfer_ack_for_other_epoch_or_manager_is_ignored() {
         from_chunk(&mut m, &mut env, T0, 3, tack);
     }
     assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.renewal_iffy, set(&[3]));
+    assert_eq!(m.regen.renewal_iffy, set(&[3]));
     assert!(env.take().is_empty());
 }
 
@@ -2049,7 +2052,7 @@ fn gathering_leases_nack_gives_up_the_transfer() {
     let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Recovery));
     assert_eq!(m.state, S::RecoveryReconciling);
-    assert_eq!(m.won, set(&[1, 2]));
+    assert_eq!(m.regen.won, set(&[1, 2]));
     assert_eq!(
         m.tx.as_ref().map(|t| t.participants.clone()),
         Some(set(&[1, 2]))
@@ -2110,7 +2113,7 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
         metadata: md(&[3, 4, 5]),
         new_mgr: N,
     };
-    m.joint = vec![aborted.clone()];
+    m.regen.joint = vec![aborted.clone()];
     let now = T0 + ms(5);
     let late = ToManager::Ack {
         epoch: e(3),
@@ -2121,10 +2124,10 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
     assert!(epoch_transitions(&out).is_empty(), "{out:?}");
     assert!(m.tx.is_none());
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.joint, vec![aborted, other]);
-    assert_eq!(m.won, set(&[1, 2, 3]));
-    assert!(m.renewal_iffy.is_empty());
-    assert_eq!(m.outstanding, set(&[4, 5]));
+    assert_eq!(m.regen.joint, vec![aborted, other]);
+    assert_eq!(m.regen.won, set(&[1, 2, 3]));
+    assert!(m.regen.renewal_iffy.is_empty());
+    assert_eq!(m.regen.outstanding, set(&[4, 5]));
     assert_eq!(
         to_chunks(&out),
         vec![(c(4), acquire(3)), (c(5), acquire(3))]
@@ -2167,7 +2170,7 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_won_goes_on_above_it()
     };
     from_chunk(&mut m, &mut env, T0, 3, late);
     assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.outstanding, set(&[4, 5]));
+    assert_eq!(m.regen.outstanding, set(&[4, 5]));
     env.take();
     from_chunk(&mut m, &mut env, T0, 4, ack(3));
     assert!(epoch_transitions(&env.take()).is_empty());
@@ -2238,10 +2241,10 @@ fn gathering_leases_late_ack_conditional_from_newer_epoch_moves_recovery_forward
     assert!(epoch_transitions(&out).is_empty());
     assert_eq!(m.state, S::GatheringChunks);
     assert_eq!((m.epoch, m.metadata.clone()), (e(4), md(&[2, 4, 5])));
-    assert_eq!(m.won, set(&[1, 2, 4]));
-    assert!(m.renewal_iffy.is_empty());
+    assert_eq!(m.regen.won, set(&[1, 2, 4]));
+    assert!(m.regen.renewal_iffy.is_empty());
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.outstanding, set(&[5]));
+    assert_eq!(m.regen.outstanding, set(&[5]));
     assert_eq!(to_chunks(&out), vec![(c(5), acquire(4))]);
 }
 
@@ -2252,18 +2255,18 @@ fn gathering_leases_timeout_of_a_joined_chunk_drops_it_from_outstanding() {
     // no longer outstanding, so a later return to gathering chunks does not wait for it.
     let mut env = Env::new(M);
     let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[]);
-    m.outstanding.insert(c(4));
+    m.regen.outstanding.insert(c(4));
     m.timeout.insert(c(4), T0 + timing().msg_timeout);
     m.on_tick(&mut env.ctx(T0 + timing().msg_timeout));
-    assert!(m.outstanding.is_empty());
+    assert!(m.regen.outstanding.is_empty());
 }
 
 // ---- §5.3.13 recovery reconciling, §5.3.14 recovery transition ---------------------
 
 fn recovering(participants: &[u64]) -> Manager {
     let mut m = manager(S::RecoveryReconciling, 3);
-    m.rounds = 1;
-    m.won = set(participants);
+    m.regen.rounds = 1;
+    m.regen.won = set(participants);
     m.tx = Some(tx(TxKind::Recovery, 4, layout(), set(participants)));
     m
 }
@@ -2296,7 +2299,7 @@ fn recovery_transition_commit_enters_manager_in_next_epoch() {
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.epoch, e(4));
     assert!(m.failed.is_empty());
-    assert!(m.won.is_empty());
+    assert!(m.regen.won.is_empty());
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
     assert_eq!(
@@ -2417,7 +2420,7 @@ fn recovery_reconciling_late_ack_with_known_or_held_prepare_goes_on() {
     let mut env = Env::new(M);
     let mut m = recovering(&[1, 2]);
     m.tx.as_mut().expect("tx").new_epoch = e(5);
-    m.joint = vec![Prepared {
+    m.regen.joint = vec![Prepared {
         new_epoch: e(4),
         metadata: layout(),
         new_mgr: N,
@@ -2587,7 +2590,7 @@ fn manager_relayout_asked_while_a_batch_is_in_flight_starts_when_it_completes() 
     let out = env.take();
     assert_eq!(replies(&out).len(), 1, "the write is answered");
     assert_eq!(m.state, S::RelayoutReconciling);
-    assert_eq!(m.new_metadata_log, Some(new));
+    assert_eq!(m.migration.new_metadata_log, Some(new));
     assert_eq!(m.policy.deferred, None);
 }
 
@@ -2687,14 +2690,15 @@ fn speculative_tables_share_the_committed_ones_once_everything_is_committed() {
         c.run_for(Duration::from_millis(20));
         let m = c.devices.get_mut(&d).expect("device").manager_mut(store);
         assert!(
-            m.queue.is_empty() && m.inflight.is_none(),
+            m.host.queue.is_empty() && m.host.inflight.is_none(),
             "write {i} not committed"
         );
-        assert_eq!(m.speculative, m.data.table);
-        if m.speculative
+        assert_eq!(m.host.speculative, m.host.data.table);
+        if m.host
+            .speculative
             .registers
             .entries
-            .ptr_eq(&m.data.table.registers.entries)
+            .ptr_eq(&m.host.data.table.registers.entries)
         {
             shared += 1;
         }

@@ -236,13 +236,13 @@ pub(crate) fn managing(epoch: u64) -> Manager {
 pub(crate) fn gathering(epoch: u64, outstanding: &[u64], won: &[u64]) -> Manager {
     let t = timing();
     let mut m = manager(MgrState::GatheringChunks, epoch);
-    m.rounds = 1;
+    m.regen.rounds = 1;
     for k in set(outstanding) {
-        m.outstanding.insert(k);
+        m.regen.outstanding.insert(k);
         m.timeout.insert(k, T0 + t.msg_timeout);
     }
     for k in set(won) {
-        m.won.insert(k);
+        m.regen.won.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
     }
     m
@@ -259,13 +259,13 @@ pub(crate) fn gathering_leases(
     let t = timing();
     let mut m = manager(MgrState::GatheringLeases, epoch);
     m.metadata = metadata;
-    m.rounds = 1;
+    m.regen.rounds = 1;
     for k in set(won) {
-        m.won.insert(k);
+        m.regen.won.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
     }
     for k in set(iffy) {
-        m.renewal_iffy.insert(k);
+        m.regen.renewal_iffy.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
         m.timeout.insert(k, T0 + t.msg_timeout);
     }

@@ -28,7 +28,7 @@ impl Manager {
                     // that missed the commit (simulator seed 80994: collecting such members
                     // left the store without a manager forever), so it ignores the help;
                     // a manager of the store answers it (lose, or acquire if a member).
-                } else if let Some(f) = self.forwarding.take() {
+                } else if let Some(f) = self.migration.forwarding.take() {
                     // Tenure: we migrated out; point the chunk at the new manager once.
                     self.to_chunk(ctx, c, ToChunk::Redirect { new_mgr: f });
                 } else {
@@ -87,14 +87,8 @@ impl Manager {
             }
             // SafeTalk ACCEPTED (LA/RA).
             (S::Manager, ToManager::Accepted { epoch, upto }) => {
-                if epoch == self.epoch
-                    && let Some(b) = self.inflight.as_mut()
-                    && b.ops.last().is_some_and(|(v, _)| *v <= upto)
-                {
-                    b.waiting.remove(&c);
-                    if ctx.cfg.planted.confirm_before_all_accepted {
-                        b.waiting.clear();
-                    }
+                let all = ctx.cfg.planted.confirm_before_all_accepted;
+                if epoch == self.epoch && self.host.accepted(c, upto, all) {
                     self.try_complete(ctx);
                 }
             }
@@ -129,18 +123,18 @@ impl Manager {
             }
             // §5.3.10 gathering chunks: nochunk
             (S::GatheringChunks, ToManager::NoChunk) => {
-                self.outstanding.remove(&c);
+                self.regen.outstanding.remove(&c);
                 self.timeout.remove(&c);
                 self.check_gathered(ctx);
             }
             // §5.3.10 / §5.3.12: recovery renewal request
             (S::GatheringChunks, ToManager::RecoveryRenewalRequest { .. }) => {
-                if self.won.contains(&c) {
+                if self.regen.won.contains(&c) {
                     self.renew(ctx, c);
                 }
             }
             (S::GatheringLeases, ToManager::RecoveryRenewalRequest { .. }) => {
-                if self.won.contains(&c) || self.renewal_iffy.contains(&c) {
+                if self.regen.won.contains(&c) || self.regen.renewal_iffy.contains(&c) {
                     self.renew(ctx, c);
                 }
             }
@@ -148,26 +142,26 @@ impl Manager {
             (S::GatheringChunks, ToManager::Help { epoch, .. }) => {
                 if epoch < self.epoch && !self.all_chunks().contains(&c) {
                     self.to_chunk(ctx, c, ToChunk::Lose);
-                } else if !self.outstanding.contains(&c) {
-                    self.won.remove(&c);
+                } else if !self.regen.outstanding.contains(&c) {
+                    self.regen.won.remove(&c);
                     self.acquire(ctx, c);
                 }
             }
             // §5.3.10 gathering chunks: nack (precedence arbitration)
             (S::GatheringChunks, ToManager::Nack { mgr, lease, .. }) => {
-                self.outstanding.remove(&c);
+                self.regen.outstanding.remove(&c);
                 self.timeout.remove(&c);
                 let me = ctx.me();
                 match (lease, mgr) {
                     (_, Some(m)) if m == me => {}
                     (LeaseType::Regular, Some(m)) => {
-                        self.better.insert(m);
+                        self.regen.better.insert(m);
                     }
                     (_, Some(m)) => {
                         if precedence(self.store, m) > precedence(self.store, me) {
-                            self.better.insert(m);
+                            self.regen.better.insert(m);
                         } else {
-                            self.lesser.insert(m);
+                            self.regen.lesser.insert(m);
                         }
                     }
                     (_, None) => {}
@@ -192,13 +186,13 @@ impl Manager {
                     prepared,
                 },
             ) => {
-                if epoch == self.epoch && mgr == ctx.me() && self.renewal_iffy.contains(&c) {
+                if epoch == self.epoch && mgr == ctx.me() && self.regen.renewal_iffy.contains(&c) {
                     self.timeout.remove(&c);
                     if prepared.as_ref().is_some_and(|p| self.would_join(p)) {
                         self.late_ack_gathering_leases(ctx, c, None, prepared);
                     } else {
-                        self.renewal_iffy.remove(&c);
-                        self.won.insert(c);
+                        self.regen.renewal_iffy.remove(&c);
+                        self.regen.won.insert(c);
                         self.check_leases_gathered(ctx);
                     }
                 }
@@ -206,11 +200,11 @@ impl Manager {
             // Tenure: a refused transfer, or a refused acquire of a joined layout's chunk,
             // while gathering leases.
             (S::GatheringLeases, ToManager::Nack { .. } | ToManager::NoChunk) => {
-                if self.renewal_iffy.remove(&c) {
+                if self.regen.renewal_iffy.remove(&c) {
                     self.timeout.remove(&c);
                     self.chunkfail.remove(&c);
                     self.check_leases_gathered(ctx);
-                } else if self.outstanding.remove(&c) {
+                } else if self.regen.outstanding.remove(&c) {
                     self.timeout.remove(&c);
                 }
             }

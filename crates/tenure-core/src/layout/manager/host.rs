@@ -1,20 +1,62 @@
-//! Replication of the store (SafeTalk group commit): changes queued, sent in batches to
-//! every live chunk, answered when every one accepted them; barriers for reads.
+//! The store host: replication of the store this device manages (SafeTalk group commit).
+//! Changes are sequenced and decided on the speculative tables, queued, sent in batches
+//! to every live chunk, and applied to the committed state when every one accepted them;
+//! a read waits for a batch as its barrier.
+//!
+//! [`StoreHost`] holds that state and returns what happened (a change's [`OpResult`], a
+//! completed batch's replies); it does not interpret lock results or send messages. The
+//! manager ([`Manager`]) composes it with its role (which chunks are live, the epoch),
+//! its clients ([`super::requests::Clients`]: who waits for what) and its objects.
 
-use super::requests::{lock_error, release_error};
 use super::*;
+use crate::config::PlantedBugs;
 use crate::ctx::Ctx;
 use crate::data::{OpResult, StoreOp};
 use crate::error::ClientError;
 use crate::ids::Version;
-use crate::ids::{ChunkId, ClientId};
+use crate::ids::{ChunkId, ClientId, Epoch, StoreId};
 use crate::io::Output;
 use crate::io::observation::Observation;
 use crate::io::request::Response;
-use crate::lockctl::{Acquired, LockOp, LockOpResult};
+use crate::layout::ack_timer::AckTimer;
+use crate::lockctl::LockOp;
 use crate::msg::ToChunk;
 use crate::time::Instant;
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// One store's replication state at its manager.
+#[derive(Clone, Debug, Default)]
+pub struct StoreHost {
+    /// The store's state as this manager knows it: every change every live chunk has
+    /// accepted.
+    pub data: StoreData,
+    /// Sequence number of the last change ordered in this epoch.
+    pub seq: u64,
+    /// Changes waiting for the batch in flight to finish (group commit).
+    pub queue: Vec<Queued>,
+    /// The tables with every submitted change applied (the controller decides on this
+    /// copy; `data` holds only what every live chunk has accepted).
+    pub speculative: Tables,
+    /// The batch in flight.
+    pub inflight: Option<Batch>,
+    /// The measured batch round times: how long the next batch waits for ACCEPTED.
+    pub ack_timer: AckTimer,
+    /// Batches completed since `speculative` last shared `data`'s tables
+    /// ([`StoreHost::share_speculative`]).
+    pub unshared: u32,
+    /// Changes being submitted for one request are held until the last is queued, so
+    /// they leave in one batch (an object upload's changes).
+    pub hold: bool,
+}
+
+/// What a batch accepted by every live chunk released.
+pub struct Completed {
+    /// `WriteAcked` for each register write it applied (checkers' view), in order.
+    pub acked: Vec<Observation>,
+    /// The replies it held (durable before acknowledged).
+    pub replies: Vec<Output>,
+}
 
 /// A change waiting to be sent: its sequence number and the replies it releases.
 #[derive(Clone, Debug)]
@@ -58,12 +100,195 @@ impl Batch {
     }
 }
 
-impl Manager {
+impl StoreHost {
     /// Whether changes are in flight or queued (layout changes wait for quiet).
-    pub(super) fn busy(&self) -> bool {
+    pub fn busy(&self) -> bool {
         self.inflight.is_some() || !self.queue.is_empty()
     }
 
+    /// A new epoch managed from the committed state: sequence numbers start again, and
+    /// the speculative tables are the committed ones.
+    pub fn begin_epoch(&mut self) {
+        self.seq = 0;
+        self.speculative = self.data.table.clone();
+    }
+
+    /// Sequence a change and decide it on the speculative tables.
+    pub fn sequence(
+        &mut self,
+        epoch: Epoch,
+        op: &StoreOp,
+        planted: &PlantedBugs,
+    ) -> (Version, OpResult) {
+        self.seq += 1;
+        let version = Version {
+            epoch,
+            seq: self.seq,
+        };
+        let locks = &mut self.speculative.locks;
+        locks.plant_skip_conflicts(planted.skip_conflict_check);
+        locks.plant_ignore_cover(planted.ignore_cover);
+        let result = self.speculative.execute(version, op);
+        (version, result)
+    }
+
+    /// Queue a sequenced change with the replies it releases.
+    pub fn enqueue(&mut self, version: Version, op: StoreOp, replies: Vec<Output>) {
+        self.queue.push(Queued {
+            version,
+            op,
+            replies,
+        });
+    }
+
+    /// Whether the next batch may leave now.
+    pub fn ready_to_send(&self) -> bool {
+        self.inflight.is_none() && !self.hold
+    }
+
+    /// Release `out` with the last queued or sent change.
+    ///
+    /// # Panics
+    /// If nothing is queued or in flight (callers queue a barrier first).
+    pub fn attach(&mut self, out: Output) {
+        match (self.queue.last_mut(), self.inflight.as_mut()) {
+            (Some(q), _) => q.replies.push(out),
+            (None, Some(b)) => b.replies.push(out),
+            (None, None) => unreachable!("a barrier was just queued or sent"),
+        }
+    }
+
+    /// The version of the last queued or sent change (the one a barrier rides on).
+    pub fn barrier_version(&self) -> Option<Version> {
+        match (self.queue.last(), self.inflight.as_ref()) {
+            (Some(q), _) => Some(q.version),
+            (None, Some(b)) => b.ops.last().map(|(v, _)| *v),
+            (None, None) => None,
+        }
+    }
+
+    /// Group commit: take the queued changes (block data bounded by `limit` bytes per
+    /// batch, the rest waits) as the batch in flight, waiting for `live` until
+    /// `now + wait`. Returns whether a batch left; the caller sends its ACCEPT.
+    pub fn start_batch(
+        &mut self,
+        live: BTreeSet<ChunkId>,
+        limit: usize,
+        now: Instant,
+        wait: Duration,
+    ) -> bool {
+        if self.queue.is_empty() || self.inflight.is_some() {
+            return false;
+        }
+        let mut bytes = 0;
+        let take = (self.queue.iter())
+            .take_while(|q| {
+                let first = bytes == 0;
+                bytes += q.op.data_len().max(1);
+                first || bytes <= limit
+            })
+            .count();
+        let rest = self.queue.split_off(take);
+        let queued = std::mem::replace(&mut self.queue, rest);
+        let mut ops = Vec::with_capacity(queued.len());
+        let mut replies = Vec::new();
+        for q in queued {
+            ops.push((q.version, q.op));
+            replies.extend(q.replies);
+        }
+        self.inflight = Some(Batch {
+            ops,
+            replies,
+            waiting: live,
+            deadline: now + wait,
+            sent: now,
+        });
+        true
+    }
+
+    /// A chunk's ACCEPTED up to `upto` in the current epoch: it no longer holds up the
+    /// batch in flight if it covers the batch. `all` (a planted bug) counts it for every
+    /// chunk. Returns whether it covered the batch.
+    pub fn accepted(&mut self, chunk: ChunkId, upto: Version, all: bool) -> bool {
+        let Some(b) = self.inflight.as_mut() else {
+            return false;
+        };
+        if b.ops.last().is_none_or(|(v, _)| *v > upto) {
+            return false;
+        }
+        b.waiting.remove(&chunk);
+        if all {
+            b.waiting.clear();
+        }
+        true
+    }
+
+    /// A chunk failed: batches no longer wait for it.
+    pub fn forget_chunk(&mut self, chunk: ChunkId) {
+        if let Some(b) = self.inflight.as_mut() {
+            b.waiting.remove(&chunk);
+        }
+    }
+
+    /// When every live chunk has accepted the batch in flight: apply it to the committed
+    /// state and release its replies. `sample` feeds its round time to the ack timer.
+    pub fn complete(&mut self, store: StoreId, now: Instant, sample: bool) -> Option<Completed> {
+        if !self.inflight.as_ref().is_some_and(|b| b.waiting.is_empty()) {
+            return None;
+        }
+        let b = self.inflight.take().expect("checked");
+        if sample && now <= b.deadline {
+            self.ack_timer.sample(b.sent, now);
+        }
+        let mut acked = Vec::new();
+        for (v, op) in b.ops {
+            if let StoreOp::Register { key, value } = op {
+                acked.push(Observation::WriteAcked {
+                    store,
+                    key,
+                    version: v,
+                    value,
+                });
+            }
+            self.data.accept(v, op);
+            self.data.confirm(v);
+        }
+        self.unshared = self.unshared.saturating_add(1);
+        Some(Completed {
+            acked,
+            replies: b.replies,
+        })
+    }
+
+    /// Every reply still held by a queued or sent change (they were not acknowledged),
+    /// emptying both.
+    pub fn take_pending(&mut self) -> Vec<Output> {
+        let mut pending: Vec<Output> = self.inflight.take().map(|b| b.replies).unwrap_or_default();
+        for q in std::mem::take(&mut self.queue) {
+            pending.extend(q.replies);
+        }
+        pending
+    }
+
+    /// With nothing queued or in flight, every change applied to the speculative tables
+    /// has been applied, in the same order and by the same code (`Tables::execute`), to
+    /// the committed ones: they hold the same. Every
+    /// [`crate::io::persist::SHARE_TABLES_EVERY`] batches `speculative` takes `data`'s
+    /// tables again (an O(1) clone of persistent maps), so the two share their nodes
+    /// instead of drifting into two copies of the store. Not with a planted lock-table bug
+    /// (`planted`), which acts on `speculative` only.
+    pub fn share_speculative(&mut self, planted: bool) {
+        if self.unshared < crate::io::persist::SHARE_TABLES_EVERY || self.busy() || planted {
+            return;
+        }
+        self.unshared = 0;
+        self.speculative = self.data.table.clone();
+    }
+}
+
+/// The manager's use of its host: the role decides which chunks are live and the epoch,
+/// the clients ([`super::requests::Clients`]) decide what each result answers.
+impl Manager {
     /// Answer a read (or a keep-alive) only after a SafeTalk batch sent after it arrived
     /// has been accepted by every live chunk, in this epoch (a read barrier, like etcd's
     /// ReadIndex). The answer is taken now from the applied tables, which hold every
@@ -71,8 +296,8 @@ impl Manager {
     /// an epoch when the chunks accepted it, so nothing newer was answered elsewhere.
     /// A chunk accepts in this epoch only after committing it with the merged state, so
     /// the barrier also waits out the epoch's first batch. Without it, a manager deposed
-    /// while paused or cut off kept answering from old state (seed 35561) and a new
-    /// manager could show state durable on one chunk only (seed 5094).
+    /// while paused or cut off kept answering from old state, and a new manager could
+    /// show state durable on one chunk only.
     ///
     /// The barrier rides on the next queued change if there is one, else on a lock-table
     /// tick (which acts on due deadlines and changes nothing else).
@@ -83,44 +308,31 @@ impl Manager {
         req_id: u64,
         result: Result<Response, ClientError>,
     ) {
-        let reply = Output::Reply {
-            client,
-            req_id,
-            result,
-        };
-        if self.queue.is_empty() {
+        if self.host.queue.is_empty() {
             let at = self.store_now(ctx.now);
-            self.lock_tick_at = self.lock_tick_at.max(at);
+            self.clients.lock_tick_at = self.clients.lock_tick_at.max(at);
             let op = StoreOp::Lock {
                 op: LockOp::Tick,
                 at,
             };
             self.submit_op(ctx, op, Vec::new());
         }
-        match (self.queue.last_mut(), self.inflight.as_mut()) {
-            (Some(q), _) => q.replies.push(reply),
-            (None, Some(b)) => b.replies.push(reply),
-            (None, None) => unreachable!("the barrier was just queued or sent"),
-        }
+        self.host.attach(Output::Reply {
+            client,
+            req_id,
+            result,
+        });
     }
 
     /// Release `out` with the last barrier's answer ([`Manager::after_barrier`], which
     /// must have just been called).
     pub(crate) fn with_barrier(&mut self, out: Output) {
-        match (self.queue.last_mut(), self.inflight.as_mut()) {
-            (Some(q), _) => q.replies.push(out),
-            (None, Some(b)) => b.replies.push(out),
-            (None, None) => unreachable!("a barrier was just queued or sent"),
-        }
+        self.host.attach(out);
     }
 
     /// The version of the change the last barrier rides on.
     pub(crate) fn barrier_version(&self) -> Option<Version> {
-        match (self.queue.last(), self.inflight.as_ref()) {
-            (Some(q), _) => Some(q.version),
-            (None, Some(b)) => b.ops.last().map(|(v, _)| *v),
-            (None, None) => None,
-        }
+        self.host.barrier_version()
     }
 
     /// Submit a change for a client: decided now on the speculative tables, answered
@@ -140,207 +352,56 @@ impl Manager {
     /// Sequence a change, decide it on the speculative tables, and queue it with the
     /// replies it releases (the first placeholder reply, if any, is filled in with the
     /// change's own result; waiters it grants or ends are answered too).
-    pub(crate) fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, mut replies: Vec<Output>) {
-        self.seq += 1;
-        let version = Version {
-            epoch: self.epoch,
-            seq: self.seq,
-        };
-        self.speculative
-            .locks
-            .plant_skip_conflicts(ctx.cfg.planted.skip_conflict_check);
-        self.speculative
-            .locks
-            .plant_ignore_cover(ctx.cfg.planted.ignore_cover);
-        let result = self.speculative.execute(version, &op);
-        let store = self.store;
-        let (own, grants, ended) = match result {
-            OpResult::Written => (Ok(Response::Written { version }), vec![], vec![]),
-            OpResult::SessionOpened(session) => {
-                let StoreOp::SessionOpen { ttl } = op else {
-                    unreachable!("session opened by its op")
-                };
-                self.liveness.opened(session, ttl, ctx.now);
-                (Ok(Response::SessionOpened { session, ttl }), vec![], vec![])
-            }
-            OpResult::SessionEnded(r) => {
-                if let StoreOp::SessionEnd {
-                    session, expired, ..
-                } = &op
-                {
-                    self.liveness.expired(*session);
-                    // Checkers see the end decided (its locks will be released by this
-                    // change, before any message carries it) and, once durable, applied.
-                    ctx.observe(Observation::SessionEnding {
-                        store,
-                        session: *session,
-                        expired: *expired,
-                        released: r.released.iter().map(|x| x.name.to_string()).collect(),
-                    });
-                    replies.push(Output::Observe(Observation::SessionEnded {
-                        store,
-                        session: *session,
-                        expired: *expired,
-                    }));
-                }
-                (Ok(Response::SessionClosed), r.granted, r.cancelled)
-            }
-            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Granted(g)))) => {
-                (Ok(Response::Granted { token: g.token }), vec![], vec![])
-            }
-            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Queued { .. }))) => {
-                // Answered when granted (or when the wait ends).
-                if let (
-                    StoreOp::Lock {
-                        op: LockOp::Acquire(a),
-                        ..
-                    },
-                    Some(Output::Reply { client, req_id, .. }),
-                ) = (&op, replies.first())
-                {
-                    self.waiters
-                        .insert((a.session, a.request_id.0), (*client, *req_id));
-                }
-                replies.clear();
-                (Err(ClientError::Unavailable { store }), vec![], vec![])
-            }
-            OpResult::Lock(LockOpResult::Acquire(Err(e))) => (Err(lock_error(&e)), vec![], vec![]),
-            OpResult::Lock(LockOpResult::Release(Ok(grants))) => {
-                (Ok(Response::Released), grants, vec![])
-            }
-            OpResult::Lock(LockOpResult::Release(Err(e))) => {
-                (Err(release_error(&e)), vec![], vec![])
-            }
-            OpResult::Lock(LockOpResult::Wakeups(w)) => {
-                (Err(ClientError::Unavailable { store }), w.granted, w.ended)
-            }
-            OpResult::Lock(LockOpResult::Session(r)) => (
-                Err(ClientError::Unavailable { store }),
-                r.granted,
-                r.cancelled,
-            ),
-            OpResult::Lock(LockOpResult::Epoch(_)) | OpResult::Renewed => {
-                (Err(ClientError::Unavailable { store }), vec![], vec![])
-            }
-            OpResult::Refused(e) => (Err(e), vec![], vec![]),
-            OpResult::Object(r) => (crate::objects::mgr::object_response(&op, r), vec![], vec![]),
-        };
-        if let Some(Output::Reply { result, .. }) = replies.first_mut() {
-            *result = own;
-        }
-        let now = ctx.now;
-        for g in grants {
-            if let Some((client, req_id)) = self.waiters.remove(&(g.session, g.request_id.0)) {
-                // A wait that ends after the session's deadline is not a grant.
-                let result = if self.liveness.alive(g.session, now) {
-                    Ok(Response::Granted { token: g.token })
-                } else {
-                    Err(ClientError::SessionExpired)
-                };
-                replies.push(Output::Reply {
-                    client,
-                    req_id,
-                    result,
-                });
-            }
-        }
-        for e in ended {
-            if let Some((client, req_id)) = self.waiters.remove(&(e.session, e.request_id.0)) {
-                replies.push(Output::Reply {
-                    client,
-                    req_id,
-                    result: Err(lock_error(&e.error)),
-                });
-            }
-        }
-        self.queue.push(Queued {
-            version,
-            op,
-            replies,
-        });
-        // An object upload's changes are queued together and leave in one batch.
-        if self.inflight.is_none() && !self.objects.hold {
+    pub(crate) fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, replies: Vec<Output>) {
+        let (version, result) = self.host.sequence(self.epoch, &op, &ctx.cfg.planted);
+        let replies = (self.clients).answers(ctx, self.store, &op, version, result, replies);
+        self.host.enqueue(version, op, replies);
+        if self.host.ready_to_send() {
             self.flush(ctx);
         }
     }
 
     /// Group commit: send every queued change in one ACCEPT, with a piggybacked CONFIRM.
     pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        if self.queue.is_empty() || self.inflight.is_some() {
+        let t = &ctx.cfg.timing;
+        let wait = (self.host.ack_timer).timeout(t.ack_timeout, t.ack_timeout_longest());
+        let live = self.live();
+        let limit = ctx.cfg.objects.max_batch_bytes;
+        if !self.host.start_batch(live, limit, ctx.now, wait) {
             return;
         }
-        // Block data is bounded per batch (a frame must stay well under the transport's
-        // limit); the rest waits for the next batch.
-        let mut bytes = 0;
-        let limit = ctx.cfg.objects.max_batch_bytes;
-        let take = (self.queue.iter())
-            .take_while(|q| {
-                let first = bytes == 0;
-                bytes += q.op.data_len().max(1);
-                first || bytes <= limit
-            })
-            .count();
-        let rest = self.queue.split_off(take);
-        let queued = std::mem::replace(&mut self.queue, rest);
-        let mut ops = Vec::with_capacity(queued.len());
-        let mut replies = Vec::new();
-        for q in queued {
-            ops.push((q.version, q.op));
-            replies.extend(q.replies);
-        }
-        let live = self.live();
-        let (epoch, confirm) = (self.epoch, self.data.confirmed);
-        for c in &live {
+        let b = self.host.inflight.as_ref().expect("just started");
+        let (epoch, confirm) = (self.epoch, self.host.data.confirmed);
+        for c in &b.waiting {
             self.to_chunk(
                 ctx,
                 *c,
                 ToChunk::Accept {
                     epoch,
-                    ops: ops.clone(),
+                    ops: b.ops.clone(),
                     confirm,
                 },
             );
         }
-        let t = &ctx.cfg.timing;
-        let wait = (self.ack_timer).timeout(t.ack_timeout, t.ack_timeout_longest());
-        self.inflight = Some(Batch {
-            ops,
-            replies,
-            waiting: live,
-            deadline: ctx.now + wait,
-            sent: ctx.now,
-        });
     }
 
     /// When every live chunk has accepted the batch: apply it, answer the clients, and
     /// confirm (piggybacked on the next batch, or on its own if nothing is queued).
     pub(super) fn try_complete(&mut self, ctx: &mut Ctx<'_>) {
-        if !self.inflight.as_ref().is_some_and(|b| b.waiting.is_empty()) {
-            return;
-        }
-        let b = self.inflight.take().expect("checked");
         let t = &ctx.cfg.timing;
-        if t.ack_timeout_max > t.ack_timeout && ctx.now <= b.deadline {
-            self.ack_timer.sample(b.sent, ctx.now);
+        let sample = t.ack_timeout_max > t.ack_timeout;
+        let Some(done) = self.host.complete(self.store, ctx.now, sample) else {
+            return;
+        };
+        for o in done.acked {
+            ctx.observe(o);
         }
-        for (v, op) in b.ops {
-            if let StoreOp::Register { key, value } = op {
-                ctx.observe(Observation::WriteAcked {
-                    store: self.store,
-                    key,
-                    version: v,
-                    value,
-                });
-            }
-            self.data.accept(v, op);
-            self.data.confirm(v);
-        }
-        ctx.out.extend(b.replies);
+        ctx.out.extend(done.replies);
         self.objects_applied(ctx);
-        self.unshared = self.unshared.saturating_add(1);
-        self.share_speculative(ctx);
-        if self.queue.is_empty() {
-            let (epoch, upto) = (self.epoch, self.data.confirmed);
+        let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
+        self.host.share_speculative(planted);
+        if self.host.queue.is_empty() {
+            let (epoch, upto) = (self.epoch, self.host.data.confirmed);
             for c in self.live() {
                 self.to_chunk(ctx, c, ToChunk::Confirm { epoch, upto });
             }
@@ -348,21 +409,5 @@ impl Manager {
             self.flush(ctx);
         }
         self.start_deferred(ctx);
-    }
-
-    /// With nothing queued or in flight, every change applied to the speculative tables
-    /// has been applied, in the same order and by the same code (`Tables::execute`), to
-    /// the committed ones: they hold the same. Every [`crate::io::persist::SHARE_TABLES_EVERY`]
-    /// batches `speculative` takes `data`'s tables again (an O(1) clone of persistent maps),
-    /// so the two share their nodes instead of drifting into two copies of the store.
-    /// Not with a planted lock-table bug, which acts on `speculative` only.
-    pub(super) fn share_speculative(&mut self, ctx: &Ctx<'_>) {
-        let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
-        let pending = !self.queue.is_empty() || self.inflight.is_some();
-        if self.unshared < crate::io::persist::SHARE_TABLES_EVERY || pending || planted {
-            return;
-        }
-        self.unshared = 0;
-        self.speculative = self.data.table.clone();
     }
 }

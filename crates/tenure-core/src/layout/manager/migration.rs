@@ -8,6 +8,25 @@ use crate::layout::{Metadata, MgrState};
 use crate::msg::{MgrMsg, Msg, ToChunk};
 use std::collections::BTreeSet;
 
+/// The variables of §5.1 a migration of the role (out of this manager, or into it) and a
+/// relayout work with. `forwarding` outlives the migration: the role is reset to none
+/// keeping it, so chunks that ask are pointed at the new manager.
+#[derive(Clone, Debug, Default)]
+pub struct Migration {
+    /// Forwarding address (after migrating out).
+    pub forwarding: Option<DeviceId>,
+    /// Migration destination.
+    pub new_mgr: Option<DeviceId>,
+    /// Previous manager (migration).
+    pub old_mgr: Option<DeviceId>,
+    /// New metadata log (relayout).
+    pub new_metadata_log: Option<Metadata>,
+    /// Tenure: out-of-transition gives up at this time.
+    pub out_deadline: Option<Instant>,
+    /// Tenure: the migration attempt this manager is handing off.
+    pub out_tx: Option<u64>,
+}
+
 impl Manager {
     /// The epoch of the next transition this manager starts: above its own and above
     /// every epoch a chunk reported prepared ([`Self::prepared_floor`]).
@@ -20,14 +39,14 @@ impl Manager {
         if self.state != MgrState::Manager || node == ctx.me() {
             return false;
         }
-        if self.busy() {
+        if self.host.busy() {
             self.defer(ctx, Deferred::Migrate(node));
             return false;
         }
         self.fail_writes(ctx);
         let new_epoch = self.next_epoch();
         let tx = ctx.rng.next_u64();
-        self.out_tx = Some(tx);
+        self.migration.out_tx = Some(tx);
         ctx.send(
             node,
             Msg::Mgr {
@@ -38,7 +57,7 @@ impl Manager {
                     new_epoch,
                     metadata: self.metadata.clone(),
                     failed: self.failed.iter().copied().collect(),
-                    data: self.data.clone(),
+                    data: self.host.data.clone(),
                 },
             },
         );
@@ -56,11 +75,11 @@ impl Manager {
                 },
             );
         }
-        self.new_mgr = Some(node);
+        self.migration.new_mgr = Some(node);
         // Our state travels in the handoff; `done` (and the vote) when the incoming
         // manager says it holds it (HandoffReady), while this window is open.
         self.state = MgrState::OutOfReconciling;
-        self.out_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        self.migration.out_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
         true
     }
 
@@ -69,7 +88,7 @@ impl Manager {
         if self.state != MgrState::Manager || new.chunks.is_empty() {
             return false;
         }
-        if self.busy() {
+        if self.host.busy() {
             self.defer(ctx, Deferred::Relayout(new));
             return false;
         }
@@ -85,7 +104,7 @@ impl Manager {
             return false;
         }
         self.fail_writes(ctx);
-        self.new_metadata_log = Some(new.clone());
+        self.migration.new_metadata_log = Some(new.clone());
         let new_epoch = self.next_epoch();
         // Tenure: reconciliation (§5.3.8) sends the store's state to the participants
         // that do not hold it — new chunks and recovered ones — and they vote only once
@@ -123,9 +142,9 @@ impl Manager {
                 self.reset();
                 self.epoch = new_epoch;
                 self.metadata = metadata.clone();
-                self.old_mgr = Some(from);
+                self.migration.old_mgr = Some(from);
                 self.failed = failed.into_iter().collect();
-                self.data = data;
+                self.host.data = data;
                 self.state = S::IntoReconciling;
                 let participants = self.live();
                 self.tx = Some(Tx {
@@ -135,7 +154,7 @@ impl Manager {
                     metadata,
                     participants,
                     votes: BTreeSet::new(),
-                    inputs: vec![(old_epoch, self.data.clone())],
+                    inputs: vec![(old_epoch, self.host.data.clone())],
                     await_mgr: Some(from),
                     begun: ctx.now,
                     // Until the outgoing manager's vote says how long it waits.
@@ -159,11 +178,11 @@ impl Manager {
             // §5.3.6 out of reconciling: done (the incoming manager holds our state),
             // vote commit — only while our window is open, saying how long it stays so.
             (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffReady { new_epoch, tx }) => {
-                let open = self.out_deadline.filter(|d| *d > ctx.now);
+                let open = self.migration.out_deadline.filter(|d| *d > ctx.now);
                 if let Some(d) = open.filter(|_| {
-                    Some(from) == self.new_mgr
+                    Some(from) == self.migration.new_mgr
                         && new_epoch == self.next_epoch()
-                        && self.out_tx == Some(tx)
+                        && self.migration.out_tx == Some(tx)
                 }) {
                     self.state = S::OutOfTransition;
                     let within = d.saturating_since(ctx.now);
@@ -204,23 +223,23 @@ impl Manager {
             }
             // §5.3.6 out of transition: commit tx
             (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch, tx }) => {
-                if Some(from) == self.new_mgr
+                if Some(from) == self.migration.new_mgr
                     && new_epoch == self.next_epoch()
-                    && self.out_tx == Some(tx)
+                    && self.migration.out_tx == Some(tx)
                 {
                     self.newly_awake(ctx);
-                    self.forwarding = Some(from);
+                    self.migration.forwarding = Some(from);
                 }
             }
             // §5.3.6 out of transition: abort tx (or refused before the vote)
             (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
-                if Some(from) == self.new_mgr
+                if Some(from) == self.migration.new_mgr
                     && new_epoch == self.next_epoch()
-                    && self.out_tx == Some(tx)
+                    && self.migration.out_tx == Some(tx)
                 {
-                    self.out_tx = None;
-                    self.new_mgr = None;
-                    self.out_deadline = None;
+                    self.migration.out_tx = None;
+                    self.migration.new_mgr = None;
+                    self.migration.out_deadline = None;
                     let expiry = ctx.now + ctx.cfg.timing.abort_window;
                     for c in self.live() {
                         self.chunkfail.insert(c, expiry);

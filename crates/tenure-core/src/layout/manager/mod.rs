@@ -41,12 +41,11 @@
 use crate::ctx::Ctx;
 use crate::data::{StoreData, StoreOp, Tables};
 use crate::error::ClientError;
-use crate::ids::SessionId;
-use crate::ids::{ChunkId, ClientId, DeviceId, Epoch, StoreId};
+use crate::ids::{ChunkId, DeviceId, Epoch, StoreId};
 use crate::io::Output;
 use crate::io::observation::EpochCause;
 use crate::io::observation::Observation;
-use crate::layout::{ManagerView, Metadata, MgrState, Prepared};
+use crate::layout::{ManagerView, Metadata, MgrState};
 use crate::lockctl::LockOp;
 use crate::msg::{Msg, ToChunk};
 use crate::session::Liveness;
@@ -61,8 +60,11 @@ mod regeneration;
 mod requests;
 mod timers;
 
-pub use host::{Batch, Queued};
+pub use host::{Batch, Completed, Queued, StoreHost};
+pub use migration::Migration;
 pub use policy::{Deferred, PolicyState};
+pub use regeneration::Regeneration;
+pub use requests::Clients;
 
 /// What kind of epoch transition a [`Tx`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,39 +118,16 @@ pub struct Manager {
     pub failed: BTreeSet<ChunkId>,
     /// Failed chunks that have since recovered (hold a recovery lease from us).
     pub recovered: BTreeSet<ChunkId>,
-    /// Forwarding address (after migrating out).
-    pub forwarding: Option<DeviceId>,
-    /// Migration destination.
-    pub new_mgr: Option<DeviceId>,
-    /// Better managers seen while gathering.
-    pub better: BTreeSet<DeviceId>,
-    /// Lesser managers seen while gathering.
-    pub lesser: BTreeSet<DeviceId>,
-    /// New metadata log (relayout).
-    pub new_metadata_log: Option<Metadata>,
-    /// Chunks not yet heard from while gathering.
-    pub outstanding: BTreeSet<ChunkId>,
-    /// Chunks won while gathering.
-    pub won: BTreeSet<ChunkId>,
-    /// Lease transfers not yet acknowledged.
-    pub renewal_iffy: BTreeSet<ChunkId>,
+    /// What regeneration (gathering chunks and leases, recovery) works with.
+    pub regen: Regeneration,
+    /// What a migration of the role, or a relayout, works with.
+    pub migration: Migration,
     /// chunkfail(c) timers.
     pub chunkfail: BTreeMap<ChunkId, Instant>,
     /// timeout(c) timers.
     pub timeout: BTreeMap<ChunkId, Instant>,
-    /// Previous manager (migration).
-    pub old_mgr: Option<DeviceId>,
-    /// Tenure: the layouts prepared for the newest epoch above ours learned while
-    /// gathering, one entry per distinct layout (joint quorum over all of them).
-    pub joint: Vec<Prepared>,
-    /// Tenure: gathering rounds so far.
-    pub rounds: u32,
     /// Tenure: the epoch transition this manager coordinates.
     pub tx: Option<Tx>,
-    /// Tenure: out-of-transition gives up at this time.
-    pub out_deadline: Option<Instant>,
-    /// Tenure: the migration attempt this manager is handing off.
-    pub out_tx: Option<u64>,
     /// Tenure: the newest epoch a chunk reported prepared above ours while we manage
     /// (an attempt that aborted, lingering at a chunk that missed the abort). A chunk
     /// never votes twice for an epoch number, so the next transition starts above it.
@@ -156,31 +135,15 @@ pub struct Manager {
     /// Tenure: transition attempts already committed or aborted here (replays of their
     /// messages change nothing). Survives state resets; lost on a crash.
     pub finished: BTreeSet<u64>,
-    /// The store's state as this manager knows it.
-    pub data: StoreData,
-    /// Sequence number of the last write ordered in this epoch.
-    pub seq: u64,
-    /// Changes waiting for the batch in flight to finish (group commit).
-    pub queue: Vec<Queued>,
-    /// The tables with every submitted change applied (the controller decides on this
-    /// copy; `data` holds only what every live chunk has accepted).
-    pub speculative: Tables,
-    /// Session liveness (volatile; rebuilt with a grace period by a new manager).
-    pub liveness: Liveness,
-    /// When the lock table was last ticked (store time).
-    pub lock_tick_at: Instant,
+    /// Replication of the store: committed and speculative tables, queued changes, the
+    /// batch in flight.
+    pub host: StoreHost,
+    /// What this manager knows of its clients: session liveness, waiting acquires.
+    pub clients: Clients,
     /// The store's time ([`crate::time::StoreClock`]): what every change is stamped with
     /// and the tables' times are read on.
     /// None until this manager first manages the store.
     pub clock: Option<crate::time::StoreClock>,
-    /// Clients waiting for a queued acquire: (session, request) → reply address.
-    pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
-    /// The batch in flight.
-    pub inflight: Option<Batch>,
-    /// The measured batch round times: how long the next batch waits for ACCEPTED.
-    pub ack_timer: super::ack_timer::AckTimer,
-    /// Batches completed since `speculative` last shared `data`'s tables ([`Self::share_speculative`]).
-    pub unshared: u32,
     /// When the outside policies next run.
     pub stable_since: Instant,
     /// When this manager last entered the manager state (or its layout last changed).
@@ -201,35 +164,16 @@ impl Manager {
             metadata: Metadata::default(),
             failed: BTreeSet::new(),
             recovered: BTreeSet::new(),
-            forwarding: None,
-            new_mgr: None,
-            better: BTreeSet::new(),
-            lesser: BTreeSet::new(),
-            new_metadata_log: None,
-            outstanding: BTreeSet::new(),
-            won: BTreeSet::new(),
-            renewal_iffy: BTreeSet::new(),
+            regen: Regeneration::default(),
+            migration: Migration::default(),
             chunkfail: BTreeMap::new(),
             timeout: BTreeMap::new(),
-            old_mgr: None,
-            joint: Vec::new(),
-            rounds: 0,
             tx: None,
-            out_deadline: None,
-            out_tx: None,
             prepared_floor: Epoch::default(),
             finished: BTreeSet::new(),
-            data: StoreData::default(),
-            seq: 0,
-            queue: Vec::new(),
-            speculative: Tables::default(),
-            liveness: Liveness::default(),
-            waiters: BTreeMap::new(),
-            lock_tick_at: Instant(0),
+            host: StoreHost::default(),
+            clients: Clients::default(),
             clock: Default::default(),
-            inflight: None,
-            ack_timer: Default::default(),
-            unshared: 0,
             stable_since: Instant(0),
             entered_at: Instant(0),
             policy: PolicyState::default(),
@@ -271,11 +215,8 @@ impl Manager {
     pub(super) fn fail_writes(&mut self, ctx: &mut Ctx<'_>) {
         self.objects_stop(ctx);
         let store = self.store;
-        let mut pending: Vec<Output> = self.inflight.take().map(|b| b.replies).unwrap_or_default();
-        for q in std::mem::take(&mut self.queue) {
-            pending.extend(q.replies);
-        }
-        for (_, (client, req_id)) in std::mem::take(&mut self.waiters) {
+        let mut pending = self.host.take_pending();
+        for (client, req_id) in self.clients.take_waiters() {
             pending.push(Output::Reply {
                 client,
                 req_id,
@@ -296,10 +237,10 @@ impl Manager {
     /// Erase all state (→ none), keeping only the forwarding address and the memory of
     /// finished transition attempts.
     pub(super) fn reset(&mut self) {
-        let forwarding = self.forwarding;
+        let forwarding = self.migration.forwarding;
         let finished = std::mem::take(&mut self.finished);
         *self = Manager::new(self.store);
-        self.forwarding = forwarding;
+        self.migration.forwarding = forwarding;
         self.finished = finished;
     }
 
@@ -324,7 +265,7 @@ impl Manager {
     /// Every chunk regeneration must consider: the layout, plus the newer prepared ones.
     pub(super) fn all_chunks(&self) -> BTreeSet<ChunkId> {
         let mut s = self.metadata.chunks.clone();
-        for j in &self.joint {
+        for j in &self.regen.joint {
             s.extend(j.metadata.chunks.iter().copied());
         }
         s
@@ -336,7 +277,7 @@ impl Manager {
             return !set.is_empty();
         }
         let ok = |m: &Metadata| m.quorum(set) && m.coverage(set);
-        ok(&self.metadata) && self.joint.iter().all(|j| ok(&j.metadata))
+        ok(&self.metadata) && self.regen.joint.iter().all(|j| ok(&j.metadata))
     }
 
     pub(crate) fn live(&self) -> BTreeSet<ChunkId> {
@@ -355,12 +296,13 @@ impl Manager {
         };
         self.to_chunk(ctx, c, msg);
         self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
-        self.outstanding.insert(c);
+        self.regen.outstanding.insert(c);
     }
 
     /// The store's time at local time `now` ([`crate::time::StoreClock`]).
     pub fn store_now(&self, now: Instant) -> Instant {
-        self.clock.map_or(self.speculative.clock, |c| c.read(now))
+        self.clock
+            .map_or(self.host.speculative.clock, |c| c.read(now))
     }
 
     /// The local time at which the store's time reaches `t`.
@@ -379,22 +321,23 @@ impl Manager {
         self.state = MgrState::Manager;
         self.stable_since = ctx.now;
         self.entered_at = ctx.now;
-        self.seq = 0;
-        self.speculative = self.data.table.clone();
+        self.host.begin_epoch();
         // Store time reads on from the newest the tables hold (and, for a manager that
         // goes on managing across a relayout, from its own reading if that is later).
-        let held = (self.clock.map(|c| c.read(ctx.now)))
-            .map_or(self.speculative.clock, |t| t.max(self.speculative.clock));
+        let held = (self.clock.map(|c| c.read(ctx.now))).map_or(self.host.speculative.clock, |t| {
+            t.max(self.host.speculative.clock)
+        });
         self.clock = Some(crate::time::StoreClock::start(held, ctx.now));
         let grace = ctx.cfg.timing.session_grace;
         if cause == EpochCause::Relayout {
-            self.liveness
-                .relayout(&self.speculative.sessions, ctx.now, grace);
+            self.clients
+                .liveness
+                .relayout(&self.host.speculative.sessions, ctx.now, grace);
         } else {
             let none = Default::default();
             let seen = ctx.epochs.get(&self.store).unwrap_or(&none);
-            self.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
-                let mut sessions = self.speculative.sessions.clone();
+            self.clients.liveness = if ctx.cfg.planted.takeover_ignores_renewal {
+                let mut sessions = self.host.speculative.sessions.clone();
                 sessions.open = (sessions.open.into_iter())
                     .map(|(id, mut r)| {
                         r.renewed = Default::default();
@@ -403,13 +346,13 @@ impl Manager {
                     .collect();
                 Liveness::take_over(&sessions, ctx.now, grace, seen)
             } else {
-                Liveness::take_over(&self.speculative.sessions, ctx.now, grace, seen)
+                Liveness::take_over(&self.host.speculative.sessions, ctx.now, grace, seen)
             };
         }
         if ctx.cfg.planted.expire_without_grace {
-            self.liveness.plant_no_grace(ctx.now);
+            self.clients.liveness.plant_no_grace(ctx.now);
         }
-        self.waiters.clear();
+        self.clients.waiters.clear();
         self.objects_enter(ctx);
         // Fencing tokens of this epoch's grants carry the epoch.
         let op = StoreOp::Lock {
@@ -437,9 +380,7 @@ impl Manager {
         });
         if self.quorum_and_coverage(ctx, &self.live()) {
             // Batches no longer wait for a chunk whose lease has expired.
-            if let Some(b) = self.inflight.as_mut() {
-                b.waiting.remove(&c);
-            }
+            self.host.forget_chunk(c);
             self.try_complete(ctx);
             true
         } else {

@@ -54,7 +54,7 @@ impl Manager {
     pub(super) fn start_deferred(&mut self, ctx: &mut Ctx<'_>) {
         match &self.policy.deferred {
             Some((_, until)) if *until <= ctx.now => self.policy.deferred = None,
-            Some(_) if self.state == MgrState::Manager && !self.busy() => {
+            Some(_) if self.state == MgrState::Manager && !self.host.busy() => {
                 match self.policy.deferred.take().map(|d| d.0) {
                     Some(Deferred::Relayout(md)) => {
                         self.relayout(ctx, md);

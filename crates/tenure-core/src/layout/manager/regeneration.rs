@@ -11,13 +11,36 @@ use crate::layout::{Metadata, MgrState, Prepared};
 use crate::msg::{MgrMsg, Msg, ToChunk};
 use std::collections::BTreeSet;
 
+/// The variables of §5.1 that regeneration works with: set while gathering chunks and
+/// leases, read by the recovery transition, emptied when a new regeneration starts (the
+/// role is reset) and, for `joint`, when the recovery commits, so a manager's quorum is
+/// that of its own layout.
+#[derive(Clone, Debug, Default)]
+pub struct Regeneration {
+    /// Better managers seen while gathering.
+    pub better: BTreeSet<DeviceId>,
+    /// Lesser managers seen while gathering.
+    pub lesser: BTreeSet<DeviceId>,
+    /// Chunks not yet heard from while gathering.
+    pub outstanding: BTreeSet<ChunkId>,
+    /// Chunks won while gathering.
+    pub won: BTreeSet<ChunkId>,
+    /// Lease transfers not yet acknowledged.
+    pub renewal_iffy: BTreeSet<ChunkId>,
+    /// Tenure: the layouts prepared for the newest epoch above ours learned while
+    /// gathering, one entry per distinct layout (joint quorum over all of them).
+    pub joint: Vec<Prepared>,
+    /// Tenure: gathering rounds so far.
+    pub rounds: u32,
+}
+
 impl Manager {
     /// §5.3.1 help: begin regenerating at the chunk's epoch and metadata.
     pub(super) fn start_gathering(&mut self, ctx: &mut Ctx<'_>, epoch: Epoch, metadata: Metadata) {
         self.reset();
         self.epoch = epoch;
         self.metadata = metadata;
-        self.rounds = 1;
+        self.regen.rounds = 1;
         self.state = MgrState::GatheringChunks;
         for c in self.metadata.chunks.clone() {
             self.acquire(ctx, c);
@@ -25,8 +48,8 @@ impl Manager {
     }
 
     pub(super) fn won_chunk(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
-        self.outstanding.remove(&c);
-        self.won.insert(c);
+        self.regen.outstanding.remove(&c);
+        self.regen.won.insert(c);
         self.timeout.remove(&c);
         self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
     }
@@ -45,10 +68,10 @@ impl Manager {
     /// Whether [`Self::join_prepared`] would join `p`'s layout.
     pub(super) fn would_join(&self, p: &Prepared) -> bool {
         p.new_epoch > self.epoch
-            && match self.joint.first().map(|j| j.new_epoch) {
+            && match self.regen.joint.first().map(|j| j.new_epoch) {
                 Some(top) if top > p.new_epoch => false,
                 Some(top) if top == p.new_epoch => {
-                    !self.joint.iter().any(|j| j.metadata == p.metadata)
+                    !self.regen.joint.iter().any(|j| j.metadata == p.metadata)
                 }
                 _ => true,
             }
@@ -63,11 +86,12 @@ impl Manager {
             return None;
         }
         if self
+            .regen
             .joint
             .first()
             .is_some_and(|j| j.new_epoch < p.new_epoch)
         {
-            self.joint.clear();
+            self.regen.joint.clear();
         }
         let known = self.all_chunks();
         let fresh: Vec<ChunkId> = p
@@ -75,11 +99,13 @@ impl Manager {
             .chunks
             .iter()
             .filter(|c| {
-                !known.contains(*c) && !self.won.contains(c) && !self.outstanding.contains(c)
+                !known.contains(*c)
+                    && !self.regen.won.contains(c)
+                    && !self.regen.outstanding.contains(c)
             })
             .copied()
             .collect();
-        self.joint.push(p);
+        self.regen.joint.push(p);
         Some(fresh)
     }
 
@@ -98,9 +124,9 @@ impl Manager {
             .copied()
             .collect();
         self.metadata = metadata;
-        self.joint.retain(|j| j.new_epoch > chunk_epoch);
+        self.regen.joint.retain(|j| j.new_epoch > chunk_epoch);
         for n in cnew {
-            if !self.won.contains(&n) {
+            if !self.regen.won.contains(&n) {
                 self.acquire(ctx, n);
             }
         }
@@ -115,7 +141,7 @@ impl Manager {
         newer: Option<(Epoch, Metadata)>,
         prepared: Option<Prepared>,
     ) {
-        self.renewal_iffy.remove(&c);
+        self.regen.renewal_iffy.remove(&c);
         self.won_chunk(ctx, c);
         if let Some((chunk_epoch, metadata)) = newer {
             // The transfers went out at the old epoch: drop them and regather.
@@ -123,7 +149,8 @@ impl Manager {
             self.move_forward(ctx, chunk_epoch, metadata);
         }
         self.note_prepared(ctx, prepared);
-        if self.state == MgrState::GatheringLeases && self.quorum_and_coverage(ctx, &self.won) {
+        if self.state == MgrState::GatheringLeases && self.quorum_and_coverage(ctx, &self.regen.won)
+        {
             self.check_leases_gathered(ctx);
         } else {
             self.back_to_gathering_chunks();
@@ -135,7 +162,7 @@ impl Manager {
     /// transfers in flight (the gathered decision will send them again if it still holds).
     fn back_to_gathering_chunks(&mut self) {
         self.state = MgrState::GatheringChunks;
-        for c in std::mem::take(&mut self.renewal_iffy) {
+        for c in std::mem::take(&mut self.regen.renewal_iffy) {
             self.timeout.remove(&c);
             self.chunkfail.remove(&c);
         }
@@ -178,7 +205,7 @@ impl Manager {
     }
 
     pub(super) fn check_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        if self.outstanding.is_empty() {
+        if self.regen.outstanding.is_empty() {
             self.gathered(ctx);
         }
     }
@@ -186,23 +213,29 @@ impl Manager {
     /// §5.3.11 gathered: decide on entry.
     pub(super) fn gathered(&mut self, ctx: &mut Ctx<'_>) {
         self.state = MgrState::Gathered;
-        if self.quorum_and_coverage(ctx, &self.won) {
+        if self.quorum_and_coverage(ctx, &self.regen.won) {
             self.gathering_leases(ctx);
-        } else if self.better.is_empty() && self.rounds < ctx.cfg.timing.gather_rounds_max {
+        } else if self.regen.better.is_empty()
+            && self.regen.rounds < ctx.cfg.timing.gather_rounds_max
+        {
             // Not clearly lost: another round of acquisitions.
-            self.rounds += 1;
+            self.regen.rounds += 1;
             self.state = MgrState::GatheringChunks;
-            let rest: Vec<ChunkId> = self.all_chunks().difference(&self.won).copied().collect();
+            let rest: Vec<ChunkId> = self
+                .all_chunks()
+                .difference(&self.regen.won)
+                .copied()
+                .collect();
             for c in rest {
                 self.acquire(ctx, c);
             }
-            if self.outstanding.is_empty() {
+            if self.regen.outstanding.is_empty() {
                 self.newly_awake(ctx);
             }
         } else {
-            let hints: Vec<DeviceId> = self.better.iter().copied().collect();
+            let hints: Vec<DeviceId> = self.regen.better.iter().copied().collect();
             let epoch = self.epoch;
-            for c in self.won.clone() {
+            for c in self.regen.won.clone() {
                 self.to_chunk(
                     ctx,
                     c,
@@ -219,11 +252,11 @@ impl Manager {
     /// §5.3.12 gathering leases: on entry, transfer every remaining lease to us.
     fn gathering_leases(&mut self, ctx: &mut Ctx<'_>) {
         self.state = MgrState::GatheringLeases;
-        self.renewal_iffy.clear();
+        self.regen.renewal_iffy.clear();
         let t: Vec<ChunkId> = self
             .all_chunks()
             .into_iter()
-            .filter(|c| !self.failed.contains(c) && !self.won.contains(c))
+            .filter(|c| !self.failed.contains(c) && !self.regen.won.contains(c))
             .collect();
         let me = ctx.me();
         for c in t {
@@ -238,7 +271,7 @@ impl Manager {
                     lease,
                 },
             );
-            self.renewal_iffy.insert(c);
+            self.regen.renewal_iffy.insert(c);
             self.chunkfail.insert(c, ctx.now + lease);
             // Tenure: a transfer not acknowledged within a message timeout is given up.
             self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
@@ -247,7 +280,7 @@ impl Manager {
     }
 
     pub(super) fn check_leases_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        if self.renewal_iffy.is_empty() && self.state == MgrState::GatheringLeases {
+        if self.regen.renewal_iffy.is_empty() && self.state == MgrState::GatheringLeases {
             self.start_recovery_transition(ctx);
         }
     }
@@ -255,7 +288,7 @@ impl Manager {
     /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
     fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
         let (new_epoch, metadata) = self.recovery_target();
-        let won = self.won.clone();
+        let won = self.regen.won.clone();
         self.begin_tx(
             ctx,
             TxKind::Recovery,
@@ -270,7 +303,7 @@ impl Manager {
     /// The epoch and layout a recovery transition goes to: above the newest prepared
     /// epoch joined, with its first layout, or else the next epoch of our layout.
     fn recovery_target(&self) -> (Epoch, Metadata) {
-        match self.joint.first() {
+        match self.regen.joint.first() {
             Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
             None => (self.epoch.next(), self.metadata.clone()),
         }
@@ -288,7 +321,7 @@ impl Manager {
         let me = ctx.me();
         let old_epoch = self.epoch;
         let id = ctx.rng.next_u64();
-        let state = (!reconcile.is_empty()).then(|| Box::new(self.data.clone()));
+        let state = (!reconcile.is_empty()).then(|| Box::new(self.host.data.clone()));
         for c in &participants {
             self.to_chunk(
                 ctx,
@@ -317,7 +350,7 @@ impl Manager {
                 } else {
                     old_epoch
                 },
-                self.data.clone(),
+                self.host.data.clone(),
             )],
             await_mgr: None,
             begun: ctx.now,
@@ -368,8 +401,8 @@ impl Manager {
         }
         self.epoch = tx.new_epoch;
         self.metadata = tx.metadata;
-        self.data = merged;
-        self.joint.clear();
+        self.host.data = merged;
+        self.regen.joint.clear();
         self.chunkfail.clear();
         self.timeout.clear();
         for c in tx
@@ -393,11 +426,11 @@ impl Manager {
         };
         match tx.kind {
             TxKind::Recovery => {
-                self.won.clear();
+                self.regen.won.clear();
                 self.enter_manager(ctx, EpochCause::Regeneration);
             }
             TxKind::Relayout => {
-                self.new_metadata_log = None;
+                self.migration.new_metadata_log = None;
                 self.enter_manager(ctx, EpochCause::Relayout);
                 ctx.observe(Observation::Relayout {
                     store: self.store,
@@ -405,7 +438,7 @@ impl Manager {
                 });
             }
             TxKind::Into => {
-                if let Some(old) = self.old_mgr.take() {
+                if let Some(old) = self.migration.old_mgr.take() {
                     let new_epoch = self.epoch;
                     ctx.send(
                         old,
@@ -446,7 +479,7 @@ impl Manager {
         match tx.kind {
             TxKind::Recovery => self.newly_awake(ctx),
             TxKind::Relayout => {
-                self.new_metadata_log = None;
+                self.migration.new_metadata_log = None;
                 for c in self.live() {
                     self.chunkfail.insert(c, expiry);
                 }
@@ -463,7 +496,7 @@ impl Manager {
                 });
             }
             TxKind::Into => {
-                if let Some(old) = self.old_mgr.take() {
+                if let Some(old) = self.migration.old_mgr.take() {
                     ctx.send(
                         old,
                         Msg::Mgr {

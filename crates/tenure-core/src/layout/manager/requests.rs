@@ -1,20 +1,161 @@
 //! Client requests to the store this device manages: locks, sessions, registers, and the
-//! lock table's timers.
+//! lock table's timers. [`Clients`] holds what the manager knows of its clients (session
+//! liveness, acquires waiting for a grant) and turns a change's result into the replies
+//! it releases.
 
 use super::*;
 use crate::ctx::Ctx;
-use crate::data::StoreOp;
+use crate::data::{OpResult, StoreOp};
 use crate::error::ClientError;
-use crate::ids::SessionId;
 use crate::ids::{ChunkId, ClientId};
+use crate::ids::{SessionId, StoreId, Version};
 use crate::io::Output;
+use crate::io::observation::Observation;
 use crate::io::request::Request;
 use crate::io::request::Response;
 use crate::io::request::WaitSpec;
 use crate::layout::MgrState;
-use crate::lockctl::{Acquire, AcquireError, LockOp, ReleaseError, RequestId, Wait};
+use crate::lockctl::{Acquire, AcquireError, Acquired, LockOp, LockOpResult, ReleaseError};
+use crate::lockctl::{RequestId, Wait};
 use crate::time::Instant;
 use std::collections::BTreeSet;
+
+/// The manager's clients: volatile, rebuilt by a new manager.
+#[derive(Clone, Debug, Default)]
+pub struct Clients {
+    /// Session liveness (volatile; rebuilt with a grace period by a new manager).
+    pub liveness: Liveness,
+    /// Clients waiting for a queued acquire: (session, request) → reply address.
+    pub waiters: BTreeMap<(SessionId, u64), (ClientId, u64)>,
+    /// When the lock table was last ticked (store time).
+    pub lock_tick_at: Instant,
+}
+
+impl Clients {
+    /// The replies a change releases, given its result on the speculative tables: the
+    /// first of `replies` (a placeholder, if any) gets the change's own result; the
+    /// acquires it grants or ends are answered too. Sessions it opens or ends update
+    /// liveness.
+    pub fn answers(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        store: StoreId,
+        op: &StoreOp,
+        version: Version,
+        result: OpResult,
+        mut replies: Vec<Output>,
+    ) -> Vec<Output> {
+        let (own, grants, ended) = match result {
+            OpResult::Written => (Ok(Response::Written { version }), vec![], vec![]),
+            OpResult::SessionOpened(session) => {
+                let StoreOp::SessionOpen { ttl } = op else {
+                    unreachable!("session opened by its op")
+                };
+                self.liveness.opened(session, *ttl, ctx.now);
+                (
+                    Ok(Response::SessionOpened { session, ttl: *ttl }),
+                    vec![],
+                    vec![],
+                )
+            }
+            OpResult::SessionEnded(r) => {
+                if let StoreOp::SessionEnd {
+                    session, expired, ..
+                } = op
+                {
+                    self.liveness.expired(*session);
+                    // Checkers see the end decided (its locks will be released by this
+                    // change, before any message carries it) and, once durable, applied.
+                    ctx.observe(Observation::SessionEnding {
+                        store,
+                        session: *session,
+                        expired: *expired,
+                        released: r.released.iter().map(|x| x.name.to_string()).collect(),
+                    });
+                    replies.push(Output::Observe(Observation::SessionEnded {
+                        store,
+                        session: *session,
+                        expired: *expired,
+                    }));
+                }
+                (Ok(Response::SessionClosed), r.granted, r.cancelled)
+            }
+            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Granted(g)))) => {
+                (Ok(Response::Granted { token: g.token }), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Acquire(Ok(Acquired::Queued { .. }))) => {
+                // Answered when granted (or when the wait ends).
+                if let (
+                    StoreOp::Lock {
+                        op: LockOp::Acquire(a),
+                        ..
+                    },
+                    Some(Output::Reply { client, req_id, .. }),
+                ) = (op, replies.first())
+                {
+                    self.waiters
+                        .insert((a.session, a.request_id.0), (*client, *req_id));
+                }
+                replies.clear();
+                (Err(ClientError::Unavailable { store }), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Acquire(Err(e))) => (Err(lock_error(&e)), vec![], vec![]),
+            OpResult::Lock(LockOpResult::Release(Ok(grants))) => {
+                (Ok(Response::Released), grants, vec![])
+            }
+            OpResult::Lock(LockOpResult::Release(Err(e))) => {
+                (Err(release_error(&e)), vec![], vec![])
+            }
+            OpResult::Lock(LockOpResult::Wakeups(w)) => {
+                (Err(ClientError::Unavailable { store }), w.granted, w.ended)
+            }
+            OpResult::Lock(LockOpResult::Session(r)) => (
+                Err(ClientError::Unavailable { store }),
+                r.granted,
+                r.cancelled,
+            ),
+            OpResult::Lock(LockOpResult::Epoch(_)) | OpResult::Renewed => {
+                (Err(ClientError::Unavailable { store }), vec![], vec![])
+            }
+            OpResult::Refused(e) => (Err(e), vec![], vec![]),
+            OpResult::Object(r) => (crate::objects::mgr::object_response(op, r), vec![], vec![]),
+        };
+        if let Some(Output::Reply { result, .. }) = replies.first_mut() {
+            *result = own;
+        }
+        let now = ctx.now;
+        for g in grants {
+            if let Some((client, req_id)) = self.waiters.remove(&(g.session, g.request_id.0)) {
+                // A wait that ends after the session's deadline is not a grant.
+                let result = if self.liveness.alive(g.session, now) {
+                    Ok(Response::Granted { token: g.token })
+                } else {
+                    Err(ClientError::SessionExpired)
+                };
+                replies.push(Output::Reply {
+                    client,
+                    req_id,
+                    result,
+                });
+            }
+        }
+        for e in ended {
+            if let Some((client, req_id)) = self.waiters.remove(&(e.session, e.request_id.0)) {
+                replies.push(Output::Reply {
+                    client,
+                    req_id,
+                    result: Err(lock_error(&e.error)),
+                });
+            }
+        }
+        replies
+    }
+
+    /// Every waiting acquire's reply address, emptying the list.
+    pub fn take_waiters(&mut self) -> Vec<(ClientId, u64)> {
+        std::mem::take(&mut self.waiters).into_values().collect()
+    }
+}
 
 impl Manager {
     /// A client write: queue it; it goes out in the next SafeTalk batch.
@@ -62,7 +203,7 @@ impl Manager {
             }
             MgrState::Manager => None,
             MgrState::None => Some(ClientError::NotManager {
-                hint: self.forwarding,
+                hint: self.migration.forwarding,
             }),
             _ => Some(ClientError::Unavailable { store: self.store }),
         };
@@ -80,24 +221,25 @@ impl Manager {
             }
             Request::KeepAlive { session, .. } => {
                 let r = self
+                    .clients
                     .liveness
-                    .keep_alive(&self.speculative.sessions, session, now)
+                    .keep_alive(&self.host.speculative.sessions, session, now)
                     .map(|_| Response::KeptAlive {
-                        ttl: self.speculative.sessions.open[&session].ttl,
+                        ttl: self.host.speculative.sessions.open[&session].ttl,
                     })
                     .map_err(|_| ClientError::SessionExpired);
                 // The first answer of this epoch waits for the renewal's note
                 // (crate::session): the barrier below is the note's change or a later one.
-                if r.is_ok() && self.speculative.sessions.open[&session].renewed < self.epoch {
+                if r.is_ok() && self.host.speculative.sessions.open[&session].renewed < self.epoch {
                     self.submit_op(ctx, StoreOp::SessionRenewed { session }, Vec::new());
                 }
                 return self.after_barrier(ctx, client, req_id, r);
             }
             Request::CloseSession { session, .. } => {
-                if !self.speculative.sessions.open.contains_key(&session) {
+                if !self.host.speculative.sessions.open.contains_key(&session) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
-                self.liveness.expiring.insert(session);
+                self.clients.liveness.expiring.insert(session);
                 StoreOp::SessionEnd {
                     session,
                     expired: false,
@@ -132,7 +274,7 @@ impl Manager {
                         ))),
                     );
                 }
-                if !self.liveness.alive(session, now) {
+                if !self.clients.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
                 let wait = match wait {
@@ -159,7 +301,7 @@ impl Manager {
                 name,
                 ..
             } => {
-                if !self.liveness.alive(session, now) {
+                if !self.clients.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
                 release_op(session, request_id, name, now)
@@ -171,7 +313,7 @@ impl Manager {
                 token,
                 ..
             } => {
-                if !self.liveness.alive(session, now) {
+                if !self.clients.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
                 let fence = crate::objects::Fence {
@@ -185,6 +327,7 @@ impl Manager {
             }
             Request::Holders { name, .. } => {
                 let r = self
+                    .host
                     .data
                     .table
                     .locks
@@ -198,6 +341,7 @@ impl Manager {
             }
             Request::LocksUnder { prefix, .. } => {
                 let r = self
+                    .host
                     .data
                     .table
                     .locks
@@ -216,7 +360,7 @@ impl Manager {
         let now = ctx.now;
         // The lock table's deadlines are store times (crate::time::StoreClock).
         let at = self.store_now(now);
-        for session in self.liveness.due(now) {
+        for session in self.clients.liveness.due(now) {
             let op = StoreOp::SessionEnd {
                 session,
                 expired: true,
@@ -227,13 +371,14 @@ impl Manager {
         // At most one tick per instant: a deadline falling exactly on `at` is handled
         // by the next tick, a microsecond later.
         if self
+            .host
             .speculative
             .locks
             .next_deadline()
             .is_some_and(|t| t <= at)
-            && at > self.lock_tick_at
+            && at > self.clients.lock_tick_at
         {
-            self.lock_tick_at = at;
+            self.clients.lock_tick_at = at;
             let op = StoreOp::Lock {
                 op: LockOp::Tick,
                 at,
@@ -259,7 +404,7 @@ fn release_op(session: SessionId, request_id: u64, name: String, at: Instant) ->
     }
 }
 
-pub(super) fn release_error(e: &ReleaseError) -> ClientError {
+fn release_error(e: &ReleaseError) -> ClientError {
     match e {
         ReleaseError::NotHeld { .. } => ClientError::NotHeld,
         ReleaseError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
@@ -268,7 +413,7 @@ pub(super) fn release_error(e: &ReleaseError) -> ClientError {
 }
 
 /// The client-facing error for a lock table refusal.
-pub(super) fn lock_error(e: &AcquireError) -> ClientError {
+fn lock_error(e: &AcquireError) -> ClientError {
     match e {
         AcquireError::InvalidName(n) => ClientError::InvalidName(n.to_string()),
         AcquireError::WouldBlock => ClientError::WouldBlock,

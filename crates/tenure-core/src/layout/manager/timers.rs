@@ -19,20 +19,21 @@ impl Manager {
             _ => {}
         }
         t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
-        t = earliest(t, self.out_deadline);
-        t = earliest(t, self.inflight.as_ref().map(|b| b.deadline));
+        t = earliest(t, self.migration.out_deadline);
+        t = earliest(t, self.host.inflight.as_ref().map(|b| b.deadline));
         t = earliest(t, self.objects_next_timeout());
         if self.state == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
             t = earliest(t, self.policy.deferred.as_ref().map(|d| d.1));
-            t = earliest(t, self.liveness.next_deadline());
+            t = earliest(t, self.clients.liveness.next_deadline());
             t = earliest(
                 t,
-                self.speculative
+                self.host
+                    .speculative
                     .locks
                     .next_deadline()
-                    .map(|d| d.max(self.lock_tick_at + std::time::Duration::from_micros(1)))
+                    .map(|d| d.max(self.clients.lock_tick_at + std::time::Duration::from_micros(1)))
                     .map(|d| self.local_at(d)),
             );
         }
@@ -49,12 +50,12 @@ impl Manager {
             self.state,
             MgrState::OutOfReconciling | MgrState::OutOfTransition
         );
-        if out && self.out_deadline.is_some_and(|t| t <= now) {
+        if out && self.migration.out_deadline.is_some_and(|t| t <= now) {
             // Tenure: the incoming manager never answered; step down and let the chunks
             // regenerate (resuming could run beside a committed successor).
-            let fwd = self.new_mgr;
+            let fwd = self.migration.new_mgr;
             self.newly_awake(ctx);
-            self.forwarding = fwd;
+            self.migration.forwarding = fwd;
         }
         // SafeTalk: chunks that did not answer within the ack timeout are failed; the
         // manager goes on only while quorum and coverage hold (mark_failed).
@@ -64,13 +65,13 @@ impl Manager {
         let t = &ctx.cfg.timing;
         let longest = t.ack_timeout_longest();
         let me = ctx.me();
-        if let Some(b) = self.inflight.as_mut().filter(|b| b.deadline <= now)
+        if let Some(b) = self.host.inflight.as_mut().filter(|b| b.deadline <= now)
             && b.waiting.iter().any(|c| c.device == me)
             && b.deadline < b.sent + longest
         {
             b.deadline = b.sent + longest;
         }
-        if let Some(b) = self.inflight.as_ref().filter(|b| b.deadline <= now) {
+        if let Some(b) = self.host.inflight.as_ref().filter(|b| b.deadline <= now) {
             // Tenure: a chunk whose failure would cost the store its quorum or coverage
             // is given up to one lease from the batch's sending (and no longer than its
             // lease to this manager, `chunkfail`, §5.3.7) before it is blamed: a manager
@@ -102,7 +103,7 @@ impl Manager {
                     return;
                 }
             }
-            if let (Some(until), Some(b)) = (spared_until, self.inflight.as_mut()) {
+            if let (Some(until), Some(b)) = (spared_until, self.host.inflight.as_mut()) {
                 b.deadline = until;
             }
         }
@@ -117,14 +118,14 @@ impl Manager {
             match self.state {
                 // §5.3.10 timeout(chunk)
                 MgrState::GatheringChunks => {
-                    self.outstanding.remove(&c);
+                    self.regen.outstanding.remove(&c);
                     self.check_gathered(ctx);
                 }
                 // Tenure: transfer never acknowledged (or, §5.3.10 timeout(chunk), an
                 // acquire of a joined layout's chunk never answered)
                 MgrState::GatheringLeases => {
-                    self.renewal_iffy.remove(&c);
-                    self.outstanding.remove(&c);
+                    self.regen.renewal_iffy.remove(&c);
+                    self.regen.outstanding.remove(&c);
                     self.check_leases_gathered(ctx);
                 }
                 _ => {}
@@ -155,14 +156,14 @@ impl Manager {
                 // §5.3.10 chunkfail(c)
                 MgrState::GatheringChunks => {
                     self.chunkfail.remove(&c);
-                    self.won.remove(&c);
+                    self.regen.won.remove(&c);
                 }
                 // §5.3.12 chunkfail(chunk)
                 MgrState::GatheringLeases => {
                     self.chunkfail.remove(&c);
-                    self.renewal_iffy.remove(&c);
-                    self.won.remove(&c);
-                    if !self.quorum_and_coverage(ctx, &self.won) {
+                    self.regen.renewal_iffy.remove(&c);
+                    self.regen.won.remove(&c);
+                    if !self.quorum_and_coverage(ctx, &self.regen.won) {
                         self.newly_awake(ctx);
                         return;
                     }

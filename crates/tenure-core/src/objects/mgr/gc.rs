@@ -25,7 +25,7 @@ impl Manager {
         // The manifests' times are store times (crate::time::StoreClock); the
         // collector's own tasks are timed on the local clock.
         let at = self.store_now(now);
-        let work = (self.data.table.objects).gc_work(at, s.prune_after, s.writing_timeout);
+        let work = (self.host.data.table.objects).gc_work(at, s.prune_after, s.writing_timeout);
         let me = (ctx.me(), self.epoch);
         let listed: BTreeSet<(String, Uuid)> = work.iter().map(work_id).collect();
         self.objects.gc.retain(|k, _| listed.contains(k));
@@ -109,7 +109,7 @@ impl Manager {
 
     /// Planted bug `objects_collect_active`: delete the blocks of one active object.
     fn plant_collect_active(&mut self, ctx: &mut Ctx<'_>) {
-        let t = &self.data.table.objects;
+        let t = &self.host.data.table.objects;
         let victim = (t.keys.keys()).find_map(|k| {
             let m = t.active(k)?;
             let id = (k.clone(), m.uuid);

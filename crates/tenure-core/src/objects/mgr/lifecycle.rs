@@ -16,8 +16,8 @@ use std::time::Duration;
 impl Manager {
     /// Changes were applied: deliver them to the watches, in revision order.
     pub(crate) fn objects_applied(&mut self, ctx: &mut Ctx<'_>) {
-        let t = &self.data.table.objects;
-        let confirmed = self.data.confirmed;
+        let t = &self.host.data.table.objects;
+        let confirmed = self.host.data.confirmed;
         let changed = t.revision != self.objects.watched;
         self.objects.watched = t.revision;
         let drop = ctx.cfg.planted.objects_watch_drop;
@@ -63,7 +63,7 @@ impl Manager {
     /// This role stops managing: watches end with a redirect (the client resumes at the
     /// new manager from its last revision), reads in progress fail.
     pub(crate) fn objects_stop(&mut self, ctx: &mut Ctx<'_>) {
-        let hint = self.forwarding;
+        let hint = self.migration.forwarding;
         for (client, watch) in std::mem::take(&mut self.objects.watches).into_keys() {
             ctx.out.push(Output::WatchEnded {
                 client,
@@ -87,7 +87,7 @@ impl Manager {
     pub(crate) fn objects_enter(&mut self, ctx: &Ctx<'_>) {
         self.objects.complete.clear();
         self.objects.probe_at = ctx.now;
-        self.objects.watched = self.data.table.objects.revision;
+        self.objects.watched = self.host.data.table.objects.revision;
     }
 
     // ---- timers ------------------------------------------------------------------
@@ -109,7 +109,7 @@ impl Manager {
         {
             t = earliest(t, Some(self.objects.probe_at));
         }
-        if !self.data.table.objects.attention.is_empty() {
+        if !self.host.data.table.objects.attention.is_empty() {
             t = earliest(t, Some(self.objects.gc_at));
         }
         t

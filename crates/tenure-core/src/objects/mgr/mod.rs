@@ -35,9 +35,6 @@ pub struct ObjMgr {
     watches: BTreeMap<(ClientId, u64), Watch>,
     /// The revision watches were last brought up to.
     watched: u64,
-    /// Changes being submitted for one request: hold them until the last is queued, so
-    /// they leave in one batch.
-    pub(crate) hold: bool,
     tag: u64,
 }
 

@@ -53,7 +53,7 @@ impl Manager {
     /// The key's previous content, if its manifest still names its blocks (planted bug
     /// `objects_read_superseded`).
     pub(super) fn superseded(&self, key: &str) -> Option<ObjectMeta> {
-        let t = &self.data.table.objects;
+        let t = &self.host.data.table.objects;
         let current = t.active(key)?.revision;
         let m = (t.keys.get(key)?.values())
             .filter(|m| m.revision > 0 && m.revision < current)
@@ -153,7 +153,7 @@ impl Manager {
             self.objects.reads.insert(tag, read);
             return;
         }
-        let current = self.data.table.objects.meta(&read.meta.key);
+        let current = self.host.data.table.objects.meta(&read.meta.key);
         match current {
             Some(m) if !read.restarted && m.uuid != read.meta.uuid => {
                 read.meta = m;

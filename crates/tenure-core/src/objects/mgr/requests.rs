@@ -51,13 +51,13 @@ impl Manager {
         req_id: u64,
         req: ObjectRequest,
     ) {
-        self.objects.hold = true;
+        self.host.hold = true;
         let r = self.object_request_inner(ctx, client, req_id, req);
-        self.objects.hold = false;
+        self.host.hold = false;
         if let Err(e) = r {
             reply(ctx, client, req_id, Err(e));
         }
-        if self.inflight.is_none() {
+        if self.host.inflight.is_none() {
             self.flush(ctx);
         }
     }
@@ -87,7 +87,7 @@ impl Manager {
                 check_key(ctx, store, &key)?;
                 check_size(data.len(), ctx.cfg.objects.max_object_size)?;
                 if let Some(s) = writer.session
-                    && !self.liveness.alive(s, now)
+                    && !self.clients.liveness.alive(s, now)
                 {
                     return Err(ClientError::SessionExpired);
                 }
@@ -98,7 +98,7 @@ impl Manager {
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.speculative.objects.by_request(&key, req)
+                    && let Some(m) = self.host.speculative.objects.by_request(&key, req)
                 {
                     let (uuid, revision) = (m.uuid, m.revision);
                     if revision > 0 {
@@ -140,10 +140,11 @@ impl Manager {
                         return Ok(());
                     }
                 }
-                if let Err(e) = self
-                    .speculative
-                    .objects
-                    .check(&key, &cond, &self.speculative.locks)
+                if let Err(e) =
+                    self.host
+                        .speculative
+                        .objects
+                        .check(&key, &cond, &self.host.speculative.locks)
                 {
                     // The speculative table holds changes not committed yet: a refusal
                     // judged on it leaves after a barrier, as a read does, so that no
@@ -190,7 +191,7 @@ impl Manager {
                 } else {
                     None
                 };
-                match meta.or_else(|| self.data.table.objects.meta(&key)) {
+                match meta.or_else(|| self.host.data.table.objects.meta(&key)) {
                     None => {
                         let r = Err(ObjectError::NoSuchObject.into());
                         self.after_barrier(ctx, client, req_id, r);
@@ -200,7 +201,7 @@ impl Manager {
             }
             ObjectRequest::Head { key } => {
                 check_key(ctx, store, &key)?;
-                let r = (self.data.table.objects.meta(&key))
+                let r = (self.host.data.table.objects.meta(&key))
                     .map(Response::ObjectMeta)
                     .ok_or(ObjectError::NoSuchObject.into());
                 self.after_barrier(ctx, client, req_id, r);
@@ -208,7 +209,7 @@ impl Manager {
             ObjectRequest::List { prefix } => {
                 LockName::parse_prefix(&prefix)
                     .map_err(|e| ClientError::InvalidName(e.to_string()))?;
-                let t = &self.data.table.objects;
+                let t = &self.host.data.table.objects;
                 let r = Ok(Response::Objects {
                     revision: t.revision,
                     objects: t.list(&prefix),
@@ -218,13 +219,13 @@ impl Manager {
             ObjectRequest::Delete { key, writer, cond } => {
                 check_key(ctx, store, &key)?;
                 if let Some(s) = writer.session
-                    && !self.liveness.alive(s, now)
+                    && !self.clients.liveness.alive(s, now)
                 {
                     return Err(ClientError::SessionExpired);
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(revision) = self.speculative.objects.deleted_by(&key, req)
+                    && let Some(revision) = self.host.speculative.objects.deleted_by(&key, req)
                 {
                     let r = Ok(Response::ObjectDeleted { revision });
                     self.after_barrier(ctx, client, req_id, r);
@@ -237,7 +238,7 @@ impl Manager {
                 check_key(ctx, store, &key)?;
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.speculative.objects.by_request(&key, req)
+                    && let Some(m) = self.host.speculative.objects.by_request(&key, req)
                 {
                     let r = Ok(Response::UploadStarted { upload: m.uuid });
                     self.after_barrier(ctx, client, req_id, r);
@@ -266,6 +267,7 @@ impl Manager {
                     return Err(ClientError::Rejected("part numbers start at 1".into()));
                 }
                 let generation = match self
+                    .host
                     .speculative
                     .objects
                     .keys
@@ -317,6 +319,7 @@ impl Manager {
             } => {
                 check_key(ctx, store, &key)?;
                 if let Some(m) = self
+                    .host
                     .speculative
                     .objects
                     .keys
@@ -342,6 +345,7 @@ impl Manager {
             ObjectRequest::MultipartAbort { key, upload } => {
                 check_key(ctx, store, &key)?;
                 match self
+                    .host
                     .speculative
                     .objects
                     .keys
@@ -373,7 +377,7 @@ impl Manager {
                     return Ok(());
                 }
                 let asked = after;
-                let t = &self.data.table.objects;
+                let t = &self.host.data.table.objects;
                 let after = after.unwrap_or(t.revision);
                 let changes = t.changes_after(&prefix, after)?;
                 let current = t.revision.max(after);
