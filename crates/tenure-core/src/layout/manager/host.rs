@@ -19,8 +19,6 @@ use crate::io::Output;
 use crate::io::observation::Observation;
 use crate::io::request::Response;
 use crate::layout::ack_timer::AckTimer;
-use crate::lockctl::LockOp;
-use crate::msg::ToChunk;
 use crate::time::Instant;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -286,21 +284,11 @@ impl StoreHost {
     }
 }
 
-/// The manager's use of its host: the role decides which chunks are live and the epoch,
-/// the clients ([`super::requests::Clients`]) decide what each result answers.
+/// The manager's use of its host, through [`StoreAccess`]: the role decides which chunks
+/// are live and the epoch, the clients ([`super::requests::Clients`]) decide what each
+/// result answers.
 impl Manager {
-    /// Answer a read (or a keep-alive) only after a SafeTalk batch sent after it arrived
-    /// has been accepted by every live chunk, in this epoch (a read barrier, like etcd's
-    /// ReadIndex). The answer is taken now from the applied tables, which hold every
-    /// change answered so far; the barrier proves that no newer manager had committed
-    /// an epoch when the chunks accepted it, so nothing newer was answered elsewhere.
-    /// A chunk accepts in this epoch only after committing it with the merged state, so
-    /// the barrier also waits out the epoch's first batch. Without it, a manager deposed
-    /// while paused or cut off kept answering from old state, and a new manager could
-    /// show state durable on one chunk only.
-    ///
-    /// The barrier rides on the next queued change if there is one, else on a lock-table
-    /// tick (which acts on due deadlines and changes nothing else).
+    /// [`StoreAccess::after_barrier`].
     pub(crate) fn after_barrier(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -308,81 +296,22 @@ impl Manager {
         req_id: u64,
         result: Result<Response, ClientError>,
     ) {
-        if self.host.queue.is_empty() {
-            let at = self.store_now(ctx.now);
-            self.clients.lock_tick_at = self.clients.lock_tick_at.max(at);
-            let op = StoreOp::Lock {
-                op: LockOp::Tick,
-                at,
-            };
-            self.submit_op(ctx, op, Vec::new());
-        }
-        self.host.attach(Output::Reply {
-            client,
-            req_id,
-            result,
-        });
+        self.access().after_barrier(ctx, client, req_id, result);
     }
 
-    /// Release `out` with the last barrier's answer ([`Manager::after_barrier`], which
-    /// must have just been called).
-    pub(crate) fn with_barrier(&mut self, out: Output) {
-        self.host.attach(out);
-    }
-
-    /// The version of the change the last barrier rides on.
-    pub(crate) fn barrier_version(&self) -> Option<Version> {
-        self.host.barrier_version()
-    }
-
-    /// Submit a change for a client: decided now on the speculative tables, answered
-    /// once every live chunk has it durably.
+    /// [`StoreAccess::submit`].
     pub fn submit(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, client: ClientId, req_id: u64) {
-        self.submit_op(
-            ctx,
-            op,
-            vec![Output::Reply {
-                client,
-                req_id,
-                result: Err(ClientError::Unavailable { store: self.store }),
-            }],
-        );
+        self.access().submit(ctx, op, client, req_id);
     }
 
-    /// Sequence a change, decide it on the speculative tables, and queue it with the
-    /// replies it releases (the first placeholder reply, if any, is filled in with the
-    /// change's own result; waiters it grants or ends are answered too).
+    /// [`StoreAccess::submit_op`].
     pub(crate) fn submit_op(&mut self, ctx: &mut Ctx<'_>, op: StoreOp, replies: Vec<Output>) {
-        let (version, result) = self.host.sequence(self.epoch, &op, &ctx.cfg.planted);
-        let replies = (self.clients).answers(ctx, self.store, &op, version, result, replies);
-        self.host.enqueue(version, op, replies);
-        if self.host.ready_to_send() {
-            self.flush(ctx);
-        }
+        self.access().submit_op(ctx, op, replies);
     }
 
-    /// Group commit: send every queued change in one ACCEPT, with a piggybacked CONFIRM.
+    /// [`StoreAccess::flush`].
     pub(crate) fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        let t = &ctx.cfg.timing;
-        let wait = (self.host.ack_timer).timeout(t.ack_timeout, t.ack_timeout_longest());
-        let live = self.live();
-        let limit = ctx.cfg.objects.max_batch_bytes;
-        if !self.host.start_batch(live, limit, ctx.now, wait) {
-            return;
-        }
-        let b = self.host.inflight.as_ref().expect("just started");
-        let (epoch, confirm) = (self.epoch, self.host.data.confirmed);
-        for c in &b.waiting {
-            self.to_chunk(
-                ctx,
-                *c,
-                ToChunk::Accept {
-                    epoch,
-                    ops: b.ops.clone(),
-                    confirm,
-                },
-            );
-        }
+        self.access().flush(ctx);
     }
 
     /// When every live chunk has accepted the batch: apply it, answer the clients, and
@@ -401,10 +330,7 @@ impl Manager {
         let planted = ctx.cfg.planted.skip_conflict_check || ctx.cfg.planted.ignore_cover;
         self.host.share_speculative(planted);
         if self.host.queue.is_empty() {
-            let (epoch, upto) = (self.epoch, self.host.data.confirmed);
-            for c in self.live() {
-                self.to_chunk(ctx, c, ToChunk::Confirm { epoch, upto });
-            }
+            self.access().confirm(ctx);
         } else {
             self.flush(ctx);
         }

@@ -52,14 +52,17 @@ use crate::session::Liveness;
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod access;
 mod events;
 mod host;
 mod migration;
+mod objects;
 mod policy;
 mod regeneration;
 mod requests;
 mod timers;
 
+pub use access::StoreAccess;
 pub use host::{Batch, Completed, Queued, StoreHost};
 pub use migration::Migration;
 pub use policy::{Deferred, PolicyState};
@@ -280,12 +283,9 @@ impl Manager {
         ok(&self.metadata) && self.regen.joint.iter().all(|j| ok(&j.metadata))
     }
 
+    /// The chunks of the layout not failed.
     pub(crate) fn live(&self) -> BTreeSet<ChunkId> {
-        self.metadata
-            .chunks
-            .difference(&self.failed)
-            .copied()
-            .collect()
+        access::live_chunks(&self.metadata, &self.failed)
     }
 
     pub(super) fn acquire(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
@@ -301,8 +301,7 @@ impl Manager {
 
     /// The store's time at local time `now` ([`crate::time::StoreClock`]).
     pub fn store_now(&self, now: Instant) -> Instant {
-        self.clock
-            .map_or(self.host.speculative.clock, |c| c.read(now))
+        access::store_time(self.clock, &self.host.speculative, now)
     }
 
     /// The local time at which the store's time reaches `t`.

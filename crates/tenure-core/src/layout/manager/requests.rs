@@ -7,7 +7,7 @@ use super::*;
 use crate::ctx::Ctx;
 use crate::data::{OpResult, StoreOp};
 use crate::error::ClientError;
-use crate::ids::{ChunkId, ClientId};
+use crate::ids::ClientId;
 use crate::ids::{SessionId, StoreId, Version};
 use crate::io::Output;
 use crate::io::observation::Observation;
@@ -18,7 +18,6 @@ use crate::layout::MgrState;
 use crate::lockctl::{Acquire, AcquireError, Acquired, LockOp, LockOpResult, ReleaseError};
 use crate::lockctl::{RequestId, Wait};
 use crate::time::Instant;
-use std::collections::BTreeSet;
 
 /// The manager's clients: volatile, rebuilt by a new manager.
 #[derive(Clone, Debug, Default)]
@@ -179,13 +178,7 @@ impl Manager {
     /// its clock with a margin of 2·δ_c, on a quorum of the store's chunks — no other
     /// manager can exist before they expire (DESIGN §4, reads).
     pub fn leases_valid(&self, ctx: &Ctx<'_>) -> bool {
-        let margin = ctx.cfg.timing.clock_drift * 2;
-        let held: BTreeSet<ChunkId> = self
-            .live()
-            .into_iter()
-            .filter(|c| self.chunkfail.get(c).is_some_and(|t| ctx.now + margin < *t))
-            .collect();
-        self.metadata.quorum(&held)
+        super::access::leases_valid(ctx, &self.metadata, &self.failed, &self.chunkfail)
     }
 
     /// A client request for this store.

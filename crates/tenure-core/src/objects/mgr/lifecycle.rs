@@ -6,23 +6,23 @@ use crate::ctx::Ctx;
 use crate::error::ClientError;
 use crate::io::Output;
 use crate::layout::MgrState;
-use crate::layout::manager::Manager;
+use crate::layout::manager::StoreAccess;
 use crate::msg::Msg;
 use crate::objects::Uuid;
 use crate::objects::msg::BlockMsg;
 use crate::time::Instant;
 use std::time::Duration;
 
-impl Manager {
+impl ObjMgr {
     /// Changes were applied: deliver them to the watches, in revision order.
-    pub(crate) fn objects_applied(&mut self, ctx: &mut Ctx<'_>) {
-        let t = &self.host.data.table.objects;
-        let confirmed = self.host.data.confirmed;
-        let changed = t.revision != self.objects.watched;
-        self.objects.watched = t.revision;
+    pub(crate) fn applied(&mut self, st: &mut StoreAccess<'_>, ctx: &mut Ctx<'_>) {
+        let t = &st.host.data.table.objects;
+        let confirmed = st.host.data.confirmed;
+        let changed = t.revision != self.watched;
+        self.watched = t.revision;
         let drop = ctx.cfg.planted.objects_watch_drop;
         let mut ended = Vec::new();
-        for ((client, watch), w) in self.objects.watches.iter_mut() {
+        for ((client, watch), w) in self.watches.iter_mut() {
             if w.held.is_some_and(|v| v > confirmed) {
                 continue;
             }
@@ -56,23 +56,23 @@ impl Manager {
             }
         }
         for k in ended {
-            self.objects.watches.remove(&k);
+            self.watches.remove(&k);
         }
     }
 
     /// This role stops managing: watches end with a redirect (the client resumes at the
     /// new manager from its last revision), reads in progress fail.
-    pub(crate) fn objects_stop(&mut self, ctx: &mut Ctx<'_>) {
-        let hint = self.migration.forwarding;
-        for (client, watch) in std::mem::take(&mut self.objects.watches).into_keys() {
+    pub(crate) fn stop(&mut self, st: &mut StoreAccess<'_>, ctx: &mut Ctx<'_>) {
+        let hint = st.forwarding;
+        for (client, watch) in std::mem::take(&mut self.watches).into_keys() {
             ctx.out.push(Output::WatchEnded {
                 client,
                 watch,
                 reason: ClientError::NotManager { hint },
             });
         }
-        let store = self.store;
-        for r in std::mem::take(&mut self.objects.reads).into_values() {
+        let store = st.store;
+        for r in std::mem::take(&mut self.reads).into_values() {
             reply(
                 ctx,
                 r.client,
@@ -80,87 +80,88 @@ impl Manager {
                 Err(ClientError::Unavailable { store }),
             );
         }
-        self.objects.gc.clear();
+        self.gc.clear();
     }
 
     /// A new epoch began under this manager: completeness is learnt again.
-    pub(crate) fn objects_enter(&mut self, ctx: &Ctx<'_>) {
-        self.objects.complete.clear();
-        self.objects.probe_at = ctx.now;
-        self.objects.watched = self.host.data.table.objects.revision;
+    pub(crate) fn enter(&mut self, st: &mut StoreAccess<'_>, ctx: &Ctx<'_>) {
+        self.complete.clear();
+        self.probe_at = ctx.now;
+        self.watched = st.host.data.table.objects.revision;
     }
 
     // ---- timers ------------------------------------------------------------------
 
-    /// Earliest object timer.
-    pub(crate) fn objects_next_timeout(&self) -> Option<Instant> {
+    /// Earliest object timer, given whether the role is managing, its live chunks, and
+    /// whether the committed objects table has objects needing attention.
+    pub(crate) fn next_timeout(
+        &self,
+        managing: bool,
+        live: &BTreeSet<ChunkId>,
+        attention: bool,
+    ) -> Option<Instant> {
         use crate::time::earliest;
-        if self.state != MgrState::Manager {
-            return (!self.objects.watches.is_empty() || !self.objects.reads.is_empty())
-                .then_some(Instant(0));
+        if !managing {
+            return (!self.watches.is_empty() || !self.reads.is_empty()).then_some(Instant(0));
         }
-        let mut t = self.objects.reads.values().map(|r| r.deadline).min();
-        let gc_wait = self.objects.gc.values().filter_map(|g| g.deleting.as_ref());
+        let mut t = self.reads.values().map(|r| r.deadline).min();
+        let gc_wait = self.gc.values().filter_map(|g| g.deleting.as_ref());
         t = earliest(t, gc_wait.map(|d| d.deadline).min());
-        if self
-            .live()
-            .iter()
-            .any(|c| !self.objects.complete.contains(c))
-        {
-            t = earliest(t, Some(self.objects.probe_at));
+        if live.iter().any(|c| !self.complete.contains(c)) {
+            t = earliest(t, Some(self.probe_at));
         }
-        if !self.host.data.table.objects.attention.is_empty() {
-            t = earliest(t, Some(self.objects.gc_at));
+        if attention {
+            t = earliest(t, Some(self.gc_at));
         }
         t
     }
 
     /// Fire due object timers: read timeouts, deletions not answered, completeness
     /// probes, and the collectors' spawn step.
-    pub(crate) fn objects_tick(&mut self, ctx: &mut Ctx<'_>) {
+    pub(crate) fn tick(&mut self, st: &mut StoreAccess<'_>, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        if self.state != MgrState::Manager {
-            if !self.objects.watches.is_empty() || !self.objects.reads.is_empty() {
-                self.objects_stop(ctx);
+        if st.state != MgrState::Manager {
+            if !self.watches.is_empty() || !self.reads.is_empty() {
+                self.stop(st, ctx);
             }
             return;
         }
-        let due: Vec<u64> = (self.objects.reads.iter())
+        let due: Vec<u64> = (self.reads.iter())
             .filter(|(_, r)| r.deadline <= now)
             .map(|(t, _)| *t)
             .collect();
         for tag in due {
-            if let Some(mut r) = self.objects.reads.remove(&tag) {
+            if let Some(mut r) = self.reads.remove(&tag) {
                 r.tried.insert(r.chunk);
-                self.retry_read(ctx, tag, r);
+                self.retry_read(st, ctx, tag, r);
             }
         }
-        let late: Vec<(String, Uuid)> = (self.objects.gc.iter())
+        let late: Vec<(String, Uuid)> = (self.gc.iter())
             .filter(|(_, t)| t.deleting.as_ref().is_some_and(|d| d.deadline <= now))
             .map(|(k, _)| k.clone())
             .collect();
         for id in late {
-            self.deletion_late(ctx, id);
+            self.deletion_late(st, ctx, id);
         }
-        if self.objects.probe_at <= now {
-            self.objects.probe_at = now + PROBE_EVERY;
-            for c in self.live() {
-                if !self.objects.complete.contains(&c) {
+        if self.probe_at <= now {
+            self.probe_at = now + PROBE_EVERY;
+            for c in st.live() {
+                if !self.complete.contains(&c) {
                     ctx.send(
                         c.device,
                         Msg::Blocks(BlockMsg::Probe {
-                            store: self.store,
+                            store: st.store,
                             chunk: c,
-                            epoch: self.epoch,
+                            epoch: st.epoch,
                         }),
                     );
                 }
             }
         }
-        if self.objects.gc_at <= now && self.leases_valid(ctx) {
+        if self.gc_at <= now && st.leases_valid(ctx) {
             let every = (ctx.cfg.objects.checkin_interval / 2).max(Duration::from_millis(10));
-            self.objects.gc_at = now + every;
-            self.spawn_collectors(ctx);
+            self.gc_at = now + every;
+            self.spawn_collectors(st, ctx);
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::error::ClientError;
 use crate::ids::{ChunkId, ClientId, DeviceId};
 use crate::io::request::Response;
 use crate::layout::MgrState;
-use crate::layout::manager::Manager;
+use crate::layout::manager::StoreAccess;
 use crate::msg::Msg;
 use crate::objects::blocks::READ_BATCH;
 use crate::objects::msg::BlockMsg;
@@ -15,9 +15,10 @@ use crate::objects::msg::Requester;
 use crate::objects::{BlockId, Bytes, ManifestState, ObjectError, ObjectMeta};
 use std::collections::{BTreeMap, BTreeSet};
 
-impl Manager {
+impl ObjMgr {
     pub(super) fn start_read(
         &mut self,
+        st: &mut StoreAccess<'_>,
         ctx: &mut Ctx<'_>,
         client: ClientId,
         req_id: u64,
@@ -28,14 +29,14 @@ impl Manager {
                 meta,
                 data: Bytes::new(),
             });
-            return self.after_barrier(ctx, client, req_id, r);
+            return st.after_barrier(ctx, client, req_id, r);
         }
-        let Some(chunk) = self.pick_chunk(ctx, &BTreeSet::new()) else {
-            let store = self.store;
+        let Some(chunk) = self.pick_chunk(st, ctx, &BTreeSet::new()) else {
+            let store = st.store;
             return reply(ctx, client, req_id, Err(ClientError::Unavailable { store }));
         };
-        self.objects.tag += 1;
-        let tag = self.objects.tag;
+        self.tag += 1;
+        let tag = self.tag;
         let read = PendingRead {
             client,
             req_id,
@@ -46,14 +47,14 @@ impl Manager {
             deadline: ctx.now + ctx.cfg.timing.ack_timeout,
             restarted: false,
         };
-        self.ask_blocks(ctx, tag, &read);
-        self.objects.reads.insert(tag, read);
+        self.ask_blocks(st, ctx, tag, &read);
+        self.reads.insert(tag, read);
     }
 
     /// The key's previous content, if its manifest still names its blocks (planted bug
     /// `objects_read_superseded`).
-    pub(super) fn superseded(&self, key: &str) -> Option<ObjectMeta> {
-        let t = &self.host.data.table.objects;
+    pub(super) fn superseded(&self, st: &StoreAccess<'_>, key: &str) -> Option<ObjectMeta> {
+        let t = &st.host.data.table.objects;
         let current = t.active(key)?.revision;
         let m = (t.keys.get(key)?.values())
             .filter(|m| m.revision > 0 && m.revision < current)
@@ -71,9 +72,14 @@ impl Manager {
     }
 
     /// A complete live chunk not yet tried, this device's own first.
-    fn pick_chunk(&self, ctx: &Ctx<'_>, tried: &BTreeSet<ChunkId>) -> Option<ChunkId> {
-        let usable: Vec<ChunkId> = (self.objects.complete.iter())
-            .filter(|c| !self.failed.contains(c) && self.metadata.contains(**c))
+    fn pick_chunk(
+        &self,
+        st: &StoreAccess<'_>,
+        ctx: &Ctx<'_>,
+        tried: &BTreeSet<ChunkId>,
+    ) -> Option<ChunkId> {
+        let usable: Vec<ChunkId> = (self.complete.iter())
+            .filter(|c| !st.failed.contains(c) && st.metadata.contains(**c))
             .filter(|c| !tried.contains(c))
             .copied()
             .collect();
@@ -82,7 +88,7 @@ impl Manager {
             .copied()
     }
 
-    fn ask_blocks(&self, ctx: &mut Ctx<'_>, tag: u64, read: &PendingRead) {
+    fn ask_blocks(&self, st: &StoreAccess<'_>, ctx: &mut Ctx<'_>, tag: u64, read: &PendingRead) {
         let ids: Vec<BlockId> = (read.meta.blocks.iter())
             .map(|(id, _)| *id)
             .filter(|id| !read.got.contains_key(id))
@@ -91,7 +97,7 @@ impl Manager {
         ctx.send(
             read.chunk.device,
             Msg::Blocks(BlockMsg::Read {
-                store: self.store,
+                store: st.store,
                 chunk: read.chunk,
                 ids,
                 tag,
@@ -102,16 +108,17 @@ impl Manager {
 
     fn on_read_data(
         &mut self,
+        st: &mut StoreAccess<'_>,
         ctx: &mut Ctx<'_>,
         tag: u64,
         from: ChunkId,
         blocks: Vec<(BlockId, Option<Bytes>)>,
     ) {
-        let Some(mut read) = self.objects.reads.remove(&tag) else {
+        let Some(mut read) = self.reads.remove(&tag) else {
             return;
         };
         if read.chunk != from {
-            self.objects.reads.insert(tag, read);
+            self.reads.insert(tag, read);
             return;
         }
         let infos: BTreeMap<BlockId, crate::objects::BlockInfo> =
@@ -131,40 +138,46 @@ impl Manager {
                 meta: read.meta,
                 data,
             });
-            return self.after_barrier(ctx, read.client, read.req_id, r);
+            return st.after_barrier(ctx, read.client, read.req_id, r);
         }
         if bad {
             read.tried.insert(from);
-            return self.retry_read(ctx, tag, read);
+            return self.retry_read(st, ctx, tag, read);
         }
         read.deadline = ctx.now + ctx.cfg.timing.ack_timeout;
-        self.ask_blocks(ctx, tag, &read);
-        self.objects.reads.insert(tag, read);
+        self.ask_blocks(st, ctx, tag, &read);
+        self.reads.insert(tag, read);
     }
 
     /// The chunk did not have (good copies of) the blocks, or did not answer: try
     /// another complete chunk; when none is left, read the key again once (the object
     /// may have been replaced and collected meanwhile), then give up.
-    pub(super) fn retry_read(&mut self, ctx: &mut Ctx<'_>, tag: u64, mut read: PendingRead) {
-        if let Some(c) = self.pick_chunk(ctx, &read.tried) {
+    pub(super) fn retry_read(
+        &mut self,
+        st: &mut StoreAccess<'_>,
+        ctx: &mut Ctx<'_>,
+        tag: u64,
+        mut read: PendingRead,
+    ) {
+        if let Some(c) = self.pick_chunk(st, ctx, &read.tried) {
             read.chunk = c;
             read.deadline = ctx.now + ctx.cfg.timing.ack_timeout;
-            self.ask_blocks(ctx, tag, &read);
-            self.objects.reads.insert(tag, read);
+            self.ask_blocks(st, ctx, tag, &read);
+            self.reads.insert(tag, read);
             return;
         }
-        let current = self.host.data.table.objects.meta(&read.meta.key);
+        let current = st.host.data.table.objects.meta(&read.meta.key);
         match current {
             Some(m) if !read.restarted && m.uuid != read.meta.uuid => {
                 read.meta = m;
                 read.got.clear();
                 read.tried.clear();
                 read.restarted = true;
-                self.retry_read(ctx, tag, read);
+                self.retry_read(st, ctx, tag, read);
             }
             None if !read.restarted => {
                 let r = Err(ObjectError::NoSuchObject.into());
-                self.after_barrier(ctx, read.client, read.req_id, r);
+                st.after_barrier(ctx, read.client, read.req_id, r);
             }
             _ => reply(
                 ctx,
@@ -178,24 +191,30 @@ impl Manager {
     // ---- block messages ---------------------------------------------------------------
 
     /// Block traffic addressed to this manager role.
-    pub(crate) fn on_block_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, msg: BlockMsg) {
+    pub(crate) fn on_block_msg(
+        &mut self,
+        st: &mut StoreAccess<'_>,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        msg: BlockMsg,
+    ) {
         match msg {
             BlockMsg::Data {
                 from: chunk,
                 tag,
                 blocks,
                 ..
-            } if chunk.device == from => self.on_read_data(ctx, tag, chunk, blocks),
+            } if chunk.device == from => self.on_read_data(st, ctx, tag, chunk, blocks),
             BlockMsg::Deleted { chunk, tag, .. } if chunk.device == from => {
-                self.on_deleted(ctx, chunk, tag)
+                self.on_deleted(st, ctx, chunk, tag)
             }
             BlockMsg::Complete { chunk, epoch, .. }
                 if chunk.device == from
-                    && self.state == MgrState::Manager
-                    && epoch == self.epoch
-                    && self.live().contains(&chunk) =>
+                    && st.state == MgrState::Manager
+                    && epoch == st.epoch
+                    && st.live().contains(&chunk) =>
             {
-                self.objects.complete.insert(chunk);
+                self.complete.insert(chunk);
             }
             _ => {}
         }

@@ -9,15 +9,15 @@ use crate::ids::ClientId;
 use crate::io::Output;
 use crate::io::request::ObjectRequest;
 use crate::io::request::Response;
-use crate::layout::manager::Manager;
+use crate::layout::manager::StoreAccess;
 use crate::lockctl::LockName;
 use crate::objects::table::Access;
 use crate::objects::{ManifestState, ObjectError, ObjectOp, PartUpload, split};
 
-impl Manager {
-    fn access(&self, ctx: &Ctx<'_>) -> Access {
+impl ObjMgr {
+    fn access(&self, st: &StoreAccess<'_>, ctx: &Ctx<'_>) -> Access {
         let s = &ctx.cfg.objects;
-        let at = self.store_now(ctx.now);
+        let at = st.store_now(ctx.now);
         Access {
             at,
             prune_before: at.saturating_sub(s.prune_after),
@@ -28,48 +28,51 @@ impl Manager {
     /// Sequence an object change; its result answers `client` if one is given.
     pub(super) fn submit_object(
         &mut self,
+        st: &mut StoreAccess<'_>,
         ctx: &mut Ctx<'_>,
         op: ObjectOp,
         to: Option<(ClientId, u64)>,
     ) {
         let op = StoreOp::Object {
             op,
-            acc: self.access(ctx),
+            acc: self.access(st, ctx),
         };
         match to {
-            Some((client, req_id)) => self.submit(ctx, op, client, req_id),
-            None => self.submit_op(ctx, op, Vec::new()),
+            Some((client, req_id)) => st.submit(ctx, op, client, req_id),
+            None => st.submit_op(ctx, op, Vec::new()),
         }
     }
 
     /// An object request, from a client of this manager (already known to be the
     /// manager with valid leases).
-    pub(crate) fn object_request(
+    pub(crate) fn request(
         &mut self,
+        st: &mut StoreAccess<'_>,
         ctx: &mut Ctx<'_>,
         client: ClientId,
         req_id: u64,
         req: ObjectRequest,
     ) {
-        self.host.hold = true;
-        let r = self.object_request_inner(ctx, client, req_id, req);
-        self.host.hold = false;
+        st.host.hold = true;
+        let r = self.object_request_inner(st, ctx, client, req_id, req);
+        st.host.hold = false;
         if let Err(e) = r {
             reply(ctx, client, req_id, Err(e));
         }
-        if self.host.inflight.is_none() {
-            self.flush(ctx);
+        if st.host.inflight.is_none() {
+            st.flush(ctx);
         }
     }
 
     fn object_request_inner(
         &mut self,
+        st: &mut StoreAccess<'_>,
         ctx: &mut Ctx<'_>,
         client: ClientId,
         req_id: u64,
         req: ObjectRequest,
     ) -> Result<(), ClientError> {
-        let store = self.store;
+        let store = st.store;
         let now = ctx.now;
         let bs = ctx.cfg.objects.block_size;
         let to = Some((client, req_id));
@@ -87,7 +90,7 @@ impl Manager {
                 check_key(ctx, store, &key)?;
                 check_size(data.len(), ctx.cfg.objects.max_object_size)?;
                 if let Some(s) = writer.session
-                    && !self.clients.liveness.alive(s, now)
+                    && !st.session_alive(s, now)
                 {
                     return Err(ClientError::SessionExpired);
                 }
@@ -98,12 +101,12 @@ impl Manager {
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.host.speculative.objects.by_request(&key, req)
+                    && let Some(m) = st.host.speculative.objects.by_request(&key, req)
                 {
                     let (uuid, revision) = (m.uuid, m.revision);
                     if revision > 0 {
                         let r = Ok(Response::ObjectWritten { revision, uuid });
-                        self.after_barrier(ctx, client, req_id, r);
+                        st.after_barrier(ctx, client, req_id, r);
                         return Ok(());
                     }
                     if m.state == ManifestState::Writing {
@@ -128,7 +131,7 @@ impl Manager {
                                 part: None,
                                 blocks: vec![b],
                             };
-                            self.submit_object(ctx, op, None);
+                            self.submit_object(st, ctx, op, None);
                         }
                         let op = ObjectOp::Activate {
                             key,
@@ -136,15 +139,15 @@ impl Manager {
                             parts: None,
                             cond,
                         };
-                        self.submit_object(ctx, op, to);
+                        self.submit_object(st, ctx, op, to);
                         return Ok(());
                     }
                 }
                 if let Err(e) =
-                    self.host
+                    st.host
                         .speculative
                         .objects
-                        .check(&key, &cond, &self.host.speculative.locks)
+                        .check(&key, &cond, &st.host.speculative.locks)
                 {
                     // The speculative table holds changes not committed yet: a refusal
                     // judged on it leaves after a barrier, as a read does, so that no
@@ -152,7 +155,7 @@ impl Manager {
                     // `tenure chaos`, reordered peer links: a compare-and-set refused
                     // naming revision 1094 before the put making it was acknowledged, and
                     // a read after that refusal still answered 1088).
-                    self.after_barrier(ctx, client, req_id, Err(e));
+                    st.after_barrier(ctx, client, req_id, Err(e));
                     return Ok(());
                 }
                 let uuid = new_uuid(ctx);
@@ -166,7 +169,7 @@ impl Manager {
                     request,
                     cond: cond.clone(),
                 };
-                self.submit_object(ctx, begin, None);
+                self.submit_object(st, ctx, begin, None);
                 for b in blocks {
                     let op = ObjectOp::Blocks {
                         key: key.clone(),
@@ -174,7 +177,7 @@ impl Manager {
                         part: None,
                         blocks: vec![b],
                     };
-                    self.submit_object(ctx, op, None);
+                    self.submit_object(st, ctx, op, None);
                 }
                 let op = ObjectOp::Activate {
                     key,
@@ -182,66 +185,66 @@ impl Manager {
                     parts: None,
                     cond,
                 };
-                self.submit_object(ctx, op, to);
+                self.submit_object(st, ctx, op, to);
             }
             ObjectRequest::Get { key } => {
                 check_key(ctx, store, &key)?;
                 let meta = if ctx.cfg.planted.objects_read_superseded {
-                    self.superseded(&key)
+                    self.superseded(st, &key)
                 } else {
                     None
                 };
-                match meta.or_else(|| self.host.data.table.objects.meta(&key)) {
+                match meta.or_else(|| st.host.data.table.objects.meta(&key)) {
                     None => {
                         let r = Err(ObjectError::NoSuchObject.into());
-                        self.after_barrier(ctx, client, req_id, r);
+                        st.after_barrier(ctx, client, req_id, r);
                     }
-                    Some(meta) => self.start_read(ctx, client, req_id, meta),
+                    Some(meta) => self.start_read(st, ctx, client, req_id, meta),
                 }
             }
             ObjectRequest::Head { key } => {
                 check_key(ctx, store, &key)?;
-                let r = (self.host.data.table.objects.meta(&key))
+                let r = (st.host.data.table.objects.meta(&key))
                     .map(Response::ObjectMeta)
                     .ok_or(ObjectError::NoSuchObject.into());
-                self.after_barrier(ctx, client, req_id, r);
+                st.after_barrier(ctx, client, req_id, r);
             }
             ObjectRequest::List { prefix } => {
                 LockName::parse_prefix(&prefix)
                     .map_err(|e| ClientError::InvalidName(e.to_string()))?;
-                let t = &self.host.data.table.objects;
+                let t = &st.host.data.table.objects;
                 let r = Ok(Response::Objects {
                     revision: t.revision,
                     objects: t.list(&prefix),
                 });
-                self.after_barrier(ctx, client, req_id, r);
+                st.after_barrier(ctx, client, req_id, r);
             }
             ObjectRequest::Delete { key, writer, cond } => {
                 check_key(ctx, store, &key)?;
                 if let Some(s) = writer.session
-                    && !self.clients.liveness.alive(s, now)
+                    && !st.session_alive(s, now)
                 {
                     return Err(ClientError::SessionExpired);
                 }
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(revision) = self.host.speculative.objects.deleted_by(&key, req)
+                    && let Some(revision) = st.host.speculative.objects.deleted_by(&key, req)
                 {
                     let r = Ok(Response::ObjectDeleted { revision });
-                    self.after_barrier(ctx, client, req_id, r);
+                    st.after_barrier(ctx, client, req_id, r);
                     return Ok(());
                 }
                 let op = ObjectOp::Delete { key, request, cond };
-                self.submit_object(ctx, op, to);
+                self.submit_object(st, ctx, op, to);
             }
             ObjectRequest::MultipartInitiate { key, writer } => {
                 check_key(ctx, store, &key)?;
                 let request = writer.request();
                 if let Some(req) = request
-                    && let Some(m) = self.host.speculative.objects.by_request(&key, req)
+                    && let Some(m) = st.host.speculative.objects.by_request(&key, req)
                 {
                     let r = Ok(Response::UploadStarted { upload: m.uuid });
-                    self.after_barrier(ctx, client, req_id, r);
+                    st.after_barrier(ctx, client, req_id, r);
                     return Ok(());
                 }
                 let op = ObjectOp::Begin {
@@ -253,7 +256,7 @@ impl Manager {
                     request,
                     cond: Default::default(),
                 };
-                self.submit_object(ctx, op, to);
+                self.submit_object(st, ctx, op, to);
             }
             ObjectRequest::MultipartPart {
                 key,
@@ -266,7 +269,7 @@ impl Manager {
                 if part == 0 {
                     return Err(ClientError::Rejected("part numbers start at 1".into()));
                 }
-                let generation = match self
+                let generation = match st
                     .host
                     .speculative
                     .objects
@@ -296,7 +299,7 @@ impl Manager {
                         part: Some(info),
                         blocks: Vec::new(),
                     };
-                    self.submit_object(ctx, op, to);
+                    self.submit_object(st, ctx, op, to);
                     return Ok(());
                 }
                 for (i, b) in blocks.into_iter().enumerate() {
@@ -307,7 +310,7 @@ impl Manager {
                         part: last.then(|| info.clone()),
                         blocks: vec![b],
                     };
-                    self.submit_object(ctx, op, if last { to } else { None });
+                    self.submit_object(st, ctx, op, if last { to } else { None });
                 }
             }
             ObjectRequest::MultipartComplete {
@@ -318,7 +321,7 @@ impl Manager {
                 cond,
             } => {
                 check_key(ctx, store, &key)?;
-                if let Some(m) = self
+                if let Some(m) = st
                     .host
                     .speculative
                     .objects
@@ -331,7 +334,7 @@ impl Manager {
                         revision: m.revision,
                         uuid: upload,
                     });
-                    self.after_barrier(ctx, client, req_id, r);
+                    st.after_barrier(ctx, client, req_id, r);
                     return Ok(());
                 }
                 let op = ObjectOp::Activate {
@@ -340,11 +343,11 @@ impl Manager {
                     parts: Some(parts),
                     cond,
                 };
-                self.submit_object(ctx, op, to);
+                self.submit_object(st, ctx, op, to);
             }
             ObjectRequest::MultipartAbort { key, upload } => {
                 check_key(ctx, store, &key)?;
-                match self
+                match st
                     .host
                     .speculative
                     .objects
@@ -353,7 +356,7 @@ impl Manager {
                     .and_then(|d| d.get(&upload))
                 {
                     Some(m) if m.state == ManifestState::Writing => {
-                        self.submit_object(ctx, ObjectOp::Abandon { key, uuid: upload }, to)
+                        self.submit_object(st, ctx, ObjectOp::Abandon { key, uuid: upload }, to)
                     }
                     _ => return Err(ObjectError::NoSuchUpload(upload).into()),
                 }
@@ -367,17 +370,17 @@ impl Manager {
                     .map_err(|e| ClientError::InvalidName(e.to_string()))?;
                 // A retried subscription (same watch id and request) is answered again;
                 // the registration already made delivers everything after its revision.
-                if let Some(w) = self.objects.watches.get(&(client, watch))
+                if let Some(w) = self.watches.get(&(client, watch))
                     && w.prefix == prefix
                     && w.asked == after
                 {
                     let revision = after.unwrap_or(w.last);
                     let r = Ok(Response::Watching { revision });
-                    self.after_barrier(ctx, client, req_id, r);
+                    st.after_barrier(ctx, client, req_id, r);
                     return Ok(());
                 }
                 let asked = after;
-                let t = &self.host.data.table.objects;
+                let t = &st.host.data.table.objects;
                 let after = after.unwrap_or(t.revision);
                 let changes = t.changes_after(&prefix, after)?;
                 let current = t.revision.max(after);
@@ -387,21 +390,21 @@ impl Manager {
                 // watcher was shown a put a regeneration had taken from one chunk's
                 // unconfirmed ACCEPT; the manager failed before any chunk but its own
                 // had the epoch's commit, and the next epoch rightly lost the put).
-                self.after_barrier(
+                st.after_barrier(
                     ctx,
                     client,
                     req_id,
                     Ok(Response::Watching { revision: after }),
                 );
                 if !changes.is_empty() {
-                    self.with_barrier(Output::ObjectEvents {
+                    st.with_barrier(Output::ObjectEvents {
                         client,
                         watch,
                         changes,
                     });
                 }
-                let held = self.barrier_version();
-                self.objects.watches.insert(
+                let held = st.barrier_version();
+                self.watches.insert(
                     (client, watch),
                     Watch {
                         prefix,
@@ -412,7 +415,7 @@ impl Manager {
                 );
             }
             ObjectRequest::Unwatch { watch } => {
-                self.objects.watches.remove(&(client, watch));
+                self.watches.remove(&(client, watch));
                 reply(ctx, client, req_id, Ok(Response::Unwatched));
             }
         }
