@@ -92,7 +92,7 @@ pub enum RecordProblem {
         /// The lock.
         name: String,
         /// The token.
-        token: TokenShown,
+        token: FencingToken,
         /// The first record holding it.
         first: ChunkId,
         /// Its session.
@@ -102,16 +102,6 @@ pub enum RecordProblem {
         /// That session.
         second_session: SessionId,
     },
-}
-
-/// A fencing token as `epoch.seq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct TokenShown(pub FencingToken);
-
-impl std::fmt::Display for TokenShown {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.0.epoch.0, self.0.seq)
-    }
 }
 
 fn show(m: &Option<DeviceId>) -> String {
@@ -203,7 +193,7 @@ impl<'a> RecordChecker<'a> {
                     self.problems.push(RecordProblem::TokenTwice {
                         store,
                         name: name.to_string(),
-                        token: TokenShown(h.token),
+                        token: h.token,
                         first,
                         first_session: s,
                         second: c.id,
@@ -255,14 +245,8 @@ pub fn conflicting_holders(tables: &crate::data::Tables) -> Option<(String, Stri
 
 /// [`conflicting_holders`] over holders grouped by name.
 fn first_conflict(by_name: &BTreeMap<&str, &[HolderInfo]>) -> Option<(String, String)> {
-    let show = |h: &HolderInfo| {
-        format!(
-            "session {} ({:?}, token {})",
-            h.session.0,
-            h.mode,
-            TokenShown(h.token)
-        )
-    };
+    let show =
+        |h: &HolderInfo| format!("session {} ({:?}, token {})", h.session.0, h.mode, h.token);
     for (name, hs) in by_name {
         for (i, a) in hs.iter().enumerate() {
             for b in &hs[i + 1..] {

@@ -31,6 +31,13 @@ pub struct FencingToken {
     pub seq: u64,
 }
 
+/// `epoch.seq`, as clients and the CLI show a token.
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.epoch.0, self.seq)
+    }
+}
+
 /// How long an acquire may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Wait {
