@@ -435,7 +435,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             crate::lookup_cmds::status(&client),
         )
         .await;
-        let coordinator = crate::cluster::coordinator_summary(
+        let coordinator = crate::cluster::status::coordinator_summary(
             &answers.iter().filter_map(|a| a.as_ref().ok()).collect::<Vec<_>>(),
         );
         for (e, answer) in endpoints.iter().zip(answers) {

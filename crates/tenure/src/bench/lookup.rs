@@ -410,7 +410,7 @@ async fn kill_leader(client: &Client, target: &Target) -> anyhow::Result<u64> {
         target.endpoints.is_empty(),
         "--kill-leader needs a local cluster (--data), not --endpoints"
     );
-    let file = crate::cluster::ClusterFile::load(&target.data)?;
+    let file = crate::cluster::file::ClusterFile::load(&target.data)?;
     let statuses = client.node_status_all().await;
     let leader = statuses
         .iter()
