@@ -146,7 +146,7 @@ pub(super) fn existing_configs(data: &Path) -> anyhow::Result<Option<Vec<ServerC
     let mut cfgs = Vec::new();
     // A device removed from the cluster keeps its directory, its configuration renamed
     // (`cluster remove`): it is not started again.
-    for id in crate::cluster_members::device_dirs(data)? {
+    for id in super::members::device_dirs(data)? {
         let p = data.join(format!("d{id}")).join("server.toml");
         if p.exists() {
             cfgs.push(ServerConfig::load(&p)?);

@@ -32,13 +32,14 @@
 //! This file holds the arguments, `down` and small helpers; [`file`] `cluster.json` and
 //! where a cluster keeps its files, [`configs`] the devices' generated configurations,
 //! `up` starting devices and waiting until they serve, [`status`] the Status answers
-//! and `cluster status`.
+//! and `cluster status`, `members` `cluster add` and `cluster remove`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub mod configs;
 pub mod file;
+mod members;
 pub mod status;
 mod up;
 
@@ -61,9 +62,9 @@ enum ClusterCmd {
     /// Show every store's manager and epoch.
     Status(CommonArgs),
     /// Start a new device and join it to the running cluster (stores relayout onto it).
-    Add(crate::cluster_members::AddArgs),
+    Add(members::AddArgs),
     /// Drain a device (its chunks move, its managers migrate), then retire it.
-    Remove(crate::cluster_members::RemoveArgs),
+    Remove(members::RemoveArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -121,8 +122,8 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
         ClusterCmd::Up(a) => up::up(a),
         ClusterCmd::Down(a) => down(a),
         ClusterCmd::Status(a) => status::status(a),
-        ClusterCmd::Add(a) => crate::cluster_members::add(a),
-        ClusterCmd::Remove(a) => crate::cluster_members::remove(a),
+        ClusterCmd::Add(a) => members::add(a),
+        ClusterCmd::Remove(a) => members::remove(a),
     }
 }
 

@@ -116,7 +116,7 @@ pub(super) fn status(a: CommonArgs) -> anyhow::Result<()> {
                 })),
             }
         }
-        let membership = crate::cluster_members::annotate(&client, &mut devices).await;
+        let membership = super::members::annotate(&client, &mut devices).await;
         let (coordinator, coordinator_line) =
             coordinator_summary(&answers.iter().collect::<Vec<_>>());
         if a.json {
