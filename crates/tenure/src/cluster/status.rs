@@ -4,7 +4,7 @@
 use super::file::ClusterFile;
 use super::{CommonArgs, runtime};
 use std::collections::BTreeMap;
-use tenure_client::proto::StatusResponse;
+use tenure_client::proto::{ChunkRef, ManagerStatus, StatusResponse};
 use tenure_client::{Client, ClientOptions};
 
 /// What a device's Status answer says about it, or why there is none.
@@ -92,18 +92,15 @@ pub(super) fn status(a: CommonArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let client = file.client(ClientOptions::default())?;
         let mut devices = Vec::new();
-        let mut stores: BTreeMap<u32, Vec<serde_json::Value>> = BTreeMap::new();
+        // store → (device, its manager role) for every device that reports a role.
+        let mut stores: BTreeMap<u32, Vec<(u64, ManagerStatus)>> = BTreeMap::new();
         let mut answers = Vec::new();
         for d in &file.devices {
             match client.status_of(&d.client_addr.to_string()).await {
                 Ok(s) => {
                     answers.push(s.clone());
                     for m in &s.managers {
-                        stores.entry(m.store).or_default().push(serde_json::json!({
-                            "device": s.device, "state": m.state, "epoch": m.epoch,
-                            "chunks": m.chunks.iter().map(|c| format!("c{}.{}", c.device, c.serial)).collect::<Vec<_>>(),
-                            "failed": m.failed.iter().map(|c| format!("c{}.{}", c.device, c.serial)).collect::<Vec<_>>(),
-                        }));
+                        stores.entry(m.store).or_default().push((s.device, m.clone()));
                     }
                     devices.push(serde_json::json!({
                         "id": d.id, "pid": d.pid, "up": true, "client": d.client_addr,
@@ -121,7 +118,11 @@ pub(super) fn status(a: CommonArgs) -> anyhow::Result<()> {
             coordinator_summary(&answers.iter().collect::<Vec<_>>());
         if a.json {
             let stores: Vec<_> = (0..file.stores)
-                .map(|s| serde_json::json!({"store": s, "managers": stores.get(&s).cloned().unwrap_or_default()}))
+                .map(|s| {
+                    let roles = stores.get(&s).map_or(&[][..], Vec::as_slice);
+                    let managers: Vec<_> = roles.iter().map(|(d, m)| role_json(*d, m)).collect();
+                    serde_json::json!({"store": s, "managers": managers})
+                })
                 .collect();
             println!(
                 "{}",
@@ -149,28 +150,32 @@ pub(super) fn status(a: CommonArgs) -> anyhow::Result<()> {
         println!("stores:");
         let mut unmanaged = 0;
         for s in 0..file.stores {
-            let roles = stores.get(&s).cloned().unwrap_or_default();
-            let managers: Vec<_> = roles.iter().filter(|r| r["state"] == "Manager").collect();
+            let roles = stores.get(&s).map_or(&[][..], Vec::as_slice);
+            let managers: Vec<_> = roles.iter().filter(|(_, m)| m.is_manager()).collect();
             match managers.as_slice() {
-                [m] => println!(
-                    "  s{s:<4} manager d{} epoch {:<4} chunks {}{}",
-                    m["device"],
-                    m["epoch"],
-                    m["chunks"].as_array().map(|c| c.iter().map(|x| x.as_str().unwrap_or("")).collect::<Vec<_>>().join(",")).unwrap_or_default(),
-                    match m["failed"].as_array() {
-                        Some(f) if !f.is_empty() => format!(" (failed: {})", f.iter().map(|x| x.as_str().unwrap_or("")).collect::<Vec<_>>().join(",")),
-                        _ => String::new(),
+                [(device, m)] => println!(
+                    "  s{s:<4} manager d{device} epoch {:<4} chunks {}{}",
+                    m.epoch,
+                    chunk_names(&m.chunks).join(","),
+                    if m.failed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (failed: {})", chunk_names(&m.failed).join(","))
                     }
                 ),
                 [] => {
                     unmanaged += 1;
-                    let other: Vec<String> = roles.iter().map(|r| format!("d{} {}", r["device"], r["state"].as_str().unwrap_or(""))).collect();
+                    let other: Vec<String> =
+                        roles.iter().map(|(d, m)| format!("d{d} {}", m.state)).collect();
                     println!("  s{s:<4} NO MANAGER {}", other.join(", "));
                 }
                 many => println!(
                     "  s{s:<4} {} devices claim it: {}",
                     many.len(),
-                    many.iter().map(|m| format!("d{} e{}", m["device"], m["epoch"])).collect::<Vec<_>>().join(", ")
+                    many.iter()
+                        .map(|(d, m)| format!("d{d} e{}", m.epoch))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             }
         }
@@ -180,5 +185,21 @@ pub(super) fn status(a: CommonArgs) -> anyhow::Result<()> {
             file.stores
         );
         anyhow::Ok(())
+    })
+}
+
+/// A chunk's name in `cluster status`: `c<device>.<serial>`.
+fn chunk_names(chunks: &[ChunkRef]) -> Vec<String> {
+    chunks
+        .iter()
+        .map(|c| format!("c{}.{}", c.device, c.serial))
+        .collect()
+}
+
+/// One device's manager role for a store, as `cluster status --json` lists it.
+fn role_json(device: u64, m: &ManagerStatus) -> serde_json::Value {
+    serde_json::json!({
+        "device": device, "state": m.state, "epoch": m.epoch,
+        "chunks": chunk_names(&m.chunks), "failed": chunk_names(&m.failed),
     })
 }
