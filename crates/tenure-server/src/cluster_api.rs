@@ -22,7 +22,7 @@
 //!
 //! [`Observation::Members`]: tenure_core::io::Observation::Members
 
-use crate::driver::Call;
+use crate::driver::calls::Call;
 use crate::transport::Transport;
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -286,8 +286,8 @@ pub async fn start_with_listeners(
         t ^ cfg.id.rotate_left(32)
     });
     let (events, _) = tokio::sync::broadcast::channel(1024);
-    let sub_routes = driver::SubRoutes::default();
-    let watch_routes = driver::WatchRoutes::default();
+    let sub_routes = driver::routes::SubRoutes::default();
+    let watch_routes = driver::routes::WatchRoutes::default();
     let object_settings = cfg.objects.clone();
     let max_value_bytes = cfg.lookup.max_value_bytes;
     let snapshot_book = snapshots::Book::open(&cfg.data_dir, cfg.snapshot.keep);

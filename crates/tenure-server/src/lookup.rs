@@ -24,7 +24,8 @@
 //! (list a narrower prefix) rather than failing on the wire.
 
 use crate::auth::{Auth, Caller, Perm};
-use crate::driver::{Answer, Call, SubRoutes};
+use crate::driver::calls::{Answer, Call};
+use crate::driver::routes::SubRoutes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use prost::Message;
 use std::collections::HashSet;

@@ -22,7 +22,7 @@
 //!
 //! Object watches (DESIGN §5): `watch_objects` registers a watch of a prefix of the
 //! stream's store with the manager, as the stream's own watch client
-//! ([`crate::driver::WatchRoutes`]), and is answered `watching`; the changes follow as
+//! ([`crate::driver::routes::WatchRoutes`]), and is answered `watching`; the changes follow as
 //! pushed `object_events`, in revision order. When the watch ends at this device (the
 //! manager stopped managing the store, or its history no longer reaches the watch's
 //! position) a pushed `watch_ended` carries the typed reason (`NotManager` with the hint,
@@ -35,7 +35,7 @@
 //! and the stream stays up.
 
 use crate::auth::{Caller, Perm};
-use crate::driver::DeviceEvent;
+use crate::driver::calls::DeviceEvent;
 use crate::grpc::Api;
 use futures::stream::{FuturesUnordered, StreamExt};
 use prost::Message;
@@ -99,8 +99,8 @@ struct Watches {
     client: ClientId,
     store: Option<StoreId>,
     asked: std::collections::HashSet<u64>,
-    tx: mpsc::UnboundedSender<(u64, crate::driver::WatchMsg)>,
-    rx: mpsc::UnboundedReceiver<(u64, crate::driver::WatchMsg)>,
+    tx: mpsc::UnboundedSender<(u64, crate::driver::routes::WatchMsg)>,
+    rx: mpsc::UnboundedReceiver<(u64, crate::driver::routes::WatchMsg)>,
 }
 
 impl Watches {
@@ -253,13 +253,13 @@ async fn run(
             },
             Some((watch, msg)) = watches.rx.recv() => {
                 let ev = match msg {
-                    crate::driver::WatchMsg::Events(changes) => {
+                    crate::driver::routes::WatchMsg::Events(changes) => {
                         Ev::ObjectEvents(proto::ObjectEvents {
                             watch,
                             changes: changes.iter().map(crate::objects::change_to_proto).collect(),
                         })
                     }
-                    crate::driver::WatchMsg::Ended(reason) => {
+                    crate::driver::routes::WatchMsg::Ended(reason) => {
                         watches.asked.remove(&watch);
                         let store = st.store.unwrap_or(StoreId(0));
                         let kind = crate::grpc::error_kind(&reason);

@@ -420,7 +420,7 @@ impl CpuMeter {
     /// Start measuring now.
     fn start(target: &crate::client_cmds::Target) -> CpuMeter {
         let devices = if target.endpoints.is_empty() {
-            crate::cluster::ClusterFile::load(&target.data)
+            crate::cluster::file::ClusterFile::load(&target.data)
                 .map(|f| f.devices.iter().map(|d| d.pid).collect())
                 .unwrap_or_default()
         } else {

@@ -63,7 +63,7 @@ pub fn run(args: CertArgs) -> anyhow::Result<()> {
         ..Default::default()
     }
     .validate()?;
-    let ca_dir = crate::cluster::ca_dir(&a.data);
+    let ca_dir = crate::cluster::file::ca_dir(&a.data);
     let ca = Authority::load(&ca_dir).with_context(|| {
         format!(
             "no cluster CA in {} (`tenure cluster up` makes one; `--insecure` clusters have none)",

@@ -5,7 +5,7 @@
 //! on comes from `--auth-token` (or `TENURE_TOKEN`); it is never taken from the data
 //! directory implicitly.
 
-use crate::cluster::ClusterFile;
+use crate::cluster::file::ClusterFile;
 use anyhow::{Context, bail};
 use std::path::PathBuf;
 use tenure_client::tls::ClientTls;

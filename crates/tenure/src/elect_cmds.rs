@@ -38,11 +38,11 @@ pub struct ElectArgs {
     /// Fail at once if another session leads or campaigns first.
     #[arg(long = "try", conflicts_with = "timeout")]
     try_: bool,
-    /// Campaign at most this long (e.g. 500ms, 3s, 1m).
+    /// Campaign at most this long (e.g. 500ms, 3s, 1m; a bare number is seconds).
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
     /// Session TTL: how long after this process dies (or stops answering) another
-    /// candidate can lead.
+    /// candidate can lead (e.g. 10s, 2m; a bare number is seconds).
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     ttl: Duration,
     #[command(flatten)]

@@ -37,15 +37,15 @@ pub struct LockArgs {
     /// Fail at once if the lock is not free.
     #[arg(long = "try", conflicts_with = "timeout")]
     try_: bool,
-    /// Wait at most this long (e.g. 500ms, 3s, 1m).
+    /// Wait at most this long (e.g. 500ms, 3s, 1m; a bare number is seconds).
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
-    /// Session TTL.
+    /// Session TTL (e.g. 10s, 2m; a bare number is seconds).
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     ttl: Duration,
     /// If the session expires while holding the lock, nobody gets it for this long
-    /// (e.g. 0s, 500ms, 5s; at most 60s). Default: the server's (`[timing] lock_delay_ms`,
-    /// 1 s).
+    /// (e.g. 0s, 500ms, 5s; at most 60s; a bare number is seconds). Default: the server's
+    /// (`[timing] lock_delay_ms`, 1 s).
     #[arg(long, value_parser = parse_duration)]
     lock_delay: Option<Duration>,
     #[command(flatten)]
@@ -152,24 +152,17 @@ pub struct StatusArgs {
     json: bool,
 }
 
-/// `500ms`, `3s`, `2m`, or a plain number of seconds.
+/// A duration given on the command line. A bare number is seconds (`--ttl 30`, `0.5`);
+/// with a unit it is read as configuration files read it ([`tenure_core::duration::parse`]:
+/// a whole number with `ms`, `s`, `m` or `h`). The two differ only in the bare number,
+/// which is milliseconds in a configuration file (`heartbeat_interval = 300`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .map_or((s, ""), |i| s.split_at(i));
-    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => v,
-        "ms" => v / 1000.0,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m, h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
+    let t = s.trim();
+    if t.is_empty() || !t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return tenure_core::duration::parse(t);
     }
-    Ok(Duration::from_secs_f64(secs))
+    let secs: f64 = t.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 pub(crate) fn parse_token(s: &str) -> Result<FencingToken, String> {
@@ -435,7 +428,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             crate::lookup_cmds::status(&client),
         )
         .await;
-        let coordinator = crate::cluster::coordinator_summary(
+        let coordinator = crate::cluster::status::coordinator_summary(
             &answers.iter().filter_map(|a| a.as_ref().ok()).collect::<Vec<_>>(),
         );
         for (e, answer) in endpoints.iter().zip(answers) {
@@ -565,6 +558,37 @@ mod tests {
         assert!(parse_duration("").is_err());
         assert_eq!(parse_token("4.17"), Ok(FencingToken { epoch: 4, seq: 17 }));
         assert!(parse_token("417").is_err());
+    }
+
+    // A bare number on the command line is seconds; in a configuration file
+    // (tenure_core::duration::parse) it is milliseconds. With a unit both read alike.
+    #[test]
+    fn a_bare_duration_is_seconds_on_the_command_line() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration(" 30 "), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            tenure_core::duration::parse("30"),
+            Ok(Duration::from_millis(30))
+        );
+        for s in ["0s", "500ms", "3s", "2m", "1h", "3 s"] {
+            assert_eq!(parse_duration(s), tenure_core::duration::parse(s), "{s}");
+            assert!(parse_duration(s).is_ok(), "{s}");
+        }
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_duration_that_is_not_one_is_refused() {
+        // A unit takes a whole number, as in configuration files.
+        for s in [
+            "", " ", "s", "ms", "1.5s", "-1", "-1s", "1.2.3", ".", "3 weeks", "2d", "1e3",
+        ] {
+            assert!(parse_duration(s).is_err(), "{s:?}");
+        }
+        // Too large for a Duration: refused, not a panic.
+        assert!(parse_duration(&"9".repeat(400)).is_err());
     }
 
     #[test]

@@ -61,8 +61,9 @@ struct PutArgs {
     /// Acknowledged by the lookup leader, kept in stable storage, survives full restarts.
     #[arg(long)]
     persistent: bool,
-    /// Refresh interval (default 1s volatile, 5m persistent). The entry lives two
-    /// intervals and a round trip after its last refresh.
+    /// Refresh interval (default 1s volatile, 5m persistent; e.g. 500ms, 30s, 5m; a bare
+    /// number is seconds). The entry lives two intervals and a round trip after its last
+    /// refresh.
     #[arg(long, value_parser = parse_duration)]
     interval: Option<Duration>,
     #[command(flatten)]
@@ -116,7 +117,7 @@ struct WatchArgs {
     /// Watch entries at and under this path.
     #[arg(default_value = "/")]
     prefix: String,
-    /// The subscription's refresh interval.
+    /// The subscription's refresh interval (e.g. 500ms, 2s; a bare number is seconds).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     interval: Duration,
     #[command(flatten)]

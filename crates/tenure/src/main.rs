@@ -7,7 +7,6 @@ mod cert_cmd;
 mod chaos_cmd;
 mod client_cmds;
 mod cluster;
-mod cluster_members;
 mod elect_cmds;
 mod fuzz_cmd;
 mod lab_cmd;

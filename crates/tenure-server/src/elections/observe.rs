@@ -12,14 +12,14 @@ use tonic::Status;
 pub(super) const OBSERVE_WATCH: u64 = 1;
 
 /// One `Observe` call: an object watch of the election's record, as a watch client of
-/// its own ([`crate::driver::WatchRoutes`]), turned into leader changes.
+/// its own ([`crate::driver::routes::WatchRoutes`]), turned into leader changes.
 pub(super) struct Observer {
     svc: ElectionsApi,
     pub(super) e: Election,
     tx: mpsc::Sender<Result<proto::ObserveResponse, Status>>,
     client: tenure_core::ids::ClientId,
-    routed: mpsc::UnboundedSender<(u64, crate::driver::WatchMsg)>,
-    changes: mpsc::UnboundedReceiver<(u64, crate::driver::WatchMsg)>,
+    routed: mpsc::UnboundedSender<(u64, crate::driver::routes::WatchMsg)>,
+    changes: mpsc::UnboundedReceiver<(u64, crate::driver::routes::WatchMsg)>,
     /// The last revision reported (or resumed after).
     last: u64,
     /// Whether the last report was "no leader".
@@ -186,7 +186,7 @@ impl Observer {
                 return Err(ObserveEnd::Error("watch routes closed".into()));
             };
             match msg {
-                crate::driver::WatchMsg::Events(changes) => {
+                crate::driver::routes::WatchMsg::Events(changes) => {
                     for c in changes {
                         if c.revision <= self.last {
                             continue;
@@ -210,7 +210,7 @@ impl Observer {
                         }
                     }
                 }
-                crate::driver::WatchMsg::Ended(reason) => {
+                crate::driver::routes::WatchMsg::Ended(reason) => {
                     self.watching = false;
                     if matches!(reason, ClientError::Object(ObjectError::Compacted { .. })) {
                         return Ok(());

@@ -1,7 +1,7 @@
 //! Conversions between the core's types and the protobuf messages, and the typed errors
 //! a response carries.
 
-use crate::driver::StatusView;
+use crate::driver::status::StatusView;
 use tenure_client::proto::{self, error::Kind};
 use tenure_core::ids::StoreId;
 use tenure_core::io::{ClientError, Response};

@@ -13,7 +13,8 @@
 //! `request_id`, which the core replays as the same place in the queue.
 
 use crate::auth::Auth;
-use crate::driver::{Answer, Call, DeviceEvent, StatusView};
+use crate::driver::calls::{Answer, Call, DeviceEvent};
+use crate::driver::status::StatusView;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,7 +45,7 @@ pub struct Api {
     stores: u32,
     events: broadcast::Sender<DeviceEvent>,
     me: Option<DeviceId>,
-    watches: crate::driver::WatchRoutes,
+    watches: crate::driver::routes::WatchRoutes,
     auth: Auth,
     admission: crate::admission::Admission,
 }
@@ -100,13 +101,13 @@ impl Api {
     }
 
     /// Route object watch events through `routes` (shared with the driver).
-    pub fn with_watches(mut self, routes: crate::driver::WatchRoutes) -> Api {
+    pub fn with_watches(mut self, routes: crate::driver::routes::WatchRoutes) -> Api {
         self.watches = routes;
         self
     }
 
     /// Where object watch events go.
-    pub(crate) fn watches(&self) -> &crate::driver::WatchRoutes {
+    pub(crate) fn watches(&self) -> &crate::driver::routes::WatchRoutes {
         &self.watches
     }
 

@@ -4,7 +4,7 @@
 use super::book::{Book, Entry, Outcome, PartState};
 use super::files::crc32;
 use super::{CHUNK_BYTES, SnapshotError};
-use crate::driver::Call;
+use crate::driver::calls::Call;
 use futures::Stream;
 use std::pin::Pin;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use super::view::{LockRow, Page};
 use super::{ELECTION_SUFFIX, REFRESH_SECS};
-use crate::driver::{DETAIL_LOCKS_MAX, DETAIL_SESSIONS_MAX};
+use crate::driver::status::{DETAIL_LOCKS_MAX, DETAIL_SESSIONS_MAX};
 use std::fmt::Write as _;
 use tenure_client::lookup::convert::state_name as node_state_name;
 use tenure_client::status::{chunk_state_name, mgr_state_name};

@@ -23,7 +23,8 @@
 
 use crate::cluster_api::MembersView;
 use crate::config::PeerConfig;
-use crate::driver::{Call, StatusDetail, StatusView};
+use crate::driver::calls::Call;
+use crate::driver::status::{StatusDetail, StatusView};
 use crate::snapshots::SnapshotsApi;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -24,7 +24,8 @@ pub struct LookupArgs {
     /// Entries per provider.
     #[arg(long, default_value_t = 4)]
     keys: u64,
-    /// Refresh interval of the entries (a new value every interval).
+    /// Refresh interval of the entries (a new value every interval; e.g. 500ms, 2s; a bare
+    /// number is seconds).
     #[arg(long, default_value = "1s", value_parser = crate::lock_cmds::parse_duration)]
     interval: Duration,
     /// Concurrent queriers (Get of a random entry, in a loop).
@@ -410,7 +411,7 @@ async fn kill_leader(client: &Client, target: &Target) -> anyhow::Result<u64> {
         target.endpoints.is_empty(),
         "--kill-leader needs a local cluster (--data), not --endpoints"
     );
-    let file = crate::cluster::ClusterFile::load(&target.data)?;
+    let file = crate::cluster::file::ClusterFile::load(&target.data)?;
     let statuses = client.node_status_all().await;
     let leader = statuses
         .iter()

@@ -16,7 +16,7 @@
 //!    serves.
 
 use crate::client_cmds::Target;
-use crate::cluster::ClusterFile;
+use crate::cluster::file::ClusterFile;
 use futures::StreamExt;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -484,7 +484,7 @@ async fn managers(c: &Client, file: &ClusterFile, skip: u64) -> BTreeMap<u32, (u
             .collect(),
         ..file.clone()
     };
-    crate::cluster::managers(&crate::cluster::statuses(c, &survivors).await)
+    crate::cluster::status::managers(&crate::cluster::status::statuses(c, &survivors).await)
 }
 
 /// A lock name in `store` not used by anything else.

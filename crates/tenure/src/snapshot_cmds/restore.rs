@@ -80,9 +80,10 @@ pub(super) fn restore(a: RestoreArgs) -> anyhow::Result<()> {
         .collect::<BTreeSet<u64>>()
         .into_iter()
         .collect();
-    let mut cfgs = crate::cluster::local_configs(&ids, m.stores, m.replication.max(1), 0, into)?;
+    let mut cfgs =
+        crate::cluster::configs::local_configs(&ids, m.stores, m.replication.max(1), 0, into)?;
     if !a.insecure {
-        crate::cluster::secure(&mut cfgs, into)?;
+        crate::cluster::configs::secure(&mut cfgs, into)?;
     }
     let mut restored = Vec::new();
     for (cfg, part) in cfgs.iter().zip(sorted(&parts)) {

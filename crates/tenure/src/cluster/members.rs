@@ -17,7 +17,8 @@
 //!
 //! Both print how long the change took.
 
-use crate::cluster::{ClusterFile, DeviceEntry, stat_fields};
+use super::file::{ClusterFile, DeviceEntry};
+use super::stat_fields;
 use anyhow::{Context, bail};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -260,7 +261,7 @@ pub fn add(a: AddArgs) -> anyhow::Result<()> {
         let ca_dir = t.ca.parent().unwrap_or(Path::new("."));
         let ca = tenure_server::certs::Authority::load(ca_dir)
             .context("loading the cluster's CA to issue the new device's certificate")?;
-        cfg.tls = Some(crate::cluster::issue(&ca, &cfg)?);
+        cfg.tls = Some(super::configs::issue(&ca, &cfg)?);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cfg_path = dir.join("server.toml");
