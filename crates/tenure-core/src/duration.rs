@@ -41,9 +41,35 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     let d = match unit.trim() {
         "" | "ms" => Duration::from_millis(n),
         "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
+        "m" | "h" => {
+            let per = if unit.trim() == "m" { 60 } else { 3600 };
+            let secs = (n.checked_mul(per)).ok_or_else(|| format!("{s:?} is too long"))?;
+            Duration::from_secs(secs)
+        }
         u => return Err(format!("unknown unit {u:?} in {s:?} (use ms, s, m or h)")),
     };
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_and_bare_milliseconds_are_read() {
+        assert_eq!(parse("300"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse("1.5s").is_err());
+        assert!(parse("2d").is_err());
+    }
+
+    #[test]
+    fn a_duration_too_long_is_refused_not_wrapped() {
+        assert!(parse("6000000000000000h").unwrap_err().contains("too long"));
+        assert!(parse("400000000000000000m").is_err());
+        assert_eq!(parse("18446744073709551615s"), Ok(Duration::from_secs(u64::MAX)));
+    }
 }
