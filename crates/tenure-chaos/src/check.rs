@@ -14,11 +14,11 @@
 //! Session ids are per store, so every (store, session) pair gets a run-wide id before
 //! the checkers see it.
 
-use crate::history::{Hold, Op, OpKind, Outcome, Token};
+use crate::history::{Hold, Op, OpKind, Outcome};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tenure_core::lockctl::{FencingToken, HolderInfo, LockMode, RequestId, SessionId};
-use tenure_core::{DeviceId, Epoch, StoreId};
+use tenure_core::{DeviceId, StoreId};
 use tenure_sim::Violation;
 use tenure_sim::lincheck::{self, LockInput, LockModel, LockOutput, Operation, Verdict};
 use tenure_sim::lockcheck::{Interval, LockChecker};
@@ -62,7 +62,7 @@ pub struct FinalRead {
     /// When the reads were made (µs).
     pub at_us: u64,
     /// name → holders (session, token); a name missing could not be read.
-    pub holders: BTreeMap<String, Vec<(u64, Token)>>,
+    pub holders: BTreeMap<String, Vec<(u64, FencingToken)>>,
     /// Sessions (store, id) known to live at `at_us` (the client's deadline is ahead and
     /// the session was not reported expired), with that deadline.
     pub live: BTreeMap<(u32, u64), u64>,
@@ -76,13 +76,6 @@ impl Ids {
     fn get(&mut self, store: u32, session: u64) -> SessionId {
         let n = self.0.len() as u64 + 1;
         SessionId(*self.0.entry((store, session)).or_insert(n))
-    }
-}
-
-fn tok(t: Token) -> FencingToken {
-    FencingToken {
-        epoch: Epoch(t.epoch),
-        seq: t.seq,
     }
 }
 
@@ -110,7 +103,7 @@ fn lin_ops(ops: &[Op], ids: &mut Ids) -> Vec<Operation<LockInput, LockOutput>> {
             },
         };
         let output = match &o.outcome {
-            Outcome::Granted { token } => Some(LockOutput::Granted { token: tok(*token) }),
+            Outcome::Granted { token } => Some(LockOutput::Granted { token: *token }),
             Outcome::Released => Some(LockOutput::Released),
             Outcome::NotHeld => Some(LockOutput::NotHeld),
             Outcome::Holders(h) => {
@@ -164,7 +157,7 @@ pub fn run_checks(
                 client: h.client,
                 session,
                 mode: LockMode::Exclusive,
-                token: tok(h.token),
+                token: h.token,
                 start: h.start_us,
                 end: h.end_us,
             },
@@ -183,7 +176,7 @@ pub fn run_checks(
 
     // Fencing: grants invoked in invoke order, answered in answer order.
     let mut fc = LockChecker::default();
-    let mut grants: Vec<(&Op, Token)> = ops
+    let mut grants: Vec<(&Op, FencingToken)> = ops
         .iter()
         .filter_map(|o| match o.outcome {
             Outcome::Granted { token } if o.kind == OpKind::Acquire => Some((o, token)),
@@ -212,7 +205,7 @@ pub fn run_checks(
         fc.respond(
             idx[i],
             o.response_us.unwrap_or(o.invoke_us),
-            LockOutput::Granted { token: tok(t) },
+            LockOutput::Granted { token: t },
         );
     }
     results.push(CheckResult::new(
@@ -323,7 +316,7 @@ fn lost_check(ops: &[Op], holds: &[Hold], fr: &FinalRead, ids: &mut Ids) -> Chec
                 client: h.client,
                 session,
                 mode: LockMode::Exclusive,
-                token: tok(h.token),
+                token: h.token,
                 start: h.start_us,
                 end,
             },
@@ -346,12 +339,7 @@ fn lost_check(ops: &[Op], holds: &[Hold], fr: &FinalRead, ids: &mut Ids) -> Chec
                 .max_by_key(|h| h.start_us)
                 .map(|h| h.token)
             {
-                c.release_acked(
-                    StoreId(o.store),
-                    &o.name,
-                    ids.get(o.store, o.session),
-                    tok(t),
-                );
+                c.release_acked(StoreId(o.store), &o.name, ids.get(o.store, o.session), t);
             }
         }
     }
@@ -369,7 +357,7 @@ fn lost_check(ops: &[Op], holds: &[Hold], fr: &FinalRead, ids: &mut Ids) -> Chec
                         ids.0.get(&(store, *s)).copied().unwrap_or(u64::MAX),
                     ),
                     mode: LockMode::Exclusive,
-                    token: tok(*t),
+                    token: *t,
                     request_id: RequestId(0),
                     granted_at: tenure_core::Instant(0),
                 })

@@ -7,23 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A fencing token as the client reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Token {
-    /// Epoch of the granting manager.
-    pub epoch: u64,
-    /// Grant counter.
-    pub seq: u64,
-}
-
-impl From<tenure_client::FencingToken> for Token {
-    fn from(t: tenure_client::FencingToken) -> Token {
-        Token {
-            epoch: t.epoch,
-            seq: t.seq,
-        }
-    }
-}
+use tenure_core::lockctl::FencingToken;
 
 /// What an operation asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,14 +32,14 @@ pub enum Outcome {
     /// Acquire granted.
     Granted {
         /// Its token.
-        token: Token,
+        token: FencingToken,
     },
     /// Release (or expiry) done.
     Released,
     /// Release found the lock not held by the session.
     NotHeld,
     /// Holders read: (session, token) of each holder.
-    Holders(Vec<(u64, Token)>),
+    Holders(Vec<(u64, FencingToken)>),
     /// Definitely no effect (timeout in the queue, would block, session already ended).
     Fail(String),
     /// May or may not have taken effect (the client gave up, the connection broke).
@@ -105,8 +89,8 @@ pub struct Hold {
     pub store: u32,
     /// Session.
     pub session: u64,
-    /// Token of the grant.
-    pub token: Token,
+    /// Fencing token of the grant.
+    pub token: FencingToken,
     /// Grant received (µs).
     pub start_us: u64,
     /// Stopped believing (µs); none: still held at the end.

@@ -39,12 +39,13 @@ pub mod workload;
 use anyhow::{Context, bail};
 use check::FinalRead;
 use devices::Devices;
-use history::{Op, OpKind, Outcome, Recorder, Token};
+use history::{Op, OpKind, Outcome, Recorder};
 use net::TestNet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use summary::Summary;
 use tenure_client::ClientOptions;
+use tenure_core::lockctl::FencingToken;
 use tenure_core::rng::Rng;
 use workload::{HeldAtEnd, WorkloadConfig};
 
@@ -447,11 +448,8 @@ async fn read_holders(
         if let Ok(Ok(st)) =
             tokio::time::timeout(Duration::from_secs(20), client.holders(name)).await
         {
-            let h: Vec<(u64, Token)> = st
-                .holders
-                .iter()
-                .map(|h| (h.session, Token::from(h.token)))
-                .collect();
+            let h: Vec<(u64, FencingToken)> =
+                st.holders.iter().map(|h| (h.session, h.token)).collect();
             rec.op(Op {
                 client: reader,
                 kind: OpKind::Holders,

@@ -18,7 +18,7 @@
 //!   end released the lock some time after its last conservative deadline.
 
 use crate::devices::Target;
-use crate::history::{Hold, Op, OpKind, Outcome, Recorder, Token};
+use crate::history::{Hold, Op, OpKind, Outcome, Recorder};
 use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, Error, LockGuard, LockMode, Wait};
 use tenure_core::rng::Rng;
@@ -167,7 +167,7 @@ impl Worker {
         match r {
             Ok(g) => {
                 let now = self.rec.now();
-                let token = Token::from(g.token());
+                let token = g.token();
                 self.op(
                     OpKind::Acquire,
                     name,
@@ -285,11 +285,7 @@ impl Worker {
         if let Ok(Ok(st)) =
             tokio::time::timeout(Duration::from_secs(10), self.client.holders(name)).await
         {
-            let holders = st
-                .holders
-                .iter()
-                .map(|h| (h.session, Token::from(h.token)))
-                .collect();
+            let holders = st.holders.iter().map(|h| (h.session, h.token)).collect();
             self.op(
                 OpKind::Holders,
                 name,

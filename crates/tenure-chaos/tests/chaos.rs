@@ -8,7 +8,7 @@ use std::time::Duration;
 use tenure_chaos::check::{CheckResult, FinalRead, run_checks};
 use tenure_chaos::history::{
     Fault, Hold, LookupKind, LookupOp, LookupOutcome, ObjChange, ObjHistory, ObjKind, ObjOp,
-    ObjOutcome, ObjRead, Op, OpKind, Outcome, Token,
+    ObjOutcome, ObjRead, Op, OpKind, Outcome,
 };
 use tenure_chaos::nemesis::KINDS;
 use tenure_chaos::{ChaosConfig, net};
@@ -110,8 +110,11 @@ fn bounded_run_has_no_violation_and_every_fault_kind() {
     }
 }
 
-fn tok(seq: u64) -> Token {
-    Token { epoch: 1, seq }
+fn tok(seq: u64) -> tenure_core::lockctl::FencingToken {
+    tenure_core::lockctl::FencingToken {
+        epoch: tenure_core::Epoch(1),
+        seq,
+    }
 }
 
 fn acquire(client: u64, session: u64, invoke: u64, resp: u64, seq: u64) -> Op {

@@ -70,6 +70,9 @@ mod tests {
     fn a_duration_too_long_is_refused_not_wrapped() {
         assert!(parse("6000000000000000h").unwrap_err().contains("too long"));
         assert!(parse("400000000000000000m").is_err());
-        assert_eq!(parse("18446744073709551615s"), Ok(Duration::from_secs(u64::MAX)));
+        assert_eq!(
+            parse("18446744073709551615s"),
+            Ok(Duration::from_secs(u64::MAX))
+        );
     }
 }

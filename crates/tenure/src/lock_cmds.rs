@@ -170,7 +170,7 @@ pub(crate) fn parse_token(s: &str) -> Result<FencingToken, String> {
         .split_once('.')
         .ok_or_else(|| format!("token {s:?} is not epoch.seq"))?;
     Ok(FencingToken {
-        epoch: e.parse().map_err(|_| format!("bad epoch in {s:?}"))?,
+        epoch: tenure_core::Epoch(e.parse().map_err(|_| format!("bad epoch in {s:?}"))?),
         seq: q.parse().map_err(|_| format!("bad seq in {s:?}"))?,
     })
 }
@@ -556,7 +556,13 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("").is_err());
-        assert_eq!(parse_token("4.17"), Ok(FencingToken { epoch: 4, seq: 17 }));
+        assert_eq!(
+            parse_token("4.17"),
+            Ok(FencingToken {
+                epoch: tenure_core::Epoch(4),
+                seq: 17
+            })
+        );
         assert!(parse_token("417").is_err());
     }
 

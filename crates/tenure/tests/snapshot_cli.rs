@@ -163,7 +163,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
                         grants
                             .lock()
                             .unwrap()
-                            .insert((name, g.session(), t.epoch, t.seq));
+                            .insert((name, g.session(), t.epoch.0, t.seq));
                         if g.release().await.is_err() {
                             errors += 1;
                         }
@@ -253,7 +253,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     let mut released = Vec::new();
     for g in held {
         let t = g.token();
-        released.push((g.name().to_string(), g.store(), g.session(), t.epoch, t.seq));
+        released.push((g.name().to_string(), g.store(), g.session(), t.epoch.0, t.seq));
         g.release().await.unwrap();
     }
     let held = released;
@@ -395,7 +395,7 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     for (name, (session, epoch, seq)) in &holders {
         let st = rc.holders(name).await.unwrap();
         let found: Vec<(u64, u64, u64)> = (st.holders.iter())
-            .map(|h| (h.session, h.token.epoch, h.token.seq))
+            .map(|h| (h.session, h.token.epoch.0, h.token.seq))
             .collect();
         assert_eq!(
             found,

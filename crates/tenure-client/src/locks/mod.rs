@@ -32,79 +32,24 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
+pub mod convert;
 mod ops;
 mod session;
 
-/// Lock modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LockMode {
-    /// Any number of sessions may hold it together.
-    Shared,
-    /// One session holds it alone.
-    Exclusive,
-}
+/// Lock modes (the core's): shared or exclusive.
+pub use tenure_core::lockctl::LockMode;
 
-impl LockMode {
-    fn to_proto(self) -> i32 {
-        match self {
-            LockMode::Shared => proto::LockMode::Shared as i32,
-            LockMode::Exclusive => proto::LockMode::Exclusive as i32,
-        }
-    }
+/// How long an acquire (or a campaign) may wait: `Try` (grant now or fail with
+/// [`Error::WouldBlock`](crate::Error::WouldBlock)), `Timeout(d)` (wait in the lock's FIFO
+/// queue at most `d`, [`Error::Timeout`](crate::Error::Timeout)), `Forever` (until
+/// granted, the session ends, or a deadlock picks this request). The core's
+/// [`tenure_core::io::request::WaitSpec`], which the devices receive.
+pub use tenure_core::io::request::WaitSpec as Wait;
 
-    fn from_proto(m: i32) -> LockMode {
-        if m == proto::LockMode::Shared as i32 {
-            LockMode::Shared
-        } else {
-            LockMode::Exclusive
-        }
-    }
-}
-
-/// How long an acquire may wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Grant now or fail with [`Error::WouldBlock`](crate::Error::WouldBlock).
-    Try,
-    /// Wait in the lock's FIFO queue at most this long ([`Error::Timeout`](crate::Error::Timeout)).
-    Timeout(Duration),
-    /// Wait until granted (or the session ends, or a deadlock picks this request).
-    Forever,
-}
-
-/// A fencing token: strictly increasing per store across failovers. Resources remember
-/// the largest token they saw and refuse requests carrying a smaller one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken {
-    /// Epoch of the manager that granted.
-    pub epoch: u64,
-    /// Grant counter within the store.
-    pub seq: u64,
-}
-
-impl std::fmt::Display for FencingToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.epoch, self.seq)
-    }
-}
-
-impl From<proto::FencingToken> for FencingToken {
-    fn from(t: proto::FencingToken) -> Self {
-        FencingToken {
-            epoch: t.epoch,
-            seq: t.seq,
-        }
-    }
-}
-
-impl From<FencingToken> for proto::FencingToken {
-    fn from(t: FencingToken) -> Self {
-        proto::FencingToken {
-            epoch: t.epoch,
-            seq: t.seq,
-        }
-    }
-}
+/// A fencing token (the core's): strictly increasing per store across failovers,
+/// shown as `epoch.seq`. Resources remember the largest token they saw and refuse
+/// requests carrying a smaller one.
+pub use tenure_core::lockctl::FencingToken;
 
 /// A session's state as the client sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +132,7 @@ fn holder(h: proto::LockHolder) -> Holder {
     Holder {
         store: s.store,
         session: s.id,
-        mode: LockMode::from_proto(h.mode),
+        mode: convert::mode_from_proto(h.mode).unwrap_or(LockMode::Exclusive),
         token: h.token.unwrap_or_default().into(),
     }
 }

@@ -150,11 +150,7 @@ impl Client {
         wait: Wait,
         options: LockOptions,
     ) -> Result<FencingToken> {
-        let (r#try, timeout_ms) = match wait {
-            Wait::Try => (true, 0),
-            Wait::Timeout(d) => (false, (d.as_millis() as u64).max(1)),
-            Wait::Forever => (false, 0),
-        };
+        let (r#try, timeout_ms) = super::convert::wait_to_proto(wait);
         let id = self.next_request_id();
         let req = proto::AcquireRequest {
             session: Some(proto::SessionRef {
@@ -162,7 +158,7 @@ impl Client {
                 id: session.id,
             }),
             name: name.to_string(),
-            mode: mode.to_proto(),
+            mode: super::convert::mode_to_proto(mode),
             r#try,
             timeout_ms,
             request_id: id,
@@ -231,7 +227,7 @@ impl Client {
                 id: session.id,
             }),
             name: name.to_string(),
-            mode: mode.to_proto(),
+            mode: super::convert::mode_to_proto(mode),
             r#try,
             timeout_ms,
             request_id,

@@ -5,7 +5,7 @@ use crate::driver::status::StatusView;
 use tenure_client::proto::{self, error::Kind};
 use tenure_core::ids::StoreId;
 use tenure_core::io::{ClientError, Response};
-use tenure_core::lockctl::{FencingToken, HolderInfo, LockMode, WaiterInfo};
+use tenure_core::lockctl::{HolderInfo, LockMode, WaiterInfo};
 use tonic::Status;
 
 pub(crate) fn invalid_name(name: &str, reason: &str) -> proto::Error {
@@ -18,34 +18,12 @@ pub(crate) fn invalid_name(name: &str, reason: &str) -> proto::Error {
     }
 }
 
+pub(crate) use tenure_client::locks::convert::{mode_to_proto, token_from_proto, token_to_proto};
+
+/// A lock mode from a request ([`tenure_client::locks::convert::mode_from_proto`]): an
+/// unknown value is an invalid argument.
 pub(super) fn mode_from_proto(m: i32) -> Result<LockMode, Status> {
-    match proto::LockMode::try_from(m) {
-        Ok(proto::LockMode::Shared) => Ok(LockMode::Shared),
-        // Unspecified means exclusive: the safe default.
-        Ok(proto::LockMode::Exclusive | proto::LockMode::Unspecified) => Ok(LockMode::Exclusive),
-        Err(_) => Err(Status::invalid_argument(format!("unknown lock mode {m}"))),
-    }
-}
-
-pub(super) fn mode_to_proto(m: LockMode) -> i32 {
-    match m {
-        LockMode::Shared => proto::LockMode::Shared as i32,
-        LockMode::Exclusive => proto::LockMode::Exclusive as i32,
-    }
-}
-
-pub(crate) fn token_from_proto(t: proto::FencingToken) -> FencingToken {
-    FencingToken {
-        epoch: tenure_core::Epoch(t.epoch),
-        seq: t.seq,
-    }
-}
-
-pub(crate) fn token_to_proto(t: FencingToken) -> proto::FencingToken {
-    proto::FencingToken {
-        epoch: t.epoch.0,
-        seq: t.seq,
-    }
+    tenure_client::locks::convert::mode_from_proto(m).map_err(Status::invalid_argument)
 }
 
 pub(super) fn holder_to_proto(store: StoreId, h: &HolderInfo) -> proto::LockHolder {

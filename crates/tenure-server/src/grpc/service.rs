@@ -316,13 +316,11 @@ impl Api {
             ));
             return reply(R::Error(self.client_error(store, &e)));
         }
-        let (wait, limit) = if r.r#try {
-            (WaitSpec::Try, Some(self.request_timeout))
-        } else if r.timeout_ms > 0 {
-            let d = Duration::from_millis(r.timeout_ms);
-            (WaitSpec::Timeout(d), Some(d + self.request_timeout))
-        } else {
-            (WaitSpec::Forever, None)
+        let wait = tenure_client::locks::convert::wait_from_proto(r.r#try, r.timeout_ms);
+        let limit = match wait {
+            WaitSpec::Try => Some(self.request_timeout),
+            WaitSpec::Timeout(d) => Some(d + self.request_timeout),
+            WaitSpec::Forever => None,
         };
         let answer = self
             .request_within(
