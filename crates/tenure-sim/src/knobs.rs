@@ -1,8 +1,8 @@
-//! Every simulator knob, drawn from one seed (TigerBeetle's VOPR: one seed → one PRNG →
+//! Every simulator knob, drawn from one sim seed (TigerBeetle's VOPR: one seed → one PRNG →
 //! every fault probability and workload rate; printed at the start of a trace so a run
-//! can be read). Ranges are chosen so that, across seeds, runs range from calm to
+//! can be read). Ranges are chosen so that, across sim seeds, runs range from calm to
 //! brutal: pauses and partitions long enough to outlast leases (2 s), loss up to 5 %,
-//! duplication in some seeds only.
+//! duplication in some sim seeds only.
 
 use serde::Serialize;
 use tenure_core::rng::Rng;
@@ -20,14 +20,14 @@ pub struct Knobs {
     pub slow_us: u64,
     /// Probability a message is lost.
     pub loss: f64,
-    /// Probability a message is duplicated (0 unless the seed allows it).
+    /// Probability a message is duplicated (0 unless the sim seed allows it).
     pub duplicate: f64,
     /// Mean time between nemesis actions (µs).
     pub nemesis_mean_us: u64,
     /// Weights of the nemesis actions, in [`crate::world::NemesisAction`] order:
     /// partition (random halves), partition (isolate one), heal, crash, pause.
     pub nemesis_weights: [u32; 5],
-    /// Probability that a partition is one-way (0 unless the seed allows it).
+    /// Probability that a partition is one-way (0 unless the sim seed allows it).
     pub one_way_p: f64,
     /// Minimum time a partition stays before it may be healed or replaced (µs).
     pub partition_stability_min_us: u64,
@@ -145,7 +145,7 @@ impl LockKnobs {
     }
 
     /// Draw the pipelining knobs from their own generator, so that a run in which no
-    /// client pipelines is exactly the run its seed gave before clients could.
+    /// client pipelines is exactly the run its sim seed gave before clients could.
     pub fn draw_pipelining(&mut self, rng: &mut Rng, mode: Pipelining) {
         let share = [0.0, 0.5, 1.0][rng.below(3) as usize];
         let max = 1 + rng.below(8) as usize;
@@ -159,7 +159,7 @@ impl LockKnobs {
 
 impl LockKnobs {
     /// Draw the shape of lock names from its own generator (which also gives each client
-    /// its names), so that a run with sibling names is exactly the run its seed gave
+    /// its names), so that a run with sibling names is exactly the run its sim seed gave
     /// before names had paths.
     pub fn draw_paths(&mut self, rng: &mut Rng, choice: LockPaths) {
         let nested = rng.chance(0.75);
@@ -174,7 +174,7 @@ impl LockKnobs {
 /// The shape of the lock clients' names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum LockPaths {
-    /// The seed decides (nested in three runs out of four).
+    /// The sim seed decides (nested in three runs out of four).
     #[default]
     Drawn,
     /// Sibling names only (`/g/l0`, `/g/l1`, ...): no name covers another.
@@ -186,7 +186,7 @@ pub enum LockPaths {
 /// Which lock clients pipeline requests on their session stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum Pipelining {
-    /// The seed decides: none, half or all of the clients, 1 to 8 requests in flight.
+    /// The sim seed decides: none, half or all of the clients, 1 to 8 requests in flight.
     #[default]
     Drawn,
     /// No client pipelines: one request at a time per session.
@@ -243,7 +243,7 @@ impl DiskKnobs {
 /// Which disks a run has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum DiskModel {
-    /// The seed decides (synchronous in one run out of four).
+    /// The sim seed decides (synchronous in one run out of four).
     #[default]
     Drawn,
     /// Every persist is durable as the core outputs it: no lost or torn write, no stall.

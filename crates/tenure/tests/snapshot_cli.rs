@@ -253,7 +253,13 @@ async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the
     let mut released = Vec::new();
     for g in held {
         let t = g.token();
-        released.push((g.name().to_string(), g.store(), g.session(), t.epoch.0, t.seq));
+        released.push((
+            g.name().to_string(),
+            g.store(),
+            g.session(),
+            t.epoch.0,
+            t.seq,
+        ));
         g.release().await.unwrap();
     }
     let held = released;

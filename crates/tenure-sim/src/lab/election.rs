@@ -195,7 +195,7 @@ impl Run {
 }
 
 /// Bully with the coordinator n crashed, and ring with everyone alive, started by the
-/// best and the worst initiator: per n, the costs over the seeds.
+/// best and the worst initiator: per n, the costs over the sim seeds.
 struct Measured {
     bully_best: Vec<Cost>,
     bully_worst: Vec<Cost>,
@@ -329,7 +329,13 @@ fn summary(what: String, k: f64, ok: u64) -> Row {
     } else {
         Verdict::Fails
     };
-    row(what, num(k), &v, verdict, "every seed of every size".into())
+    row(
+        what,
+        num(k),
+        &v,
+        verdict,
+        "every sim seed of every size".into(),
+    )
 }
 
 /// The growth exponent of bully's worst case: slope of log(messages) against log(n)

@@ -1,27 +1,27 @@
 //! Aladdin's bounds (seed 003, DESIGN §7) measured on Tenure's lookup service: the
-//! lookup world ([`crate::lookup`]) under the seed's common failure case, with the seed's
+//! lookup world ([`crate::lookup`]) under seed 003's common failure case, with its
 //! intervals fixed to one configuration ([`Intervals`]) so that every run is held to the
 //! same bounds.
 //!
-//! Each seed is one run of the common profile: after the cluster (2–6 devices, `t` ≥ 2, a
+//! Each sim seed is one run of the common profile: after the cluster (2–6 devices, `t` ≥ 2, a
 //! UPS-designated node) first stabilises, one fault at a time — the loss of one message,
 //! the crash of one node (the leader in half the crashes), a short power outage — each
 //! repaired before the next. The world's checkers ([`crate::lookup::checks`]) judge every
 //! answer; the lab reads what they measured:
 //!
-//! - **Leader failover** (the seed's Lemma: "leader failover occurs within 3
+//! - **Leader failover** (seed 003's Lemma: "leader failover occurs within 3
 //!   SS-heartbeat-interval time"): a crash that takes the leader down, to the next node
 //!   declaring itself leader. Detection is three heartbeat intervals after the last
 //!   heartbeat *heard*, which may have left the leader just before the crash and still be
-//!   on its way: the seed counts from the crash, so a failover may exceed 3 HB by that
+//!   on its way: seed 003 counts from the crash, so a failover may exceed 3 HB by that
 //!   heartbeat's flight ℓ and the clocks' disagreement δ_c.
 //! - **Outage** ("the maximum outage time is 3 SS-heartbeat-interval"; the hot-start
 //!   protocol keeps active nodes warm, so no `MAX_VOLATILE_REFRESH_INTERVAL` warm-up is
 //!   added): the same crash to the first query a leader answers. A prober queries every
 //!   20 ms; the answering query's own way to and from the leader comes on top.
 //! - **Volatile staleness** ≤ `2 × MVRI + δ` and **persistent staleness** ≤
-//!   `MPRI + 3 HB + Θ + RTT + δ`, over every answer the checkers judged. δ, which the
-//!   seed leaves as "a statistical minimum" of the deployment, is `RTT + δ_c + ℓc + ℓ`
+//!   `MPRI + 3 HB + Θ + RTT + δ`, over every answer the checkers judged. δ, which
+//!   seed 003 leaves as "a statistical minimum" of the deployment, is `RTT + δ_c + ℓc + ℓ`
 //!   (see [`crate::lookup::checks`]).
 //!
 //! Medians and maxima are over every failover and outage measured (there are one to a
@@ -35,7 +35,7 @@ use std::time::Duration;
 
 const EXP: &str = "lookup";
 
-/// The seed's intervals every run of the lab uses (ms).
+/// Seed 003's intervals every run of the lab uses (ms).
 #[derive(Clone, Copy, Debug)]
 pub struct Intervals {
     /// `SS_HEARTBEAT_INTERVAL`.
@@ -120,7 +120,7 @@ fn measure(sim_s: u64, seeds: u64) -> (Measured, Bounds) {
         m.runs += 1;
         bounds = s.bounds.clone();
         if let Some(v) = r.violations.first() {
-            m.violations.push(format!("seed {seed}: {v}"));
+            m.violations.push(format!("sim seed {seed}: {v}"));
         }
         if s.failover_samples_us.len() == s.outage_samples_us.len() {
             let pairs = s.outage_samples_us.iter().zip(&s.failover_samples_us);
@@ -169,7 +169,7 @@ fn judge(v: &[f64], bound: f64, explained: f64) -> Verdict {
     }
 }
 
-/// Aladdin's outage and staleness bounds; each seed runs `sim_s` simulated seconds of
+/// Aladdin's outage and staleness bounds; each sim seed runs `sim_s` simulated seconds of
 /// common failures.
 pub fn rows(sim_s: u64, seeds: u64) -> Vec<Row> {
     let (m, b) = measure(sim_s, seeds);

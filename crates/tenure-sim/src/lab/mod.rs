@@ -116,7 +116,7 @@ pub struct Scale {
     pub merge_pairs: Vec<(u64, u64)>,
     /// `(k, n)`: `k` components of `n` sites in all, merging at once.
     pub merge_many: Vec<(u64, u64)>,
-    /// Simulated seconds of common failures per seed of the lookup rows.
+    /// Simulated seconds of common failures per sim seed of the lookup rows.
     pub lookup_sim_s: u64,
 }
 

@@ -23,7 +23,7 @@
 //!
 //! Besides: an answer never carries a value its provider did not publish (integrity).
 //!
-//! The stabilisation bound follows the seed's proof, one `3 HB + LONG_TIMEOUT + MVRI`
+//! The stabilisation bound follows seed 003's proof, one `3 HB + LONG_TIMEOUT + MVRI`
 //! per step: (a) fake ages and entries of nodes that send no heartbeat time out within
 //! 3 HB, and every node runs its maintainer within LONG_TIMEOUT, which repairs its own
 //! flags (passive ⇔ INFINITE age; a leader that is not the oldest steps down); (b) if no
@@ -35,7 +35,7 @@
 //!
 //! δ, the slack of the staleness bounds, is `RTT + δ_c + ℓc + ℓ`: a round trip, the clock
 //! drift bound, and the longest one-way latency of a client link (ℓc) and of a device link
-//! (ℓ) — the query's own way to the leader, which the seed's δ ("a statistical minimum on
+//! (ℓ) — the query's own way to the leader, which seed 003's δ ("a statistical minimum on
 //! the time difference between query initiation time and the most recent refresh")
 //! leaves to the deployment.
 

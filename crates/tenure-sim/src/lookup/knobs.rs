@@ -1,8 +1,8 @@
 //! Every knob of a lookup run, drawn from the run's seed: the profile, the cluster, the
-//! seed's named intervals (`SS_HEARTBEAT_INTERVAL`, `ROUNDTRIP_COMMUNICATION_DELAY`,
+//! seed 003's named intervals (`SS_HEARTBEAT_INTERVAL`, `ROUNDTRIP_COMMUNICATION_DELAY`,
 //! `MAX_VOLATILE_REFRESH_INTERVAL`, `Max_Persistent_Refresh_Interval`, `LONG_TIMEOUT`,
 //! `t`, the UPS node, Θ), the clock-drift bound δ_c, the network, the workload and the
-//! nemesis. One seed, one PRNG: printing the knobs says everything a run chose.
+//! nemesis. One sim seed, one PRNG: printing the knobs says everything a run chose.
 
 use crate::net::NetParams;
 use serde::Serialize;
@@ -16,7 +16,7 @@ use tenure_core::rng::Rng;
 pub enum Profile {
     /// The common failure case: at most one fault at a time, spaced out — the loss of
     /// one message, the crash (and restart) of one node, or a short power outage in which
-    /// every node but the UPS-designated one crashes and restarts. The seed's bounds are
+    /// every node but the UPS-designated one crashes and restarts. Seed 003's bounds are
     /// asserted.
     Common,
     /// Rare failures: loss, partitions, pauses longer than 3 heartbeats, crashes of
@@ -28,7 +28,7 @@ pub enum Profile {
 /// How a run's profile is chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum ProfileChoice {
-    /// The seed decides (half the seeds each).
+    /// The sim seed decides (half the sim seeds each).
     #[default]
     Drawn,
     /// Always the common profile.

@@ -2,8 +2,8 @@
 //! failure classes, with checkers for its invariants and its bounds (DESIGN §9.7).
 //!
 //! Every device is a full [`tenure_core::Device`] (one small store besides its lookup
-//! node). One seed draws everything ([`knobs`]): the profile, the cluster (2–6 devices,
-//! `t`, the UPS-designated node), the seed's intervals, δ_c and every clock, the network,
+//! node). One sim seed draws everything ([`knobs`]): the profile, the cluster (2–6 devices,
+//! `t`, the UPS-designated node), seed 003's intervals, δ_c and every clock, the network,
 //! the workload and the nemesis.
 //!
 //! - **Common profile** ([`knobs::Profile::Common`]): after the cluster first stabilises,
@@ -46,7 +46,7 @@ use serde::Serialize;
 /// What a lookup run measured and did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct LookupStats {
-    /// The profile the seed chose.
+    /// The profile the sim seed chose.
     pub profile: Option<Profile>,
     /// The bounds the run was held to.
     pub bounds: Bounds,
@@ -100,7 +100,7 @@ pub struct LookupStats {
     #[serde(skip)]
     pub outage_samples_us: Vec<u64>,
     /// Leader failovers measured: a leader crash to the next node declaring itself
-    /// leader (the seed's Lemma: within 3 heartbeat intervals).
+    /// leader (seed 003's Lemma: within 3 heartbeat intervals).
     pub failovers: u64,
     /// The longest (µs).
     pub max_failover_us: u64,
@@ -136,13 +136,13 @@ pub(crate) struct Outcome {
     violations: Vec<LookupViolation>,
 }
 
-/// Run one seed of the lookup world.
+/// Run one sim seed of the lookup world.
 pub fn run(cfg: SimConfig) -> RunReport {
     run_with(cfg, |_| {})
 }
 
-/// Run one seed of the lookup world with its drawn knobs changed by `adjust` first (the
-/// lab fixes the seed's intervals this way, so every run is held to the same bounds).
+/// Run one sim seed of the lookup world with its drawn knobs changed by `adjust` first (the
+/// lab fixes seed 003's intervals this way, so every run is held to the same bounds).
 pub fn run_with(cfg: SimConfig, adjust: impl FnOnce(&mut LookupKnobs)) -> RunReport {
     let seed = cfg.seed;
     let out = world::World::new(cfg, adjust).run();

@@ -7,7 +7,7 @@
 //!   delay, or a short power outage that crashes every node but the UPS-designated one.
 //!   The next fault comes only when every device runs, the leader predicate holds, `t`
 //!   nodes are active, and `MPRI + 3 HB + RTT + Θ` (and a random extra) have passed since
-//!   the last fault or repair: each fault is repaired before the next, as the seed's
+//!   the last fault or repair: each fault is repaired before the next, as seed 003's
 //!   common-case analysis assumes.
 //! - **Rare**: bursts of partitions (halves or one node, one- or two-way), heals,
 //!   crashes of one or several nodes, pauses longer than three heartbeats, state

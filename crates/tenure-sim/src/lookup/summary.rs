@@ -1,5 +1,5 @@
 //! A sweep's lookup figures: the measured maxima beside the bounds of the runs that
-//! reached them (each seed draws its own intervals, so each run has its own bounds),
+//! reached them (each sim seed draws its own intervals, so each run has its own bounds),
 //! the largest measured/bound ratio, and what the runs did.
 
 use super::LookupStats;
@@ -15,11 +15,11 @@ pub struct Extreme {
     pub max_us: u64,
     /// The bound of the run that measured it (µs).
     pub bound_us: u64,
-    /// That run's seed.
+    /// That run's sim seed.
     pub seed: u64,
     /// The largest measured/bound ratio.
     pub ratio: f64,
-    /// The seed of that ratio.
+    /// The sim seed of that ratio.
     pub ratio_seed: u64,
 }
 
