@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Debug};
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use thiserror::Error;
 
 mod lock;
@@ -258,36 +258,109 @@ enum Search<M> {
     },
 }
 
-/// Configurations explored, by (completed operations linearized, model state): the sets of
-/// unknown-outcome operations linearized with them. An unknown operation never limits
-/// what may go next (it has no response) and may always be linearized later or never, so
-/// a configuration is *subsumed* by an explored one with the same completed operations and
-/// state whose linearized unknown operations are a subset of its own: every continuation
-/// of the first is one of the second, which failed. Without this, each unknown acquire
-/// granted and then released by its unknown close (a client that gave up) makes another
-/// configuration equal in all but its bitset, and a history with k of them 3^k.
-type Memo<M> = HashMap<(Vec<u64>, M), Vec<Vec<u64>>, BuildHasherDefault<DefaultHasher>>;
+/// A fast, deterministic hasher for the memo (FxHash's multiply-rotate): the memo is
+/// only looked up, never iterated, so any hasher gives the same search.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(26) ^ x).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, x: u8) {
+        self.add(u64::from(x));
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.add(u64::from(x));
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.add(x);
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.add(x as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
+/// Configurations explored, by model state and completed operations linearized: the
+/// sets of unknown-outcome operations linearized with them. An unknown operation never
+/// limits what may go next (it has no response) and may always be linearized later or
+/// never, so a configuration is *subsumed* by an explored one with the same completed
+/// operations and state whose linearized unknown operations are a subset of its own:
+/// every continuation of the first is one of the second, which failed. Without this,
+/// each unknown acquire granted and then released by its unknown close (a client that
+/// gave up) makes another configuration equal in all but its bitset, and a history with
+/// k of them 3^k. Keyed by state first, so that a lookup clones nothing.
+type Memo<M> = HashMap<M, HashMap<Vec<u64>, Vec<Vec<u64>>, FxBuild>, FxBuild>;
 
 /// Records configuration (`lin`, `state`) in `memo`; `false` if it was explored already or
-/// is subsumed by one that was (see [`Memo`]). `required` is the mask of completed ops.
-fn first_visit<M: Model>(memo: &mut Memo<M>, required: &[u64], lin: &[u64], state: &M) -> bool {
-    let done: Vec<u64> = lin.iter().zip(required).map(|(l, r)| l & r).collect();
-    let unknown: Vec<u64> = lin.iter().zip(required).map(|(l, r)| l & !r).collect();
-    let seen = memo.entry((done, state.clone())).or_default();
+/// is subsumed by one that was (see [`Memo`]). `required` is the mask of completed ops;
+/// `done` and `unknown` are scratch space.
+fn first_visit<M: Model>(
+    memo: &mut Memo<M>,
+    required: &[u64],
+    lin: &[u64],
+    state: &M,
+    scratch: &mut (Vec<u64>, Vec<u64>),
+) -> bool {
+    let (done, unknown) = scratch;
+    done.clear();
+    done.extend(lin.iter().zip(required).map(|(l, r)| l & r));
+    unknown.clear();
+    unknown.extend(lin.iter().zip(required).map(|(l, r)| l & !r));
+    let by_done = match memo.get_mut(state) {
+        Some(m) => m,
+        None => memo.entry(state.clone()).or_default(),
+    };
     let subset = |a: &[u64], b: &[u64]| a.iter().zip(b).all(|(x, y)| x & !y == 0);
-    if seen.iter().any(|u| subset(u, &unknown)) {
-        return false;
+    match by_done.get_mut(done.as_slice()) {
+        Some(seen) => {
+            if seen.iter().any(|u| subset(u, unknown)) {
+                return false;
+            }
+            seen.push(unknown.clone());
+        }
+        None => {
+            by_done.insert(done.clone(), vec![unknown.clone()]);
+        }
     }
-    seen.push(unknown);
     true
 }
 
 struct Node<M> {
     lin: Vec<u64>,
+    /// The successors still to try, the next one last.
     succ: Vec<(usize, M)>,
-    next: usize,
     /// The op linearized to reach this node.
     via: Option<usize>,
+    /// Where the successors' scans of this node began ([`Part::successors`]).
+    cursor: Cursor,
 }
 
 fn bit(set: &[u64], i: usize) -> bool {
@@ -308,7 +381,112 @@ fn resp<I, O>(
     }
 }
 
-/// Local ops that may be linearized next from `lin`, with the states they lead to.
+/// Positions in [`Part::by_resp`] and [`Part::by_invoke`] before which every op is
+/// linearized. Along a path of the search the linearized set only grows, so a node's
+/// scans start where its parent's stopped.
+#[derive(Clone, Copy, Default)]
+struct Cursor {
+    resp: usize,
+    invoke: usize,
+}
+
+/// One partition with the orders the search scans, computed once.
+struct Part<'a, M: Model> {
+    history: &'a [Operation<M::Input, M::Output>],
+    part: &'a [usize],
+    relaxed: &'a [bool],
+    /// Invoke time per local op.
+    invoke: Vec<u64>,
+    /// Local ops that count as completed, by (response time, local index).
+    by_resp: Vec<(u64, usize)>,
+    /// Every local op, by (invoke time, local index).
+    by_invoke: Vec<(u64, usize)>,
+}
+
+impl<'a, M: Model> Part<'a, M> {
+    fn new(
+        history: &'a [Operation<M::Input, M::Output>],
+        part: &'a [usize],
+        relaxed: &'a [bool],
+    ) -> Self {
+        let invoke: Vec<u64> = part.iter().map(|i| history[*i].invoke).collect();
+        let mut by_resp: Vec<(u64, usize)> = (0..part.len())
+            .filter_map(|i| resp(history, part, relaxed, i).map(|r| (r, i)))
+            .collect();
+        by_resp.sort_unstable();
+        let mut by_invoke: Vec<(u64, usize)> =
+            invoke.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+        by_invoke.sort_unstable();
+        Part {
+            history,
+            part,
+            relaxed,
+            invoke,
+            by_resp,
+            by_invoke,
+        }
+    }
+
+    /// Local ops that may be linearized next from `lin`, in local order, with the states
+    /// they lead to; and the cursor for `lin`'s successors. An op `c` may go next iff no
+    /// other unlinearized op responded before `c` was invoked: with the two earliest
+    /// responses among unlinearized completed ops, `c` is bounded by the earliest, or by
+    /// the second if `c` is the earliest itself.
+    fn successors(&self, state: &M, lin: &[u64], from: Cursor) -> (Vec<(usize, M)>, Cursor) {
+        let mut r = from.resp;
+        while r < self.by_resp.len() && bit(lin, self.by_resp[r].1) {
+            r += 1;
+        }
+        let mut i = from.invoke;
+        while i < self.by_invoke.len() && bit(lin, self.by_invoke[i].1) {
+            i += 1;
+        }
+        let cursor = Cursor { resp: r, invoke: i };
+        let min1 = self.by_resp.get(r).copied();
+        let min2 = min1.and_then(|_| {
+            (self.by_resp[r + 1..].iter())
+                .find(|(_, c)| !bit(lin, *c))
+                .map(|(t, _)| *t)
+        });
+        let mut cands: Vec<usize> = Vec::new();
+        match min1 {
+            None => cands.extend(
+                (self.by_invoke[i..].iter())
+                    .map(|(_, c)| *c)
+                    .filter(|c| !bit(lin, *c)),
+            ),
+            Some((m, who)) => {
+                cands.extend(
+                    (self.by_invoke[i..].iter())
+                        .take_while(|(t, _)| *t <= m)
+                        .map(|(_, c)| *c)
+                        .filter(|c| *c != who && !bit(lin, *c)),
+                );
+                if min2.is_none_or(|b| self.invoke[who] <= b) {
+                    cands.push(who);
+                }
+            }
+        }
+        cands.sort_unstable();
+        let mut out = Vec::new();
+        for c in cands {
+            let op = &self.history[self.part[c]];
+            match (&op.response, self.relaxed[c]) {
+                (Some((_, output)), false) => {
+                    if let Some(s) = state.step(&op.input, output) {
+                        out.push((c, s));
+                    }
+                }
+                _ => out.extend(state.step_unknown(&op.input).into_iter().map(|s| (c, s))),
+            }
+        }
+        (out, cursor)
+    }
+}
+
+/// Local ops that may be linearized next from `lin`, with the states they lead to: the
+/// plain statement of [`Part::successors`], which the tests hold it to.
+#[cfg(test)]
 fn successors<M: Model>(
     state: &M,
     lin: &[u64],
@@ -374,31 +552,34 @@ fn search<M: Model>(
     if done(&empty) {
         return Search::Ok;
     }
+    let p = Part::<M>::new(history, part, relaxed);
     let mut memo: Memo<M> = HashMap::default();
+    let mut scratch = (Vec::new(), Vec::new());
+    let (mut succ, cursor) = p.successors(initial, &empty, Cursor::default());
+    succ.reverse();
     let mut stack = vec![Node {
-        succ: successors(initial, &empty, history, part, relaxed),
+        succ,
         lin: empty,
-        next: 0,
         via: None,
+        cursor,
     }];
     let mut best: (usize, Vec<usize>, M) = (0, Vec::new(), initial.clone());
     while let Some(top) = stack.last_mut() {
-        if top.next >= top.succ.len() {
+        let Some((c, s)) = top.succ.pop() else {
             stack.pop();
             continue;
-        }
+        };
         if *budget == 0 {
             return Search::Unknown;
         }
         *budget -= 1;
-        let (c, s) = top.succ[top.next].clone();
-        top.next += 1;
         let mut lin = top.lin.clone();
+        let cursor = top.cursor;
         lin[c / 64] |= 1 << (c % 64);
         if done(&lin) {
             return Search::Ok;
         }
-        if !first_visit(&mut memo, &mask, &lin, &s) {
+        if !first_visit(&mut memo, &mask, &lin, &s, &mut scratch) {
             continue;
         }
         let depth: usize = (lin.iter().zip(&mask))
@@ -409,12 +590,13 @@ fn search<M: Model>(
             path.push(c);
             best = (depth, path, s.clone());
         }
-        let succ = successors(&s, &lin, history, part, relaxed);
+        let (mut succ, cursor) = p.successors(&s, &lin, cursor);
+        succ.reverse();
         stack.push(Node {
             lin,
             succ,
-            next: 0,
             via: Some(c),
+            cursor,
         });
     }
     Search::Fail {
