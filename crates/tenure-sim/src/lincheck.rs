@@ -355,16 +355,74 @@ fn first_visit<M: Model>(
 
 struct Node<M> {
     lin: Vec<u64>,
-    /// The successors still to try, the next one last.
-    succ: Vec<(usize, M)>,
+    /// The model state after `lin`.
+    state: M,
+    /// The ops still to try from here, in local order, the next one last. Their states
+    /// are computed only when they are tried (a search that ends early, or hits its
+    /// bound, never computes the rest).
+    cands: Vec<usize>,
+    /// Further states of the op being tried (an unknown outcome may lead to several),
+    /// the next one last.
+    more: Vec<(usize, M)>,
     /// The op linearized to reach this node.
     via: Option<usize>,
-    /// Where the successors' scans of this node began ([`Part::successors`]).
+    /// Where the scans for this node's successors began ([`Part::candidates`]).
     cursor: Cursor,
+}
+
+impl<M: Model> Node<M> {
+    /// The next successor to try: an op and the state it leads to.
+    fn next(&mut self, p: &Part<'_, M>) -> Option<(usize, M)> {
+        if let Some(x) = self.more.pop() {
+            return Some(x);
+        }
+        while let Some(c) = self.cands.pop() {
+            let mut states = p.step(&self.state, c);
+            if states.is_empty() {
+                continue;
+            }
+            let first = states.remove(0);
+            self.more.extend(states.into_iter().rev().map(|s| (c, s)));
+            return Some((c, first));
+        }
+        None
+    }
 }
 
 fn bit(set: &[u64], i: usize) -> bool {
     set[i / 64] & (1 << (i % 64)) != 0
+}
+
+/// Calls `f` on every op in `from..to` not in `set`, in order, a word at a time.
+fn zeros(set: &[u64], from: usize, to: usize, mut f: impl FnMut(usize)) {
+    let mut w = from / 64;
+    let mut bits = !set.get(w).copied().unwrap_or(u64::MAX) & (u64::MAX << (from % 64));
+    while w * 64 < to {
+        while bits != 0 {
+            let c = w * 64 + bits.trailing_zeros() as usize;
+            if c >= to {
+                return;
+            }
+            f(c);
+            bits &= bits - 1;
+        }
+        w += 1;
+        bits = !set.get(w).copied().unwrap_or(u64::MAX);
+    }
+}
+
+/// The first op at or after `from` not in `set` (`n` if none).
+fn first_zero(set: &[u64], from: usize, n: usize) -> usize {
+    let mut w = from / 64;
+    let mut bits = !set.get(w).copied().unwrap_or(u64::MAX) & (u64::MAX << (from % 64));
+    while w * 64 < n {
+        if bits != 0 {
+            return (w * 64 + bits.trailing_zeros() as usize).min(n);
+        }
+        w += 1;
+        bits = !set.get(w).copied().unwrap_or(u64::MAX);
+    }
+    n
 }
 
 /// Response time of local op `i`, if it counts as completed.
@@ -381,9 +439,10 @@ fn resp<I, O>(
     }
 }
 
-/// Positions in [`Part::by_resp`] and [`Part::by_invoke`] before which every op is
-/// linearized. Along a path of the search the linearized set only grows, so a node's
-/// scans start where its parent's stopped.
+/// Positions before which every op is linearized: in [`Part::by_resp`], and in local
+/// order (or [`Part::by_invoke`] if invokes are not in local order). Along a path of the
+/// search the linearized set only grows, so a node's scans start where its parent's
+/// stopped.
 #[derive(Clone, Copy, Default)]
 struct Cursor {
     resp: usize,
@@ -397,9 +456,11 @@ struct Part<'a, M: Model> {
     relaxed: &'a [bool],
     /// Invoke time per local op.
     invoke: Vec<u64>,
+    /// Invokes are in local order (as a history recorded in invoke order is).
+    sorted: bool,
     /// Local ops that count as completed, by (response time, local index).
     by_resp: Vec<(u64, usize)>,
-    /// Every local op, by (invoke time, local index).
+    /// Every local op, by (invoke time, local index) (used when not `sorted`).
     by_invoke: Vec<(u64, usize)>,
 }
 
@@ -410,38 +471,38 @@ impl<'a, M: Model> Part<'a, M> {
         relaxed: &'a [bool],
     ) -> Self {
         let invoke: Vec<u64> = part.iter().map(|i| history[*i].invoke).collect();
+        let sorted = invoke.windows(2).all(|w| w[0] <= w[1]);
         let mut by_resp: Vec<(u64, usize)> = (0..part.len())
             .filter_map(|i| resp(history, part, relaxed, i).map(|r| (r, i)))
             .collect();
         by_resp.sort_unstable();
-        let mut by_invoke: Vec<(u64, usize)> =
-            invoke.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-        by_invoke.sort_unstable();
+        let mut by_invoke: Vec<(u64, usize)> = Vec::new();
+        if !sorted {
+            by_invoke = invoke.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+            by_invoke.sort_unstable();
+        }
         Part {
             history,
             part,
             relaxed,
             invoke,
+            sorted,
             by_resp,
             by_invoke,
         }
     }
 
-    /// Local ops that may be linearized next from `lin`, in local order, with the states
-    /// they lead to; and the cursor for `lin`'s successors. An op `c` may go next iff no
-    /// other unlinearized op responded before `c` was invoked: with the two earliest
-    /// responses among unlinearized completed ops, `c` is bounded by the earliest, or by
-    /// the second if `c` is the earliest itself.
-    fn successors(&self, state: &M, lin: &[u64], from: Cursor) -> (Vec<(usize, M)>, Cursor) {
+    /// Local ops that may be linearized next from `lin`, in local order; and the cursor
+    /// for `lin`'s successors. An op `c` may go next iff no other unlinearized op
+    /// responded before `c` was invoked: with the two earliest responses among
+    /// unlinearized completed ops, `c` is bounded by the earliest, or by the second if
+    /// `c` is the earliest itself.
+    fn candidates(&self, lin: &[u64], from: Cursor) -> (Vec<usize>, Cursor) {
+        let n = self.part.len();
         let mut r = from.resp;
         while r < self.by_resp.len() && bit(lin, self.by_resp[r].1) {
             r += 1;
         }
-        let mut i = from.invoke;
-        while i < self.by_invoke.len() && bit(lin, self.by_invoke[i].1) {
-            i += 1;
-        }
-        let cursor = Cursor { resp: r, invoke: i };
         let min1 = self.by_resp.get(r).copied();
         let min2 = min1.and_then(|_| {
             (self.by_resp[r + 1..].iter())
@@ -449,6 +510,28 @@ impl<'a, M: Model> Part<'a, M> {
                 .map(|(t, _)| *t)
         });
         let mut cands: Vec<usize> = Vec::new();
+        if self.sorted {
+            let i = first_zero(lin, from.invoke, n);
+            let cursor = Cursor { resp: r, invoke: i };
+            match min1 {
+                None => zeros(lin, i, n, |c| cands.push(c)),
+                Some((m, who)) => {
+                    let k = self.invoke.partition_point(|t| *t <= m);
+                    let who_ok = min2.is_none_or(|b| self.invoke[who] <= b);
+                    zeros(lin, i, k.max(who + 1), |c| {
+                        if (c == who && who_ok) || (c != who && c < k) {
+                            cands.push(c);
+                        }
+                    });
+                }
+            }
+            return (cands, cursor);
+        }
+        let mut i = from.invoke;
+        while i < self.by_invoke.len() && bit(lin, self.by_invoke[i].1) {
+            i += 1;
+        }
+        let cursor = Cursor { resp: r, invoke: i };
         match min1 {
             None => cands.extend(
                 (self.by_invoke[i..].iter())
@@ -468,19 +551,40 @@ impl<'a, M: Model> Part<'a, M> {
             }
         }
         cands.sort_unstable();
-        let mut out = Vec::new();
-        for c in cands {
-            let op = &self.history[self.part[c]];
-            match (&op.response, self.relaxed[c]) {
-                (Some((_, output)), false) => {
-                    if let Some(s) = state.step(&op.input, output) {
-                        out.push((c, s));
-                    }
-                }
-                _ => out.extend(state.step_unknown(&op.input).into_iter().map(|s| (c, s))),
-            }
+        (cands, cursor)
+    }
+
+    /// The states linearizing local op `c` at `state` may lead to, in order.
+    fn step(&self, state: &M, c: usize) -> Vec<M> {
+        let op = &self.history[self.part[c]];
+        match (&op.response, self.relaxed[c]) {
+            (Some((_, output)), false) => state.step(&op.input, output).into_iter().collect(),
+            _ => state.step_unknown(&op.input),
         }
+    }
+
+    /// [`Part::candidates`] with their states, as [`successors`] states them.
+    #[cfg(test)]
+    fn successors(&self, state: &M, lin: &[u64], from: Cursor) -> (Vec<(usize, M)>, Cursor) {
+        let (cands, cursor) = self.candidates(lin, from);
+        let out = (cands.into_iter())
+            .flat_map(|c| self.step(state, c).into_iter().map(move |s| (c, s)))
+            .collect();
         (out, cursor)
+    }
+
+    /// A node of the search at `lin` and `state`, its scans starting at `from`.
+    fn node(&self, lin: Vec<u64>, state: M, via: Option<usize>, from: Cursor) -> Node<M> {
+        let (mut cands, cursor) = self.candidates(&lin, from);
+        cands.reverse();
+        Node {
+            lin,
+            state,
+            cands,
+            more: Vec::new(),
+            via,
+            cursor,
+        }
     }
 }
 
@@ -555,17 +659,10 @@ fn search<M: Model>(
     let p = Part::<M>::new(history, part, relaxed);
     let mut memo: Memo<M> = HashMap::default();
     let mut scratch = (Vec::new(), Vec::new());
-    let (mut succ, cursor) = p.successors(initial, &empty, Cursor::default());
-    succ.reverse();
-    let mut stack = vec![Node {
-        succ,
-        lin: empty,
-        via: None,
-        cursor,
-    }];
+    let mut stack = vec![p.node(empty, initial.clone(), None, Cursor::default())];
     let mut best: (usize, Vec<usize>, M) = (0, Vec::new(), initial.clone());
     while let Some(top) = stack.last_mut() {
-        let Some((c, s)) = top.succ.pop() else {
+        let Some((c, s)) = top.next(&p) else {
             stack.pop();
             continue;
         };
@@ -590,14 +687,7 @@ fn search<M: Model>(
             path.push(c);
             best = (depth, path, s.clone());
         }
-        let (mut succ, cursor) = p.successors(&s, &lin, cursor);
-        succ.reverse();
-        stack.push(Node {
-            lin,
-            succ,
-            via: Some(c),
-            cursor,
-        });
+        stack.push(p.node(lin, s, Some(c), cursor));
     }
     Search::Fail {
         path: best.1,
