@@ -316,12 +316,16 @@ type FxBuild = BuildHasherDefault<FxHasher>;
 /// every continuation of the first is one of the second, which failed. Without this,
 /// each unknown acquire granted and then released by its unknown close (a client that
 /// gave up) makes another configuration equal in all but its bitset, and a history with
-/// k of them 3^k. Keyed by state first, so that a lookup clones nothing.
-type Memo<M> = HashMap<M, HashMap<Vec<u64>, Vec<Vec<u64>>, FxBuild>, FxBuild>;
+/// k of them 3^k. Keyed by state first, so that a lookup clones nothing; the bitsets
+/// are kept short ([`first_visit`]).
+type Memo<M> = HashMap<M, HashMap<Box<[u64]>, Vec<Box<[u64]>>, FxBuild>, FxBuild>;
 
 /// Records configuration (`lin`, `state`) in `memo`; `false` if it was explored already or
 /// is subsumed by one that was (see [`Memo`]). `required` is the mask of completed ops;
-/// `done` and `unknown` are scratch space.
+/// `done` and `unknown` are scratch space. The completed ops linearized are kept as the
+/// number of leading words equal to `required`'s followed by the rest up to the last
+/// non-zero word, and the unknown ones without their trailing zero words: a search's
+/// bitsets are mostly full at the front and empty at the back.
 fn first_visit<M: Model>(
     memo: &mut Memo<M>,
     required: &[u64],
@@ -330,24 +334,42 @@ fn first_visit<M: Model>(
     scratch: &mut (Vec<u64>, Vec<u64>),
 ) -> bool {
     let (done, unknown) = scratch;
+    let full = (lin.iter().zip(required))
+        .take_while(|(l, r)| *l & *r == **r)
+        .count();
     done.clear();
-    done.extend(lin.iter().zip(required).map(|(l, r)| l & r));
+    done.push(full as u64);
+    done.extend(
+        lin[full..]
+            .iter()
+            .zip(&required[full..])
+            .map(|(l, r)| l & r),
+    );
+    while done.len() > 1 && done.last() == Some(&0) {
+        done.pop();
+    }
     unknown.clear();
     unknown.extend(lin.iter().zip(required).map(|(l, r)| l & !r));
+    while unknown.last() == Some(&0) {
+        unknown.pop();
+    }
     let by_done = match memo.get_mut(state) {
         Some(m) => m,
         None => memo.entry(state.clone()).or_default(),
     };
-    let subset = |a: &[u64], b: &[u64]| a.iter().zip(b).all(|(x, y)| x & !y == 0);
+    // `a` ⊆ `b`, the words beyond either's end zero.
+    let subset = |a: &[u64], b: &[u64]| {
+        (a.iter().enumerate()).all(|(i, x)| x & !b.get(i).copied().unwrap_or(0) == 0)
+    };
     match by_done.get_mut(done.as_slice()) {
         Some(seen) => {
             if seen.iter().any(|u| subset(u, unknown)) {
                 return false;
             }
-            seen.push(unknown.clone());
+            seen.push(unknown.as_slice().into());
         }
         None => {
-            by_done.insert(done.clone(), vec![unknown.clone()]);
+            by_done.insert(done.as_slice().into(), vec![unknown.as_slice().into()]);
         }
     }
     true
