@@ -683,9 +683,13 @@ fn search<M: Model>(
     let mut scratch = (Vec::new(), Vec::new());
     let mut stack = vec![p.node(empty, initial.clone(), None, Cursor::default())];
     let mut best: (usize, Vec<usize>, M) = (0, Vec::new(), initial.clone());
+    // Frames `1..low` of the stack are those of `best`'s path (frame `i` reached by its
+    // op `i - 1`): a new best path keeps them and copies only the frames above.
+    let mut low = 1;
     while let Some(top) = stack.last_mut() {
         let Some((c, s)) = top.next(&p) else {
             stack.pop();
+            low = low.min(stack.len());
             continue;
         };
         if *budget == 0 {
@@ -705,9 +709,13 @@ fn search<M: Model>(
             .map(|(l, m)| (l & m).count_ones() as usize)
             .sum();
         if depth > best.0 || best.1.is_empty() {
-            let mut path: Vec<usize> = stack.iter().filter_map(|f| f.via).collect();
+            let path = &mut best.1;
+            path.truncate(low.max(1) - 1);
+            path.extend(stack[low.max(1)..].iter().filter_map(|f| f.via));
             path.push(c);
-            best = (depth, path, s.clone());
+            best.0 = depth;
+            best.2 = s.clone();
+            low = stack.len() + 1;
         }
         stack.push(p.node(lin, s, Some(c), cursor));
     }
