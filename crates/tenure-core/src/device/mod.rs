@@ -482,6 +482,15 @@ impl Device {
             .map(Manager::view)
     }
 
+    /// (store, epoch) of every store this device is the manager of (in the `Manager`
+    /// state), in store order: what the simulator's checkers read after every event,
+    /// without copying the views' metadata.
+    pub fn managing(&self) -> impl Iterator<Item = (StoreId, Epoch)> + '_ {
+        (self.managers.values())
+            .filter(|m| m.state == MgrState::Manager)
+            .map(|m| (m.store, m.epoch))
+    }
+
     /// Views of all manager roles that are not in the `None` state.
     pub fn manager_views(&self) -> Vec<ManagerView> {
         self.managers

@@ -4,7 +4,6 @@
 
 use super::{Event, World, disk};
 use tenure_core::io::{Input, Observation, Output};
-use tenure_core::layout::MgrState;
 use tenure_core::{Device, DeviceId};
 
 impl World {
@@ -229,10 +228,8 @@ impl World {
             self.elections.acting(d, acting);
         }
         if let Some(dev) = self.nodes[&d].device.as_ref() {
-            for v in dev.manager_views() {
-                if v.state == MgrState::Manager {
-                    self.checker.manager_role(d, v.store, v.epoch);
-                }
+            for (store, epoch) in dev.managing() {
+                self.checker.manager_role(d, store, epoch);
             }
         }
         self.arm_timer(d);

@@ -5,7 +5,9 @@
 //!   `--trace`, every event: knobs, clocks, messages, observations, faults).
 //! - `tenure sim --seeds 10000 [--from F]` sweeps seeds `F..F+N` on `--threads` workers
 //!   with a progress bar and ends with the summary; every failing seed is printed with
-//!   the exact command that replays it.
+//!   the exact command that replays it. `--threads` defaults to one worker per available
+//!   core; the summary's speed line gives events per second of wall time and per core
+//!   of CPU time, and the process's peak memory.
 //! - `--plant broken-quorum|serve-without-lease|…` turns on a planted bug, to show the
 //!   checkers catch it.
 //! - `--pipelining off|forced` overrides the seed's choice of lock clients that pipeline
@@ -36,8 +38,10 @@ use tenure_core::PlantedBugs;
 use tenure_sim::lookup::knobs::ProfileChoice;
 use tenure_sim::{DiskModel, LockPaths, Outcome, Pipelining, SimConfig, WorldKind};
 
+mod perf;
 mod print;
 
+use perf::Perf;
 use print::{print_run, print_summary};
 
 /// Exit status for a correctness violation.
@@ -124,9 +128,9 @@ pub struct SimArgs {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
-    /// Worker threads for a sweep.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    /// Worker threads for a sweep [default: one per available core].
+    #[arg(long)]
+    threads: Option<usize>,
     /// Stop a sweep after this many failing seeds (0 = run them all).
     #[arg(long, default_value_t = 1)]
     stop_after: usize,
@@ -473,11 +477,15 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} seeds {per_sec} eta {eta} {msg}",
     )?);
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let cpu0 = perf::cpu_now();
     let t = WallClock::now();
     let summary = tenure_sim::sweep(
         args.from,
         n,
-        args.threads,
+        threads,
         &template,
         args.stop_after,
         |done, r| {
@@ -489,10 +497,18 @@ fn many(args: &SimArgs, n: u64) -> anyhow::Result<ExitCode> {
     );
     bar.finish_and_clear();
     let wall = t.elapsed().as_secs_f64();
+    let cost = Perf {
+        wall_s: wall,
+        cpu_s: cpu0
+            .zip(perf::cpu_now())
+            .map(|(a, b)| b.saturating_sub(a).as_secs_f64()),
+        threads,
+        peak_bytes: perf::peak_memory(),
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print_summary(&summary, wall, args.replication, args.devices);
+        print_summary(&summary, &cost, args.replication, args.devices);
         for f in &summary.failures {
             println!(
                 "FAILED seed {} ({:?} at {:.3} s): {}",

@@ -1,6 +1,7 @@
 //! Printing the simulator's reports: one run, a summary over many seeds, and the parts
 //! each workload adds (objects, elections, snapshots, membership, lookup, cost).
 
+use super::perf::Perf;
 use super::secs;
 use tenure_sim::lookup::summary::{Extreme, LookupSummary};
 use tenure_sim::{RunReport, Summary};
@@ -72,9 +73,10 @@ pub(super) fn print_run(r: &RunReport, wall_s: f64, k: usize, n: u64) {
     }
 }
 
-pub(super) fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
+pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
+    let wall_s = cost.wall_s;
     if s.lookup.common_runs + s.lookup.rare_runs > 0 {
-        return print_lookup_summary(s, wall_s);
+        return print_lookup_summary(s, cost);
     }
     println!(
         "{} runs, {:.0} s simulated, {} events in {:.1} s wall ({:.0} runs/min, {:.0} events/s)",
@@ -85,6 +87,7 @@ pub(super) fn print_summary(s: &Summary, wall_s: f64, k: usize, n: u64) {
         s.runs as f64 * 60.0 / wall_s.max(1e-9),
         s.events as f64 / wall_s.max(1e-9)
     );
+    println!("{}", cost.line(s.events));
     let f = &s.faults;
     println!(
         "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits; wall clocks: {} steps forward, {} back, {} boots after a step",
@@ -473,7 +476,8 @@ pub(super) fn print_lookup_work(l: &tenure_sim::lookup::LookupStats) {
 
 /// A lookup sweep: totals, then each measure's maximum beside its run's bound, and the
 /// worst measured/bound ratio.
-pub(super) fn print_lookup_summary(s: &Summary, wall_s: f64) {
+pub(super) fn print_lookup_summary(s: &Summary, cost: &Perf) {
+    let wall_s = cost.wall_s;
     let l: &LookupSummary = &s.lookup;
     let t = &l.totals;
     println!(
@@ -486,6 +490,7 @@ pub(super) fn print_lookup_summary(s: &Summary, wall_s: f64) {
         wall_s,
         s.runs as f64 * 60.0 / wall_s.max(1e-9)
     );
+    println!("{}", cost.line(t.events));
     println!(
         "faults: {} crashes ({} of the leader), {} power outages, {} full restarts, {} messages lost, {} partitions, {} pauses, {} corruptions",
         t.crashes,
