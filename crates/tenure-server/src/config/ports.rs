@@ -19,12 +19,18 @@ pub fn free_local_port() -> std::io::Result<u16> {
     let top = ephemeral_floor();
     let floor = 10_000.min(top / 2);
     let span = u64::from(top - floor);
-    // Start somewhere different in each process; step through the span from there.
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0)
-        ^ u64::from(std::process::id()).wrapping_mul(7919);
+    // Start somewhere different in each process, once; step through the span from there,
+    // so one process never hands out the same port twice (a start drawn at every call let
+    // two devices of one cluster get the same port, one as its peer port and the other as
+    // its metrics port, and the loser failed to bind on the next restart).
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id()).wrapping_mul(7919)
+    });
     for _ in 0..span {
         let port = floor + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
@@ -32,4 +38,19 @@ pub fn free_local_port() -> std::io::Result<u16> {
         }
     }
     Err(std::io::ErrorKind::AddrNotAvailable.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_process_never_gets_the_same_port_twice() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..300 {
+            let p = free_local_port().expect("a free port");
+            assert!(p < ephemeral_floor(), "{p} is in the ephemeral range");
+            assert!(seen.insert(p), "port {p} handed out twice");
+        }
+    }
 }
