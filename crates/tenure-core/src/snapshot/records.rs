@@ -14,7 +14,7 @@
 use crate::ids::{ChunkId, DeviceId, Epoch, SessionId, StoreId, Version};
 use crate::io::persist::ChunkPersist;
 use crate::layout::Metadata;
-use crate::lockctl::{FencingToken, HolderInfo, LockMode};
+use crate::lockctl::{FencingToken, HolderInfo, LockInfo, LockMode};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -172,10 +172,7 @@ impl<'a> RecordChecker<'a> {
             }
         }
         let locks = c.data.table.locks.locks_under("/").unwrap_or_default();
-        let by_name: BTreeMap<&str, &[HolderInfo]> = (locks.iter())
-            .filter(|l| !l.holders.is_empty())
-            .map(|l| (l.name.as_str(), l.holders.as_slice()))
-            .collect();
+        let by_name = holders_by_name(&locks);
         if let Some((name, holders)) = first_conflict(&by_name) {
             self.problems.push(RecordProblem::ConflictingHolders {
                 store,
@@ -236,11 +233,15 @@ fn ancestors(name: &str) -> impl Iterator<Item = &str> {
 /// the name (or both names, the covering one first) and the two holders.
 pub fn conflicting_holders(tables: &crate::data::Tables) -> Option<(String, String)> {
     let locks = tables.locks.locks_under("/").ok()?;
-    let by_name: BTreeMap<&str, &[HolderInfo]> = (locks.iter())
+    first_conflict(&holders_by_name(&locks))
+}
+
+/// The holders of every held lock, by name.
+fn holders_by_name(locks: &[LockInfo]) -> BTreeMap<&str, &[HolderInfo]> {
+    (locks.iter())
         .filter(|l| !l.holders.is_empty())
         .map(|l| (l.name.as_str(), l.holders.as_slice()))
-        .collect();
-    first_conflict(&by_name)
+        .collect()
 }
 
 /// [`conflicting_holders`] over holders grouped by name.

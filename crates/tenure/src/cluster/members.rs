@@ -18,7 +18,7 @@
 //! Both print how long the change took.
 
 use super::file::{ClusterFile, DeviceEntry};
-use super::stat_fields;
+use super::{pid_alive, runtime};
 use anyhow::{Context, bail};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -85,19 +85,6 @@ pub(crate) fn device_dirs(data: &Path) -> anyhow::Result<Vec<u64>> {
     }
     ids.sort_unstable();
     Ok(ids)
-}
-
-fn pid_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| stat_fields(&s)?.next().map(|state| state != "Z"))
-        .unwrap_or(false)
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
 }
 
 fn save(data: &Path, file: &ClusterFile) -> anyhow::Result<()> {
