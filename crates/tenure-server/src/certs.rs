@@ -188,6 +188,29 @@ impl Authority {
         self.issue_names(&name, &[crate::tls::peer_name(id)], addrs, cert, key)
     }
 
+    /// Issue device `id`'s certificate for a host also known by the DNS names `hosts`:
+    /// as [`Authority::issue_device`], with those names among its subject alternative
+    /// names (a deployment bundle's device, reached by its host name or address).
+    pub fn issue_host_device(
+        &self,
+        id: DeviceId,
+        hosts: &[String],
+        addrs: &[IpAddr],
+        cert: &Path,
+        key: &Path,
+    ) -> Result<(), CertError> {
+        let name = format!("tenure device {id}");
+        let mut names = vec![crate::tls::peer_name(id)];
+        names.extend(
+            hosts
+                .iter()
+                .filter(|h| !names.contains(h))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        self.issue_names(&name, &names, addrs, cert, key)
+    }
+
     /// Issue the device of `cfg` its certificate, under `tls/` of its data directory,
     /// valid for its peer and client addresses: the TLS files its configuration names.
     pub fn issue_config(

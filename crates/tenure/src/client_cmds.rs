@@ -15,7 +15,7 @@ use tenure_client::{Client, ClientOptions};
 #[derive(clap::Args, Debug, Clone)]
 pub struct Target {
     /// Comma-separated client endpoints (host:port); default: the local cluster's.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "TENURE_ENDPOINTS", value_delimiter = ',')]
     pub endpoints: Vec<String>,
     /// The local cluster's data directory (used when --endpoints is not given).
     #[arg(long, default_value = "tenure-data")]

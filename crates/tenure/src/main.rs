@@ -7,6 +7,7 @@ mod cert_cmd;
 mod chaos_cmd;
 mod client_cmds;
 mod cluster;
+mod deploy;
 mod elect_cmds;
 mod fuzz_cmd;
 mod lab_cmd;
@@ -81,6 +82,9 @@ enum Command {
     Token(token_cmd::TokenArgs),
     /// Client certificates from the local cluster's CA, named in [auth] as identities.
     Cert(cert_cmd::CertArgs),
+    /// Deployment bundles for real hosts: per-host configuration, certificates and
+    /// systemd units; client credentials; adding a host.
+    Deploy(deploy::DeployArgs),
 }
 
 /// `println!` panics when stdout is a closed pipe (`tenure status | head`). Rust ignores
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Chaos(args) => chaos_cmd::run(args),
         Command::Token(args) => token_cmd::run(args).map(|()| ExitCode::SUCCESS),
         Command::Cert(args) => cert_cmd::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Deploy(args) => deploy::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -8,13 +8,13 @@
 //! chunks and the removed one retires. Every wait is bounded; a guard kills the processes
 //! if a step fails.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions, FencingToken, LockMode, Wait};
+use tenure_client::{LockMode, Wait};
 
 mod common;
+use common::load::{Load, check_holds, client, worker};
 use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// Lock names of the load: different first segments, so different stores.
@@ -23,122 +23,6 @@ const NAMES: usize = 8;
 const WORKERS: usize = 4;
 /// Each phase (a membership change) is bounded by this.
 const PHASE: Duration = Duration::from_secs(60);
-
-fn client(data: &std::path::Path, endpoints: &[String]) -> Client {
-    let opts = ClientOptions {
-        request_timeout: Duration::from_secs(3),
-        retry_deadline: Duration::from_secs(30),
-        max_attempts: 1000,
-        session_ttl: Duration::from_secs(5),
-        ..Default::default()
-    };
-    Client::with_options(endpoints.to_vec(), with_tls(data, opts)).unwrap()
-}
-
-/// One acknowledged grant and its release, as the holder saw them.
-#[derive(Clone, Debug)]
-struct Hold {
-    name: String,
-    session: u64,
-    token: FencingToken,
-    /// The grant's answer arrived.
-    granted: Instant,
-    /// The release was sent (the holder held the lock at least until then).
-    releasing: Instant,
-}
-
-#[derive(Default)]
-struct Load {
-    holds: Mutex<Vec<Hold>>,
-    errors: Mutex<Vec<String>>,
-}
-
-/// Acquire, hold briefly, release, over and over, until `stop`.
-async fn worker(
-    c: Client,
-    names: Vec<String>,
-    first: usize,
-    load: Arc<Load>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut k = first;
-    while !stop.load(Ordering::Relaxed) {
-        let name = names[k % names.len()].clone();
-        k += 1;
-        let limit = Duration::from_secs(30);
-        let g = match tokio::time::timeout(limit, c.lock(&name, LockMode::Exclusive, Wait::Forever))
-            .await
-        {
-            Ok(Ok(g)) => g,
-            Ok(Err(e)) => {
-                load.errors
-                    .lock()
-                    .unwrap()
-                    .push(format!("lock {name}: {e}"));
-                continue;
-            }
-            Err(_) => {
-                load.errors
-                    .lock()
-                    .unwrap()
-                    .push(format!("lock {name}: no answer within {limit:?}"));
-                continue;
-            }
-        };
-        let granted = Instant::now();
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let (session, token) = (g.session(), g.token());
-        let releasing = Instant::now();
-        match tokio::time::timeout(limit, g.release()).await {
-            Ok(Ok(())) => load.holds.lock().unwrap().push(Hold {
-                name,
-                session,
-                token,
-                granted,
-                releasing,
-            }),
-            Ok(Err(e)) => load
-                .errors
-                .lock()
-                .unwrap()
-                .push(format!("release {name} (token {token}): {e}")),
-            Err(_) => load
-                .errors
-                .lock()
-                .unwrap()
-                .push(format!("release {name}: no answer within {limit:?}")),
-        }
-    }
-}
-
-/// Per name: holders never overlap (one's grant comes after the previous one's release
-/// was sent) and tokens increase in grant order.
-fn check_holds(holds: &[Hold]) {
-    let mut by_name: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
-    for h in holds {
-        by_name.entry(&h.name).or_default().push(h);
-    }
-    for (name, mut hs) in by_name {
-        hs.sort_by_key(|h| h.granted);
-        for w in hs.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            assert!(
-                b.granted > a.releasing,
-                "{name}: session {} was granted (token {}) while session {} held it (token {})",
-                b.session,
-                b.token,
-                a.session,
-                a.token
-            );
-            assert!(
-                b.token > a.token,
-                "{name}: token {} granted after token {}",
-                b.token,
-                a.token
-            );
-        }
-    }
-}
 
 fn run_json(args: &[&str]) -> serde_json::Value {
     let (ok, out, err) = tenure(args);

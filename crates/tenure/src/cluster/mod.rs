@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 pub mod configs;
 pub mod file;
 mod members;
+pub(crate) use members::describe as describe_members;
 pub mod status;
 mod up;
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod load;
 pub mod lookup;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,281 @@
+//! Deployment bundles on test hosts: `tenure deploy new` for three hosts (network
+//! namespaces, each with its own address), each device started from its host's bundle
+//! directory exactly as its unit would start it, TLS and authorization on; then a lock,
+//! an object and a lookup entry through the client credentials of the bundle, a call
+//! without credentials refused, and a fourth host added with `deploy add-host` and
+//! admitted with `deploy admit`. Skipped where namespaces cannot be made (not root).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tenure_chaos::net::{self, TestNet};
+
+fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED {test}: {why}");
+    let _ = writeln!(std::io::stderr().lock(), "test {test} ... SKIPPED: {why}");
+}
+
+/// `KEY=VALUE` lines of an environment file.
+fn env_file(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Run `tenure` with `env` (and no TENURE_* of this process): (success, stdout, stderr).
+fn tenure(env: &BTreeMap<String, String>, args: &[&str]) -> (bool, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("TENURE_")) {
+        c.env_remove(k);
+    }
+    let out = c
+        .envs(env)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tenure");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Start host `ns`'s device from its bundle directory, as its systemd unit would.
+fn start(ns: &str, host_dir: &Path) -> std::process::Child {
+    let log = std::fs::File::create(host_dir.join("server.log")).unwrap();
+    Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_tenure"), "server"])
+        .arg("--config")
+        .arg(host_dir.join("server.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start a device")
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// Retry `f` until it returns Some, or panic after `limit` with `what`.
+fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(e) if start.elapsed() > limit => panic!("{what} within {limit:?}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+#[test]
+fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
+    const NAME: &str = "a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth";
+    if let Some(why) = net::unsupported() {
+        skipped(NAME, &why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("bundle");
+    let net = TestNet::create(4).expect("test hosts");
+    let host = |i: usize| format!("h{}={}", i, net.hosts[i - 1].addr);
+    let hosts_dir = bundle.join("hosts");
+    // The bundle's directory of each host is where its configuration lives (as
+    // /etc/tenure would on a real host); data under the test's directory.
+    let config_dir = format!("{}/{{host}}", hosts_dir.display());
+    let data_dir = format!("{}/data/{{host}}", tmp.path().display());
+    let (ok, out, err) = tenure(
+        &BTreeMap::new(),
+        &[
+            "deploy",
+            "new",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--host",
+            &host(1),
+            "--host",
+            &host(2),
+            "--host",
+            &host(3),
+            "--stores",
+            "8",
+            "--config-dir",
+            &config_dir,
+            "--data-dir",
+            &data_dir,
+            "--binary",
+            env!("CARGO_BIN_EXE_tenure"),
+        ],
+    );
+    assert!(ok, "deploy new: {out}{err}");
+    println!("{out}");
+    assert!(out.contains("bundle for 3 hosts"), "{out}");
+
+    // Secrets are owner-only; what goes to the hosts is there.
+    for secret in [
+        "ca/ca.key",
+        "client/admin.token",
+        "client/admin.env",
+        "client/app.key",
+        "hosts/h1/tls/device.key",
+    ] {
+        assert_eq!(mode(&bundle.join(secret)), 0o600, "{secret}");
+    }
+    for f in [
+        "server.toml",
+        "tls/ca.pem",
+        "tls/device.pem",
+        "tenure.service",
+        "INSTALL.txt",
+    ] {
+        assert!(hosts_dir.join("h2").join(f).exists(), "hosts/h2/{f}");
+    }
+    let unit = std::fs::read_to_string(hosts_dir.join("h2/tenure.service")).unwrap();
+    assert!(
+        unit.contains(&format!(
+            "ExecStart={} server --config {}/h2/server.toml",
+            env!("CARGO_BIN_EXE_tenure"),
+            hosts_dir.display()
+        )),
+        "{unit}"
+    );
+    // A second bundle into the same directory is refused.
+    let (ok, _, err) = tenure(
+        &BTreeMap::new(),
+        &[
+            "deploy",
+            "new",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--host",
+            &host(1),
+        ],
+    );
+    assert!(!ok && err.contains("not empty"), "{err}");
+
+    let mut devices: Vec<_> = (1..=3)
+        .map(|i| start(&net.hosts[i - 1].ns, &hosts_dir.join(format!("h{i}"))))
+        .collect();
+    let admin = env_file(&bundle.join("client/admin.env"));
+    let app = env_file(&bundle.join("client/app.env"));
+    let started = Instant::now();
+    until(Duration::from_secs(60), "every store managed", || {
+        let (ok, out, err) = tenure(&admin, &["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {err}"))?;
+        let managed = v["managed"].as_array().map_or(0, Vec::len);
+        let up = v["devices"]
+            .as_array()
+            .map_or(0, |d| d.iter().filter(|d| d["up"] == true).count());
+        (ok && managed == 8 && up == 3)
+            .then_some(())
+            .ok_or(format!("{managed} of 8 stores managed: {err}"))
+    });
+    println!(
+        "serving {:.1}s after the start",
+        started.elapsed().as_secs_f64()
+    );
+
+    // A lock, an object and a lookup entry, as the application's certificate.
+    let (ok, out, err) = tenure(&app, &["lock", "/jobs/nightly", "--", "true"]);
+    assert!(ok, "lock: {out}{err}");
+    let value = tmp.path().join("v.json");
+    std::fs::write(&value, b"{\"on\": true}").unwrap();
+    let (ok, out, err) = tenure(
+        &app,
+        &["object", "put", "/app/config.json", value.to_str().unwrap()],
+    );
+    assert!(ok, "object put: {out}{err}");
+    let (ok, out, err) = tenure(&app, &["object", "get", "/app/config.json"]);
+    assert!(ok && out == "{\"on\": true}", "object get: {out}{err}");
+    let (ok, out, err) = tenure(
+        &app,
+        &[
+            "lookup",
+            "put",
+            "/svc/api/1",
+            "10.0.0.1:8080",
+            "--persistent",
+        ],
+    );
+    assert!(ok, "lookup put: {out}{err}");
+    let (ok, out, err) = tenure(&app, &["lookup", "get", "/svc/api/1"]);
+    assert!(
+        ok && out.trim() == "10.0.0.1:8080",
+        "lookup get: {out}{err}"
+    );
+
+    // Without a credential (TLS only) nothing is allowed; the application's certificate
+    // may not take a snapshot (admin), the admin token may.
+    let mut anonymous = admin.clone();
+    anonymous.remove("TENURE_TOKEN");
+    let (ok, _, err) = tenure(&anonymous, &["object", "get", "/app/config.json"]);
+    assert!(!ok, "a call without a credential was served: {err}");
+    println!("without a credential: {err}");
+    let (ok, _, err) = tenure(
+        &app,
+        &[
+            "snapshot",
+            "create",
+            "--out",
+            tmp.path().join("s").to_str().unwrap(),
+        ],
+    );
+    assert!(!ok, "the app certificate took a snapshot: {err}");
+
+    // A fourth host joins.
+    let (ok, out, err) = tenure(
+        &BTreeMap::new(),
+        &[
+            "deploy",
+            "add-host",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--host",
+            &host(4),
+        ],
+    );
+    assert!(ok, "add-host: {out}{err}");
+    println!("{out}");
+    let cfg = std::fs::read_to_string(hosts_dir.join("h4/server.toml")).unwrap();
+    assert!(
+        cfg.contains("join = true") && cfg.contains("id = 4"),
+        "{cfg}"
+    );
+    let admin = env_file(&bundle.join("client/admin.env"));
+    assert_eq!(admin["TENURE_ENDPOINTS"].split(',').count(), 4);
+    devices.push(start(&net.hosts[3].ns, &hosts_dir.join("h4")));
+    let (ok, out, err) = tenure(
+        &BTreeMap::new(),
+        &[
+            "deploy",
+            "admit",
+            "h4",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--timeout",
+            "90s",
+        ],
+    );
+    assert!(ok, "admit: {out}{err}");
+    println!("{out}");
+    assert!(out.contains("d4 active"), "{out}");
+    let (ok, out, err) = tenure(&app, &["object", "get", "/app/config.json"]);
+    assert!(
+        ok && out == "{\"on\": true}",
+        "object get after the join: {out}{err}"
+    );
+    // Deleting the test hosts kills their devices.
+    drop(net);
+    for mut d in devices {
+        let _ = d.wait();
+    }
+}
