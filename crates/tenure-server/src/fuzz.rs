@@ -171,10 +171,11 @@ pub fn mutate(corpus: &[Vec<u8>], rng: &mut Rng) -> Vec<u8> {
 /// Peer frames ([`wire::decode`]): corpus from `msgs` (framed as from device 1).
 pub fn wire_target(msgs: &[tenure_core::msg::Msg]) -> Target {
     let mut corpus = vec![
-        wire::encode(&wire::Frame::Hello {
-            from: tenure_core::ids::DeviceId(1),
-            to: tenure_core::ids::DeviceId(2),
-        })
+        wire::encode_hello(
+            tenure_core::ids::DeviceId(1),
+            tenure_core::ids::DeviceId(2),
+            wire::Versions::THIS_BUILD,
+        )
         .expect("encodes")
         .to_vec(),
     ];
@@ -183,7 +184,9 @@ pub fn wire_target(msgs: &[tenure_core::msg::Msg]) -> Target {
             from: tenure_core::ids::DeviceId(1),
             msg: Box::new(m.clone()),
         };
-        wire::encode(&f).expect("encodes").to_vec()
+        wire::encode(&f, wire::WIRE_VERSION)
+            .expect("encodes")
+            .to_vec()
     }));
     Target {
         name: "wire",
@@ -193,11 +196,28 @@ pub fn wire_target(msgs: &[tenure_core::msg::Msg]) -> Target {
 }
 
 fn check_wire(bytes: &[u8]) -> Verdict {
-    match wire::decode(bytes) {
+    let v = wire::WIRE_VERSION;
+    // A connection's first frame is read as a handshake, every later one at its version.
+    if let Ok((from, to, versions)) = wire::decode_hello(bytes) {
+        let again = wire::encode_hello(from, to, versions).ok();
+        let hello = wire::Frame::Hello { from, to, versions };
+        return round_trip(&hello, again, |b| {
+            let (from, to, versions) = wire::decode_hello(b).ok()?;
+            Some(wire::Frame::Hello { from, to, versions })
+        });
+    }
+    match wire::decode(bytes, v) {
         Err(wire::WireError::Empty) => Verdict::Rejected("empty"),
-        Err(wire::WireError::Version(_)) => Verdict::Rejected("version"),
+        Err(wire::WireError::Version { .. }) => Verdict::Rejected("version"),
         Err(wire::WireError::Malformed(_)) => Verdict::Rejected("malformed"),
-        Ok(frame) => round_trip(&frame, wire::encode(&frame).ok(), |b| wire::decode(b).ok()),
+        Err(
+            wire::WireError::BeforeNegotiation(_)
+            | wire::WireError::NoCommonVersion { .. }
+            | wire::WireError::BadHello { .. },
+        ) => Verdict::Rejected("version"),
+        Ok(frame) => round_trip(&frame, wire::encode(&frame, v).ok(), |b| {
+            wire::decode(b, v).ok()
+        }),
     }
 }
 

@@ -80,6 +80,10 @@ pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 /// Largest answer sent (a lock listing is truncated by its `limit` well below this).
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
+/// The environment variable that overrides the wire versions a device speaks
+/// ([`wire::Versions`]), for upgrade tests.
+pub const WIRE_VERSIONS_ENV: &str = "TENURE_WIRE_VERSIONS";
+
 /// Server failures.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -276,6 +280,13 @@ pub async fn start_with_listeners(
     let mut tcfg = TransportConfig::new(me, peers);
     tcfg.max_frame_bytes = cfg.max_frame_bytes;
     tcfg.tls = tls.as_ref().map(tls::DeviceTls::peer);
+    // A stand-in for a device of another build in upgrade tests: the wire versions it
+    // claims to speak (`N` or `OLDEST-NEWEST`; this build writes each the same way).
+    if let Ok(v) = std::env::var(WIRE_VERSIONS_ENV) {
+        tcfg.versions = wire::Versions::parse(&v)
+            .map_err(|e| ConfigError::Invalid(format!("{WIRE_VERSIONS_ENV}: {e}")))?;
+        warn!(versions = %tcfg.versions, "speaking the wire versions {WIRE_VERSIONS_ENV} names");
+    }
     let transport = Transport::start(tcfg, peer_listener, inbox_tx, stop.clone());
 
     let seed = cfg.rng_seed.unwrap_or_else(|| {

@@ -152,10 +152,11 @@ fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
             .expect("server closes an oversized frame");
         assert!(matches!(n, Ok(0) | Err(_)), "got {n:?}");
         // A Hello claiming to be a device that does not exist.
-        let hello = tenure_server::wire::encode(&tenure_server::wire::Frame::Hello {
-            from: tenure_core::DeviceId(99),
-            to: tenure_core::DeviceId(1),
-        })
+        let hello = tenure_server::wire::encode_hello(
+            tenure_core::DeviceId(99),
+            tenure_core::DeviceId(1),
+            tenure_server::wire::Versions::THIS_BUILD,
+        )
         .unwrap();
         let mut s = tokio::net::TcpStream::connect(peer).await.unwrap();
         s.write_all(&(hello.len() as u32).to_be_bytes())

@@ -610,12 +610,14 @@ fn bad_input_gets_typed_errors_and_changes_nothing() {
                 .expect("server closes a garbage connection");
             assert!(matches!(n, Ok(0) | Err(_)), "got {n:?}");
         }
-        let hello = tenure_server::wire::encode(&tenure_server::wire::Frame::Hello {
-            from: tenure_core::DeviceId(1),
-            to: tenure_core::DeviceId(3),
-        })
+        let hello = tenure_server::wire::encode_hello(
+            tenure_core::DeviceId(1),
+            tenure_core::DeviceId(3),
+            tenure_server::wire::Versions::THIS_BUILD,
+        )
         .unwrap();
-        let msg = tenure_server::wire::encode(&tenure_server::wire::Frame::Msg {
+        let msg = tenure_server::wire::encode(
+            &tenure_server::wire::Frame::Msg {
             from: tenure_core::DeviceId(1),
             msg: Box::new(tenure_core::msg::Msg::Lookup(
                 tenure_core::lookup::LookupMsg::Heartbeat {
@@ -623,7 +625,9 @@ fn bad_input_gets_typed_errors_and_changes_nothing() {
                     leader: true,
                 },
             )),
-        })
+            },
+            tenure_server::wire::WIRE_VERSION,
+        )
         .unwrap();
         let mut s = tokio::net::TcpStream::connect(peer).await.unwrap();
         s.write_all(&(hello.len() as u32).to_be_bytes()).await.unwrap();

@@ -61,6 +61,19 @@ fn start(ns: &str, host_dir: &Path) -> std::process::Child {
         .expect("start a device")
 }
 
+/// GET /metrics from `addr` (plain HTTP/1.0), with `token` as a bearer token: the body.
+fn scrape(addr: &str, token: Option<&str>) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map_or(out.clone(), |(_, b)| b.to_string())
+}
+
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
@@ -125,6 +138,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
         "ca/ca.key",
         "client/admin.token",
         "client/admin.env",
+        "client/prometheus.token",
         "client/app.key",
         "hosts/h1/tls/device.key",
     ] {
@@ -183,6 +197,23 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
         "serving {:.1}s after the start",
         started.elapsed().as_secs_f64()
     );
+
+    // Prometheus scrapes each host's metrics address from the bundle; with
+    // authorization on, the metrics need read: the bundle's prometheus token.
+    let scraper = std::fs::read_to_string(bundle.join("client/prometheus.token")).unwrap();
+    for h in &net.hosts[..3] {
+        let addr = format!("{}:7402", h.addr);
+        let text = scrape(&addr, Some(scraper.trim()));
+        assert!(
+            text.contains("tenure_"),
+            "no Tenure metrics at {addr}: {text:.200}"
+        );
+        let refused = scrape(&addr, None);
+        assert!(
+            !refused.contains("tenure_"),
+            "metrics without a token at {addr}"
+        );
+    }
 
     // A lock, an object and a lookup entry, as the application's certificate.
     let (ok, out, err) = tenure(&app, &["lock", "/jobs/nightly", "--", "true"]);
@@ -273,6 +304,39 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
         ok && out == "{\"on\": true}",
         "object get after the join: {out}{err}"
     );
+    // Certificate rotation: host 1's device gets a new certificate and restarts with it.
+    let before = std::fs::read(hosts_dir.join("h1/tls/device.pem")).unwrap();
+    let (ok, out, err) = tenure(
+        &BTreeMap::new(),
+        &["deploy", "renew", "h1", "--out", bundle.to_str().unwrap()],
+    );
+    assert!(ok, "renew: {out}{err}");
+    assert_ne!(
+        std::fs::read(hosts_dir.join("h1/tls/device.pem")).unwrap(),
+        before
+    );
+    assert_eq!(mode(&hosts_dir.join("h1/tls/device.key")), 0o600);
+    devices[0].kill().unwrap();
+    devices[0].wait().unwrap();
+    devices[0] = start(&net.hosts[0].ns, &hosts_dir.join("h1"));
+    until(
+        Duration::from_secs(60),
+        "device 1 serving with its new certificate",
+        || {
+            let (ok, out, err) = tenure(&admin, &["status", "--json"]);
+            let v: serde_json::Value =
+                serde_json::from_str(&out).map_err(|e| format!("{e}: {err}"))?;
+            let up = v["devices"]
+                .as_array()
+                .map_or(0, |d| d.iter().filter(|d| d["up"] == true).count());
+            (ok && up == 4 && v["managed"].as_array().map_or(0, Vec::len) == 8)
+                .then_some(())
+                .ok_or(format!("{up} of 4 devices up: {err}"))
+        },
+    );
+    let (ok, out, err) = tenure(&app, &["lock", "/jobs/nightly", "--", "true"]);
+    assert!(ok, "lock after the rotation: {out}{err}");
+
     // Deleting the test hosts kills their devices.
     drop(net);
     for mut d in devices {

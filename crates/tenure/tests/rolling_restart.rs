@@ -1,11 +1,18 @@
-//! A rolling restart with real processes on 127.0.0.1: `tenure cluster up` starts three
-//! devices; clients take and release locks and write objects in a loop while each device
-//! in turn is stopped (SIGTERM, as `systemctl restart` does) and started again with
-//! `tenure cluster up`, the next one only once the cluster serves every store again. No
-//! client sees an error (the client library's retries absorb the restarts), no lock is
-//! lost (a lock held throughout keeps its holder and token; holders of a name never
-//! overlap; tokens increase) and every acknowledged write reads back. The time each
-//! device took from its stop to serving again is printed.
+//! Rolling restarts and upgrades with real processes on 127.0.0.1.
+//!
+//! `tenure cluster up` starts three devices; clients take and release locks and write
+//! objects in a loop while each device in turn is stopped (SIGTERM, as `systemctl
+//! restart` does) and started again with `tenure cluster up` as a device of the next
+//! build (one that also speaks the next wire version, [`WIRE_VERSIONS_ENV`]), the next
+//! one only once the cluster serves every store again. Mid-way, devices of both builds
+//! serve side by side at this build's version; at the end the upgraded devices speak the
+//! next one with each other. No client sees an error (the client library's retries
+//! absorb the restarts), no lock is lost (a lock held throughout keeps its holder and
+//! token; holders of a name never overlap; tokens increase) and every acknowledged write
+//! reads back. The time each device took from its stop to serving again is printed.
+//!
+//! A device of a build that no longer speaks this build's wire version is refused by
+//! the others, and says why in its log and theirs.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +22,9 @@ use tenure_client::{Client, LockMode, Wait};
 
 mod common;
 use common::load::{Load, check_holds, client, worker};
-use common::{Guard, cluster_file, tenure, up};
+use common::{Guard, cluster_file, up};
+use tenure_server::WIRE_VERSIONS_ENV;
+use tenure_server::wire::WIRE_VERSION;
 
 /// Lock names of the load.
 const NAMES: usize = 8;
@@ -52,14 +61,51 @@ async fn writer(
     }
 }
 
+/// `tenure cluster up --data DATA` (starting the devices that are not running) with
+/// `env`: (success, stdout and stderr).
+fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["cluster", "up", "--data", data, "--wait-secs", wait_secs])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run tenure");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// SIGTERM device `pid` and wait until it is gone.
+async fn stop_device(id: u64, pid: u64) {
+    let t = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "device {id} did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn log_of(data: &std::path::Path, id: u64) -> String {
+    std::fs::read_to_string(data.join(format!("d{id}/server.log"))).unwrap_or_default()
+}
+
 fn pids(data: &std::path::Path) -> BTreeMap<u64, u64> {
     (cluster_file(data)["devices"].as_array().unwrap().iter())
         .map(|d| (d["id"].as_u64().unwrap(), d["pid"].as_u64().unwrap()))
         .collect()
 }
 
+/// The wire versions of the next build: this one's and the next.
+fn next() -> String {
+    format!("{WIRE_VERSION}-{}", WIRE_VERSION + 1)
+}
+
 #[test]
-fn a_rolling_restart_under_load_loses_nothing_and_shows_no_error() {
+fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let d = data.to_str().unwrap().to_string();
@@ -103,21 +149,13 @@ fn a_rolling_restart_under_load_loses_nothing_and_shows_no_error() {
         for (id, pid) in pids(&data) {
             let before = load.holds.lock().unwrap().len();
             let t = Instant::now();
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                assert!(t.elapsed() < Duration::from_secs(30), "device {id} did not stop on SIGTERM");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            stop_device(id, pid).await;
             let stopped = t.elapsed();
             let d = d.clone();
-            let (ok, out, err) = tokio::task::spawn_blocking(move || {
-                tenure(&["cluster", "up", "--data", &d, "--wait-secs", "60"])
-            })
-            .await
-            .unwrap();
-            assert!(ok, "restarting device {id}: {out}{err}");
+            let (ok, out) = tokio::task::spawn_blocking(move || up_with(&d, "60", &[(WIRE_VERSIONS_ENV, next())]))
+                .await
+                .unwrap();
+            assert!(ok, "restarting device {id} as the next build: {out}");
             let gap = t.elapsed();
             tokio::time::sleep(Duration::from_secs(1)).await;
             let during = load.holds.lock().unwrap().len() - before;
@@ -161,6 +199,23 @@ fn a_rolling_restart_under_load_loses_nothing_and_shows_no_error() {
     assert!(errors.is_empty(), "client errors: {errors:#?}");
     let holds = load.holds.lock().unwrap().clone();
     check_holds(&holds);
+    // Mid-way the upgraded device spoke this build's version with the others; at the
+    // end, the upgraded devices speak the next version with each other.
+    let (this, newer) = (
+        format!("wire_version={WIRE_VERSION}"),
+        format!("wire_version={}", WIRE_VERSION + 1),
+    );
+    let first = log_of(&data, 1);
+    assert!(
+        first.contains(&this),
+        "device 1 never spoke version {WIRE_VERSION}"
+    );
+    for id in 1..=3 {
+        assert!(
+            log_of(&data, id).contains(&newer),
+            "device {id} never spoke the next version with an upgraded peer"
+        );
+    }
     let worst = gaps.iter().map(|(_, g)| *g).max().unwrap();
     eprintln!(
         "rolling restart of {} devices: {} lock cycles, no error, no overlap, every write read back; worst stop-to-serving {:.2}s",
@@ -168,4 +223,63 @@ fn a_rolling_restart_under_load_loses_nothing_and_shows_no_error() {
         holds.len(),
         worst.as_secs_f64()
     );
+}
+
+#[test]
+fn a_device_that_no_longer_speaks_this_wire_version_is_refused_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let d = data.to_str().unwrap().to_string();
+    let _guard = Guard(data.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    up(&data);
+    let pid3 = pids(&data)[&3];
+    rt.block_on(stop_device(3, pid3));
+    // A device of a build two versions on speaks only the newer version.
+    let later = format!("{}", WIRE_VERSION + 1);
+    let (ok, out) = up_with(&d, "4", &[(WIRE_VERSIONS_ENV, later)]);
+    assert!(
+        !ok,
+        "a device sharing no wire version with its peers served: {out}"
+    );
+    let why = "no wire version in common";
+    let start = Instant::now();
+    while !(log_of(&data, 1).contains(why) && log_of(&data, 3).contains(why)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the refusal is not in the logs:\n{}\n{}",
+            log_of(&data, 1),
+            log_of(&data, 3)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let line = |id| {
+        log_of(&data, id)
+            .lines()
+            .find(|l| l.contains(why))
+            .unwrap_or_default()
+            .to_string()
+    };
+    eprintln!("device 1: {}\ndevice 3: {}", line(1), line(3));
+    assert!(line(1).contains("upgrade this device first"), "{}", line(1));
+    assert!(line(3).contains("upgrade the peer first"), "{}", line(3));
+    // The others serve meanwhile; the device of this build rejoins.
+    let endpoints: Vec<String> = (cluster_file(&data)["devices"].as_array().unwrap().iter())
+        .map(|d| d["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    rt.block_on(async {
+        let c = client(&data, &endpoints);
+        let g = c
+            .lock("/refused/lock", LockMode::Exclusive, Wait::Forever)
+            .await
+            .expect("the others serve");
+        g.release().await.unwrap();
+    });
+    let pid3 = pids(&data)[&3];
+    rt.block_on(stop_device(3, pid3));
+    let (ok, out) = up_with(&d, "60", &[]);
+    assert!(ok, "device 3 of this build rejoins: {out}");
 }

@@ -52,10 +52,11 @@ fn log_count(data: &Path, needle: &str) -> usize {
 /// encoded frame): what an impostor sends after its handshake.
 fn hello_frame(from: u64, to: u64) -> Vec<u8> {
     use tenure_core::ids::DeviceId;
-    let body = tenure_server::wire::encode(&tenure_server::wire::Frame::Hello {
-        from: DeviceId(from),
-        to: DeviceId(to),
-    })
+    let body = tenure_server::wire::encode_hello(
+        DeviceId(from),
+        DeviceId(to),
+        tenure_server::wire::Versions::THIS_BUILD,
+    )
     .unwrap();
     let mut out = (body.len() as u32).to_be_bytes().to_vec();
     out.extend_from_slice(&body);

@@ -3,7 +3,7 @@
 
 use super::{Conn, Shared};
 use crate::tls::{Conn as Stream, names_device};
-use crate::wire::{self, Frame};
+use crate::wire::{self, Versions};
 use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,8 +63,8 @@ pub(super) async fn accept_loop(
             };
             let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
             let hello =
-                tokio::time::timeout(cfg.handshake_timeout, expect_hello(&mut conn, cfg.me)).await;
-            let peer = match hello {
+                tokio::time::timeout(cfg.handshake_timeout, read_hello(&mut conn, cfg.me)).await;
+            let (peer, theirs) = match hello {
                 Ok(Ok(p)) => p,
                 Ok(Err(reason)) => {
                     reject(remote, &reason);
@@ -102,18 +102,23 @@ pub(super) async fn accept_loop(
                 reject(remote, &why);
                 return;
             };
-            let reply = Frame::Hello {
-                from: cfg.me,
-                to: peer,
-            };
-            let Ok(body) = wire::encode(&reply) else {
+            // The answer says what this device speaks, also when the two share no
+            // version: the dialer then knows why as well.
+            let Ok(body) = wire::encode_hello(cfg.me, peer, cfg.versions) else {
                 return;
             };
             if conn.send(body).await.is_err() {
                 return;
             }
+            let version = match cfg.versions.common(theirs) {
+                Ok(v) => v,
+                Err(e) => {
+                    reject(remote, &format!("device {peer}: {e}"));
+                    return;
+                }
+            };
             debug!(%peer, %remote, "accepted peer connection");
-            let _ = slot.send(conn).await;
+            let _ = slot.send((conn, version)).await;
         });
     }
 }
@@ -123,15 +128,18 @@ pub(super) fn reject(remote: SocketAddr, reason: &str) {
     warn!(%remote, "closing peer connection: {reason}");
 }
 
-/// Read the first frame; it must be a `Hello` addressed to `me`.
-pub(super) async fn expect_hello(conn: &mut Conn, me: DeviceId) -> Result<DeviceId, String> {
+/// Read the first frame; it must be a `Hello` addressed to `me`: its sender and the
+/// versions it speaks.
+pub(super) async fn read_hello(
+    conn: &mut Conn,
+    me: DeviceId,
+) -> Result<(DeviceId, Versions), String> {
     match conn.next().await {
         None => Err("closed before handshake".into()),
         Some(Err(e)) => Err(format!("bad frame: {e}")),
-        Some(Ok(body)) => match wire::decode(&body) {
-            Ok(Frame::Hello { from, to }) if to == me => Ok(from),
-            Ok(Frame::Hello { to, .. }) => Err(format!("hello addressed to {to}, this is {me}")),
-            Ok(Frame::Msg { .. }) => Err("message before handshake".into()),
+        Some(Ok(body)) => match wire::decode_hello(&body) {
+            Ok((from, to, versions)) if to == me => Ok((from, versions)),
+            Ok((_, to, _)) => Err(format!("hello addressed to {to}, this is {me}")),
             Err(e) => Err(e.to_string()),
         },
     }

@@ -79,6 +79,8 @@ pub struct TransportConfig {
     pub linger: Duration,
     /// Mutual TLS on every connection (none: plaintext).
     pub tls: Option<PeerTls>,
+    /// The wire versions this device speaks ([`wire::Versions::THIS_BUILD`]).
+    pub versions: wire::Versions,
 }
 
 impl TransportConfig {
@@ -94,6 +96,7 @@ impl TransportConfig {
             handshake_timeout: Duration::from_secs(3),
             linger: Duration::from_secs(5),
             tls: None,
+            versions: wire::Versions::THIS_BUILD,
         }
     }
 }
@@ -104,7 +107,7 @@ type Conn = Framed<Stream, LengthDelimitedCodec>;
 #[derive(Debug)]
 struct Peer {
     queue: mpsc::Sender<Msg>,
-    accepted: mpsc::Sender<Conn>,
+    accepted: mpsc::Sender<(Conn, u8)>,
     addr: watch::Sender<Option<SocketAddr>>,
     stop: CancellationToken,
     /// A removal under way (its serial): the peer goes when it is due.

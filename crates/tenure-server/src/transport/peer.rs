@@ -1,7 +1,7 @@
 //! One peer's connection task: dialing (with TLS when configured), writing batches of
 //! queued messages, and reconnecting after a failure.
 
-use super::accept::{codec, expect_hello};
+use super::accept::{codec, read_hello};
 use super::{Conn, Inbound, TransportConfig};
 use crate::tls::{Conn as Stream, peer_name};
 use crate::wire::{self, Frame};
@@ -21,7 +21,7 @@ pub(super) struct PeerTask {
     /// Its address (none: not known yet).
     pub(super) addr: watch::Receiver<Option<SocketAddr>>,
     pub(super) queue: mpsc::Receiver<Msg>,
-    pub(super) accepted: mpsc::Receiver<Conn>,
+    pub(super) accepted: mpsc::Receiver<(Conn, u8)>,
     pub(super) inbox: mpsc::Sender<Inbound>,
     pub(super) stop: CancellationToken,
 }
@@ -33,7 +33,7 @@ impl PeerTask {
 
     pub(super) async fn run(mut self) {
         let mut backoff = self.cfg.backoff_min;
-        let mut next: Option<Conn> = None;
+        let mut next: Option<(Conn, u8)> = None;
         let mut tls_warned: Option<String> = None;
         loop {
             let conn = match next.take() {
@@ -68,7 +68,7 @@ impl PeerTask {
                         Err(e) => {
                             // A refused TLS handshake is a configuration problem (another
                             // CA, a certificate not naming the address): said once.
-                            if e.starts_with(TLS_REFUSED)
+                            if (e.starts_with(TLS_REFUSED) || e.starts_with(VERSION_REFUSED))
                                 && tls_warned.as_deref() != Some(e.as_str())
                             {
                                 warn!(peer = %self.peer, %addr, "dial failed: {e}; retrying");
@@ -94,7 +94,7 @@ impl PeerTask {
                     },
                 },
             };
-            info!(peer = %self.peer, "peer connected");
+            info!(peer = %self.peer, wire_version = conn.1, "peer connected");
             match self.serve(conn).await {
                 Served::Stop => return,
                 Served::Replaced(c) => next = Some(c),
@@ -106,7 +106,7 @@ impl PeerTask {
     }
 
     /// Run one connection until it breaks, is replaced, or the transport stops.
-    async fn serve(&mut self, conn: Conn) -> Served {
+    async fn serve(&mut self, (conn, version): (Conn, u8)) -> Served {
         let (mut sink, mut stream) = conn.split();
         let peer = self.peer;
         let inbox = self.inbox.clone();
@@ -129,7 +129,7 @@ impl PeerTask {
                         return;
                     }
                 };
-                match wire::decode(&body) {
+                match wire::decode(&body, version) {
                     Ok(Frame::Msg { from, msg }) if from == peer => {
                         if inbox.send((from, *msg)).await.is_err() {
                             return;
@@ -175,7 +175,7 @@ impl PeerTask {
                     }
                     sent.increment(batch.len() as u64);
                     flushes.increment(1);
-                    if let Err(e) = write_batch(&mut sink, me, batch, max).await {
+                    if let Err(e) = write_batch(&mut sink, me, batch, max, version).await {
                         info!(peer = %self.peer, "peer write failed: {e}");
                         break Served::Broken;
                     }
@@ -192,15 +192,19 @@ pub(super) async fn write_batch<S>(
     me: DeviceId,
     batch: Vec<Msg>,
     max: usize,
+    version: u8,
 ) -> Result<(), String>
 where
     S: futures::Sink<bytes::Bytes, Error = std::io::Error> + Unpin,
 {
     for msg in batch {
-        let body = wire::encode(&Frame::Msg {
-            from: me,
-            msg: Box::new(msg),
-        })
+        let body = wire::encode(
+            &Frame::Msg {
+                from: me,
+                msg: Box::new(msg),
+            },
+            version,
+        )
         .map_err(|e| e.to_string())?;
         if body.len() > max {
             // Never send what the peer would reject: drop this message only.
@@ -217,6 +221,8 @@ where
 
 /// How a dial's error starts when the TLS handshake itself was refused.
 pub(super) const TLS_REFUSED: &str = "TLS handshake refused";
+/// How a dial's error starts when the peer shares no wire version with this device.
+pub(super) const VERSION_REFUSED: &str = "no wire version in common";
 
 /// Connect to `peer` (with TLS when configured: its certificate must be of the CA and
 /// name `peer`, [`peer_name`]) and exchange `Hello`s.
@@ -224,7 +230,7 @@ pub(super) async fn dial(
     cfg: &TransportConfig,
     peer: DeviceId,
     addr: SocketAddr,
-) -> Result<Conn, String> {
+) -> Result<(Conn, u8), String> {
     let me = cfg.me;
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
@@ -251,19 +257,21 @@ pub(super) async fn dial(
         }
     };
     let mut conn = Framed::new(stream, codec(cfg.max_frame_bytes));
-    let hello = Frame::Hello { from: me, to: peer };
-    conn.send(wire::encode(&hello).map_err(|e| e.to_string())?)
-        .await
-        .map_err(|e| e.to_string())?;
-    let from = expect_hello(&mut conn, me).await?;
+    let hello = wire::encode_hello(me, peer, cfg.versions).map_err(|e| e.to_string())?;
+    conn.send(hello).await.map_err(|e| e.to_string())?;
+    let (from, theirs) = read_hello(&mut conn, me).await?;
     if from != peer {
         return Err(format!("expected {peer} but {from} answered"));
     }
-    Ok(conn)
+    let version = cfg
+        .versions
+        .common(theirs)
+        .map_err(|e| format!("{e} (device {peer})"))?;
+    Ok((conn, version))
 }
 
 pub(super) enum Served {
     Stop,
     Broken,
-    Replaced(Conn),
+    Replaced((Conn, u8)),
 }

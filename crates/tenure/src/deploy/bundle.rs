@@ -6,7 +6,8 @@
 //! <out>/hosts/<name>/          copied to the host: server.toml, tls/{ca.pem,device.pem,device.key},
 //!                              tenure.service, INSTALL.txt
 //! <out>/client/                ca.pem; with authorization: admin.token and admin.env (the
-//!                              admin token), app.pem, app.key and app.env (a client
+//!                              admin token), prometheus.token (read, for scraping the
+//!                              metrics), app.pem, app.key and app.env (a client
 //!                              certificate that may lock and write); without: client.env
 //! ```
 //!
@@ -214,6 +215,31 @@ impl Bundle {
         Ok((b, id))
     }
 
+    /// Issue host `name`'s device a new certificate and key (replacing the ones in its
+    /// bundle directory), for its host to install and restart with.
+    pub fn renew_host(out: &Path, name: &str) -> anyhow::Result<(Bundle, u64)> {
+        let b = Bundle::load(out)?;
+        let Some(h) = b.hosts.iter().find(|h| h.host.name == name) else {
+            bail!("the bundle in {} has no host {name}", b.dir.display());
+        };
+        let ca = Authority::load(&b.dir.join("ca"))
+            .context("loading the bundle's CA to issue the certificate")?;
+        let tls = b.dir.join("hosts").join(name).join("tls");
+        let (cert, key) = (tls.join("device.pem.new"), tls.join("device.key.new"));
+        ca.issue_host_device(
+            DeviceId(h.id),
+            &h.host.dns_names(),
+            &[h.host.addr],
+            &cert,
+            &key,
+        )
+        .with_context(|| format!("issuing device {}'s certificate", h.id))?;
+        std::fs::rename(&key, tls.join("device.key"))?;
+        std::fs::rename(&cert, tls.join("device.pem"))?;
+        let id = h.id;
+        Ok((b, id))
+    }
+
     /// The bundle in `out`.
     pub fn load(out: &Path) -> anyhow::Result<Bundle> {
         let dir = std::path::absolute(out)?;
@@ -409,7 +435,7 @@ impl Bundle {
         println!("  CA key (keep it safe; add-host needs it): {d}/ca/ca.key");
         if self.auth.enabled {
             println!(
-                "  clients: {d}/client/admin.env (admin token), {d}/client/app.env (certificate '{APP_CERT}': lock and write)"
+                "  clients: {d}/client/admin.env (admin token), {d}/client/app.env (certificate '{APP_CERT}': lock and write), {d}/client/prometheus.token (read: metrics)"
             );
         } else {
             println!("  clients: {d}/client/client.env");
@@ -469,14 +495,22 @@ fn check_paths(p: &Paths) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A new admin token (its secret in client/admin.token) and a client certificate
-/// (client/app.pem) that may lock and write everywhere: the `[auth]` section naming both.
+/// A new admin token (its secret in client/admin.token), a read-only token for
+/// Prometheus (client/prometheus.token: the metrics need read) and a client certificate
+/// (client/app.pem) that may lock and write everywhere: the `[auth]` section naming them.
 fn admin_and_app(dir: &Path, ca: &Authority) -> anyhow::Result<AuthConfig> {
     use tenure_server::auth::{hash_secret, new_secret};
     let secret = new_secret()?;
     write_new(
         &dir.join("client/admin.token"),
         &format!("{secret}\n"),
+        true,
+    )?;
+    // What Prometheus presents to read the metrics (read only).
+    let scraper = new_secret()?;
+    write_new(
+        &dir.join("client/prometheus.token"),
+        &format!("{scraper}\n"),
         true,
     )?;
     let client = dir.join("client");
@@ -487,14 +521,24 @@ fn admin_and_app(dir: &Path, ca: &Authority) -> anyhow::Result<AuthConfig> {
     )?;
     let auth = AuthConfig {
         enabled: true,
-        tokens: vec![TokenConfig {
-            name: "admin".into(),
-            sha256: hash_secret(&secret),
-            rules: vec![Rule {
-                prefix: "/".into(),
-                perms: vec![Perm::Admin],
-            }],
-        }],
+        tokens: vec![
+            TokenConfig {
+                name: "admin".into(),
+                sha256: hash_secret(&secret),
+                rules: vec![Rule {
+                    prefix: "/".into(),
+                    perms: vec![Perm::Admin],
+                }],
+            },
+            TokenConfig {
+                name: "prometheus".into(),
+                sha256: hash_secret(&scraper),
+                rules: vec![Rule {
+                    prefix: "/".into(),
+                    perms: vec![Perm::Read],
+                }],
+            },
+        ],
         certs: vec![CertConfig {
             cn: APP_CERT.into(),
             rules: vec![Rule {

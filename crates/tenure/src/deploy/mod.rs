@@ -34,6 +34,18 @@ enum DeployCmd {
     /// Ask the running cluster to admit an added host's device, and wait until it holds
     /// chunks.
     Admit(AdmitArgs),
+    /// Issue a host's device a new certificate (rotation): install it, then restart the
+    /// device.
+    Renew(RenewArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RenewArgs {
+    /// The host's name.
+    host: String,
+    /// The bundle of the cluster.
+    #[arg(long, default_value = "tenure-bundle")]
+    out: PathBuf,
 }
 
 /// Where the devices listen and keep their files on their hosts.
@@ -137,6 +149,16 @@ pub fn run(args: DeployArgs) -> anyhow::Result<()> {
             b.report(a.json, Some(id))
         }
         DeployCmd::Admit(a) => admit::run(&a.out, &a.host, a.timeout),
+        DeployCmd::Renew(a) => {
+            let (b, id) = bundle::Bundle::renew_host(&a.out, &a.host)?;
+            let dir = b.dir().join("hosts").join(&a.host).join("tls");
+            println!(
+                "device {id} ({}): new certificate and key in {}/device.pem and device.key; install them as INSTALL.txt says, then restart the device (`systemctl restart tenure`; one device at a time)",
+                a.host,
+                dir.display()
+            );
+            Ok(())
+        }
     }
 }
 
