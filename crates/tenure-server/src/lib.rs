@@ -268,6 +268,13 @@ pub async fn start_with_listeners(
         .await
         .map_err(|e| ServerError::Task(e.to_string()))??;
     info!(device = %me, path = %storage.path().display(), chunks = state.chunks.len(), "storage opened");
+    if let Some(f) = storage.upgraded_from() {
+        info!(
+            device = %me,
+            "data directory upgraded in place from format {f} to format {}",
+            storage::FORMAT_VERSION
+        );
+    }
 
     let stop = CancellationToken::new();
     let (inbox_tx, inbox_rx) = mpsc::channel(16 * 1024);

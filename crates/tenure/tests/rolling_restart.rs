@@ -2,9 +2,10 @@
 //!
 //! `tenure cluster up` starts three devices; clients take and release locks and write
 //! objects in a loop while each device in turn is stopped (SIGTERM, as `systemctl
-//! restart` does) and started again with `tenure cluster up` as a device of the next
-//! build (one that also speaks the next wire version, [`WIRE_VERSIONS_ENV`]), the next
-//! one only once the cluster serves every store again. Mid-way, devices of both builds
+//! restart` does), its data directory rewritten in the previous on-disk format (5), and
+//! started again with `tenure cluster up` as a device of the next build (one that also
+//! speaks the next wire version, [`WIRE_VERSIONS_ENV`]), which upgrades the directory in
+//! place; the next device only once the cluster serves every store again. Mid-way, devices of both builds
 //! serve side by side at this build's version; at the end the upgraded devices speak the
 //! next one with each other. No client sees an error (the client library's retries
 //! absorb the restarts), no lock is lost (a lock held throughout keeps its holder and
@@ -151,6 +152,13 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
             let t = Instant::now();
             stop_device(id, pid).await;
             let stopped = t.elapsed();
+            // Its data as a build before the current on-disk format left it: the
+            // restarted device upgrades it in place.
+            tenure_server::storage::rewrite_as_format_5(
+                &data.join(format!("d{id}")),
+                tenure_core::ids::DeviceId(id),
+            )
+            .expect("rewrite as format 5");
             let d = d.clone();
             let (ok, out) = tokio::task::spawn_blocking(move || up_with(&d, "60", &[(WIRE_VERSIONS_ENV, next())]))
                 .await
@@ -205,6 +213,12 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
         format!("wire_version={WIRE_VERSION}"),
         format!("wire_version={}", WIRE_VERSION + 1),
     );
+    for id in 1..=3 {
+        assert!(
+            log_of(&data, id).contains("upgraded in place from format 5"),
+            "device {id} did not upgrade its data directory"
+        );
+    }
     let first = log_of(&data, 1);
     assert!(
         first.contains(&this),

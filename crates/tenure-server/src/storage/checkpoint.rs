@@ -7,7 +7,6 @@ use redb::{Database, Durability};
 use std::collections::{BTreeSet, HashMap};
 use tenure_core::election::Term;
 use tenure_core::ids::ChunkId;
-#[cfg(test)]
 use tenure_core::io::PersistOp;
 use tenure_core::objects::{BlockId, Bytes};
 use tenure_core::rows::{self, RowChange};
@@ -146,8 +145,8 @@ impl Storage {
     /// `generation`. Per chunk, only the last whole record (or removal) is written, then
     /// the deltas that follow it; a whole record deletes the chunk's older deltas. Block
     /// writes and deletions are applied in order (a removal drops the chunk's blocks).
-    /// (Only the tests write deltas now, as a format-2 data directory holds them.)
-    #[cfg(test)]
+    /// (Only the tests write deltas now, as a format-2 data directory holds them, and
+    /// whole records as a format-5 one does.)
     pub(super) fn write_redb(
         &mut self,
         ops: &[PersistOp],

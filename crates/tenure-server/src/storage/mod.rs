@@ -62,7 +62,7 @@ mod tests;
 
 use checkpoint::Dirty;
 pub use schema::FORMAT_VERSION;
-use schema::{check_meta, key, read_generation, read_meta, write_meta};
+use schema::{KEY_FORMAT, META, ROWS, check_meta, key, read_generation, read_meta, write_meta};
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
@@ -174,6 +174,8 @@ pub struct Storage {
     checkpoints: u64,
     /// Rows written by checkpoints since open.
     rows_written: u64,
+    /// The older format the directory had at open (upgraded in place).
+    upgraded_from: Option<u64>,
 }
 
 impl std::fmt::Debug for Storage {
@@ -215,10 +217,14 @@ impl Storage {
             if format != Some(FORMAT_VERSION) || owner.is_none() {
                 write_meta(&db, device)?;
             }
-            // Before format 6 a chunk's record held its whole tables and no rows.
-            let upgrade = format.is_some_and(|f| f < 6);
-            (read_generation(&db)?, upgrade)
+            (
+                read_generation(&db)?,
+                format.filter(|f| *f < FORMAT_VERSION),
+            )
         };
+        let upgraded_from = upgrade;
+        // Before format 6 a chunk's record held its whole tables and no rows.
+        let upgrade = upgrade.is_some_and(|f| f < 6);
         // Two logs take turns: while redb takes one's groups in the background, the
         // other takes new groups. A device stopped in the middle of a checkpoint left the
         // groups of redb's generation in one and those of the next in the other.
@@ -255,6 +261,7 @@ impl Storage {
             persisted: HashMap::new(),
             checkpoints: 0,
             rows_written: 0,
+            upgraded_from,
         };
         let (state, next_delta, persisted) = storage.load_with_counters()?;
         storage.state = state;
@@ -279,6 +286,12 @@ impl Storage {
         }
         let state = storage.state.clone();
         Ok((storage, state))
+    }
+
+    /// The format the data directory had when it was opened, when it was older than
+    /// [`FORMAT_VERSION`] and was upgraded in place.
+    pub fn upgraded_from(&self) -> Option<u64> {
+        self.upgraded_from
     }
 
     /// Checkpoints done since open (each a redb commit of the logged groups).
@@ -370,6 +383,31 @@ impl Storage {
             self.state.apply_owned(op);
         }
     }
+}
+
+/// Rewrite the stopped device `device`'s data directory `dir` as format 5 left it: each
+/// chunk's record whole in the chunk table, no rows, nothing in the logs. What a device
+/// of a build before format 6 leaves; tests of the upgrade in place start from it.
+#[doc(hidden)]
+pub fn rewrite_as_format_5(dir: &Path, device: DeviceId) -> Result<(), StorageError> {
+    let (mut s, state) = Storage::open(dir, device)?;
+    // What the logs hold goes into redb first.
+    s.checkpoint(false)?;
+    let ops: Vec<PersistOp> = (state.chunks.values())
+        .map(|c| PersistOp::PutChunk(Box::new(c.clone())))
+        .collect();
+    let generation = s.wal.generation();
+    s.write_redb(&ops, generation)?;
+    let db = s.db.clone();
+    drop(s);
+    let tx = db.begin_write().map_err(redb::Error::from)?;
+    tx.delete_table(ROWS).map_err(redb::Error::from)?;
+    tx.open_table(META)
+        .map_err(redb::Error::from)?
+        .insert(KEY_FORMAT, 5)
+        .map_err(redb::Error::from)?;
+    tx.commit().map_err(redb::Error::from)?;
+    Ok(())
 }
 
 impl Drop for Storage {

@@ -309,6 +309,35 @@ fn a_format_5_directory_is_upgraded_to_rows() {
     assert_eq!(s.rows_written(), 0, "nothing left to upgrade");
 }
 
+/// A serving device's directory rewritten as format 5 (whole records, no rows, nothing
+/// in the logs) opens with the same state, says it was upgraded, and is rows again.
+#[test]
+fn a_directory_rewritten_as_format_5_is_upgraded_back_with_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let groups = many_groups(200);
+    {
+        let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 4096).unwrap();
+        for g in &groups {
+            s.commit(g.clone()).unwrap();
+        }
+        assert!(s.checkpoints() > 0);
+    }
+    super::rewrite_as_format_5(dir.path(), DeviceId(1)).unwrap();
+    {
+        let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+        let (format, _) = super::schema::read_meta(&db).unwrap();
+        assert_eq!(format, Some(5));
+    }
+    let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+    assert_eq!(state, applied(&groups));
+    assert_eq!(s.upgraded_from(), Some(5));
+    assert!(s.rows_written() > 0, "rewritten as rows");
+    drop(s);
+    let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+    assert_eq!(state, applied(&groups));
+    assert_eq!(s.upgraded_from(), None);
+}
+
 #[test]
 fn empty_batch_is_a_no_op() {
     let dir = tempfile::tempdir().unwrap();
