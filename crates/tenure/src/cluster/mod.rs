@@ -41,7 +41,7 @@ pub mod configs;
 pub mod file;
 mod members;
 pub mod status;
-mod up;
+pub(crate) mod up;
 
 use file::ClusterFile;
 
