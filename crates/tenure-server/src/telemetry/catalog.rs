@@ -144,7 +144,7 @@ pub const METRICS: &[Metric] = &[
     plain("tenure_lookup_active_nodes", Gauge, "Lookup nodes this device's node hears as active."),
     plain("tenure_lookup_up_nodes", Gauge, "Lookup nodes this device's node hears."),
     plain("tenure_lookup_watch_streams", Gauge, "Lookup watch streams open at this device."),
-    labelled("tenure_lookup_state_changes_total", Counter, "state", &[], "State changes of this device's lookup node, by the state entered."),
+    labelled("tenure_lookup_state_changes_total", Counter, "state", &["Passive", "Joining", "WarmingUp", "Active", "Leader"], "State changes of this device's lookup node, by the state entered."),
     plain("tenure_lookup_leader_changes_total", Counter, "Times this device's lookup node became the leader."),
     labelled("tenure_lookup_publishes_total", Counter, "durability", &["volatile", "persistent"], "Entries published through this device."),
     plain("tenure_lookup_meta_updates_total", Counter, "Publishes that changed an entry's metadata."),
@@ -181,7 +181,7 @@ pub const METRICS: &[Metric] = &[
     plain("tenure_snapshot_part_failures_total", Counter, "Parts this device could not write (their snapshots fail)."),
     labelled("tenure_snapshots_removed_total", Counter, "reason", &["retention", "deleted"], "Snapshots whose files this device removed."),
     // Authorization.
-    labelled("tenure_auth_denied_total", Counter, "perm", &[], "Calls refused for lack of a permission, by permission."),
+    labelled("tenure_auth_denied_total", Counter, "perm", &["read", "lock", "write", "admin"], "Calls refused for lack of a permission, by permission."),
     plain("tenure_auth_unauthenticated_total", Counter, "Calls refused with no valid token or certificate."),
     // The peer transport.
     plain("tenure_peer_messages_sent_total", Counter, "Messages sent to other devices."),
