@@ -20,7 +20,8 @@
 //!   path prefix; [`http_auth`]: the same for the metrics address;
 //! - [`config`]: the TOML configuration;
 //! - [`status_page`]: the metrics address, with Prometheus metrics, the status page and
-//!   its JSON; logs go through `tracing`.
+//!   its JSON; logs go through `tracing`; [`telemetry`]: the list of every exported
+//!   metric, and the process's own.
 //!
 //! [`start`] binds the configured addresses and runs a device until
 //! [`ServerHandle::shutdown`] (or a fatal storage error).
@@ -42,6 +43,7 @@ pub mod snapshots;
 pub mod status_page;
 pub mod storage;
 pub mod stream;
+pub mod telemetry;
 pub mod tls;
 pub mod transport;
 pub mod wal;
@@ -344,7 +346,8 @@ pub async fn start_with_listeners(
     .with_device(me)
     .with_watches(watch_routes)
     .with_auth(auth.clone())
-    .with_admission(admission.clone());
+    .with_admission(admission.clone())
+    .with_data_dir(cfg.data_dir.clone());
     let driver = driver.with_members(api.endpoints().clone());
     let cluster_api = cluster_api::ClusterApi::new(
         calls_tx.clone(),

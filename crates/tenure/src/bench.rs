@@ -1,6 +1,6 @@
 //! `tenure bench`: load against a running cluster, with latency percentiles from
-//! hdrhistogram. `bench writes` drives the test register (the store access protocol:
-//! manager ordering, SafeTalk ACCEPT to every chunk, durable commit on each).
+//! hdrhistogram. `bench writes` ([`writes`]) drives the test register (the store access
+//! protocol: manager ordering, SafeTalk ACCEPT to every chunk, durable commit on each).
 //! `bench locks` runs lock+unlock cycles: each simulated client is its own `Client` with
 //! its own sessions, taking exclusive locks on K names (each its own store when K is at
 //! most the number of stores), a name drawn at random for each cycle (or in turn, with
@@ -9,6 +9,7 @@
 mod lookup;
 mod objects;
 mod scale;
+pub(crate) mod writes;
 
 use crate::client_cmds::Target;
 use hdrhistogram::Histogram;
@@ -27,7 +28,7 @@ pub struct BenchArgs {
 #[derive(clap::Subcommand, Debug)]
 enum BenchCmd {
     /// Write cycles: each client writes registers in turn across stores.
-    Writes(WritesArgs),
+    Writes(writes::WritesArgs),
     /// Lock+unlock cycles: each client locks a name (waiting its turn) and releases it.
     Locks(LocksArgs),
     /// Lookup: providers keep entries refreshed, queriers read them (queries/s, latency,
@@ -83,31 +84,10 @@ enum Pick {
     Rotate,
 }
 
-#[derive(clap::Args, Debug)]
-struct WritesArgs {
-    /// Concurrent clients.
-    #[arg(long, default_value_t = 16)]
-    clients: u64,
-    /// Duration of the measurement.
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
-    /// Spread writes over this many stores (0 = every store of the cluster; 1 = store 0).
-    #[arg(long, default_value_t = 0)]
-    stores: u32,
-    /// Unary RPCs instead of the session stream of each store.
-    #[arg(long)]
-    unary: bool,
-    #[command(flatten)]
-    target: Target,
-    /// Machine-readable output.
-    #[arg(long)]
-    json: bool,
-}
-
 /// Run `tenure bench ...`.
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     match a.cmd {
-        BenchCmd::Writes(w) => writes(w),
+        BenchCmd::Writes(w) => writes::writes(w),
         BenchCmd::Locks(l) => locks(l),
         BenchCmd::Lookup(l) => lookup::run(l),
         BenchCmd::Objects(o) => objects::run(o),
@@ -280,129 +260,6 @@ fn options(unary: bool) -> tenure_client::ClientOptions {
 
 fn transport_name(unary: bool) -> &'static str {
     if unary { "unary" } else { "stream" }
-}
-
-fn writes(a: WritesArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
-    anyhow::ensure!(a.seconds > 0, "--seconds must be at least 1");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let client = Arc::new(a.target.client_with(options(a.unary))?);
-        let stores = if a.stores > 0 {
-            a.stores
-        } else {
-            let eps = client.endpoints();
-            let mut n = None;
-            for e in &eps {
-                if let Ok(s) = client.status_of(e).await {
-                    n = Some(s.stores);
-                    break;
-                }
-            }
-            n.ok_or_else(|| anyhow::anyhow!("no device answered Status at {eps:?}"))?
-        };
-        // Warm up: find every store's manager once, outside the measurement.
-        for s in 0..stores {
-            client.write(s, u64::MAX, 0).await?;
-        }
-        let done = Arc::new(AtomicU64::new(0));
-        let errors = Arc::new(AtomicU64::new(0));
-        let bar = if a.json {
-            indicatif::ProgressBar::hidden()
-        } else {
-            indicatif::ProgressBar::new(a.seconds)
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len}s {msg}")
-                .expect("template"),
-        );
-        let cpu = CpuMeter::start(&a.target);
-        let started = Instant::now();
-        let end = started + Duration::from_secs(a.seconds);
-        let mut tasks = Vec::new();
-        for c in 0..a.clients {
-            let client = client.clone();
-            let done = done.clone();
-            let errors = errors.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-                let mut i = 0u64;
-                while Instant::now() < end {
-                    let store = ((c + i * a.clients) % stores as u64) as u32;
-                    let t = Instant::now();
-                    match client.write(store, c, i).await {
-                        Ok(_) => {
-                            h.saturating_record(t.elapsed().as_micros() as u64);
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!("write failed: {e}");
-                        }
-                    }
-                    i += 1;
-                }
-                h
-            }));
-        }
-        let mut last = 0;
-        while Instant::now() < end {
-            tokio::time::sleep(Duration::from_secs(1).min(end - Instant::now())).await;
-            let n = done.load(Ordering::Relaxed);
-            bar.set_position(started.elapsed().as_secs());
-            bar.set_message(format!("{} writes/s", n - last));
-            last = n;
-        }
-        let mut total = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-        for t in tasks {
-            total.add(t.await?)?;
-        }
-        bar.finish_and_clear();
-        let elapsed = started.elapsed().as_secs_f64();
-        let n = total.len();
-        let (cpu_json, cpu_text) = cpu.per_unit(n, "write");
-        let ms = |us: u64| us as f64 / 1000.0;
-        let report = serde_json::json!({
-            "bench": "writes",
-            "transport": transport_name(a.unary),
-            "clients": a.clients,
-            "stores": stores,
-            "seconds": elapsed,
-            "ops": n,
-            "errors": errors.load(Ordering::Relaxed),
-            "ops_per_sec": n as f64 / elapsed,
-            "p50_ms": ms(total.value_at_quantile(0.5)),
-            "p99_ms": ms(total.value_at_quantile(0.99)),
-            "max_ms": ms(total.max()),
-            "cpu_us_per_op": cpu_json,
-        });
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            println!(
-                "writes ({}): {} clients over {} stores for {:.1}s: {} ops ({} errors), {:.0} ops/s",
-                transport_name(a.unary),
-                a.clients,
-                stores,
-                elapsed,
-                n,
-                errors.load(Ordering::Relaxed),
-                n as f64 / elapsed
-            );
-            println!(
-                "latency: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-                ms(total.value_at_quantile(0.5)),
-                ms(total.value_at_quantile(0.99)),
-                ms(total.max())
-            );
-            if let Some(t) = cpu_text {
-                println!("{t}");
-            }
-        }
-        anyhow::Ok(())
-    })
 }
 
 /// CPU time (user + system) spent by this process and by the local cluster's device

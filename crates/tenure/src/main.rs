@@ -5,10 +5,12 @@
 mod bench;
 mod cert_cmd;
 mod chaos_cmd;
+mod check_cmd;
 mod client_cmds;
 mod cluster;
 mod deploy;
 mod elect_cmds;
+mod endpoint_cmds;
 mod fuzz_cmd;
 mod lab_cmd;
 mod lab_svg;
@@ -72,6 +74,12 @@ enum Command {
     /// Stores, managers, epochs, sessions, held locks and the lookup nodes of a running
     /// cluster.
     Status(lock_cmds::StatusArgs),
+    /// Each device's health (answers, serves, its stores managed, commits a write) or
+    /// status (a table: version, membership, stores, chunks, roles, data size).
+    Endpoint(endpoint_cmds::EndpointArgs),
+    /// Checks of a running cluster: `check perf` runs a short paced write load and says
+    /// PASS or FAIL for throughput, p99 latency and errors.
+    Check(check_cmd::CheckArgs),
     /// Benchmarks against a running cluster.
     Bench(bench::BenchArgs),
     /// Consistent snapshots of the cluster: create, ls, verify, restore, rm.
@@ -132,6 +140,8 @@ fn main() -> ExitCode {
         Command::Lookup(args) => lookup_cmds::run(args),
         Command::Object(args) => object_cmds::run(args),
         Command::Status(args) => lock_cmds::status(args).map(|()| ExitCode::SUCCESS),
+        Command::Endpoint(args) => endpoint_cmds::run(args),
+        Command::Check(args) => check_cmd::run(args),
         Command::Bench(args) => bench::run(args).map(|()| ExitCode::SUCCESS),
         Command::Snapshot(args) => snapshot_cmds::run(args).map(|()| ExitCode::SUCCESS),
         Command::Chaos(args) => chaos_cmd::run(args),

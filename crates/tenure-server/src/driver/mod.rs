@@ -319,6 +319,7 @@ impl Driver {
                 lookup_gauges(&self.device.lookup().view());
                 coordinator_gauges(&self.device);
                 self.object_gauges();
+                self.table_gauges();
             }
             if self.pending.len() > 4096 {
                 self.pending.retain(|_, p| !p.reply.is_closed());

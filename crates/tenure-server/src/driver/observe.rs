@@ -133,6 +133,25 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// The layout's gauges and the session and lock counts of the stores managed here
+    /// (set about once a second).
+    pub(super) fn table_gauges(&self) {
+        let cfg = self.device.config();
+        metrics::gauge!("tenure_stores").set(f64::from(cfg.cluster.stores));
+        metrics::gauge!("tenure_chunks").set(self.device.chunk_views().len() as f64);
+        let (mut sessions, mut held) = (0usize, 0usize);
+        for m in self.device.manager_views() {
+            if let Some(t) = self.device.managed_tables(m.store) {
+                sessions += t.sessions.open.len();
+                held += t.locks.held_count();
+            }
+        }
+        metrics::gauge!("tenure_sessions").set(sessions as f64);
+        metrics::gauge!("tenure_locks_held").set(held as f64);
+    }
+}
+
 /// The coordinator's gauges (set about once a second): its term as this device knows
 /// it, and whether this device acts as the coordinator.
 pub(super) fn coordinator_gauges(d: &tenure_core::Device) {

@@ -100,11 +100,7 @@ impl Driver {
             .iter()
             .filter_map(|m| {
                 let t = self.device.managed_tables(m.store)?;
-                let locks_held = t
-                    .locks
-                    .locks_under("/")
-                    .map(|l| l.iter().filter(|i| !i.holders.is_empty()).count())
-                    .unwrap_or(0);
+                let locks_held = t.locks.held_count();
                 Some((
                     m.store,
                     TableCounts {

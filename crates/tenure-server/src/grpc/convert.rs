@@ -143,5 +143,7 @@ pub fn status_to_proto(s: &StatusView) -> proto::StatusResponse {
         coordinator: s.coordinator.map(|t| t.leader.0),
         coordinator_term: s.coordinator.map_or(0, |t| t.n),
         acting_coordinator: s.acting_coordinator,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        data_bytes: None,
     }
 }

@@ -48,6 +48,8 @@ pub struct Api {
     watches: crate::driver::routes::WatchRoutes,
     auth: Auth,
     admission: crate::admission::Admission,
+    /// The device's data directory, whose size the Status answer reports.
+    pub(super) data_dir: Option<std::path::PathBuf>,
 }
 
 impl Api {
@@ -69,7 +71,14 @@ impl Api {
             watches: Default::default(),
             auth: Auth::disabled(),
             admission: Default::default(),
+            data_dir: None,
         }
+    }
+
+    /// Report the size of `dir` (the device's data directory) in Status answers.
+    pub fn with_data_dir(mut self, dir: std::path::PathBuf) -> Api {
+        self.data_dir = Some(dir);
+        self
     }
 
     /// Admit client requests through `admission` (shared with the other services).

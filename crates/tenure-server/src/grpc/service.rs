@@ -39,7 +39,13 @@ impl Tenure for Api {
     ) -> Result<GrpcResponse<proto::StatusResponse>, Status> {
         self.auth.caller(&request)?;
         let s = self.view().await?;
-        Ok(GrpcResponse::new(status_to_proto(&s)))
+        let mut answer = status_to_proto(&s);
+        if let Some(dir) = self.data_dir.clone() {
+            let bytes =
+                tokio::task::spawn_blocking(move || crate::telemetry::process::dir_bytes(&dir));
+            answer.data_bytes = bytes.await.ok().and_then(Result::ok);
+        }
+        Ok(GrpcResponse::new(answer))
     }
 
     async fn open_session(

@@ -26,6 +26,27 @@ pub(super) struct Outcome {
     pub(super) result: Result<SnapshotSummary, String>,
 }
 
+impl Outcome {
+    /// When it ended (Unix seconds).
+    fn completed_secs(&self) -> f64 {
+        self.unix_ms as f64 / 1e3 + self.duration_us as f64 / 1e6
+    }
+}
+
+/// When the newest complete snapshot whose outcome is kept under `root` (the
+/// initiator's `result.bin`) ended (Unix seconds).
+fn last_success_on_disk(root: &Path) -> Option<f64> {
+    std::fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .filter_map(|d| {
+            let b = std::fs::read(d.path().join("result.bin")).ok()?;
+            let o = postcard::from_bytes::<Outcome>(&b).ok()?;
+            o.result.is_ok().then(|| o.completed_secs())
+        })
+        .max_by(f64::total_cmp)
+}
+
 /// This device's part of one snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) enum PartState {
@@ -111,6 +132,10 @@ impl Book {
                 ..Default::default()
             }),
         };
+        // The age of the newest snapshot survives a restart of the device.
+        if let Some(t) = book.inner.dir.as_deref().and_then(last_success_on_disk) {
+            metrics::gauge!("tenure_snapshot_last_success_timestamp_seconds").set(t);
+        }
         let weak = Arc::downgrade(&book.inner);
         let spawned = std::thread::Builder::new()
             .name("tenure-snapshots".into())
@@ -388,6 +413,8 @@ impl Book {
                 metrics::counter!("tenure_snapshots_total", "result" => "complete").increment(1);
                 metrics::histogram!("tenure_snapshot_seconds")
                     .record(outcome.duration_us as f64 / 1e6);
+                metrics::gauge!("tenure_snapshot_last_success_timestamp_seconds")
+                    .set(outcome.completed_secs());
             }
             Err(why) => {
                 warn!(snapshot = %id, "snapshot failed: {why}");

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{Matcher, PrometheusHandle};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -27,11 +27,21 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1.0,
             ];
+            // Inputs per driver turn are counts up to `MAX_BATCH`, not seconds.
+            let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
             let built = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .set_buckets(&buckets)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("tenure_driver_batch_inputs".into()),
+                        &batch,
+                    )
+                })
                 .and_then(|b| b.install_recorder());
             match built {
                 Ok(handle) => {
+                    crate::telemetry::catalog::register();
+                    crate::telemetry::process::started();
                     // The recorder drains its histograms only when asked to (the exporter's
                     // own listener did this with a task of its own).
                     let h = handle.clone();
@@ -87,6 +97,7 @@ pub fn serve(
 }
 
 pub(super) async fn prometheus() -> Response {
+    crate::telemetry::process::sample();
     match recorder() {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -42,7 +42,7 @@ pub mod file;
 mod members;
 pub(crate) use members::describe as describe_members;
 pub mod status;
-mod up;
+pub(crate) mod up;
 
 use file::ClusterFile;
 

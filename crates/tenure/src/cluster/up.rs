@@ -209,7 +209,7 @@ pub(super) fn up(a: UpArgs) -> anyhow::Result<()> {
 /// A device that serves: it answered Status with every chunk it holds in a regular lease
 /// (or being deleted).
 #[derive(Clone, Debug, Serialize)]
-struct Serving {
+pub(crate) struct Serving {
     device: u64,
     /// Chunks in a regular lease.
     chunks: usize,
@@ -220,7 +220,7 @@ struct Serving {
 }
 
 /// Whether the device behind `status` serves, or what it still waits for.
-fn serving(status: &Result<StatusResponse, String>) -> Result<Serving, String> {
+pub(crate) fn serving(status: &Result<StatusResponse, String>) -> Result<Serving, String> {
     let s = status
         .as_ref()
         .map_err(|e| format!("no answer to Status ({e})"))?;

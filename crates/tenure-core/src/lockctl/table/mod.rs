@@ -105,7 +105,8 @@ pub(crate) struct SessionState {
 /// - **timer**: [`next_deadline`](Self::next_deadline) is the earliest wait deadline or
 ///   lock-delay end; call [`tick`](Self::tick) at or after it (extra ticks are harmless).
 /// - **getters**: [`holders`](Self::holders), [`waiters`](Self::waiters),
-///   [`locks_under`](Self::locks_under), [`session_locks`](Self::session_locks).
+///   [`locks_under`](Self::locks_under), [`session_locks`](Self::session_locks),
+///   [`held_count`](Self::held_count).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockTable {
     config: LockTableConfig,
@@ -378,6 +379,14 @@ impl LockTable {
                 delayed_until: e.ghost.as_ref().map(|g| g.until),
             })
             .collect())
+    }
+
+    /// How many locks have at least one holder (without listing them).
+    pub fn held_count(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| !e.holders.is_empty())
+            .count()
     }
 
     /// The locks `session` holds, in name order.
