@@ -162,6 +162,18 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
         )),
         "{unit}"
     );
+    // systemd accepts the unit, where its tools are installed.
+    if let Ok(out) = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(hosts_dir.join("h2/tenure.service"))
+        .output()
+    {
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "systemd-analyze verify: {said}"
+        );
+    }
     // A second bundle into the same directory is refused.
     let (ok, _, err) = tenure(
         &BTreeMap::new(),

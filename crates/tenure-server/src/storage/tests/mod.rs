@@ -338,6 +338,38 @@ fn a_directory_rewritten_as_format_5_is_upgraded_back_with_the_same_state() {
     assert_eq!(s.upgraded_from(), None);
 }
 
+/// A directory of a newer format than this build knows is refused at open with the
+/// format it has, and left as it is.
+#[test]
+fn a_newer_format_is_refused_and_left_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        s.commit(many_groups(3).remove(0)).unwrap();
+    }
+    let newer = FORMAT_VERSION + 1;
+    {
+        let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META)
+            .unwrap()
+            .insert(KEY_FORMAT, newer)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let e = Storage::open(dir.path(), DeviceId(1)).unwrap_err();
+    assert!(
+        matches!(e, StorageError::Format { found } if found == newer),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains(&format!("format version {newer}")),
+        "{e}"
+    );
+    let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+    assert_eq!(super::schema::read_meta(&db).unwrap().0, Some(newer));
+}
+
 #[test]
 fn empty_batch_is_a_no_op() {
     let dir = tempfile::tempdir().unwrap();
