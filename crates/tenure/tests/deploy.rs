@@ -2,8 +2,9 @@
 //! namespaces, each with its own address), each device started from its host's bundle
 //! directory exactly as its unit would start it, TLS and authorization on; then a lock,
 //! an object and a lookup entry through the client credentials of the bundle, a call
-//! without credentials refused, and a fourth host added with `deploy add-host` and
-//! admitted with `deploy admit`. Skipped where namespaces cannot be made (not root).
+//! without credentials refused, a fourth host added with `deploy add-host` and
+//! admitted with `deploy admit`, a device's certificate renewed, and a host retired.
+//! Skipped where namespaces cannot be made (not root).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -348,6 +349,38 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     );
     let (ok, out, err) = tenure(&app, &["lock", "/jobs/nightly", "--", "true"]);
     assert!(ok, "lock after the rotation: {out}{err}");
+
+    // Host 2 retires: its device hands everything over and stops by itself.
+    let (ok, out, err) = tenure(
+        &BTreeMap::new(),
+        &[
+            "deploy",
+            "retire",
+            "h2",
+            "--out",
+            bundle.to_str().unwrap(),
+            "--timeout",
+            "90s",
+        ],
+    );
+    assert!(ok, "retire: {out}{err}");
+    println!("{out}");
+    assert!(out.contains("retired d2"), "{out}");
+    let start = Instant::now();
+    while devices[1].try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "device 2 still runs after it retired"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let admin = env_file(&bundle.join("client/admin.env"));
+    assert_eq!(admin["TENURE_ENDPOINTS"].split(',').count(), 3, "{admin:?}");
+    let (ok, out, err) = tenure(&app, &["object", "get", "/app/config.json"]);
+    assert!(
+        ok && out == "{\"on\": true}",
+        "object get after the retirement: {out}{err}"
+    );
 
     // Deleting the test hosts kills their devices.
     drop(net);

@@ -1,6 +1,7 @@
 //! `tenure deploy admit HOST`: the running cluster admits an added host's device (the
 //! coordinator adds it to the membership record), and the command waits until the device
-//! serves chunks.
+//! serves chunks. `tenure deploy retire HOST`: the cluster drains a host's device (its
+//! chunks move, its stores migrate) and retires it; the process stops by itself.
 
 use super::bundle::Bundle;
 use anyhow::{Context, bail};
@@ -23,24 +24,7 @@ pub fn run(out: &Path, name: &str, limit: Duration) -> anyhow::Result<()> {
         .into_iter()
         .filter(|e| *e != mine)
         .collect();
-    let client_dir = b.dir().join("client");
-    let tls = ClientTls::from_files(&client_dir.join("ca.pem"), None)
-        .context("loading the bundle's CA")?;
-    let token = match std::fs::read_to_string(client_dir.join("admin.token")) {
-        Ok(s) => Some(s.trim().to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).context("reading the bundle's admin token"),
-    };
-    let opts = ClientOptions {
-        tls: Some(tls),
-        token,
-        request_timeout: Duration::from_secs(2),
-        attempt_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let (rt, opts) = admin(&b)?;
     let started = Instant::now();
     rt.block_on(async {
         let c = Client::with_options(others, opts)?;
@@ -86,4 +70,60 @@ pub fn run(out: &Path, name: &str, limit: Duration) -> anyhow::Result<()> {
         println!("{}", crate::cluster::describe_members(&record));
         Ok(())
     })
+}
+
+/// A runtime and the bundle's admin client options (its CA; its admin token when
+/// authorization is on).
+fn admin(b: &Bundle) -> anyhow::Result<(tokio::runtime::Runtime, ClientOptions)> {
+    let client_dir = b.dir().join("client");
+    let tls = ClientTls::from_files(&client_dir.join("ca.pem"), None)
+        .context("loading the bundle's CA")?;
+    let token = match std::fs::read_to_string(client_dir.join("admin.token")) {
+        Ok(s) => Some(s.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).context("reading the bundle's admin token"),
+    };
+    let opts = ClientOptions {
+        tls: Some(tls),
+        token,
+        request_timeout: Duration::from_secs(2),
+        attempt_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok((rt, opts))
+}
+
+/// Retire host `name`'s device and mark the host retired in the bundle in `out`.
+pub fn retire(out: &Path, name: &str, limit: Duration) -> anyhow::Result<()> {
+    let b = Bundle::load(out)?;
+    let Some(h) = b.hosts().iter().find(|h| h.host.name == name).cloned() else {
+        bail!("the bundle in {} has no host {name}", b.dir().display());
+    };
+    let mine = std::net::SocketAddr::new(h.host.addr, b.paths().client_port).to_string();
+    let others: Vec<String> = (b.endpoints(true).into_iter())
+        .filter(|e| *e != mine)
+        .collect();
+    if others.is_empty() {
+        bail!("{name} is the bundle's only host; nothing could take its chunks");
+    }
+    let (rt, opts) = admin(&b)?;
+    let started = Instant::now();
+    let record = rt.block_on(async {
+        let c = Client::with_options(others, opts)?;
+        c.cluster()
+            .wait_retired(h.id, &[], limit, |_| {})
+            .await
+            .with_context(|| format!("device {} was not retired within {limit:?}", h.id))
+    })?;
+    Bundle::mark_retired(out, name)?;
+    println!(
+        "device {} ({name}) retired in {:.1}s: its chunks moved and its stores migrated; it stops by itself (then `systemctl disable --now tenure` on {name})",
+        h.id,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", crate::cluster::describe_members(&record));
+    Ok(())
 }

@@ -64,6 +64,9 @@ pub struct HostEntry {
     pub host: HostSpec,
     /// Added to a running cluster (its device joins).
     pub join: bool,
+    /// Retired from the cluster (`deploy retire`): no longer an endpoint or a peer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retired: bool,
 }
 
 impl HostEntry {
@@ -181,6 +184,7 @@ impl Bundle {
                     id,
                     host: h.clone(),
                     join: false,
+                    retired: false,
                 })
                 .collect(),
         };
@@ -207,6 +211,7 @@ impl Bundle {
             id,
             host: host.clone(),
             join: true,
+            retired: false,
         };
         b.hosts.push(entry.clone());
         b.write_host(&ca, &entry)?;
@@ -238,6 +243,16 @@ impl Bundle {
         std::fs::rename(&cert, tls.join("device.pem"))?;
         let id = h.id;
         Ok((b, id))
+    }
+
+    /// Mark host `name` retired: the client environment files no longer name it.
+    pub fn mark_retired(out: &Path, name: &str) -> anyhow::Result<()> {
+        let mut b = Bundle::load(out)?;
+        for h in b.hosts.iter_mut().filter(|h| h.host.name == name) {
+            h.retired = true;
+        }
+        b.write_env()?;
+        b.save()
     }
 
     /// The bundle in `out`.
@@ -276,7 +291,7 @@ impl Bundle {
     /// every host when `all`.
     pub fn endpoints(&self, all: bool) -> Vec<String> {
         (self.hosts.iter())
-            .filter(|h| all || !h.join)
+            .filter(|h| !h.retired && (all || !h.join))
             .map(|h| h.client_endpoint(&self.paths))
             .collect()
     }
@@ -288,6 +303,7 @@ impl Bundle {
         // it and itself.
         let peers: Vec<PeerConfig> = (self.hosts.iter())
             .filter(|x| !x.join || (h.join && x.id <= h.id))
+            .filter(|x| !x.retired || x.id == h.id)
             .map(|x| x.peer(p))
             .collect();
         let mut c = crate::cluster::configs::local_configs(

@@ -6,7 +6,8 @@
 //! a client certificate, environment files the CLI reads) and the cluster's CA, whose key
 //! stays with the operator. `deploy add-host` writes the bundle of one more host of the
 //! same cluster (a device that joins), and `deploy admit` asks the running cluster to
-//! admit it. See `docs/deployment.md`.
+//! admit it; `deploy retire` drains and retires a host's device, `deploy renew` issues
+//! a device a new certificate. See `docs/deployment.md`.
 
 mod admit;
 mod bundle;
@@ -37,6 +38,9 @@ enum DeployCmd {
     /// Issue a host's device a new certificate (rotation): install it, then restart the
     /// device.
     Renew(RenewArgs),
+    /// Retire a host's device: the cluster moves its chunks and stores to the others,
+    /// and the process stops by itself.
+    Retire(AdmitArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -116,12 +120,13 @@ struct AddHostArgs {
 
 #[derive(clap::Args, Debug)]
 struct AdmitArgs {
-    /// The added host's name (as `deploy add-host` recorded it).
+    /// The host's name (as the bundle records it).
     host: String,
     /// The bundle of the cluster.
     #[arg(long, default_value = "tenure-bundle")]
     out: PathBuf,
-    /// How long to wait for the device to answer, be admitted and hold chunks.
+    /// How long to wait (admit: for the device to answer, be admitted and hold chunks;
+    /// retire: for it to hand everything over and retire).
     #[arg(long, default_value = "120s", value_parser = crate::lock_cmds::parse_duration)]
     timeout: std::time::Duration,
 }
@@ -149,6 +154,7 @@ pub fn run(args: DeployArgs) -> anyhow::Result<()> {
             b.report(a.json, Some(id))
         }
         DeployCmd::Admit(a) => admit::run(&a.out, &a.host, a.timeout),
+        DeployCmd::Retire(a) => admit::retire(&a.out, &a.host, a.timeout),
         DeployCmd::Renew(a) => {
             let (b, id) = bundle::Bundle::renew_host(&a.out, &a.host)?;
             let dir = b.dir().join("hosts").join(&a.host).join("tls");
