@@ -75,13 +75,25 @@ fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String
     (out.status.success(), text)
 }
 
-/// SIGTERM device `pid` and wait until it is gone.
+/// Whether process `pid` runs: it has a /proc entry that is not a zombie (a device
+/// whose parent is gone is reaped by whatever adopted it, which may take a while).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+/// SIGTERM device `pid` and wait until it has exited.
 async fn stop_device(id: u64, pid: u64) {
     let t = Instant::now();
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
-    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+    while running(pid) {
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "device {id} did not stop on SIGTERM"
