@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tenure_chaos::net::{self, TestNet};
 
+mod common;
+
 fn skipped(test: &str, why: &str) {
     use std::io::Write;
     eprintln!("SKIPPED {test}: {why}");
@@ -62,17 +64,14 @@ fn start(ns: &str, host_dir: &Path) -> std::process::Child {
         .expect("start a device")
 }
 
-/// GET /metrics from `addr` (plain HTTP/1.0), with `token` as a bearer token: the body.
+/// GET /metrics from `addr`, with `token` as a bearer token: the body.
 fn scrape(addr: &str, token: Option<&str>) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_once("\r\n\r\n")
-        .map_or(out.clone(), |(_, b)| b.to_string())
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|b| ("Authorization", b.as_str()))
+        .collect();
+    common::http_request(addr, "/metrics", &headers).body
 }
 
 fn mode(p: &Path) -> u32 {

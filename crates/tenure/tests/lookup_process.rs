@@ -17,8 +17,6 @@
 //! polls a condition; guards kill the processes if a step fails.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, mpsc};
@@ -29,7 +27,7 @@ mod common;
 use common::lookup::{
     Dev, Proc, client_of, device_config, devices, lines_of, rt, run, wait_lookup_among,
 };
-use common::{Guard, cluster_file, kill9, up};
+use common::{Guard, cluster_file, http_get, kill9, up};
 
 /// One test at a time (see the module's documentation).
 fn serial() -> MutexGuard<'static, ()> {
@@ -541,29 +539,6 @@ fn watchers_through_a_leader_sigkill_end_with_exactly_the_new_leaders_view() {
         );
         eprintln!("the watcher {who} saw /f/gone removed ({})", gone[0].1);
     }
-}
-
-/// A plain HTTP/1.1 GET of `path` at `addr`: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP answer from {addr}{path}: {text:?}"));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
 }
 
 /// One device's Prometheus text: series (`name{labels}`) → value.

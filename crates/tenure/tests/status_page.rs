@@ -7,8 +7,7 @@
 //! Without Chromium the browser test skips with a message, except under CI (`CI` set),
 //! where `.ci/run` installs it and its absence fails the test. Every wait is bounded.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,33 +36,8 @@ fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T 
 
 /// A plain HTTP/1.1 GET: (status, content type, body).
 fn get(addr: &str, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP answer from {addr}{path}: {text:?}"));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let ctype = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-type")
-                .then(|| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    (status, ctype, body.to_string())
+    let a = common::http_request(addr, path, &[]);
+    (a.status, a.content_type, a.body)
 }
 
 /// Every device's metrics address, from `cluster.json`.

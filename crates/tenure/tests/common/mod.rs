@@ -103,17 +103,31 @@ pub fn up(data: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("cluster up --json prints JSON")
 }
 
-/// A plain HTTP/1.1 GET of `path` at `addr` (bounded by a 20 s read timeout):
-/// (status, body).
-pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+/// An HTTP answer: status, content type, body.
+pub struct HttpAnswer {
+    /// Status code (0: none read).
+    pub status: u16,
+    /// The Content-Type header's value ("" without one).
+    pub content_type: String,
+    /// The body.
+    pub body: String,
+}
+
+/// A plain HTTP/1.1 GET of `path` at `addr` with extra `headers` (bounded by a 20 s
+/// read timeout).
+pub fn http_request(addr: &str, path: &str, headers: &[(&str, &str)]) -> HttpAnswer {
     use std::io::{Read, Write};
     let mut s =
         std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -127,5 +141,23 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    (status, body.to_string())
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    HttpAnswer {
+        status,
+        content_type,
+        body: body.to_string(),
+    }
+}
+
+/// A plain HTTP/1.1 GET of `path` at `addr`: (status, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let a = http_request(addr, path, &[]);
+    (a.status, a.body)
 }
