@@ -50,6 +50,18 @@ fn tenure(env: &BTreeMap<String, String>, args: &[&str]) -> (bool, String, Strin
     )
 }
 
+/// `tenure deploy CMD --out BUNDLE ARGS...` (no client environment): (success, stdout,
+/// stderr).
+fn deploy(bundle: &Path, cmd: &str, args: &[&str]) -> (bool, String, String) {
+    let out = bundle.to_str().unwrap();
+    let all: Vec<&str> = ["deploy", cmd, "--out", out]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    tenure(&BTreeMap::new(), &all)
+}
+
 /// Start host `ns`'s device from its bundle directory, as its systemd unit would.
 fn start(ns: &str, host_dir: &Path) -> std::process::Child {
     let log = std::fs::File::create(host_dir.join("server.log")).unwrap();
@@ -76,6 +88,25 @@ fn scrape(addr: &str, token: Option<&str>) -> String {
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// Stores of the bundle's cluster.
+const STORES: usize = 8;
+
+/// Whether `tenure status` (with `env`) sees `devices` devices up and every store
+/// managed; what it sees when not.
+fn serving(env: &BTreeMap<String, String>, devices: usize) -> Result<(), String> {
+    let (ok, out, err) = tenure(env, &["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {err}"))?;
+    let managed = v["managed"].as_array().map_or(0, Vec::len);
+    let up = v["devices"]
+        .as_array()
+        .map_or(0, |d| d.iter().filter(|d| d["up"] == true).count());
+    (ok && managed == STORES && up == devices)
+        .then_some(())
+        .ok_or(format!(
+            "{up} of {devices} devices up, {managed} of {STORES} stores managed: {err}"
+        ))
 }
 
 /// Retry `f` until it returns Some, or panic after `limit` with `what`.
@@ -106,13 +137,10 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     // /etc/tenure would on a real host); data under the test's directory.
     let config_dir = format!("{}/{{host}}", hosts_dir.display());
     let data_dir = format!("{}/data/{{host}}", tmp.path().display());
-    let (ok, out, err) = tenure(
-        &BTreeMap::new(),
+    let (ok, out, err) = deploy(
+        &bundle,
+        "new",
         &[
-            "deploy",
-            "new",
-            "--out",
-            bundle.to_str().unwrap(),
             "--host",
             &host(1),
             "--host",
@@ -120,7 +148,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
             "--host",
             &host(3),
             "--stores",
-            "8",
+            &STORES.to_string(),
             "--config-dir",
             &config_dir,
             "--data-dir",
@@ -175,17 +203,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
         );
     }
     // A second bundle into the same directory is refused.
-    let (ok, _, err) = tenure(
-        &BTreeMap::new(),
-        &[
-            "deploy",
-            "new",
-            "--out",
-            bundle.to_str().unwrap(),
-            "--host",
-            &host(1),
-        ],
-    );
+    let (ok, _, err) = deploy(&bundle, "new", &["--host", &host(1)]);
     assert!(!ok && err.contains("not empty"), "{err}");
 
     let mut devices: Vec<_> = (1..=3)
@@ -195,15 +213,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     let app = env_file(&bundle.join("client/app.env"));
     let started = Instant::now();
     until(Duration::from_secs(60), "every store managed", || {
-        let (ok, out, err) = tenure(&admin, &["status", "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {err}"))?;
-        let managed = v["managed"].as_array().map_or(0, Vec::len);
-        let up = v["devices"]
-            .as_array()
-            .map_or(0, |d| d.iter().filter(|d| d["up"] == true).count());
-        (ok && managed == 8 && up == 3)
-            .then_some(())
-            .ok_or(format!("{managed} of 8 stores managed: {err}"))
+        serving(&admin, 3)
     });
     println!(
         "serving {:.1}s after the start",
@@ -275,17 +285,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     assert!(!ok, "the app certificate took a snapshot: {err}");
 
     // A fourth host joins.
-    let (ok, out, err) = tenure(
-        &BTreeMap::new(),
-        &[
-            "deploy",
-            "add-host",
-            "--out",
-            bundle.to_str().unwrap(),
-            "--host",
-            &host(4),
-        ],
-    );
+    let (ok, out, err) = deploy(&bundle, "add-host", &["--host", &host(4)]);
     assert!(ok, "add-host: {out}{err}");
     println!("{out}");
     let cfg = std::fs::read_to_string(hosts_dir.join("h4/server.toml")).unwrap();
@@ -296,18 +296,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     let admin = env_file(&bundle.join("client/admin.env"));
     assert_eq!(admin["TENURE_ENDPOINTS"].split(',').count(), 4);
     devices.push(start(&net.hosts[3].ns, &hosts_dir.join("h4")));
-    let (ok, out, err) = tenure(
-        &BTreeMap::new(),
-        &[
-            "deploy",
-            "admit",
-            "h4",
-            "--out",
-            bundle.to_str().unwrap(),
-            "--timeout",
-            "90s",
-        ],
-    );
+    let (ok, out, err) = deploy(&bundle, "admit", &["h4", "--timeout", "90s"]);
     assert!(ok, "admit: {out}{err}");
     println!("{out}");
     assert!(out.contains("d4 active"), "{out}");
@@ -318,10 +307,7 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     );
     // Certificate rotation: host 1's device gets a new certificate and restarts with it.
     let before = std::fs::read(hosts_dir.join("h1/tls/device.pem")).unwrap();
-    let (ok, out, err) = tenure(
-        &BTreeMap::new(),
-        &["deploy", "renew", "h1", "--out", bundle.to_str().unwrap()],
-    );
+    let (ok, out, err) = deploy(&bundle, "renew", &["h1"]);
     assert!(ok, "renew: {out}{err}");
     assert_ne!(
         std::fs::read(hosts_dir.join("h1/tls/device.pem")).unwrap(),
@@ -334,34 +320,13 @@ fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
     until(
         Duration::from_secs(60),
         "device 1 serving with its new certificate",
-        || {
-            let (ok, out, err) = tenure(&admin, &["status", "--json"]);
-            let v: serde_json::Value =
-                serde_json::from_str(&out).map_err(|e| format!("{e}: {err}"))?;
-            let up = v["devices"]
-                .as_array()
-                .map_or(0, |d| d.iter().filter(|d| d["up"] == true).count());
-            (ok && up == 4 && v["managed"].as_array().map_or(0, Vec::len) == 8)
-                .then_some(())
-                .ok_or(format!("{up} of 4 devices up: {err}"))
-        },
+        || serving(&admin, 4),
     );
     let (ok, out, err) = tenure(&app, &["lock", "/jobs/nightly", "--", "true"]);
     assert!(ok, "lock after the rotation: {out}{err}");
 
     // Host 2 retires: its device hands everything over and stops by itself.
-    let (ok, out, err) = tenure(
-        &BTreeMap::new(),
-        &[
-            "deploy",
-            "retire",
-            "h2",
-            "--out",
-            bundle.to_str().unwrap(),
-            "--timeout",
-            "90s",
-        ],
-    );
+    let (ok, out, err) = deploy(&bundle, "retire", &["h2", "--timeout", "90s"]);
     assert!(ok, "retire: {out}{err}");
     println!("{out}");
     assert!(out.contains("retired d2"), "{out}");

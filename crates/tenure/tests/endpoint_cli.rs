@@ -4,10 +4,10 @@
 //! non-zero, and status names it silent and exits non-zero. Every wait is bounded.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{Guard, cluster_file, kill9, tenure, up};
+use common::{Guard, cluster_file, kill9, tenure, until, up};
 
 fn data_args(data: &Path) -> [&str; 2] {
     ["--data", data.to_str().unwrap()]
@@ -20,17 +20,8 @@ fn run(args: &[&str], data: &Path) -> (bool, String, String) {
     tenure(&all)
 }
 
-/// Poll `f` every 200 ms until it returns `Some`, at most `limit`.
-fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+/// How often a wait polls.
+const POLL: Duration = Duration::from_millis(200);
 
 #[test]
 fn health_status_and_check_perf_against_a_local_cluster() {
@@ -79,13 +70,18 @@ fn health_status_and_check_perf_against_a_local_cluster() {
         assert!(row.contains(&format!("d{}", d["id"])), "{row}");
         assert!(row.contains(env!("CARGO_PKG_VERSION")), "{row}");
     }
-    let rows = until(Duration::from_secs(30), "one acting coordinator", || {
-        let (ok, out, _) = run(&["endpoint", "status", "--json"], &data);
-        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
-        let rows = v.as_array()?.clone();
-        let acting = rows.iter().filter(|r| r["is_coordinator"] == true).count();
-        (ok && acting == 1).then_some(rows)
-    });
+    let rows = until(
+        POLL,
+        Duration::from_secs(30),
+        "one acting coordinator",
+        || {
+            let (ok, out, _) = run(&["endpoint", "status", "--json"], &data);
+            let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+            let rows = v.as_array()?.clone();
+            let acting = rows.iter().filter(|r| r["is_coordinator"] == true).count();
+            (ok && acting == 1).then_some(rows)
+        },
+    );
     assert_eq!(rows.len(), 3);
     let managed: u64 = rows
         .iter()

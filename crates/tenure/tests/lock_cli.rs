@@ -7,25 +7,16 @@
 //! and polls a condition (no fixed sleeps); a guard kills the processes if a step fails.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tenure_client::{Client, LockMode, Wait};
 
 mod common;
-use common::{Guard, cluster_file, up, with_tls};
+use common::{Guard, cluster_file, until, up, with_tls};
 
 const NAME: &str = "/cli/expiring";
 
-/// Poll `f` every 20 ms until it returns `Some`, at most `limit`.
-fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How often a wait polls.
+const POLL: Duration = Duration::from_millis(20);
 
 fn signal(sig: &str, pid: u32) {
     let ok = Command::new("kill")
@@ -78,7 +69,7 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let cmd_pid = until(Duration::from_secs(20), "the command starts", || {
+    let cmd_pid = until(POLL, Duration::from_secs(20), "the command starts", || {
         let pid = std::fs::read_to_string(&started).ok()?;
         Some(pid.trim().to_string())
     });
@@ -88,17 +79,17 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
     // Stop `tenure`, let the command finish: it stays a zombie while its parent is stopped.
     signal("-STOP", lock.id());
     std::fs::write(&go, "").unwrap();
-    until(Duration::from_secs(10), "the command exits", || {
+    until(POLL, Duration::from_secs(10), "the command exits", || {
         (proc_state(&cmd_pid)? == "Z").then_some(())
     });
     // No keep-alive: the manager expires the session and frees the lock.
-    until(Duration::from_secs(30), "the session expires", || {
+    until(POLL, Duration::from_secs(30), "the session expires", || {
         let s = rt.block_on(client.holders(NAME)).ok()?;
         s.holders.is_empty().then_some(())
     });
     signal("-CONT", lock.id());
 
-    let status = until(Duration::from_secs(30), "tenure lock ends", || {
+    let status = until(POLL, Duration::from_secs(30), "tenure lock ends", || {
         lock.try_wait().unwrap()
     });
     let out = lock.wait_with_output().unwrap();

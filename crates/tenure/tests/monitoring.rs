@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tenure_server::telemetry::catalog::{self, Kind};
 
 mod common;
-use common::{Guard, cluster_file, http_get, tenure, up, with_tls};
+use common::{Guard, cluster_file, http_get, metrics_addrs, tenure, up, with_tls};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -284,18 +284,6 @@ fn the_metrics_reference_lists_every_metric_and_alert() {
         alerts.is_empty(),
         "docs/metrics.md does not explain {alerts:?}"
     );
-}
-
-/// Every device's metrics address, from `cluster.json`.
-fn metrics_addrs(data: &Path) -> Vec<String> {
-    (cluster_file(data)["devices"].as_array().unwrap().iter())
-        .map(|d| {
-            d["metrics_addr"]
-                .as_str()
-                .expect("a metrics address")
-                .to_string()
-        })
-        .collect()
 }
 
 #[test]

@@ -23,7 +23,8 @@ use tenure_client::{Client, LockMode, Wait};
 
 mod common;
 use common::load::{Load, check_holds, client, worker};
-use common::{Guard, cluster_file, up};
+use common::lookup::{devices, endpoints};
+use common::{Guard, up};
 use tenure_server::WIRE_VERSIONS_ENV;
 use tenure_server::wire::WIRE_VERSION;
 
@@ -107,9 +108,7 @@ fn log_of(data: &std::path::Path, id: u64) -> String {
 }
 
 fn pids(data: &std::path::Path) -> BTreeMap<u64, u64> {
-    (cluster_file(data)["devices"].as_array().unwrap().iter())
-        .map(|d| (d["id"].as_u64().unwrap(), d["pid"].as_u64().unwrap()))
-        .collect()
+    devices(data).into_iter().map(|d| (d.id, d.pid)).collect()
 }
 
 /// The wire versions of the next build: this one's and the next.
@@ -129,9 +128,7 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
         .build()
         .unwrap();
     up(&data);
-    let endpoints: Vec<String> = (cluster_file(&data)["devices"].as_array().unwrap().iter())
-        .map(|d| d["client_addr"].as_str().unwrap().to_string())
-        .collect();
+    let endpoints = endpoints(&data);
     let names: Vec<String> = (0..NAMES).map(|i| format!("/roll{i}/lock")).collect();
     let load = Arc::new(Load::default());
     let acked: Acked = Arc::default();
@@ -293,9 +290,7 @@ fn a_device_that_no_longer_speaks_this_wire_version_is_refused_and_says_why() {
     assert!(line(1).contains("upgrade this device first"), "{}", line(1));
     assert!(line(3).contains("upgrade the peer first"), "{}", line(3));
     // The others serve meanwhile; the device of this build rejoins.
-    let endpoints: Vec<String> = (cluster_file(&data)["devices"].as_array().unwrap().iter())
-        .map(|d| d["client_addr"].as_str().unwrap().to_string())
-        .collect();
+    let endpoints = endpoints(&data);
     rt.block_on(async {
         let c = client(&data, &endpoints);
         let g = c

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, LockMode, Wait};
 
 mod common;
-use common::{Guard, STORES, cluster_file, up, with_tls};
+use common::{Guard, STORES, cluster_file, metrics_addrs, until, up, with_tls};
 
 /// Two locks of one store (a name's store is its first segment's): one whose name is
 /// markup, which the page must show as text.
@@ -22,37 +22,13 @@ const LOCK: &str = "/orders/batch-7";
 const MARKUP_LOCK: &str = "/orders/<b>x</b>&co";
 const SHARED_LOCK: &str = "/orders/reports";
 
-/// Poll `f` every 50 ms until it returns `Some`, at most `limit`.
-fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+/// How often a wait polls.
+const POLL: Duration = Duration::from_millis(50);
 
 /// A plain HTTP/1.1 GET: (status, content type, body).
 fn get(addr: &str, path: &str) -> (u16, String, String) {
     let a = common::http_request(addr, path, &[]);
     (a.status, a.content_type, a.body)
-}
-
-/// Every device's metrics address, from `cluster.json`.
-fn metrics_addrs(data: &Path) -> Vec<String> {
-    cluster_file(data)["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| {
-            d["metrics_addr"]
-                .as_str()
-                .expect("a metrics address")
-                .to_string()
-        })
-        .collect()
 }
 
 fn client_of(data: &Path) -> Client {
@@ -74,6 +50,7 @@ fn page_listing(
     waiters: usize,
 ) -> (String, serde_json::Value) {
     until(
+        POLL,
         Duration::from_secs(30),
         "a status page lists the lock",
         || {

@@ -103,6 +103,36 @@ pub fn up(data: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("cluster up --json prints JSON")
 }
 
+/// Every device's metrics address, from `cluster.json`.
+pub fn metrics_addrs(data: &Path) -> Vec<String> {
+    (cluster_file(data)["devices"].as_array().unwrap().iter())
+        .map(|d| {
+            d["metrics_addr"]
+                .as_str()
+                .expect("a metrics address")
+                .to_string()
+        })
+        .collect()
+}
+
+/// Poll `f` every `every` until it returns `Some`, at most `limit` (then fail with
+/// `what`).
+pub fn until<T>(
+    every: std::time::Duration,
+    limit: std::time::Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(every);
+    }
+}
+
 /// An HTTP answer: status, content type, body.
 pub struct HttpAnswer {
     /// Status code (0: none read).
