@@ -207,8 +207,8 @@ fn health(a: CommonArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One row of `endpoint status`.
-#[derive(serde::Serialize)]
+/// One row of `endpoint status` (default: nothing known).
+#[derive(Default, serde::Serialize)]
 struct Row {
     endpoint: String,
     device: Option<u64>,
@@ -262,18 +262,8 @@ fn status(a: CommonArgs) -> anyhow::Result<ExitCode> {
                 },
                 Err(e) => Row {
                     endpoint,
-                    device: None,
-                    version: None,
-                    membership_version: None,
-                    stores_managed: None,
-                    chunks: None,
-                    is_coordinator: None,
-                    coordinator: None,
-                    coordinator_term: None,
-                    lookup: None,
-                    data_bytes: None,
-                    status_ms: None,
                     error: Some(e),
+                    ..Row::default()
                 },
             })
             .collect();
@@ -429,8 +419,9 @@ mod tests {
             error: None,
         };
         let down = Row {
+            endpoint: "127.0.0.1:7102".into(),
             error: Some("connection refused".into()),
-            ..silent("127.0.0.1:7102")
+            ..Row::default()
         };
         let t = table(&[ok, down]);
         let lines: Vec<&str> = t.lines().collect();
@@ -442,24 +433,5 @@ mod tests {
         assert_eq!(lines[0].find("ID"), lines[1].find("d1"), "{t}");
         assert!(lines[3].contains("connection refused"), "{t}");
         assert_eq!(human_bytes(999), "999 B");
-    }
-
-    /// A row of `endpoint` with nothing known.
-    fn silent(endpoint: &str) -> Row {
-        Row {
-            endpoint: endpoint.into(),
-            device: None,
-            version: None,
-            membership_version: None,
-            stores_managed: None,
-            chunks: None,
-            is_coordinator: None,
-            coordinator: None,
-            coordinator_term: None,
-            lookup: None,
-            data_bytes: None,
-            status_ms: None,
-            error: None,
-        }
     }
 }

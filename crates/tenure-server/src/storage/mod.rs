@@ -211,7 +211,7 @@ impl Storage {
             .set_cache_size(REDB_CACHE_BYTES)
             .create(&path)
             .map_err(redb::Error::from)?;
-        let (generation, upgrade) = {
+        let (generation, upgraded_from) = {
             let (format, owner) = read_meta(&db)?;
             check_meta(format, owner, device)?;
             if format != Some(FORMAT_VERSION) || owner.is_none() {
@@ -222,9 +222,9 @@ impl Storage {
                 format.filter(|f| *f < FORMAT_VERSION),
             )
         };
-        let upgraded_from = upgrade;
-        // Before format 6 a chunk's record held its whole tables and no rows.
-        let upgrade = upgrade.is_some_and(|f| f < 6);
+        // Before format 6 (every older format) a chunk's record held its whole tables
+        // and no rows.
+        let upgrade = upgraded_from.is_some();
         // Two logs take turns: while redb takes one's groups in the background, the
         // other takes new groups. A device stopped in the middle of a checkpoint left the
         // groups of redb's generation in one and those of the next in the other.

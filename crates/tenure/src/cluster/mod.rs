@@ -142,7 +142,8 @@ fn pid_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// A current-thread runtime for one command's client calls.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)

@@ -13,17 +13,10 @@ use tenure_client::{Client, ClientOptions};
 /// Admit host `name` of the bundle in `out`.
 pub fn run(out: &Path, name: &str, limit: Duration) -> anyhow::Result<()> {
     let b = Bundle::load(out)?;
-    let Some(h) = b.hosts().iter().find(|h| h.host.name == name).cloned() else {
-        bail!("the bundle in {} has no host {name}", b.dir().display());
-    };
-    let p = b.paths();
-    let peer = std::net::SocketAddr::new(h.host.addr, p.peer_port).to_string();
-    let mine = std::net::SocketAddr::new(h.host.addr, p.client_port).to_string();
-    let others: Vec<String> = b
-        .endpoints(true)
-        .into_iter()
-        .filter(|e| *e != mine)
-        .collect();
+    let h = b.host(name)?.clone();
+    let peer = h.peer(b.paths()).peer_addr.to_string();
+    let mine = h.client_endpoint(b.paths());
+    let others = b.endpoints_but(&h);
     let (rt, opts) = admin(&b)?;
     let started = Instant::now();
     rt.block_on(async {
@@ -90,22 +83,14 @@ fn admin(b: &Bundle) -> anyhow::Result<(tokio::runtime::Runtime, ClientOptions)>
         attempt_timeout: Duration::from_secs(1),
         ..Default::default()
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok((rt, opts))
+    Ok((crate::cluster::runtime()?, opts))
 }
 
 /// Retire host `name`'s device and mark the host retired in the bundle in `out`.
 pub fn retire(out: &Path, name: &str, limit: Duration) -> anyhow::Result<()> {
     let b = Bundle::load(out)?;
-    let Some(h) = b.hosts().iter().find(|h| h.host.name == name).cloned() else {
-        bail!("the bundle in {} has no host {name}", b.dir().display());
-    };
-    let mine = std::net::SocketAddr::new(h.host.addr, b.paths().client_port).to_string();
-    let others: Vec<String> = (b.endpoints(true).into_iter())
-        .filter(|e| *e != mine)
-        .collect();
+    let h = b.host(name)?.clone();
+    let others = b.endpoints_but(&h);
     if others.is_empty() {
         bail!("{name} is the bundle's only host; nothing could take its chunks");
     }

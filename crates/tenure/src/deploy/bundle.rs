@@ -80,7 +80,8 @@ impl HostEntry {
         expand(&p.data_dir, &self.host.name)
     }
 
-    fn peer(&self, p: &Paths) -> PeerConfig {
+    /// Its device's addresses.
+    pub fn peer(&self, p: &Paths) -> PeerConfig {
         PeerConfig {
             id: self.id,
             peer_addr: SocketAddr::new(self.host.addr, p.peer_port),
@@ -89,7 +90,16 @@ impl HostEntry {
         }
     }
 
-    fn client_endpoint(&self, p: &Paths) -> String {
+    /// Issue its device a certificate of `ca` naming the host and its address, into
+    /// `cert` and `key`.
+    fn issue(&self, ca: &Authority, cert: &Path, key: &Path) -> anyhow::Result<()> {
+        let (names, addrs) = (self.host.dns_names(), [self.host.addr]);
+        ca.issue_host_device(DeviceId(self.id), &names, &addrs, cert, key)
+            .with_context(|| format!("issuing device {}'s certificate", self.id))
+    }
+
+    /// Its device's client endpoint.
+    pub fn client_endpoint(&self, p: &Paths) -> String {
         SocketAddr::new(self.host.addr, p.client_port).to_string()
     }
 }
@@ -224,21 +234,12 @@ impl Bundle {
     /// bundle directory), for its host to install and restart with.
     pub fn renew_host(out: &Path, name: &str) -> anyhow::Result<(Bundle, u64)> {
         let b = Bundle::load(out)?;
-        let Some(h) = b.hosts.iter().find(|h| h.host.name == name) else {
-            bail!("the bundle in {} has no host {name}", b.dir.display());
-        };
+        let h = b.host(name)?;
         let ca = Authority::load(&b.dir.join("ca"))
             .context("loading the bundle's CA to issue the certificate")?;
         let tls = b.dir.join("hosts").join(name).join("tls");
         let (cert, key) = (tls.join("device.pem.new"), tls.join("device.key.new"));
-        ca.issue_host_device(
-            DeviceId(h.id),
-            &h.host.dns_names(),
-            &[h.host.addr],
-            &cert,
-            &key,
-        )
-        .with_context(|| format!("issuing device {}'s certificate", h.id))?;
+        h.issue(&ca, &cert, &key)?;
         std::fs::rename(&key, tls.join("device.key"))?;
         std::fs::rename(&cert, tls.join("device.pem"))?;
         let id = h.id;
@@ -272,14 +273,23 @@ impl Bundle {
         write_over(&self.dir.join("bundle.json"), &text, false)
     }
 
+    /// Host `name`.
+    pub fn host(&self, name: &str) -> anyhow::Result<&HostEntry> {
+        (self.hosts.iter().find(|h| h.host.name == name))
+            .with_context(|| format!("the bundle in {} has no host {name}", self.dir.display()))
+    }
+
+    /// The client endpoints of every host but `h` (what is asked about it).
+    pub fn endpoints_but(&self, h: &HostEntry) -> Vec<String> {
+        let mine = h.client_endpoint(&self.paths);
+        (self.endpoints(true).into_iter())
+            .filter(|e| *e != mine)
+            .collect()
+    }
+
     /// The bundle's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Its hosts.
-    pub fn hosts(&self) -> &[HostEntry] {
-        &self.hosts
     }
 
     /// Ports and paths.
@@ -350,14 +360,7 @@ impl Bundle {
             h.id, h.host.name, h.host.addr
         );
         write_new(&dir.join("server.toml"), &(header + &cfg.to_toml()), false)?;
-        ca.issue_host_device(
-            DeviceId(h.id),
-            &h.host.dns_names(),
-            &[h.host.addr],
-            &dir.join("tls/device.pem"),
-            &dir.join("tls/device.key"),
-        )
-        .with_context(|| format!("issuing device {}'s certificate", h.id))?;
+        h.issue(ca, &dir.join("tls/device.pem"), &dir.join("tls/device.key"))?;
         std::fs::copy(&ca.cert_path, dir.join("tls/ca.pem"))?;
         write_new(
             &dir.join("tenure.service"),

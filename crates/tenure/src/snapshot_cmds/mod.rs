@@ -29,6 +29,7 @@
 //! `--keep-collected`.
 
 use crate::client_cmds::Target;
+use crate::cluster::runtime;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -199,12 +200,6 @@ pub fn run(args: SnapshotArgs) -> anyhow::Result<()> {
         SnapshotCmd::Restore(a) => restore(a),
         SnapshotCmd::Rm(a) => runtime()?.block_on(rm(a)),
     }
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
 }
 
 /// `1970-01-01T00:00:00.000Z` for a Unix time in milliseconds.
