@@ -29,6 +29,10 @@ pub struct Ctx<'a> {
     /// When this device first saw each recent epoch of each store (its chunks' epoch
     /// changes; [`crate::session::EpochsSeen`]).
     pub epochs: &'a BTreeMap<crate::ids::StoreId, crate::session::EpochsSeen>,
+    /// Every peer reads manifests with inline values ([`crate::generation`]): a small
+    /// put may be written as one change. False while a peer of an older build is in the
+    /// cluster (a rolling upgrade).
+    pub inline_values: bool,
 }
 
 impl Ctx<'_> {

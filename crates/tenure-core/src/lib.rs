@@ -22,6 +22,7 @@ pub mod duration;
 pub mod election;
 pub mod error;
 pub mod gate;
+pub mod generation;
 pub mod ids;
 pub mod io;
 pub mod layout;

@@ -6,12 +6,13 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use tenure_core::generation::{self, Generation};
 use tenure_core::ids::DeviceId;
 use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -170,10 +171,23 @@ fn no_common(mine: Versions, peer: Versions) -> String {
     )
 }
 
-/// Encode a frame body at wire `version` (the codec adds the length prefix).
+/// The layout of the values a wire version carries: version 3 added inline object
+/// values (a manifest's `value`, the one-change put).
+pub fn generation(version: u8) -> Generation {
+    if version >= 3 {
+        Generation::InlineValues
+    } else {
+        Generation::BeforeInlineValues
+    }
+}
+
+/// Encode a frame body at wire `version` (the codec adds the length prefix). A value the
+/// version cannot express (an inline object value, at version 2) is an encoding error.
 pub fn encode(frame: &Frame, version: u8) -> Result<Bytes, postcard::Error> {
     let mut buf = vec![version];
-    buf.extend_from_slice(&postcard::to_stdvec(frame)?);
+    buf.extend_from_slice(&generation::with(generation(version), || {
+        postcard::to_stdvec(frame)
+    })?);
     Ok(Bytes::from(buf))
 }
 
@@ -202,7 +216,7 @@ fn body(rest: &[u8]) -> Result<Frame, WireError> {
 pub fn decode(body_bytes: &[u8], version: u8) -> Result<Frame, WireError> {
     match body_bytes.split_first() {
         None => Err(WireError::Empty),
-        Some((&v, rest)) if v == version => body(rest),
+        Some((&v, rest)) if v == version => generation::with(generation(version), || body(rest)),
         Some((&found, _)) => Err(WireError::Version {
             found,
             expected: version,

@@ -118,6 +118,8 @@ struct Env {
     hints_gen: u64,
     /// When this device's chunks first showed each recent epoch of their store.
     epochs: BTreeMap<StoreId, crate::session::EpochsSeen>,
+    /// [`Ctx::inline_values`].
+    inline_values: bool,
 }
 
 impl Env {
@@ -130,6 +132,7 @@ impl Env {
             heard: &self.heard,
             hints: &self.hints,
             epochs: &self.epochs,
+            inline_values: self.inline_values,
         }
     }
 }
@@ -170,6 +173,7 @@ impl Device {
                 hints: BTreeMap::new(),
                 hints_gen: 0,
                 epochs: BTreeMap::new(),
+                inline_values: true,
             },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
@@ -472,6 +476,12 @@ impl Device {
     /// Views of all chunks.
     pub fn chunk_views(&self) -> Vec<ChunkView> {
         self.chunks.values().map(Chunk::view).collect()
+    }
+
+    /// Whether every peer reads inline object values ([`Ctx::inline_values`]): the
+    /// driver says so from the wire versions its peers negotiated.
+    pub fn set_inline_values(&mut self, all_peers_read_them: bool) {
+        self.env.inline_values = all_peers_read_them;
     }
 
     /// View of this device's manager role for a store (None if it has none).

@@ -127,6 +127,7 @@ impl Env {
             heard: &self.heard,
             hints: &self.hints,
             epochs: &self.epochs,
+            inline_values: true,
         }
     }
 

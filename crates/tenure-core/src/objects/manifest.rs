@@ -109,6 +109,10 @@ pub struct Manifest {
     /// The request that deleted the object, if a delete did, and the deletion's
     /// revision (idempotent retries).
     pub delete_request: Option<(SessionId, u64, u64)>,
+    /// A small object's content, carried by its manifest instead of blocks (written by
+    /// one change, [`super::ObjectOp::Put`]); none for block content.
+    #[serde(with = "crate::generation::inline_value")]
+    pub value: Option<super::Bytes>,
 }
 
 impl Manifest {
@@ -131,7 +135,31 @@ impl Manifest {
             owner: None,
             request: None,
             delete_request: None,
+            value: None,
         }
+    }
+
+    /// A small object's manifest, active at `revision` from its creation: the content is
+    /// `value` itself, with no blocks to write or collect.
+    pub fn inline(uuid: Uuid, value: super::Bytes, revision: u64, at: Instant) -> Manifest {
+        Manifest {
+            state: ManifestState::Active,
+            size: value.len() as u64,
+            checksum: crc32fast::hash(&value),
+            revision,
+            value: Some(value),
+            remaining_write: BTreeSet::new(),
+            ..Manifest::writing(uuid, Vec::new(), at)
+        }
+    }
+
+    /// Whether the manifest names no block at all (inline or empty content): retiring it
+    /// leaves nothing to collect.
+    pub fn nothing_to_collect(&self) -> bool {
+        self.blocks.is_empty()
+            && self.remaining_delete.is_empty()
+            && self.props.multipart.is_none()
+            && self.props.garbage.is_empty()
     }
 
     /// Every block this manifest names: its content and its multipart parts.

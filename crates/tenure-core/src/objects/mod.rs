@@ -25,6 +25,8 @@ pub mod table;
 #[cfg(test)]
 mod scenarios;
 #[cfg(test)]
+mod small_scenarios;
+#[cfg(test)]
 mod tests;
 
 pub use manifest::{DeletionLease, Manifest, ManifestState, Part, Props, merge, merge_dict};
@@ -256,6 +258,29 @@ pub enum ObjectOp {
         /// Key.
         key: String,
     },
+    /// A small object in one change: Begin, Blocks and Activate at once, its value
+    /// carried inline by the manifest (and by the change, which chunks keep and vote
+    /// with the value, as it is part of the table). An older content with no blocks is
+    /// retired in the same change.
+    #[serde(serialize_with = "crate::generation::only_inline")]
+    Put(SmallPut),
+}
+
+/// The content of [`ObjectOp::Put`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmallPut {
+    /// Key.
+    pub key: String,
+    /// The upload.
+    pub uuid: Uuid,
+    /// The whole content (at most `[objects] inline_max` bytes).
+    pub value: Bytes,
+    /// Ephemeral: deleted when this session ends.
+    pub owner: Option<SessionId>,
+    /// The creating request (idempotent retries).
+    pub request: Option<(SessionId, u64)>,
+    /// Conditions, checked atomically with the write.
+    pub cond: Conditions,
 }
 
 impl ObjectOp {
@@ -271,6 +296,7 @@ impl ObjectOp {
             | ObjectOp::GcProgress { key, .. }
             | ObjectOp::GcDone { key, .. }
             | ObjectOp::Prune { key } => key,
+            ObjectOp::Put(p) => &p.key,
         }
     }
 
@@ -299,13 +325,14 @@ impl ObjectOp {
         }
     }
 
-    /// Bytes of block data the change carries.
+    /// Bytes of object data the change carries (block data, or an inline value).
     pub fn data_len(&self) -> usize {
         match self {
             ObjectOp::Blocks { blocks, .. } => blocks
                 .iter()
                 .map(|b| b.data.as_ref().map_or(0, |d| d.len()))
                 .sum(),
+            ObjectOp::Put(p) => p.value.len(),
             _ => 0,
         }
     }
@@ -406,6 +433,9 @@ pub struct ObjectSettings {
     pub history: u32,
     /// Largest amount of block data in one SafeTalk batch.
     pub max_batch_bytes: usize,
+    /// Largest value written as one change with the value inline in its manifest
+    /// ([`ObjectOp::Put`]); larger ones are written as blocks. 0 turns inline values off.
+    pub inline_max: u32,
 }
 
 impl Default for ObjectSettings {
@@ -421,6 +451,7 @@ impl Default for ObjectSettings {
             writing_timeout: Duration::from_secs(300),
             history: 10_000,
             max_batch_bytes: 8 << 20,
+            inline_max: 64 << 10,
         }
     }
 }

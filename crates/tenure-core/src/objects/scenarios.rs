@@ -15,9 +15,13 @@ use crate::msg::Msg;
 use crate::testkit::Cluster;
 use std::time::Duration;
 
-const STORES: u32 = 4;
+pub(super) const STORES: u32 = 4;
 
-fn tweak(cfg: &mut DeviceConfig) {
+/// Settings of the block workflow's scenarios: tiny blocks, and no inline values, so
+/// that every put goes through the seed's upload (the one-change put of small objects
+/// has its own scenarios, in `small_scenarios`).
+pub(super) fn tweak(cfg: &mut DeviceConfig) {
+    cfg.objects.inline_max = 0;
     cfg.objects.block_size = 4;
     cfg.objects.prune_after = Duration::from_secs(5);
     cfg.objects.lease_timeout = Duration::from_secs(2);
@@ -25,26 +29,26 @@ fn tweak(cfg: &mut DeviceConfig) {
     cfg.objects.writing_timeout = Duration::from_secs(3);
 }
 
-fn cluster() -> Cluster {
+pub(super) fn cluster() -> Cluster {
     let mut c = Cluster::with(3, STORES, tweak);
     c.run_for(Duration::from_secs(3));
     assert!(c.all_managed());
     c
 }
 
-fn store(key: &str) -> StoreId {
+pub(super) fn store(key: &str) -> StoreId {
     store_of(key, STORES)
 }
 
-fn mgr(c: &Cluster, key: &str) -> DeviceId {
+pub(super) fn mgr(c: &Cluster, key: &str) -> DeviceId {
     c.manager_of(store(key)).expect("managed").0
 }
 
-fn ask(c: &mut Cluster, key: &str, req: ObjectRequest) -> Result<Response, ClientError> {
+pub(super) fn ask(c: &mut Cluster, key: &str, req: ObjectRequest) -> Result<Response, ClientError> {
     ask_within(c, key, req, Duration::from_millis(200))
 }
 
-fn ask_within(
+pub(super) fn ask_within(
     c: &mut Cluster,
     key: &str,
     req: ObjectRequest,
@@ -63,7 +67,7 @@ fn ask_within(
     c.replies.remove(&id).expect("answered")
 }
 
-fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError> {
+pub(super) fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError> {
     let req = ObjectRequest::Put {
         key: key.into(),
         data: Bytes::copy_from_slice(data),
@@ -74,7 +78,7 @@ fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError>
     ask(c, key, req)
 }
 
-fn get(c: &mut Cluster, key: &str) -> Result<Vec<u8>, ClientError> {
+pub(super) fn get(c: &mut Cluster, key: &str) -> Result<Vec<u8>, ClientError> {
     match ask(c, key, ObjectRequest::Get { key: key.into() })? {
         Response::Object { data, .. } => Ok(data.to_vec()),
         other => panic!("{other:?}"),
@@ -551,7 +555,7 @@ fn a_deletion_lease_not_checked_in_is_taken_over_by_the_next_manager() {
     assert_eq!(get(&mut c, key), Ok(b"new content".to_vec()));
 }
 
-fn session(c: &mut Cluster, s: StoreId) -> crate::ids::SessionId {
+pub(super) fn session(c: &mut Cluster, s: StoreId) -> crate::ids::SessionId {
     let (m, _) = c.manager_of(s).unwrap();
     let id = c.request(
         m,

@@ -390,13 +390,7 @@ impl ObjectTable {
                 self.revision += 1;
                 new.state = Active;
                 new.revision = self.revision;
-                let older: Vec<Uuid> = (self.keys[key].values())
-                    .filter(|o| o.state == Active)
-                    .map(|o| o.uuid)
-                    .collect();
-                for o in older {
-                    self.pend(key, o, at);
-                }
+                self.supersede(key, at);
                 if let Some(s) = new.owner {
                     self.owned.entry(s).or_default().insert(key.clone());
                 }
@@ -482,6 +476,38 @@ impl ObjectTable {
                 Ok(ObjectOutcome::Collected)
             }
             ObjectOp::Prune { .. } => Ok(ObjectOutcome::Collected),
+            ObjectOp::Put(p) => {
+                if let Some(m) = self.get(&p.key, p.uuid) {
+                    // A replay of a put that happened.
+                    return match m.revision {
+                        0 => Err(ObjectError::NoSuchUpload(p.uuid).into()),
+                        revision => Ok(ObjectOutcome::Written {
+                            revision,
+                            uuid: p.uuid,
+                        }),
+                    };
+                }
+                self.check(&p.key, &p.cond, locks)?;
+                self.revision += 1;
+                let mut m = Manifest::inline(p.uuid, p.value.clone(), self.revision, at);
+                m.owner = p.owner;
+                m.request = p.request;
+                self.supersede(&p.key, at);
+                if let Some(s) = m.owner {
+                    self.owned.entry(s).or_default().insert(p.key.clone());
+                }
+                let change = super::ChangeKind::Put {
+                    uuid: p.uuid,
+                    size: m.size,
+                    checksum: m.checksum,
+                };
+                self.put(&p.key, m);
+                self.record(&p.key, change);
+                Ok(ObjectOutcome::Written {
+                    revision: self.revision,
+                    uuid: p.uuid,
+                })
+            }
         }
     }
 
@@ -612,6 +638,43 @@ impl ObjectTable {
         }
     }
 
+    /// The key's active manifests are superseded (a new content became active): each is
+    /// retired at once if it names no block, else becomes pending_delete.
+    fn supersede(&mut self, key: &str, at: Instant) {
+        let older: Vec<Uuid> = (self.keys.get(key).into_iter().flat_map(|d| d.values()))
+            .filter(|o| o.state == ManifestState::Active)
+            .map(|o| o.uuid)
+            .collect();
+        for o in older {
+            self.retire_or_pend(key, o, at, false);
+        }
+    }
+
+    /// An active manifest leaves: with no block to collect it is retired in this change
+    /// (dropped, or a tombstone when `tombstone`, which a delete's request needs for its
+    /// retries); otherwise it becomes pending_delete for the collector.
+    fn retire_or_pend(&mut self, key: &str, uuid: Uuid, at: Instant, tombstone: bool) {
+        let Some(m) = self.get(key, uuid) else {
+            return;
+        };
+        if !m.nothing_to_collect() {
+            return self.pend(key, uuid, at);
+        }
+        let Some(dict) = self.keys.get_mut(key) else {
+            return;
+        };
+        if tombstone {
+            if let Some(m) = dict.get_mut(&uuid) {
+                m.state = ManifestState::Deleted;
+                m.deleted_at = Some(at);
+                m.lease = None;
+                m.value = None;
+            }
+        } else {
+            dict.remove(&uuid);
+        }
+    }
+
     fn delete(
         &mut self,
         key: &str,
@@ -621,7 +684,7 @@ impl ObjectTable {
     ) -> u64 {
         self.revision += 1;
         let revision = self.revision;
-        self.pend(key, uuid, at);
+        self.retire_or_pend(key, uuid, at, request.is_some());
         if let (Some((s, r)), Some(m)) = (
             request,
             self.keys.get_mut(key).and_then(|d| d.get_mut(&uuid)),

@@ -726,3 +726,152 @@ fn block_checksums_combine_to_the_content_checksum() {
     );
     assert_eq!(combine([]), crc32fast::hash(b""));
 }
+
+// ---- the one-change put of a small object (ObjectOp::Put) ----
+
+fn small(key: &str, uuid: u128, value: &'static [u8], cond: Conditions) -> ObjectOp {
+    ObjectOp::Put(SmallPut {
+        key: key.into(),
+        uuid: Uuid(uuid),
+        value: Bytes::from_static(value),
+        owner: None,
+        request: None,
+        cond,
+    })
+}
+
+#[test]
+fn put_small_is_active_at_once_with_its_value_and_no_blocks() {
+    let mut tab = ObjectTable::default();
+    let l = locks();
+    let r = tab.execute(
+        &small("/s/k", 1, b"value", Conditions::default()),
+        acc(1),
+        &l,
+    );
+    assert_eq!(
+        r,
+        Ok(ObjectOutcome::Written {
+            revision: 1,
+            uuid: Uuid(1)
+        })
+    );
+    let m = tab.active("/s/k").unwrap();
+    assert_eq!(m.value.as_deref(), Some(&b"value"[..]));
+    assert_eq!((m.size, m.checksum), (5, crc32fast::hash(b"value")));
+    assert!(m.blocks.is_empty() && m.remaining_write.is_empty());
+    assert!(tab.live_blocks().is_empty());
+    assert!(tab.attention.is_empty(), "nothing to collect");
+    assert_eq!(tab.history.len(), 1);
+}
+
+#[test]
+fn put_small_replayed_answers_the_first_outcome_and_changes_nothing() {
+    let mut tab = ObjectTable::default();
+    let l = locks();
+    let op = small("/s/k", 1, b"value", Conditions::default());
+    tab.execute(&op, acc(1), &l).unwrap();
+    let before = tab.clone();
+    let r = tab.execute(&op, acc(2), &l);
+    assert_eq!(
+        r,
+        Ok(ObjectOutcome::Written {
+            revision: 1,
+            uuid: Uuid(1)
+        })
+    );
+    assert_eq!(tab, before);
+}
+
+#[test]
+fn put_small_with_a_failed_condition_changes_nothing() {
+    let mut tab = ObjectTable::default();
+    let l = locks();
+    tab.execute(&small("/s/k", 1, b"one", Conditions::default()), acc(1), &l)
+        .unwrap();
+    let before = tab.clone();
+    let absent = Conditions {
+        if_absent: true,
+        ..Default::default()
+    };
+    let r = tab.execute(&small("/s/k", 2, b"two", absent), acc(2), &l);
+    assert_eq!(r, Err(ObjectError::Exists { revision: 1 }.into()));
+    let stale = Conditions {
+        if_revision: Some(7),
+        ..Default::default()
+    };
+    let r = tab.execute(&small("/s/k", 3, b"three", stale), acc(2), &l);
+    assert_eq!(
+        r,
+        Err(ObjectError::RevisionMismatch { current: Some(1) }.into())
+    );
+    assert_eq!(tab, before);
+}
+
+#[test]
+fn put_small_over_a_small_object_retires_it_in_the_same_change() {
+    let mut tab = ObjectTable::default();
+    let l = locks();
+    tab.execute(&small("/s/k", 1, b"one", Conditions::default()), acc(1), &l)
+        .unwrap();
+    tab.execute(&small("/s/k", 2, b"two", Conditions::default()), acc(2), &l)
+        .unwrap();
+    assert_eq!(tab.keys["/s/k"].len(), 1);
+    assert_eq!(
+        tab.active("/s/k").unwrap().value.as_deref(),
+        Some(&b"two"[..])
+    );
+    assert!(tab.attention.is_empty());
+}
+
+#[test]
+fn put_small_over_a_block_object_leaves_its_blocks_to_collect() {
+    let mut tab = ObjectTable::default();
+    let l = locks();
+    upload(&mut tab, "/s/k", 1, b"hello world", 1, Default::default()).unwrap();
+    tab.execute(&small("/s/k", 2, b"two", Conditions::default()), acc(2), &l)
+        .unwrap();
+    let old = &tab.keys["/s/k"][&Uuid(1)];
+    assert_eq!(old.state, ManifestState::PendingDelete);
+    assert_eq!(old.remaining_delete.len(), 3);
+    assert!(tab.attention.contains("/s/k"));
+}
+
+#[test]
+fn merge_a_a_of_an_inline_manifest_keeps_its_value() {
+    let m = Manifest::inline(U, Bytes::from_static(b"v"), 3, t(1));
+    assert_eq!(merge(&m, &m.clone()), m);
+    // A later state wins and a tombstone carries no value.
+    let mut dead = m.clone();
+    dead.state = ManifestState::Deleted;
+    dead.value = None;
+    assert_eq!(merge(&m, &dead), dead);
+}
+
+#[test]
+fn an_inline_value_encodes_only_from_its_generation_on() {
+    use crate::generation::{Generation, with};
+    let inline = Manifest::inline(U, Bytes::from_static(b"v"), 3, t(1));
+    let bytes = postcard::to_stdvec(&inline).unwrap();
+    assert_eq!(postcard::from_bytes::<Manifest>(&bytes).unwrap(), inline);
+    // The older layout cannot carry the value: an error, never a silent drop.
+    assert!(
+        with(Generation::BeforeInlineValues, || postcard::to_stdvec(
+            &inline
+        ))
+        .is_err()
+    );
+    let op = small("/s/k", 1, b"v", Conditions::default());
+    assert!(with(Generation::BeforeInlineValues, || postcard::to_stdvec(&op)).is_err());
+    // A manifest without one reads and writes the older layout, one byte shorter.
+    let plain = a(3);
+    let old = with(Generation::BeforeInlineValues, || {
+        postcard::to_stdvec(&plain)
+    })
+    .unwrap();
+    assert_eq!(old.len() + 1, postcard::to_stdvec(&plain).unwrap().len());
+    let back = with(Generation::BeforeInlineValues, || {
+        postcard::from_bytes::<Manifest>(&old)
+    });
+    assert_eq!(back.unwrap(), plain);
+}

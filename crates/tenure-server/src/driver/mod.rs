@@ -297,6 +297,8 @@ impl Driver {
                 }
                 n += 1;
             }
+            // Small puts become one change once every peer reads inline values.
+            (self.device).set_inline_values(self.transport.oldest_peer_version() >= 3);
             let now = self.clock.now();
             if self.device.poll_timeout().is_some_and(|t| t <= now) {
                 self.input(Input::Tick, &mut out);

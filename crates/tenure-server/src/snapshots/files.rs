@@ -2,7 +2,8 @@
 //! durable writes, and the replay file a restored device reads once.
 
 use super::{
-    FORMAT, HEADER_BYTES, PART_MAGIC, REPLAY_FILE, REPLAY_MAGIC, REPLAYED_FILE, SnapshotError,
+    FORMAT, HEADER_BYTES, OLDEST_FORMAT, PART_MAGIC, REPLAY_FILE, REPLAY_MAGIC, REPLAYED_FILE,
+    SnapshotError, generation,
 };
 use std::path::{Path, PathBuf};
 use tenure_core::ids::DeviceId;
@@ -32,17 +33,18 @@ pub(super) fn frame(magic: [u8; 8], body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The body of a framed file, and its format.
 pub(super) fn unframe<'a>(
     magic: [u8; 8],
     what: &'static str,
     bytes: &'a [u8],
-) -> Result<&'a [u8], SnapshotError> {
+) -> Result<(&'a [u8], u32), SnapshotError> {
     if bytes.len() < HEADER_BYTES || bytes[..8] != magic {
         return Err(SnapshotError::Magic { what });
     }
     let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
     let format = u32_at(8);
-    if format != FORMAT {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&format) {
         return Err(SnapshotError::Format {
             what,
             found: format,
@@ -66,7 +68,7 @@ pub(super) fn unframe<'a>(
             found,
         });
     }
-    Ok(body)
+    Ok((body, format))
 }
 
 /// A part file's bytes.
@@ -78,8 +80,9 @@ pub fn encode_part(part: &SnapshotPart) -> Result<Vec<u8>, SnapshotError> {
 /// Read a part file's bytes (header, length, checksum, content).
 pub fn decode_part(bytes: &[u8]) -> Result<SnapshotPart, SnapshotError> {
     let what = "snapshot part";
-    let body = unframe(PART_MAGIC, what, bytes)?;
-    postcard::from_bytes(body).map_err(|source| SnapshotError::Decode { what, source })
+    let (body, format) = unframe(PART_MAGIC, what, bytes)?;
+    tenure_core::generation::with(generation(format), || postcard::from_bytes(body))
+        .map_err(|source| SnapshotError::Decode { what, source })
 }
 
 /// The name of a device's part file in a snapshot's directory.
@@ -121,8 +124,9 @@ pub fn write_replay(data_dir: &Path, msgs: &[(DeviceId, Msg)]) -> Result<(), Sna
 pub fn read_replay(path: &Path) -> Result<Vec<(DeviceId, Msg)>, SnapshotError> {
     let what = "snapshot replay";
     let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let body = unframe(REPLAY_MAGIC, what, &bytes)?;
-    postcard::from_bytes(body).map_err(|source| SnapshotError::Decode { what, source })
+    let (body, format) = unframe(REPLAY_MAGIC, what, &bytes)?;
+    tenure_core::generation::with(generation(format), || postcard::from_bytes(body))
+        .map_err(|source| SnapshotError::Decode { what, source })
 }
 
 /// At boot: the messages a restored device must receive before anything else, taken out

@@ -76,8 +76,21 @@ pub use files::{
 pub const PART_MAGIC: [u8; 8] = *b"TNRPART\0";
 /// Magic of a replay file.
 pub const REPLAY_MAGIC: [u8; 8] = *b"TNRRPLY\0";
-/// Format of both files this build writes and reads.
-pub const FORMAT: u32 = 1;
+/// Format of both files this build writes. Format 2 added inline object values
+/// ([`tenure_core::generation`]); format 1 files (no inline values) are still read.
+pub const FORMAT: u32 = 2;
+/// The oldest format this build reads.
+pub const OLDEST_FORMAT: u32 = 1;
+
+/// The layout of the values in a file of `format`.
+pub fn generation(format: u32) -> tenure_core::generation::Generation {
+    use tenure_core::generation::Generation;
+    if format >= 2 {
+        Generation::InlineValues
+    } else {
+        Generation::BeforeInlineValues
+    }
+}
 /// Size of a file's header.
 pub const HEADER_BYTES: usize = 24;
 /// The replay file in a device's data directory.
@@ -112,7 +125,7 @@ pub enum SnapshotError {
         what: &'static str,
     },
     /// The file's format is not one this build reads.
-    #[error("{what} file of format {found}; this build reads format {FORMAT}")]
+    #[error("{what} file of format {found}; this build reads formats {OLDEST_FORMAT} to {FORMAT}")]
     Format {
         /// Part or replay.
         what: &'static str,

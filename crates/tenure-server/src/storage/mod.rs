@@ -215,13 +215,17 @@ impl Storage {
             let (format, owner) = read_meta(&db)?;
             check_meta(format, owner, device)?;
             if format != Some(FORMAT_VERSION) || owner.is_none() {
-                write_meta(&db, device)?;
+                // An older directory keeps its format number until it is rewritten
+                // below: a device stopped before then reads it as that format again.
+                write_meta(&db, device, format.unwrap_or(FORMAT_VERSION))?;
             }
             (
                 read_generation(&db)?,
                 format.filter(|f| *f < FORMAT_VERSION),
             )
         };
+        // What the directory and its logs hold is in the layout of its format.
+        let layout = schema::generation(upgraded_from.unwrap_or(FORMAT_VERSION));
         // Before format 6 (every older format) a chunk's record held its whole tables
         // and no rows.
         let upgrade = upgraded_from.is_some();
@@ -263,7 +267,8 @@ impl Storage {
             rows_written: 0,
             upgraded_from,
         };
-        let (state, next_delta, persisted) = storage.load_with_counters()?;
+        let (state, next_delta, persisted) =
+            tenure_core::generation::with(layout, || storage.load_with_counters())?;
         storage.state = state;
         storage.persisted = persisted;
         storage.next_delta = next_delta;
@@ -277,12 +282,19 @@ impl Storage {
             storage.persisted.clear();
         }
         for (seq, bytes) in records.iter().enumerate() {
-            let ops: Vec<PersistOp> = postcard::from_bytes(bytes)
-                .map_err(|source| StorageError::Record { seq, source })?;
+            let ops: Vec<PersistOp> =
+                tenure_core::generation::with(layout, || postcard::from_bytes(bytes))
+                    .map_err(|source| StorageError::Record { seq, source })?;
             storage.apply(ops);
         }
         if !storage.dirty.is_empty() {
             storage.checkpoint(false)?;
+        }
+        if upgrade {
+            // Everything is rewritten in this build's layout (the checkpoint above, with
+            // nothing in the background): now the directory is of this format.
+            storage.wait_checkpoint()?;
+            write_meta(&storage.db, device, FORMAT_VERSION)?;
         }
         let state = storage.state.clone();
         Ok((storage, state))
@@ -405,6 +417,31 @@ pub fn rewrite_as_format_5(dir: &Path, device: DeviceId) -> Result<(), StorageEr
     tx.open_table(META)
         .map_err(redb::Error::from)?
         .insert(KEY_FORMAT, 5)
+        .map_err(redb::Error::from)?;
+    tx.commit().map_err(redb::Error::from)?;
+    Ok(())
+}
+
+/// Rewrite the stopped device `device`'s data directory `dir` as format 6 left it: the
+/// same rows and records in the layout from before inline object values. What a device
+/// of a build before format 7 leaves; tests of the upgrade in place start from it. Fails
+/// if the directory holds an inline value, which format 6 cannot express.
+#[doc(hidden)]
+pub fn rewrite_as_format_6(dir: &Path, device: DeviceId) -> Result<(), StorageError> {
+    let (mut s, state) = Storage::open(dir, device)?;
+    s.dirty.chunks.extend(state.chunks.keys().copied());
+    s.persisted.clear();
+    tenure_core::generation::with(
+        tenure_core::generation::Generation::BeforeInlineValues,
+        || s.checkpoint(false),
+    )?;
+    s.wait_checkpoint()?;
+    let db = s.db.clone();
+    drop(s);
+    let tx = db.begin_write().map_err(redb::Error::from)?;
+    tx.open_table(META)
+        .map_err(redb::Error::from)?
+        .insert(KEY_FORMAT, 6)
         .map_err(redb::Error::from)?;
     tx.commit().map_err(redb::Error::from)?;
     Ok(())

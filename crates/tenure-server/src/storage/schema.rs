@@ -28,8 +28,19 @@ pub(super) const KEY_SNAPSHOTS: &str = "snapshots";
 /// Small scalars: format version, serial counter, owning device.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// On-disk format version written by this code.
-pub const FORMAT_VERSION: u64 = 6;
+/// On-disk format version written by this code. Format 7 added inline object values
+/// ([`tenure_core::generation`]); format 6 is the same layout without them.
+pub const FORMAT_VERSION: u64 = 7;
+
+/// The layout of the values a data directory of `format` holds.
+pub fn generation(format: u64) -> tenure_core::generation::Generation {
+    use tenure_core::generation::Generation;
+    if format >= 7 {
+        Generation::InlineValues
+    } else {
+        Generation::BeforeInlineValues
+    }
+}
 
 pub(super) const KEY_FORMAT: &str = "format_version";
 pub(super) const KEY_NEXT_SERIAL: &str = "next_serial";
@@ -53,8 +64,8 @@ pub(super) fn read_meta(db: &Database) -> Result<(Option<u64>, Option<u64>), red
 }
 
 /// Refuse another format or another device's directory. Formats 1 (no deltas), 2 (no
-/// log), 3 (no lookup table) and 4 (no block table) are this format without them:
-/// opening one adds what is missing.
+/// log), 3 (no lookup table), 4 (no block table), 5 (whole records, no rows) and 6 (no
+/// inline values) are this format without them: opening one rewrites it.
 pub(super) fn check_meta(
     format: Option<u64>,
     owner: Option<u64>,
@@ -62,7 +73,7 @@ pub(super) fn check_meta(
 ) -> Result<(), StorageError> {
     if let Some(v) = format
         && v != FORMAT_VERSION
-        && !(1..=5).contains(&v)
+        && !(1..FORMAT_VERSION).contains(&v)
     {
         return Err(StorageError::Format { found: v });
     }
@@ -77,12 +88,13 @@ pub(super) fn check_meta(
     Ok(())
 }
 
-pub(super) fn write_meta(db: &Database, device: DeviceId) -> Result<(), redb::Error> {
+/// Write the meta table (and create every table) for a directory of `format`.
+pub(super) fn write_meta(db: &Database, device: DeviceId, format: u64) -> Result<(), redb::Error> {
     let mut tx = db.begin_write()?;
     tx.set_durability(Durability::Immediate)?;
     {
         let mut meta = tx.open_table(META)?;
-        meta.insert(KEY_FORMAT, FORMAT_VERSION)?;
+        meta.insert(KEY_FORMAT, format)?;
         meta.insert(KEY_DEVICE, device.0)?;
         tx.open_table(CHUNKS)?;
         tx.open_table(DELTAS)?;

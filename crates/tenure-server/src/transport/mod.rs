@@ -112,6 +112,8 @@ struct Peer {
     stop: CancellationToken,
     /// A removal under way (its serial): the peer goes when it is due.
     leaving: Option<u64>,
+    /// The wire version of its latest connection (0: never connected).
+    version: Arc<std::sync::atomic::AtomicU8>,
 }
 
 /// The peers, shared by the sending side, the accept loop and removals.
@@ -161,7 +163,9 @@ impl Shared {
         let (ctx, crx) = mpsc::channel(4);
         let (atx, arx) = watch::channel(addr);
         let stop = self.stop.child_token();
+        let version = Arc::new(std::sync::atomic::AtomicU8::new(0));
         let task = PeerTask {
+            version: version.clone(),
             cfg: self.cfg.clone(),
             peer: id,
             addr: arx,
@@ -179,6 +183,7 @@ impl Shared {
                 addr: atx,
                 stop,
                 leaving: None,
+                version,
             },
         );
         table.peers.get(&id)
@@ -266,6 +271,18 @@ impl Transport {
     }
 
     /// The current peers and their addresses (none: reached only over connections they
+    /// The oldest wire version among the peers' latest connections: 0 while a peer has
+    /// never connected, this device's newest with no peer at all. Features a version
+    /// adds are used once every peer speaks it (a rolling upgrade is over).
+    pub fn oldest_peer_version(&self) -> u8 {
+        let table = self.shared.table();
+        (table.peers.values())
+            .filter(|p| p.leaving.is_none())
+            .map(|p| p.version.load(std::sync::atomic::Ordering::Relaxed))
+            .min()
+            .unwrap_or(self.shared.cfg.versions.newest)
+    }
+
     /// open), ascending.
     pub fn peers(&self) -> Vec<(DeviceId, Option<SocketAddr>)> {
         let table = self.shared.table();

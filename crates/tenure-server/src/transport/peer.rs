@@ -24,6 +24,8 @@ pub(super) struct PeerTask {
     pub(super) accepted: mpsc::Receiver<(Conn, u8)>,
     pub(super) inbox: mpsc::Sender<Inbound>,
     pub(super) stop: CancellationToken,
+    /// Where the version of each new connection is recorded ([`super::Transport::oldest_peer_version`]).
+    pub(super) version: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl PeerTask {
@@ -95,6 +97,7 @@ impl PeerTask {
                 },
             };
             info!(peer = %self.peer, wire_version = conn.1, "peer connected");
+            (self.version).store(conn.1, std::sync::atomic::Ordering::Relaxed);
             match self.serve(conn).await {
                 Served::Stop => return,
                 Served::Replaced(c) => next = Some(c),

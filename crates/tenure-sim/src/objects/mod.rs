@@ -43,7 +43,7 @@ pub use checks::{ObjectCheckCounts, ObjectChecker, ObjectViolation};
 
 /// The simulator's object settings: tiny blocks so that objects span many of them, and
 /// short collection intervals so that the end of a run sees every collection through.
-pub fn sim_settings(history: u32) -> ObjectSettings {
+pub fn sim_settings(history: u32, inline_max: u32) -> ObjectSettings {
     ObjectSettings {
         block_size: BLOCK_SIZE,
         max_object_size: MAX_OBJECT_SIZE,
@@ -55,6 +55,7 @@ pub fn sim_settings(history: u32) -> ObjectSettings {
         writing_timeout: Duration::from_millis(3_000),
         history,
         max_batch_bytes: 4 * BLOCK_SIZE as usize,
+        inline_max,
     }
 }
 
@@ -88,6 +89,9 @@ pub struct ObjectKnobs {
     pub stale_fence_p: f64,
     /// The watch history kept per store (small in some seeds, so watchers must re-read).
     pub history: u32,
+    /// Largest put written as one change with its value inline: none in some runs (every
+    /// put is blocks), a few blocks' worth in others (a mix), every put in the rest.
+    pub inline_max: u32,
 }
 
 impl ObjectKnobs {
@@ -113,6 +117,7 @@ impl ObjectKnobs {
             lapse_p: [0.0, 0.01, 0.03][rng.below(3) as usize],
             stale_fence_p: [0.3, 0.7][rng.below(2) as usize],
             history: [10_000, 10_000, 8][rng.below(3) as usize],
+            inline_max: [0, 4 * BLOCK_SIZE, MAX_OBJECT_SIZE as u32][rng.below(3) as usize],
         }
     }
 }

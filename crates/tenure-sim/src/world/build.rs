@@ -93,7 +93,7 @@ impl World {
             }
             dc.planted = cfg.planted.clone();
             dc.whole_record_every = cfg.whole_record_every;
-            dc.objects = World::object_settings(obj_knobs.history);
+            dc.objects = World::object_settings(obj_knobs.history, obj_knobs.inline_max);
             dc.election.algorithm = el_knobs.algorithm;
             let disk = restore
                 .and_then(|c| c.parts.get(&d))

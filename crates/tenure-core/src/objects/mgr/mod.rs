@@ -186,6 +186,7 @@ mod uuid_tests {
             heard: &heard,
             hints: &hints,
             epochs: &epochs,
+            inline_values: true,
         };
         (0..3).map(|_| new_uuid(&mut ctx)).collect()
     }

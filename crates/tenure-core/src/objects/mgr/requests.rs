@@ -12,7 +12,7 @@ use crate::io::request::Response;
 use crate::layout::manager::StoreAccess;
 use crate::lockctl::LockName;
 use crate::objects::table::Access;
-use crate::objects::{ManifestState, ObjectError, ObjectOp, PartUpload, split};
+use crate::objects::{Bytes, ManifestState, ObjectError, ObjectOp, PartUpload, SmallPut, split};
 
 impl ObjMgr {
     fn access(&self, st: &StoreAccess<'_>, ctx: &Ctx<'_>) -> Access {
@@ -159,6 +159,20 @@ impl ObjMgr {
                     return Ok(());
                 }
                 let uuid = new_uuid(ctx);
+                if data.len() <= ctx.cfg.objects.inline_max as usize && ctx.inline_values {
+                    // One change, the value inline; copied out of the frame it arrived
+                    // in, which it would otherwise keep alive (DESIGN, State at scale).
+                    let op = ObjectOp::Put(SmallPut {
+                        key,
+                        uuid,
+                        value: Bytes::copy_from_slice(&data),
+                        owner: if ephemeral { writer.session } else { None },
+                        request,
+                        cond,
+                    });
+                    self.submit_object(st, ctx, op, to);
+                    return Ok(());
+                }
                 let blocks = split(uuid, 0, 0, &data, bs);
                 let begin = ObjectOp::Begin {
                     key: key.clone(),
@@ -194,7 +208,18 @@ impl ObjMgr {
                 } else {
                     None
                 };
-                match meta.or_else(|| st.host.data.table.objects.meta(&key)) {
+                let committed = &st.host.data.table.objects;
+                if meta.is_none()
+                    && let Some(m) = committed.active(&key)
+                    && let Some(data) = m.value.clone()
+                {
+                    // An inline value is in the committed table: no chunk to read.
+                    let meta = committed.meta(&key).expect("active");
+                    let r = Ok(Response::Object { meta, data });
+                    st.after_barrier(ctx, client, req_id, r);
+                    return Ok(());
+                }
+                match meta.or_else(|| committed.meta(&key)) {
                     None => {
                         let r = Err(ObjectError::NoSuchObject.into());
                         st.after_barrier(ctx, client, req_id, r);

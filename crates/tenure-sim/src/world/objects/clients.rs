@@ -16,8 +16,8 @@ use tenure_core::{DeviceId, StoreId};
 
 impl World {
     /// The objects settings every device of this run gets.
-    pub(in crate::world) fn object_settings(history: u32) -> ObjectSettings {
-        sim_settings(history)
+    pub(in crate::world) fn object_settings(history: u32, inline_max: u32) -> ObjectSettings {
+        sim_settings(history, inline_max)
     }
 
     /// Create the object clients and watchers of this run and start them.

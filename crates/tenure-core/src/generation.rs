@@ -1,0 +1,97 @@
+//! Encoding generations: which layout of the encoded values a frame or a stored row uses.
+//!
+//! A build that adds a field to a value that travels between devices or lives on disk
+//! still has to read the older layout (a data directory written by the previous build,
+//! a peer of the previous build during a rolling upgrade) and to write it for a peer that
+//! speaks only that one. The encoder and decoder (postcard, which writes fields in order
+//! and nothing else) are told the generation by [`with`]: the added fields' serde
+//! functions read it and, at an older generation, write and read nothing. A value the
+//! older layout cannot express (an inline object value) fails to encode there rather
+//! than being dropped in silence.
+//!
+//! The generation is a per-thread setting around one encode or decode: the core never
+//! encodes, so its state machines are unaffected.
+
+use std::cell::Cell;
+
+/// A layout of the encoded values, oldest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Generation {
+    /// Before small objects carried their value in their manifest (wire version 2,
+    /// storage format 6 and older).
+    BeforeInlineValues,
+    /// Manifests carry an inline value; [`crate::objects::ObjectOp::Put`] exists.
+    InlineValues,
+}
+
+impl Generation {
+    /// The newest layout: what this build writes unless told otherwise.
+    pub const CURRENT: Generation = Generation::InlineValues;
+}
+
+thread_local! {
+    static GENERATION: Cell<Generation> = const { Cell::new(Generation::CURRENT) };
+}
+
+/// Run `f` (an encode or a decode) at generation `g`.
+pub fn with<R>(g: Generation, f: impl FnOnce() -> R) -> R {
+    struct Restore(Generation);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GENERATION.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(GENERATION.with(|c| c.replace(g)));
+    f()
+}
+
+/// The generation being encoded or decoded on this thread.
+pub fn current() -> Generation {
+    GENERATION.with(|c| c.get())
+}
+
+/// `#[serde(with = "crate::generation::inline_value")]` for a manifest's inline value:
+/// absent from the encoding before [`Generation::InlineValues`].
+pub mod inline_value {
+    use super::{Generation, current};
+    use bytes::Bytes;
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{Error, Serialize, Serializer};
+
+    /// Write the value, or nothing at an older generation (where only `None` fits).
+    pub fn serialize<S: Serializer>(v: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+        match (current(), v) {
+            (Generation::InlineValues, v) => v.serialize(s),
+            (Generation::BeforeInlineValues, None) => s.serialize_unit(),
+            (Generation::BeforeInlineValues, Some(_)) => Err(S::Error::custom(
+                "an object with an inline value cannot be encoded for a peer or format from before inline values",
+            )),
+        }
+    }
+
+    /// Read the value; nothing at an older generation.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
+        match current() {
+            Generation::InlineValues => Option::<Bytes>::deserialize(d),
+            Generation::BeforeInlineValues => {
+                <()>::deserialize(d)?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// `#[serde(serialize_with = "crate::generation::only_inline")]` on a value (a change)
+/// that exists only from [`Generation::InlineValues`] on: it refuses to encode earlier.
+pub fn only_inline<T: serde::Serialize, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    match current() {
+        Generation::InlineValues => v.serialize(s),
+        Generation::BeforeInlineValues => Err(S::Error::custom(
+            "a one-change put cannot be encoded for a peer or format from before inline values",
+        )),
+    }
+}
