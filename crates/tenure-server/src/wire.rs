@@ -374,4 +374,56 @@ mod tests {
             f
         );
     }
+
+    fn accept(op: ObjectOp) -> Frame {
+        use tenure_core::data::StoreOp;
+        use tenure_core::objects::table::Access;
+        Frame::Msg {
+            from: DeviceId(1),
+            msg: Box::new(Msg::ToChunk {
+                store: StoreId(7),
+                chunk: ChunkId {
+                    device: DeviceId(2),
+                    serial: 7,
+                },
+                msg: ToChunk::Accept {
+                    epoch: Epoch(4),
+                    ops: vec![(
+                        Default::default(),
+                        StoreOp::Object {
+                            op,
+                            acc: Access {
+                                at: Default::default(),
+                                prune_before: Default::default(),
+                                history: 10,
+                            },
+                        },
+                    )],
+                    confirm: Default::default(),
+                },
+            }),
+        }
+    }
+
+    /// Version 3 carries inline object values; for a peer of the previous build (version
+    /// 2) a message without one is written in version 2's layout, and one with one cannot
+    /// be written at all (the transport drops it rather than send what the peer misreads).
+    #[test]
+    fn inline_values_travel_from_version_3_and_version_2_is_still_written() {
+        use tenure_core::objects::{Bytes, ObjectOp, SmallPut, Uuid};
+        let put = accept(ObjectOp::Put(SmallPut {
+            key: "/a/k".into(),
+            uuid: Uuid(1),
+            value: Bytes::from_static(b"v"),
+            owner: None,
+            request: None,
+            cond: Default::default(),
+        }));
+        assert_eq!(decode(&encode(&put, 3).unwrap(), 3).unwrap(), put);
+        assert!(encode(&put, 2).is_err());
+        let plain = accept(ObjectOp::Prune { key: "/a/k".into() });
+        for v in [2, 3] {
+            assert_eq!(decode(&encode(&plain, v).unwrap(), v).unwrap(), plain);
+        }
+    }
 }

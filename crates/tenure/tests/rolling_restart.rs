@@ -1,16 +1,18 @@
 //! Rolling restarts and upgrades with real processes on 127.0.0.1.
 //!
-//! `tenure cluster up` starts three devices; clients take and release locks and write
-//! objects in a loop while each device in turn is stopped (SIGTERM, as `systemctl
-//! restart` does), its data directory rewritten in the previous on-disk format (5), and
-//! started again with `tenure cluster up` as a device of the next build (one that also
-//! speaks the next wire version, [`WIRE_VERSIONS_ENV`]), which upgrades the directory in
-//! place; the next device only once the cluster serves every store again. Mid-way, devices of both builds
-//! serve side by side at this build's version; at the end the upgraded devices speak the
-//! next one with each other. No client sees an error (the client library's retries
-//! absorb the restarts), no lock is lost (a lock held throughout keeps its holder and
-//! token; holders of a name never overlap; tokens increase) and every acknowledged write
-//! reads back. The time each device took from its stop to serving again is printed.
+//! `tenure cluster up` starts three devices as the previous build ran them: speaking
+//! only wire version 2 ([`WIRE_VERSIONS_ENV`]), so that small objects are written as
+//! blocks. Clients take and release locks and write objects in a loop while each device
+//! in turn is stopped (SIGTERM, as `systemctl restart` does), its data directory
+//! rewritten in the previous on-disk format (6, no inline values), and started again as
+//! this build with `tenure cluster up`, which upgrades the directory in place; the next
+//! device only once the cluster serves every store again. Mid-way, devices of both
+//! builds serve side by side at version 2; at the end the devices speak version 3 with
+//! each other and small puts become one change with the value inline. No client sees an
+//! error (the client library's retries absorb the restarts), no lock is lost (a lock held
+//! throughout keeps its holder and token; holders of a name never overlap; tokens
+//! increase) and every acknowledged write, of either kind, reads back. The time each
+//! device took from its stop to serving again is printed.
 //!
 //! A device of a build that no longer speaks this build's wire version is refused by
 //! the others, and says why in its log and theirs.
@@ -76,6 +78,28 @@ fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String
     (out.status.success(), text)
 }
 
+/// `tenure cluster up` of a new 3-device cluster at `data`, with `env`.
+fn up_new(data: &str, env: &[(&str, String)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args([
+            "cluster",
+            "up",
+            "--devices",
+            "3",
+            "--data",
+            data,
+            "--wait-secs",
+            "60",
+        ])
+        .args(["--stores", &common::STORES.to_string()])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run tenure");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 /// Whether process `pid` runs: it has a /proc entry that is not a zombie (a device
 /// whose parent is gone is reaped by whatever adopted it, which may take a while).
 fn running(pid: u64) -> bool {
@@ -111,10 +135,8 @@ fn pids(data: &std::path::Path) -> BTreeMap<u64, u64> {
     devices(data).into_iter().map(|d| (d.id, d.pid)).collect()
 }
 
-/// The wire versions of the next build: this one's and the next.
-fn next() -> String {
-    format!("{WIRE_VERSION}-{}", WIRE_VERSION + 1)
-}
+/// The wire versions the previous build spoke.
+const PREVIOUS: &str = "2";
 
 #[test]
 fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
@@ -127,7 +149,8 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
         .enable_all()
         .build()
         .unwrap();
-    up(&data);
+    let (ok, out) = up_new(&d, &[(WIRE_VERSIONS_ENV, PREVIOUS.to_string())]);
+    assert!(ok, "starting the previous build's cluster: {out}");
     let endpoints = endpoints(&data);
     let names: Vec<String> = (0..NAMES).map(|i| format!("/roll{i}/lock")).collect();
     let load = Arc::new(Load::default());
@@ -161,18 +184,18 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
             let t = Instant::now();
             stop_device(id, pid).await;
             let stopped = t.elapsed();
-            // Its data as a build before the current on-disk format left it: the
-            // restarted device upgrades it in place.
-            tenure_server::storage::rewrite_as_format_5(
+            // Its data as the previous build left it (no inline value was written while
+            // a device of that build was in the cluster): this build upgrades it in place.
+            tenure_server::storage::rewrite_as_format_6(
                 &data.join(format!("d{id}")),
                 tenure_core::ids::DeviceId(id),
             )
-            .expect("rewrite as format 5");
+            .expect("rewrite as format 6");
             let d = d.clone();
-            let (ok, out) = tokio::task::spawn_blocking(move || up_with(&d, "60", &[(WIRE_VERSIONS_ENV, next())]))
+            let (ok, out) = tokio::task::spawn_blocking(move || up_with(&d, "60", &[]))
                 .await
                 .unwrap();
-            assert!(ok, "restarting device {id} as the next build: {out}");
+            assert!(ok, "restarting device {id} as this build: {out}");
             let gap = t.elapsed();
             tokio::time::sleep(Duration::from_secs(1)).await;
             let during = load.holds.lock().unwrap().len() - before;
@@ -183,6 +206,13 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
             );
             gaps.push((id, gap));
         }
+        // Writes go on for a while with every device of this build: inline values now.
+        let before = acked.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        eprintln!(
+            "rolling restart: {} keys written after the upgrade",
+            acked.lock().unwrap().len() - before
+        );
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             tokio::time::timeout(Duration::from_secs(40), t)
@@ -216,27 +246,26 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
     assert!(errors.is_empty(), "client errors: {errors:#?}");
     let holds = load.holds.lock().unwrap().clone();
     check_holds(&holds);
-    // Mid-way the upgraded device spoke this build's version with the others; at the
-    // end, the upgraded devices speak the next version with each other.
-    let (this, newer) = (
+    // Mid-way the upgraded device spoke the previous build's version with the others;
+    // at the end, the upgraded devices speak this build's version with each other.
+    let (previous, this) = (
+        format!("wire_version={PREVIOUS}"),
         format!("wire_version={WIRE_VERSION}"),
-        format!("wire_version={}", WIRE_VERSION + 1),
     );
     for id in 1..=3 {
         assert!(
-            log_of(&data, id).contains("upgraded in place from format 5"),
+            log_of(&data, id).contains("upgraded in place from format 6"),
             "device {id} did not upgrade its data directory"
         );
     }
-    let first = log_of(&data, 1);
     assert!(
-        first.contains(&this),
-        "device 1 never spoke version {WIRE_VERSION}"
+        log_of(&data, 1).contains(&previous),
+        "device 1 never spoke version {PREVIOUS}"
     );
     for id in 1..=3 {
         assert!(
-            log_of(&data, id).contains(&newer),
-            "device {id} never spoke the next version with an upgraded peer"
+            log_of(&data, id).contains(&this),
+            "device {id} never spoke version {WIRE_VERSION} with an upgraded peer"
         );
     }
     let worst = gaps.iter().map(|(_, g)| *g).max().unwrap();

@@ -227,3 +227,33 @@ fn with_a_peer_of_an_older_build_a_small_put_is_written_as_blocks() {
     );
     assert_eq!(get(&mut c, key), Ok(b"v".to_vec()));
 }
+
+#[test]
+fn a_retried_put_overwritten_since_is_answered_and_not_written_again() {
+    let mut c = cluster_inline();
+    let key = "/small/retry";
+    let s = store(key);
+    let writer = Writer {
+        session: Some(session(&mut c, s)),
+        request_id: 5,
+    };
+    let put_req = |data: &'static [u8]| ObjectRequest::Put {
+        key: key.into(),
+        data: Bytes::from_static(data),
+        writer,
+        cond: Default::default(),
+        ephemeral: false,
+    };
+    let first = ask(&mut c, key, put_req(b"one"));
+    assert!(
+        matches!(first, Ok(Response::ObjectWritten { revision: 1, .. })),
+        "{first:?}"
+    );
+    put(&mut c, key, b"two").unwrap();
+    // The retry of the first put (its answer was lost, say) finds its tombstone.
+    assert_eq!(ask(&mut c, key, put_req(b"one")), first);
+    assert_eq!(get(&mut c, key), Ok(b"two".to_vec()));
+    c.run_for(Duration::from_secs(7));
+    let t = c.devices[&mgr(&c, key)].managed_tables(s).unwrap();
+    assert_eq!(t.objects.keys[key].len(), 1, "the tombstone is pruned");
+}

@@ -639,20 +639,24 @@ impl ObjectTable {
     }
 
     /// The key's active manifests are superseded (a new content became active): each is
-    /// retired at once if it names no block, else becomes pending_delete.
+    /// retired at once if it names no block, else becomes pending_delete. One that a
+    /// request created leaves a tombstone: a retry of that request must find it and be
+    /// answered, not write the old content again over the new one.
     fn supersede(&mut self, key: &str, at: Instant) {
-        let older: Vec<Uuid> = (self.keys.get(key).into_iter().flat_map(|d| d.values()))
+        let older: Vec<(Uuid, bool)> = (self.keys.get(key).into_iter())
+            .flat_map(|d| d.values())
             .filter(|o| o.state == ManifestState::Active)
-            .map(|o| o.uuid)
+            .map(|o| (o.uuid, o.request.is_some()))
             .collect();
-        for o in older {
-            self.retire_or_pend(key, o, at, false);
+        for (o, requested) in older {
+            self.retire_or_pend(key, o, at, requested);
         }
     }
 
     /// An active manifest leaves: with no block to collect it is retired in this change
-    /// (dropped, or a tombstone when `tombstone`, which a delete's request needs for its
-    /// retries); otherwise it becomes pending_delete for the collector.
+    /// (dropped, or a tombstone without its value when `tombstone`, which a retry of the
+    /// request that made or deleted it needs, pruned after `prune_after`); otherwise it
+    /// becomes pending_delete for the collector.
     fn retire_or_pend(&mut self, key: &str, uuid: Uuid, at: Instant, tombstone: bool) {
         let Some(m) = self.get(key, uuid) else {
             return;
@@ -684,7 +688,8 @@ impl ObjectTable {
     ) -> u64 {
         self.revision += 1;
         let revision = self.revision;
-        self.retire_or_pend(key, uuid, at, request.is_some());
+        let requested = self.get(key, uuid).is_some_and(|m| m.request.is_some());
+        self.retire_or_pend(key, uuid, at, request.is_some() || requested);
         if let (Some((s, r)), Some(m)) = (
             request,
             self.keys.get_mut(key).and_then(|d| d.get_mut(&uuid)),

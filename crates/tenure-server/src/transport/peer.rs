@@ -201,14 +201,19 @@ where
     S: futures::Sink<bytes::Bytes, Error = std::io::Error> + Unpin,
 {
     for msg in batch {
-        let body = wire::encode(
-            &Frame::Msg {
-                from: me,
-                msg: Box::new(msg),
-            },
-            version,
-        )
-        .map_err(|e| e.to_string())?;
+        let frame = Frame::Msg {
+            from: me,
+            msg: Box::new(msg),
+        };
+        let body = match wire::encode(&frame, version) {
+            Ok(body) => body,
+            Err(e) => {
+                // A value this connection's version cannot carry (an inline object value
+                // for a peer of an older build): drop this message only, as a lost one.
+                warn!(wire_version = version, "outbound message dropped: {e}");
+                continue;
+            }
+        };
         if body.len() > max {
             // Never send what the peer would reject: drop this message only.
             warn!(

@@ -338,6 +338,86 @@ fn a_directory_rewritten_as_format_5_is_upgraded_back_with_the_same_state() {
     assert_eq!(s.upgraded_from(), None);
 }
 
+/// Chunk 0 at epoch 1 holding `n` active objects of blocks, and `inline` small ones.
+fn chunk_with_objects(n: u64, inline: u64) -> ChunkPersist {
+    use tenure_core::objects::{BlockId, BlockInfo, Bytes, Manifest, ManifestState, Uuid};
+    let mut c = chunk(0, 1);
+    let objects = &mut c.data.table.objects;
+    for k in 0..n + inline {
+        let uuid = Uuid(k as u128 + 1);
+        let m = if k < n {
+            let block = BlockId {
+                upload: uuid,
+                ..Default::default()
+            };
+            let mut m =
+                Manifest::writing(uuid, vec![(block, BlockInfo::of(b"x"))], Default::default());
+            m.remaining_write.clear();
+            m.state = ManifestState::Active;
+            m
+        } else {
+            Manifest::inline(
+                uuid,
+                Bytes::from_static(b"small"),
+                k + 1,
+                Default::default(),
+            )
+        };
+        let mut dict = tenure_core::objects::manifest::Dict::default();
+        dict.insert(uuid, m);
+        objects.keys.insert(format!("/o/{k}"), dict);
+    }
+    c
+}
+
+/// A directory of the build before inline object values (format 6) opens with the same
+/// state, says it was upgraded, and is of this format afterwards; one holding an inline
+/// value cannot be written as format 6 at all.
+#[test]
+fn a_directory_rewritten_as_format_6_is_upgraded_with_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let groups = vec![vec![PersistOp::PutChunk(Box::new(chunk_with_objects(
+        20, 0,
+    )))]];
+    {
+        let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        s.commit(groups[0].clone()).unwrap();
+    }
+    super::rewrite_as_format_6(dir.path(), DeviceId(1)).unwrap();
+    {
+        let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+        assert_eq!(super::schema::read_meta(&db).unwrap().0, Some(6));
+    }
+    let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+    assert_eq!(state, applied(&groups));
+    assert_eq!(s.upgraded_from(), Some(6));
+    drop(s);
+    {
+        let db = Database::create(dir.path().join("tenure.redb")).unwrap();
+        assert_eq!(
+            super::schema::read_meta(&db).unwrap().0,
+            Some(FORMAT_VERSION)
+        );
+    }
+    let (s, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+    assert_eq!(state, applied(&groups));
+    assert_eq!(s.upgraded_from(), None);
+    drop(s);
+
+    let dir = tempfile::tempdir().unwrap();
+    let groups = vec![vec![PersistOp::PutChunk(Box::new(chunk_with_objects(
+        2, 3,
+    )))]];
+    {
+        let (mut s, _) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+        s.commit(groups[0].clone()).unwrap();
+    }
+    let e = super::rewrite_as_format_6(dir.path(), DeviceId(1)).unwrap_err();
+    assert!(matches!(e, StorageError::Encode(_)), "{e}");
+    let (_, state) = Storage::open(dir.path(), DeviceId(1)).unwrap();
+    assert_eq!(state, applied(&groups), "inline values kept in format 7");
+}
+
 /// A directory of a newer format than this build knows is refused at open with the
 /// format it has, and left as it is.
 #[test]
