@@ -310,7 +310,9 @@ mod tests {
             );
             let name = LockName::parse(&format!("/l/{i}")).unwrap();
             t.locks.entries.insert(name, Default::default());
-            t.objects.keys.insert(format!("/k/{i}"), Default::default());
+            t.objects
+                .keys
+                .insert(format!("/k/{i}").into(), Default::default());
             t.objects.attention.insert(format!("/k/{i}"));
             t.objects
                 .owned

@@ -375,7 +375,7 @@ mod tests {
         );
     }
 
-    fn accept(op: ObjectOp) -> Frame {
+    fn accept(op: tenure_core::objects::ObjectOp) -> Frame {
         use tenure_core::data::StoreOp;
         use tenure_core::objects::table::Access;
         Frame::Msg {

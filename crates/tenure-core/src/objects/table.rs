@@ -14,6 +14,8 @@ use crate::lockctl::LockTable;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One change a watcher sees.
@@ -101,9 +103,12 @@ pub enum GcWork {
 /// A store's objects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectTable {
-    /// Per key, the manifests by upload UUID.
+    /// Per key, the manifests by upload UUID. Keys and dicts are shared pointers: the
+    /// persistent map's copies (a vote's, the storage thread's, a checkpoint's base) copy
+    /// the nodes a change touches, and a node's entries are then two pointers each, never
+    /// a key's text and manifests (encoded as a plain map of strings to dicts).
     #[serde(with = "crate::persist_serde::ord_map")]
-    pub keys: imbl::OrdMap<String, super::manifest::Dict>,
+    pub keys: imbl::OrdMap<Arc<str>, Arc<super::manifest::Dict>>,
     /// The store's object revision: one more at every visible change.
     pub revision: u64,
     /// The latest changes, oldest first.
@@ -163,12 +168,14 @@ impl ObjectTable {
 
     /// Active objects at `prefix` or below, in key order.
     pub fn list(&self, prefix: &str) -> Vec<ObjectMeta> {
-        let start = prefix.trim_end_matches('/').to_string();
-        (self.keys.range(start.clone()..))
-            .take_while(|(k, _)| k.starts_with(&start))
-            .filter(|(k, _)| under(k, prefix))
-            .filter_map(|(k, _)| self.meta(k))
-            .collect()
+        let start = prefix.trim_end_matches('/');
+        (self
+            .keys
+            .range::<_, str>((Bound::Included(start), Bound::Unbounded)))
+        .take_while(|(k, _)| k.starts_with(start))
+        .filter(|(k, _)| under(k, prefix))
+        .filter_map(|(k, _)| self.meta(k))
+        .collect()
     }
 
     /// Changes at `prefix` or below after revision `after`, in revision order; an
@@ -255,18 +262,20 @@ impl ObjectTable {
         locks: &LockTable,
     ) -> Result<ObjectOutcome, ClientError> {
         self.history_limit = acc.history;
-        let key = op.key().to_string();
+        let key = op.key();
         // Step 1–3: read the key's (resolved) dict and prune its old tombstones.
-        let mut dict = self.keys.remove(&key).unwrap_or_default();
-        dict.retain(|_, m| {
-            !(m.state == ManifestState::Deleted
-                && m.deleted_at.is_some_and(|t| t < acc.prune_before))
-        });
-        self.keys.insert(key.clone(), dict);
+        let old = |m: &Manifest| {
+            m.state == ManifestState::Deleted && m.deleted_at.is_some_and(|t| t < acc.prune_before)
+        };
+        if self.keys.get(key).is_some_and(|d| d.values().any(old))
+            && let Some(dict) = self.keys.get_mut(key)
+        {
+            Arc::make_mut(dict).retain(|_, m| !old(m));
+        }
         // Step 5: add the new information.
         let r = self.add(op, acc, locks);
         // Step 6: write back.
-        self.settle(&key);
+        self.settle(key);
         r
     }
 
@@ -537,7 +546,7 @@ impl ObjectTable {
         // look, and an equal dict merges to itself. Visiting (and so copying) every key
         // made a regeneration cost the whole table, in time and memory, per chunk.
         // Of their dict, the uploads this copy knows.
-        let differing: Vec<(String, super::manifest::Dict)> = (self.keys.diff(&other.keys))
+        let differing: Vec<(Arc<str>, super::manifest::Dict)> = (self.keys.diff(&other.keys))
             .filter_map(|d| match d {
                 imbl::ordmap::DiffItem::Update {
                     old: (key, mine),
@@ -553,10 +562,10 @@ impl ObjectTable {
             })
             .collect();
         for (key, known) in differing {
-            let Some(mine) = self.keys.get_mut(&key) else {
+            let Some(mine) = self.keys.get_mut(&*key) else {
                 continue;
             };
-            merge_dict(mine, &known);
+            merge_dict(Arc::make_mut(mine), &known);
             self.settle_key_only(&key);
         }
     }
@@ -570,7 +579,7 @@ impl ObjectTable {
     ) -> Vec<GcWork> {
         let mut work = Vec::new();
         for key in &self.attention {
-            let Some(dict) = self.keys.get(key) else {
+            let Some(dict) = self.keys.get(key.as_str()) else {
                 continue;
             };
             let mut prune = false;
@@ -617,7 +626,13 @@ impl ObjectTable {
 
     /// Merge new information about one upload into the key's dict (workflow step 5).
     fn put(&mut self, key: &str, m: Manifest) {
-        let dict = self.keys.entry(key.to_string()).or_default();
+        let Some(dict) = self.keys.get_mut(key) else {
+            let mut dict = super::manifest::Dict::default();
+            dict.insert(m.uuid, m);
+            self.keys.insert(Arc::from(key), Arc::new(dict));
+            return;
+        };
+        let dict = Arc::make_mut(dict);
         match dict.get_mut(&m.uuid) {
             Some(old) => *old = merge(old, &m),
             None => {
@@ -667,6 +682,7 @@ impl ObjectTable {
         let Some(dict) = self.keys.get_mut(key) else {
             return;
         };
+        let dict = Arc::make_mut(dict);
         if tombstone {
             if let Some(m) = dict.get_mut(&uuid) {
                 m.state = ManifestState::Deleted;
@@ -692,7 +708,7 @@ impl ObjectTable {
         self.retire_or_pend(key, uuid, at, request.is_some() || requested);
         if let (Some((s, r)), Some(m)) = (
             request,
-            self.keys.get_mut(key).and_then(|d| d.get_mut(&uuid)),
+            (self.keys.get_mut(key)).and_then(|d| Arc::make_mut(d).get_mut(&uuid)),
         ) {
             m.delete_request = Some((s, r, revision));
         }

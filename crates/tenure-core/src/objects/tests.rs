@@ -660,17 +660,14 @@ fn reconcile_merges_known_uploads_and_does_not_resurrect_pruned_ones() {
     let older = newest.clone();
     // In the newest copy, the upload is later superseded, collected and pruned.
     upload(&mut newest, "/a/k", 2, b"y", 2, Default::default()).unwrap();
-    newest.keys.get_mut("/a/k").unwrap().remove(&Uuid(1));
+    std::sync::Arc::make_mut(newest.keys.get_mut("/a/k").unwrap()).remove(&Uuid(1));
     newest.attention.remove("/a/k");
     let before = newest.clone();
     newest.reconcile(&older);
     assert_eq!(newest, before);
     // A copy that knows the same upload at an earlier point merges to the later state.
     let mut lagging = newest.clone();
-    let m = lagging
-        .keys
-        .get_mut("/a/k")
-        .unwrap()
+    let m = std::sync::Arc::make_mut(lagging.keys.get_mut("/a/k").unwrap())
         .get_mut(&Uuid(2))
         .unwrap();
     m.state = ManifestState::Writing;

@@ -374,7 +374,7 @@ impl ObjectChecker {
                 {
                     self.violations.push(ObjectViolation::ActiveBlockCollected {
                         store,
-                        key: key.clone(),
+                        key: key.to_string(),
                         uuid: *u,
                         by: by.to_string(),
                         at_us: now_us,

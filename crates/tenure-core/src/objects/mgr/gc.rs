@@ -115,7 +115,7 @@ impl ObjMgr {
         let t = &st.host.data.table.objects;
         let victim = (t.keys.keys()).find_map(|k| {
             let m = t.active(k)?;
-            let id = (k.clone(), m.uuid);
+            let id = (k.to_string(), m.uuid);
             (!m.blocks.is_empty() && !self.gc.contains_key(&id))
                 .then(|| (id, m.blocks.iter().map(|(b, _)| *b).collect::<Vec<_>>()))
         });

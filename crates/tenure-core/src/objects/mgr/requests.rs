@@ -299,7 +299,7 @@ impl ObjMgr {
                     .speculative
                     .objects
                     .keys
-                    .get(&key)
+                    .get(key.as_str())
                     .and_then(|d| d.get(&upload))
                 {
                     Some(m) if m.state == ManifestState::Writing => (m.props.multipart.as_ref())
@@ -351,7 +351,7 @@ impl ObjMgr {
                     .speculative
                     .objects
                     .keys
-                    .get(&key)
+                    .get(key.as_str())
                     .and_then(|d| d.get(&upload))
                     && m.revision > 0
                 {
@@ -377,7 +377,7 @@ impl ObjMgr {
                     .speculative
                     .objects
                     .keys
-                    .get(&key)
+                    .get(key.as_str())
                     .and_then(|d| d.get(&upload))
                 {
                     Some(m) if m.state == ManifestState::Writing => {

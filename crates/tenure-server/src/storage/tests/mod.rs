@@ -365,7 +365,7 @@ fn chunk_with_objects(n: u64, inline: u64) -> ChunkPersist {
         };
         let mut dict = tenure_core::objects::manifest::Dict::default();
         dict.insert(uuid, m);
-        objects.keys.insert(format!("/o/{k}"), dict);
+        objects.keys.insert(format!("/o/{k}").into(), dict.into());
     }
     c
 }

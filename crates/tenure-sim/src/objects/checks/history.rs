@@ -116,7 +116,7 @@ impl ObjectChecker {
                     );
                     self.violations.push(ObjectViolation::NotCollected {
                         store,
-                        key: key.clone(),
+                        key: key.to_string(),
                         uuid: m.uuid,
                         state,
                     });

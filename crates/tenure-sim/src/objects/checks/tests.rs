@@ -162,10 +162,7 @@ fn collecting_active_blocks_and_leaving_garbage_fire() {
     m.state = ManifestState::Active;
     m.remaining_write.clear();
     let mut t = ObjectTable::default();
-    t.keys
-        .entry("/k".into())
-        .or_default()
-        .insert(Uuid(1), m.clone());
+    std::sync::Arc::make_mut(t.keys.entry("/k".into()).or_default()).insert(Uuid(1), m.clone());
     let mut c = ObjectChecker::default();
     c.collected(S, &t);
     assert!(c.violations.is_empty());
@@ -175,10 +172,7 @@ fn collecting_active_blocks_and_leaving_garbage_fire() {
         ObjectViolation::ActiveBlockCollected { .. }
     ));
     m.state = ManifestState::PendingDelete;
-    t.keys
-        .get_mut("/k")
-        .expect("key")
-        .insert(Uuid(1), m.clone());
+    std::sync::Arc::make_mut(t.keys.get_mut("/k").expect("key")).insert(Uuid(1), m.clone());
     let mut c = ObjectChecker::default();
     c.blocks_deleted(S, &[Uuid(1)].into(), &[b].into(), &t, "d1", 5);
     assert!(c.violations.is_empty());

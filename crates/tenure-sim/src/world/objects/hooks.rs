@@ -84,7 +84,12 @@ impl World {
                 };
                 let t = &t.objects;
                 for key in &t.attention {
-                    for m in t.keys.get(key).into_iter().flat_map(|d| d.values()) {
+                    for m in t
+                        .keys
+                        .get(key.as_str())
+                        .into_iter()
+                        .flat_map(|d| d.values())
+                    {
                         if m.state == tenure_core::objects::ManifestState::Deleted {
                             self.obj.collected.insert((v.store, m.uuid));
                         }

@@ -197,7 +197,7 @@ impl World {
                     if let Some(why) = why {
                         self.obj.check.violations.push(ObjectViolation::BlockLost {
                             store,
-                            key: key.clone(),
+                            key: key.to_string(),
                             uuid: m.uuid,
                             why,
                         });
@@ -228,7 +228,7 @@ impl World {
             .map(|r| r.data.table.objects.clone())
             .collect();
         for (key, dict) in &table.keys {
-            for (uuid, m) in dict {
+            for (uuid, m) in dict.iter() {
                 let mut copies = vec![m];
                 copies.extend(recs.iter().filter_map(|t| t.keys.get(key)?.get(uuid)));
                 self.obj.check.merge_laws(store, key, &copies);
