@@ -237,6 +237,28 @@ mod tests {
         ));
     }
 
+    /// A part file of the build before inline object values (format 1, its chunks'
+    /// manifests in that layout) is still read, as this build's parts are.
+    #[test]
+    fn a_part_of_the_previous_format_is_read() {
+        use tenure_core::generation::{Generation, with};
+        let mut p = part();
+        let c = crate::storage::tests::chunk_with_objects(3, 0);
+        p.state.chunks.insert(c.id, c);
+        let body = with(Generation::BeforeInlineValues, || postcard::to_stdvec(&p)).unwrap();
+        let mut old = Vec::new();
+        old.extend_from_slice(&PART_MAGIC);
+        old.extend_from_slice(&1u32.to_le_bytes());
+        old.extend_from_slice(&crc32(&body).to_le_bytes());
+        old.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        old.extend_from_slice(&body);
+        assert_eq!(decode_part(&old).unwrap(), p);
+        // Read as this format, the same bytes are not that part.
+        old[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+        assert_ne!(decode_part(&old).ok(), Some(p.clone()));
+        assert_eq!(decode_part(&encode_part(&p).unwrap()).unwrap(), p);
+    }
+
     #[test]
     fn replay_is_taken_once() {
         let dir = tempfile::tempdir().unwrap();

@@ -58,7 +58,7 @@ mod checkpoint;
 mod load;
 mod schema;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use checkpoint::Dirty;
 pub use schema::FORMAT_VERSION;

@@ -339,7 +339,7 @@ fn a_directory_rewritten_as_format_5_is_upgraded_back_with_the_same_state() {
 }
 
 /// Chunk 0 at epoch 1 holding `n` active objects of blocks, and `inline` small ones.
-fn chunk_with_objects(n: u64, inline: u64) -> ChunkPersist {
+pub(crate) fn chunk_with_objects(n: u64, inline: u64) -> ChunkPersist {
     use tenure_core::objects::{BlockId, BlockInfo, Bytes, Manifest, ManifestState, Uuid};
     let mut c = chunk(0, 1);
     let objects = &mut c.data.table.objects;
