@@ -129,6 +129,8 @@ pub struct ObjectStats {
     pub puts: u64,
     /// Of those, objects of more than one block.
     pub multi_block: u64,
+    /// Of those, small objects written in one change with the value inline.
+    pub inline: u64,
     /// Gets answered with an object.
     pub gets: u64,
     /// Gets and heads answered `NoSuchObject`.
@@ -186,6 +188,7 @@ impl ObjectStats {
     pub fn add(&mut self, o: &ObjectStats) {
         self.puts += o.puts;
         self.multi_block += o.multi_block;
+        self.inline += o.inline;
         self.gets += o.gets;
         self.get_missing += o.get_missing;
         self.get_unavailable += o.get_unavailable;

@@ -194,8 +194,9 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
 /// checkers compared something.
 pub(super) fn print_objects(o: &tenure_sim::objects::ObjectStats, indent: &str) {
     println!(
-        "{indent}objects: {} puts ({} multi-block, {} ephemeral), {} gets ({} missing, {} data unavailable), {} heads, {} deletes, multipart {} started / {} parts ({} again) / {} completed / {} aborted, CAS {} wins / {} losses, fenced {} landed / {} refused, {} oversized refused, {} sessions lapsed, watch events {} ({} resumes, {} re-reads after compaction), GC'd manifests {} ({} block deletions sent), {} requests given up, longest settle {:.3} s",
+        "{indent}objects: {} puts ({} inline, {} multi-block, {} ephemeral), {} gets ({} missing, {} data unavailable), {} heads, {} deletes, multipart {} started / {} parts ({} again) / {} completed / {} aborted, CAS {} wins / {} losses, fenced {} landed / {} refused, {} oversized refused, {} sessions lapsed, watch events {} ({} resumes, {} re-reads after compaction), GC'd manifests {} ({} block deletions sent), {} requests given up, longest settle {:.3} s",
         o.puts,
+        o.inline,
         o.multi_block,
         o.ephemeral,
         o.gets,

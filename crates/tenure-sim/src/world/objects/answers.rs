@@ -59,7 +59,10 @@ impl World {
             ) => match result {
                 Some(Ok(Response::ObjectWritten { revision, uuid })) => {
                     st.puts += 1;
-                    st.multi_block += (content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
+                    let inline = content.1 <= self.obj.knobs.inline_max as u64;
+                    st.inline += inline as u64;
+                    st.multi_block +=
+                        (!inline && content.1 > crate::objects::BLOCK_SIZE as u64) as u64;
                     st.ephemeral += ephemeral as u64;
                     self.obj
                         .check
