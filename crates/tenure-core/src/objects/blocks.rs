@@ -85,7 +85,10 @@ impl ChunkBlocks {
     ) -> Vec<(Version, StoreOp)> {
         ops.into_iter()
             .map(|(v, op)| match op {
-                StoreOp::Object { op, acc } if op.data_len() > 0 => {
+                // (An inline value is part of the table: its change keeps it.)
+                StoreOp::Object { op, acc }
+                    if matches!(op, ObjectOp::Blocks { .. }) && op.data_len() > 0 =>
+                {
                     if let ObjectOp::Blocks { blocks, .. } = &op {
                         for b in blocks {
                             if let Some(d) = &b.data {

@@ -316,6 +316,14 @@ impl ServerConfig {
                 o.max_value_size, o.max_object_size
             )));
         }
+        if o.inline_max > o.block_size {
+            // A batch goes over max_batch_bytes by at most one change: a block, or an
+            // inline value, which must then be no larger than a block.
+            return Err(ConfigError::Invalid(format!(
+                "objects.inline_max ({}) must be <= objects.block_size ({})",
+                o.inline_max, o.block_size
+            )));
+        }
         if o.lease_timeout <= o.checkin_interval || o.checkin_interval.is_zero() {
             return Err(ConfigError::Invalid(
                 "objects.checkin_interval must be > 0 and below objects.lease_timeout".into(),
@@ -675,6 +683,35 @@ mod tests {
         let e = cfg.validate().unwrap_err();
         assert!(
             matches!(&e, ConfigError::Invalid(m) if m.contains("snapshot.timeout")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inline_max_is_read_and_may_not_exceed_a_block() {
+        let base = r#"
+            id = 1
+            data_dir = "d1"
+            peer_listen = "127.0.0.1:7101"
+            client_listen = "127.0.0.1:7201"
+            [[peers]]
+            id = 1
+            peer_addr = "127.0.0.1:7101"
+            client_addr = "127.0.0.1:7201"
+        "#;
+        let cfg: ServerConfig = toml::from_str(base).unwrap();
+        assert_eq!(cfg.device_config().objects.inline_max, 64 << 10);
+        let off: ServerConfig =
+            toml::from_str(&format!("{base}\n[objects]\ninline_max = 0\n")).unwrap();
+        off.validate().unwrap();
+        assert_eq!(off.device_config().objects.inline_max, 0);
+        let text = format!("{base}\n[objects]\nblock_size = 4096\ninline_max = 8192\n");
+        let e = toml::from_str::<ServerConfig>(&text)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Invalid(m) if m.contains("objects.inline_max")),
             "{e}"
         );
     }
