@@ -27,6 +27,16 @@ pub enum Generation {
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
     pub const CURRENT: Generation = Generation::InlineValues;
+
+    /// The layout of a numbered wire version or file format, whose numbering gained
+    /// inline values at `inline_from`.
+    pub fn of(version: u64, inline_from: u64) -> Generation {
+        if version >= inline_from {
+            Generation::InlineValues
+        } else {
+            Generation::BeforeInlineValues
+        }
+    }
 }
 
 thread_local! {

@@ -174,11 +174,7 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 /// The layout of the values a wire version carries: version 3 added inline object
 /// values (a manifest's `value`, the one-change put).
 pub fn generation(version: u8) -> Generation {
-    if version >= 3 {
-        Generation::InlineValues
-    } else {
-        Generation::BeforeInlineValues
-    }
+    Generation::of(version.into(), 3)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the

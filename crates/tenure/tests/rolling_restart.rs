@@ -65,11 +65,10 @@ async fn writer(
     }
 }
 
-/// `tenure cluster up --data DATA` (starting the devices that are not running) with
-/// `env`: (success, stdout and stderr).
-fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String) {
+/// `tenure ARGS` with `env`: (success, stdout and stderr).
+fn tenure_with(args: &[&str], env: &[(&str, String)]) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args(["cluster", "up", "--data", data, "--wait-secs", wait_secs])
+        .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("run tenure");
@@ -78,26 +77,27 @@ fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String
     (out.status.success(), text)
 }
 
+/// `tenure cluster up --data DATA` (starting the devices that are not running) with
+/// `env`: (success, stdout and stderr).
+fn up_with(data: &str, wait_secs: &str, env: &[(&str, String)]) -> (bool, String) {
+    let args = ["cluster", "up", "--data", data, "--wait-secs", wait_secs];
+    tenure_with(&args, env)
+}
+
 /// `tenure cluster up` of a new 3-device cluster at `data`, with `env`.
 fn up_new(data: &str, env: &[(&str, String)]) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-        .args([
-            "cluster",
-            "up",
-            "--devices",
-            "3",
-            "--data",
-            data,
-            "--wait-secs",
-            "60",
-        ])
-        .args(["--stores", &common::STORES.to_string()])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .expect("run tenure");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+    let stores = common::STORES.to_string();
+    let args = [
+        "cluster",
+        "up",
+        "--devices",
+        "3",
+        "--stores",
+        &stores,
+        "--data",
+        data,
+    ];
+    tenure_with(&[&args[..], &["--wait-secs", "60"]].concat(), env)
 }
 
 /// Whether process `pid` runs: it has a /proc entry that is not a zombie (a device

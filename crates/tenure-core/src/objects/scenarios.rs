@@ -67,15 +67,19 @@ pub(super) fn ask_within(
     c.replies.remove(&id).expect("answered")
 }
 
-pub(super) fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError> {
-    let req = ObjectRequest::Put {
+/// A plain put of `data` under `key` by `writer`.
+pub(super) fn put_req(key: &str, data: &[u8], writer: Writer) -> ObjectRequest {
+    ObjectRequest::Put {
         key: key.into(),
         data: Bytes::copy_from_slice(data),
-        writer: Writer::default(),
+        writer,
         cond: Default::default(),
         ephemeral: false,
-    };
-    ask(c, key, req)
+    }
+}
+
+pub(super) fn put(c: &mut Cluster, key: &str, data: &[u8]) -> Result<Response, ClientError> {
+    ask(c, key, put_req(key, data, Writer::default()))
 }
 
 pub(super) fn get(c: &mut Cluster, key: &str) -> Result<Vec<u8>, ClientError> {

@@ -3,7 +3,7 @@
 //! the manager's committed table; replacing or deleting it retires the old version in the
 //! same change; chunks that missed it get the value by reconciliation, as any change.
 
-use super::scenarios::{STORES, ask, ask_within, get, mgr, put, session, store, tweak};
+use super::scenarios::{STORES, ask, ask_within, get, mgr, put, put_req, session, store, tweak};
 use super::*;
 use crate::io::request::{ObjectRequest, Response, Writer};
 use crate::msg::{Msg, ToChunk};
@@ -192,13 +192,7 @@ fn a_chunk_that_missed_a_small_put_gets_the_value_from_its_peers() {
         .find(|d| *d != m)
         .expect("another chunk");
     c.crash(other);
-    let req = ObjectRequest::Put {
-        key: key.into(),
-        data: Bytes::from_static(b"missed"),
-        writer: Writer::default(),
-        cond: Default::default(),
-        ephemeral: false,
-    };
+    let req = put_req(key, b"missed", Writer::default());
     let r = ask_within(&mut c, key, req, Duration::from_secs(3));
     assert!(matches!(r, Ok(Response::ObjectWritten { .. })), "{r:?}");
     c.restart(other);
@@ -237,21 +231,14 @@ fn a_retried_put_overwritten_since_is_answered_and_not_written_again() {
         session: Some(session(&mut c, s)),
         request_id: 5,
     };
-    let put_req = |data: &'static [u8]| ObjectRequest::Put {
-        key: key.into(),
-        data: Bytes::from_static(data),
-        writer,
-        cond: Default::default(),
-        ephemeral: false,
-    };
-    let first = ask(&mut c, key, put_req(b"one"));
+    let first = ask(&mut c, key, put_req(key, b"one", writer));
     assert!(
         matches!(first, Ok(Response::ObjectWritten { revision: 1, .. })),
         "{first:?}"
     );
     put(&mut c, key, b"two").unwrap();
     // The retry of the first put (its answer was lost, say) finds its tombstone.
-    assert_eq!(ask(&mut c, key, put_req(b"one")), first);
+    assert_eq!(ask(&mut c, key, put_req(key, b"one", writer)), first);
     assert_eq!(get(&mut c, key), Ok(b"two".to_vec()));
     c.run_for(Duration::from_secs(7));
     let t = c.devices[&mgr(&c, key)].managed_tables(s).unwrap();

@@ -438,12 +438,7 @@ pub fn rewrite_as_format_6(dir: &Path, device: DeviceId) -> Result<(), StorageEr
     s.wait_checkpoint()?;
     let db = s.db.clone();
     drop(s);
-    let tx = db.begin_write().map_err(redb::Error::from)?;
-    tx.open_table(META)
-        .map_err(redb::Error::from)?
-        .insert(KEY_FORMAT, 6)
-        .map_err(redb::Error::from)?;
-    tx.commit().map_err(redb::Error::from)?;
+    write_meta(&db, device, 6)?;
     Ok(())
 }
 

@@ -34,12 +34,7 @@ pub const FORMAT_VERSION: u64 = 7;
 
 /// The layout of the values a data directory of `format` holds.
 pub fn generation(format: u64) -> tenure_core::generation::Generation {
-    use tenure_core::generation::Generation;
-    if format >= 7 {
-        Generation::InlineValues
-    } else {
-        Generation::BeforeInlineValues
-    }
+    tenure_core::generation::Generation::of(format, 7)
 }
 
 pub(super) const KEY_FORMAT: &str = "format_version";
