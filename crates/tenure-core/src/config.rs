@@ -290,6 +290,15 @@ pub struct DeviceConfig {
     /// (default [`CHECKPOINT_EVERY`]); `u32::MAX` never does, for storage that
     /// compacts deltas on its own.
     pub whole_record_every: u32,
+    /// Forward a client request for a store this device does not manage to the store's
+    /// manager and relay its answer, rather than answer `NotManager` (once every peer
+    /// reads forwarded requests).
+    #[serde(default = "forwarding_on")]
+    pub forward: bool,
+}
+
+fn forwarding_on() -> bool {
+    true
 }
 
 impl DeviceConfig {
@@ -308,6 +317,7 @@ impl DeviceConfig {
             join: false,
             advertise: String::new(),
             whole_record_every: CHECKPOINT_EVERY,
+            forward: true,
         }
     }
 }

@@ -48,6 +48,7 @@ impl Domain {
                 | B::Complete { store, .. },
             ) => Domain::Store(*store),
             Msg::Lookup(_) => Domain::Lookup,
+            Msg::Forward(f) => Domain::Store(f.store()),
             Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => Domain::Device,
         }
     }

@@ -20,22 +20,34 @@ pub enum Generation {
     /// Before small objects carried their value in their manifest (wire version 2,
     /// storage format 6 and older).
     BeforeInlineValues,
-    /// Manifests carry an inline value; [`crate::objects::ObjectOp::Put`] exists.
+    /// Manifests carry an inline value; [`crate::objects::ObjectOp::Put`] exists (wire
+    /// version 3, storage format 7, snapshot format 2).
     InlineValues,
+    /// A device forwards a client request to the store's manager
+    /// ([`crate::msg::Msg::Forward`], wire version 4). Files are unchanged.
+    Forwarding,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::InlineValues;
+    pub const CURRENT: Generation = Generation::Forwarding;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
-    /// inline values at `inline_from`.
-    pub fn of(version: u64, inline_from: u64) -> Generation {
-        if version >= inline_from {
+    /// inline values at `inline_from` and forwarding at `forwarding_from` (`u64::MAX`
+    /// for a file format, which never holds a forwarded request of its own).
+    pub fn of(version: u64, inline_from: u64, forwarding_from: u64) -> Generation {
+        if version >= forwarding_from {
+            Generation::Forwarding
+        } else if version >= inline_from {
             Generation::InlineValues
         } else {
             Generation::BeforeInlineValues
         }
+    }
+
+    /// Whether manifests carry their inline value in this layout.
+    pub fn inline_values(self) -> bool {
+        self >= Generation::InlineValues
     }
 }
 
@@ -63,17 +75,17 @@ pub fn current() -> Generation {
 /// `#[serde(with = "crate::generation::inline_value")]` for a manifest's inline value:
 /// absent from the encoding before [`Generation::InlineValues`].
 pub mod inline_value {
-    use super::{Generation, current};
+    use super::current;
     use bytes::Bytes;
     use serde::de::{Deserialize, Deserializer};
     use serde::ser::{Error, Serialize, Serializer};
 
     /// Write the value, or nothing at an older generation (where only `None` fits).
     pub fn serialize<S: Serializer>(v: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
-        match (current(), v) {
-            (Generation::InlineValues, v) => v.serialize(s),
-            (Generation::BeforeInlineValues, None) => s.serialize_unit(),
-            (Generation::BeforeInlineValues, Some(_)) => Err(S::Error::custom(
+        match (current().inline_values(), v) {
+            (true, v) => v.serialize(s),
+            (false, None) => s.serialize_unit(),
+            (false, Some(_)) => Err(S::Error::custom(
                 "an object with an inline value cannot be encoded for a peer or format from before inline values",
             )),
         }
@@ -81,12 +93,11 @@ pub mod inline_value {
 
     /// Read the value; nothing at an older generation.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
-        match current() {
-            Generation::InlineValues => Option::<Bytes>::deserialize(d),
-            Generation::BeforeInlineValues => {
-                <()>::deserialize(d)?;
-                Ok(None)
-            }
+        if current().inline_values() {
+            Option::<Bytes>::deserialize(d)
+        } else {
+            <()>::deserialize(d)?;
+            Ok(None)
         }
     }
 }
@@ -98,10 +109,26 @@ pub fn only_inline<T: serde::Serialize, S: serde::Serializer>(
     s: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::Error;
-    match current() {
-        Generation::InlineValues => v.serialize(s),
-        Generation::BeforeInlineValues => Err(S::Error::custom(
+    match current().inline_values() {
+        true => v.serialize(s),
+        false => Err(S::Error::custom(
             "a one-change put cannot be encoded for a peer or format from before inline values",
         )),
+    }
+}
+
+/// `#[serde(serialize_with = "crate::generation::only_forwarding")]` on a message that
+/// exists only from [`Generation::Forwarding`] on: an older peer could not decode it.
+pub fn only_forwarding<T: serde::Serialize, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    if current() >= Generation::Forwarding {
+        v.serialize(s)
+    } else {
+        Err(S::Error::custom(
+            "a forwarded request cannot be encoded for a peer from before forwarding",
+        ))
     }
 }

@@ -62,6 +62,18 @@ impl SessionId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClientId(pub u64);
 
+impl ClientId {
+    /// The ids a device gives the requests other devices forward to it
+    /// ([`crate::msg::Msg::Forward`]): the top bit set, which no server or simulator
+    /// client id has.
+    pub const FORWARDED: u64 = 1 << 63;
+
+    /// Whether this id stands for a request another device forwarded.
+    pub fn is_forwarded(self) -> bool {
+        self.0 & Self::FORWARDED != 0
+    }
+}
+
 impl fmt::Display for DeviceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "d{}", self.0)

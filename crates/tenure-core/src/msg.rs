@@ -52,6 +52,43 @@ pub enum Msg {
     Coord(crate::election::coordinator::CoordMsg),
     /// Snapshot markers, tags and termination detection (seed 002 §14.1–§14.2).
     Snapshot(crate::snapshot::SnapMsg<Msg>),
+    /// A client request forwarded to the store's manager, and its answer (DESIGN §8,
+    /// "Any device serves any request"). Only sent when every peer reads it.
+    #[serde(serialize_with = "crate::generation::only_forwarding")]
+    Forward(ForwardMsg),
+}
+
+/// A forwarded client request and its answer ([`Msg::Forward`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+// Moved once each, like the other message enums.
+#[allow(clippy::large_enum_variant)]
+pub enum ForwardMsg {
+    /// Serve `req` as if its client had sent it here, and answer with `id`.
+    Request {
+        /// The forwarding device's id for the request (echoed in the answer).
+        id: u64,
+        /// The request.
+        req: crate::io::request::Request,
+    },
+    /// The answer to the forwarded request `id`.
+    Answer {
+        /// The forwarding device's id for the request.
+        id: u64,
+        /// The request's store (its answer waits for the store's persists).
+        store: StoreId,
+        /// The answer, as the manager would have given it to the client.
+        result: Result<crate::io::request::Response, crate::error::ClientError>,
+    },
+}
+
+impl ForwardMsg {
+    /// The store of the forwarded request.
+    pub fn store(&self) -> StoreId {
+        match self {
+            ForwardMsg::Request { req, .. } => req.store(),
+            ForwardMsg::Answer { store, .. } => *store,
+        }
+    }
 }
 
 /// Messages a chunk receives (seed 000 §4.2).

@@ -29,6 +29,7 @@ use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod coordinator;
+mod forward;
 mod routing;
 
 use routing::block_role;
@@ -73,6 +74,9 @@ pub struct Device {
     lost_record: Option<Members>,
     /// Snapshots this device takes part in (seed 002 §14.1).
     snaps: Snapshots,
+    /// Requests forwarded to their store's manager, and those served here for another
+    /// device ([`forward`]).
+    forwards: forward::Forwards,
     /// When the coordinator next starts a scheduled snapshot.
     next_snapshot: Option<Instant>,
 }
@@ -95,6 +99,7 @@ enum Role {
     Lookup,
     Election,
     Snapshot,
+    Forward,
 }
 
 /// Which cached timeouts may be out of date.
@@ -118,8 +123,9 @@ struct Env {
     hints_gen: u64,
     /// When this device's chunks first showed each recent epoch of their store.
     epochs: BTreeMap<StoreId, crate::session::EpochsSeen>,
-    /// [`Ctx::inline_values`].
-    inline_values: bool,
+    /// The oldest encoding every peer reads: whether small puts are one change
+    /// ([`Ctx::inline_values`]) and requests may be forwarded ([`forward`]).
+    peers: crate::generation::Generation,
 }
 
 impl Env {
@@ -132,7 +138,7 @@ impl Env {
             heard: &self.heard,
             hints: &self.hints,
             epochs: &self.epochs,
-            inline_values: self.inline_values,
+            inline_values: self.peers.inline_values(),
         }
     }
 }
@@ -173,7 +179,7 @@ impl Device {
                 hints: BTreeMap::new(),
                 hints_gen: 0,
                 epochs: BTreeMap::new(),
-                inline_values: true,
+                peers: crate::generation::Generation::CURRENT,
             },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
@@ -194,6 +200,7 @@ impl Device {
                 Snapshots::boot(disk.snapshots.clone())
             },
             next_snapshot: None,
+            forwards: Default::default(),
         };
         dev.snaps.plant_record_late = dev.env.cfg.planted.snapshot_record_late;
         dev.elector.plant_no_restart = dev.env.cfg.planted.election_no_restart;
@@ -288,37 +295,8 @@ impl Device {
                 req_id,
                 req,
             } => {
-                let store = req.store();
-                if store.0 >= self.env.cfg.cluster.stores {
-                    out.push(Output::Reply {
-                        client,
-                        req_id,
-                        result: Err(ClientError::UnknownStore(store)),
-                    });
-                } else if let Some(hint) = self.lease_hint(store) {
-                    // Tenure: this device does not manage the store but one of its chunks
-                    // serves under a lease from the manager: point the client there. A
-                    // manager role's forwarding address (left by a migration) can be long
-                    // stale, and two of them can point at each other (seed 180613: clients
-                    // bounced between d1 and d4 while d2 managed the store).
-                    out.push(Output::Reply {
-                        client,
-                        req_id,
-                        result: Err(ClientError::NotManager { hint: Some(hint) }),
-                    });
-                } else {
-                    let Device {
-                        env,
-                        managers,
-                        requested,
-                        ..
-                    } = self;
-                    let mut ctx = env.ctx(now, &mut out);
-                    requested.push(store);
-                    managers
-                        .entry(store)
-                        .or_insert_with(|| Manager::new(store))
-                        .request(&mut ctx, client, req_id, req);
+                if !self.forward(now, client, req_id, &req, 0, &mut out) {
+                    self.serve(now, client, req_id, req, &mut out);
                 }
             }
             Input::Policy(cmd) => self.on_policy(now, cmd, &mut out),
@@ -334,9 +312,54 @@ impl Device {
         }
         self.publish_managers(now, &mut out);
         self.refresh_hints();
+        self.forwards.answer_served(&mut out);
         self.snaps.tag(&mut out);
         self.finish(&mut out);
         out
+    }
+
+    /// Serve a client request here: by the store's manager role, or with a redirect to
+    /// the manager a local chunk's lease names.
+    fn serve(
+        &mut self,
+        now: Instant,
+        client: crate::ids::ClientId,
+        req_id: u64,
+        req: crate::io::Request,
+        out: &mut Vec<Output>,
+    ) {
+        let store = req.store();
+        if store.0 >= self.env.cfg.cluster.stores {
+            out.push(Output::Reply {
+                client,
+                req_id,
+                result: Err(ClientError::UnknownStore(store)),
+            });
+        } else if let Some(hint) = self.lease_hint(store) {
+            // Tenure: this device does not manage the store but one of its chunks
+            // serves under a lease from the manager: point the client there. A
+            // manager role's forwarding address (left by a migration) can be long
+            // stale, and two of them can point at each other (seed 180613: clients
+            // bounced between d1 and d4 while d2 managed the store).
+            out.push(Output::Reply {
+                client,
+                req_id,
+                result: Err(ClientError::NotManager { hint: Some(hint) }),
+            });
+        } else {
+            let Device {
+                env,
+                managers,
+                requested,
+                ..
+            } = self;
+            let mut ctx = env.ctx(now, out);
+            requested.push(store);
+            managers
+                .entry(store)
+                .or_insert_with(|| Manager::new(store))
+                .request(&mut ctx, client, req_id, req);
+        }
     }
 
     /// The one role an input can change, if it reaches only one (see [`Self::timers`]).
@@ -365,7 +388,7 @@ impl Device {
                 ..
             } => Stale::One(Role::Election),
             Input::Message {
-                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_),
+                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_) | Msg::Forward(_),
                 ..
             }
             | Input::StartSnapshot
@@ -391,6 +414,17 @@ impl Device {
         timers.order.first().map(|(t, _)| *t)
     }
 
+    /// Bring one role's entry up to date now, besides the one the input reached.
+    fn refresh_role(&self, role: Role) {
+        let mut timers = self.timers.borrow_mut();
+        if timers.stale == Stale::All {
+            return;
+        }
+        let pending = std::mem::replace(&mut timers.stale, Stale::One(role));
+        self.refresh(&mut timers);
+        timers.stale = pending;
+    }
+
     /// Bring the stale entries of `timers` up to date.
     fn refresh(&self, timers: &mut Timers) {
         let drift = self.env.cfg.timing.clock_drift;
@@ -400,6 +434,7 @@ impl Device {
             Role::Lookup => self.lookup.next_timeout(&self.env.cfg.lookup),
             Role::Election => self.election_timeout(),
             Role::Snapshot => self.snaps.next_timeout(&self.env.cfg.snapshot),
+            Role::Forward => self.forwards.next_timeout(&self.env),
         };
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
@@ -407,7 +442,7 @@ impl Device {
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
                     .chain(self.managers.keys().map(|s| Role::Manager(*s)))
-                    .chain([Role::Lookup, Role::Election, Role::Snapshot]);
+                    .chain([Role::Lookup, Role::Election, Role::Snapshot, Role::Forward]);
                 timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
                 timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
                 return;
@@ -478,10 +513,11 @@ impl Device {
         self.chunks.values().map(Chunk::view).collect()
     }
 
-    /// Whether every peer reads inline object values ([`Ctx::inline_values`]): the
-    /// driver says so from the wire versions its peers negotiated.
-    pub fn set_inline_values(&mut self, all_peers_read_them: bool) {
-        self.env.inline_values = all_peers_read_them;
+    /// The oldest encoding every peer reads: whether small puts are one change
+    /// ([`Ctx::inline_values`]) and requests are forwarded ([`forward`]). The driver says
+    /// so from the wire versions its peers negotiated.
+    pub fn set_peer_generation(&mut self, oldest: crate::generation::Generation) {
+        self.env.peers = oldest;
     }
 
     /// View of this device's manager role for a store (None if it has none).

@@ -153,6 +153,10 @@ impl Device {
                 self.on_snapshot_msg(now, from, m, out);
                 return;
             }
+            Msg::Forward(m) => {
+                self.on_forward_msg(now, from, m, out);
+                return;
+            }
             other => other,
         };
         let Device {
@@ -231,7 +235,11 @@ impl Device {
                 }
             }
             Msg::Blocks(m) => on_block_msg(&mut ctx, chunks, managers, from, m),
-            Msg::Lookup(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => {
+            Msg::Lookup(_)
+            | Msg::Election(_)
+            | Msg::Coord(_)
+            | Msg::Snapshot(_)
+            | Msg::Forward(_) => {
                 unreachable!("handled above")
             }
         }
@@ -308,6 +316,9 @@ impl Device {
         if (self.snaps.next_timeout(&self.env.cfg.snapshot)).is_some_and(|t| t <= now) {
             (self.snaps).on_tick(now, me, &self.env.cfg.snapshot, out);
         }
+        if (self.forwards.next_timeout(&self.env)).is_some_and(|t| t <= now) {
+            self.forwards.on_tick(now, &self.env, out);
+        }
         self.collect_garbage();
     }
 
@@ -350,7 +361,9 @@ impl Device {
             }
             let reached_store = match role {
                 Role::Manager(s) => Some(s),
-                Role::Chunk(_) | Role::Lookup | Role::Election | Role::Snapshot => None,
+                Role::Chunk(_) | Role::Lookup | Role::Election | Role::Snapshot | Role::Forward => {
+                    None
+                }
             };
             for s in requested.into_iter().chain(reached_store) {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {

@@ -210,7 +210,7 @@ fn a_chunk_that_missed_a_small_put_gets_the_value_from_its_peers() {
 fn with_a_peer_of_an_older_build_a_small_put_is_written_as_blocks() {
     let mut c = cluster_inline();
     for d in c.devices.values_mut() {
-        d.set_inline_values(false);
+        d.set_peer_generation(crate::generation::Generation::BeforeInlineValues);
     }
     let key = "/small/old";
     put(&mut c, key, b"v").unwrap();

@@ -297,8 +297,10 @@ impl Driver {
                 }
                 n += 1;
             }
-            // Small puts become one change once every peer reads inline values.
-            (self.device).set_inline_values(self.transport.oldest_peer_version() >= 3);
+            // Small puts become one change, and requests are forwarded, once every peer
+            // reads them.
+            let oldest = self.transport.oldest_peer_version();
+            (self.device).set_peer_generation(crate::wire::generation(oldest));
             let now = self.clock.now();
             if self.device.poll_timeout().is_some_and(|t| t <= now) {
                 self.input(Input::Tick, &mut out);

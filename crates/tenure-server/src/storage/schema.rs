@@ -34,7 +34,7 @@ pub const FORMAT_VERSION: u64 = 7;
 
 /// The layout of the values a data directory of `format` holds.
 pub fn generation(format: u64) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format, 7)
+    tenure_core::generation::Generation::of(format, 7, u64::MAX)
 }
 
 pub(super) const KEY_FORMAT: &str = "format_version";

@@ -270,7 +270,6 @@ impl Transport {
         });
     }
 
-    /// The current peers and their addresses (none: reached only over connections they
     /// The oldest wire version among the peers' latest connections: 0 while a peer has
     /// never connected, this device's newest with no peer at all. Features a version
     /// adds are used once every peer speaks it (a rolling upgrade is over).
@@ -283,6 +282,7 @@ impl Transport {
             .unwrap_or(self.shared.cfg.versions.newest)
     }
 
+    /// The current peers and their addresses (none: reached only over connections they
     /// open), ascending.
     pub fn peers(&self) -> Vec<(DeviceId, Option<SocketAddr>)> {
         let table = self.shared.table();

@@ -1,0 +1,301 @@
+//! Forwarding, DESIGN §8 "Any device serves any request": one test per rule of the
+//! module's documentation.
+
+use crate::error::ClientError;
+use crate::generation::Generation;
+use crate::ids::{DeviceId, SessionId, StoreId};
+use crate::io::request::{ObjectRequest, Request, Response, WaitSpec};
+use crate::lockctl::LockMode;
+use crate::msg::{ForwardMsg, Msg};
+use crate::testkit::Cluster;
+use std::time::Duration;
+
+const STORE: StoreId = StoreId(0);
+
+/// A settled cluster of three, the manager of [`STORE`] and two other devices.
+fn settled() -> (Cluster, DeviceId, DeviceId, DeviceId) {
+    let mut c = Cluster::new(3, 2);
+    c.run_for(Duration::from_secs(5));
+    let (m, _) = c.manager_of(STORE).expect("managed");
+    let mut others = c.devices.keys().copied().filter(|d| *d != m);
+    let (a, b) = (others.next().unwrap(), others.next().unwrap());
+    (c, m, a, b)
+}
+
+fn forwards(c: &Cluster) -> (usize, usize) {
+    let req = c.count_delivered(|m| matches!(m, Msg::Forward(ForwardMsg::Request { .. })));
+    let ans = c.count_delivered(|m| matches!(m, Msg::Forward(ForwardMsg::Answer { .. })));
+    (req, ans)
+}
+
+fn open_session(c: &mut Cluster, via: DeviceId) -> SessionId {
+    let r = c.request(
+        via,
+        1,
+        Request::OpenSession {
+            store: STORE,
+            ttl: Duration::from_secs(10),
+        },
+    );
+    c.run_for(Duration::from_millis(200));
+    match &c.replies[&r] {
+        Ok(Response::SessionOpened { session, .. }) => *session,
+        other => panic!("open through {via}: {other:?}"),
+    }
+}
+
+fn acquire(session: SessionId, request_id: u64) -> Request {
+    Request::Acquire {
+        store: STORE,
+        session,
+        request_id,
+        name: "/a/lock".into(),
+        mode: LockMode::Exclusive,
+        wait: WaitSpec::Try,
+        lock_delay: None,
+    }
+}
+
+#[test]
+fn a_request_at_a_device_that_does_not_manage_the_store_is_answered_by_the_manager() {
+    let (mut c, _, a, _) = settled();
+    let r = c.write(a, STORE, 1, 10);
+    c.run_for(Duration::from_millis(200));
+    assert!(
+        matches!(c.replies[&r], Ok(Response::Written { .. })),
+        "{:?}",
+        c.replies[&r]
+    );
+    assert_eq!(forwards(&c), (1, 1), "one request there, one answer back");
+    assert_eq!(c.devices[&a].forwards_pending(), 0);
+}
+
+#[test]
+fn a_lock_taken_through_other_devices_is_one_grant_and_its_retry_is_answered_the_same() {
+    let (mut c, _, a, b) = settled();
+    let session = open_session(&mut c, a);
+    let first = c.request(a, 1, acquire(session, 7));
+    c.run_for(Duration::from_millis(200));
+    let Ok(Response::Granted { token }) = c.replies[&first].clone() else {
+        panic!("{:?}", c.replies[&first]);
+    };
+    // The retry comes through another device: the manager recognises it.
+    let retry = c.request(b, 1, acquire(session, 7));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&retry], Ok(Response::Granted { token }));
+    let holders = c.request(
+        b,
+        2,
+        Request::Holders {
+            store: STORE,
+            name: "/a/lock".into(),
+        },
+    );
+    c.run_for(Duration::from_millis(200));
+    let Ok(Response::Holders(h)) = &c.replies[&holders] else {
+        panic!("{:?}", c.replies[&holders]);
+    };
+    assert_eq!(h.len(), 1, "{h:?}");
+}
+
+#[test]
+fn a_forwarded_request_is_served_or_refused_where_it_arrives_never_forwarded_again() {
+    let (mut c, m, a, b) = settled();
+    // `a` receives a request forwarded by `b`: it does not manage the store, so it
+    // answers with its hint instead of forwarding it on.
+    c.input(
+        a,
+        crate::io::Input::Message {
+            from: b,
+            msg: Msg::Forward(ForwardMsg::Request {
+                id: 5,
+                req: Request::Write {
+                    store: STORE,
+                    key: 1,
+                    value: 1,
+                },
+            }),
+        },
+    );
+    let sent: Vec<_> = (c.queue.values())
+        .filter(|(from, _, msg)| *from == a && matches!(msg, Msg::Forward(_)))
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (_, to, msg) = sent[0];
+    assert_eq!(*to, b);
+    assert_eq!(
+        *msg,
+        Msg::Forward(ForwardMsg::Answer {
+            id: 5,
+            store: STORE,
+            result: Err(ClientError::NotManager { hint: Some(m) }),
+        })
+    );
+}
+
+#[test]
+fn a_not_manager_answer_is_followed_to_the_device_it_names() {
+    let (mut c, m, a, b) = settled();
+    // Nothing reaches the manager from `a`: `a`'s forward waits.
+    c.drop = Some(Box::new(move |from, to, msg| {
+        from == a && to == m && matches!(msg, Msg::Forward(_))
+    }));
+    let r = c.write(a, STORE, 1, 10);
+    c.run_for(Duration::from_millis(50));
+    c.drop = None;
+    // A stale answer naming `b` arrives from the device `a` forwarded to.
+    c.input(
+        a,
+        crate::io::Input::Message {
+            from: m,
+            msg: Msg::Forward(ForwardMsg::Answer {
+                id: 1,
+                store: STORE,
+                result: Err(ClientError::NotManager { hint: Some(b) }),
+            }),
+        },
+    );
+    assert!(!c.replies.contains_key(&r), "not answered yet");
+    let again = c
+        .queue
+        .values()
+        .filter(|(from, to, msg)| {
+            *from == a && *to == b && matches!(msg, Msg::Forward(ForwardMsg::Request { .. }))
+        })
+        .count();
+    assert_eq!(again, 1, "forwarded to the named device");
+    // `b` does not manage the store either: it names the manager, and `a` follows
+    // that too (its second hop), which serves it.
+    c.run_for(Duration::from_millis(300));
+    assert!(
+        matches!(c.replies[&r], Ok(Response::Written { .. })),
+        "{:?}",
+        c.replies[&r]
+    );
+}
+
+#[test]
+fn an_answer_from_another_device_than_the_one_asked_changes_nothing() {
+    let (mut c, m, a, b) = settled();
+    c.drop = Some(Box::new(move |_, _, msg| matches!(msg, Msg::Forward(_))));
+    let r = c.write(a, STORE, 1, 10);
+    c.run_for(Duration::from_millis(50));
+    c.input(
+        a,
+        crate::io::Input::Message {
+            from: b,
+            msg: Msg::Forward(ForwardMsg::Answer {
+                id: 1,
+                store: STORE,
+                result: Ok(Response::SessionClosed),
+            }),
+        },
+    );
+    assert!(!c.replies.contains_key(&r));
+    assert_eq!(c.devices[&a].forwards_pending(), 1);
+    let _ = m;
+}
+
+#[test]
+fn a_forward_the_manager_never_answers_ends_unavailable_at_its_deadline() {
+    let (mut c, _, a, _) = settled();
+    // The manager is alive (heard from) but the forward and its answer are lost.
+    c.drop = Some(Box::new(|_, _, msg| matches!(msg, Msg::Forward(_))));
+    let r = c.write(a, STORE, 1, 10);
+    let lease = c.configs[&a].timing.lease;
+    c.run_for(lease - Duration::from_millis(100));
+    assert!(!c.replies.contains_key(&r), "before the deadline");
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(
+        c.replies[&r],
+        Err(ClientError::Unavailable { store: STORE }),
+        "a lease after it was sent"
+    );
+    assert_eq!(c.devices[&a].forwards_pending(), 0);
+}
+
+#[test]
+fn a_forward_to_a_manager_that_went_silent_ends_unavailable() {
+    let (mut c, m, a, _) = settled();
+    let session = open_session(&mut c, a);
+    // A wait without a deadline has no deadline of its own but the longest one.
+    let mut req = acquire(session, 9);
+    if let Request::Acquire { wait, .. } = &mut req {
+        *wait = WaitSpec::Forever;
+    }
+    c.drop = Some(Box::new(|_, _, msg| matches!(msg, Msg::Forward(_))));
+    let r = c.request(a, 1, req);
+    c.run_for(Duration::from_millis(10));
+    c.crash(m);
+    let window = c.configs[&a].timing.liveness_window;
+    c.run_for(window + Duration::from_millis(100));
+    assert_eq!(
+        c.replies[&r],
+        Err(ClientError::Unavailable { store: STORE })
+    );
+}
+
+#[test]
+fn nothing_is_forwarded_before_every_peer_reads_forwarded_requests() {
+    let (mut c, m, a, _) = settled();
+    (c.devices.get_mut(&a).unwrap()).set_peer_generation(Generation::InlineValues);
+    let r = c.write(a, STORE, 1, 10);
+    assert_eq!(
+        c.replies[&r],
+        Err(ClientError::NotManager { hint: Some(m) }),
+        "redirected at once"
+    );
+    assert_eq!(forwards(&c), (0, 0));
+}
+
+#[test]
+fn forwarding_turned_off_redirects() {
+    let mut c = Cluster::with(3, 2, |cfg| cfg.forward = false);
+    c.run_for(Duration::from_secs(5));
+    let (m, _) = c.manager_of(STORE).expect("managed");
+    let a = *c.devices.keys().find(|d| **d != m).unwrap();
+    let r = c.write(a, STORE, 1, 10);
+    assert_eq!(
+        c.replies[&r],
+        Err(ClientError::NotManager { hint: Some(m) })
+    );
+}
+
+#[test]
+fn a_watch_and_a_payload_above_a_block_are_redirected_not_forwarded() {
+    let (mut c, m, a, _) = settled();
+    let watch = c.request(
+        a,
+        1,
+        Request::Object {
+            store: STORE,
+            req: ObjectRequest::Watch {
+                watch: 1,
+                prefix: "/a".into(),
+                after: None,
+            },
+        },
+    );
+    let block = c.configs[&a].objects.block_size as usize;
+    let big = c.request(
+        a,
+        1,
+        Request::Object {
+            store: STORE,
+            req: ObjectRequest::Put {
+                key: "/a/big".into(),
+                data: crate::objects::Bytes::from(vec![0u8; block + 1]),
+                writer: Default::default(),
+                cond: Default::default(),
+                ephemeral: false,
+            },
+        },
+    );
+    for r in [watch, big] {
+        assert_eq!(
+            c.replies[&r],
+            Err(ClientError::NotManager { hint: Some(m) })
+        );
+    }
+    assert_eq!(forwards(&c), (0, 0));
+}
