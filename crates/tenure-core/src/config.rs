@@ -115,6 +115,9 @@ pub struct PlantedBugs {
     pub wall_clock_deadlines: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
+    /// A device acknowledges a register write forwarded to it without serving it (as if
+    /// it had been the store's manager).
+    pub forward_ack_unserved: bool,
     /// The lookup service keeps no `t + 1` bound: the leader admits every node that asks
     /// to join, and no surplus active node steps down.
     pub lookup_admit_all: bool,

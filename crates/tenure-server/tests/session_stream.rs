@@ -403,10 +403,12 @@ fn one_request_over_the_window_is_refused() {
     });
 }
 
-/// A device that does not manage the store ends the stream with a redirect naming the
-/// manager's client endpoint; the session then resumes there.
+/// Any device serves the stream (DESIGN §8): a device that does not manage the store
+/// resumes the session and serves its requests through the manager. A watch, which
+/// stays with the manager, ends the stream with a redirect naming the manager's client
+/// endpoint; the session then resumes there.
 #[test]
-fn a_non_manager_redirects_and_the_session_resumes_on_the_manager() {
+fn a_non_manager_serves_the_stream_and_a_watch_redirects_to_the_manager() {
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, other) = placement(&cluster).await;
@@ -414,6 +416,21 @@ fn a_non_manager_redirects_and_the_session_resumes_on_the_manager() {
         let session = m.start_with_session(store, 10_000).await;
         let mut s = Raw::open(&other).await;
         s.send(1, Rq::Start(start(store, Some(session)))).await;
+        match s.answer(1, &mut vec![]).await {
+            Ev::Started(st) => assert_eq!(st.session.unwrap().session.unwrap().id, session),
+            other => panic!("expected the session resumed through the manager, got {other:?}"),
+        }
+        s.send(2, acquire("/x/forwarded", false)).await;
+        match s.answer(2, &mut vec![]).await {
+            Ev::Granted(g) => assert!(g.token.is_some()),
+            other => panic!("expected a grant through the manager, got {other:?}"),
+        }
+        let watch = proto::WatchObjects {
+            watch: 1,
+            prefix: "/x".into(),
+            after: None,
+        };
+        s.send(3, Rq::WatchObjects(watch)).await;
         match s.next().await.kind {
             Some(Ev::Redirect(r)) => {
                 assert_eq!(r.not_manager.unwrap().hint_endpoint, manager);

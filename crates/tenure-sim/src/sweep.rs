@@ -35,6 +35,8 @@ pub struct Summary {
     pub faults: Faults,
     /// Manager regenerations.
     pub regenerations: u64,
+    /// Client requests forwarded between devices.
+    pub forwarded: u64,
     /// Committed migrations.
     pub migrations: u64,
     /// Committed relayouts.
@@ -162,6 +164,7 @@ impl Summary {
         }
         self.step_windows.add(&r.step_windows);
         self.regenerations += r.regenerations;
+        self.forwarded += r.forwarded;
         self.migrations += r.migrations;
         self.relayouts += r.relayouts;
         self.policy_commands += r.policy_commands;

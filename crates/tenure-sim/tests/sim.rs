@@ -362,6 +362,27 @@ fn planted_redirect_to_self_is_caught_as_a_stuck_client() {
     );
 }
 
+// DESIGN §8 planted bug ("Any device serves any request"): a device that acknowledges a
+// forwarded register write without serving it; the sweep runs forwarding (three seeds in
+// four), and a checker of acknowledged writes must see the write missing: the run's own
+// register checker, or the restore check of a snapshot cut after the acknowledgement.
+#[test]
+fn planted_forward_ack_unserved_is_caught_as_a_lost_write() {
+    let found = first_violation(
+        PlantedBugs {
+            forward_ack_unserved: true,
+            ..PlantedBugs::default()
+        },
+        20,
+    );
+    let (seed, v) = found.expect("not caught within 20 seeds");
+    eprintln!("forward-ack-unserved caught at seed {seed}: {v}");
+    assert!(
+        matches!(v, Violation::LostWrite { .. } | Violation::Snapshot(_)),
+        "{v}"
+    );
+}
+
 // DESIGN §4 planted bug: a new manager that gives sessions no grace expires a holder whose
 // keep-alives went to the old manager while its client still holds the lock; mutual
 // exclusion on the client's conservative deadline must catch the successor's grant.

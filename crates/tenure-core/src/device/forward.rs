@@ -305,6 +305,17 @@ impl Device {
         match msg {
             ForwardMsg::Request { id, req } => {
                 let client = self.forwards.serve_for(from, id, req.store());
+                if self.env.cfg.planted.forward_ack_unserved
+                    && let Request::Write { .. } = req
+                {
+                    let version = crate::ids::Version::default();
+                    out.push(Output::Reply {
+                        client,
+                        req_id: id,
+                        result: Ok(crate::io::Response::Written { version }),
+                    });
+                    return;
+                }
                 self.serve(now, client, id, req, out);
             }
             ForwardMsg::Answer { id, result, .. } => {

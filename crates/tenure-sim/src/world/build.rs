@@ -77,6 +77,8 @@ impl World {
         // Wall-clock steps, from a generator of their own (the seed's other draws are
         // those it made before steps existed).
         let mut step_rng = Rng::new(mix64(cfg.seed ^ 0xc10c_57e9_0000_0001));
+        // Forwarding, from a generator of its own too: three runs in four.
+        let forward = Rng::new(mix64(cfg.seed ^ 0xf04a_4d00_0000_0001)).below(4) != 0;
         let drawn = step_rng.below(3) == 0;
         let stepping = cfg.planted.wall_clock_deadlines
             || (cfg.faults && restore.is_none() && cfg.clock_steps.unwrap_or(drawn));
@@ -95,6 +97,7 @@ impl World {
             dc.whole_record_every = cfg.whole_record_every;
             dc.objects = World::object_settings(obj_knobs.history, obj_knobs.inline_max);
             dc.election.algorithm = el_knobs.algorithm;
+            dc.forward = forward;
             let disk = restore
                 .and_then(|c| c.parts.get(&d))
                 .map(|p| p.state.clone())
@@ -142,6 +145,7 @@ impl World {
         let mut w = World {
             report: RunReport {
                 seed: cfg.seed,
+                forward,
                 knobs: Some(knobs.clone()),
                 lock_knobs: Some(lock_knobs.clone()),
                 disk_knobs: Some(disk_knobs.clone()),

@@ -4,6 +4,7 @@
 
 use super::{Event, World, disk};
 use tenure_core::io::{Input, Observation, Output};
+use tenure_core::msg::{ForwardMsg, Msg};
 use tenure_core::{Device, DeviceId};
 
 impl World {
@@ -137,6 +138,9 @@ impl World {
                 }
                 Output::Send { to, msg } => {
                     effects |= crate::snapshot::carried(&msg).is_some();
+                    if let Msg::Forward(ForwardMsg::Request { .. }) = &msg {
+                        self.report.forwarded += 1;
+                    }
                     if self.cfg.capture > 0
                         && (self.report.captured).wants(format!("{msg:?}"), self.cfg.capture)
                     {

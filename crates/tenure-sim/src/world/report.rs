@@ -105,6 +105,11 @@ pub struct RunReport {
     pub faults: Faults,
     /// Manager regenerations (`BecameManager` with cause `Regeneration`).
     pub regenerations: u64,
+    /// Whether the run's devices forward requests for stores they do not manage (drawn
+    /// per seed: three runs in four).
+    pub forward: bool,
+    /// Client requests a device forwarded to another (`Msg::Forward` requests sent).
+    pub forwarded: u64,
     /// Committed migrations.
     pub migrations: u64,
     /// Committed relayouts.

@@ -158,6 +158,8 @@ enum Plant {
     WallClockDeadlines,
     /// A device that does not manage a store redirects clients to itself.
     RedirectToSelf,
+    /// A device acknowledges a register write forwarded to it without serving it.
+    ForwardAckUnserved,
     /// The lookup service keeps no t + 1 bound (every join admitted, no step-down).
     LookupAdmitAll,
     /// A lookup leader keeps its leadership when an older active node appears.
@@ -294,6 +296,7 @@ impl SimArgs {
             takeover_ignores_renewal: self.plant.contains(&Plant::TakeoverIgnoresRenewal),
             wall_clock_deadlines: self.plant.contains(&Plant::WallClockDeadlines),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
+            forward_ack_unserved: self.plant.contains(&Plant::ForwardAckUnserved),
             lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
             lookup_keep_leadership: self.plant.contains(&Plant::LookupKeepLeadership),
             lookup_lazy_failover: self.plant.contains(&Plant::LookupLazyFailover),

@@ -27,13 +27,15 @@ pub(super) fn print_run(r: &RunReport, wall_s: f64, k: usize, n: u64) {
     }
     println!("  faults: {:?}", r.faults);
     println!(
-        "  regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",
+        "  regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}, requests forwarded {}{}",
         r.regenerations,
         r.migrations,
         r.relayouts,
         r.policy_commands,
         r.writes_acked,
-        r.writes_issued
+        r.writes_issued,
+        r.forwarded,
+        if r.forward { "" } else { " (forwarding off)" }
     );
     println!(
         "  max failover {:.3} s, liveness converged in {}",
@@ -128,13 +130,14 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
         );
     }
     println!(
-        "regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}",
+        "regenerations {}, migrations {}, relayouts {}, operator commands {}, writes acked {}/{}, requests forwarded {}",
         s.regenerations,
         s.migrations,
         s.relayouts,
         s.policy_commands,
         s.writes_acked,
-        s.writes_issued
+        s.writes_issued,
+        s.forwarded
     );
     println!(
         "max failover {:.3} s, max liveness convergence {:.3} s",
