@@ -10,15 +10,19 @@
 //! the stream stays up. A frame that cannot be decoded at all ends the stream with a
 //! `stream_closed` reason.
 //!
-//! The stream is bound to the store's manager. When a request is answered `NotManager`,
-//! or the driver reports that this device stopped managing the store, the stream sends
+//! Any device serves the stream: requests for a store this device does not manage are
+//! forwarded to the manager by the core (DESIGN §8). When a request is answered
+//! `NotManager` (a watch, which stays with the manager, or no manager known), or the
+//! driver reports that this device stopped managing the store, the stream sends
 //! `redirect` and ends; requests not answered by then are not answered here, and the
 //! client re-sends them, with their ids, on the new manager (acquires and releases are
 //! idempotent by `(session, request id)` in the core, reads are re-run).
 //!
 //! Pushed events (request id 0): `ended` when the core has ended the stream's session
 //! (expiry or a close from elsewhere; its locks are released), `expiring` when the
-//! session has not been kept alive for two thirds of its TTL.
+//! session has not been kept alive for two thirds of its TTL. `ended` comes from the
+//! manager's device: a stream at another device learns of its session's end from the
+//! answer to its next keep-alive (`SessionExpired`).
 //!
 //! Object watches (DESIGN §5): `watch_objects` registers a watch of a prefix of the
 //! stream's store with the manager, as the stream's own watch client

@@ -27,7 +27,11 @@ async fn manager_of(stubs: &mut [(u64, Stub)], store: u32) -> Option<u64> {
             continue;
         };
         let st = st.into_inner();
-        for m in st.managers.iter().filter(|m| m.store == store && m.state == "Manager") {
+        for m in st
+            .managers
+            .iter()
+            .filter(|m| m.store == store && m.state == "Manager")
+        {
             if best.is_none_or(|(_, e)| e < m.epoch) {
                 best = Some((st.device, m.epoch));
             }

@@ -176,32 +176,63 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
     assert_eq!(managed, STORES as usize, "{status}");
 
     // Redirect hints name the device admitted at runtime: device 1, configured with
-    // devices 1 to 3 only, points a write of a store device 4 manages at device 4's
-    // client address, which it learned from the membership record.
+    // devices 1 to 3 only, points a watch of a store device 4 manages (a watch stays
+    // with the manager; other requests are forwarded) at device 4's client address,
+    // which it learned from the membership record.
     let d4_addr = add["client_addr"].as_str().unwrap().to_string();
     let d1_addr = format!("http://{}", endpoints[0]);
     rt.block_on(async {
-        use tenure_client::proto::{self, error::Kind, tenure_client::TenureClient};
+        use tenure_client::proto::{
+            self, session_event::Kind as Ev, session_request::Kind as Rq,
+            tenure_client::TenureClient,
+        };
         let opts = with_tls(&data, Default::default());
         let mut c = TenureClient::new(tenure_client::channel(&d1_addr, &opts).unwrap());
         let start = Instant::now();
         'found: loop {
             for store in 0..STORES {
-                let req = proto::WriteRequest {
-                    store,
-                    key: 1,
-                    value: 1,
-                };
-                let Ok(r) = c.write(req).await else { continue };
-                if let Some(proto::write_response::Result::Error(proto::Error {
-                    kind: Some(Kind::NotManager(nm)),
-                    ..
-                })) = r.into_inner().result
-                    && nm.hint_device == Some(4)
-                {
-                    assert_eq!(nm.hint_endpoint, d4_addr, "store {store}: {nm:?}");
-                    break 'found;
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let requests = [
+                    Rq::Start(proto::StreamStart {
+                        store,
+                        resume: None,
+                        client_name: "membership test".into(),
+                    }),
+                    Rq::WatchObjects(proto::WatchObjects {
+                        watch: 1,
+                        prefix: "/".into(),
+                        after: None,
+                    }),
+                ];
+                for (i, kind) in requests.into_iter().enumerate() {
+                    let req = proto::SessionRequest {
+                        request_id: i as u64 + 1,
+                        kind: Some(kind),
+                    };
+                    tx.send(req).await.unwrap();
                 }
+                let rx = tokio_stream::wrappers::ReceiverStream::new(rx);
+                let Ok(events) = c.session(rx).await else {
+                    continue;
+                };
+                let mut events = events.into_inner();
+                // Started, then the watch's answer: `watching` where device 1 manages
+                // the store, else a redirect.
+                while let Ok(Some(ev)) = events.message().await {
+                    match ev.kind {
+                        Some(Ev::Redirect(r)) => {
+                            let nm = r.not_manager.unwrap_or_default();
+                            if nm.hint_device == Some(4) {
+                                assert_eq!(nm.hint_endpoint, d4_addr, "store {store}: {nm:?}");
+                                break 'found;
+                            }
+                            break;
+                        }
+                        Some(Ev::Started(_)) => {}
+                        _ => break,
+                    }
+                }
+                drop(tx);
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),

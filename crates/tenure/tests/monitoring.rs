@@ -293,8 +293,8 @@ fn every_metric_the_rules_and_dashboard_name_is_exported_by_every_device() {
     let _guard = Guard(data.clone());
     up(&data);
     // A write to every store through each device: the request histograms' series appear
-    // with the first request of their kind, the client errors' with the first error
-    // (no device manages every store, so each answers some write `not_manager`).
+    // with the first request of their kind; the client errors' with the first error (a
+    // keep-alive of a session that does not exist).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -302,12 +302,33 @@ fn every_metric_the_rules_and_dashboard_name_is_exported_by_every_device() {
     let _in_rt = rt.enter();
     for d in cluster_file(&data)["devices"].as_array().unwrap() {
         let ep = d["client_addr"].as_str().unwrap().to_string();
-        let c = tenure_client::Client::with_options(vec![ep], with_tls(&data, Default::default()))
-            .unwrap();
+        let c = tenure_client::Client::with_options(
+            vec![ep.clone()],
+            with_tls(&data, Default::default()),
+        )
+        .unwrap();
         for store in 0..common::STORES {
             rt.block_on(c.write(store, 1, 1))
                 .expect("a write through each device");
         }
+        // A keep-alive of a session that never was: a client error at this device.
+        let opts = with_tls(&data, Default::default());
+        let mut stub = tenure_client::proto::tenure_client::TenureClient::new(
+            tenure_client::channel(&ep, &opts).unwrap(),
+        );
+        let ghost = tenure_client::proto::KeepAliveRequest {
+            session: Some(tenure_client::proto::SessionRef { store: 0, id: 999 }),
+        };
+        let answered = rt.block_on(async {
+            let mut answers = (stub.keep_alive(tokio_stream::iter([ghost])).await)
+                .unwrap()
+                .into_inner();
+            answers.message().await.unwrap()
+        });
+        assert!(
+            answered.is_some(),
+            "a keep-alive of a ghost session is answered"
+        );
     }
     let all = all_exprs();
     for addr in metrics_addrs(&data) {
