@@ -7,9 +7,9 @@
 //! rewritten in the previous on-disk format (6, no inline values), and started again as
 //! this build with `tenure cluster up`, which upgrades the directory in place; the next
 //! device only once the cluster serves every store again. Mid-way, devices of both
-//! builds serve side by side at version 2; at the end the devices speak this build's version with
-//! each other: small puts become one change with the value inline, and requests are
-//! forwarded to their store's manager. No client sees an
+//! builds serve side by side at version 2; at the end the devices speak this build's
+//! version with each other: small puts become one change with the value inline, and
+//! requests are forwarded to their store's manager. No client sees an
 //! error (the client library's retries absorb the restarts), no lock is lost (a lock held
 //! throughout keeps its holder and token; holders of a name never overlap; tokens
 //! increase) and every acknowledged write, of either kind, reads back. The time each
