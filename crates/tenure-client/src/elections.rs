@@ -151,7 +151,7 @@ impl Elections {
         let session = client.session(store).await?;
         let request_id = client.next_request_id();
         let now = Instant::now();
-        let (r#try, timeout_ms, bounds) = match wait {
+        let (no_wait, timeout_ms, bounds) = match wait {
             Wait::Try => (true, 0, self.quick()),
             Wait::Timeout(d) => (
                 false,
@@ -181,7 +181,8 @@ impl Elections {
             }),
             request_id,
             timeout_ms,
-            r#try,
+            r#try: no_wait,
+            no_wait,
         };
         let call = client.routed_elections(store, bounds, |mut c| {
             let req = req.clone();

@@ -29,7 +29,10 @@ pub enum Error {
     #[error("endpoint {0} is https but no CA was given to trust (ClientOptions::tls)")]
     TlsNotConfigured(String),
     /// The contacted device does not manage the store (after following redirects).
-    #[error("device is not the manager of store {store} (hint: {hint:?})")]
+    #[error("the device does not manage store {store}{}", match hint {
+        Some(h) => format!("; its manager is at {h}"),
+        None => String::new(),
+    })]
     NotManager {
         /// Store.
         store: u32,
@@ -131,7 +134,10 @@ pub enum Error {
         revision: u64,
     },
     /// A compare-and-set found another revision (none: the key has no active object).
-    #[error("object {key:?} is at revision {current:?}, not the one expected")]
+    #[error("object {key:?} {}, not the revision expected", match current {
+        Some(r) => format!("is at revision {r}"),
+        None => "does not exist".to_string(),
+    })]
     RevisionMismatch {
         /// Key.
         key: String,

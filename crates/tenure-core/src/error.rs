@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum ClientError {
     /// This device does not manage the store; try `hint`.
-    #[error("not the manager of this store (try {hint:?})")]
+    #[error("this device does not manage the store; {}", manager_text(*hint))]
     NotManager {
         /// Where the manager may be.
         hint: Option<DeviceId>,
@@ -56,7 +56,7 @@ pub enum ClientError {
         limit: u64,
     },
     /// A fenced write or release presented a token that is not the lock's current one.
-    #[error("stale fencing token (current: {current:?})")]
+    #[error("stale fencing token; {}", current_token_text(current))]
     StaleToken {
         /// The lock's current holder's token, if it is held.
         current: Option<FencingToken>,
@@ -64,4 +64,58 @@ pub enum ClientError {
     /// An object error.
     #[error(transparent)]
     Object(#[from] crate::objects::ObjectError),
+}
+
+/// Where the manager is, in words.
+fn manager_text(hint: Option<DeviceId>) -> String {
+    match hint {
+        Some(d) => format!("its manager is {d}"),
+        None => "its manager is not known here".into(),
+    }
+}
+
+/// The lock's current token, in words.
+fn current_token_text(current: &Option<FencingToken>) -> String {
+    match current {
+        Some(t) => format!("the lock's current token is {t}"),
+        None => "the lock is not held".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages read as the CLI's: no Rust formatting (`Some(..)`, `DeviceId(..)`).
+    #[test]
+    fn messages_name_devices_tokens_and_revisions_in_words() {
+        let cases = [
+            ClientError::NotManager {
+                hint: Some(DeviceId(3)),
+            },
+            ClientError::NotManager { hint: None },
+            ClientError::StaleToken {
+                current: Some(FencingToken {
+                    epoch: crate::ids::Epoch(2),
+                    seq: 7,
+                }),
+            },
+            ClientError::StaleToken { current: None },
+            crate::objects::ObjectError::RevisionMismatch { current: Some(4) }.into(),
+            crate::objects::ObjectError::RevisionMismatch { current: None }.into(),
+        ];
+        let texts: Vec<String> = cases.iter().map(|e| e.to_string()).collect();
+        for t in &texts {
+            assert!(
+                !t.contains("Some(") && !t.contains("None") && !t.contains("Id("),
+                "{t}"
+            );
+        }
+        assert_eq!(
+            texts[0],
+            "this device does not manage the store; its manager is d3"
+        );
+        assert_eq!(texts[4], "revision mismatch: the object is at revision 4");
+        assert_eq!(texts[5], "revision mismatch: the key has no object");
+    }
 }

@@ -41,7 +41,7 @@ fn campaign(session: &proto::SessionRef, id: u64, value: &str) -> proto::Campaig
         session: Some(*session),
         request_id: id,
         timeout_ms: 0,
-        r#try: false,
+        ..Default::default()
     }
 }
 

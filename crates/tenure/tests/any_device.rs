@@ -61,7 +61,7 @@ fn acquire(session: proto::SessionRef) -> proto::AcquireRequest {
         session: Some(session),
         name: NAME.into(),
         mode: proto::LockMode::Exclusive as i32,
-        r#try: true,
+        no_wait: true,
         request_id: 1,
         ..Default::default()
     }

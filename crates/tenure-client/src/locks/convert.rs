@@ -69,9 +69,10 @@ pub fn wait_to_proto(w: WaitSpec) -> (bool, u64) {
     }
 }
 
-/// How an acquire waits, from the wire's `try` and `timeout_ms` fields.
-pub fn wait_from_proto(r#try: bool, timeout_ms: u64) -> WaitSpec {
-    if r#try {
+/// How an acquire waits, from the wire's `no_wait` (or the older `try`) and
+/// `timeout_ms` fields.
+pub fn wait_from_proto(no_wait: bool, timeout_ms: u64) -> WaitSpec {
+    if no_wait {
         WaitSpec::Try
     } else if timeout_ms > 0 {
         WaitSpec::Timeout(Duration::from_millis(timeout_ms))

@@ -150,7 +150,7 @@ impl Client {
         wait: Wait,
         options: LockOptions,
     ) -> Result<FencingToken> {
-        let (r#try, timeout_ms) = super::convert::wait_to_proto(wait);
+        let (no_wait, timeout_ms) = super::convert::wait_to_proto(wait);
         let id = self.next_request_id();
         let req = proto::AcquireRequest {
             session: Some(proto::SessionRef {
@@ -159,12 +159,13 @@ impl Client {
             }),
             name: name.to_string(),
             mode: super::convert::mode_to_proto(mode),
-            r#try,
+            r#try: no_wait,
             timeout_ms,
             request_id: id,
             lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
+            no_wait,
         };
-        let quick = r#try;
+        let quick = no_wait;
         match self
             .link(session.store)
             .call(id, Rq::Acquire(req), quick, None)
@@ -192,7 +193,7 @@ impl Client {
         let o = &self.inner.opts;
         let request_id = self.next_request_id();
         let now = Instant::now();
-        let (r#try, timeout_ms, bounds) = match wait {
+        let (no_wait, timeout_ms, bounds) = match wait {
             Wait::Try => (
                 true,
                 0,
@@ -228,10 +229,11 @@ impl Client {
             }),
             name: name.to_string(),
             mode: super::convert::mode_to_proto(mode),
-            r#try,
+            r#try: no_wait,
             timeout_ms,
             request_id,
             lock_delay_ms: options.lock_delay.map(|d| d.as_millis() as u64),
+            no_wait,
         };
         let watch = session.state.subscribe();
         let store = session.store;

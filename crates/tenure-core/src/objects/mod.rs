@@ -371,7 +371,10 @@ pub enum ObjectError {
         revision: u64,
     },
     /// Compare-and-set failed.
-    #[error("revision mismatch (current: {current:?})")]
+    #[error("revision mismatch: {}", match current {
+        Some(r) => format!("the object is at revision {r}"),
+        None => "the key has no object".to_string(),
+    })]
     RevisionMismatch {
         /// The active object's revision (none: absent).
         current: Option<u64>,

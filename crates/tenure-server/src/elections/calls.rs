@@ -326,10 +326,11 @@ pub(super) async fn campaign_task(
         }),
         name: e.key.clone(),
         mode: proto::LockMode::Exclusive as i32,
-        r#try: r.r#try,
+        r#try: r.r#try || r.no_wait,
         timeout_ms: r.timeout_ms,
         request_id: r.request_id,
         lock_delay_ms: None,
+        no_wait: r.r#try || r.no_wait,
     };
     use proto::acquire_response::Result as A;
     let token = match svc.api.do_acquire(acquire).await?.result {

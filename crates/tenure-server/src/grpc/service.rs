@@ -322,7 +322,8 @@ impl Api {
             ));
             return reply(R::Error(self.client_error(store, &e)));
         }
-        let wait = tenure_client::locks::convert::wait_from_proto(r.r#try, r.timeout_ms);
+        let wait =
+            tenure_client::locks::convert::wait_from_proto(r.r#try || r.no_wait, r.timeout_ms);
         let limit = match wait {
             WaitSpec::Try => Some(self.request_timeout),
             WaitSpec::Timeout(d) => Some(d + self.request_timeout),
