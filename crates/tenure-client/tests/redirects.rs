@@ -111,6 +111,13 @@ impl Tenure for Fake {
         Err(Status::unimplemented("write"))
     }
 
+    async fn resolve(
+        &self,
+        _: Request<proto::ResolveRequest>,
+    ) -> Result<Response<proto::ResolveResponse>, Status> {
+        Err(Status::unimplemented("resolve"))
+    }
+
     async fn status(
         &self,
         _: Request<proto::StatusRequest>,

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 use tenure_client::proto::{
     self, acquire_response, holder_response, keep_alive_response, open_session_response,
-    release_response, tenure_client::TenureClient,
+    release_response, resolve_response, tenure_client::TenureClient,
 };
 
 mod common;
@@ -19,25 +19,16 @@ const TTL_MS: u64 = 6_000;
 
 type Stub = TenureClient<tenure_client::Chan>;
 
-/// The device managing `store`, as the devices' status answers say.
-async fn manager_of(stubs: &mut [(u64, Stub)], store: u32) -> Option<u64> {
-    let mut best: Option<(u64, u64)> = None;
-    for (_, s) in stubs.iter_mut() {
-        let Ok(st) = s.status(proto::StatusRequest {}).await else {
-            continue;
-        };
-        let st = st.into_inner();
-        for m in st
-            .managers
-            .iter()
-            .filter(|m| m.store == store && m.state == "Manager")
-        {
-            if best.is_none_or(|(_, e)| e < m.epoch) {
-                best = Some((st.device, m.epoch));
-            }
-        }
+/// Where [`NAME`] lives, as the device behind `stub` knows it.
+async fn resolve(stub: &mut Stub) -> proto::Resolved {
+    let r = (stub.resolve(proto::ResolveRequest { name: NAME.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    match r.result {
+        Some(resolve_response::Result::Ok(r)) => r,
+        other => panic!("resolve: {other:?}"),
     }
-    best.map(|(d, _)| d)
 }
 
 /// One keep-alive, as a stream of one request: the session's remaining lease.
@@ -92,15 +83,21 @@ fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() 
                 (*id, TenureClient::new(chan))
             })
             .collect();
+        // Where the lock lives, asked of the first device.
         let store = tenure_core::config::store_of(NAME, STORES).0;
         let start = Instant::now();
-        let manager = loop {
-            if let Some(m) = manager_of(&mut stubs, store).await {
-                break m;
+        let resolved = loop {
+            let r = resolve(&mut stubs[0].1).await;
+            if r.manager.is_some() {
+                break r;
             }
             assert!(start.elapsed() < Duration::from_secs(30), "no manager");
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
+        assert_eq!(resolved.store, store);
+        let manager = resolved.manager.unwrap();
+        let (_, manager_addr, _) = devices.iter().find(|(d, ..)| *d == manager).unwrap();
+        assert_eq!(resolved.endpoint, *manager_addr, "{resolved:?}");
         let (via, mut stub) = stubs.into_iter().find(|(d, _)| *d != manager).unwrap();
 
         // A session and the lock, through a device that does not manage the store.
@@ -191,5 +188,8 @@ fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() 
             panic!("{holders:?}");
         };
         assert!(h.holders.is_empty(), "{h:?}");
+        // The device now names a survivor as the store's manager.
+        let now = resolve(&mut stub).await;
+        assert!(now.manager.is_some_and(|m| m != manager), "{now:?}");
     });
 }

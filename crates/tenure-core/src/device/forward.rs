@@ -356,6 +356,19 @@ impl Device {
         }
     }
 
+    /// The device this device takes for the manager of `store`: itself while it
+    /// manages it, else where it would forward a request for it (DESIGN §8; what a
+    /// client that routes itself asks with `Resolve`).
+    pub fn manager_hint(&self, store: StoreId) -> Option<DeviceId> {
+        let role = self.managers.get(&store);
+        if role.is_some_and(|m| m.state == MgrState::Manager) {
+            return Some(self.id());
+        }
+        (self.lease_hint(store))
+            .or_else(|| role.and_then(|m| m.migration.forwarding))
+            .or_else(|| self.env.hints.get(&store).copied())
+    }
+
     /// Requests forwarded and not answered yet.
     pub fn forwards_pending(&self) -> usize {
         self.forwards.pending()

@@ -58,6 +58,13 @@ pub enum Call {
         /// Where the record goes.
         reply: oneshot::Sender<crate::cluster_api::MembersView>,
     },
+    /// The store's manager as this device knows it (`Device::manager_hint`).
+    Resolve {
+        /// The store.
+        store: StoreId,
+        /// Where the device goes (none: not known here).
+        reply: oneshot::Sender<Option<tenure_core::ids::DeviceId>>,
+    },
     /// Start a consistent snapshot of the cluster here (`Input::StartSnapshot`); the
     /// reply is its id, at once ([`crate::snapshots::Book`] follows it).
     StartSnapshot {
@@ -156,6 +163,9 @@ impl Driver {
                 // Answered after the batch's outputs, once they are durable: an operator
                 // is never shown a record its coordinator could still lose in a crash.
                 self.member_replies.push(reply);
+            }
+            Call::Resolve { store, reply } => {
+                let _ = reply.send(self.device.manager_hint(store));
             }
             Call::StartSnapshot { reply } => {
                 let from = out.len();

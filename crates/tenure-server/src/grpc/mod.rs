@@ -215,6 +215,40 @@ impl Api {
         Ok((store_of(name, self.stores), n))
     }
 
+    /// `Resolve`: the store of a name and its manager as this device knows it.
+    pub(crate) async fn do_resolve(
+        &self,
+        r: proto::ResolveRequest,
+    ) -> Result<proto::ResolveResponse, Status> {
+        use proto::resolve_response::Result as R;
+        let store = match self.name(&r.name) {
+            Ok((store, _)) => store,
+            Err(e) => {
+                return Ok(proto::ResolveResponse {
+                    result: Some(R::Error(e)),
+                });
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        self.calls
+            .send(Call::Resolve { store, reply: tx })
+            .await
+            .map_err(|_| Status::unavailable("device is shutting down"))?;
+        let manager = (rx.await).map_err(|_| Status::unavailable("device is shutting down"))?;
+        let endpoint = (manager.and_then(|d| self.endpoints.get(d)))
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let resolved = proto::Resolved {
+            name: r.name,
+            store: store.0,
+            manager: manager.map(|d| d.0),
+            endpoint,
+        };
+        Ok(proto::ResolveResponse {
+            result: Some(R::Ok(resolved)),
+        })
+    }
+
     /// The device's status view.
     pub async fn view(&self) -> Result<StatusView, Status> {
         let (tx, rx) = oneshot::channel();

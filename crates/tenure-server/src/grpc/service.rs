@@ -48,6 +48,16 @@ impl Tenure for Api {
         Ok(GrpcResponse::new(answer))
     }
 
+    async fn resolve(
+        &self,
+        request: GrpcRequest<proto::ResolveRequest>,
+    ) -> Result<GrpcResponse<proto::ResolveResponse>, Status> {
+        self.auth.caller(&request)?;
+        self.do_resolve(sized(request.into_inner())?)
+            .await
+            .map(GrpcResponse::new)
+    }
+
     async fn open_session(
         &self,
         request: GrpcRequest<proto::OpenSessionRequest>,
