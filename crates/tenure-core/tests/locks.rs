@@ -21,7 +21,15 @@ fn store() -> StoreId {
 }
 
 fn settled() -> Cluster {
-    let mut c = Cluster::with(5, STORES, |cfg| cfg.run_policies = false);
+    settled_with(true)
+}
+
+/// [`settled`], forwarding requests to their manager or not (DESIGN §8).
+fn settled_with(forward: bool) -> Cluster {
+    let mut c = Cluster::with(5, STORES, |cfg| {
+        cfg.run_policies = false;
+        cfg.forward = forward;
+    });
     c.run_for(Duration::from_secs(3));
     assert!(c.all_managed());
     c
@@ -226,12 +234,13 @@ fn release_retried_after_failover_answers_released() {
     }
 }
 
-// DESIGN §3 (finding a manager): a device that is not the manager answers `NotManager`
-// naming the manager whose lease its own chunk of the store holds (seed 180613: stale
-// forwarding addresses of two former managers pointed at each other).
+// DESIGN §3 (finding a manager): a device that is not the manager, and does not forward
+// (DESIGN §8: off, or a watch), answers `NotManager` naming the manager whose lease its
+// own chunk of the store holds (seed 180613: stale forwarding addresses of two former
+// managers pointed at each other).
 #[test]
 fn chunk_holder_redirects_to_its_lease_manager() {
-    let mut c = settled();
+    let mut c = settled_with(false);
     let m = manager(&c);
     let mut hinted = 0;
     for d in (1..=5).map(DeviceId).filter(|d| *d != m) {
