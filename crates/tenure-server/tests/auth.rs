@@ -196,6 +196,10 @@ fn every_rpc_refuses_a_call_without_a_token() {
                 code(t.status(proto::StatusRequest {}).await),
             ),
             (
+                "Tenure.Resolve",
+                code(t.resolve(proto::ResolveRequest::default()).await),
+            ),
+            (
                 "Tenure.OpenSession",
                 code(t.open_session(proto::OpenSessionRequest::default()).await),
             ),
