@@ -17,6 +17,7 @@ use crate::io::Output;
 use crate::io::request::Response;
 use crate::lockctl::LockName;
 use crate::time::Instant;
+use reads::inline_object;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -169,6 +169,12 @@ impl ObjMgr {
         let current = st.host.data.table.objects.meta(&read.meta.key);
         match current {
             Some(m) if !read.restarted && m.uuid != read.meta.uuid => {
+                // The key was replaced since: an inline value is answered from the
+                // committed table, never assembled from (no) blocks.
+                let t = &st.host.data.table.objects;
+                if let Some(r) = inline_object(t, &read.meta.key) {
+                    return st.after_barrier(ctx, read.client, read.req_id, Ok(r));
+                }
                 read.meta = m;
                 read.got.clear();
                 read.tried.clear();
@@ -221,4 +227,12 @@ impl ObjMgr {
     }
 
     // ---- garbage collection (seed 001 workflow step 4) -----------------------------------
+}
+
+/// The answer to a get of `key` when its active content is an inline value, which the
+/// committed table holds whole: no chunk is read.
+pub(super) fn inline_object(t: &crate::objects::table::ObjectTable, key: &str) -> Option<Response> {
+    let data = t.active(key)?.value.clone()?;
+    let meta = t.meta(key)?;
+    Some(Response::Object { meta, data })
 }

@@ -210,13 +210,9 @@ impl ObjMgr {
                 };
                 let committed = &st.host.data.table.objects;
                 if meta.is_none()
-                    && let Some(m) = committed.active(&key)
-                    && let Some(data) = m.value.clone()
+                    && let Some(r) = inline_object(committed, &key)
                 {
-                    // An inline value is in the committed table: no chunk to read.
-                    let meta = committed.meta(&key).expect("active");
-                    let r = Ok(Response::Object { meta, data });
-                    st.after_barrier(ctx, client, req_id, r);
+                    st.after_barrier(ctx, client, req_id, Ok(r));
                     return Ok(());
                 }
                 match meta.or_else(|| committed.meta(&key)) {
