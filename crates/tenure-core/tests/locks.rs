@@ -604,3 +604,31 @@ fn silent_holder_expires_after_the_first_manager_change_however_many_follow() {
     );
     token(c.replies.get(&wb).unwrap());
 }
+
+// DESIGN §3 "Clocks": a release is applied at store time, as the wait it wakes was
+// queued. After a failover store time lags the new manager's local clock by the time the
+// store had no manager; a release stamped with local time made a timed wait look past
+// its deadline, so it was not granted and timed out with the lock free (found by the
+// Python client's tests against a real cluster).
+#[test]
+fn a_timed_wait_is_granted_at_the_release_after_a_failover() {
+    let mut c = settled();
+    let a = open(&mut c, 1, Duration::from_secs(5));
+    let b = open(&mut c, 2, Duration::from_secs(5));
+    let old = manager(&c);
+    c.crash(old);
+    ride_out_failover(&mut c, &[(1, a), (2, b)]);
+    let m = manager(&c);
+    token(&call(&mut c, 1, acquire(NAME, a, 1, WaitSpec::Forever)));
+    let wb = c.request(m, 2, acquire(NAME, b, 1, WaitSpec::Timeout(ms(500))));
+    c.run_for(ms(30));
+    assert!(!c.replies.contains_key(&wb));
+    let release = Request::Release {
+        store: store(),
+        session: a,
+        request_id: 0,
+        name: NAME.into(),
+    };
+    call(&mut c, 1, release).expect("release");
+    token(c.replies.get(&wb).expect("b answered at the release"));
+}

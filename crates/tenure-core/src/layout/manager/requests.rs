@@ -297,7 +297,7 @@ impl Manager {
                 if !self.clients.liveness.alive(session, now) {
                     return reply(ctx, Err(ClientError::SessionExpired));
                 }
-                release_op(session, request_id, name, now)
+                release_op(session, request_id, name, self.store_now(now))
             }
             Request::ReleaseFenced {
                 session,
@@ -315,7 +315,7 @@ impl Manager {
                 };
                 StoreOp::Fenced {
                     fence,
-                    op: Box::new(release_op(session, request_id, name, now)),
+                    op: Box::new(release_op(session, request_id, name, self.store_now(now))),
                 }
             }
             Request::Holders { name, .. } => {
