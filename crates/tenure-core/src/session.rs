@@ -80,10 +80,10 @@ pub struct Sessions {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum SessionError {
     /// The session expired (or never existed in this store).
-    #[error("session {0:?} expired")]
+    #[error("session {} expired", .0.0)]
     Expired(SessionId),
     /// The requested TTL is outside the allowed range.
-    #[error("ttl {0:?} out of range")]
+    #[error("ttl {0:?} out of range (500ms..=3600s)")]
     BadTtl(Duration),
 }
 

@@ -63,13 +63,23 @@ pub(crate) fn sized<T: prost::Message>(r: T) -> Result<T, Status> {
 
 /// Put the lock name into the typed errors that carry one.
 pub(super) fn fill_name(e: &mut proto::Error, name: &str) {
-    match &mut e.kind {
-        Some(Kind::WouldBlock(x)) => x.name = name.to_string(),
-        Some(Kind::Timeout(x)) => x.name = name.to_string(),
-        Some(Kind::Deadlock(x)) => x.name = name.to_string(),
-        Some(Kind::NotHeld(x)) => x.name = name.to_string(),
-        Some(Kind::InvalidName(x)) => x.name = name.chars().take(128).collect(),
-        _ => {}
+    let named = match &mut e.kind {
+        Some(Kind::WouldBlock(x)) => Some(&mut x.name),
+        Some(Kind::Timeout(x)) => Some(&mut x.name),
+        Some(Kind::Deadlock(x)) => Some(&mut x.name),
+        Some(Kind::NotHeld(x)) => Some(&mut x.name),
+        Some(Kind::InvalidName(x)) => {
+            x.name = name.chars().take(128).collect();
+            None
+        }
+        _ => None,
+    };
+    if let Some(n) = named {
+        *n = name.to_string();
+        // The message names the lock, as the CLI's does ("lock is held: /a/b").
+        if !e.message.contains(name) {
+            e.message = format!("{}: {name}", e.message);
+        }
     }
 }
 

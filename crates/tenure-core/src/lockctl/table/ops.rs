@@ -142,13 +142,13 @@ pub enum AcquireError {
     },
     /// The request id is older than the session's idempotency window: its result was
     /// forgotten, so it is neither replayed nor executed again.
-    #[error("request {request_id:?} is older than the idempotency window")]
+    #[error("request id {} is older than the session's idempotency window", request_id.0)]
     StaleRequest {
         /// The rejected id.
         request_id: RequestId,
     },
     /// The request id was already used by this session for a different request.
-    #[error("request {request_id:?} was used for a different request")]
+    #[error("request id {} was used by this session for a different request", request_id.0)]
     RequestMismatch {
         /// The reused id.
         request_id: RequestId,
@@ -162,7 +162,7 @@ pub enum ReleaseError {
     #[error("invalid lock name: {0}")]
     InvalidName(#[from] InvalidName),
     /// The session does not hold the lock.
-    #[error("session {session:?} does not hold {name}")]
+    #[error("session {} does not hold {name}", session.0)]
     NotHeld {
         /// The lock.
         name: LockName,
@@ -170,13 +170,13 @@ pub enum ReleaseError {
         session: SessionId,
     },
     /// The request id is older than the session's idempotency window.
-    #[error("request {request_id:?} is older than the idempotency window")]
+    #[error("request id {} is older than the session's idempotency window", request_id.0)]
     StaleRequest {
         /// The rejected id.
         request_id: RequestId,
     },
     /// The request id was already used by this session for a different request.
-    #[error("request {request_id:?} was used for a different request")]
+    #[error("request id {} was used by this session for a different request", request_id.0)]
     RequestMismatch {
         /// The reused id.
         request_id: RequestId,
