@@ -152,6 +152,8 @@ pub struct PlantedBugs {
     pub objects_read_superseded: bool,
     /// Watches skip every change with an even revision.
     pub objects_watch_drop: bool,
+    /// A watch asked for values gets each key's active value, whichever change it is.
+    pub objects_watch_active_value: bool,
     /// The collector never runs: pending_delete manifests stay forever.
     pub objects_never_collect: bool,
     /// A device applies coordinator commands whatever their term (no fencing).

@@ -203,6 +203,25 @@ fn planted_watch_drop_is_caught_as_a_broken_watch() {
     assert_eq!(outcome, Outcome::Correctness);
 }
 
+// Checker 6, values: a watch given each key's active value instead of the change's
+// content carries values that differ from what their changes describe.
+#[test]
+fn planted_watch_active_value_is_caught_as_a_broken_watch() {
+    let found = first_violation(
+        planted(PlantedBugs {
+            objects_watch_active_value: true,
+            ..Default::default()
+        }),
+        60,
+    );
+    let (seed, outcome, v) = object_violation(found);
+    assert!(
+        matches!(&v, ObjectViolation::WatchBroken { why, .. } if why.contains("value")),
+        "seed {seed}: {v}"
+    );
+    assert_eq!(outcome, Outcome::Correctness);
+}
+
 // `tenure sim --seed N` replays one seed; used while investigating (SIM_SEED=N writes
 // the trace to SIM_TRACE or /tmp/tenure-sim-trace.txt).
 #[test]

@@ -18,9 +18,9 @@
 //!   retries, with the same request id) when nothing has been heard from the manager for
 //!   `liveness_window` since it was sent, or at its deadline: a lease past the request's
 //!   own wait, or [`LONGEST_WAIT`] for a wait without one.
-//! - **Not forwarded.** Watches (their events would have to be relayed for as long as
-//!   they live) and payloads above one block: answered `NotManager` with the hint, which
-//!   the client follows. Nothing is forwarded until every peer reads forwarded requests
+//! - **Watches** are carried by polls, one round at a time ([`watch`]).
+//! - **Not forwarded.** Payloads above one block: answered `NotManager` with the hint,
+//!   which the client follows. Nothing is forwarded until every peer reads forwarded requests
 //!   (a rolling upgrade is over) or when the configuration turns it off.
 //! - **Volatile.** A crash of the forwarding device loses its forwards with its clients'
 //!   connections; a crash of the manager is silence.
@@ -35,6 +35,8 @@ use crate::msg::{ForwardMsg, Msg};
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+mod watch;
 
 /// How many times a forwarding device follows the hint of a `NotManager` answer.
 pub(super) const MAX_HOPS: u8 = 2;
@@ -57,10 +59,12 @@ pub(super) struct Forwards {
     /// Requests served here for another device, by the client id given to each.
     served: BTreeMap<ClientId, Served>,
     next_served: u64,
+    /// Client watches carried by polls.
+    watches: watch::FwdWatches,
 }
 
 #[derive(Debug)]
-struct Sent {
+pub(super) struct Sent {
     client: ClientId,
     req_id: u64,
     req: Request,
@@ -84,12 +88,12 @@ struct Served {
     store: StoreId,
 }
 
-/// Whether a request travels to another device: not a watch, and no payload above a
-/// block.
+/// Whether a request travels to another device: no payload above a block (a watch
+/// travels as polls, an unwatch stays with the device carrying the watch).
 fn forwardable(req: &Request, block_size: u32) -> bool {
     match req {
         Request::Object { req, .. } => match req {
-            ObjectRequest::Watch { .. } | ObjectRequest::Unwatch { .. } => false,
+            ObjectRequest::Unwatch { .. } | ObjectRequest::Poll { .. } => false,
             ObjectRequest::Put { data, .. } | ObjectRequest::MultipartPart { data, .. } => {
                 data.len() <= block_size as usize
             }
@@ -128,8 +132,13 @@ impl Forwards {
     }
 
     /// Answer `Unavailable` to the forwards past their deadline or whose device fell
-    /// silent.
-    pub(super) fn on_tick(&mut self, now: Instant, env: &Env, out: &mut Vec<Output>) {
+    /// silent; the polls among them are returned, for their watches to poll again.
+    pub(super) fn on_tick(
+        &mut self,
+        now: Instant,
+        env: &Env,
+        out: &mut Vec<Output>,
+    ) -> Vec<(u64, Sent)> {
         let silent: Vec<DeviceId> = (self.targets.iter())
             .filter(|(d, t)| Self::silent_at(env, **d, t) <= now)
             .map(|(d, _)| *d)
@@ -143,8 +152,13 @@ impl Forwards {
                 .filter(|(_, s)| silent.contains(&s.to))
                 .map(|(id, _)| *id),
         );
+        let mut polls = Vec::new();
         for id in ended {
             if let Some(s) = self.take(id) {
+                if watch::poll_key(&s.req).is_some() {
+                    polls.push((id, s));
+                    continue;
+                }
                 let store = s.req.store();
                 out.push(Output::Reply {
                     client: s.client,
@@ -153,6 +167,7 @@ impl Forwards {
                 });
             }
         }
+        polls
     }
 
     /// Record a forward of `req` to `to`; its id.
@@ -241,6 +256,11 @@ impl Forwards {
     pub(super) fn pending(&self) -> usize {
         self.sent.len()
     }
+
+    /// Client watches carried from here by polls.
+    pub(super) fn watches(&self) -> usize {
+        self.watches.len()
+    }
 }
 
 impl Device {
@@ -255,6 +275,13 @@ impl Device {
         hops: u8,
         out: &mut Vec<Output>,
     ) -> bool {
+        if let Request::Object {
+            req: ObjectRequest::Watch { .. } | ObjectRequest::Unwatch { .. },
+            ..
+        } = req
+        {
+            return self.forward_watch(now, client, req_id, req, out);
+        }
         let Some(to) = self.forward_target(client, req) else {
             return false;
         };
@@ -283,6 +310,12 @@ impl Device {
         {
             return None;
         }
+        self.target_of(store)
+    }
+
+    /// The manager of `store` a request for it goes to from here: none while this
+    /// device holds a manager role for it.
+    fn target_of(&self, store: StoreId) -> Option<DeviceId> {
         let role = self.managers.get(&store);
         if role.is_some_and(|m| m.state != MgrState::None) {
             return None;
@@ -325,6 +358,9 @@ impl Device {
                 let Some(s) = self.forwards.take(id) else {
                     return;
                 };
+                if watch::poll_key(&s.req).is_some() {
+                    return self.on_poll_end(now, (id, s), Some((from, result)), out);
+                }
                 let me = self.id();
                 match result {
                     Err(ClientError::NotManager { hint: Some(h) }) if h == me => {
@@ -372,6 +408,11 @@ impl Device {
     /// Requests forwarded and not answered yet.
     pub fn forwards_pending(&self) -> usize {
         self.forwards.pending()
+    }
+
+    /// Client watches this device carries for another device's store.
+    pub fn watches_forwarded(&self) -> usize {
+        self.forwards.watches()
     }
 }
 

@@ -262,20 +262,8 @@ fn forwarding_turned_off_redirects() {
 }
 
 #[test]
-fn a_watch_and_a_payload_above_a_block_are_redirected_not_forwarded() {
+fn a_payload_above_a_block_is_redirected_not_forwarded() {
     let (mut c, m, a, _) = settled();
-    let watch = c.request(
-        a,
-        1,
-        Request::Object {
-            store: STORE,
-            req: ObjectRequest::Watch {
-                watch: 1,
-                prefix: "/a".into(),
-                after: None,
-            },
-        },
-    );
     let block = c.configs[&a].objects.block_size as usize;
     let big = c.request(
         a,
@@ -291,11 +279,214 @@ fn a_watch_and_a_payload_above_a_block_are_redirected_not_forwarded() {
             },
         },
     );
-    for r in [watch, big] {
-        assert_eq!(
-            c.replies[&r],
-            Err(ClientError::NotManager { hint: Some(m) })
-        );
-    }
+    assert_eq!(
+        c.replies[&big],
+        Err(ClientError::NotManager { hint: Some(m) })
+    );
     assert_eq!(forwards(&c), (0, 0));
+}
+
+fn object(req: ObjectRequest) -> Request {
+    Request::Object { store: STORE, req }
+}
+
+fn watch_req(watch: u64, after: Option<u64>) -> Request {
+    object(ObjectRequest::Watch {
+        watch,
+        prefix: "/a".into(),
+        after,
+        values: true,
+    })
+}
+
+fn put_at(c: &mut Cluster, via: DeviceId, key: &str, value: &[u8]) {
+    let r = c.request(
+        via,
+        2,
+        object(ObjectRequest::Put {
+            key: key.into(),
+            data: crate::objects::Bytes::copy_from_slice(value),
+            writer: Default::default(),
+            cond: Default::default(),
+            ephemeral: false,
+        }),
+    );
+    c.run_for(Duration::from_millis(300));
+    assert!(
+        matches!(c.replies[&r], Ok(Response::ObjectWritten { .. })),
+        "{:?}",
+        c.replies[&r]
+    );
+}
+
+/// The changes (revision, key, value) `client`'s watch `watch` got at `at`, in order.
+fn watched(c: &Cluster, at: DeviceId, client: u64) -> Vec<(u64, String, Option<Vec<u8>>)> {
+    (c.watch_outputs.iter())
+        .filter(|(_, d, _)| *d == at)
+        .filter_map(|(_, _, o)| match o {
+            crate::io::Output::ObjectEvents {
+                client: cl,
+                changes,
+                values,
+                ..
+            } if cl.0 == client => Some(
+                (changes.iter().enumerate())
+                    .map(|(i, ch)| {
+                        let v = values.get(i).cloned().flatten().map(|b| b.to_vec());
+                        (ch.revision, ch.key.to_string(), v)
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+// A watch at a device that does not manage the store is carried by polls: answered
+// `Watching`, then every change in order, with its value; an unwatch there ends it.
+#[test]
+fn a_watch_at_a_device_that_does_not_manage_the_store_is_carried_by_polls() {
+    let (mut c, m, a, _) = settled();
+    let w = c.request(a, 5, watch_req(1, None));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w], Ok(Response::Watching { revision: 0 }));
+    assert_eq!(c.devices[&a].watches_forwarded(), 1);
+    put_at(&mut c, m, "/a/x", b"one");
+    put_at(&mut c, a, "/a/y", b"two");
+    let other = (b'b'..=b'z')
+        .map(|ch| format!("/{}/elsewhere", ch as char))
+        .find(|k| crate::config::store_of(k, 2) == STORE)
+        .expect("another path of the store");
+    put_at(&mut c, m, &other, b"no");
+    put_at(&mut c, m, "/a/x", b"three");
+    assert_eq!(
+        watched(&c, a, 5),
+        vec![
+            (1, "/a/x".into(), Some(b"one".to_vec())),
+            (2, "/a/y".into(), Some(b"two".to_vec())),
+            (4, "/a/x".into(), Some(b"three".to_vec())),
+        ]
+    );
+    let u = c.request(a, 5, object(ObjectRequest::Unwatch { watch: 1 }));
+    assert_eq!(c.replies[&u], Ok(Response::Unwatched));
+    assert_eq!(c.devices[&a].watches_forwarded(), 0);
+    put_at(&mut c, m, "/a/z", b"after");
+    c.run_for(Duration::from_secs(3));
+    assert_eq!(watched(&c, a, 5).len(), 3, "nothing after the unwatch");
+}
+
+// Polls and their answers lost on the way: the next poll asks again from the last
+// revision given, so no change is skipped or given twice.
+#[test]
+fn a_carried_watch_loses_nothing_when_polls_and_answers_are_lost() {
+    let (mut c, m, a, _) = settled();
+    let w = c.request(a, 5, watch_req(1, Some(0)));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w], Ok(Response::Watching { revision: 0 }));
+    let mut n = 0u32;
+    c.drop = Some(Box::new(move |_, _, msg| {
+        let poll = matches!(
+            msg,
+            Msg::Forward(ForwardMsg::Answer {
+                result: Ok(Response::Polled { .. }),
+                ..
+            }) | Msg::Forward(ForwardMsg::Request {
+                req: Request::Object {
+                    req: ObjectRequest::Poll { .. },
+                    ..
+                },
+                ..
+            })
+        );
+        n += u32::from(poll);
+        poll && n.is_multiple_of(3)
+    }));
+    for i in 0..6u8 {
+        put_at(&mut c, m, &format!("/a/{i}"), &[i]);
+    }
+    c.run_for(Duration::from_secs(10));
+    let got: Vec<u64> = watched(&c, a, 5).iter().map(|(r, _, _)| *r).collect();
+    assert_eq!(got, (1..=6).collect::<Vec<u64>>());
+}
+
+// The manager fails: the carried watch polls the next manager and goes on from its last
+// revision (or, when none is known, ends with NotManager for its client to watch again).
+#[test]
+fn a_carried_watch_follows_a_failover_of_the_manager() {
+    let (mut c, m, a, _) = settled();
+    let w = c.request(a, 5, watch_req(1, Some(0)));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w], Ok(Response::Watching { revision: 0 }));
+    put_at(&mut c, m, "/a/before", b"1");
+    c.crash(m);
+    c.run_for(Duration::from_secs(8));
+    let (m2, _) = c.manager_of(STORE).expect("a new manager");
+    put_at(&mut c, m2, "/a/after", b"2");
+    c.run_for(Duration::from_secs(3));
+    let got: Vec<String> = watched(&c, a, 5).into_iter().map(|(_, k, _)| k).collect();
+    let ended = (c.watch_outputs.iter())
+        .any(|(_, d, o)| *d == a && matches!(o, crate::io::Output::WatchEnded { .. }));
+    if ended {
+        assert_eq!(got, vec!["/a/before".to_string()]);
+    } else {
+        assert_eq!(got, vec!["/a/before".to_string(), "/a/after".to_string()]);
+    }
+}
+
+// A timed wait in the lock's queue, taken through another device, is granted when the
+// lock is released (not when its timer fires).
+#[test]
+fn a_timed_wait_through_another_device_is_granted_at_the_release() {
+    let (mut c, m, a, _) = settled();
+    for via in [m, a] {
+        let s1 = open_session(&mut c, m);
+        let s2 = open_session(&mut c, via);
+        let first = c.request(m, 1, acquire(s1, 1));
+        c.run_for(Duration::from_millis(200));
+        let Ok(Response::Granted { token }) = c.replies[&first].clone() else {
+            panic!("{:?}", c.replies[&first]);
+        };
+        let mut wait = acquire(s2, 1);
+        if let Request::Acquire { wait: w, .. } = &mut wait {
+            *w = WaitSpec::Timeout(Duration::from_secs(10));
+        }
+        let waiting = c.request(via, 2, wait);
+        c.run_for(Duration::from_millis(300));
+        assert!(!c.replies.contains_key(&waiting));
+        let rel = c.request(
+            m,
+            1,
+            Request::ReleaseFenced {
+                store: STORE,
+                session: s1,
+                request_id: 2,
+                name: "/a/lock".into(),
+                token,
+            },
+        );
+        c.run_for(Duration::from_millis(300));
+        assert!(
+            matches!(c.replies[&rel], Ok(Response::Released)),
+            "{:?}",
+            c.replies[&rel]
+        );
+        assert!(
+            matches!(c.replies.get(&waiting), Some(Ok(Response::Granted { .. }))),
+            "via {via} (manager {m}): {:?}",
+            c.replies.get(&waiting)
+        );
+        let rel2 = c.request(
+            m,
+            1,
+            Request::Release {
+                store: STORE,
+                session: s2,
+                request_id: 2,
+                name: "/a/lock".into(),
+            },
+        );
+        c.run_for(Duration::from_millis(300));
+        assert!(matches!(c.replies[&rel2], Ok(Response::Released)));
+    }
 }

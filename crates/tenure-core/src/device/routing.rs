@@ -317,7 +317,9 @@ impl Device {
             (self.snaps).on_tick(now, me, &self.env.cfg.snapshot, out);
         }
         if (self.forwards.next_timeout(&self.env)).is_some_and(|t| t <= now) {
-            self.forwards.on_tick(now, &self.env, out);
+            for poll in self.forwards.on_tick(now, &self.env, out) {
+                self.on_poll_end(now, poll, None, out);
+            }
         }
         self.collect_garbage();
     }

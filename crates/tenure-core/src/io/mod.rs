@@ -100,6 +100,9 @@ pub enum Output {
         watch: u64,
         /// The changes.
         changes: Vec<crate::objects::Change>,
+        /// One per change when the watch asked for values (the new content, when the
+        /// table holds it whole), else empty.
+        values: Vec<Option<crate::objects::Bytes>>,
     },
     /// A watch ended (its manager stopped managing the store): resume elsewhere from
     /// the last revision seen.

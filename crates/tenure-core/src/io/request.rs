@@ -224,6 +224,26 @@ pub enum ObjectRequest {
         prefix: String,
         /// Deliver changes after this revision.
         after: Option<u64>,
+        /// Carry each new content's value when the table holds it whole (an inline
+        /// object not yet replaced).
+        values: bool,
+    },
+    /// One round of a watch forwarded from another device (DESIGN §8): answered
+    /// [`Response::Polled`] with the changes after `after` as soon as there are any, or
+    /// empty after a while. Made by the forwarding device, never by a client.
+    Poll {
+        /// The forwarding device's key for the watch (unique per device; a newer poll
+        /// with the same key replaces one still waiting).
+        key: u64,
+        /// Prefix path.
+        prefix: String,
+        /// Changes after this revision (none: answer the current revision at once).
+        after: Option<u64>,
+        /// As for [`ObjectRequest::Watch`].
+        values: bool,
+        /// Wait for a change when there is none yet (the first round of a watch does
+        /// not: its answer tells the client the watch is registered).
+        wait: bool,
     },
     /// Stop a watch.
     Unwatch {
@@ -335,4 +355,14 @@ pub enum Response {
     },
     /// A watch was removed.
     Unwatched,
+    /// The answer to a [`ObjectRequest::Poll`]: the changes after its `after` up to
+    /// `revision` (none when it waited in vain).
+    Polled {
+        /// The store's object revision the changes reach.
+        revision: u64,
+        /// The changes, in revision order.
+        changes: Vec<crate::objects::Change>,
+        /// Their values, as for [`crate::io::Output::ObjectEvents`].
+        values: Vec<Option<crate::objects::Bytes>>,
+    },
 }

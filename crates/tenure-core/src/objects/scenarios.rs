@@ -332,6 +332,7 @@ fn watch_delivers_every_change_in_order_and_resumes_from_a_revision() {
                 watch: 9,
                 prefix: "/w".into(),
                 after,
+                values: false,
             },
         )
     };

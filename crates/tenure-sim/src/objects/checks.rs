@@ -430,6 +430,37 @@ impl ObjectChecker {
         }
     }
 
+    /// Checker 6, values: a value a watch event carries is the content its change
+    /// describes (its length and CRC-32).
+    pub fn watch_values(
+        &mut self,
+        store: StoreId,
+        w: usize,
+        changes: &[tenure_core::objects::Change],
+        values: &[Option<tenure_core::objects::Bytes>],
+    ) {
+        for (c, v) in changes.iter().zip(values) {
+            let (Some(v), ChangeKind::Put { size, checksum, .. }) = (v, &c.kind) else {
+                continue;
+            };
+            self.counts.watch_checks += 1;
+            let crc = tenure_core::objects::BlockInfo::of(v).checksum;
+            if v.len() as u64 != *size || crc != *checksum {
+                self.violations.push(ObjectViolation::WatchBroken {
+                    store,
+                    watcher: w,
+                    why: format!(
+                        "the value of revision {} ({} bytes, crc {:08x}) is not the content \
+                         its change describes ({size} bytes, crc {checksum:08x})",
+                        c.revision,
+                        v.len(),
+                        crc
+                    ),
+                });
+            }
+        }
+    }
+
     /// Checker 6, at the end: a watcher of `prefix` that saw `seen` must have seen every
     /// change of the final history under its prefix after `start` up to `last`, but
     /// those in `skipped` (explicit re-reads).

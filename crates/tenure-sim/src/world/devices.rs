@@ -167,12 +167,14 @@ impl World {
                     client,
                     watch,
                     changes,
+                    values,
                 } => {
                     effects = true;
                     let held = disk::Held::ObjectEvents {
                         client,
                         watch,
                         changes,
+                        values,
                     };
                     self.let_out(d, held)
                 }

@@ -58,6 +58,7 @@ pub(super) enum Held {
         client: ClientId,
         watch: u64,
         changes: Vec<tenure_core::objects::Change>,
+        values: Vec<Option<tenure_core::objects::Bytes>>,
     },
     WatchEnded {
         client: ClientId,
@@ -227,7 +228,8 @@ impl World {
                 client,
                 watch,
                 changes,
-            } => self.obj_events(d, client, watch, changes),
+                values,
+            } => self.obj_events(d, client, watch, (changes, values)),
             Held::WatchEnded {
                 client,
                 watch,

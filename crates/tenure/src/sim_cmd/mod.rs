@@ -191,6 +191,9 @@ enum Plant {
     ObjectsReadSuperseded,
     /// Object watches skip every change with an even revision.
     ObjectsWatchDrop,
+    /// Object watches asked for values get each key's active value instead of the
+    /// change's.
+    ObjectsWatchActiveValue,
     /// The object collector never runs.
     ObjectsNeverCollect,
     /// Coordinator commands are applied whatever their term.
@@ -314,6 +317,7 @@ impl SimArgs {
             objects_ignore_fence: self.plant.contains(&Plant::ObjectsIgnoreFence),
             objects_read_superseded: self.plant.contains(&Plant::ObjectsReadSuperseded),
             objects_watch_drop: self.plant.contains(&Plant::ObjectsWatchDrop),
+            objects_watch_active_value: self.plant.contains(&Plant::ObjectsWatchActiveValue),
             objects_never_collect: self.plant.contains(&Plant::ObjectsNeverCollect),
             election_ignore_term: self.plant.contains(&Plant::ElectionIgnoreTerm),
             election_follower_acts: self.plant.contains(&Plant::ElectionFollowerActs),

@@ -4,7 +4,6 @@
 use super::*;
 use crate::ctx::Ctx;
 use crate::error::ClientError;
-use crate::io::Output;
 use crate::layout::MgrState;
 use crate::layout::manager::StoreAccess;
 use crate::msg::Msg;
@@ -14,63 +13,10 @@ use crate::time::Instant;
 use std::time::Duration;
 
 impl ObjMgr {
-    /// Changes were applied: deliver them to the watches, in revision order.
-    pub(crate) fn applied(&mut self, st: &mut StoreAccess<'_>, ctx: &mut Ctx<'_>) {
-        let t = &st.host.data.table.objects;
-        let confirmed = st.host.data.confirmed;
-        let changed = t.revision != self.watched;
-        self.watched = t.revision;
-        let drop = ctx.cfg.planted.objects_watch_drop;
-        let mut ended = Vec::new();
-        for ((client, watch), w) in self.watches.iter_mut() {
-            if w.held.is_some_and(|v| v > confirmed) {
-                continue;
-            }
-            // Released now: it missed what earlier batches changed.
-            let released = w.held.take().is_some();
-            if !changed && !released {
-                continue;
-            }
-            match t.changes_after(&w.prefix, w.last) {
-                Ok(mut changes) => {
-                    if drop {
-                        changes.retain(|c| c.revision % 2 == 1);
-                    }
-                    w.last = t.revision;
-                    if !changes.is_empty() {
-                        ctx.out.push(Output::ObjectEvents {
-                            client: *client,
-                            watch: *watch,
-                            changes,
-                        });
-                    }
-                }
-                Err(e) => {
-                    ended.push((*client, *watch));
-                    ctx.out.push(Output::WatchEnded {
-                        client: *client,
-                        watch: *watch,
-                        reason: e.into(),
-                    });
-                }
-            }
-        }
-        for k in ended {
-            self.watches.remove(&k);
-        }
-    }
-
     /// This role stops managing: watches end with a redirect (the client resumes at the
     /// new manager from its last revision), reads in progress fail.
     pub(crate) fn stop(&mut self, st: &mut StoreAccess<'_>, ctx: &mut Ctx<'_>) {
-        let hint = st.forwarding;
-        for (client, watch) in std::mem::take(&mut self.watches).into_keys() {
-            ctx.out.push(Output::WatchEnded {
-                client,
-                watch,
-                reason: ClientError::NotManager { hint },
-            });
-        }
+        self.end_watches(st, ctx);
         let store = st.store;
         for r in std::mem::take(&mut self.reads).into_values() {
             reply(
@@ -105,6 +51,7 @@ impl ObjMgr {
             return (!self.watches.is_empty() || !self.reads.is_empty()).then_some(Instant(0));
         }
         let mut t = self.reads.values().map(|r| r.deadline).min();
+        t = earliest(t, self.poll_deadline());
         let gc_wait = self.gc.values().filter_map(|g| g.deleting.as_ref());
         t = earliest(t, gc_wait.map(|d| d.deadline).min());
         if live.iter().any(|c| !self.complete.contains(c)) {
@@ -126,6 +73,7 @@ impl ObjMgr {
             }
             return;
         }
+        self.expire_polls(ctx);
         let due: Vec<u64> = (self.reads.iter())
             .filter(|(_, r)| r.deadline <= now)
             .map(|(t, _)| *t)

@@ -6,6 +6,7 @@ mod gc;
 mod lifecycle;
 mod reads;
 mod requests;
+mod watches;
 
 use super::table::GcWork;
 use super::{BlockId, Bytes, ObjectMeta, ObjectOp, ObjectOutcome, Uuid};
@@ -34,6 +35,8 @@ pub struct ObjMgr {
     gc: BTreeMap<(String, Uuid), GcTask>,
     gc_at: Instant,
     watches: BTreeMap<(ClientId, u64), Watch>,
+    /// Waiting polls of forwarded watches: their key (also their watch id) → client.
+    polls: BTreeMap<u64, ClientId>,
     /// The revision watches were last brought up to.
     watched: u64,
     tag: u64,
@@ -60,6 +63,16 @@ struct Watch {
     held: Option<crate::ids::Version>,
     /// The `after` it was asked with (a retry asks the same).
     asked: Option<u64>,
+    /// Whether its changes carry values.
+    values: bool,
+    /// A forwarded watch's round: answered once, then removed.
+    poll: Option<Poll>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Poll {
+    req_id: u64,
+    deadline: Instant,
 }
 
 #[derive(Clone, Debug)]

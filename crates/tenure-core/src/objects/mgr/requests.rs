@@ -6,7 +6,6 @@ use crate::ctx::Ctx;
 use crate::data::StoreOp;
 use crate::error::ClientError;
 use crate::ids::ClientId;
-use crate::io::Output;
 use crate::io::request::ObjectRequest;
 use crate::io::request::Response;
 use crate::layout::manager::StoreAccess;
@@ -386,59 +385,30 @@ impl ObjMgr {
                 watch,
                 prefix,
                 after,
+                values,
             } => {
-                LockName::parse_prefix(&prefix)
-                    .map_err(|e| ClientError::InvalidName(e.to_string()))?;
-                // A retried subscription (same watch id and request) is answered again;
-                // the registration already made delivers everything after its revision.
-                if let Some(w) = self.watches.get(&(client, watch))
-                    && w.prefix == prefix
-                    && w.asked == after
-                {
-                    let revision = after.unwrap_or(w.last);
-                    let r = Ok(Response::Watching { revision });
-                    st.after_barrier(ctx, client, req_id, r);
-                    return Ok(());
-                }
-                let asked = after;
-                let t = &st.host.data.table.objects;
-                let after = after.unwrap_or(t.revision);
-                let changes = t.changes_after(&prefix, after)?;
-                let current = t.revision.max(after);
-                // The answer and the replay leave after a read barrier, as reads do: a
-                // new manager's tables may hold changes durable on one chunk only until
-                // the epoch's first batch is accepted everywhere (simulator seed 28: a
-                // watcher was shown a put a regeneration had taken from one chunk's
-                // unconfirmed ACCEPT; the manager failed before any chunk but its own
-                // had the epoch's commit, and the next epoch rightly lost the put).
-                st.after_barrier(
-                    ctx,
-                    client,
-                    req_id,
-                    Ok(Response::Watching { revision: after }),
-                );
-                if !changes.is_empty() {
-                    st.with_barrier(Output::ObjectEvents {
-                        client,
-                        watch,
-                        changes,
-                    });
-                }
-                let held = st.barrier_version();
-                self.watches.insert(
-                    (client, watch),
-                    Watch {
-                        prefix,
-                        last: current,
-                        held,
-                        asked,
-                    },
-                );
+                let ask = watches::Ask {
+                    prefix,
+                    after,
+                    values,
+                };
+                self.watch(st, ctx, (client, req_id), watch, ask)?;
             }
-            ObjectRequest::Unwatch { watch } => {
-                self.watches.remove(&(client, watch));
-                reply(ctx, client, req_id, Ok(Response::Unwatched));
+            ObjectRequest::Poll {
+                key,
+                prefix,
+                after,
+                values,
+                wait,
+            } => {
+                let ask = watches::Ask {
+                    prefix,
+                    after,
+                    values,
+                };
+                self.poll(st, ctx, (client, req_id), (key, wait), ask)?;
             }
+            ObjectRequest::Unwatch { watch } => self.unwatch(ctx, client, req_id, watch),
         }
         Ok(())
     }

@@ -21,10 +21,13 @@ impl World {
         wa.heard_at = self.now;
         let after = wa.start.map(|_| wa.last);
         let (store, prefix) = (wa.store, wa.prefix.clone());
+        // Every other subscription asks for values, which checker 6 compares with the
+        // changes they come with.
         let req = ObjectRequest::Watch {
             watch: sub,
             prefix,
             after,
+            values: sub % 2 == 1,
         };
         let req = Request::Object { store, req };
         self.obj_request(Owner::Watcher(w), req, ObjKind::Watch { sub });
@@ -105,7 +108,7 @@ impl World {
         d: DeviceId,
         client: ClientId,
         watch: u64,
-        changes: Vec<Change>,
+        (changes, values): (Vec<Change>, Vec<Option<tenure_core::objects::Bytes>>),
     ) {
         let Some(w) = client.0.checked_sub(OBJ_WATCH_BASE).map(|w| w as usize) else {
             return;
@@ -123,6 +126,7 @@ impl World {
         self.obj
             .check
             .watch_events(store, w, &prefix, whole, &mut wa.last, &changes);
+        self.obj.check.watch_values(store, w, &changes, &values);
     }
 
     /// A watch ended at its manager: resume (where the redirect points), or re-read.
