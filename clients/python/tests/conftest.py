@@ -1,5 +1,6 @@
 """Fixtures: a real local Tenure cluster (3 devices on 127.0.0.1, in a temp dir) started
-with the binary in ``TENURE_BIN`` (default /work/tenure-py), plaintext for most tests.
+with the binary in ``TENURE_BIN`` (default: the repository's target/release/tenure),
+plaintext for most tests.
 The cluster is stopped at the end, and every device pid it ever had is killed (-9) in a
 finalizer so that nothing leaks."""
 
@@ -17,7 +18,7 @@ import pytest
 
 import tenure
 
-DEFAULT_BIN = "/work/tenure-py"
+DEFAULT_BIN = str(Path(__file__).resolve().parents[3] / "target" / "release" / "tenure")
 UP_TIMEOUT = 90  # seconds: `cluster up --wait-secs 60` plus slack
 
 
@@ -112,7 +113,7 @@ class Cluster:
 def start_cluster(request, tmp_path_factory, *, tls: bool, auth: bool, name: str) -> Cluster:
     path = tenure_bin()
     if not os.path.exists(path):
-        pytest.skip(f"no tenure binary at {path} (set TENURE_BIN to a built `tenure`)")
+        pytest.fail(f"no tenure binary at {path} (build it, or set TENURE_BIN to a built `tenure`)")
     c = Cluster(path, tmp_path_factory.mktemp(name) / "data", tls=tls, auth=auth)
 
     def stop() -> None:

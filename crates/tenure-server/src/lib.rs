@@ -38,6 +38,7 @@ pub mod fuzz;
 pub mod grpc;
 pub mod http_auth;
 pub mod lookup;
+pub mod object_watch;
 pub mod objects;
 pub mod snapshots;
 pub mod status_page;

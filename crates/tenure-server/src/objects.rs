@@ -9,7 +9,8 @@
 //! (up to `max_object_size`) and handed to the core in one request, which splits it into
 //! blocks; a `Get` answers the description, then the content in slices.
 //!
-//! Object watches are not here: they ride on the session stream ([`crate::stream`]).
+//! `Watch` is a plain server-streaming call ([`crate::object_watch`]); object watches
+//! also ride on the session stream ([`crate::stream`]).
 
 use crate::auth::Perm;
 use crate::grpc::{Api, invalid_name, sized, token_to_proto, unexpected};
@@ -139,6 +140,18 @@ pub(crate) fn change_to_proto(c: &tenure_core::objects::Change) -> proto::Object
     out
 }
 
+/// Changes on the wire, with their values when the watch asked for them.
+pub(crate) fn changes_to_proto(
+    changes: &[tenure_core::objects::Change],
+    values: Vec<Option<Bytes>>,
+) -> Vec<proto::ObjectChange> {
+    let mut wire: Vec<proto::ObjectChange> = changes.iter().map(change_to_proto).collect();
+    for (c, v) in wire.iter_mut().zip(values) {
+        c.value = v.map(|b| b.to_vec());
+    }
+    wire
+}
+
 /// A write's conditions from the wire.
 pub(crate) fn conditions(c: Option<proto::WriteConditions>) -> Result<Conditions, proto::Error> {
     let c = c.unwrap_or_default();
@@ -223,6 +236,28 @@ impl ObjectsApi {
         Ok(store)
     }
 
+    /// The store of a listing's or watch's prefix: its path's, or `store` for "/".
+    fn prefix_store(
+        &self,
+        prefix: &str,
+        store: Option<u32>,
+        what: &str,
+    ) -> Result<StoreId, proto::Error> {
+        let store = if prefix == "/" {
+            let Some(s) = store else {
+                let reason = format!("{what} '/' spans every store: set `store`");
+                return Err(invalid_name("/", &reason));
+            };
+            StoreId(s)
+        } else {
+            self.key_store(prefix)?
+        };
+        match self.api.unknown_store(store) {
+            Some(e) => Err(e),
+            None => Ok(store),
+        }
+    }
+
     /// Run an object request in `store` within `limit`; a core error becomes the typed
     /// wire error with the key (and the presented token) filled in.
     async fn run(
@@ -241,7 +276,9 @@ impl ObjectsApi {
             | ObjectRequest::MultipartPart { key, .. }
             | ObjectRequest::MultipartComplete { key, .. }
             | ObjectRequest::MultipartAbort { key, .. } => key.clone(),
-            ObjectRequest::List { prefix } | ObjectRequest::Watch { prefix, .. } => prefix.clone(),
+            ObjectRequest::List { prefix }
+            | ObjectRequest::Watch { prefix, .. }
+            | ObjectRequest::Poll { prefix, .. } => prefix.clone(),
             ObjectRequest::Unwatch { .. } => String::new(),
         };
         let answer = self
@@ -443,6 +480,37 @@ impl Objects for ObjectsApi {
     }
 
     type GetStream = GetStream;
+    type WatchStream = crate::object_watch::WatchStream;
+
+    async fn watch(
+        &self,
+        request: GrpcRequest<proto::WatchObjectsRequest>,
+    ) -> Result<GrpcResponse<Self::WatchStream>, Status> {
+        use proto::watch_objects_response::Kind;
+        let caller = self.api.auth().caller(&request)?;
+        let r = sized(request.into_inner())?;
+        caller.check(Perm::Read, &r.prefix)?;
+        let one = |e: proto::Error| -> Self::WatchStream {
+            let m = proto::WatchObjectsResponse {
+                kind: Some(Kind::Error(e)),
+            };
+            Box::pin(futures::stream::iter([Ok(m)]))
+        };
+        let store = match self.prefix_store(&r.prefix, r.store, "watching") {
+            Ok(s) => s,
+            Err(e) => return Ok(GrpcResponse::new(one(e))),
+        };
+        let ask = crate::object_watch::Ask {
+            store,
+            prefix: r.prefix,
+            after: r.after,
+            values: r.include_values,
+        };
+        Ok(GrpcResponse::new(crate::object_watch::start(
+            self.api.clone(),
+            ask,
+        )))
+    }
 
     async fn get(
         &self,
@@ -568,23 +636,10 @@ impl Objects for ObjectsApi {
                 result: Some(result),
             }))
         };
-        let store = if r.prefix == "/" {
-            let Some(s) = r.store else {
-                return reply(R::Error(invalid_name(
-                    "/",
-                    "listing '/' spans every store: set `store`",
-                )));
-            };
-            StoreId(s)
-        } else {
-            match self.key_store(&r.prefix) {
-                Ok(s) => s,
-                Err(e) => return reply(R::Error(e)),
-            }
+        let store = match self.prefix_store(&r.prefix, r.store, "listing") {
+            Ok(s) => s,
+            Err(e) => return reply(R::Error(e)),
         };
-        if let Some(e) = self.api.unknown_store(store) {
-            return reply(R::Error(e));
-        }
         let req = ObjectRequest::List {
             prefix: r.prefix.clone(),
         };

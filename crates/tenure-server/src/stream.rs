@@ -11,8 +11,8 @@
 //! `stream_closed` reason.
 //!
 //! Any device serves the stream: requests for a store this device does not manage are
-//! forwarded to the manager by the core (DESIGN §8). When a request is answered
-//! `NotManager` (a watch, which stays with the manager, or no manager known), or the
+//! forwarded to the manager by the core, and watches are carried from it (DESIGN §8).
+//! When a request is answered `NotManager` (no manager known), or the
 //! driver reports that this device stopped managing the store, the stream sends
 //! `redirect` and ends; requests not answered by then are not answered here, and the
 //! client re-sends them, with their ids, on the new manager (acquires and releases are
@@ -257,10 +257,10 @@ async fn run(
             },
             Some((watch, msg)) = watches.rx.recv() => {
                 let ev = match msg {
-                    crate::driver::routes::WatchMsg::Events(changes) => {
+                    crate::driver::routes::WatchMsg::Events { changes, values } => {
                         Ev::ObjectEvents(proto::ObjectEvents {
                             watch,
-                            changes: changes.iter().map(crate::objects::change_to_proto).collect(),
+                            changes: crate::objects::changes_to_proto(&changes, values),
                         })
                     }
                     crate::driver::routes::WatchMsg::Ended(reason) => {
@@ -698,6 +698,7 @@ impl State {
                         watch: w.watch,
                         prefix: w.prefix,
                         after: w.after,
+                        values: w.include_values,
                     },
                 };
                 let watch = w.watch;

@@ -429,6 +429,7 @@ fn a_non_manager_serves_the_stream_and_a_watch_redirects_to_the_manager() {
             watch: 1,
             prefix: "/x".into(),
             after: None,
+            include_values: false,
         };
         s.send(3, Rq::WatchObjects(watch)).await;
         match s.next().await.kind {

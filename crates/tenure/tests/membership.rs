@@ -202,6 +202,7 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
                         watch: 1,
                         prefix: "/".into(),
                         after: None,
+                        include_values: false,
                     }),
                 ];
                 for (i, kind) in requests.into_iter().enumerate() {

@@ -283,6 +283,7 @@ impl WatchTask {
                 watch: WATCH_ID,
                 prefix: self.prefix.clone(),
                 after: self.last,
+                include_values: false,
             })),
         };
         if conn.tx.send(req).await.is_err() {

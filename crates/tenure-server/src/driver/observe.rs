@@ -84,6 +84,7 @@ pub(super) fn request_kind(req: &Request) -> &'static str {
                 O::MultipartAbort { .. } => "object_multipart_abort",
                 O::Watch { .. } => "object_watch",
                 O::Unwatch { .. } => "object_unwatch",
+                O::Poll { .. } => "object_poll",
             }
         }
     }

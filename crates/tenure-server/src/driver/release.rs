@@ -148,7 +148,8 @@ impl Driver {
                     client,
                     watch,
                     changes,
-                } => self.hold_watch(client, watch, WatchMsg::Events(changes)),
+                    values,
+                } => self.hold_watch(client, watch, WatchMsg::Events { changes, values }),
                 Output::WatchEnded {
                     client,
                     watch,

@@ -64,8 +64,14 @@ impl SubRoutes {
 /// What a watch's stream is told.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchMsg {
-    /// Changes, in revision order.
-    Events(Vec<tenure_core::objects::Change>),
+    /// Changes, in revision order, and their values when the watch asked for them
+    /// (one per change, else none).
+    Events {
+        /// The changes.
+        changes: Vec<tenure_core::objects::Change>,
+        /// Their values.
+        values: Vec<Option<bytes::Bytes>>,
+    },
     /// The watch ended at this device (its manager stopped managing the store, or its
     /// history no longer reaches back to where it was): resume from the last revision
     /// seen, elsewhere, or re-read.

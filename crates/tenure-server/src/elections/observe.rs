@@ -129,6 +129,7 @@ impl Observer {
                 watch: OBSERVE_WATCH,
                 prefix: self.e.key.clone(),
                 after: Some(after),
+                values: false,
             },
         };
         match self.svc.api.request_as(self.client, req).await {
@@ -186,7 +187,7 @@ impl Observer {
                 return Err(ObserveEnd::Error("watch routes closed".into()));
             };
             match msg {
-                crate::driver::routes::WatchMsg::Events(changes) => {
+                crate::driver::routes::WatchMsg::Events { changes, .. } => {
                     for c in changes {
                         if c.revision <= self.last {
                             continue;
