@@ -308,6 +308,7 @@ impl Api {
             ClientError::InvalidName(reason) => Kind::InvalidName(proto::InvalidName {
                 name: String::new(),
                 reason: reason.clone(),
+                store: None,
             }),
             ClientError::NotHeld => Kind::NotHeld(proto::NotHeld::default()),
             ClientError::Rejected(reason) => Kind::Rejected(proto::Rejected {

@@ -3,7 +3,7 @@
 use super::Api;
 use super::convert::{
     fill_name, holder_to_proto, invalid_name, mode_from_proto, mode_to_proto, sized,
-    status_to_proto, token_from_proto, token_to_proto, unexpected, waiter_to_proto,
+    status_to_proto, token_from_proto, token_to_proto, unexpected, waiter_to_proto, wrong_store,
 };
 use crate::auth::Perm;
 use std::pin::Pin;
@@ -326,11 +326,7 @@ impl Api {
             }
         };
         if name_store != store {
-            let e = ClientError::InvalidName(format!(
-                "{} belongs to store {name_store}, not {store}",
-                r.name
-            ));
-            return reply(R::Error(self.client_error(store, &e)));
+            return reply(R::Error(wrong_store(&r.name, name_store, store)));
         }
         let wait =
             tenure_client::locks::convert::wait_from_proto(r.r#try || r.no_wait, r.timeout_ms);
@@ -390,13 +386,7 @@ impl Api {
         }
         match self.name(&r.name) {
             Ok((s, _)) if s == store => {}
-            Ok((s, _)) => {
-                let e = ClientError::InvalidName(format!(
-                    "{} belongs to store {s}, not {store}",
-                    r.name
-                ));
-                return reply(R::Error(self.client_error(store, &e)));
-            }
+            Ok((s, _)) => return reply(R::Error(wrong_store(&r.name, s, store))),
             Err(e) => return reply(R::Error(e)),
         }
         // Server-side fencing of the release: with a token, the session's grant must
