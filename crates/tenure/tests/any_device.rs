@@ -31,6 +31,18 @@ async fn resolve(stub: &mut Stub) -> proto::Resolved {
     }
 }
 
+/// Who holds [`NAME`], as the device behind `stub` answers.
+async fn holders(stub: &mut Stub) -> proto::Holders {
+    let r = (stub.holder(proto::HolderRequest { name: NAME.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    match r.result {
+        Some(holder_response::Result::Ok(h)) => h,
+        other => panic!("holders: {other:?}"),
+    }
+}
+
 /// One keep-alive, as a stream of one request: the session's remaining lease.
 async fn keep_alive(stub: &mut Stub, session: proto::SessionRef) -> Result<u64, String> {
     let req = proto::KeepAliveRequest {
@@ -157,13 +169,7 @@ fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() 
             }
         };
         assert_eq!(again.token.unwrap(), token, "the same grant");
-        let holders = (stub.holder(proto::HolderRequest { name: NAME.into() }))
-            .await
-            .unwrap()
-            .into_inner();
-        let Some(holder_response::Result::Ok(h)) = holders.result else {
-            panic!("{holders:?}");
-        };
+        let h = holders(&mut stub).await;
         assert_eq!(h.holders.len(), 1, "{h:?}");
         assert_eq!(h.holders[0].session, Some(session));
 
@@ -180,13 +186,7 @@ fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() 
             matches!(released.result, Some(release_response::Result::Ok(_))),
             "{released:?}"
         );
-        let holders = (stub.holder(proto::HolderRequest { name: NAME.into() }))
-            .await
-            .unwrap()
-            .into_inner();
-        let Some(holder_response::Result::Ok(h)) = holders.result else {
-            panic!("{holders:?}");
-        };
+        let h = holders(&mut stub).await;
         assert!(h.holders.is_empty(), "{h:?}");
         // The device now names a survivor as the store's manager.
         let now = resolve(&mut stub).await;
