@@ -114,12 +114,14 @@ class Timeout(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class InvalidName(_message.Message):
-    __slots__ = ("name", "reason")
+    __slots__ = ("name", "reason", "store")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
     name: str
     reason: str
-    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    store: int
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ..., store: _Optional[int] = ...) -> None: ...
 
 class TooLarge(_message.Message):
     __slots__ = ("size", "limit")
