@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, List, Optional, Set
@@ -20,6 +21,7 @@ import tenure
 
 DEFAULT_BIN = str(Path(__file__).resolve().parents[3] / "target" / "release" / "tenure")
 UP_TIMEOUT = 90  # seconds: `cluster up --wait-secs 60` plus slack
+SETTLE_TIMEOUT = 20  # seconds: managers migrating back to a restarted device
 
 
 def tenure_bin() -> str:
@@ -55,6 +57,34 @@ class Cluster:
             if self.auth:
                 args.append("--auth")
         self.info = self._run(*args)
+
+    def settled(self) -> bool:
+        """Whether every device is up and the stores' managers are spread evenly (each
+        store has one manager; the devices manage as many stores, give or take one)."""
+        try:
+            st = self._run("status", timeout=10)
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+            return False
+        devices = [d for d in st.get("devices", []) if d.get("member", "active") == "active"]
+        counts = [d.get("managing", 0) for d in devices]
+        return (bool(devices) and all(d.get("up") for d in devices)
+                and max(counts) - min(counts) <= 1
+                and all(len(x.get("managers", [])) == 1
+                        and x["managers"][0].get("state") == "Manager"
+                        for x in st.get("stores", [])))
+
+    def restore(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Start the devices that are down (after a kill) and wait until the cluster has
+        settled: a restarted device gets its share of the stores back by migrations a few
+        seconds after `cluster up` returns, and a test that followed at once would see
+        managers move (Unavailable for a moment) under it."""
+        self.up()
+        end = time.monotonic() + timeout
+        while not self.settled():
+            if time.monotonic() > end:
+                print(f"the cluster did not settle within {timeout} s")
+                return
+            time.sleep(0.2)
 
     def down(self) -> None:
         try:

@@ -39,12 +39,37 @@ def test_protocol_errors_map_to_typed_exceptions_with_their_fields():
     assert isinstance(e, tenure.InvalidName) and isinstance(e, ValueError)
 
     e = errors.from_proto(pb.Error(timeout=pb.Timeout(name="/a"), message="timed out"))
-    assert isinstance(e, TimeoutError) and "/a" in str(e)
+    assert isinstance(e, TimeoutError) and str(e) == "timed out: /a"
 
     e = errors.from_lookup_proto(pb.LookupError(bad_interval=pb.BadInterval(
         got_ms=100000, min_ms=100, max_ms=2000), message="refresh interval 100s is out of range"))
     assert isinstance(e, tenure.BadInterval) and (e.got, e.min, e.max) == (100.0, 0.1, 2.0)
     assert errors.from_lookup_proto(pb.LookupError(no_leader=pb.NoLeader())).retryable
+
+
+def test_lock_errors_name_the_lock_once():
+    # Servers name the lock in these messages: the client does not name it again.
+    for kind, cls, text in [("timeout", tenure.Timeout, "timed out: /a/b"),
+                            ("would_block", tenure.WouldBlock, "lock is held: /a/b"),
+                            ("not_held", tenure.NotHeld, "lock not held: /a/b"),
+                            ("deadlock", tenure.Deadlock, "deadlock: /a/b")]:
+        msg = pb.Error(message=text)
+        getattr(msg, kind).name = "/a/b"
+        e = errors.from_proto(msg)
+        assert type(e) is cls and str(e) == text and e.name == "/a/b"
+        # A message without the name (older servers) gets it once; no message: our own.
+        msg.message = text.replace(": /a/b", "")
+        assert str(errors.from_proto(msg)) == text
+        msg.message = ""
+        assert str(errors.from_proto(msg)).count("/a/b") == 1
+    e = errors.from_proto(pb.Error(no_such_object=pb.NoSuchObject(key="/k"),
+                                   message="no object /k"))
+    assert str(e) == "no object /k"
+    e = errors.from_proto(pb.Error(invalid_name=pb.InvalidName(
+        name="/x", reason="/x belongs to store 7, not 0", store=7),
+        message="/x belongs to store 7, not 0"))
+    assert isinstance(e, tenure.InvalidName) and e.store == 7 and e.name == "/x"
+    assert errors.from_proto(pb.Error(invalid_name=pb.InvalidName(name="x"))).store is None
 
 
 def test_every_error_kind_has_an_exception():

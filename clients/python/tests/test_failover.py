@@ -1,50 +1,194 @@
-"""A kill -9 of the manager of a held lock's store: the client keeps its session and its
-lock (same token) through the failover and goes on talking."""
+"""Kill -9s of devices: the manager of a held lock's store (the client keeps its session
+and its lock, same token, through the failover and goes on talking), the manager of a
+watched store (a watch through another device does not notice), and the device a watch
+talks to (the watch resumes at another device: no gap, no duplicate)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import threading
 import time
+
+import pytest
+
+import tenure
+import tenure.aio
 
 WAIT = 30.0
 
 
 def test_kill_the_manager_of_a_held_locks_store(cluster, ns, capsys):
     name, key = f"{ns}/lock", f"{ns}/state"
-    with cluster.client() as c, c.session(ttl=10) as s:
-        lock = s.lock(name)
-        token, session_id = lock.token, lock.session_id
-        c.objects.put(key, b"before", fence=lock)
-        manager = c.resolve(name).endpoint
-        assert manager
-        # Talk to the manager itself, so that the client has to move too.
-        c._t.router.succeeded(manager)
-        pid = cluster.device_at(manager)["pid"]
-        before = s.safe_until
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        # The first call after the kill: a write fenced by the lock — the lock is still
-        # held, with the same token, at the new manager.
-        w = c.objects.put(key, b"after the failover", fence=lock)
-        took = time.monotonic() - killed
-        with capsys.disabled():
-            print(f"\n[failover] first successful call after kill -9 of the manager "
-                  f"{manager}: {took:.3f} s (a fenced put, token {token})")
-        assert c.objects.get(key).value == b"after the failover" and w.revision > 0
-        assert not lock.lost.is_set() and not s.lost.is_set() and lock.token == token
-        holders = c.holders(name).holders
-        assert [(h.session, h.token) for h in holders] == [(session_id, token)]
-        new_manager = c.resolve(name).endpoint
-        assert new_manager and new_manager != manager
-        # The keep-alives reach the new manager: the session's deadline moves on.
-        deadline = time.monotonic() + WAIT
-        while s.safe_until <= before + 1.0:
-            assert time.monotonic() < deadline, "no keep-alive answered after the failover"
-            assert not s.lost.is_set(), s.lost_reason
-            time.sleep(0.05)
-        assert lock.held
-        lock.release()
-        assert c.holders(name).holders == []
-    # Bring the device back for the tests that follow.
-    cluster.up()
+    try:
+        with cluster.client() as c, c.session(ttl=10) as s:
+            lock = s.lock(name)
+            token, session_id = lock.token, lock.session_id
+            c.objects.put(key, b"before", fence=lock)
+            manager = c.resolve(name).endpoint
+            assert manager
+            # Talk to the manager itself, so that the client has to move too.
+            c._t.router.succeeded(manager)
+            pid = cluster.device_at(manager)["pid"]
+            before = s.safe_until
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            # The first call after the kill: a write fenced by the lock — the lock is still
+            # held, with the same token, at the new manager.
+            w = c.objects.put(key, b"after the failover", fence=lock)
+            took = time.monotonic() - killed
+            with capsys.disabled():
+                print(f"\n[failover] first successful call after kill -9 of the manager "
+                      f"{manager}: {took:.3f} s (a fenced put, token {token})")
+            assert c.objects.get(key).value == b"after the failover" and w.revision > 0
+            assert not lock.lost.is_set() and not s.lost.is_set() and lock.token == token
+            holders = c.holders(name).holders
+            assert [(h.session, h.token) for h in holders] == [(session_id, token)]
+            new_manager = c.resolve(name).endpoint
+            assert new_manager and new_manager != manager
+            # The keep-alives reach the new manager: the session's deadline moves on.
+            deadline = time.monotonic() + WAIT
+            while s.safe_until <= before + 1.0:
+                assert time.monotonic() < deadline, "no keep-alive answered after the failover"
+                assert not s.lost.is_set(), s.lost_reason
+                time.sleep(0.05)
+            assert lock.held
+            lock.release()
+            assert c.holders(name).holders == []
+    finally:
+        # Bring the device back for the tests that follow.
+        cluster.restore()
+
+
+def _other(c, endpoint):
+    return next(e for e in c.endpoints if e != endpoint)
+
+
+def _put(c, key, i):
+    value = f"value {i} of {key}".encode() * (i + 1)
+    return c.objects.put(key, value), value
+
+
+def _expect_exactly(watch, written, take):
+    """The watch delivers the changes of ``written`` (``(ObjectWritten, value)`` pairs),
+    each once, in order, with its value, and nothing else."""
+    got = [take(WAIT) for _ in written]
+    assert [(ch.revision, ch.key, ch.deleted, ch.value) for ch in got] == \
+        [(w.revision, w.key, False, v) for w, v in written]
+    assert [ch.revision for ch in got] == sorted({w.revision for w, _ in written})
+    return got
+
+
+def test_a_watch_through_another_device_sees_every_revision_across_a_manager_failover(
+        cluster, ns):
+    prefix = f"{ns}/w"
+    try:
+        with cluster.client() as c:
+            manager = c.resolve(prefix).endpoint
+            other = _other(c, manager)
+            # The watch (and the writes) go through a device that does not manage the store.
+            c._t.router.succeeded(other)
+            with c.objects.watch(prefix, include_values=True) as watch:
+                assert watch.endpoint == other
+                written = [_put(c, f"{prefix}/k{i}", i) for i in range(4)]
+                os.kill(cluster.device_at(manager)["pid"], signal.SIGKILL)
+                written += [_put(c, f"{prefix}/k{i % 3}", i) for i in range(4, 9)]
+                assert c.resolve(prefix).endpoint not in (manager, None)
+
+                def take(timeout):
+                    try:
+                        return watch.next(timeout=timeout)
+                    except TimeoutError:
+                        raise AssertionError(f"the watch stopped after revision "
+                                             f"{watch.revision}") from None
+
+                _expect_exactly(watch, written, take)
+                with pytest.raises(TimeoutError):
+                    watch.next(timeout=0.5)  # no duplicate after the last one
+                # The failover did not show on the stream: it was never opened again.
+                assert (watch.endpoint, watch.resumptions) == (other, 0)
+    finally:
+        cluster.restore()
+
+
+def test_a_watch_resumes_at_another_device_when_its_device_dies(cluster, ns):
+    # Two watches (the sync API's and the asyncio API's) talk to a device that does not
+    # manage the store (their changes come by forwarded polls), and the writes go to the
+    # manager. The device is killed right after writes it has likely not passed on yet:
+    # the watches must get them from another device, after the last revision received.
+    prefix = f"{ns}/w"
+    try:
+        with cluster.client() as c:
+            manager = c.resolve(prefix).endpoint
+            victim = _other(c, manager)
+            c._t.router.succeeded(victim)
+            ready, aio = threading.Event(), {}
+            helper = threading.Thread(target=_aio_watch, daemon=True,
+                                      args=(cluster.endpoints, victim, prefix, ready, 10, aio))
+            helper.start()
+            with c.objects.watch(prefix, include_values=True) as watch:
+                assert watch.endpoint == victim
+                assert ready.wait(WAIT) and aio["endpoint"] == victim, aio
+                sent = []
+                request = watch._request
+
+                def spy():
+                    r = request()
+                    sent.append(r.after if r.HasField("after") else None)
+                    return r
+
+                watch._request = spy
+                c._t.router.succeeded(manager)
+
+                def take(timeout):
+                    return watch.next(timeout=timeout)
+
+                written = [_put(c, f"{prefix}/k{i}", i) for i in range(4)]
+                first = _expect_exactly(watch, written[:2], take)
+                written += [_put(c, f"{prefix}/k{i}", i) for i in range(4, 8)]
+                os.kill(cluster.device_at(victim)["pid"], signal.SIGKILL)
+                written += [_put(c, f"{prefix}/k{i}", i) for i in range(8, 10)]
+                rest = _expect_exactly(watch, written[2:], take)
+                assert [ch.revision for ch in first + rest] == [w.revision for w, _ in written]
+                with pytest.raises(TimeoutError):
+                    watch.next(timeout=0.5)
+                assert watch.endpoint != victim and watch.resumptions >= 1
+                # Opened again after the last revision received before the kill (one of
+                # the first eight writes), never from "now".
+                assert len(sent) == watch.resumptions and None not in sent, sent
+                assert sent[0] in {w.revision for w, _ in written[1:8]}, (sent, written)
+            helper.join(WAIT + 5)
+            assert "error" not in aio, aio.get("error")
+            assert [(ch.revision, ch.key, ch.value) for ch in aio["changes"]] == \
+                [(w.revision, w.key, v) for w, v in written]
+            assert not aio["extra"]
+            endpoint, resumptions = aio["resumed"]
+            assert endpoint != victim and resumptions >= 1
+    finally:
+        cluster.restore()
+
+
+def _aio_watch(endpoints, victim, prefix, ready, count, out):
+    """A watch of the asyncio API at ``victim`` (in its own thread and event loop): the
+    first ``count`` changes into ``out``."""
+    async def main():
+        async with tenure.aio.Client(endpoints) as c:
+            c._t.router.succeeded(victim)
+            async with c.objects.watch(prefix, include_values=True) as w:
+                out["endpoint"] = w.endpoint
+                ready.set()
+                out["changes"] = [await w.next(timeout=WAIT) for _ in range(count)]
+                try:
+                    await w.next(timeout=0.5)
+                    out["extra"] = True
+                except TimeoutError:
+                    out["extra"] = False
+                out["resumed"] = (w.endpoint, w.resumptions)
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 2 * WAIT))
+    except BaseException as e:  # reported by the test
+        out["error"] = e
+    finally:
+        ready.set()

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import tenure
+from tenure import errors
 from tenure._proto import tenure_pb2 as pb
 
 WAIT = 10.0  # every wait in these tests is bounded by this
@@ -71,6 +72,16 @@ def test_a_second_session_waits_until_the_first_releases(client, ns, timed):
     with client.session() as s1, client.session() as s2:
         first = s1.lock(name)
         got = {}
+        # Every attempt of an Acquire the waiter sends.
+        sent = []
+        invoke = client._t.invoke
+
+        def counting(endpoint, service, method, request, *args, **kw):
+            if method == "Acquire":
+                sent.append(request.request_id)
+            return invoke(endpoint, service, method, request, *args, **kw)
+
+        client._t.invoke = counting
 
         def waiter():
             try:
@@ -90,8 +101,12 @@ def test_a_second_session_waits_until_the_first_releases(client, ns, timed):
         assert "error" not in got, got.get("error")
         second = got["lock"]
         assert second.token > first.token
-        assert got["at"] - released_at < 2.0
+        assert got["at"] - released_at < (1.0 if timed else 2.0)
         assert [h.session for h in client.holders(name).holders] == [second.session_id]
+        # One request; a timed wait is one call (no re-sends while it waits).
+        assert len(set(sent)) == 1
+        if timed:
+            assert len(sent) == 1, sent
         second.release()
 
 
@@ -103,8 +118,10 @@ def test_a_timed_wait_raises_timeout(client, ns):
             with pytest.raises(tenure.Timeout) as info:
                 s2.lock(name, timeout=0.5)
             assert 0.4 < time.monotonic() - started < 3.0
-            assert name in str(info.value)
-            assert isinstance(info.value, TimeoutError)
+            # The server's message names the lock; the client does not name it again.
+            text = str(info.value)
+            assert text.startswith("timed out") and text.count(name) == 1, text
+            assert info.value.name == name and isinstance(info.value, TimeoutError)
 
 
 def test_a_stale_token_is_refused_by_a_fenced_put(client, ns):
@@ -174,3 +191,28 @@ def test_error_messages_read_as_sentences(client, ns):
     with pytest.raises(tenure.NoSuchObject) as info:
         client.objects.get(f"{ns}/missing")
     assert f"{ns}/missing" in str(info.value)
+
+
+def test_lock_errors_name_the_lock_once(client, ns):
+    name = f"{ns}/named"
+    with client.session() as s1, client.session() as s2:
+        lock = s1.lock(name)
+        e = s2.election(f"{ns}/vote")
+        leadership = e.campaign(b"me")
+        with client.session() as s3:
+            with pytest.raises(tenure.Timeout) as info:
+                s3.election(f"{ns}/vote").campaign(b"too", timeout=0.3)
+            assert str(info.value).count(f"{ns}/vote") == 1, str(info.value)
+        # A release of a lock the session does not hold, on the wire: NotHeld names it.
+        r = client._t.call("tenure", "Release", pb.ReleaseRequest(
+            session=pb.SessionRef(store=lock.store, id=s2.ids[lock.store]), name=name,
+            request_id=s2._next_id()), collect=lambda x: x)
+        err = errors.from_proto(r.error)
+        assert isinstance(err, tenure.NotHeld) and str(err).count(name) == 1, str(err)
+        r = client._t.call("tenure", "Acquire", pb.AcquireRequest(
+            session=pb.SessionRef(store=lock.store, id=s2.ids[lock.store]), name=name,
+            no_wait=True, request_id=s2._next_id()), collect=lambda x: x)
+        err = errors.from_proto(r.error)
+        assert isinstance(err, tenure.WouldBlock) and str(err).count(name) == 1, str(err)
+        leadership.resign()
+        lock.release()

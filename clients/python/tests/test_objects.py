@@ -86,12 +86,7 @@ def test_an_ephemeral_object_goes_with_its_session(client, ns):
 
 def test_watch_with_values(client, ns):
     prefix = f"{ns}/w"
-    try:
-        watch = client.objects.watch(prefix, include_values=True)
-    except tenure.Unimplemented:
-        pytest.skip("the server does not serve Objects.Watch yet (UNIMPLEMENTED): it is "
-                    "being written; this test runs once it is")
-    with watch:
+    with client.objects.watch(prefix, include_values=True) as watch:
         w1 = client.objects.put(f"{prefix}/a", b"one")
         w2 = client.objects.put(f"{prefix}/b", b"two")
         d = client.objects.delete(f"{prefix}/a")
@@ -106,3 +101,21 @@ def test_watch_with_values(client, ns):
     with client.objects.watch(prefix, after=w1.revision) as again:
         c = again.next(timeout=10)
         assert (c.key, c.revision) == (f"{prefix}/b", w2.revision)
+
+
+def test_watch_values_up_to_64_kib_and_errors(client, ns):
+    prefix = f"{ns}/v"
+    with client.objects.watch(prefix, include_values=True) as watch:
+        sizes = [64 << 10, (64 << 10) + 1]
+        written = [client.objects.put(f"{prefix}/{n}", bytes([n % 251]) * n) for n in sizes]
+        small, large = (watch.next(timeout=10) for _ in sizes)
+        assert (small.revision, small.size) == (written[0].revision, sizes[0])
+        assert small.value == bytes([sizes[0] % 251]) * sizes[0]
+        # Above 64 KiB the change comes without its content: get the key.
+        assert (large.revision, large.size, large.value) == (written[1].revision, sizes[1], None)
+    # A watch that cannot start raises at once (no retries).
+    with pytest.raises(tenure.InvalidName) as info:
+        client.objects.watch("no-slash")
+    assert "no-slash" in str(info.value)
+    with pytest.raises(tenure.InvalidName):
+        client.objects.watch("/")  # every store: give store=

@@ -48,13 +48,10 @@ class Options:
         clock_drift: δ_c, the bound on clock differences the cluster is configured with
             (``[timing] clock_drift_ms``, 50 ms by default): a session is taken as safe
             until the send time of its last keep-alive answered alive + TTL − δ_c.
-        wait_poll: longest single RPC of a blocking acquire or campaign; the wait goes on
-            with a retry of the same request (the same place in the queue).
-        timed_wait_poll: how often a timed acquire or campaign (``timeout=``) is sent
-            again, with its request id, while it waits (after a read of the lock). The
-            server today does not grant a timed waiter when the lock is freed, only once
-            the lock has been read again and the request comes again; an untimed wait
-            is granted at once.
+        wait_poll: longest single RPC of an acquire or campaign that waits without a
+            ``timeout``; the wait goes on with a retry of the same request (the same
+            place in the queue). A wait with a ``timeout`` is one RPC carrying it (sent
+            again, with its request id, only after a failure: a failover, a device gone).
         pass_over: how long an endpoint that did not answer is tried last.
         client_name: reported to the servers (their logs).
     """
@@ -66,7 +63,6 @@ class Options:
     session_ttl: float = 10.0
     clock_drift: float = 0.05
     wait_poll: float = 15.0
-    timed_wait_poll: float = 0.25
     pass_over: float = 5.0
     client_name: str = field(default_factory=lambda: f"tenure-python/{os.getpid()}")
 

@@ -144,15 +144,13 @@ class Transport:
              deadline: Optional[float] = None, hint: Optional[str] = None,
              attempt_timeout: Optional[float] = None, collect: Optional[Callable] = None,
              cut_ok: bool = False, with_endpoint: bool = False,
-             cancel: Optional[Callable[[], Optional[Exception]]] = None,
-             on_cut: Optional[Callable[[str], None]] = None) -> Any:
+             cancel: Optional[Callable[[], Optional[Exception]]] = None) -> Any:
         """Run one request to completion under a retry plan.
 
         ``request`` is a message, or a callable making a fresh one (a request iterator
         for client-streaming calls). ``deadline`` bounds the whole call (default the
         client's), ``attempt_timeout`` one attempt; with ``cut_ok`` an attempt cut by
-        its timeout is retried at once at the same device (a long wait goes on), after
-        ``on_cut(endpoint)`` when given.
+        its timeout is retried at once at the same device (a long wait goes on).
         ``cancel`` is polled during waits: an exception it returns is raised. With
         ``with_endpoint`` the answer comes as ``(answer, endpoint that answered)``.
         """
@@ -170,21 +168,9 @@ class Transport:
                 delay = plan.failed(e, cut=cut)
                 if delay > 0:
                     self.sleep(delay, cancel)
-                elif cut and on_cut is not None:
-                    on_cut(target)
                 continue
             plan.succeeded()
             return (result, target) if with_endpoint else result
-
-    def read_lock(self, endpoint: str, name: str) -> None:
-        """Read lock ``name`` at ``endpoint`` (``Holder``), ignoring the outcome: the
-        read makes the manager grant a timed waiter the lock freed meanwhile (see
-        ``Options.timed_wait_poll``)."""
-        try:
-            self.invoke(endpoint, "tenure", "Holder", tenure_pb2.HolderRequest(name=name),
-                        self.opts.attempt_timeout)
-        except TenureError:
-            pass
 
     def keep_alive_once(self, endpoint: str, store: int, session: int, timeout: float) -> Any:
         """One keep-alive on a one-shot ``KeepAlive`` stream: the ``KeepAliveResponse``, or

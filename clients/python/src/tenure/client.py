@@ -407,15 +407,13 @@ class Session:
         if no_wait:
             kwargs: Dict[str, Any] = {}
         elif timeout is not None:
+            # One call carrying the wait: the server grants the lock when it is freed, or
+            # answers Timeout once timeout_ms passed. It is sent again (same request id:
+            # the same place in the queue) only after a failure (a failover, a device
+            # gone), and the whole call ends within the wait and one attempt more.
             req.timeout_ms = max(1, int(round(timeout * 1000)))
-            # Server workaround: a timed waiter is not granted when the lock is freed,
-            # only once the manager has read the lock again (a Holder read) and the
-            # request comes again. So the wait is cut every `timed_wait_poll`, the lock
-            # read, and the request re-sent (same id: same place in the queue). Its timer
-            # runs from the first send: the wait still ends by `timeout`.
-            kwargs = {"deadline": timeout + opts.attempt_timeout,
-                      "attempt_timeout": opts.timed_wait_poll, "cut_ok": True,
-                      "on_cut": lambda ep: client._t.read_lock(ep, name)}
+            bound = timeout + opts.attempt_timeout
+            kwargs = {"deadline": bound, "attempt_timeout": bound}
         else:
             kwargs = {"deadline": float("inf"), "attempt_timeout": opts.wait_poll,
                       "cut_ok": True}
@@ -431,7 +429,8 @@ class Session:
             raise
         except TenureError as e:
             if timeout is not None and not no_wait and e.retryable:
-                raise Timeout(f"timed out waiting for {name} ({e.message})", name=name) from e
+                what = "timed out" if name in e.message else f"timed out waiting for {name}"
+                raise Timeout(f"{what} ({e.message})", name=name) from e
             raise
         lock = Lock(self, name, store, ref.id, shared, FencingToken._from_proto(granted.token),
                     on_lost)

@@ -112,9 +112,9 @@ class TenureError(Exception):
 
 
 class NotManager(TenureError):
-    """The device does not manage the store (a watch, a payload above one block, or no
-    manager known there yet). ``hint_endpoint`` names the manager when known; the client
-    follows it on its own."""
+    """The device does not manage the store and did not forward the request (a payload
+    above one block, or no manager known there yet). ``hint_endpoint`` names the manager
+    when known; the client follows it on its own."""
 
     retryable = True
     store: int
@@ -151,10 +151,12 @@ class Timeout(TenureError, TimeoutError):
 
 
 class InvalidName(TenureError, ValueError):
-    """The name is not a valid path (or not in the store expected)."""
+    """The name is not a valid path (or not in the store expected: ``store`` is then the
+    store it belongs to, else ``None``)."""
 
     name: str
     reason: str
+    store: Optional[int]
 
 
 class TooLarge(TenureError, ValueError):
@@ -409,6 +411,17 @@ def _token(t: Any) -> Optional["FencingToken"]:
     return FencingToken(t.epoch, t.seq)
 
 
+def _naming(msg: str, name: str, default: str) -> str:
+    """The server's message naming ``name`` once: as sent when it names it already
+    (servers since the lock's name went into WouldBlock/Timeout/Deadlock/NotHeld
+    messages), else with the name appended; ``default`` when the server sent none."""
+    if not msg:
+        return default
+    if not name or name in msg:
+        return msg
+    return f"{msg}: {name}"
+
+
 def from_proto(err: Any) -> TenureError:
     """The exception for a ``tenure.v1.Error`` message."""
     kind = err.WhichOneof("kind")
@@ -434,13 +447,12 @@ def from_proto(err: Any) -> TenureError:
     if kind == "session_expired":
         return SessionExpired(msg or f"session {v.session} expired", session=v.session)
     if kind == "deadlock":
-        return Deadlock(msg or f"deadlock on {v.name}", name=v.name)
+        return Deadlock(_naming(msg, v.name, f"deadlock on {v.name}"), name=v.name)
     if kind == "timeout":
-        text = msg if msg and v.name and v.name in msg else f"timed out waiting for {v.name}"
-        return Timeout(text, name=v.name)
+        return Timeout(_naming(msg, v.name, f"timed out waiting for {v.name}"), name=v.name)
     if kind == "invalid_name":
         return InvalidName(msg or f"invalid name {v.name!r}: {v.reason}", name=v.name,
-                           reason=v.reason)
+                           reason=v.reason, store=v.store if v.HasField("store") else None)
     if kind == "too_large":
         return TooLarge(msg or f"too large: {v.size} bytes, limit {v.limit}", size=v.size,
                         limit=v.limit)
@@ -452,11 +464,9 @@ def from_proto(err: Any) -> TenureError:
     if kind == "unknown_store":
         return UnknownStore(msg or f"unknown store {v.store}", store=v.store)
     if kind == "would_block":
-        text = msg if msg and v.name in msg else f"lock {v.name} is held"
-        return WouldBlock(text, name=v.name)
+        return WouldBlock(_naming(msg, v.name, f"lock {v.name} is held"), name=v.name)
     if kind == "not_held":
-        text = msg if msg and v.name in msg else f"lock {v.name} is not held"
-        return NotHeld(text, name=v.name)
+        return NotHeld(_naming(msg, v.name, f"lock {v.name} is not held"), name=v.name)
     if kind == "rejected":
         return Rejected(msg or f"rejected: {v.reason}", reason=v.reason)
     if kind == "too_many_requests":
@@ -480,8 +490,7 @@ def from_proto(err: Any) -> TenureError:
             msg = f"object {v.key} {state}, not the revision expected"
         return RevisionMismatch(msg, key=v.key, current=current)
     if kind == "no_such_object":
-        text = msg if msg and v.key in msg else f"no object {v.key}"
-        return NoSuchObject(text, key=v.key)
+        return NoSuchObject(_naming(msg, v.key, f"no object {v.key}"), key=v.key)
     if kind == "no_such_upload":
         return NoSuchUpload(msg or f"no upload {v.upload} under {v.key}", key=v.key,
                             upload=v.upload)

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Un
 
 import grpc
 
-from ._core import PUT_LIMIT, UPLOAD_SLICE, normalize_endpoint, to_bytes
+from ._core import PUT_LIMIT, UPLOAD_SLICE, Plan, to_bytes
 from ._proto import tenure_pb2 as pb
 from .errors import (
+    ConnectionFailed,
+    DeadlineExceeded,
     SessionExpired,
     SessionLost,
     TenureError,
     TooLarge,
-    Unimplemented,
     from_proto,
 )
 from .types import FencingToken, Listing, Object, ObjectChange, ObjectInfo, ObjectWritten
@@ -175,8 +176,8 @@ class Objects:
         return self._c.options.attempt_timeout + (size + (1 << 20) - 1) // (1 << 20)
 
     def _manager_hint(self, key: str) -> Optional[str]:
-        """The manager's endpoint for ``key`` (payloads above a block and watches are not
-        forwarded): saves a redirect."""
+        """The manager's endpoint for ``key`` (payloads above a block are not forwarded):
+        saves a redirect."""
         try:
             return self._c.resolve(key).endpoint
         except TenureError:
@@ -236,10 +237,13 @@ class Objects:
         ``include_values`` and the content is small. Starts after revision ``after``
         (``None``: from now); returns once the watch is registered.
 
-        The watch survives a change of the store's manager and a device going down: it
-        resumes after the last revision it delivered, losing nothing. It ends with
+        Any device serves the watch, and a change of the store's manager does not show
+        on it (the server carries the watch over to the new manager). When the device
+        it talks to goes down, the watch opens again at another device after the last
+        revision it delivered: nothing is lost, nothing comes twice. It ends with
         :class:`~tenure.Compacted` when the store's history no longer reaches back to its
-        position (re-list, then watch from the listing's revision).
+        position (re-list, then watch from the listing's revision), or with the error of
+        an invalid prefix.
         """
         w = ObjectWatch(self._c, prefix, after=after, include_values=include_values, store=store)
         with self._lock:
@@ -262,6 +266,8 @@ class ObjectWatch:
     Attributes:
         started_after: the revision the watch started after.
         revision: the last revision delivered (or ``started_after``): resume from it.
+        endpoint: the device the watch's stream is open at.
+        resumptions: how many times the stream was opened again after it broke.
     """
 
     def __init__(self, client: "Client", prefix: str, *, after: Optional[int],
@@ -280,6 +286,11 @@ class ObjectWatch:
         self._thread: Optional[threading.Thread] = None
         self._done = False
         self._registered = False
+        self._opened = False
+        #: The device the watch's stream is open at.
+        self.endpoint: Optional[str] = None
+        #: How many times the stream was opened again (at another device) after it broke.
+        self.resumptions = 0
 
     def _request(self) -> pb.WatchObjectsRequest:
         req = pb.WatchObjectsRequest(prefix=self.prefix, include_values=self._include)
@@ -299,33 +310,27 @@ class ObjectWatch:
             raise self._first_error
 
     def _run(self) -> None:
-        from ._core import Plan
         t = self._c._t
+        # Any device serves a watch, and a change of the store's manager does not show on
+        # its stream: the watch keeps to the device it opened at. Only when that stream
+        # breaks (the device went down, or ended it without saying why) is it opened
+        # again, at another device, after the last revision delivered.
         plan = Plan(t.router, self._c.options)
-        hint = None
-        try:
-            hint = self._c.resolve(self.prefix).endpoint if self._store is None else None
-        except TenureError as e:
-            if not e.retryable:
-                self._fail(e)
-                return
-        if hint:
-            plan.target = normalize_endpoint(hint)
         while not self._closed.is_set():
             target = plan.target
             self._registered = False
             try:
                 self._stream(target)
-                # The stream ended without an error: open it again (same position).
-                err: TenureError = from_proto(pb.Error(
-                    unavailable=pb.Unavailable(), message="the watch stream ended"))
+                err: TenureError = ConnectionFailed(
+                    f"the watch stream at {target} ended without an error", endpoint=target)
             except TenureError as e:
                 err = e
             except grpc.RpcError as e:  # pragma: no cover - mapped in _stream
                 err = t.rpc_error(e, target)
             if self._closed.is_set():
                 return
-            if isinstance(err, Unimplemented) or not err.retryable:
+            if not err.retryable:
+                # Compacted, an invalid prefix, an unknown store, no permission.
                 self._fail(err)
                 return
             if self._registered:
@@ -345,23 +350,33 @@ class ObjectWatch:
     def _stream(self, target: str) -> None:
         t = self._c._t
         stub = t.stub(target, "objects")
+        if self._opened:
+            self.resumptions += 1
+        self._opened = True
+        self.endpoint = target
         call = stub.Watch(self._request(), metadata=t.metadata)
         self._call = call
         if self._closed.is_set():
             call.cancel()
             return
-        timer = None
-        if not self._ready.is_set():
-            # The first answer comes within the attempt timeout.
-            timer = threading.Timer(self._c.options.attempt_timeout, call.cancel)
-            timer.daemon = True
-            timer.start()
+        # `watching` comes within the attempt timeout, else another device is tried.
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            call.cancel()
+
+        timer: Optional[threading.Timer] = threading.Timer(self._c.options.attempt_timeout,
+                                                           expire)
+        timer.daemon = True
+        timer.start()
         try:
             for m in call:
                 kind = m.WhichOneof("kind")
                 if kind == "watching":
                     if timer is not None:
                         timer.cancel()
+                        timer = None
                     if self.started_after is None:
                         self.started_after = m.watching.revision
                     if self.revision is None:
@@ -380,8 +395,7 @@ class ObjectWatch:
         except grpc.RpcError as e:
             if self._closed.is_set():
                 return
-            if timer is not None and not timer.is_alive() and not self._ready.is_set():
-                from .errors import DeadlineExceeded
+            if fired.is_set() and not self._registered:
                 raise DeadlineExceeded(f"no answer in time from the device at {target}",
                                        endpoint=target) from None
             raise t.rpc_error(e, target) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import grpc
 import grpc.aio
@@ -133,8 +133,7 @@ class AsyncTransport:
                    deadline: Optional[float] = None, hint: Optional[str] = None,
                    attempt_timeout: Optional[float] = None, collect: Optional[Callable] = None,
                    cut_ok: bool = False, with_endpoint: bool = False, streaming: bool = False,
-                   cancel: Optional[Callable[[], Optional[Exception]]] = None,
-                   on_cut: Optional[Callable[[str], Awaitable[None]]] = None) -> Any:
+                   cancel: Optional[Callable[[], Optional[Exception]]] = None) -> Any:
         """See :meth:`tenure._transport.Transport.call`."""
         plan = Plan(self.router, self.opts, deadline=deadline, hint=hint,
                     attempt_timeout=attempt_timeout)
@@ -150,19 +149,9 @@ class AsyncTransport:
                 delay = plan.failed(e, cut=cut)
                 if delay > 0:
                     await self.sleep(delay, cancel)
-                elif cut and on_cut is not None:
-                    await on_cut(target)
                 continue
             plan.succeeded()
             return (result, target) if with_endpoint else result
-
-    async def read_lock(self, endpoint: str, name: str) -> None:
-        """See :meth:`tenure._transport.Transport.read_lock`."""
-        try:
-            await self.invoke(endpoint, "tenure", "Holder", tenure_pb2.HolderRequest(name=name),
-                              self.opts.attempt_timeout)
-        except TenureError:
-            pass
 
     async def keep_alive_once(self, endpoint: str, store: int, session: int,
                               timeout: float) -> Any:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
 import grpc
 
-from .._core import Plan, normalize_endpoint, to_bytes
+from .._core import Plan, to_bytes
 from .._proto import elections_pb2 as epb
 from .._proto import tenure_pb2 as pb
 from ..elections import election_key
@@ -91,15 +91,14 @@ class Election:
         if no_wait:
             kw: dict = {}
         elif timeout is not None:
+            # One call carrying the wait: the server elects this session when the
+            # election's lock is freed, or answers Timeout once timeout_ms passed. It is
+            # sent again (same request id: the same place in the queue) only after a
+            # failure (a failover, a device gone), and the whole call ends within the
+            # wait and one attempt more.
             req.timeout_ms = max(1, int(round(timeout * 1000)))
-            # Server workaround: a timed waiter is not granted when the lock is freed,
-            # only once the manager has read the lock again (a Holder read) and the
-            # request comes again. So the wait is cut every `timed_wait_poll`, the lock
-            # read, and the request re-sent (same id: same place in the queue). Its timer
-            # runs from the first send: the wait still ends by `timeout`.
-            kw = {"deadline": timeout + opts.attempt_timeout,
-                  "attempt_timeout": opts.timed_wait_poll, "cut_ok": True,
-                  "on_cut": lambda ep: c._t.read_lock(ep, election_key(self.name))}
+            bound = timeout + opts.attempt_timeout
+            kw = {"deadline": bound, "attempt_timeout": bound}
         else:
             kw = {"deadline": float("inf"), "attempt_timeout": opts.wait_poll, "cut_ok": True}
         try:
@@ -115,8 +114,9 @@ class Election:
             raise
         except TenureError as e:
             if timeout is not None and not no_wait and e.retryable:
-                raise Timeout(f"not elected leader of {self.name} in time ({e.message})",
-                              name=self.name) from e
+                what = ("not elected leader in time" if self.name in e.message
+                        else f"not elected leader of {self.name} in time")
+                raise Timeout(f"{what} ({e.message})", name=self.name) from e
             raise
         l = Leadership(self, Leader._from_proto(info), on_lost)
         s._holders.append(l)
@@ -270,6 +270,12 @@ class Observation:
         self._closed = False
         self._done = False
         self._delivered = False
+        self._opened = False
+        #: The device the observation's stream is open at.
+        self.endpoint: Optional[str] = None
+        #: How many times the stream was opened again (a redirect, or at another device
+        #: after it broke).
+        self.resumptions = 0
 
     async def _start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -284,15 +290,8 @@ class Observation:
 
     async def _run(self) -> None:
         t = self._c._t
+        # See tenure.elections.Observation._run.
         plan = Plan(t.router, self._c.options)
-        try:
-            hint = (await self._c.resolve(self.name)).endpoint
-            if hint:
-                plan.target = normalize_endpoint(hint)
-        except TenureError as e:
-            if not e.retryable:
-                self._fail(e)
-                return
         while not self._closed:
             target = plan.target
             self._delivered = False
@@ -319,6 +318,10 @@ class Observation:
 
     async def _stream(self, target: str) -> None:
         t = self._c._t
+        if self._opened:
+            self.resumptions += 1
+        self._opened = True
+        self.endpoint = target
         req = epb.ObserveRequest(name=self.name)
         if self.revision is not None:
             req.after = self.revision

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import grpc
 
-from .._core import PUT_LIMIT, Plan, normalize_endpoint, to_bytes
+from .._core import PUT_LIMIT, Plan, to_bytes
 from .._proto import tenure_pb2 as pb
 from ..errors import (
+    ConnectionFailed,
     DeadlineExceeded,
     MalformedResponse,
     SessionExpired,
     SessionLost,
     TenureError,
     TooLarge,
-    Unimplemented,
     from_proto,
 )
 from ..objects import Fence, conditions, fence_of, upload_requests, written
@@ -207,6 +207,11 @@ class ObjectWatch:
         self._closed = False
         self._done = False
         self._registered = False
+        self._opened = False
+        #: The device the watch's stream is open at.
+        self.endpoint: Optional[str] = None
+        #: How many times the stream was opened again (at another device) after it broke.
+        self.resumptions = 0
 
     def _request(self) -> pb.WatchObjectsRequest:
         req = pb.WatchObjectsRequest(prefix=self.prefix, include_values=self._include)
@@ -227,27 +232,22 @@ class ObjectWatch:
 
     async def _run(self) -> None:
         t = self._c._t
+        # See tenure.objects.ObjectWatch._run: the watch keeps to its device, and opens
+        # again at another one, after the last revision delivered, only when its stream
+        # breaks.
         plan = Plan(t.router, self._c.options)
-        if self._store is None:
-            try:
-                hint = (await self._c.resolve(self.prefix)).endpoint
-                if hint:
-                    plan.target = normalize_endpoint(hint)
-            except TenureError as e:
-                if not e.retryable:
-                    self._fail(e)
-                    return
         while not self._closed:
             target = plan.target
             self._registered = False
             try:
                 await self._stream(target)
-                err: TenureError = DeadlineExceeded("the watch stream ended", endpoint=target)
+                err: TenureError = ConnectionFailed(
+                    f"the watch stream at {target} ended without an error", endpoint=target)
             except TenureError as e:
                 err = e
             if self._closed:
                 return
-            if isinstance(err, Unimplemented) or not err.retryable:
+            if not err.retryable:
                 self._fail(err)
                 return
             if self._registered:
@@ -258,16 +258,22 @@ class ObjectWatch:
             except TenureError as e:
                 self._fail(e)
                 return
+            log.debug("object watch of %s resumes after %s at %s: %s", self.prefix,
+                      self.revision, plan.target, err)
             await asyncio.sleep(delay)
 
     async def _stream(self, target: str) -> None:
         t = self._c._t
+        if self._opened:
+            self.resumptions += 1
+        self._opened = True
+        self.endpoint = target
         call = t.stub(target, "objects").Watch(self._request(), metadata=t.metadata)
         self._call = call
-        first = True
         try:
             while True:
-                if first and not self._ready.is_set():
+                if not self._registered:
+                    # `watching` comes within the attempt timeout, else another device.
                     try:
                         m = await asyncio.wait_for(call.read(), self._c.options.attempt_timeout)
                     except asyncio.TimeoutError:
@@ -275,7 +281,6 @@ class ObjectWatch:
                                                endpoint=target) from None
                 else:
                     m = await call.read()
-                first = False
                 if m is grpc.aio.EOF:
                     return
                 kind = m.WhichOneof("kind")
