@@ -175,69 +175,34 @@ fn membership_add_and_remove_under_lock_load_lose_no_lock() {
         .count();
     assert_eq!(managed, STORES as usize, "{status}");
 
-    // Redirect hints name the device admitted at runtime: device 1, configured with
-    // devices 1 to 3 only, points a watch of a store device 4 manages (a watch stays
-    // with the manager; other requests are forwarded) at device 4's client address,
-    // which it learned from the membership record.
+    // Manager hints name the device admitted at runtime: device 1, configured with
+    // devices 1 to 3 only, resolves a name of a store device 4 manages to device 4's
+    // client address, which it learned from the membership record (the hint it forwards
+    // requests by, and that a large upload is redirected with).
     let d4_addr = add["client_addr"].as_str().unwrap().to_string();
     let d1_addr = format!("http://{}", endpoints[0]);
     rt.block_on(async {
-        use tenure_client::proto::{
-            self, session_event::Kind as Ev, session_request::Kind as Rq,
-            tenure_client::TenureClient,
-        };
+        use tenure_client::proto::{self, resolve_response, tenure_client::TenureClient};
         let opts = with_tls(&data, Default::default());
         let mut c = TenureClient::new(tenure_client::channel(&d1_addr, &opts).unwrap());
         let start = Instant::now();
         'found: loop {
-            for store in 0..STORES {
-                let (tx, rx) = tokio::sync::mpsc::channel(4);
-                let requests = [
-                    Rq::Start(proto::StreamStart {
-                        store,
-                        resume: None,
-                        client_name: "membership test".into(),
-                    }),
-                    Rq::WatchObjects(proto::WatchObjects {
-                        watch: 1,
-                        prefix: "/".into(),
-                        after: None,
-                        include_values: false,
-                    }),
-                ];
-                for (i, kind) in requests.into_iter().enumerate() {
-                    let req = proto::SessionRequest {
-                        request_id: i as u64 + 1,
-                        kind: Some(kind),
-                    };
-                    tx.send(req).await.unwrap();
-                }
-                let rx = tokio_stream::wrappers::ReceiverStream::new(rx);
-                let Ok(events) = c.session(rx).await else {
+            // Names in every store (a store is a hash of the first segment).
+            for i in 0..8 * STORES {
+                let name = format!("/m{i}/x");
+                let Ok(r) = c.resolve(proto::ResolveRequest { name }).await else {
                     continue;
                 };
-                let mut events = events.into_inner();
-                // Started, then the watch's answer: `watching` where device 1 manages
-                // the store, else a redirect.
-                while let Ok(Some(ev)) = events.message().await {
-                    match ev.kind {
-                        Some(Ev::Redirect(r)) => {
-                            let nm = r.not_manager.unwrap_or_default();
-                            if nm.hint_device == Some(4) {
-                                assert_eq!(nm.hint_endpoint, d4_addr, "store {store}: {nm:?}");
-                                break 'found;
-                            }
-                            break;
-                        }
-                        Some(Ev::Started(_)) => {}
-                        _ => break,
-                    }
+                if let Some(resolve_response::Result::Ok(r)) = r.into_inner().result
+                    && r.manager == Some(4)
+                {
+                    assert_eq!(r.endpoint, d4_addr, "{r:?}");
+                    break 'found;
                 }
-                drop(tx);
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "device 1 never redirected to device 4"
+                "device 1 never named device 4 as a manager"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
