@@ -235,7 +235,7 @@ fn release_retried_after_failover_answers_released() {
 }
 
 // DESIGN §3 (finding a manager): a device that is not the manager, and does not forward
-// (DESIGN §8: off, or a watch), answers `NotManager` naming the manager whose lease its
+// (DESIGN §8: forwarding off), answers `NotManager` naming the manager whose lease its
 // own chunk of the store holds (seed 180613: stale forwarding addresses of two former
 // managers pointed at each other).
 #[test]

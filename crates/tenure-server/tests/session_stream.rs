@@ -1,7 +1,7 @@
 //! The session stream (`rpc Session`, DESIGN §8) against an in-process cluster, spoken
 //! raw: pipelined requests answered by id in any order, typed errors for bad input with
-//! the stream kept up (and nothing changed), flow control, redirects from a device that
-//! does not manage the store, and pushed session events.
+//! the stream kept up (and nothing changed), flow control, a device that does not manage
+//! the store serving it, and pushed session events.
 
 mod common;
 use common::*;
@@ -404,11 +404,10 @@ fn one_request_over_the_window_is_refused() {
 }
 
 /// Any device serves the stream (DESIGN §8): a device that does not manage the store
-/// resumes the session and serves its requests through the manager. A watch, which
-/// stays with the manager, ends the stream with a redirect naming the manager's client
-/// endpoint; the session then resumes there.
+/// resumes the session and serves its requests through the manager, and carries a
+/// watch from the manager, values included; the session resumes at the manager too.
 #[test]
-fn a_non_manager_serves_the_stream_and_a_watch_redirects_to_the_manager() {
+fn a_non_manager_serves_the_stream_and_carries_a_watch_from_the_manager() {
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, other) = placement(&cluster).await;
@@ -425,23 +424,40 @@ fn a_non_manager_serves_the_stream_and_a_watch_redirects_to_the_manager() {
             Ev::Granted(g) => assert!(g.token.is_some()),
             other => panic!("expected a grant through the manager, got {other:?}"),
         }
+        // A watch there is carried from the manager (DESIGN §8): answered `watching`,
+        // then a put through the manager arrives on this stream, with its value.
         let watch = proto::WatchObjects {
             watch: 1,
             prefix: "/x".into(),
             after: None,
-            include_values: false,
+            include_values: true,
         };
         s.send(3, Rq::WatchObjects(watch)).await;
-        match s.next().await.kind {
-            Some(Ev::Redirect(r)) => {
-                assert_eq!(r.not_manager.unwrap().hint_endpoint, manager);
-            }
-            other => panic!("expected a redirect, got {other:?}"),
+        match s.answer(3, &mut vec![]).await {
+            Ev::Watching(w) => assert_eq!(w.watch, 1),
+            other => panic!("expected the watch carried, got {other:?}"),
         }
-        let ended = tokio::time::timeout(Duration::from_secs(5), s.rx.message())
-            .await
-            .unwrap();
-        assert!(matches!(ended, Ok(None) | Err(_)), "{ended:?}");
+        let mut objects =
+            proto::objects_client::ObjectsClient::connect(format!("http://{manager}"))
+                .await
+                .unwrap();
+        let put = proto::PutObjectRequest {
+            key: "/x/watched".into(),
+            data: b"seen".to_vec().into(),
+            ..Default::default()
+        };
+        let written = objects.put(put).await.unwrap().into_inner();
+        assert!(written.result.is_some(), "{written:?}");
+        let events = loop {
+            match s.next().await.kind {
+                Some(Ev::ObjectEvents(e)) => break e,
+                Some(Ev::Expiring(_)) => {}
+                other => panic!("expected the watch's events, got {other:?}"),
+            }
+        };
+        assert_eq!(events.watch, 1);
+        assert_eq!(events.changes[0].key, "/x/watched");
+        assert_eq!(events.changes[0].value.as_deref(), Some(&b"seen"[..]));
         // Resumed on the manager: the start answers with the session's lease.
         let mut r = Raw::open(&manager).await;
         r.send(1, Rq::Start(start(store, Some(session)))).await;
