@@ -171,6 +171,7 @@ pub const METRICS: &[Metric] = &[
     plain("tenure_object_gc_lease_takeovers_total", Counter, "Deletion leases taken over from a silent collector."),
     plain("tenure_object_watches_started_total", Counter, "Object watches started on session streams of this device."),
     labelled("tenure_object_watch_ends_total", Counter, "reason", &[], "Object watches ended, by reason."),
+    plain("tenure_object_watch_events_total", Counter, "Batches of changes sent on Objects.Watch calls of this device."),
     // Snapshots (seed 002).
     plain("tenure_snapshots_started_total", Counter, "Snapshots this device initiated."),
     labelled("tenure_snapshots_total", Counter, "result", &["complete", "failed"], "Snapshots this device initiated that ended, by result."),
