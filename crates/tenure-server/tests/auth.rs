@@ -268,6 +268,10 @@ fn every_rpc_refuses_a_call_without_a_token() {
                 code(o.list(proto::ListObjectsRequest::default()).await),
             ),
             (
+                "Objects.Watch",
+                code(o.watch(proto::WatchObjectsRequest::default()).await),
+            ),
+            (
                 "Objects.MultipartInitiate",
                 code(
                     o.multipart_initiate(proto::MultipartInitiateRequest::default())
