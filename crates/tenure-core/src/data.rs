@@ -109,6 +109,21 @@ pub enum StoreOp {
         /// Store time and the decisions every replica repeats.
         acc: crate::objects::table::Access,
     },
+    /// Record a session's child session in another store (DESIGN §4, "One session per
+    /// client"), unless it has one there already.
+    #[serde(serialize_with = "crate::generation::only_groups")]
+    SessionAttach(SessionAttach),
+}
+
+/// [`StoreOp::SessionAttach`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAttach {
+    /// The session (of this store).
+    pub session: SessionId,
+    /// The other store.
+    pub store: crate::ids::StoreId,
+    /// The session opened there for it.
+    pub child: SessionId,
 }
 
 impl StoreOp {
@@ -120,7 +135,8 @@ impl StoreOp {
             StoreOp::Fenced { op, .. } => op.at(),
             StoreOp::Register { .. }
             | StoreOp::SessionOpen { .. }
-            | StoreOp::SessionRenewed { .. } => None,
+            | StoreOp::SessionRenewed { .. }
+            | StoreOp::SessionAttach(_) => None,
         }
     }
 
@@ -193,6 +209,9 @@ pub enum OpResult {
     SessionOpened(SessionId),
     /// A session's renewal was noted.
     Renewed,
+    /// The session's child in a store: the one recorded before, else the one attached
+    /// (none: the session is not open).
+    Attached(Option<(SessionId, std::time::Duration)>),
     /// A session ended (unknown sessions end with nothing released).
     SessionEnded(SessionRelease),
     /// A lock operation's result.
@@ -218,7 +237,11 @@ impl Tables {
             StoreOp::SessionOpen { ttl } => {
                 let id = SessionId::from_version(seq);
                 let renewed = seq.epoch;
-                let r = crate::session::SessionRecord { ttl: *ttl, renewed };
+                let r = crate::session::SessionRecord {
+                    ttl: *ttl,
+                    renewed,
+                    children: Default::default(),
+                };
                 self.sessions.open.insert(id, r);
                 OpResult::SessionOpened(id)
             }
@@ -228,6 +251,10 @@ impl Tables {
                 }
                 OpResult::Renewed
             }
+            StoreOp::SessionAttach(a) => OpResult::Attached(
+                (self.sessions.open.get_mut(&a.session))
+                    .map(|r| (*r.children.entry(a.store).or_insert(a.child), r.ttl)),
+            ),
             StoreOp::SessionEnd {
                 session,
                 expired,

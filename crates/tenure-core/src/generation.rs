@@ -26,17 +26,29 @@ pub enum Generation {
     /// A device forwards a client request to the store's manager
     /// ([`crate::msg::Msg::Forward`], wire version 4). Files are unchanged.
     Forwarding,
+    /// One client session spans stores: a session's record names its child sessions in
+    /// other stores ([`crate::data::StoreOp::SessionAttach`], DESIGN §4; wire version 5,
+    /// storage format 8, snapshot format 3).
+    SessionGroups,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::Forwarding;
+    pub const CURRENT: Generation = Generation::SessionGroups;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
-    /// inline values at `inline_from` and forwarding at `forwarding_from` (`u64::MAX`
-    /// for a file format, which never holds a forwarded request of its own).
-    pub fn of(version: u64, inline_from: u64, forwarding_from: u64) -> Generation {
-        if version >= forwarding_from {
+    /// inline values at `inline_from`, forwarding at `forwarding_from` (for a file
+    /// format, which never holds a forwarded request, the same as `groups_from`) and
+    /// session groups at `groups_from`.
+    pub fn of(
+        version: u64,
+        inline_from: u64,
+        forwarding_from: u64,
+        groups_from: u64,
+    ) -> Generation {
+        if version >= groups_from {
+            Generation::SessionGroups
+        } else if version >= forwarding_from {
             Generation::Forwarding
         } else if version >= inline_from {
             Generation::InlineValues
@@ -114,6 +126,59 @@ pub fn only_inline<T: serde::Serialize, S: serde::Serializer>(
         false => Err(S::Error::custom(
             "a one-change put cannot be encoded for a peer or format from before inline values",
         )),
+    }
+}
+
+/// `#[serde(with = "crate::generation::session_children")]` for a session's child
+/// sessions in other stores: absent from the encoding before
+/// [`Generation::SessionGroups`] (where only an empty map fits).
+pub mod session_children {
+    use super::{Generation, current};
+    use crate::ids::{SessionId, StoreId};
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{Error, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    /// Write the map, or nothing at an older generation (where only an empty one fits).
+    pub fn serialize<S: Serializer>(
+        v: &BTreeMap<StoreId, SessionId>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match (current() >= Generation::SessionGroups, v.is_empty()) {
+            (true, _) => v.serialize(s),
+            (false, true) => s.serialize_unit(),
+            (false, false) => Err(S::Error::custom(
+                "a session with child sessions cannot be encoded for a peer or format from before session groups",
+            )),
+        }
+    }
+
+    /// Read the map; empty at an older generation.
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<StoreId, SessionId>, D::Error> {
+        if current() >= Generation::SessionGroups {
+            BTreeMap::deserialize(d)
+        } else {
+            <()>::deserialize(d)?;
+            Ok(BTreeMap::new())
+        }
+    }
+}
+
+/// `#[serde(serialize_with = "crate::generation::only_groups")]` on a value that exists
+/// only from [`Generation::SessionGroups`] on: an older peer or file could not decode it.
+pub fn only_groups<T: serde::Serialize, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    if current() >= Generation::SessionGroups {
+        v.serialize(s)
+    } else {
+        Err(S::Error::custom(
+            "a session attach cannot be encoded for a peer or format from before session groups",
+        ))
     }
 }
 

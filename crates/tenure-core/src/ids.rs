@@ -72,6 +72,16 @@ impl ClientId {
     pub fn is_forwarded(self) -> bool {
         self.0 & Self::FORWARDED != 0
     }
+
+    /// The ids a device gives the requests it makes itself for a client's session that
+    /// spans stores (`crate::device`'s sessions): the second bit from the top set, which
+    /// no server or simulator client id has.
+    pub const GROUPED: u64 = 1 << 62;
+
+    /// Whether this id stands for such a request.
+    pub fn is_grouped(self) -> bool {
+        !self.is_forwarded() && self.0 & Self::GROUPED != 0
+    }
 }
 
 impl fmt::Display for DeviceId {

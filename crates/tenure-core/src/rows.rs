@@ -306,6 +306,10 @@ mod tests {
                 SessionRecord {
                     ttl: Duration::from_secs(10),
                     renewed: Epoch(1),
+                    children: [(crate::ids::StoreId(i as u32 % 3), SessionId(i + 100))]
+                        .into_iter()
+                        .filter(|_| i % 2 == 0)
+                        .collect(),
                 },
             );
             let name = LockName::parse(&format!("/l/{i}")).unwrap();

@@ -27,7 +27,7 @@
 //! away, so the client's deadline never falls after the manager's in real time: a client
 //! that stops using its locks at its deadline never overlaps a successor holder.
 
-use crate::ids::{Epoch, SessionId};
+use crate::ids::{Epoch, SessionId, StoreId};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -41,6 +41,11 @@ pub struct SessionRecord {
     /// The newest epoch in which a keep-alive of the session was answered (or it was
     /// opened): committed before that answer left.
     pub renewed: Epoch,
+    /// The session's child sessions in other stores, one per store, each recorded
+    /// before any request ran under it and never replaced (DESIGN §4, "One session per
+    /// client"): the keep-alives of this session renew them too.
+    #[serde(with = "crate::generation::session_children")]
+    pub children: BTreeMap<StoreId, SessionId>,
 }
 
 /// When this device first saw each recent epoch of one store (its own clock; volatile: a
@@ -241,6 +246,7 @@ mod tests {
                         SessionRecord {
                             ttl: Duration::from_secs(10),
                             renewed: Epoch(3),
+                            children: Default::default(),
                         },
                     )
                 })

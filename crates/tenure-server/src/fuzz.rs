@@ -546,6 +546,7 @@ pub fn grpc_put_target() -> Target {
             ..Default::default()
         },
         PutObjectRequest {
+            session_store: None,
             key: "/app/leader".into(),
             data: b"me".to_vec().into(),
             conditions: Some(WriteConditions {

@@ -187,6 +187,18 @@ impl LockNameCheck {
     }
 }
 
+/// A request under a session of another store (`home`) runs under the session's child
+/// in the request's store (DESIGN §4).
+pub(crate) fn under(home: Option<StoreId>, req: Request) -> Request {
+    match home {
+        Some(home) if home != req.store() => Request::Under(tenure_core::io::Under {
+            home,
+            req: Box::new(req),
+        }),
+        _ => req,
+    }
+}
+
 fn writer(session: u64, request_id: u64) -> Writer {
     Writer {
         session: (session != 0).then_some(SessionId(session)),
@@ -263,6 +275,7 @@ impl ObjectsApi {
     async fn run(
         &self,
         store: StoreId,
+        home: Option<StoreId>,
         req: ObjectRequest,
         limit: Duration,
         fence: Option<&Fence>,
@@ -283,7 +296,7 @@ impl ObjectsApi {
         };
         let answer = self
             .api
-            .request_within(Request::Object { store, req }, Some(limit))
+            .request_within(under(home, Request::Object { store, req }), Some(limit))
             .await?;
         Ok(answer.map_err(|e| {
             let mut err = self.api.client_error(store, &e);
@@ -297,6 +310,7 @@ impl ObjectsApi {
     async fn write(
         &self,
         store: StoreId,
+        home: Option<StoreId>,
         key: String,
         data: Bytes,
         cond: Conditions,
@@ -315,7 +329,7 @@ impl ObjectsApi {
             cond,
             ephemeral,
         };
-        let result = match self.run(store, req, limit, fence.as_ref()).await? {
+        let result = match self.run(store, home, req, limit, fence.as_ref()).await? {
             Ok(Response::ObjectWritten { revision, uuid }) => {
                 metrics::counter!("tenure_object_puts_total").increment(1);
                 metrics::counter!("tenure_object_put_bytes_total").increment(size as u64);
@@ -347,7 +361,7 @@ impl ObjectsApi {
             key: key.to_string(),
         };
         let limit = self.api.request_timeout();
-        Ok(match self.run(store, req, limit, None).await? {
+        Ok(match self.run(store, None, req, limit, None).await? {
             Err(e) if is_routing(&e) => Some(e),
             _ => None,
         })
@@ -424,7 +438,8 @@ impl Objects for ObjectsApi {
             Err(e) => return refuse(e),
         };
         let w = writer(r.session, r.request_id);
-        self.write(store, r.key, r.data, cond, r.ephemeral, w)
+        let home = r.session_store.map(StoreId);
+        self.write(store, home, r.key, r.data, cond, r.ephemeral, w)
             .await
             .map(GrpcResponse::new)
     }
@@ -474,7 +489,8 @@ impl Objects for ObjectsApi {
             Err(e) => return refuse(e),
         };
         let w = writer(h.session, h.request_id);
-        self.write(store, h.key, data, cond, h.ephemeral, w)
+        let home = h.session_store.map(StoreId);
+        self.write(store, home, h.key, data, cond, h.ephemeral, w)
             .await
             .map(GrpcResponse::new)
     }
@@ -533,7 +549,7 @@ impl Objects for ObjectsApi {
         let req = ObjectRequest::Get { key: r.key.clone() };
         // Reading many blocks from a peer chunk: a second per MiB on top, as for writes.
         let limit = write_limit(&self.api, self.settings.max_object_size as usize);
-        let (meta, data) = match self.run(store, req, limit, None).await? {
+        let (meta, data) = match self.run(store, None, req, limit, None).await? {
             Ok(Response::Object { meta, data }) => (meta, data),
             Ok(other) => return Err(unexpected("an object get", &other)),
             Err(e) => return Ok(GrpcResponse::new(one(G::Error(e)))),
@@ -573,7 +589,7 @@ impl Objects for ObjectsApi {
         };
         let req = ObjectRequest::Head { key: r.key };
         match self
-            .run(store, req, self.api.request_timeout(), None)
+            .run(store, None, req, self.api.request_timeout(), None)
             .await?
         {
             Ok(Response::ObjectMeta(m)) => reply(R::Ok(meta_to_proto(&m))),
@@ -610,7 +626,16 @@ impl Objects for ObjectsApi {
             cond,
         };
         let limit = self.api.request_timeout();
-        match self.run(store, req, limit, fence.as_ref()).await? {
+        match self
+            .run(
+                store,
+                r.session_store.map(StoreId),
+                req,
+                limit,
+                fence.as_ref(),
+            )
+            .await?
+        {
             Ok(Response::ObjectDeleted { revision }) => {
                 metrics::counter!("tenure_object_deletes_total").increment(1);
                 reply(R::Ok(proto::ObjectDeleted {
@@ -644,7 +669,7 @@ impl Objects for ObjectsApi {
             prefix: r.prefix.clone(),
         };
         match self
-            .run(store, req, self.api.request_timeout(), None)
+            .run(store, None, req, self.api.request_timeout(), None)
             .await?
         {
             Ok(Response::Objects { revision, objects }) => {
@@ -686,7 +711,13 @@ impl Objects for ObjectsApi {
             writer: writer(r.session, r.request_id),
         };
         match self
-            .run(store, req, self.api.request_timeout(), None)
+            .run(
+                store,
+                r.session_store.map(StoreId),
+                req,
+                self.api.request_timeout(),
+                None,
+            )
             .await?
         {
             Ok(Response::UploadStarted { upload }) => reply(R::Ok(proto::UploadStarted {
@@ -753,7 +784,7 @@ impl Objects for ObjectsApi {
             part: h.part,
             data,
         };
-        match self.run(store, req, limit, None).await? {
+        match self.run(store, None, req, limit, None).await? {
             Ok(Response::PartStored { part, checksum }) => {
                 reply(R::Ok(proto::PartStored { part, checksum }))
             }
@@ -792,7 +823,16 @@ impl Objects for ObjectsApi {
             cond,
         };
         let limit = self.api.request_timeout();
-        match self.run(store, req, limit, fence.as_ref()).await? {
+        match self
+            .run(
+                store,
+                r.session_store.map(StoreId),
+                req,
+                limit,
+                fence.as_ref(),
+            )
+            .await?
+        {
             Ok(Response::ObjectWritten { revision, uuid }) => reply(R::Ok(proto::ObjectWritten {
                 key: r.key,
                 revision,
@@ -826,7 +866,7 @@ impl Objects for ObjectsApi {
         };
         let req = ObjectRequest::MultipartAbort { key: r.key, upload };
         match self
-            .run(store, req, self.api.request_timeout(), None)
+            .run(store, None, req, self.api.request_timeout(), None)
             .await?
         {
             Ok(Response::UploadAborted) => reply(R::Ok(proto::UploadAborted {})),

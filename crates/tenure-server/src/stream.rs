@@ -579,10 +579,10 @@ impl State {
                 if self.session.is_some() || self.opening {
                     return Err(invalid("the stream already has a session"));
                 }
-                if r.store != store.0 {
-                    return Err(wrong(r.store));
+                if let Some(other) = r.store.filter(|s| *s != store.0) {
+                    return Err(wrong(other));
                 }
-                r.store = store.0;
+                r.store = Some(store.0);
                 r.request_id = id;
                 self.opening = true;
                 (

@@ -12,7 +12,7 @@ use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -173,9 +173,10 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 
 /// The layout of the values a wire version carries: version 3 added inline object
 /// values (a manifest's `value`, the one-change put), version 4 forwarded client
-/// requests (`Msg::Forward`).
+/// requests (`Msg::Forward`), version 5 sessions spanning stores (a session's child
+/// sessions, `StoreOp::SessionAttach`).
 pub fn generation(version: u8) -> Generation {
-    Generation::of(version.into(), 3, 4)
+    Generation::of(version.into(), 3, 4, 5)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the

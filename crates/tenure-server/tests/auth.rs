@@ -439,7 +439,7 @@ fn the_session_stream_refuses_a_request_and_stays_up() {
         send(
             2,
             Rq::Open(proto::OpenSessionRequest {
-                store: store.0,
+                store: Some(store.0),
                 ttl_ms: 10_000,
                 ..Default::default()
             }),

@@ -20,7 +20,7 @@ const NAME: &str = "/rpc/lead";
 async fn open(t: &mut TenureClient<Channel>, store: u32) -> proto::SessionRef {
     let r = t
         .open_session(proto::OpenSessionRequest {
-            store,
+            store: Some(store),
             ttl_ms: 60_000,
             client_name: "elections-test".into(),
             request_id: 1,

@@ -74,7 +74,7 @@ impl Raw {
         self.send(
             2,
             Rq::Open(proto::OpenSessionRequest {
-                store,
+                store: Some(store),
                 ttl_ms,
                 ..Default::default()
             }),

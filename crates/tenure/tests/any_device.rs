@@ -114,7 +114,7 @@ fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() 
 
         // A session and the lock, through a device that does not manage the store.
         let opened = (stub.open_session(proto::OpenSessionRequest {
-            store,
+            store: Some(store),
             ttl_ms: TTL_MS,
             ..Default::default()
         }))

@@ -71,7 +71,7 @@ impl Client {
                     let sent = Sent::now();
                     let r = c
                         .open_session(proto::OpenSessionRequest {
-                            store,
+                            store: Some(store),
                             ttl_ms,
                             client_name,
                             request_id,

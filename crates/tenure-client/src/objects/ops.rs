@@ -126,6 +126,7 @@ impl Objects {
         request_id: u64,
     ) -> Result<Written> {
         let req = proto::PutObjectRequest {
+            session_store: None,
             key: key.to_string(),
             data: data.clone(),
             conditions: Some(conditions(opts)),
@@ -158,6 +159,7 @@ impl Objects {
         request_id: u64,
     ) -> Result<Written> {
         let header = proto::UploadHeader {
+            session_store: None,
             key: key.to_string(),
             conditions: Some(conditions(opts)),
             ephemeral: opts.ephemeral,
@@ -258,6 +260,7 @@ impl Objects {
         let store = self.store_of(key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::DeleteObjectRequest {
+            session_store: None,
             key: key.to_string(),
             conditions: Some(conditions(&opts)),
             session,
@@ -331,6 +334,7 @@ impl Objects {
         let store = self.store_of(key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::MultipartInitiateRequest {
+            session_store: None,
             key: key.to_string(),
             session,
             request_id,
@@ -402,6 +406,7 @@ impl Objects {
         let store = self.store_of(&upload.key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::MultipartCompleteRequest {
+            session_store: None,
             key: upload.key.clone(),
             upload: upload.upload.clone(),
             parts: parts.to_vec(),

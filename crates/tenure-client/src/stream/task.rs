@@ -136,7 +136,7 @@ impl Task {
                     return None;
                 }
                 let kind = Rq::Open(proto::OpenSessionRequest {
-                    store: self.store,
+                    store: Some(self.store),
                     ttl_ms,
                     client_name: client_name.clone(),
                     request_id: id,

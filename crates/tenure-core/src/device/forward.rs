@@ -104,7 +104,7 @@ fn forwardable(req: &Request, block_size: u32) -> bool {
 }
 
 /// When a forwarded request is given up: a lease past its own wait.
-fn deadline(now: Instant, req: &Request, lease: Duration) -> Instant {
+pub(super) fn deadline(now: Instant, req: &Request, lease: Duration) -> Instant {
     match req {
         Request::Acquire { wait, .. } => match wait {
             WaitSpec::Try => now + lease,
@@ -408,6 +408,11 @@ impl Device {
     /// Requests forwarded and not answered yet.
     pub fn forwards_pending(&self) -> usize {
         self.forwards.pending()
+    }
+
+    /// Client requests under sessions that span stores in progress here (tests, status).
+    pub fn session_jobs(&self) -> usize {
+        self.groups.pending()
     }
 
     /// Client watches this device carries for another device's store.

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 mod coordinator;
 mod forward;
 mod routing;
+mod sessions;
 
 use routing::block_role;
 pub use routing::{device_key, parse_store_entry, store_key};
@@ -77,6 +78,8 @@ pub struct Device {
     /// Requests forwarded to their store's manager, and those served here for another
     /// device ([`forward`]).
     forwards: forward::Forwards,
+    /// Client requests under sessions that span stores, in progress ([`sessions`]).
+    groups: sessions::Groups,
     /// When the coordinator next starts a scheduled snapshot.
     next_snapshot: Option<Instant>,
 }
@@ -100,6 +103,7 @@ enum Role {
     Election,
     Snapshot,
     Forward,
+    Sessions,
 }
 
 /// Which cached timeouts may be out of date.
@@ -201,6 +205,7 @@ impl Device {
             },
             next_snapshot: None,
             forwards: Default::default(),
+            groups: Default::default(),
         };
         dev.snaps.plant_record_late = dev.env.cfg.planted.snapshot_record_late;
         dev.elector.plant_no_restart = dev.env.cfg.planted.election_no_restart;
@@ -295,7 +300,9 @@ impl Device {
                 req_id,
                 req,
             } => {
-                if !self.forward(now, client, req_id, &req, 0, &mut out) {
+                if let Some(req) = self.session_request(now, client, req_id, req, &mut out)
+                    && !self.forward(now, client, req_id, &req, 0, &mut out)
+                {
                     self.serve(now, client, req_id, req, &mut out);
                 }
             }
@@ -310,6 +317,7 @@ impl Device {
             }
             Input::StartSnapshot => self.start_snapshot(now, &mut out),
         }
+        self.answer_groups(now, &mut out);
         self.publish_managers(now, &mut out);
         self.refresh_hints();
         self.forwards.answer_served(&mut out);
@@ -373,6 +381,15 @@ impl Device {
                 msg: Msg::ToManager { store, .. } | Msg::Mgr { store, .. },
                 ..
             } => Stale::One(Role::Manager(*store)),
+            // A keep-alive may start a session's renewal here (`sessions`), as may any
+            // request under a session of another store.
+            Input::Request {
+                req:
+                    crate::io::Request::KeepAlive { .. }
+                    | crate::io::Request::CloseSession { .. }
+                    | crate::io::Request::Under(_),
+                ..
+            } => Stale::All,
             Input::Request { req, .. } => Stale::One(Role::Manager(req.store())),
             Input::Lookup { .. }
             | Input::Message {
@@ -435,6 +452,7 @@ impl Device {
             Role::Election => self.election_timeout(),
             Role::Snapshot => self.snaps.next_timeout(&self.env.cfg.snapshot),
             Role::Forward => self.forwards.next_timeout(&self.env),
+            Role::Sessions => self.groups.next_timeout(),
         };
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
@@ -442,7 +460,8 @@ impl Device {
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
                     .chain(self.managers.keys().map(|s| Role::Manager(*s)))
-                    .chain([Role::Lookup, Role::Election, Role::Snapshot, Role::Forward]);
+                    .chain([Role::Lookup, Role::Election, Role::Snapshot, Role::Forward])
+                    .chain([Role::Sessions]);
                 timers.deadlines = roles.filter_map(|r| Some((r, next(r)?))).collect();
                 timers.order = timers.deadlines.iter().map(|(r, t)| (*t, *r)).collect();
                 return;

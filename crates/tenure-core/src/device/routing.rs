@@ -316,6 +316,9 @@ impl Device {
         if (self.snaps.next_timeout(&self.env.cfg.snapshot)).is_some_and(|t| t <= now) {
             (self.snaps).on_tick(now, me, &self.env.cfg.snapshot, out);
         }
+        if (self.groups.next_timeout()).is_some_and(|t| t <= now) {
+            self.sessions_tick(now, out);
+        }
         if (self.forwards.next_timeout(&self.env)).is_some_and(|t| t <= now) {
             for poll in self.forwards.on_tick(now, &self.env, out) {
                 self.on_poll_end(now, poll, None, out);
@@ -363,9 +366,12 @@ impl Device {
             }
             let reached_store = match role {
                 Role::Manager(s) => Some(s),
-                Role::Chunk(_) | Role::Lookup | Role::Election | Role::Snapshot | Role::Forward => {
-                    None
-                }
+                Role::Chunk(_)
+                | Role::Lookup
+                | Role::Election
+                | Role::Snapshot
+                | Role::Forward
+                | Role::Sessions => None,
             };
             for s in requested.into_iter().chain(reached_store) {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {

@@ -12,7 +12,9 @@ pub use crate::error::ClientError;
 pub use observation::{EpochCause, Observation};
 pub use persist::{ChunkPersist, DevicePersist, PersistOp, SHARE_TABLES_EVERY, TablesAfter};
 pub use policy::PolicyCommand;
-pub use request::{ObjectRequest, Request, Response, WaitSpec, Writer};
+pub use request::{
+    AttachSession, Attached, ObjectRequest, Request, Response, Under, WaitSpec, Writer,
+};
 
 use crate::ids::{ClientId, DeviceId};
 use crate::msg::Msg;

@@ -116,6 +116,47 @@ pub enum Request {
         /// The request.
         req: ObjectRequest,
     },
+    /// Ask for (`child: None`) or record a session's child session in another store
+    /// (DESIGN §4, "One session per client"). Made by the device serving a client's
+    /// request under the session, never by a client.
+    #[serde(serialize_with = "crate::generation::only_groups")]
+    AttachSession(AttachSession),
+    /// A request under a client's session of another store (`home`): the request's own
+    /// session field names that session, and the device serving it runs the request
+    /// under the session's child in the request's store (DESIGN §4). Never forwarded.
+    #[serde(serialize_with = "crate::generation::only_groups")]
+    Under(Under),
+}
+
+/// [`Request::AttachSession`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachSession {
+    /// The session's store.
+    pub store: StoreId,
+    /// The session.
+    pub session: SessionId,
+    /// The store of the child.
+    pub child_store: StoreId,
+    /// The child to record (none: only ask).
+    pub child: Option<SessionId>,
+}
+
+/// [`Request::Under`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Under {
+    /// The store of the client's session.
+    pub home: StoreId,
+    /// The request, its session field naming the client's session.
+    pub req: Box<Request>,
+}
+
+/// [`Response::SessionAttached`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    /// The session's child in the store asked about (none: it has none yet).
+    pub child: Option<SessionId>,
+    /// The session's time to live.
+    pub ttl: std::time::Duration,
 }
 
 /// Who makes an object change, for idempotent retries and ephemeral objects.
@@ -265,7 +306,74 @@ impl Request {
             | Request::ReleaseFenced { store, .. }
             | Request::Holders { store, .. }
             | Request::LocksUnder { store, .. }
-            | Request::Object { store, .. } => *store,
+            | Request::Object { store, .. }
+            | Request::AttachSession(AttachSession { store, .. }) => *store,
+            Request::Under(u) => u.req.store(),
+        }
+    }
+
+    /// The session a request runs under, if it names one.
+    pub fn session(&self) -> Option<SessionId> {
+        match self {
+            Request::KeepAlive { session, .. }
+            | Request::CloseSession { session, .. }
+            | Request::Acquire { session, .. }
+            | Request::Release { session, .. }
+            | Request::ReleaseFenced { session, .. } => Some(*session),
+            Request::Object { req, .. } => req.writer().and_then(|w| w.session),
+            Request::AttachSession(a) => Some(a.session),
+            Request::Under(u) => u.req.session(),
+            Request::Write { .. }
+            | Request::OpenSession { .. }
+            | Request::Holders { .. }
+            | Request::LocksUnder { .. } => None,
+        }
+    }
+
+    /// Run the request under another session (a child: [`Request::Under`]); a request
+    /// that names none is unchanged.
+    pub fn set_session(&mut self, to: SessionId) {
+        match self {
+            Request::KeepAlive { session, .. }
+            | Request::CloseSession { session, .. }
+            | Request::Acquire { session, .. }
+            | Request::Release { session, .. }
+            | Request::ReleaseFenced { session, .. } => *session = to,
+            Request::Object { req, .. } => {
+                if let Some(w) = req.writer_mut() {
+                    w.session = w.session.map(|_| to);
+                }
+            }
+            Request::AttachSession(a) => a.session = to,
+            Request::Under(u) => u.req.set_session(to),
+            Request::Write { .. }
+            | Request::OpenSession { .. }
+            | Request::Holders { .. }
+            | Request::LocksUnder { .. } => {}
+        }
+    }
+}
+
+impl ObjectRequest {
+    /// Who writes, for the requests that say.
+    pub fn writer(&self) -> Option<&Writer> {
+        match self {
+            ObjectRequest::Put { writer, .. }
+            | ObjectRequest::Delete { writer, .. }
+            | ObjectRequest::MultipartInitiate { writer, .. }
+            | ObjectRequest::MultipartComplete { writer, .. } => Some(writer),
+            _ => None,
+        }
+    }
+
+    /// [`Self::writer`], to change.
+    pub fn writer_mut(&mut self) -> Option<&mut Writer> {
+        match self {
+            ObjectRequest::Put { writer, .. }
+            | ObjectRequest::Delete { writer, .. }
+            | ObjectRequest::MultipartInitiate { writer, .. }
+            | ObjectRequest::MultipartComplete { writer, .. } => Some(writer),
+            _ => None,
         }
     }
 }
@@ -290,6 +398,10 @@ pub enum Response {
     KeptAlive {
         /// The session's time to live.
         ttl: std::time::Duration,
+        /// The session's child sessions in other stores (DESIGN §4): the device that
+        /// serves the client's keep-alive renews them too before it answers.
+        #[serde(with = "crate::generation::session_children")]
+        children: std::collections::BTreeMap<StoreId, SessionId>,
     },
     /// The session was closed.
     SessionClosed,
@@ -365,4 +477,7 @@ pub enum Response {
         /// Their values, as for [`crate::io::Output::ObjectEvents`].
         values: Vec<Option<crate::objects::Bytes>>,
     },
+    /// A session's child in a store ([`Request::AttachSession`]).
+    #[serde(serialize_with = "crate::generation::only_groups")]
+    SessionAttached(Attached),
 }

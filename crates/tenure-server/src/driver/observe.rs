@@ -70,6 +70,8 @@ pub(super) fn request_kind(req: &Request) -> &'static str {
         Request::ReleaseFenced { .. } => "release_fenced",
         Request::Holders { .. } => "holders",
         Request::LocksUnder { .. } => "locks_under",
+        Request::AttachSession(_) => "attach_session",
+        Request::Under(u) => request_kind(&u.req),
         Request::Object { req, .. } => {
             use tenure_core::io::ObjectRequest as O;
             match req {

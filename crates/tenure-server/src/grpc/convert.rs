@@ -19,17 +19,6 @@ pub(crate) fn invalid_name(name: &str, reason: &str) -> proto::Error {
     }
 }
 
-/// `name` was sent for store `sent`, but it belongs to store `belongs`.
-pub(crate) fn wrong_store(name: &str, belongs: StoreId, sent: StoreId) -> proto::Error {
-    let reason = format!("{name} belongs to store {belongs}, not {sent}");
-    let mut e = invalid_name(name, &reason);
-    e.message = reason;
-    if let Some(Kind::InvalidName(n)) = &mut e.kind {
-        n.store = Some(belongs.0);
-    }
-    e
-}
-
 pub(crate) use tenure_client::locks::convert::{mode_to_proto, token_from_proto, token_to_proto};
 
 /// A lock mode from a request ([`tenure_client::locks::convert::mode_from_proto`]): an

@@ -50,6 +50,8 @@ pub struct Api {
     admission: crate::admission::Admission,
     /// The device's data directory, whose size the Status answer reports.
     pub(super) data_dir: Option<std::path::PathBuf>,
+    /// Sessions opened here without a store so far (their homes are chosen in turn).
+    homes: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Api {
@@ -72,7 +74,16 @@ impl Api {
             auth: Auth::disabled(),
             admission: Default::default(),
             data_dir: None,
+            homes: Default::default(),
         }
+    }
+
+    /// The home store of the next session opened without one: the stores in turn,
+    /// from an offset of this device's own.
+    pub(crate) fn next_home(&self) -> u32 {
+        let n = (self.homes).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let me = self.me.map_or(0, |d| d.0);
+        (n.wrapping_add(me.wrapping_mul(7)) % u64::from(self.stores.max(1))) as u32
     }
 
     /// Report the size of `dir` (the device's data directory) in Status answers.

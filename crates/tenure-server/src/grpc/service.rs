@@ -3,9 +3,10 @@
 use super::Api;
 use super::convert::{
     fill_name, holder_to_proto, invalid_name, mode_from_proto, mode_to_proto, sized,
-    status_to_proto, token_from_proto, token_to_proto, unexpected, waiter_to_proto, wrong_store,
+    status_to_proto, token_from_proto, token_to_proto, unexpected, waiter_to_proto,
 };
 use crate::auth::Perm;
+use crate::objects::under;
 use std::pin::Pin;
 use std::time::Duration;
 use tenure_client::proto::{self, error::Kind, tenure_server::Tenure};
@@ -210,7 +211,9 @@ impl Api {
         &self,
         r: proto::OpenSessionRequest,
     ) -> Result<proto::OpenSessionResponse, Status> {
-        let store = StoreId(r.store);
+        // Without a store the session's home is chosen in turn among the stores, which
+        // spreads sessions (and their keep-alives) over the managers.
+        let store = StoreId(r.store.unwrap_or_else(|| self.next_home()));
         use proto::open_session_response::Result as R;
         let reply = |result| {
             Ok(proto::OpenSessionResponse {
@@ -249,7 +252,7 @@ impl Api {
         let result = match self.unknown_store(store) {
             Some(e) => R::Error(e),
             None => match self.request(Request::KeepAlive { store, session }).await? {
-                Ok(Response::KeptAlive { ttl }) => {
+                Ok(Response::KeptAlive { ttl, .. }) => {
                     metrics::counter!("tenure_keepalives_total").increment(1);
                     R::Ok(proto::SessionAlive {
                         session: Some(proto::SessionRef {
@@ -325,9 +328,8 @@ impl Api {
                 return reply(R::Error(e));
             }
         };
-        if name_store != store {
-            return reply(R::Error(wrong_store(&r.name, name_store, store)));
-        }
+        // A name in another store than the session's runs under the session's child
+        // there (DESIGN §4, "One session per client").
         let wait =
             tenure_client::locks::convert::wait_from_proto(r.r#try || r.no_wait, r.timeout_ms);
         let limit = match wait {
@@ -337,15 +339,18 @@ impl Api {
         };
         let answer = self
             .request_within(
-                Request::Acquire {
-                    store,
-                    session,
-                    request_id: r.request_id,
-                    name: r.name.clone(),
-                    mode,
-                    wait,
-                    lock_delay: r.lock_delay_ms.map(Duration::from_millis),
-                },
+                under(
+                    Some(store),
+                    Request::Acquire {
+                        store: name_store,
+                        session,
+                        request_id: r.request_id,
+                        name: r.name.clone(),
+                        mode,
+                        wait,
+                        lock_delay: r.lock_delay_ms.map(Duration::from_millis),
+                    },
+                ),
                 limit,
             )
             .await?;
@@ -384,11 +389,11 @@ impl Api {
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
         }
-        match self.name(&r.name) {
-            Ok((s, _)) if s == store => {}
-            Ok((s, _)) => return reply(R::Error(wrong_store(&r.name, s, store))),
+        let home = store;
+        let store = match self.name(&r.name) {
+            Ok((s, _)) => s,
             Err(e) => return reply(R::Error(e)),
-        }
+        };
         // Server-side fencing of the release: with a token, the session's grant must
         // carry it, checked in the same replicated change as the release.
         let req = match r.token {
@@ -406,7 +411,7 @@ impl Api {
                 name: r.name.clone(),
             },
         };
-        let answer = self.request(req).await?;
+        let answer = self.request(under(Some(home), req)).await?;
         match answer {
             Ok(Response::Released) => {
                 metrics::counter!("tenure_lock_releases_total").increment(1);

@@ -28,13 +28,14 @@ pub(super) const KEY_SNAPSHOTS: &str = "snapshots";
 /// Small scalars: format version, serial counter, owning device.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// On-disk format version written by this code. Format 7 added inline object values
-/// ([`tenure_core::generation`]); format 6 is the same layout without them.
-pub const FORMAT_VERSION: u64 = 7;
+/// On-disk format version written by this code. Format 7 added inline object values and
+/// format 8 sessions' child sessions ([`tenure_core::generation`]); format 6 is the
+/// layout without either.
+pub const FORMAT_VERSION: u64 = 8;
 
 /// The layout of the values a data directory of `format` holds.
 pub fn generation(format: u64) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format, 7, u64::MAX)
+    tenure_core::generation::Generation::of(format, 7, 8, 8)
 }
 
 pub(super) const KEY_FORMAT: &str = "format_version";

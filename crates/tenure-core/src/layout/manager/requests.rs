@@ -5,15 +5,15 @@
 
 use super::*;
 use crate::ctx::Ctx;
-use crate::data::{OpResult, StoreOp};
+use crate::data::{OpResult, SessionAttach, StoreOp};
 use crate::error::ClientError;
 use crate::ids::ClientId;
 use crate::ids::{SessionId, StoreId, Version};
 use crate::io::Output;
 use crate::io::observation::Observation;
 use crate::io::request::Request;
-use crate::io::request::Response;
 use crate::io::request::WaitSpec;
+use crate::io::request::{AttachSession, Attached, Response};
 use crate::layout::MgrState;
 use crate::lockctl::{Acquire, AcquireError, Acquired, LockOp, LockOpResult, ReleaseError};
 use crate::lockctl::{RequestId, Wait};
@@ -113,6 +113,15 @@ impl Clients {
                 r.granted,
                 r.cancelled,
             ),
+            OpResult::Attached(Some((child, ttl))) => (
+                Ok(Response::SessionAttached(Attached {
+                    child: Some(child),
+                    ttl,
+                })),
+                vec![],
+                vec![],
+            ),
+            OpResult::Attached(None) => (Err(ClientError::SessionExpired), vec![], vec![]),
             OpResult::Lock(LockOpResult::Epoch(_)) | OpResult::Renewed => {
                 (Err(ClientError::Unavailable { store }), vec![], vec![])
             }
@@ -217,8 +226,12 @@ impl Manager {
                     .clients
                     .liveness
                     .keep_alive(&self.host.speculative.sessions, session, now)
-                    .map(|_| Response::KeptAlive {
-                        ttl: self.host.speculative.sessions.open[&session].ttl,
+                    .map(|_| {
+                        let rec = &self.host.speculative.sessions.open[&session];
+                        Response::KeptAlive {
+                            ttl: rec.ttl,
+                            children: rec.children.clone(),
+                        }
                     })
                     .map_err(|_| ClientError::SessionExpired);
                 // The first answer of this epoch waits for the renewal's note
@@ -227,6 +240,44 @@ impl Manager {
                     self.submit_op(ctx, StoreOp::SessionRenewed { session }, Vec::new());
                 }
                 return self.after_barrier(ctx, client, req_id, r);
+            }
+            Request::AttachSession(AttachSession {
+                session,
+                child_store,
+                child,
+                ..
+            }) => {
+                let open = &self.host.speculative.sessions.open;
+                let rec = match open.get(&session) {
+                    Some(rec) if self.clients.liveness.alive(session, now) => rec,
+                    _ => return reply(ctx, Err(ClientError::SessionExpired)),
+                };
+                let known = rec.children.get(&child_store).copied();
+                match (known, child) {
+                    (None, Some(child)) => StoreOp::SessionAttach(SessionAttach {
+                        session,
+                        store: child_store,
+                        child,
+                    }),
+                    // Asked, or already recorded: answered once what was read is
+                    // committed.
+                    (known, _) => {
+                        let r = Ok(Response::SessionAttached(Attached {
+                            child: known,
+                            ttl: rec.ttl,
+                        }));
+                        return self.after_barrier(ctx, client, req_id, r);
+                    }
+                }
+            }
+            Request::Under(_) => {
+                // Resolved by the device that received it (crate::device::sessions).
+                return reply(
+                    ctx,
+                    Err(ClientError::Rejected(
+                        "a request under another store's session reached a manager".into(),
+                    )),
+                );
             }
             Request::CloseSession { session, .. } => {
                 if !self.host.speculative.sessions.open.contains_key(&session) {

@@ -88,7 +88,7 @@ impl World {
                 };
                 let sid = s.id;
                 match result {
-                    Some(Ok(Response::KeptAlive { ttl })) if now < s.deadline => {
+                    Some(Ok(Response::KeptAlive { ttl, .. })) if now < s.deadline => {
                         let d = client_deadline(Instant(r.first_sent), ttl, drift).0;
                         s.deadline = s.deadline.max(d);
                         s.ttl = ttl;

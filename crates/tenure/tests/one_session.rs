@@ -1,0 +1,243 @@
+//! One session per client (DESIGN §4), with real processes on 127.0.0.1 and only the
+//! generated stubs: a session opened without a store holds locks and an ephemeral
+//! object in other stores; its keep-alives (one loop, to one device) keep all of them;
+//! closing it frees them at once; a session left without keep-alives loses its locks in
+//! every store and then answers `SessionExpired`. Every wait is bounded; a guard kills
+//! the processes.
+
+use std::time::{Duration, Instant};
+use tenure_client::proto::{
+    self, acquire_response, close_session_response, holder_response, keep_alive_response,
+    open_session_response, put_object_response, tenure_client::TenureClient,
+};
+use tenure_core::config::store_of;
+
+mod common;
+use common::{Guard, STORES, up, with_tls};
+
+const TTL_MS: u64 = 3_000;
+
+type Stub = TenureClient<tenure_client::Chan>;
+type Objects = proto::objects_client::ObjectsClient<tenure_client::Chan>;
+
+/// Names in distinct stores, none of them `home`.
+fn names_outside(home: u32, n: usize, what: &str) -> Vec<String> {
+    let mut taken = vec![home];
+    let mut names = Vec::new();
+    for i in 0.. {
+        let name = format!("/one{i}/{what}");
+        let s = store_of(&name, STORES).0;
+        if !taken.contains(&s) {
+            taken.push(s);
+            names.push(name);
+            if names.len() == n {
+                break;
+            }
+        }
+    }
+    names
+}
+
+async fn open(stub: &mut Stub) -> proto::SessionRef {
+    let opened = (stub.open_session(proto::OpenSessionRequest {
+        ttl_ms: TTL_MS,
+        ..Default::default()
+    }))
+    .await
+    .unwrap()
+    .into_inner();
+    match opened.result {
+        Some(open_session_response::Result::Ok(o)) => o.session.unwrap(),
+        other => panic!("open: {other:?}"),
+    }
+}
+
+/// Acquire `name` under `session`, asking again (same request id) while the cluster
+/// answers `Unavailable`.
+async fn acquire(stub: &mut Stub, session: proto::SessionRef, name: &str, id: u64) {
+    let start = Instant::now();
+    loop {
+        let a = (stub.acquire(proto::AcquireRequest {
+            session: Some(session),
+            name: name.into(),
+            mode: proto::LockMode::Exclusive as i32,
+            no_wait: true,
+            request_id: id,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        match a.result {
+            Some(acquire_response::Result::Ok(_)) => return,
+            other => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "{name}: {other:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn holders(stub: &mut Stub, name: &str) -> Vec<proto::SessionRef> {
+    let r = (stub.holder(proto::HolderRequest { name: name.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    match r.result {
+        Some(holder_response::Result::Ok(h)) => {
+            h.holders.into_iter().filter_map(|h| h.session).collect()
+        }
+        other => panic!("holders of {name}: {other:?}"),
+    }
+}
+
+async fn keep_alive(stub: &mut Stub, session: proto::SessionRef) -> Result<u64, String> {
+    let req = proto::KeepAliveRequest {
+        session: Some(session),
+    };
+    let mut answers = (stub.keep_alive(tokio_stream::iter([req])).await)
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    match answers.message().await {
+        Ok(Some(proto::KeepAliveResponse {
+            result: Some(keep_alive_response::Result::Ok(a)),
+        })) => Ok(a.ttl_ms),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+async fn exists(objects: &mut Objects, key: &str) -> bool {
+    let r = (objects.head(proto::HeadObjectRequest { key: key.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    match r.result {
+        Some(proto::head_object_response::Result::Ok(_)) => true,
+        Some(proto::head_object_response::Result::Error(e))
+            if matches!(e.kind, Some(proto::error::Kind::NoSuchObject(_))) =>
+        {
+            false
+        }
+        other => panic!("head {key}: {other:?}"),
+    }
+}
+
+#[test]
+fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    up(&data);
+    let file = common::cluster_file(&data);
+    let addr = file["devices"][0]["client_addr"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let opts = with_tls(&data, Default::default());
+    rt.block_on(async {
+        let chan = tenure_client::channel(&addr, &opts).unwrap();
+        let mut stub = TenureClient::new(chan.clone());
+        let mut objects = proto::objects_client::ObjectsClient::new(chan);
+
+        // One session, its home chosen by the server; two locks and an ephemeral
+        // object in three other stores.
+        let session = open(&mut stub).await;
+        let home = session.store;
+        let names = names_outside(home, 3, "x");
+        let (locks, key) = (&names[..2], names[2].clone());
+        for (i, name) in locks.iter().enumerate() {
+            acquire(&mut stub, session, name, i as u64 + 1).await;
+        }
+        let put = (objects.put(proto::PutObjectRequest {
+            key: key.clone(),
+            data: b"mine".to_vec().into(),
+            ephemeral: true,
+            session: session.id,
+            session_store: Some(home),
+            request_id: 3,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        assert!(
+            matches!(put.result, Some(put_object_response::Result::Ok(_))),
+            "{put:?}"
+        );
+        let mut children = Vec::new();
+        for name in locks {
+            let h = holders(&mut stub, name).await;
+            assert_eq!(h.len(), 1, "{name}: {h:?}");
+            // By the session's child, a session of the name's store (its id may equal
+            // the home session's: ids are numbered per store).
+            assert_eq!(
+                h[0].store,
+                store_of(name, STORES).0,
+                "held in the name's store"
+            );
+            assert_ne!(h[0].store, home);
+            children.push(h[0]);
+        }
+        eprintln!(
+            "session s{home}/{} holds {locks:?} through {children:?}",
+            session.id
+        );
+
+        // One keep-alive loop (TTL / 3) for three TTLs: everything is kept.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(3 * TTL_MS) {
+            let ttl = keep_alive(&mut stub, session).await.expect("alive");
+            assert_eq!(ttl, TTL_MS);
+            tokio::time::sleep(Duration::from_millis(TTL_MS / 3)).await;
+        }
+        for (name, child) in locks.iter().zip(&children) {
+            assert_eq!(holders(&mut stub, name).await, vec![*child], "{name}");
+        }
+        assert!(exists(&mut objects, &key).await);
+
+        // Closing the session frees the locks and ends the ephemeral object at once.
+        let closed = (stub.close_session(proto::CloseSessionRequest {
+            session: Some(session),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        assert!(
+            matches!(closed.result, Some(close_session_response::Result::Ok(_))),
+            "{closed:?}"
+        );
+        for name in locks {
+            assert!(holders(&mut stub, name).await.is_empty(), "{name} freed");
+        }
+        assert!(!exists(&mut objects, &key).await, "ephemeral object gone");
+        assert!(keep_alive(&mut stub, session).await.is_err());
+
+        // A session left without keep-alives loses its locks in every store.
+        let session = open(&mut stub).await;
+        let names = names_outside(session.store, 2, "y");
+        for (i, name) in names.iter().enumerate() {
+            acquire(&mut stub, session, name, i as u64 + 1).await;
+        }
+        let silent = Instant::now();
+        for name in &names {
+            while !holders(&mut stub, name).await.is_empty() {
+                assert!(
+                    silent.elapsed() < Duration::from_secs(30),
+                    "{name} still held"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        eprintln!("locks freed {:?} after the last request", silent.elapsed());
+        assert!(silent.elapsed() >= Duration::from_millis(TTL_MS - 500));
+        let e = keep_alive(&mut stub, session).await.unwrap_err();
+        assert!(e.contains("SessionExpired"), "{e}");
+    });
+}
