@@ -115,6 +115,9 @@ pub struct PlantedBugs {
     pub wall_clock_deadlines: bool,
     /// A device that does not manage a store answers `NotManager` naming itself.
     pub redirect_to_self: bool,
+    /// A device answers a client's keep-alive of a session spanning stores once home
+    /// renewed it, without renewing its children (DESIGN §4).
+    pub keep_alive_skips_children: bool,
     /// A device acknowledges a register write forwarded to it without serving it (as if
     /// it had been the store's manager).
     pub forward_ack_unserved: bool,

@@ -120,6 +120,9 @@ pub struct LockKnobs {
     /// some names cover others and the cover rule and intention modes run (seed 004 §9);
     /// otherwise they are siblings (`/g/l0`, `/g/l1`, ...).
     pub nested_names: bool,
+    /// Every other client keeps its session in another store than its names (DESIGN
+    /// §4, "One session per client").
+    pub grouped: bool,
 }
 
 impl LockKnobs {
@@ -141,6 +144,7 @@ impl LockKnobs {
             pipelined_p: 0.0,
             pipeline_max: 1,
             nested_names: false,
+            grouped: false,
         }
     }
 

@@ -115,6 +115,9 @@ pub struct LockChecker {
     released: Vec<AckedRelease>,
     /// Counts.
     pub counts: LockCheckCounts,
+    /// Each client session's conservative deadline, by store and session (real µs):
+    /// a session may expire at its manager only after it.
+    client_deadlines: BTreeMap<(StoreId, SessionId), u64>,
     /// Violations found.
     pub violations: Vec<Violation>,
 }
@@ -175,6 +178,11 @@ impl LockChecker {
     /// A client's session deadline is now `deadline` (µs).
     pub fn set_deadline(&mut self, session: SessionId, deadline: u64) {
         self.deadlines.insert(session, deadline);
+    }
+
+    /// The client of `session` in `store` believes it alive until `deadline` (real µs).
+    pub fn set_client_deadline(&mut self, store: StoreId, session: SessionId, deadline: u64) {
+        self.client_deadlines.insert((store, session), deadline);
     }
 
     /// When an interval stops counting: its end, or its session's deadline.
@@ -291,6 +299,22 @@ impl LockChecker {
             .collect();
         self.ending.insert((store, manager, session), ops);
         self.ended.insert((store, session));
+    }
+
+    /// `session` of `store` expired at `now` (real µs): its client's deadline must have
+    /// passed.
+    pub fn session_expired(&mut self, store: StoreId, session: SessionId, now: u64) {
+        if let Some(deadline) = self.client_deadlines.remove(&(store, session))
+            && deadline > now
+        {
+            self.violations
+                .push(Violation::ExpiredBeforeClientDeadline {
+                    store,
+                    session,
+                    at_us: now,
+                    deadline_us: deadline,
+                });
+        }
     }
 
     /// `manager` applied its end of `session`.

@@ -81,6 +81,7 @@ pub use report::{Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalk
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tenure_core::io::{DevicePersist, Output};
+use tenure_core::lockctl::SessionId;
 use tenure_core::rng::{Rng, mix64};
 use tenure_core::{Device, DeviceConfig, DeviceId, Epoch};
 use writes::ClientWrite;
@@ -193,6 +194,9 @@ pub struct World {
     disk_rng: Rng,
     /// The lock clients, by number.
     lock_clients: Vec<LockClient>,
+    /// The children recorded for sessions spanning stores, from the managers'
+    /// observations: (home, session, child's store) → child.
+    session_children: BTreeMap<(tenure_core::StoreId, SessionId, tenure_core::StoreId), SessionId>,
     /// Lock requests in flight, by request id.
     lock_reqs: BTreeMap<u64, LockReq>,
     /// The lock checkers and the lock history.

@@ -124,13 +124,16 @@ fn same_seed_same_trace() {
     assert_ne!(once(1).0, once(2).0, "different seeds, different runs");
 }
 
-/// A planted bug that expires a holder early shows as two holders at once, or as a lock
-/// history no order explains.
+/// A planted bug that expires a holder early shows as a session expired before its
+/// client's deadline (the first sign, usually), two holders at once, or a lock history no
+/// order explains.
 fn assert_exclusion_broken(v: &Violation) {
     assert!(
         matches!(
             v,
-            Violation::MutualExclusion { .. } | Violation::NotLinearizable { .. }
+            Violation::ExpiredBeforeClientDeadline { .. }
+                | Violation::MutualExclusion { .. }
+                | Violation::NotLinearizable { .. }
         ),
         "{v}"
     );
@@ -589,5 +592,34 @@ fn planted_wall_clock_deadlines_is_caught_where_steps_alone_pass() {
     eprintln!(
         "wall-clock-deadlines caught at seed {}: {}",
         f.seed, f.violation
+    );
+}
+
+// DESIGN §4 planted bug ("One session per client"): a device answers a keep-alive of a
+// session spanning stores once home renewed it, without renewing the children. Half the
+// runs have clients whose session is in another store than their names; such a client
+// believes its session alive past its child's expiry: the check that no session expires
+// before its client's deadline (or, when another client gets the lock meanwhile, mutual
+// exclusion) must report it.
+#[test]
+fn planted_keep_alive_skips_children_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            keep_alive_skips_children: true,
+            ..PlantedBugs::default()
+        },
+        200,
+    );
+    let (seed, v) = found.expect("a keep-alive that skips children not caught in 200 seeds");
+    eprintln!("keep-alive skipping children caught at seed {seed}: {v}");
+    assert!(
+        matches!(
+            v,
+            Violation::ExpiredBeforeClientDeadline { .. }
+                | Violation::MutualExclusion { .. }
+                | Violation::NotLinearizable { .. }
+                | Violation::LostGrant { .. }
+        ),
+        "{v}"
     );
 }

@@ -179,6 +179,10 @@ impl Device {
                 if store.0 >= stores {
                     return Some(*req);
                 }
+                if !self.env.cfg.forward {
+                    let e = "a session serves other stores only where devices forward requests (forwarding is off)";
+                    return reply(out, Err(ClientError::Rejected(e.into())));
+                }
                 if self.env.peers < Generation::SessionGroups {
                     // A rolling upgrade is not over: the client asks again later.
                     return reply(out, Err(ClientError::Unavailable { store }));
@@ -378,7 +382,9 @@ impl Device {
                     return;
                 };
                 let close = *close;
+                let planted = !close && self.env.cfg.planted.keep_alive_skips_children;
                 let reqs: Vec<Request> = (children.iter())
+                    .filter(|_| !planted)
                     .map(|(store, c)| match close {
                         true => Request::CloseSession {
                             store: *store,

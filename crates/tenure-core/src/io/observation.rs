@@ -69,6 +69,17 @@ pub enum Observation {
         /// Names of the locks the change releases.
         released: Vec<String>,
     },
+    /// A session's child in another store is recorded at home, durably (DESIGN §4).
+    SessionAttached {
+        /// The session's store.
+        store: StoreId,
+        /// The session.
+        session: SessionId,
+        /// The child's store.
+        child_store: StoreId,
+        /// The child.
+        child: SessionId,
+    },
     /// The session end announced by `SessionEnding` is durable on every live chunk and
     /// applied at the manager.
     SessionEnded {

@@ -83,6 +83,19 @@ pub enum Violation {
         /// The change ACCEPTED answered for.
         upto: Version,
     },
+    /// DESIGN §4: a session expired at its manager while its client, by its own
+    /// conservative deadline, still believed it alive (a keep-alive answered alive that
+    /// did not renew it, as a session spanning stores whose child was not renewed).
+    ExpiredBeforeClientDeadline {
+        /// The session's store.
+        store: StoreId,
+        /// The session.
+        session: SessionId,
+        /// When it expired (µs).
+        at_us: u64,
+        /// The client's deadline (µs).
+        deadline_us: u64,
+    },
     /// Invariant 3: two sessions believed they held conflicting locks at one instant.
     MutualExclusion {
         /// The lock granted second.
@@ -245,6 +258,16 @@ impl std::fmt::Display for Violation {
             } => write!(
                 f,
                 "{device}: {chunk} answered ACCEPTED up to {upto:?} before its ACCEPT was durable"
+            ),
+            Violation::ExpiredBeforeClientDeadline {
+                store,
+                session,
+                at_us,
+                deadline_us,
+            } => write!(
+                f,
+                "{store} session {}: expired at {at_us}us, before its client's deadline {deadline_us}us",
+                session.0
             ),
             Violation::MutualExclusion {
                 name,

@@ -56,6 +56,10 @@ impl World {
         lock_knobs.draw_paths(&mut paths_rng, cfg.lock_paths);
         let mut disk_rng = root.fork();
         let disk_knobs = DiskKnobs::draw(&mut disk_rng, cfg.disk);
+        let mut group_rng = root.fork();
+        // Sessions spanning stores need forwarding (the device serving the client
+        // reaches each store's manager through it).
+        let grouped = group_rng.chance(0.5);
         let mut cluster = ClusterConfig::new(cfg.devices, cfg.stores, cfg.replication);
         if let Some(cut) = restore {
             // A restored cluster is the snapshot's devices (a device whose disk holds no
@@ -79,6 +83,7 @@ impl World {
         let mut step_rng = Rng::new(mix64(cfg.seed ^ 0xc10c_57e9_0000_0001));
         // Forwarding, from a generator of its own too: three runs in four.
         let forward = Rng::new(mix64(cfg.seed ^ 0xf04a_4d00_0000_0001)).below(4) != 0;
+        lock_knobs.grouped = grouped && forward;
         let drawn = step_rng.below(3) == 0;
         let stepping = cfg.planted.wall_clock_deadlines
             || (cfg.faults && restore.is_none() && cfg.clock_steps.unwrap_or(drawn));
@@ -191,6 +196,7 @@ impl World {
             disk_knobs,
             disk_rng,
             lock_clients: Vec::new(),
+            session_children: Default::default(),
             lock_reqs: BTreeMap::new(),
             locks: LockChecker::default(),
             last_batch: BTreeMap::new(),

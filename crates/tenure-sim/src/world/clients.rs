@@ -46,7 +46,14 @@ pub(super) struct ClientSession {
 /// One lock client.
 #[derive(Clone, Debug)]
 pub(super) struct LockClient {
+    /// The store of the client's names.
     pub(super) store: StoreId,
+    /// The store of its session, when it is another (DESIGN §4, "One session per
+    /// client"): its lock requests run under the session's child in `store`.
+    pub(super) home: Option<StoreId>,
+    /// That child, once home recorded it (learned from the attach's observation): the
+    /// session the lock checker knows the client's holds by.
+    pub(super) child: Option<SessionId>,
     pub(super) names: Vec<String>,
     pub(super) target: DeviceId,
     /// Bumped at every client crash: answers to an older incarnation are ignored.
@@ -72,11 +79,21 @@ pub(super) struct LockClient {
 #[derive(Clone, Debug)]
 pub(super) enum Kind {
     Open,
+    /// A first request under the session in the names' store, which makes its child.
+    Attach,
     KeepAlive,
     Close,
-    Acquire { name: String, mode: LockMode },
-    Release { name: String, token: FencingToken },
-    Holders { name: String },
+    Acquire {
+        name: String,
+        mode: LockMode,
+    },
+    Release {
+        name: String,
+        token: FencingToken,
+    },
+    Holders {
+        name: String,
+    },
 }
 
 impl Kind {
@@ -86,7 +103,34 @@ impl Kind {
             Kind::Acquire { name, .. } | Kind::Release { name, .. } | Kind::Holders { name } => {
                 Some(name)
             }
-            Kind::Open | Kind::KeepAlive | Kind::Close => None,
+            Kind::Open | Kind::Attach | Kind::KeepAlive | Kind::Close => None,
+        }
+    }
+}
+
+impl LockClient {
+    /// The store of the client's session.
+    pub(super) fn session_store(&self) -> StoreId {
+        self.home.unwrap_or(self.store)
+    }
+
+    /// The session the lock checker knows the holds of session `s` by: its child in the
+    /// names' store for a session of another store.
+    pub(super) fn ck(&self, s: SessionId) -> SessionId {
+        match self.home {
+            Some(_) => self.child.unwrap_or(s),
+            None => s,
+        }
+    }
+
+    /// A lock request as the client sends it: under its session of another store, if so.
+    pub(super) fn wrap(&self, req: Request) -> Request {
+        match self.home {
+            Some(home) => Request::Under(tenure_core::io::Under {
+                home,
+                req: Box::new(req),
+            }),
+            None => req,
         }
     }
 }

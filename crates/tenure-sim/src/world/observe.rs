@@ -65,12 +65,24 @@ impl World {
                 store,
                 session,
                 released,
-                ..
+                expired,
             } => {
+                if expired {
+                    self.locks.session_expired(store, session, self.now);
+                }
                 self.mix(0x7000 ^ session.0 << 8);
                 self.cuts.facts.session_touched(tick, store, session);
                 self.locks
                     .session_ending(store, d, session, &released, self.now);
+            }
+            Observation::SessionAttached {
+                store,
+                session,
+                child_store,
+                child,
+            } => {
+                self.mix(0x7800 ^ child.0 << 8);
+                (self.session_children).insert((store, session, child_store), child);
             }
             Observation::SessionEnded { store, session, .. } => {
                 self.mix(0x8000 ^ session.0 << 8);

@@ -160,6 +160,9 @@ enum Plant {
     RedirectToSelf,
     /// A device acknowledges a register write forwarded to it without serving it.
     ForwardAckUnserved,
+    /// A device answers a keep-alive of a session spanning stores without renewing its
+    /// children.
+    KeepAliveSkipsChildren,
     /// The lookup service keeps no t + 1 bound (every join admitted, no step-down).
     LookupAdmitAll,
     /// A lookup leader keeps its leadership when an older active node appears.
@@ -300,6 +303,7 @@ impl SimArgs {
             wall_clock_deadlines: self.plant.contains(&Plant::WallClockDeadlines),
             redirect_to_self: self.plant.contains(&Plant::RedirectToSelf),
             forward_ack_unserved: self.plant.contains(&Plant::ForwardAckUnserved),
+            keep_alive_skips_children: self.plant.contains(&Plant::KeepAliveSkipsChildren),
             lookup_admit_all: self.plant.contains(&Plant::LookupAdmitAll),
             lookup_keep_leadership: self.plant.contains(&Plant::LookupKeepLeadership),
             lookup_lazy_failover: self.plant.contains(&Plant::LookupLazyFailover),

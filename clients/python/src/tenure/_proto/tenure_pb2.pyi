@@ -1175,36 +1175,40 @@ class WriteConditions(_message.Message):
     def __init__(self, if_absent: _Optional[bool] = ..., if_revision: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
 class PutObjectRequest(_message.Message):
-    __slots__ = ("key", "data", "conditions", "ephemeral", "session", "request_id")
+    __slots__ = ("key", "data", "conditions", "ephemeral", "session", "request_id", "session_store")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     key: str
     data: bytes
     conditions: WriteConditions
     ephemeral: bool
     session: int
     request_id: int
-    def __init__(self, key: _Optional[str] = ..., data: _Optional[bytes] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., ephemeral: _Optional[bool] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, key: _Optional[str] = ..., data: _Optional[bytes] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., ephemeral: _Optional[bool] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class UploadHeader(_message.Message):
-    __slots__ = ("key", "conditions", "ephemeral", "session", "request_id", "size")
+    __slots__ = ("key", "conditions", "ephemeral", "session", "request_id", "size", "session_store")
     KEY_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     key: str
     conditions: WriteConditions
     ephemeral: bool
     session: int
     request_id: int
     size: int
-    def __init__(self, key: _Optional[str] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., ephemeral: _Optional[bool] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, key: _Optional[str] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., ephemeral: _Optional[bool] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., size: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class UploadRequest(_message.Message):
     __slots__ = ("header", "data")
@@ -1281,16 +1285,18 @@ class HeadObjectResponse(_message.Message):
     def __init__(self, ok: _Optional[_Union[ObjectInfo, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class DeleteObjectRequest(_message.Message):
-    __slots__ = ("key", "conditions", "session", "request_id")
+    __slots__ = ("key", "conditions", "session", "request_id", "session_store")
     KEY_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     key: str
     conditions: WriteConditions
     session: int
     request_id: int
-    def __init__(self, key: _Optional[str] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, key: _Optional[str] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class ObjectDeleted(_message.Message):
     __slots__ = ("key", "revision")
@@ -1337,14 +1343,16 @@ class ListObjectsResponse(_message.Message):
     def __init__(self, ok: _Optional[_Union[ObjectList, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class MultipartInitiateRequest(_message.Message):
-    __slots__ = ("key", "session", "request_id")
+    __slots__ = ("key", "session", "request_id", "session_store")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     key: str
     session: int
     request_id: int
-    def __init__(self, key: _Optional[str] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, key: _Optional[str] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class UploadStarted(_message.Message):
     __slots__ = ("key", "upload")
@@ -1399,20 +1407,22 @@ class UploadPartResponse(_message.Message):
     def __init__(self, ok: _Optional[_Union[PartStored, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class MultipartCompleteRequest(_message.Message):
-    __slots__ = ("key", "upload", "parts", "conditions", "session", "request_id")
+    __slots__ = ("key", "upload", "parts", "conditions", "session", "request_id", "session_store")
     KEY_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     key: str
     upload: str
     parts: _containers.RepeatedScalarFieldContainer[int]
     conditions: WriteConditions
     session: int
     request_id: int
-    def __init__(self, key: _Optional[str] = ..., upload: _Optional[str] = ..., parts: _Optional[_Iterable[int]] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, key: _Optional[str] = ..., upload: _Optional[str] = ..., parts: _Optional[_Iterable[int]] = ..., conditions: _Optional[_Union[WriteConditions, _Mapping]] = ..., session: _Optional[int] = ..., request_id: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class MultipartAbortRequest(_message.Message):
     __slots__ = ("key", "upload")

@@ -113,14 +113,24 @@ impl Clients {
                 r.granted,
                 r.cancelled,
             ),
-            OpResult::Attached(Some((child, ttl))) => (
-                Ok(Response::SessionAttached(Attached {
-                    child: Some(child),
-                    ttl,
-                })),
-                vec![],
-                vec![],
-            ),
+            OpResult::Attached(Some((child, ttl))) => {
+                if let StoreOp::SessionAttach(a) = op {
+                    replies.push(Output::Observe(Observation::SessionAttached {
+                        store,
+                        session: a.session,
+                        child_store: a.store,
+                        child,
+                    }));
+                }
+                (
+                    Ok(Response::SessionAttached(Attached {
+                        child: Some(child),
+                        ttl,
+                    })),
+                    vec![],
+                    vec![],
+                )
+            }
             OpResult::Attached(None) => (Err(ClientError::SessionExpired), vec![], vec![]),
             OpResult::Lock(LockOpResult::Epoch(_)) | OpResult::Renewed => {
                 (Err(ClientError::Unavailable { store }), vec![], vec![])

@@ -74,12 +74,36 @@ impl World {
                 });
                 cl.held.clear();
                 cl.tainted.clear();
-                self.locks.set_deadline(session, deadline);
+                // A session of another store counts for the checker by its child, once
+                // there is one.
+                if cl.home.is_none() {
+                    self.locks.set_deadline(session, deadline);
+                }
+                let home = cl.session_store();
+                self.locks.set_client_deadline(home, session, deadline);
                 self.schedule(deadline, Event::ClientDeadline(c, session));
                 let ka = ttl.as_micros() as u64 / 3;
                 self.schedule(now + ka, Event::KeepAliveDue(c, session));
             }
             (Kind::Open, _) => {}
+            (Kind::Attach, result) => {
+                let cl = &mut self.lock_clients[c];
+                match (cl.session.as_ref(), cl.home) {
+                    (Some(s), Some(home)) if Some(s.id) == r.session => {
+                        let (sid, deadline) = (s.id, s.deadline);
+                        if matches!(result, Some(Err(ClientError::SessionExpired))) {
+                            self.drop_session(c, now);
+                        } else if let Some(child) =
+                            self.session_children.get(&(home, sid, cl.store)).copied()
+                        {
+                            cl.child = Some(child);
+                            self.locks.set_deadline(child, deadline);
+                            self.locks.set_client_deadline(cl.store, child, deadline);
+                        }
+                    }
+                    _ => {}
+                }
+            }
             (Kind::KeepAlive, result) => {
                 self.lock_clients[c].keepalive = None;
                 let cl = &mut self.lock_clients[c];
@@ -93,7 +117,15 @@ impl World {
                         s.deadline = s.deadline.max(d);
                         s.ttl = ttl;
                         let (deadline, ka) = (s.deadline, ttl.as_micros() as u64 / 3);
-                        self.locks.set_deadline(sid, deadline);
+                        let ck = (cl.home.is_none() || cl.child.is_some()).then(|| cl.ck(sid));
+                        if let Some(ck) = ck {
+                            self.locks.set_deadline(ck, deadline);
+                        }
+                        self.locks
+                            .set_client_deadline(cl.session_store(), sid, deadline);
+                        if let Some(child) = cl.child.filter(|_| cl.home.is_some()) {
+                            self.locks.set_client_deadline(cl.store, child, deadline);
+                        }
                         self.schedule(deadline, Event::ClientDeadline(c, sid));
                         self.schedule(now + ka, Event::KeepAliveDue(c, sid));
                     }
@@ -118,7 +150,7 @@ impl World {
                                 cl.held.insert(name.clone(), (*mode, token));
                                 let iv = Interval {
                                     client: c as u64,
-                                    session: s.id,
+                                    session: cl.ck(s.id),
                                     mode: *mode,
                                     token,
                                     start: now,
@@ -170,7 +202,8 @@ impl World {
                         let store = self.lock_clients[c].store;
                         self.obj_note_release(store, name, *token);
                         if let Some(s) = r.session {
-                            self.locks.release_acked(store, name, s, *token);
+                            let ck = self.lock_clients[c].ck(s);
+                            self.locks.release_acked(store, name, ck, *token);
                         }
                     }
                     Some(Err(ClientError::NotHeld)) if clean => {

@@ -25,6 +25,13 @@ impl World {
                 .pipe_rng
                 .chance(k.pipelined_p)
                 .then_some(k.pipeline_max);
+            // Every other client of a run with grouped sessions keeps its session in
+            // another store than its names' (and does not pipeline: a stream is bound to
+            // one store).
+            let stores = self.cfg.stores;
+            let home = (k.grouped && c % 2 == 1 && stores >= 2)
+                .then(|| StoreId((store.0 + 1 + (c as u32 / 2) % (stores - 1)) % stores));
+            let pipeline = pipeline.filter(|_| home.is_none());
             // A pipelining client needs as many names as it keeps requests in flight.
             let names = k.names_per_store.max(pipeline.unwrap_or(0));
             let names = if k.nested_names {
@@ -34,6 +41,8 @@ impl World {
             };
             self.lock_clients.push(LockClient {
                 store,
+                home,
+                child: None,
                 names,
                 target,
                 incarnation: 0,
@@ -76,6 +85,9 @@ impl World {
         let Some(session) = cl.session.clone() else {
             return self.open(c);
         };
+        if cl.home.is_some() && cl.child.is_none() {
+            return self.attach(c, session.id);
+        }
         let held: Vec<String> = cl.held.keys().cloned().collect();
         let free: Vec<String> = cl
             .names
@@ -123,17 +135,31 @@ impl World {
 
     pub(in crate::world) fn open(&mut self, c: usize) {
         let ttl = Duration::from_millis(self.lock_knobs.ttl_ms);
-        let store = self.lock_clients[c].store;
+        let store = self.lock_clients[c].session_store();
         self.lock_request(c, Request::OpenSession { store, ttl }, Kind::Open, None);
+    }
+
+    /// A client whose session is in another store than its names makes the session's
+    /// child there with a first request under it (a release of nothing).
+    fn attach(&mut self, c: usize, session: SessionId) {
+        let cl = &self.lock_clients[c];
+        let req = cl.wrap(Request::Release {
+            store: cl.store,
+            session,
+            request_id: 0,
+            name: cl.names[0].clone(),
+        });
+        self.lock_request(c, req, Kind::Attach, None);
     }
 
     /// Close the session: the client stops using its locks when it sends the close.
     pub(in crate::world) fn close(&mut self, c: usize, session: SessionId) {
         let cl = &mut self.lock_clients[c];
-        let store = cl.store;
+        let store = cl.session_store();
+        let ck = cl.ck(session);
         let held: Vec<String> = std::mem::take(&mut cl.held).into_keys().collect();
         for name in held {
-            self.locks.unhold(&name, session, self.now);
+            self.locks.unhold(&name, ck, self.now);
         }
         let req = Request::CloseSession { store, session };
         self.lock_request(c, req, Kind::Close, None);
@@ -179,7 +205,7 @@ impl World {
             LOCK_CLIENT_BASE + c as u64,
             LockInput::Acquire {
                 name: name.clone(),
-                session,
+                session: cl.ck(session),
                 mode,
             },
             self.now,
@@ -193,6 +219,7 @@ impl World {
             wait,
             lock_delay,
         };
+        let req = self.lock_clients[c].wrap(req);
         self.lock_request(c, req, Kind::Acquire { name, mode }, Some(op));
     }
 
@@ -203,22 +230,23 @@ impl World {
         let store = cl.store;
         cl.next_request_id += 1;
         let request_id = cl.next_request_id;
+        let ck = cl.ck(session);
         // The client stops using the lock when it sends the release.
-        self.locks.unhold(&name, session, self.now);
+        self.locks.unhold(&name, ck, self.now);
         let op = self.locks.invoke(
             LOCK_CLIENT_BASE + c as u64,
             LockInput::Release {
                 name: name.clone(),
-                session,
+                session: ck,
             },
             self.now,
         );
-        let req = Request::Release {
+        let req = self.lock_clients[c].wrap(Request::Release {
             store,
             session,
             request_id,
             name: name.clone(),
-        };
+        });
         self.lock_request(c, req, Kind::Release { name, token }, Some(op));
     }
 }

@@ -17,11 +17,13 @@ impl World {
         let Some(s) = cl.session.take() else {
             return;
         };
+        let ck = cl.ck(s.id);
+        cl.child = None;
         let end = now.min(s.deadline);
         let held: Vec<String> = std::mem::take(&mut cl.held).into_keys().collect();
         cl.tainted.clear();
         for name in held {
-            self.locks.unhold(&name, s.id, end);
+            self.locks.unhold(&name, ck, end);
         }
     }
 
@@ -45,7 +47,7 @@ impl World {
         {
             return;
         }
-        let store = cl.store;
+        let store = cl.session_store();
         self.lock_request(
             c,
             Request::KeepAlive { store, session },
