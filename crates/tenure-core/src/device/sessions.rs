@@ -7,8 +7,11 @@
 //!   session rules are unchanged; only who renews the child changes). The device serving
 //!   the client asks home for the child; when there is none it opens one in T and
 //!   records it at home ([`crate::data::StoreOp::SessionAttach`], which keeps the first
-//!   child recorded for a store), and only then sends the request under it: no request
-//!   runs under a child that home does not name.
+//!   child recorded for a store), renews it, and only then sends the request under it:
+//!   no request runs under a child that home does not name. The renewal matters: a
+//!   keep-alive whose read of home came before the record did not renew the child, yet
+//!   its client counts on its send time; a renewal received after the record outlasts
+//!   every such keep-alive (simulator seed 1891 found the race).
 //! - **Keep-alives.** A client's keep-alive renews home, whose answer names the
 //!   children; this device then renews each child and answers alive only when every one
 //!   answered alive. Each renewal arrives after the client sent its keep-alive, so the
@@ -87,6 +90,9 @@ enum Sub {
     Open,
     /// Home, recording the child just opened.
     Attach(SessionId),
+    /// The child's store, renewing the child just learned before the first request
+    /// runs under it here.
+    Fresh(SessionId),
     /// The client's request, under the child.
     Inner,
     /// Home's keep-alive (or, closing, the keep-alive that names the children).
@@ -331,8 +337,7 @@ impl Device {
         let (home, session) = group;
         match (sub, result) {
             (Sub::Ask, Ok(Response::SessionAttached(Attached { child: Some(c), .. }))) => {
-                self.groups.remember(group, target, c);
-                self.send_inner(now, job, c, out);
+                self.renew_fresh(now, job, target, c, out);
             }
             (Sub::Ask, Ok(Response::SessionAttached(Attached { child: None, ttl }))) => {
                 let open = Request::OpenSession { store: target, ttl };
@@ -358,6 +363,9 @@ impl Device {
                 if c != opened {
                     self.close_orphan(now, target, opened, out);
                 }
+                self.renew_fresh(now, job, target, c, out);
+            }
+            (Sub::Fresh(c), Ok(Response::KeptAlive { .. })) => {
                 self.groups.remember(group, target, c);
                 self.send_inner(now, job, c, out);
             }
@@ -480,6 +488,26 @@ impl Device {
             children: children.clone(),
         };
         self.end_job(job, Ok(ok), out);
+    }
+
+    /// A child learned from home (just recorded, or recorded by another device) is renewed
+    /// before any request runs under it from here: a keep-alive of the session that read
+    /// home's children before the child was recorded did not renew it, though its client
+    /// counts on it (send time + TTL − δ_c); this renewal, received after the record,
+    /// covers every such keep-alive, and every later one names the child.
+    fn renew_fresh(
+        &mut self,
+        now: Instant,
+        job: u64,
+        store: StoreId,
+        child: SessionId,
+        out: &mut Vec<Output>,
+    ) {
+        let ka = Request::KeepAlive {
+            store,
+            session: child,
+        };
+        self.send(now, job, Sub::Fresh(child), ka, out);
     }
 
     fn close_orphan(
