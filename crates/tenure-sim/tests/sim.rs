@@ -276,12 +276,19 @@ fn planted_ignore_cover_is_caught_along_the_path() {
     let mut c = short(0);
     c.planted.ignore_cover = true;
     c.lock_paths = LockPaths::Nested;
-    let (seed, v) = first_violation_with(c.clone(), 50).expect("not caught within 50 seeds");
+    // The first seed at which the mutual exclusion checker sees two holders along a path
+    // (a run may first report the bug otherwise: a grant its table lost, say).
+    let s = sweep(0, 50, 2, &c, 50, |_, _| {});
+    let (seed, v) = (s.failures.iter())
+        .filter(|f| f.outcome == Outcome::Correctness)
+        .filter(|f| {
+            matches!(&f.violation,
+                Violation::MutualExclusion { name, first_name, .. } if name != first_name)
+        })
+        .map(|f| (f.seed, f.violation.clone()))
+        .min_by_key(|(seed, _)| *seed)
+        .expect("no two holders along a path within 50 seeds");
     eprintln!("ignore-cover caught at seed {seed}: {v}");
-    assert!(
-        matches!(&v, Violation::MutualExclusion { name, first_name, .. } if name != first_name),
-        "{v}"
-    );
     c.seed = seed;
     c.keep_history = true;
     let r = run(c.clone());
