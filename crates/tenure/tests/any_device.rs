@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 use tenure_client::proto::{
-    self, acquire_response, holder_response, keep_alive_response, open_session_response,
-    release_response, resolve_response, tenure_client::TenureClient,
+    self, acquire_response, holder_response, open_session_response, release_response,
+    resolve_response, tenure_client::TenureClient,
 };
 
 mod common;
-use common::{Guard, STORES, cluster_file, kill9, up, with_tls};
+use common::{Guard, STORES, cluster_file, keep_alive, kill9, up, with_tls};
 
 const NAME: &str = "/thin/lock";
 const TTL_MS: u64 = 6_000;
@@ -40,22 +40,6 @@ async fn holders(stub: &mut Stub) -> proto::Holders {
     match r.result {
         Some(holder_response::Result::Ok(h)) => h,
         other => panic!("holders: {other:?}"),
-    }
-}
-
-/// One keep-alive, as a stream of one request: the session's remaining lease.
-async fn keep_alive(stub: &mut Stub, session: proto::SessionRef) -> Result<u64, String> {
-    let req = proto::KeepAliveRequest {
-        session: Some(session),
-    };
-    let mut answers = (stub.keep_alive(tokio_stream::iter([req])).await)
-        .map_err(|s| s.to_string())?
-        .into_inner();
-    match answers.message().await {
-        Ok(Some(proto::KeepAliveResponse {
-            result: Some(keep_alive_response::Result::Ok(a)),
-        })) => Ok(a.ttl_ms),
-        other => Err(format!("{other:?}")),
     }
 }
 

@@ -7,13 +7,13 @@
 
 use std::time::{Duration, Instant};
 use tenure_client::proto::{
-    self, acquire_response, close_session_response, holder_response, keep_alive_response,
-    open_session_response, put_object_response, tenure_client::TenureClient,
+    self, acquire_response, close_session_response, holder_response, open_session_response,
+    put_object_response, tenure_client::TenureClient,
 };
 use tenure_core::config::store_of;
 
 mod common;
-use common::{Guard, STORES, up, with_tls};
+use common::{Guard, STORES, keep_alive, up, with_tls};
 
 const TTL_MS: u64 = 3_000;
 
@@ -91,21 +91,6 @@ async fn holders(stub: &mut Stub, name: &str) -> Vec<proto::SessionRef> {
             h.holders.into_iter().filter_map(|h| h.session).collect()
         }
         other => panic!("holders of {name}: {other:?}"),
-    }
-}
-
-async fn keep_alive(stub: &mut Stub, session: proto::SessionRef) -> Result<u64, String> {
-    let req = proto::KeepAliveRequest {
-        session: Some(session),
-    };
-    let mut answers = (stub.keep_alive(tokio_stream::iter([req])).await)
-        .map_err(|s| s.to_string())?
-        .into_inner();
-    match answers.message().await {
-        Ok(Some(proto::KeepAliveResponse {
-            result: Some(keep_alive_response::Result::Ok(a)),
-        })) => Ok(a.ttl_ms),
-        other => Err(format!("{other:?}")),
     }
 }
 

@@ -68,6 +68,17 @@ struct Job {
     kind: Kind,
 }
 
+impl Job {
+    /// The store its sub-requests' answers are about: the request's for a route, home's
+    /// for a renewal.
+    fn target(&self) -> StoreId {
+        match &self.kind {
+            Kind::Route(req) => req.store(),
+            Kind::Renew { .. } => self.group.0,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Kind {
     /// A request under the session for a name in another store.
@@ -330,10 +341,7 @@ impl Device {
             return;
         };
         j.subs.retain(|c| *c != client);
-        let (group, target) = match &j.kind {
-            Kind::Route(req) => (j.group, req.store()),
-            Kind::Renew { .. } => (j.group, j.group.0),
-        };
+        let (group, target) = (j.group, j.target());
         let (home, session) = group;
         match (sub, result) {
             (Sub::Ask, Ok(Response::SessionAttached(Attached { child: Some(c), .. }))) => {
@@ -544,12 +552,7 @@ impl Device {
             .map(|(_, j)| *j)
             .collect();
         for job in due {
-            let store = match self.groups.jobs.get(&job).map(|j| &j.kind) {
-                Some(Kind::Route(req)) => req.store(),
-                Some(Kind::Renew { .. }) | None => {
-                    self.groups.jobs.get(&job).map_or(StoreId(0), |j| j.group.0)
-                }
-            };
+            let store = self.groups.jobs.get(&job).map_or(StoreId(0), Job::target);
             self.end_job(job, Err(ClientError::Unavailable { store }), out);
         }
     }

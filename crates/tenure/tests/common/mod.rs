@@ -191,3 +191,24 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
     let a = http_request(addr, path, &[]);
     (a.status, a.body)
 }
+
+/// One keep-alive through the generated stub, as a stream of one request: the session's
+/// remaining lease, or the answer that was not one.
+pub async fn keep_alive(
+    stub: &mut tenure_client::proto::tenure_client::TenureClient<tenure_client::Chan>,
+    session: tenure_client::proto::SessionRef,
+) -> Result<u64, String> {
+    use tenure_client::proto::{self, keep_alive_response};
+    let req = proto::KeepAliveRequest {
+        session: Some(session),
+    };
+    let mut answers = (stub.keep_alive(tokio_stream::iter([req])).await)
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    match answers.message().await {
+        Ok(Some(proto::KeepAliveResponse {
+            result: Some(keep_alive_response::Result::Ok(a)),
+        })) => Ok(a.ttl_ms),
+        other => Err(format!("{other:?}")),
+    }
+}
