@@ -254,15 +254,30 @@ fn abandoned_and_retried_campaigns_observers_and_typed_errors() {
         assert!(resign(sc, None, 9).await);
         assert!(!resign(sc, None, 10).await);
 
-        // Typed errors: a bad name, a session of another store.
+        // Typed errors: a bad name, a session of a store outside the cluster, a session
+        // of another store that does not exist (a session of another store campaigns
+        // under its child there: crates/tenure/tests/one_session.rs).
         let mut bad = campaign(&sa, 20, "x");
         bad.name = "no-slash".into();
         let k = error_of(e.clone().campaign(bad).await.unwrap().into_inner());
         assert!(matches!(k, proto::error::Kind::InvalidName(_)), "{k:?}");
+        let mut outside = campaign(&sa, 21, "x");
+        outside.session = Some(proto::SessionRef {
+            store: common::STORES,
+            id: sa.id,
+        });
+        let k = error_of(e.clone().campaign(outside).await.unwrap().into_inner());
+        assert!(matches!(k, proto::error::Kind::UnknownStore(_)), "{k:?}");
         let other = (0..common::STORES).find(|s| *s != store).unwrap();
-        let mut wrong = campaign(&sa, 21, "x");
-        wrong.session = Some(proto::SessionRef { store: other, id: sa.id });
-        let k = error_of(e.clone().campaign(wrong).await.unwrap().into_inner());
-        assert!(matches!(k, proto::error::Kind::InvalidName(_)), "{k:?}");
+        let mut unknown = campaign(&sa, 22, "x");
+        unknown.session = Some(proto::SessionRef {
+            store: other,
+            id: 1 << 40,
+        });
+        let k = error_of(e.clone().campaign(unknown).await.unwrap().into_inner());
+        assert!(
+            matches!(k, proto::error::Kind::SessionExpired(_)),
+            "{k:?}"
+        );
     });
 }

@@ -1,6 +1,6 @@
 //! One session per client (DESIGN §4), with real processes on 127.0.0.1 and only the
-//! generated stubs: a session opened without a store holds locks and an ephemeral
-//! object in other stores; its keep-alives (one loop, to one device) keep all of them;
+//! generated stubs: a session opened without a store holds locks, an ephemeral object
+//! and an election's leadership in other stores; its keep-alives (one loop, to one device) keep all of them;
 //! closing it frees them at once; a session left without keep-alives loses its locks in
 //! every store and then answers `SessionExpired`. Every wait is bounded; a guard kills
 //! the processes.
@@ -19,6 +19,7 @@ const TTL_MS: u64 = 3_000;
 
 type Stub = TenureClient<tenure_client::Chan>;
 type Objects = proto::objects_client::ObjectsClient<tenure_client::Chan>;
+type Elections = proto::elections_client::ElectionsClient<tenure_client::Chan>;
 
 /// Names in distinct stores, none of them `home`.
 fn names_outside(home: u32, n: usize, what: &str) -> Vec<String> {
@@ -94,6 +95,36 @@ async fn holders(stub: &mut Stub, name: &str) -> Vec<proto::SessionRef> {
     }
 }
 
+async fn campaign(elections: &mut Elections, session: proto::SessionRef, name: &str, id: u64) {
+    let r = (elections.campaign(proto::CampaignRequest {
+        session: Some(session),
+        name: name.into(),
+        value: b"me".to_vec(),
+        request_id: id,
+        ..Default::default()
+    }))
+    .await
+    .unwrap()
+    .into_inner();
+    match r.result {
+        Some(proto::campaign_response::Result::Ok(l)) => {
+            assert_eq!(l.session, Some(session), "{l:?}")
+        }
+        other => panic!("campaign {name}: {other:?}"),
+    }
+}
+
+async fn leader(elections: &mut Elections, name: &str) -> Option<proto::SessionRef> {
+    let r = (elections.leader(proto::LeaderRequest { name: name.into() }))
+        .await
+        .unwrap()
+        .into_inner();
+    match r.result {
+        Some(proto::leader_response::Result::Ok(l)) => l.leader.and_then(|l| l.session),
+        other => panic!("leader of {name}: {other:?}"),
+    }
+}
+
 async fn exists(objects: &mut Objects, key: &str) -> bool {
     let r = (objects.head(proto::HeadObjectRequest { key: key.into() }))
         .await
@@ -129,14 +160,15 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
     rt.block_on(async {
         let chan = tenure_client::channel(&addr, &opts).unwrap();
         let mut stub = TenureClient::new(chan.clone());
-        let mut objects = proto::objects_client::ObjectsClient::new(chan);
+        let mut objects = proto::objects_client::ObjectsClient::new(chan.clone());
+        let mut elections = proto::elections_client::ElectionsClient::new(chan);
 
         // One session, its home chosen by the server; two locks and an ephemeral
         // object in three other stores.
         let session = open(&mut stub).await;
         let home = session.store;
-        let names = names_outside(home, 3, "x");
-        let (locks, key) = (&names[..2], names[2].clone());
+        let names = names_outside(home, 4, "x");
+        let (locks, key, election) = (&names[..2], names[2].clone(), names[3].clone());
         for (i, name) in locks.iter().enumerate() {
             acquire(&mut stub, session, name, i as u64 + 1).await;
         }
@@ -156,6 +188,30 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
             matches!(put.result, Some(put_object_response::Result::Ok(_))),
             "{put:?}"
         );
+        // An election in a fourth store: led under the session (the leader named by its
+        // client's session), resigned without a token, led again.
+        campaign(&mut elections, session, &election, 4).await;
+        assert_eq!(leader(&mut elections, &election).await, Some(session));
+        let resigned = (elections.resign(proto::ResignRequest {
+            session: Some(session),
+            name: election.clone(),
+            request_id: 5,
+            token: None,
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+        assert!(
+            matches!(
+                resigned.result,
+                Some(proto::resign_response::Result::Ok(proto::Resigned {
+                    was_leader: true
+                }))
+            ),
+            "{resigned:?}"
+        );
+        assert_eq!(leader(&mut elections, &election).await, None);
+        campaign(&mut elections, session, &election, 6).await;
         let mut children = Vec::new();
         for name in locks {
             let h = holders(&mut stub, name).await;
@@ -186,6 +242,7 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
             assert_eq!(holders(&mut stub, name).await, vec![*child], "{name}");
         }
         assert!(exists(&mut objects, &key).await);
+        assert_eq!(leader(&mut elections, &election).await, Some(session));
 
         // Closing the session frees the locks and ends the ephemeral object at once.
         let closed = (stub.close_session(proto::CloseSessionRequest {
@@ -202,6 +259,11 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
             assert!(holders(&mut stub, name).await.is_empty(), "{name} freed");
         }
         assert!(!exists(&mut objects, &key).await, "ephemeral object gone");
+        assert_eq!(
+            leader(&mut elections, &election).await,
+            None,
+            "leadership gone"
+        );
         assert!(keep_alive(&mut stub, session).await.is_err());
 
         // A session left without keep-alives loses its locks in every store.

@@ -6,6 +6,7 @@ use super::{
     invalid,
 };
 use crate::grpc::{invalid_name, token_from_proto, token_to_proto, unexpected};
+use crate::objects::under;
 use prost::Message;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,15 +14,16 @@ use tenure_client::elections::election_key;
 use tenure_client::proto::{self, error::Kind};
 use tenure_core::ids::SessionId;
 use tenure_core::ids::StoreId;
-use tenure_core::io::{ClientError, ObjectRequest, Request, Response, Writer};
+use tenure_core::io::{AttachSession, ClientError, ObjectRequest, Request, Response, Writer};
 use tenure_core::lockctl::FencingToken;
 use tenure_core::objects::{Conditions, Fence, ObjectError};
 use tonic::Status;
 use tracing::info;
 
 impl ElectionsApi {
-    /// Check an election name (a lockable path whose election key is one too); with
-    /// `session`, check the session is in the name's store.
+    /// Check an election name (a lockable path whose election key is one too), used under
+    /// a session of store `session` (of any store: in another one than the election's,
+    /// its requests run under the session's child there, DESIGN §4).
     pub(super) fn election(
         &self,
         name: &str,
@@ -42,21 +44,41 @@ impl ElectionsApi {
         if let Some(e) = self.api.unknown_store(store) {
             return Err(e);
         }
-        if let Some(s) = session
-            && s != store
-        {
-            return Err(invalid_name(
-                name,
-                &format!(
-                    "the election is in store {store}; the session is in store {s} (campaign \
-                     under a session of the election's store)"
-                ),
-            ));
+        if let Some(e) = session.and_then(|s| self.api.unknown_store(s)) {
+            return Err(e);
         }
         Ok(Election {
             name: name.to_string(),
             store,
             key,
+            home: session.unwrap_or(store),
+        })
+    }
+
+    /// The session as the election's store knows it: itself, or its child there when it
+    /// is of another store (none when it has no child there yet, so holds nothing).
+    pub(super) async fn session_in_store(
+        &self,
+        e: &Election,
+        session: SessionId,
+    ) -> Result<Result<Option<SessionId>, proto::Error>, Status> {
+        if e.home == e.store {
+            return Ok(Ok(Some(session)));
+        }
+        let ask = Request::AttachSession(AttachSession {
+            store: e.home,
+            session,
+            child_store: e.store,
+            child: None,
+        });
+        Ok(match self.api.request(ask).await? {
+            Ok(Response::SessionAttached(a)) => Ok(a.child),
+            Ok(other) => return Err(unexpected("a session's child lookup", &other)),
+            Err(err) => {
+                let mut wire = self.api.client_error(e.home, &err);
+                fill(&mut wire, e, session);
+                Err(wire)
+            }
         })
     }
 
@@ -72,20 +94,23 @@ impl ElectionsApi {
         Ok(())
     }
 
-    /// Run an object request for the election's record; a core error becomes the typed
-    /// wire error.
+    /// Run an object request for the election's record (a write under the session's child
+    /// when the session is of another store); a core error becomes the typed wire error.
     pub(super) async fn object(
         &self,
         e: &Election,
         req: ObjectRequest,
     ) -> Result<Result<Response, (ClientError, proto::Error)>, Status> {
-        let answer = self
-            .api
-            .request(Request::Object {
-                store: e.store,
-                req,
-            })
-            .await?;
+        let home = req
+            .writer()
+            .and_then(|w| w.session)
+            .is_some()
+            .then_some(e.home);
+        let req = Request::Object {
+            store: e.store,
+            req,
+        };
+        let answer = self.api.request(under(home, req)).await?;
         Ok(answer.map_err(|err| {
             let wire = self.api.client_error(e.store, &err);
             (err, wire)
@@ -133,6 +158,7 @@ impl ElectionsApi {
             value,
             token: Some(token_to_proto(token)),
             session: session.0,
+            session_store: Some(e.home.0),
         };
         let req = ObjectRequest::Put {
             key: e.key.clone(),
@@ -173,7 +199,7 @@ impl ElectionsApi {
     ) -> Result<Result<bool, proto::Error>, Status> {
         let r = proto::ReleaseRequest {
             session: Some(proto::SessionRef {
-                store: e.store.0,
+                store: e.home.0,
                 id: session.0,
             }),
             name: e.key.clone(),
@@ -203,7 +229,7 @@ impl ElectionsApi {
         token: FencingToken,
     ) -> Result<Result<bool, proto::Error>, Status> {
         let ours = |l: &proto::LeaderInfo| {
-            l.session.as_ref().map(|s| s.id) == Some(session.0)
+            l.session.as_ref().map(|s| (s.store, s.id)) == Some((e.home.0, session.0))
                 && l.token.map(token_from_proto) == Some(token)
         };
         let mut was_leader = false;
@@ -259,7 +285,7 @@ pub(super) fn leader_info(
         value: r.value,
         token: r.token,
         session: Some(proto::SessionRef {
-            store: e.store.0,
+            store: r.session_store.unwrap_or(e.store.0),
             id: r.session,
         }),
         revision,
@@ -321,7 +347,7 @@ pub(super) async fn campaign_task(
     let r = &run.request;
     let acquire = proto::AcquireRequest {
         session: Some(proto::SessionRef {
-            store: e.store.0,
+            store: e.home.0,
             id: session.0,
         }),
         name: e.key.clone(),

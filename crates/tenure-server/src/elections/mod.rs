@@ -129,11 +129,13 @@ impl ElectionsApi {
     }
 }
 
-/// An election name checked: its store and its lock's (and record's) key.
+/// An election name checked: its store and its lock's (and record's) key, and the store
+/// of the session it is used under (the election's own store when there is none).
 struct Election {
     name: String,
     store: StoreId,
     key: String,
+    home: StoreId,
 }
 
 fn error(kind: Kind, message: String) -> proto::Error {

@@ -153,7 +153,13 @@ impl Elections for ElectionsApi {
         let token = match r.token {
             Some(t) => token_from_proto(t),
             None => {
-                // Whatever leadership of the election the session holds.
+                // Whatever leadership of the election the session holds (the lock
+                // table names the session's child when it is of another store).
+                let held_by = match self.session_in_store(&e, session).await? {
+                    Ok(Some(s)) => s,
+                    Ok(None) => return reply(R::Ok(proto::Resigned { was_leader: false })),
+                    Err(err) => return reply(R::Error(err)),
+                };
                 use proto::holder_response::Result as H;
                 let holders = self
                     .api
@@ -166,7 +172,7 @@ impl Elections for ElectionsApi {
                         match h
                             .holders
                             .iter()
-                            .find(|h| h.session.as_ref().is_some_and(|s| s.id == session.0))
+                            .find(|h| h.session.as_ref().is_some_and(|s| s.id == held_by.0))
                         {
                             Some(h) => token_from_proto(h.token.unwrap_or_default()),
                             None => {

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import tenure_pb2 as tenure__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x65lections.proto\x12\ttenure.v1\x1a\x0ctenure.proto\"V\n\x0cLeaderRecord\x12\r\n\x05value\x18\x01 \x01(\x0c\x12&\n\x05token\x18\x02 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x0f\n\x07session\x18\x03 \x01(\x04\"\x8b\x01\n\nLeaderInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x05token\x18\x03 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12&\n\x07session\x18\x04 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12\x10\n\x08revision\x18\x05 \x01(\x04\"\x9c\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x07session\x18\x03 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x04\x12\x0b\n\x03try\x18\x06 \x01(\x08\x12\x0f\n\x07no_wait\x18\x07 \x01(\x08\"d\n\x10\x43\x61mpaignResponse\x12#\n\x02ok\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfoH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x92\x01\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x07session\x18\x03 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12&\n\x05token\x18\x04 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x12\n\nrequest_id\x18\x05 \x01(\x04\"d\n\x10ProclaimResponse\x12#\n\x02ok\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfoH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x81\x01\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x07session\x18\x02 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12&\n\x05token\x18\x03 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\"\x1e\n\x08Resigned\x12\x12\n\nwas_leader\x18\x01 \x01(\x08\"`\n\x0eResignResponse\x12!\n\x02ok\x18\x01 \x01(\x0b\x32\x13.tenure.v1.ResignedH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\rCurrentLeader\x12%\n\x06leader\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfo\"e\n\x0eLeaderResponse\x12&\n\x02ok\x18\x01 \x01(\x0b\x32\x18.tenure.v1.CurrentLeaderH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"<\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05\x61\x66ter\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x08\n\x06_after\"G\n\x0cLeaderChange\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x06leader\x18\x02 \x01(\x0b\x32\x15.tenure.v1.LeaderInfo\"g\n\x0fObserveResponse\x12)\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x17.tenure.v1.LeaderChangeH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x06\n\x04kind2\xd7\x02\n\tElections\x12\x43\n\x08\x43\x61mpaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.tenure.v1.ResignRequest\x1a\x19.tenure.v1.ResignResponse\x12=\n\x06Leader\x12\x18.tenure.v1.LeaderRequest\x1a\x19.tenure.v1.LeaderResponse\x12\x42\n\x07Observe\x12\x19.tenure.v1.ObserveRequest\x1a\x1a.tenure.v1.ObserveResponse0\x01\x42J\n\rdev.tenure.v1P\x01Z+tenure.dev/tenure/gen/go/tenure/v1;tenurev1\xaa\x02\tTenure.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x65lections.proto\x12\ttenure.v1\x1a\x0ctenure.proto\"\x84\x01\n\x0cLeaderRecord\x12\r\n\x05value\x18\x01 \x01(\x0c\x12&\n\x05token\x18\x02 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x0f\n\x07session\x18\x03 \x01(\x04\x12\x1a\n\rsession_store\x18\x04 \x01(\rH\x00\x88\x01\x01\x42\x10\n\x0e_session_store\"\x8b\x01\n\nLeaderInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x05token\x18\x03 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12&\n\x07session\x18\x04 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12\x10\n\x08revision\x18\x05 \x01(\x04\"\x9c\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x07session\x18\x03 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x04\x12\x0b\n\x03try\x18\x06 \x01(\x08\x12\x0f\n\x07no_wait\x18\x07 \x01(\x08\"d\n\x10\x43\x61mpaignResponse\x12#\n\x02ok\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfoH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x92\x01\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12&\n\x07session\x18\x03 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12&\n\x05token\x18\x04 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x12\n\nrequest_id\x18\x05 \x01(\x04\"d\n\x10ProclaimResponse\x12#\n\x02ok\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfoH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x81\x01\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x07session\x18\x02 \x01(\x0b\x32\x15.tenure.v1.SessionRef\x12&\n\x05token\x18\x03 \x01(\x0b\x32\x17.tenure.v1.FencingToken\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\"\x1e\n\x08Resigned\x12\x12\n\nwas_leader\x18\x01 \x01(\x08\"`\n\x0eResignResponse\x12!\n\x02ok\x18\x01 \x01(\x0b\x32\x13.tenure.v1.ResignedH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"6\n\rCurrentLeader\x12%\n\x06leader\x18\x01 \x01(\x0b\x32\x15.tenure.v1.LeaderInfo\"e\n\x0eLeaderResponse\x12&\n\x02ok\x18\x01 \x01(\x0b\x32\x18.tenure.v1.CurrentLeaderH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x08\n\x06result\"<\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\x05\x61\x66ter\x18\x02 \x01(\x04H\x00\x88\x01\x01\x42\x08\n\x06_after\"G\n\x0cLeaderChange\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x06leader\x18\x02 \x01(\x0b\x32\x15.tenure.v1.LeaderInfo\"g\n\x0fObserveResponse\x12)\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x17.tenure.v1.LeaderChangeH\x00\x12!\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x10.tenure.v1.ErrorH\x00\x42\x06\n\x04kind2\xd7\x02\n\tElections\x12\x43\n\x08\x43\x61mpaign\x12\x1a.tenure.v1.CampaignRequest\x1a\x1b.tenure.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.tenure.v1.ProclaimRequest\x1a\x1b.tenure.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.tenure.v1.ResignRequest\x1a\x19.tenure.v1.ResignResponse\x12=\n\x06Leader\x12\x18.tenure.v1.LeaderRequest\x1a\x19.tenure.v1.LeaderResponse\x12\x42\n\x07Observe\x12\x19.tenure.v1.ObserveRequest\x1a\x1a.tenure.v1.ObserveResponse0\x01\x42J\n\rdev.tenure.v1P\x01Z+tenure.dev/tenure/gen/go/tenure/v1;tenurev1\xaa\x02\tTenure.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,36 +33,36 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'elections_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rdev.tenure.v1P\001Z+tenure.dev/tenure/gen/go/tenure/v1;tenurev1\252\002\tTenure.V1'
-  _globals['_LEADERRECORD']._serialized_start=44
-  _globals['_LEADERRECORD']._serialized_end=130
-  _globals['_LEADERINFO']._serialized_start=133
-  _globals['_LEADERINFO']._serialized_end=272
-  _globals['_CAMPAIGNREQUEST']._serialized_start=275
-  _globals['_CAMPAIGNREQUEST']._serialized_end=431
-  _globals['_CAMPAIGNRESPONSE']._serialized_start=433
-  _globals['_CAMPAIGNRESPONSE']._serialized_end=533
-  _globals['_PROCLAIMREQUEST']._serialized_start=536
-  _globals['_PROCLAIMREQUEST']._serialized_end=682
-  _globals['_PROCLAIMRESPONSE']._serialized_start=684
-  _globals['_PROCLAIMRESPONSE']._serialized_end=784
-  _globals['_RESIGNREQUEST']._serialized_start=787
-  _globals['_RESIGNREQUEST']._serialized_end=916
-  _globals['_RESIGNED']._serialized_start=918
-  _globals['_RESIGNED']._serialized_end=948
-  _globals['_RESIGNRESPONSE']._serialized_start=950
-  _globals['_RESIGNRESPONSE']._serialized_end=1046
-  _globals['_LEADERREQUEST']._serialized_start=1048
-  _globals['_LEADERREQUEST']._serialized_end=1077
-  _globals['_CURRENTLEADER']._serialized_start=1079
-  _globals['_CURRENTLEADER']._serialized_end=1133
-  _globals['_LEADERRESPONSE']._serialized_start=1135
-  _globals['_LEADERRESPONSE']._serialized_end=1236
-  _globals['_OBSERVEREQUEST']._serialized_start=1238
-  _globals['_OBSERVEREQUEST']._serialized_end=1298
-  _globals['_LEADERCHANGE']._serialized_start=1300
-  _globals['_LEADERCHANGE']._serialized_end=1371
-  _globals['_OBSERVERESPONSE']._serialized_start=1373
-  _globals['_OBSERVERESPONSE']._serialized_end=1476
-  _globals['_ELECTIONS']._serialized_start=1479
-  _globals['_ELECTIONS']._serialized_end=1822
+  _globals['_LEADERRECORD']._serialized_start=45
+  _globals['_LEADERRECORD']._serialized_end=177
+  _globals['_LEADERINFO']._serialized_start=180
+  _globals['_LEADERINFO']._serialized_end=319
+  _globals['_CAMPAIGNREQUEST']._serialized_start=322
+  _globals['_CAMPAIGNREQUEST']._serialized_end=478
+  _globals['_CAMPAIGNRESPONSE']._serialized_start=480
+  _globals['_CAMPAIGNRESPONSE']._serialized_end=580
+  _globals['_PROCLAIMREQUEST']._serialized_start=583
+  _globals['_PROCLAIMREQUEST']._serialized_end=729
+  _globals['_PROCLAIMRESPONSE']._serialized_start=731
+  _globals['_PROCLAIMRESPONSE']._serialized_end=831
+  _globals['_RESIGNREQUEST']._serialized_start=834
+  _globals['_RESIGNREQUEST']._serialized_end=963
+  _globals['_RESIGNED']._serialized_start=965
+  _globals['_RESIGNED']._serialized_end=995
+  _globals['_RESIGNRESPONSE']._serialized_start=997
+  _globals['_RESIGNRESPONSE']._serialized_end=1093
+  _globals['_LEADERREQUEST']._serialized_start=1095
+  _globals['_LEADERREQUEST']._serialized_end=1124
+  _globals['_CURRENTLEADER']._serialized_start=1126
+  _globals['_CURRENTLEADER']._serialized_end=1180
+  _globals['_LEADERRESPONSE']._serialized_start=1182
+  _globals['_LEADERRESPONSE']._serialized_end=1283
+  _globals['_OBSERVEREQUEST']._serialized_start=1285
+  _globals['_OBSERVEREQUEST']._serialized_end=1345
+  _globals['_LEADERCHANGE']._serialized_start=1347
+  _globals['_LEADERCHANGE']._serialized_end=1418
+  _globals['_OBSERVERESPONSE']._serialized_start=1420
+  _globals['_OBSERVERESPONSE']._serialized_end=1523
+  _globals['_ELECTIONS']._serialized_start=1526
+  _globals['_ELECTIONS']._serialized_end=1869
 # @@protoc_insertion_point(module_scope)

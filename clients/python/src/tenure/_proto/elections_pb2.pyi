@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class LeaderRecord(_message.Message):
-    __slots__ = ("value", "token", "session")
+    __slots__ = ("value", "token", "session", "session_store")
     VALUE_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_STORE_FIELD_NUMBER: _ClassVar[int]
     value: bytes
     token: _tenure_pb2.FencingToken
     session: int
-    def __init__(self, value: _Optional[bytes] = ..., token: _Optional[_Union[_tenure_pb2.FencingToken, _Mapping]] = ..., session: _Optional[int] = ...) -> None: ...
+    session_store: int
+    def __init__(self, value: _Optional[bytes] = ..., token: _Optional[_Union[_tenure_pb2.FencingToken, _Mapping]] = ..., session: _Optional[int] = ..., session_store: _Optional[int] = ...) -> None: ...
 
 class LeaderInfo(_message.Message):
     __slots__ = ("name", "value", "token", "session", "revision")
