@@ -1,7 +1,10 @@
 //! The session stream (DESIGN §8; `rpc Session` in `proto/tenure.proto`): one ordered
-//! channel per client and store, the shape of ZooKeeper's and Chubby's sessions.
+//! channel per client, the shape of ZooKeeper's and Chubby's sessions.
 //!
-//! A stream starts with `start` (its store, and the session it resumes, if any). Then
+//! A stream starts with `start` (its store, the home of its session, and the session it
+//! resumes, if any). Its requests may name locks, prefixes and watches of any store: those
+//! of another store run under the session's child there (DESIGN §4, "One session per
+//! client"), as on the unary API. Then
 //! requests are pipelined: each is checked here (request id, size, kind, store, session),
 //! run through the same handler the unary RPC of its kind runs ([`Api`]'s `do_*`), and
 //! answered with its id as soon as the core answers, in any order. At most
@@ -24,8 +27,8 @@
 //! manager's device: a stream at another device learns of its session's end from the
 //! answer to its next keep-alive (`SessionExpired`).
 //!
-//! Object watches (DESIGN §5): `watch_objects` registers a watch of a prefix of the
-//! stream's store with the manager, as the stream's own watch client
+//! Object watches (DESIGN §5): `watch_objects` registers a watch of a prefix (of the
+//! prefix's store; `/` watches the stream's store) with the manager, as the stream's own watch client
 //! ([`crate::driver::routes::WatchRoutes`]), and is answered `watching`; the changes follow as
 //! pushed `object_events`, in revision order. When the watch ends at this device (the
 //! manager stopped managing the store, or its history no longer reaches the watch's
@@ -51,7 +54,6 @@ use std::time::Duration;
 use tenure_client::proto::{
     self, error::Kind, session_event::Kind as Ev, session_request::Kind as Rq,
 };
-use tenure_core::config::store_of;
 use tenure_core::ids::SessionId;
 use tenure_core::ids::{ClientId, StoreId};
 use tenure_core::io::{ObjectRequest, Request, Response};
@@ -98,11 +100,11 @@ enum What {
 }
 
 /// A stream's object watches: its watch client, the watches asked for (until they end
-/// or are removed), and the channel the driver pushes their changes into.
+/// or are removed) with their stores, and the channel the driver pushes their changes
+/// into.
 struct Watches {
     client: ClientId,
-    store: Option<StoreId>,
-    asked: std::collections::HashSet<u64>,
+    asked: HashMap<u64, StoreId>,
     tx: mpsc::UnboundedSender<(u64, crate::driver::routes::WatchMsg)>,
     rx: mpsc::UnboundedReceiver<(u64, crate::driver::routes::WatchMsg)>,
 }
@@ -112,7 +114,6 @@ impl Watches {
         let (tx, rx) = mpsc::unbounded_channel();
         Watches {
             client: api.watches().new_client(),
-            store: None,
             asked: Default::default(),
             tx,
             rx,
@@ -122,10 +123,7 @@ impl Watches {
     /// The stream ended: stop routing its watches and remove them from the manager (in
     /// the background; a watch whose request is still on its way is removed after it).
     fn close(&mut self, api: &Api) {
-        let Some(store) = self.store else {
-            return;
-        };
-        for watch in std::mem::take(&mut self.asked) {
+        for (watch, store) in std::mem::take(&mut self.asked) {
             api.watches().unregister(self.client, watch);
             let api = api.clone();
             let client = self.client;
@@ -264,8 +262,7 @@ async fn run(
                         })
                     }
                     crate::driver::routes::WatchMsg::Ended(reason) => {
-                        watches.asked.remove(&watch);
-                        let store = st.store.unwrap_or(StoreId(0));
+                        let store = watches.asked.remove(&watch).or(st.store).unwrap_or(StoreId(0));
                         let kind = crate::grpc::error_kind(&reason);
                         metrics::counter!("tenure_object_watch_ends_total", "reason" => kind)
                             .increment(1);
@@ -568,10 +565,6 @@ impl State {
             }
             Ok(())
         };
-        let this_store = |name: &str| -> Result<(), proto::Error> {
-            let s = store_of(name, api.stores());
-            if s != store { Err(wrong(s.0)) } else { Ok(()) }
-        };
         let may = |perm: Perm, path: &str| caller.check(perm, path).map_err(|d| d.to_proto());
         Ok(match kind {
             Rq::Start(_) => return Err(invalid("`start` twice on one stream")),
@@ -617,7 +610,6 @@ impl State {
                 )
             }
             Rq::Acquire(mut r) => {
-                this_store(&r.name)?;
                 may(Perm::Lock, &r.name)?;
                 this_session(&mut r.session)?;
                 key(&mut r.request_id)?;
@@ -627,13 +619,10 @@ impl State {
                 )
             }
             Rq::Release(mut r) => {
-                this_store(&r.name)?;
                 may(Perm::Lock, &r.name)?;
-                // A release may name another session of the store (an operator's unlock).
-                match &r.session {
-                    None => this_session(&mut r.session)?,
-                    Some(s) if s.store != store.0 => return Err(wrong(s.store)),
-                    Some(_) => {}
+                // A release may name another session (an operator's unlock).
+                if r.session.is_none() {
+                    this_session(&mut r.session)?;
                 }
                 key(&mut r.request_id)?;
                 (
@@ -642,7 +631,6 @@ impl State {
                 )
             }
             Rq::Holder(r) => {
-                this_store(&r.name)?;
                 may(Perm::Read, &r.name)?;
                 (
                     What::Other,
@@ -650,13 +638,8 @@ impl State {
                 )
             }
             Rq::ListLocks(mut r) => {
-                if r.prefix == "/" {
-                    match r.store {
-                        Some(s) if s != store.0 => return Err(wrong(s)),
-                        _ => r.store = Some(store.0),
-                    }
-                } else {
-                    this_store(&r.prefix)?;
+                if r.prefix == "/" && r.store.is_none() {
+                    r.store = Some(store.0);
                 }
                 may(Perm::Read, &r.prefix)?;
                 (
@@ -665,9 +648,6 @@ impl State {
                 )
             }
             Rq::Write(r) => {
-                if r.store != store.0 {
-                    return Err(wrong(r.store));
-                }
                 may(Perm::Admin, "/")?;
                 (
                     What::Other,
@@ -675,20 +655,20 @@ impl State {
                 )
             }
             Rq::WatchObjects(w) => {
-                if w.prefix != "/" {
-                    api.name(&w.prefix)?;
-                    this_store(&w.prefix)?;
-                }
+                let store = if w.prefix == "/" {
+                    store
+                } else {
+                    api.name(&w.prefix)?.0
+                };
                 may(Perm::Read, &w.prefix)?;
-                if watches.asked.contains(&w.watch) {
+                if watches.asked.contains_key(&w.watch) {
                     return Err(invalid(format!(
                         "watch {} is already on this stream",
                         w.watch
                     )));
                 }
                 // Registered before the request goes: the first changes follow its answer.
-                watches.store = Some(store);
-                watches.asked.insert(w.watch);
+                watches.asked.insert(w.watch, store);
                 let client = watches.client;
                 api.watches()
                     .register(client, w.watch, store, watches.tx.clone());
@@ -718,6 +698,7 @@ impl State {
             Rq::UnwatchObjects(u) => {
                 let client = watches.client;
                 let watch = u.watch;
+                let store = watches.asked.get(&watch).copied().unwrap_or(store);
                 let req = Request::Object {
                     store,
                     req: ObjectRequest::Unwatch { watch },

@@ -263,18 +263,24 @@ fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
         )
         .await;
         assert!(matches!(k, Kind::InvalidRequest(_)), "{k:?}");
-        // A name of another store.
-        let other = (b'a'..=b'z')
-            .map(|c| format!("/{}", c as char))
-            .find(|n| store_of(n, STORES).0 != store)
-            .unwrap();
+        // A session of another store than the stream's (a name of another store is
+        // served under the stream's session: `one_session_serves_names_of_every_store`).
+        let other = (0..STORES).find(|s| *s != store).unwrap();
         let k = expect(
             &mut s,
             proto::SessionRequest {
                 request_id: 21,
-                kind: Some(acquire(&format!("{other}/q"), false)),
+                kind: Some(Rq::Acquire(proto::AcquireRequest {
+                    session: Some(proto::SessionRef {
+                        store: other,
+                        id: 1,
+                    }),
+                    name: "/x/q".into(),
+                    r#try: true,
+                    ..Default::default()
+                })),
             },
-            "other store",
+            "a session of another store",
         )
         .await;
         assert!(matches!(k, Kind::WrongStore(_)), "{k:?}");
@@ -476,6 +482,78 @@ fn a_non_manager_serves_the_stream_and_carries_a_watch_from_the_manager() {
             .await;
         match error_kind(&r.answer(1, &mut vec![]).await) {
             Kind::SessionExpired(x) => assert_eq!(x.session, session + 999),
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// One session per client on the stream (DESIGN §4): names of other stores than the
+/// stream's are served under its session (by its child there), a watch of another
+/// store's prefix is carried, and closing the session frees the locks everywhere.
+#[test]
+fn one_session_serves_names_of_every_store() {
+    let cluster = Cluster::start(3);
+    rt().block_on(async {
+        let (store, manager, _) = placement(&cluster).await;
+        let elsewhere: Vec<String> = (0..200)
+            .map(|i| format!("/e{i}"))
+            .filter(|n| store_of(n, STORES).0 != store)
+            .take(2)
+            .collect();
+        let (lock, watched) = (format!("{}/l", elsewhere[0]), elsewhere[1].clone());
+        let mut s = Raw::open(&manager).await;
+        s.start_with_session(store, 10_000).await;
+        s.send(3, acquire(&lock, false)).await;
+        assert!(
+            matches!(s.answer(3, &mut vec![]).await, Ev::Granted(_)),
+            "a lock of another store under the stream's session"
+        );
+        s.send(4, holder(&lock)).await;
+        match s.answer(4, &mut vec![]).await {
+            Ev::Holders(h) => {
+                let held_by = h.holders[0].session.unwrap();
+                assert_eq!(held_by.store, store_of(&lock, STORES).0, "by the child");
+            }
+            other => panic!("{other:?}"),
+        }
+        let watch = proto::WatchObjects {
+            watch: 7,
+            prefix: watched.clone(),
+            after: None,
+            include_values: true,
+        };
+        s.send(5, Rq::WatchObjects(watch)).await;
+        assert!(matches!(s.answer(5, &mut vec![]).await, Ev::Watching(_)));
+        let mut objects =
+            proto::objects_client::ObjectsClient::connect(format!("http://{manager}"))
+                .await
+                .unwrap();
+        let put = proto::PutObjectRequest {
+            key: format!("{watched}/k"),
+            data: b"v".to_vec().into(),
+            ..Default::default()
+        };
+        let written = objects.put(put).await.unwrap().into_inner();
+        assert!(written.result.is_some(), "{written:?}");
+        let events = loop {
+            match s.next().await.kind {
+                Some(Ev::ObjectEvents(e)) => break e,
+                Some(Ev::Expiring(_)) => {}
+                other => panic!("expected the watch's events, got {other:?}"),
+            }
+        };
+        assert_eq!(
+            (events.watch, events.changes[0].key.clone()),
+            (7, format!("{watched}/k"))
+        );
+        s.send(6, Rq::Close(proto::StreamClose {})).await;
+        assert!(matches!(s.answer(6, &mut vec![]).await, Ev::Closed(_)));
+        let mut t = Raw::open(&manager).await;
+        t.send(1, Rq::Start(start(store, None))).await;
+        assert!(matches!(t.answer(1, &mut vec![]).await, Ev::Started(_)));
+        t.send(2, holder(&lock)).await;
+        match t.answer(2, &mut vec![]).await {
+            Ev::Holders(h) => assert!(h.holders.is_empty(), "freed by the close: {h:?}"),
             other => panic!("{other:?}"),
         }
     });

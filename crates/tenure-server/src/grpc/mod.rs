@@ -141,11 +141,6 @@ impl Api {
         self.events.subscribe()
     }
 
-    /// The number of stores of the cluster.
-    pub(crate) fn stores(&self) -> u32 {
-        self.stores
-    }
-
     /// The configured request timeout.
     pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
