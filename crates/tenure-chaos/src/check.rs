@@ -155,6 +155,7 @@ pub fn run_checks(
             &h.name,
             Interval {
                 client: h.client,
+                store: StoreId(h.store),
                 session,
                 mode: LockMode::Exclusive,
                 token: h.token,
@@ -308,12 +309,13 @@ fn lost_check(ops: &[Op], holds: &[Hold], fr: &FinalRead, ids: &mut Ids) -> Chec
             skipped += 1;
         }
         if let Some(d) = live {
-            c.set_deadline(session, *d);
+            c.set_deadline(StoreId(h.store), session, *d);
         }
         c.hold(
             &h.name,
             Interval {
                 client: h.client,
+                store: StoreId(h.store),
                 session,
                 mode: LockMode::Exclusive,
                 token: h.token,

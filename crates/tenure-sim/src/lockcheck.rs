@@ -38,6 +38,8 @@ use tenure_core::{DeviceId, StoreId};
 pub struct Interval {
     /// Client.
     pub client: u64,
+    /// The store of the session (ids are numbered per store).
+    pub store: StoreId,
     /// Session that holds it.
     pub session: SessionId,
     /// Mode.
@@ -103,8 +105,9 @@ pub struct LockChecker {
     granted: BTreeMap<String, BTreeMap<usize, (u64, FencingToken)>>,
     /// name → every interval, in start order.
     intervals: BTreeMap<String, Vec<Interval>>,
-    /// Each session's current client deadline (µs); intervals of a session end there.
-    deadlines: BTreeMap<SessionId, u64>,
+    /// Each session's current client deadline (µs), by store and session; intervals of
+    /// a session end there.
+    deadlines: BTreeMap<(StoreId, SessionId), u64>,
     /// The releases of the last session end each manager decided, per (manager,
     /// session). An end decided by a manager that lost its role before applying it may
     /// or may not take effect, so its releases stay unanswered.
@@ -175,9 +178,9 @@ impl LockChecker {
         }
     }
 
-    /// A client's session deadline is now `deadline` (µs).
-    pub fn set_deadline(&mut self, session: SessionId, deadline: u64) {
-        self.deadlines.insert(session, deadline);
+    /// A client's session of `store` has its deadline at `deadline` (µs) now.
+    pub fn set_deadline(&mut self, store: StoreId, session: SessionId, deadline: u64) {
+        self.deadlines.insert((store, session), deadline);
     }
 
     /// The client of `session` in `store` believes it alive until `deadline` (real µs).
@@ -187,7 +190,7 @@ impl LockChecker {
 
     /// When an interval stops counting: its end, or its session's deadline.
     fn effective_end(&self, iv: &Interval) -> u64 {
-        let d = self.deadlines.get(&iv.session).copied().unwrap_or(u64::MAX);
+        let d = (self.deadlines.get(&(iv.store, iv.session)).copied()).unwrap_or(u64::MAX);
         iv.end.unwrap_or(u64::MAX).min(d)
     }
 
@@ -447,6 +450,7 @@ mod tests {
     fn iv(session: u64, mode: LockMode, seq: u64, start: u64) -> Interval {
         Interval {
             client: session,
+            store: StoreId(0),
             session: SessionId(session),
             mode,
             token: tok(seq),
@@ -486,7 +490,7 @@ mod tests {
         c.hold("/a/x", iv(1, LockMode::Exclusive, 1, 10));
         c.unhold("/a/x", SessionId(1), 15);
         c.hold("/a/x", iv(2, LockMode::Exclusive, 2, 20));
-        c.set_deadline(SessionId(2), 25);
+        c.set_deadline(StoreId(0), SessionId(2), 25);
         c.hold("/a/x", iv(3, LockMode::Shared, 3, 30));
         c.hold("/a/x", iv(4, LockMode::Shared, 4, 31));
         assert!(c.violations.is_empty(), "{:?}", c.violations);
@@ -494,6 +498,26 @@ mod tests {
         // ... but an exclusive belief next to the shared ones is not.
         c.hold("/a/x", iv(5, LockMode::Exclusive, 5, 40));
         assert_eq!(c.violations.len(), 1);
+    }
+
+    // DESIGN §9.3: session ids are numbered per store, so the deadline of session 2 of
+    // another store does not end the belief of session 2 of this one.
+    #[test]
+    fn a_deadline_ends_the_beliefs_of_its_own_store_s_session_only() {
+        let mut c = LockChecker::default();
+        c.hold("/a/x", iv(2, LockMode::Exclusive, 1, 10));
+        c.set_deadline(StoreId(5), SessionId(2), 15);
+        c.hold("/a/x", iv(3, LockMode::Exclusive, 2, 20));
+        assert!(
+            matches!(c.violations.as_slice(), [Violation::MutualExclusion { .. }]),
+            "{:?}",
+            c.violations
+        );
+        let mut c = LockChecker::default();
+        c.hold("/a/x", iv(2, LockMode::Exclusive, 1, 10));
+        c.set_deadline(StoreId(0), SessionId(2), 15);
+        c.hold("/a/x", iv(3, LockMode::Exclusive, 2, 20));
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
     }
 
     // DESIGN §9.3 with the cover rule (seed 004 §9): a lock on /a covers /a/x, so

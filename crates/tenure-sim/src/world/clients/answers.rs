@@ -77,7 +77,7 @@ impl World {
                 // A session of another store counts for the checker by its child, once
                 // there is one.
                 if cl.home.is_none() {
-                    self.locks.set_deadline(session, deadline);
+                    self.locks.set_deadline(cl.store, session, deadline);
                 }
                 let home = cl.session_store();
                 self.locks.set_client_deadline(home, session, deadline);
@@ -97,7 +97,7 @@ impl World {
                             self.session_children.get(&(home, sid, cl.store)).copied()
                         {
                             cl.child = Some(child);
-                            self.locks.set_deadline(child, deadline);
+                            self.locks.set_deadline(cl.store, child, deadline);
                             self.locks.set_client_deadline(cl.store, child, deadline);
                         }
                     }
@@ -119,7 +119,7 @@ impl World {
                         let (deadline, ka) = (s.deadline, ttl.as_micros() as u64 / 3);
                         let ck = (cl.home.is_none() || cl.child.is_some()).then(|| cl.ck(sid));
                         if let Some(ck) = ck {
-                            self.locks.set_deadline(ck, deadline);
+                            self.locks.set_deadline(cl.store, ck, deadline);
                         }
                         self.locks
                             .set_client_deadline(cl.session_store(), sid, deadline);
@@ -150,6 +150,7 @@ impl World {
                                 cl.held.insert(name.clone(), (*mode, token));
                                 let iv = Interval {
                                     client: c as u64,
+                                    store: cl.store,
                                     session: cl.ck(s.id),
                                     mode: *mode,
                                     token,
