@@ -1,5 +1,6 @@
 """Kill -9s of devices: the manager of a held lock's store (the client keeps its session
 and its lock, same token, through the failover and goes on talking), the manager of a
+session's home store (the session and its locks in every store survive), the manager of a
 watched store (a watch through another device does not notice), and the device a watch
 talks to (the watch resumes at another device: no gap, no duplicate)."""
 
@@ -24,7 +25,9 @@ def test_kill_the_manager_of_a_held_locks_store(cluster, ns, capsys):
     try:
         with cluster.client() as c, c.session(ttl=10) as s:
             lock = s.lock(name)
-            token, session_id = lock.token, lock.session_id
+            token = lock.token
+            held_by = [(h.store, h.session, h.token) for h in c.holders(name).holders]
+            assert held_by and held_by[0][2] == token
             c.objects.put(key, b"before", fence=lock)
             manager = c.resolve(name).endpoint
             assert manager
@@ -44,7 +47,7 @@ def test_kill_the_manager_of_a_held_locks_store(cluster, ns, capsys):
             assert c.objects.get(key).value == b"after the failover" and w.revision > 0
             assert not lock.lost.is_set() and not s.lost.is_set() and lock.token == token
             holders = c.holders(name).holders
-            assert [(h.session, h.token) for h in holders] == [(session_id, token)]
+            assert [(h.store, h.session, h.token) for h in holders] == held_by
             new_manager = c.resolve(name).endpoint
             assert new_manager and new_manager != manager
             # The keep-alives reach the new manager: the session's deadline moves on.
@@ -58,6 +61,107 @@ def test_kill_the_manager_of_a_held_locks_store(cluster, ns, capsys):
             assert c.holders(name).holders == []
     finally:
         # Bring the device back for the tests that follow.
+        cluster.restore()
+
+
+def _names_by_store(c, ns):
+    """A lock name per store (variations of ``ns``'s first segment) and each store's
+    manager's endpoint."""
+    count = c.status().stores
+    names, managers = {}, {}
+    for i in range(50 * count):
+        name = f"{ns}f{i}/lock"
+        r = c.resolve(name)
+        if r.store not in names:
+            names[r.store], managers[r.store] = name, r.endpoint
+            if len(names) == count:
+                break
+    return names, managers
+
+
+def _segment(name):
+    return name.rsplit("/", 1)[0]
+
+
+def test_kill_the_manager_of_a_sessions_home_store(cluster, ns, capsys):
+    # One session holds locks in its home store, in another store of the same device
+    # (when it manages one) and in stores of the other devices (under its children
+    # there); the device managing the home store is killed (-9) while the client talks to
+    # it. The session must survive (its keep-alives renew home and every child at the new
+    # managers), every lock stays held by it with its token, and a new lock in a store of
+    # the killed device is granted once its store has a new manager.
+    ttl = 10.0
+    try:
+        with cluster.client() as c, c.session(ttl=ttl) as s:
+            names, managers = _names_by_store(c, ns)
+            assert None not in managers.values(), managers
+            held = {next(iter(names)): s.lock(next(iter(names.values())))}
+            home = s.store
+            victim = managers[home]
+            victim_stores = [st for st, m in managers.items() if m == victim]
+            chosen = [home] + [st for st in victim_stores if st != home][:1]
+            # Stores of the other devices, one per device first.
+            seen = set()
+            for st, m in sorted(managers.items()):
+                if m != victim and m not in seen:
+                    seen.add(m)
+                    chosen.append(st)
+            chosen += [st for st, m in sorted(managers.items())
+                       if m != victim and st not in chosen][:1]
+            for st in chosen:
+                if st not in held:
+                    held[st] = s.lock(names[st])
+            locks = [held[st] for st in chosen]
+            assert len({managers[l.store] for l in locks}) >= 2
+            before = {l.name: [(h.store, h.session, h.token) for h in c.holders(l.name).holders]
+                      for l in locks}
+            for l in locks:
+                assert [(st, tok) for st, _, tok in before[l.name]] == [(l.store, l.token)]
+            assert before[names[home]][0][1] == s.id  # the home store's: the session itself
+            targets = [names[home]] + [names[st] for st in victim_stores if st != home][:1]
+
+            c._t.router.succeeded(victim)  # the client talks to the device that dies
+            pid = cluster.device_at(victim)["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            # New locks in the killed device's stores (the home store first).
+            grants = []
+            for name in targets:
+                new = s.lock(f"{_segment(name)}/after", timeout=30)
+                grants.append((c.store_of(name), time.monotonic() - killed))
+                assert not new.lost.is_set()
+                locks.append(new)
+            # The first keep-alive sent after the kill and answered alive.
+            while s.safe_until <= killed + ttl - c.options.clock_drift:
+                assert not s.lost.is_set(), s.lost_reason
+                assert time.monotonic() - killed < ttl, "no keep-alive answered alive in a TTL"
+                time.sleep(0.02)
+            renewed = time.monotonic() - killed
+            # Past the TTL that ran at the kill: the session was never lost.
+            while time.monotonic() < killed + ttl + 1.0:
+                assert not s.lost.is_set(), s.lost_reason
+                time.sleep(0.1)
+            assert s.alive and all(l.held and not l.lost.is_set() for l in locks)
+            after = {name: [(h.store, h.session, h.token) for h in c.holders(name).holders]
+                     for name in before}
+            kept = sum(after[n] == before[n] for n in before)
+            held_stores = [c.store_of(n) for n in before]
+            new_manager = c.resolve(names[home]).endpoint
+            with capsys.disabled():
+                print(f"\n[failover] kill -9 of {victim} (managing the session's home store "
+                      f"{home} and stores {sorted(victim_stores)}), session ttl {ttl:.0f} s: "
+                      + ", ".join(f"new lock in store {st} granted after {t:.3f} s"
+                                  for st, t in grants)
+                      + f"; first keep-alive answered alive after {renewed:.3f} s; "
+                      f"{kept}/{len(before)} locks (stores {held_stores}) "
+                      f"still held by the session with their tokens; home now at {new_manager}")
+            assert after == before
+            assert new_manager and new_manager != victim
+            assert grants[0][1] < 15.0
+            for l in locks:
+                l.release()
+                assert c.holders(l.name).holders == []
+    finally:
         cluster.restore()
 
 

@@ -29,10 +29,14 @@ def test_lock_and_unlock_with_a_fencing_token(client, ns):
         with s.lock(name) as lock:
             assert isinstance(lock.token, tenure.FencingToken)
             assert lock.held and not lock.lost.is_set()
-            assert lock.store == client.store_of(name) and lock.session_id == s.ids[lock.store]
+            assert lock.store == client.store_of(name) and lock.session_id == s.id
             state = client.holders(name)
-            assert [(h.session, h.token, h.shared) for h in state.holders] == [
-                (lock.session_id, lock.token, False)]
+            # Held in the name's store: by the session itself in its home store, else by
+            # its child there.
+            assert [(h.store, h.token, h.shared) for h in state.holders] == [
+                (lock.store, lock.token, False)]
+            if lock.store == s.store:
+                assert state.holders[0].session == s.id
             first = lock.token
         assert not lock.held
         assert client.holders(name).holders == []
@@ -60,7 +64,9 @@ def test_shared_locks_are_held_together(client, ns):
     with client.session() as s1, client.session() as s2:
         with s1.lock(name, shared=True) as a, s2.lock(name, shared=True, timeout=5) as b:
             holders = client.holders(name).holders
-            assert {h.session for h in holders} == {a.session_id, b.session_id}
+            assert {(h.store, h.token) for h in holders} == {(a.store, a.token),
+                                                              (b.store, b.token)}
+            assert len({h.session for h in holders}) == 2
             assert all(h.shared for h in holders)
             with client.session() as s3:
                 assert s3.try_lock(name) is None
@@ -102,7 +108,7 @@ def test_a_second_session_waits_until_the_first_releases(client, ns, timed):
         second = got["lock"]
         assert second.token > first.token
         assert got["at"] - released_at < (1.0 if timed else 2.0)
-        assert [h.session for h in client.holders(name).holders] == [second.session_id]
+        assert [h.token for h in client.holders(name).holders] == [second.token]
         # One request; a timed wait is one call (no re-sends while it waits).
         assert len(set(sent)) == 1
         if timed:
@@ -145,27 +151,59 @@ def test_a_stale_token_is_refused_by_a_fenced_put(client, ns):
 
 def test_a_session_spans_stores(client, ns):
     names = [f"{ns}a/x", f"{ns}b/x", f"{ns}c/x", f"{ns}d/x"]
+    opened = []
+    invoke = client._t.invoke
+
+    def counting(endpoint, service, method, request, *args, **kw):
+        if method == "OpenSession":
+            opened.append(request)
+        return invoke(endpoint, service, method, request, *args, **kw)
+
+    client._t.invoke = counting
     with client.session() as s:
         locks = [s.lock(n) for n in names]
-        stores = {client.store_of(n) for n in names}
-        assert set(s.ids) == stores
+        # One session (opened once, in a store the server chose) for every store.
+        assert len(opened) == 1 and not opened[0].HasField("store")
+        assert s.id is not None and s.store is not None
+        assert {l.session_id for l in locks} == {s.id}
+        for l in locks:
+            assert [(h.store, h.token) for h in client.holders(l.name).holders] == [
+                (l.store, l.token)]
         for l in locks:
             l.release()
+            assert client.holders(l.name).holders == []
 
 
-def test_losing_the_session_marks_its_locks_lost(client, cluster, ns):
+def name_in_other_store(client, ns, store, tries=200):
+    """A name of ``ns`` (a variation of its first segment) in another store than ``store``."""
+    for i in range(tries):
+        name = f"{ns}o{i}/x"
+        if client.store_of(name) != store:
+            return name
+    raise AssertionError(f"no name outside store {store} in {tries} tries")
+
+
+@pytest.mark.parametrize("closed", ["home", "child"])
+def test_losing_the_session_marks_its_locks_lost(client, cluster, ns, closed):
     name = f"{ns}/fragile"
     lost_calls = []
     with client.session(ttl=3, on_lost=lambda s: lost_calls.append(("session", s))) as s:
         lock = s.lock(name, on_lost=lambda l: lost_calls.append(("lock", l)))
-        # Someone (an operator, another process) ends the store session under us: the
-        # next keep-alive answers SessionExpired.
+        if closed == "home":
+            # Someone (an operator, another process) ends the session under us.
+            victim = pb.SessionRef(store=s.store, id=s.id)
+        else:
+            # ... or only its child in another store: the session is expired as a whole.
+            other = s.lock(name_in_other_store(client, ns, s.store))
+            [holder] = client.holders(other.name).holders
+            assert holder.store == other.store != s.store
+            victim = pb.SessionRef(store=holder.store, id=holder.session)
+        # The next keep-alive answers SessionExpired.
         import grpc
         from tenure._proto import tenure_pb2_grpc
         with grpc.insecure_channel(cluster.endpoints[0]) as ch:
             r = tenure_pb2_grpc.TenureStub(ch).CloseSession(
-                pb.CloseSessionRequest(session=pb.SessionRef(store=lock.store, id=lock.session_id)),
-                timeout=10)
+                pb.CloseSessionRequest(session=victim), timeout=10)
             assert r.WhichOneof("result") == "ok"
         assert lock.lost.wait(WAIT), "the lock was not marked lost"
         assert s.lost.is_set() and not lock.held and not s.alive
@@ -205,12 +243,12 @@ def test_lock_errors_name_the_lock_once(client, ns):
             assert str(info.value).count(f"{ns}/vote") == 1, str(info.value)
         # A release of a lock the session does not hold, on the wire: NotHeld names it.
         r = client._t.call("tenure", "Release", pb.ReleaseRequest(
-            session=pb.SessionRef(store=lock.store, id=s2.ids[lock.store]), name=name,
+            session=pb.SessionRef(store=s2.store, id=s2.id), name=name,
             request_id=s2._next_id()), collect=lambda x: x)
         err = errors.from_proto(r.error)
         assert isinstance(err, tenure.NotHeld) and str(err).count(name) == 1, str(err)
         r = client._t.call("tenure", "Acquire", pb.AcquireRequest(
-            session=pb.SessionRef(store=lock.store, id=s2.ids[lock.store]), name=name,
+            session=pb.SessionRef(store=s2.store, id=s2.id), name=name,
             no_wait=True, request_id=s2._next_id()), collect=lambda x: x)
         err = errors.from_proto(r.error)
         assert isinstance(err, tenure.WouldBlock) and str(err).count(name) == 1, str(err)

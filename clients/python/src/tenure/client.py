@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 from . import _core
 from ._core import Credentials, Options, StoreCache, parse_endpoints
 from ._proto import tenure_pb2 as pb
-from ._sessions import StoreSessions
+from ._sessions import SessionDriver
 from ._transport import Transport
 from .errors import (
     ClientClosed,
@@ -159,9 +159,10 @@ class Client:
     def session(self, ttl: Optional[float] = None, *,
                 on_lost: Optional[Callable[["Session"], Any]] = None) -> "Session":
         """A new session (a lease, ``ttl`` seconds, default 10): the owner of locks,
-        leaderships and ephemeral objects, kept alive in the background. Use it as a
-        context manager, or :meth:`Session.close` it. ``on_lost(session)`` runs (on the
-        keep-alive thread) if the session is lost."""
+        leaderships and ephemeral objects in every store, kept alive in the background.
+        It opens on first use (one ``OpenSession``; the server picks its home store). Use
+        it as a context manager, or :meth:`Session.close` it. ``on_lost(session)`` runs
+        (on the keep-alive thread) if the session is lost."""
         if self._closed:
             raise ClientClosed("the client is closed")
         s = Session(self, ttl if ttl is not None else self.options.session_ttl, on_lost)
@@ -239,6 +240,11 @@ class Session:
     """A session: a lease kept alive in the background, owner of locks, leaderships and
     ephemeral objects. Made by :meth:`Client.session`.
 
+    It is one server session, opened on first use in a home store the server picks
+    (:attr:`store`, :attr:`id`), that holds names of every store: for a name in another
+    store the server holds it under the session's child there (holder listings show the
+    child), and the keep-alives of the one session renew them all.
+
     The session is lost when a keep-alive answers that it expired, or when no keep-alive
     was answered alive within its TTL (less the clock drift bound) of its sending. Then
     :attr:`lost` is set, ``on_lost`` runs, every lock and leadership of the session is
@@ -255,37 +261,44 @@ class Session:
         self._locks: List["Lock"] = []
         self._holders: List[Any] = []  # leaderships
         self._guard = threading.Lock()
-        self._sessions = StoreSessions(client._t, self.ttl, self._lost)
+        self._driver = SessionDriver(client._t, self.ttl, self._lost)
 
     # -- state ---------------------------------------------------------------------------
 
     @property
     def lost_reason(self) -> Optional[str]:
         """Why the session was lost (``None`` while it is not)."""
-        return self._sessions.lost_reason
+        return self._driver.lost_reason
 
     @property
-    def ids(self) -> Dict[int, int]:
-        """The store sessions opened so far: ``{store: session id}``."""
-        return self._sessions.ids()
+    def id(self) -> Optional[int]:
+        """The session's id (in its home store :attr:`store`); ``None`` before it opened."""
+        home = self._driver.home
+        return home.id if home is not None else None
+
+    @property
+    def store(self) -> Optional[int]:
+        """The session's home store (the server's choice); ``None`` before it opened."""
+        home = self._driver.home
+        return home.store if home is not None else None
 
     @property
     def safe_until(self) -> Optional[float]:
         """The conservative deadline (on :func:`time.monotonic`'s clock) until which the
         session, and everything it holds, is certainly alive; keep-alives move it on.
-        ``None`` before the session has opened anything."""
-        return self._sessions.safe_until()
+        ``None`` before the session opened."""
+        return self._driver.safe_until()
 
     @property
     def alive(self) -> bool:
         """Whether the session is certainly alive now."""
         until = self.safe_until
-        return (not self.lost.is_set() and not self._sessions.book.closed
+        return (not self.lost.is_set() and not self._driver.closed
                 and (until is None or time.monotonic() < until))
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost.is_set() else "closed" if self._sessions.book.closed else "alive"
-        return f"<tenure.Session ttl={self.ttl} {state} ids={self.ids}>"
+        state = "lost" if self.lost.is_set() else "closed" if self._driver.closed else "alive"
+        return f"<tenure.Session ttl={self.ttl} {state} store={self.store} id={self.id}>"
 
     def __enter__(self) -> "Session":
         return self
@@ -294,9 +307,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        """Close the session: its locks are released at once (no lock-delay), its
-        ephemeral objects deleted, its leaderships ended."""
-        self._sessions.close()
+        """Close the session: its locks (in every store) are released at once (no
+        lock-delay), its ephemeral objects deleted, its leaderships ended."""
+        self._driver.close()
         with self._guard:
             locks, self._locks = self._locks, []
             holders, self._holders = self._holders, []
@@ -319,24 +332,31 @@ class Session:
             h._mark_lost(reason)
         _call_back(self._on_lost, self, "the session")
 
-    def _ref(self, store: int) -> pb.SessionRef:
-        return self._sessions.ref(store)
+    def _ref(self) -> pb.SessionRef:
+        """The session's ref for a request of any store (opens it on first use)."""
+        return self._driver.ref()
+
+    def _home(self) -> pb.SessionRef:
+        """The session's ref, without checks (releases and resigns of what it holds)."""
+        home = self._driver.home
+        assert home is not None, "the session holds nothing before it opened"
+        return home
 
     def _next_id(self) -> int:
-        return self._sessions.next_request_id()
+        return self._driver.next_request_id()
 
     def _cancel(self) -> Optional[Exception]:
-        if self._sessions.lost:
-            return SessionLost(f"the session is lost: {self._sessions.lost_reason}")
-        if self._sessions.book.closed:
+        if self._driver.lost:
+            return SessionLost(f"the session is lost: {self._driver.lost_reason}")
+        if self._driver.closed:
             return ClientClosed("the session is closed")
         return None
 
-    def _raise_expired(self, store: int, e: SessionExpired) -> None:
-        self._sessions.expired(store)
+    def _raise_expired(self, e: SessionExpired) -> None:
+        self._driver.expired(e.message)
         raise SessionLost(f"the session is lost: {e.message}") from e
 
-    def _confirm(self, store: int, name: str, release: Callable[[], Any]) -> None:
+    def _confirm(self, name: str, release: Callable[[], Any]) -> None:
         """A grant is handed out only while the session is certainly alive: if its
         deadline is already near (a failover outlasted much of it), a keep-alive must
         extend it first, else the grant is given back."""
@@ -345,7 +365,7 @@ class Session:
         if until is not None and until - time.monotonic() > warn and not self.lost.is_set():
             return
         limit = min(max(self.ttl / 3, 1.0), self._client.options.attempt_timeout)
-        if not self.lost.is_set() and self._sessions.confirm(store, limit):
+        if not self.lost.is_set() and self._driver.confirm(limit):
             until = self.safe_until
             if until is not None and until - time.monotonic() > warn:
                 return
@@ -396,7 +416,7 @@ class Session:
         client = self._client
         opts = client.options
         store = client.store_of(name)
-        ref = self._ref(store)
+        ref = self._ref()
         rid = self._next_id()
         req = pb.AcquireRequest(
             session=ref, name=name,
@@ -424,7 +444,7 @@ class Session:
                 return None
             raise
         except SessionExpired as e:
-            self._raise_expired(store, e)
+            self._raise_expired(e)
         except Timeout:
             raise
         except TenureError as e:
@@ -436,15 +456,14 @@ class Session:
                     on_lost)
         with self._guard:
             self._locks.append(lock)
-        self._confirm(store, name, lambda: lock._release(quiet=True))
+        self._confirm(name, lambda: lock._release(quiet=True))
         if self.lost.is_set():  # lost between the grant and the registration
             lock._mark_lost(self.lost_reason or "session lost")
         return lock
 
     def _release(self, lock: "Lock") -> None:
-        store = lock.store
-        req = pb.ReleaseRequest(session=pb.SessionRef(store=store, id=lock.session_id),
-                                name=lock.name, request_id=self._next_id(),
+        # The session's own ref (home store and id), whatever the lock's store.
+        req = pb.ReleaseRequest(session=self._home(), name=lock.name, request_id=self._next_id(),
                                 token=lock.token._to_proto())
         try:
             self._client._t.call("tenure", "Release", req)
@@ -477,9 +496,11 @@ class Lock:
         self.session = session
         #: The lock's name.
         self.name = name
-        #: The store of the lock (and of the session that holds it).
+        #: The store of the lock's name.
         self.store = store
-        #: The id of the store session holding it.
+        #: The id of the session holding it (:attr:`Session.id`, of its home store; in
+        #: another store the server holds the lock under the session's child there, which
+        #: holder listings show).
         self.session_id = session_id
         #: Whether it is a shared lock.
         self.shared = shared

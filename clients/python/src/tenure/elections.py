@@ -3,8 +3,8 @@
 An election NAME (a path) is the exclusive lock ``NAME/.election`` (its holder leads, its
 FIFO queue orders the candidates) and the leader's record, the object
 ``NAME/.election``, ephemeral to the leader's session and written with the lock's
-fencing token. A campaign runs under a :class:`~tenure.Session`: when the session ends,
-so do the campaign and the leadership.
+fencing token. A campaign runs under a :class:`~tenure.Session` (one session serves
+elections of every store): when the session ends, so do the campaign and the leadership.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import grpc
 
 from ._core import Plan, to_bytes
 from ._proto import elections_pb2 as epb
-from ._proto import tenure_pb2 as pb
 from .errors import (
     DeadlineExceeded,
     SessionExpired,
@@ -111,8 +110,7 @@ class Election:
         s = self.session
         c = s._client
         opts = c.options
-        store = c.store_of(self.name)
-        ref = s._ref(store)
+        ref = s._ref()
         req = epb.CampaignRequest(name=self.name, value=to_bytes(value), session=ref,
                                   request_id=s._next_id(), no_wait=no_wait)
         if no_wait:
@@ -135,7 +133,7 @@ class Election:
                 return None
             raise
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
             raise  # pragma: no cover
         except Timeout:
             raise
@@ -148,7 +146,7 @@ class Election:
         l = Leadership(self, Leader._from_proto(info), on_lost)
         with s._guard:
             s._holders.append(l)
-        s._confirm(store, self.name, lambda: l._resign(quiet=True))
+        s._confirm(self.name, lambda: l._resign(quiet=True))
         if s.lost.is_set():
             l._mark_lost(s.lost_reason or "session lost")
         self.leadership = l
@@ -241,13 +239,12 @@ class Leadership:
         """Replace the leader's value (fenced by the token: :class:`~tenure.StaleToken`
         if this session no longer leads)."""
         s = self.session
-        store = self.leader.store
-        req = epb.ProclaimRequest(name=self.name, value=to_bytes(value), session=s._ref(store),
+        req = epb.ProclaimRequest(name=self.name, value=to_bytes(value), session=s._ref(),
                                   token=self.token._to_proto(), request_id=s._next_id())
         try:
             info = s._client._t.call("elections", "Proclaim", req)
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
             raise  # pragma: no cover
         self.leader = Leader._from_proto(info)
         return self.leader
@@ -270,9 +267,8 @@ class Leadership:
             self.election.leadership = None
         if self.lost.is_set():
             return False
-        store = self.leader.store
-        req = epb.ResignRequest(name=self.name, session=pb.SessionRef(store=store,
-                                                                      id=self.leader.session),
+        # The session's own ref (home store and id), whatever the election's store.
+        req = epb.ResignRequest(name=self.name, session=s._home(),
                                 token=self.token._to_proto(), request_id=s._next_id())
         try:
             return s._client._t.call("elections", "Resign", req).was_leader

@@ -1,10 +1,13 @@
 """The object store (sync): put (conditional, fenced, ephemeral, streamed above 1 MiB),
 get, head, delete, list, and watches that resume where they stopped.
 
-An object lives in the store of its key's first path segment. Writes carry a session of
-that store and a request id, the same for every attempt: a retry after a failover or a
-lost answer returns the first attempt's outcome instead of writing twice. Writes made
-without a session of the caller's use the client's own session (opened on first use).
+An object lives in the store of its key's first path segment. Writes carry a session —
+its id and its home store (``session_store``): one session serves keys of every store —
+and a request id, the same for every attempt: a retry after a failover or a lost answer
+returns the first attempt's outcome instead of writing twice. Writes made without a
+session of the caller's use the client's own session (opened on first use). An
+ephemeral object belongs to the session (to its child in the key's store, which
+``owner_session`` shows when that is not the home store) and goes when it ends.
 """
 
 from __future__ import annotations
@@ -101,31 +104,31 @@ class Objects:
         for w in watches:
             w.close()
 
-    def _writer(self, key: str, session: Optional["Session"], fence_session: Any,
-                ephemeral: bool) -> Tuple[int, "Session"]:
+    def _writer(self, session: Optional["Session"], fence_session: Any,
+                ephemeral: bool) -> "Session":
         s = session or fence_session
         if s is None:
             if ephemeral:
                 raise ValueError("an ephemeral object needs a session (session=...): it is "
                                  "deleted when that session ends")
             s = self._c._writer_session()
-        return self._c.store_of(key), s
+        return s
 
-    def _session_write(self, s: "Session", store: int, make: Any) -> Any:
-        """Run a write carrying ``s``'s session of ``store`` and one request id."""
+    def _session_write(self, s: "Session", make: Any) -> Any:
+        """Run a write carrying ``s``'s session (id and home store) and one request id."""
         try:
-            ref = s._ref(store)
+            ref = s._ref()
         except SessionLost:
             if s is self._c._writer:
                 s = self._c._writer_session()
-                ref = s._ref(store)
+                ref = s._ref()
             else:
                 raise
         rid = s._next_id()
         try:
-            return make(ref.id, rid)
+            return make(ref, rid)
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
 
     def put(self, key: str, value: Union[bytes, str], *, if_absent: bool = False,
             if_revision: Optional[int] = None, fence: Optional[Fence] = None,
@@ -148,27 +151,29 @@ class Objects:
         """
         data = to_bytes(value)
         f, fsession = fence_of(fence)
-        store, s = self._writer(key, session, fsession, ephemeral)
+        s = self._writer(session, fsession, ephemeral)
         cond = conditions(if_absent, if_revision, f)
         t = self._c._t
 
-        def make(sid: int, rid: int) -> ObjectWritten:
+        def make(ref: pb.SessionRef, rid: int) -> ObjectWritten:
             if len(data) <= PUT_LIMIT:
                 req = pb.PutObjectRequest(key=key, data=data, conditions=cond,
-                                          ephemeral=ephemeral, session=sid, request_id=rid)
+                                          ephemeral=ephemeral, session=ref.id,
+                                          session_store=ref.store, request_id=rid)
                 try:
                     return written(t.call("objects", "Put", req,
                                           attempt_timeout=self._attempt(len(data))))
                 except TooLarge:
                     pass  # the server's limit is lower than ours: stream it
-            header = pb.UploadHeader(key=key, conditions=cond, ephemeral=ephemeral, session=sid,
+            header = pb.UploadHeader(key=key, conditions=cond, ephemeral=ephemeral,
+                                     session=ref.id, session_store=ref.store,
                                      request_id=rid, size=len(data))
             hint = self._manager_hint(key)
             return written(t.call("objects", "Upload", lambda: upload_requests(header, data),
                                   hint=hint, attempt_timeout=self._attempt(len(data)),
                                   deadline=self._c.options.deadline + self._attempt(len(data))))
 
-        return self._session_write(s, store, make)
+        return self._session_write(s, make)
 
     def _attempt(self, size: int) -> float:
         # One attempt: the client's, and a second more per MiB (each block is a replicated
@@ -200,14 +205,15 @@ class Objects:
         """Delete the object under ``key`` (conditions as for :meth:`put`); the revision
         of the deletion. :class:`~tenure.NoSuchObject` if there is none."""
         f, fsession = fence_of(fence)
-        store, s = self._writer(key, session, fsession, False)
+        s = self._writer(session, fsession, False)
         cond = conditions(False, if_revision, f)
 
-        def make(sid: int, rid: int) -> ObjectWritten:
-            req = pb.DeleteObjectRequest(key=key, conditions=cond, session=sid, request_id=rid)
+        def make(ref: pb.SessionRef, rid: int) -> ObjectWritten:
+            req = pb.DeleteObjectRequest(key=key, conditions=cond, session=ref.id,
+                                         session_store=ref.store, request_id=rid)
             return written(self._c._t.call("objects", "Delete", req))
 
-        return self._session_write(s, store, make)
+        return self._session_write(s, make)
 
     def list(self, prefix: str, *, store: Optional[int] = None, limit: int = 0) -> Listing:
         """The active objects at and under ``prefix`` in key order, and the revision they

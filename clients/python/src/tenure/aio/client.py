@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, Generic, Iterable,
 from .. import _core
 from .._core import Credentials, Options, StoreCache, parse_endpoints
 from .._proto import tenure_pb2 as pb
-from .._sessions import AsyncStoreSessions
+from .._sessions import AsyncSessionDriver
 from ..client import PathLike, _cluster_settings
 from ..errors import (
     ClientClosed,
@@ -144,7 +144,8 @@ class Client:
     def session(self, ttl: Optional[float] = None, *,
                 on_lost: Optional[Callable[["Session"], Any]] = None) -> "Session":
         """A new session (see :meth:`tenure.Client.session`); ``async with`` it, or
-        ``await session.close()``. Opens its store sessions on first use."""
+        ``await session.close()``. Opens on first use (one ``OpenSession``; the server picks its
+        home store)."""
         if self._closed:
             raise ClientClosed("the client is closed")
         s = Session(self, ttl if ttl is not None else self.options.session_ttl, on_lost)
@@ -221,29 +222,37 @@ class Session:
         self._on_lost = on_lost
         self._locks: List["Lock"] = []
         self._holders: List[Any] = []
-        self._sessions = AsyncStoreSessions(client._t, self.ttl, self._lost)
+        self._driver = AsyncSessionDriver(client._t, self.ttl, self._lost)
 
     @property
     def lost_reason(self) -> Optional[str]:
-        return self._sessions.lost_reason
+        return self._driver.lost_reason
 
     @property
-    def ids(self) -> Dict[int, int]:
-        return self._sessions.ids()
+    def id(self) -> Optional[int]:
+        """The session's id (in its home store :attr:`store`); ``None`` before it opened."""
+        home = self._driver.home
+        return home.id if home is not None else None
+
+    @property
+    def store(self) -> Optional[int]:
+        """The session's home store (the server's choice); ``None`` before it opened."""
+        home = self._driver.home
+        return home.store if home is not None else None
 
     @property
     def safe_until(self) -> Optional[float]:
-        return self._sessions.safe_until()
+        return self._driver.safe_until()
 
     @property
     def alive(self) -> bool:
         until = self.safe_until
-        return (not self.lost.is_set() and not self._sessions.book.closed
+        return (not self.lost.is_set() and not self._driver.closed
                 and (until is None or time.monotonic() < until))
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost.is_set() else "closed" if self._sessions.book.closed else "alive"
-        return f"<tenure.aio.Session ttl={self.ttl} {state} ids={self.ids}>"
+        state = "lost" if self.lost.is_set() else "closed" if self._driver.closed else "alive"
+        return f"<tenure.aio.Session ttl={self.ttl} {state} store={self.store} id={self.id}>"
 
     async def __aenter__(self) -> "Session":
         return self
@@ -252,8 +261,9 @@ class Session:
         await self.close()
 
     async def close(self) -> None:
-        """Close the session (its locks released, ephemeral objects deleted)."""
-        await self._sessions.close()
+        """Close the session (its locks in every store released, ephemeral objects
+        deleted)."""
+        await self._driver.close()
         locks, self._locks = self._locks, []
         holders, self._holders = self._holders, []
         for l in locks:
@@ -270,30 +280,37 @@ class Session:
             h._mark_lost(reason)
         call_back(self._on_lost, self, "the session")
 
-    async def _ref(self, store: int) -> pb.SessionRef:
-        return await self._sessions.ref(store)
+    async def _ref(self) -> pb.SessionRef:
+        """The session's ref for a request of any store (opens it on first use)."""
+        return await self._driver.ref()
+
+    def _home(self) -> pb.SessionRef:
+        """The session's ref, without checks (releases and resigns of what it holds)."""
+        home = self._driver.home
+        assert home is not None, "the session holds nothing before it opened"
+        return home
 
     def _next_id(self) -> int:
-        return self._sessions.next_request_id()
+        return self._driver.next_request_id()
 
     def _cancel(self) -> Optional[Exception]:
-        if self._sessions.lost:
-            return SessionLost(f"the session is lost: {self._sessions.lost_reason}")
-        if self._sessions.book.closed:
+        if self._driver.lost:
+            return SessionLost(f"the session is lost: {self._driver.lost_reason}")
+        if self._driver.closed:
             return ClientClosed("the session is closed")
         return None
 
-    def _raise_expired(self, store: int, e: SessionExpired) -> None:
-        self._sessions.expired(store)
+    def _raise_expired(self, e: SessionExpired) -> None:
+        self._driver.expired(e.message)
         raise SessionLost(f"the session is lost: {e.message}") from e
 
-    async def _confirm(self, store: int, name: str, release: Callable[[], Awaitable[Any]]) -> None:
+    async def _confirm(self, name: str, release: Callable[[], Awaitable[Any]]) -> None:
         until = self.safe_until
         warn = min(2.0, self.ttl / 2)
         if until is not None and until - time.monotonic() > warn and not self.lost.is_set():
             return
         limit = min(max(self.ttl / 3, 1.0), self._client.options.attempt_timeout)
-        if not self.lost.is_set() and await self._sessions.confirm(store, limit):
+        if not self.lost.is_set() and await self._driver.confirm(limit):
             until = self.safe_until
             if until is not None and until - time.monotonic() > warn:
                 return
@@ -332,7 +349,7 @@ class Session:
         client = self._client
         opts = client.options
         store = await client.store_of(name)
-        ref = await self._ref(store)
+        ref = await self._ref()
         req = pb.AcquireRequest(
             session=ref, name=name,
             mode=pb.LOCK_MODE_SHARED if shared else pb.LOCK_MODE_EXCLUSIVE,
@@ -360,7 +377,7 @@ class Session:
                 return None
             raise
         except SessionExpired as e:
-            self._raise_expired(store, e)
+            self._raise_expired(e)
             raise  # pragma: no cover
         except Timeout:
             raise
@@ -372,14 +389,14 @@ class Session:
         lock = Lock(self, name, store, ref.id, shared, FencingToken._from_proto(granted.token),
                     on_lost)
         self._locks.append(lock)
-        await self._confirm(store, name, lambda: lock._release(quiet=True))
+        await self._confirm(name, lambda: lock._release(quiet=True))
         if self.lost.is_set():
             lock._mark_lost(self.lost_reason or "session lost")
         return lock
 
     async def _release(self, lock: "Lock") -> None:
-        req = pb.ReleaseRequest(session=pb.SessionRef(store=lock.store, id=lock.session_id),
-                                name=lock.name, request_id=self._next_id(),
+        # The session's own ref (home store and id), whatever the lock's store.
+        req = pb.ReleaseRequest(session=self._home(), name=lock.name, request_id=self._next_id(),
                                 token=lock.token._to_proto())
         try:
             await self._client._t.call("tenure", "Release", req)

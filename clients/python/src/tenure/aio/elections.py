@@ -11,7 +11,6 @@ import grpc
 
 from .._core import Plan, to_bytes
 from .._proto import elections_pb2 as epb
-from .._proto import tenure_pb2 as pb
 from ..elections import election_key
 from ..errors import DeadlineExceeded, SessionExpired, TenureError, Timeout, WouldBlock, from_proto
 from ..types import FencingToken, Leader, LeaderChange
@@ -84,8 +83,7 @@ class Election:
         s = self.session
         c = s._client
         opts = c.options
-        store = await c.store_of(self.name)
-        ref = await s._ref(store)
+        ref = await s._ref()
         req = epb.CampaignRequest(name=self.name, value=to_bytes(value), session=ref,
                                   request_id=s._next_id(), no_wait=no_wait)
         if no_wait:
@@ -108,7 +106,7 @@ class Election:
                 return None
             raise
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
             raise  # pragma: no cover
         except Timeout:
             raise
@@ -120,7 +118,7 @@ class Election:
             raise
         l = Leadership(self, Leader._from_proto(info), on_lost)
         s._holders.append(l)
-        await s._confirm(store, self.name, lambda: l._resign(quiet=True))
+        await s._confirm(self.name, lambda: l._resign(quiet=True))
         if s.lost.is_set():
             l._mark_lost(s.lost_reason or "session lost")
         self.leadership = l
@@ -203,14 +201,13 @@ class Leadership:
     async def proclaim(self, value: Union[bytes, str]) -> Leader:
         """Replace the leader's value (fenced by the token)."""
         s = self.session
-        store = self.leader.store
         req = epb.ProclaimRequest(name=self.name, value=to_bytes(value),
-                                  session=await s._ref(store), token=self.token._to_proto(),
+                                  session=await s._ref(), token=self.token._to_proto(),
                                   request_id=s._next_id())
         try:
             info = await s._client._t.call("elections", "Proclaim", req)
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
             raise  # pragma: no cover
         self.leader = Leader._from_proto(info)
         return self.leader
@@ -230,9 +227,8 @@ class Leadership:
             self.election.leadership = None
         if self.lost.is_set():
             return False
-        req = epb.ResignRequest(name=self.name,
-                                session=pb.SessionRef(store=self.leader.store,
-                                                      id=self.leader.session),
+        # The session's own ref (home store and id), whatever the election's store.
+        req = epb.ResignRequest(name=self.name, session=s._home(),
                                 token=self.token._to_proto(), request_id=s._next_id())
         try:
             return (await s._client._t.call("elections", "Resign", req)).was_leader

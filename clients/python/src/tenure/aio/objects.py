@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import grpc
 
@@ -59,30 +59,31 @@ class Objects:
         for w in watches:
             await w.close()
 
-    async def _writer(self, key: str, session: Optional["Session"], fence_session: Any,
-                      ephemeral: bool) -> Tuple[int, "Session"]:
+    def _writer(self, session: Optional["Session"], fence_session: Any,
+                ephemeral: bool) -> "Session":
         s = session or fence_session
         if s is None:
             if ephemeral:
                 raise ValueError("an ephemeral object needs a session (session=...): it is "
                                  "deleted when that session ends")
             s = self._c._writer_session()
-        return await self._c.store_of(key), s
+        return s
 
-    async def _session_write(self, s: "Session", store: int, make: Any) -> Any:
+    async def _session_write(self, s: "Session", make: Any) -> Any:
+        """Run a write carrying ``s``'s session (id and home store) and one request id."""
         try:
-            ref = await s._ref(store)
+            ref = await s._ref()
         except SessionLost:
             if s is self._c._writer:
                 s = self._c._writer_session()
-                ref = await s._ref(store)
+                ref = await s._ref()
             else:
                 raise
         rid = s._next_id()
         try:
-            return await make(ref.id, rid)
+            return await make(ref, rid)
         except SessionExpired as e:
-            s._raise_expired(store, e)
+            s._raise_expired(e)
 
     def _attempt(self, size: int) -> float:
         return self._c.options.attempt_timeout + (size + (1 << 20) - 1) // (1 << 20)
@@ -93,20 +94,22 @@ class Objects:
         """Write ``value`` under ``key`` (see :meth:`tenure.objects.Objects.put`)."""
         data = to_bytes(value)
         f, fsession = fence_of(fence)
-        store, s = await self._writer(key, session, fsession, ephemeral)
+        s = self._writer(session, fsession, ephemeral)
         cond = conditions(if_absent, if_revision, f)
         t = self._c._t
 
-        async def make(sid: int, rid: int) -> ObjectWritten:
+        async def make(ref: pb.SessionRef, rid: int) -> ObjectWritten:
             if len(data) <= PUT_LIMIT:
                 req = pb.PutObjectRequest(key=key, data=data, conditions=cond,
-                                          ephemeral=ephemeral, session=sid, request_id=rid)
+                                          ephemeral=ephemeral, session=ref.id,
+                                          session_store=ref.store, request_id=rid)
                 try:
                     return written(await t.call("objects", "Put", req,
                                                 attempt_timeout=self._attempt(len(data))))
                 except TooLarge:
                     pass
-            header = pb.UploadHeader(key=key, conditions=cond, ephemeral=ephemeral, session=sid,
+            header = pb.UploadHeader(key=key, conditions=cond, ephemeral=ephemeral,
+                                     session=ref.id, session_store=ref.store,
                                      request_id=rid, size=len(data))
             hint = await self._manager_hint(key)
             return written(await t.call(
@@ -114,7 +117,7 @@ class Objects:
                 attempt_timeout=self._attempt(len(data)),
                 deadline=self._c.options.deadline + self._attempt(len(data))))
 
-        return await self._session_write(s, store, make)
+        return await self._session_write(s, make)
 
     async def _manager_hint(self, key: str) -> Optional[str]:
         try:
@@ -138,14 +141,15 @@ class Objects:
                      session: Optional["Session"] = None) -> ObjectWritten:
         """Delete the object under ``key`` (see :meth:`tenure.objects.Objects.delete`)."""
         f, fsession = fence_of(fence)
-        store, s = await self._writer(key, session, fsession, False)
+        s = self._writer(session, fsession, False)
         cond = conditions(False, if_revision, f)
 
-        async def make(sid: int, rid: int) -> ObjectWritten:
-            req = pb.DeleteObjectRequest(key=key, conditions=cond, session=sid, request_id=rid)
+        async def make(ref: pb.SessionRef, rid: int) -> ObjectWritten:
+            req = pb.DeleteObjectRequest(key=key, conditions=cond, session=ref.id,
+                                         session_store=ref.store, request_id=rid)
             return written(await self._c._t.call("objects", "Delete", req))
 
-        return await self._session_write(s, store, make)
+        return await self._session_write(s, make)
 
     async def list(self, prefix: str, *, store: Optional[int] = None, limit: int = 0) -> Listing:
         """The objects at and under ``prefix`` (see :meth:`tenure.objects.Objects.list`)."""
