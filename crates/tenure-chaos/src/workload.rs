@@ -100,19 +100,32 @@ struct Worker {
     cfg: WorkloadConfig,
     rec: Recorder,
     rng: Rng,
-    client: Client,
+    /// One client per store of the names: each client's one session is homed in its
+    /// store, so a hold is recorded under the session the store itself names (a session
+    /// of another store would hold through its child, whose id the history cannot know).
+    clients: std::collections::HashMap<u32, Client>,
 }
 
 impl Worker {
+    /// The client for names of `store`.
+    fn client(&mut self, store: u32) -> anyhow::Result<Client> {
+        if let Some(c) = self.clients.get(&store) {
+            return Ok(c.clone());
+        }
+        let c = new_client(&self.target, self.idx, self.cfg.ttl)?;
+        self.clients.insert(store, c.clone());
+        Ok(c)
+    }
+
     fn store(&self, name: &str) -> u32 {
         tenure_core::config::store_of(name, self.cfg.stores).0
     }
 
     async fn session_id(&self, store: u32) -> u64 {
-        self.client
-            .session_state(store)
-            .await
-            .map_or(0, |(id, _)| id)
+        let Some(c) = self.clients.get(&store) else {
+            return 0;
+        };
+        c.session_state().await.map_or(0, |(_, id, _)| id)
     }
 
     fn op(&self, kind: OpKind, name: &str, session: u64, invoke: u64, outcome: Outcome) {
@@ -144,13 +157,12 @@ impl Worker {
                 Outcome::Unknown("client closed after an unknown outcome".into()),
             );
         }
-        let old = std::mem::replace(
-            &mut self.client,
-            new_client(&self.target, self.idx, self.cfg.ttl)?,
-        );
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), old.close()).await;
-        });
+        let store = self.store(name);
+        if let Some(old) = self.clients.remove(&store) {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(5), old.close()).await;
+            });
+        }
         Ok(())
     }
 
@@ -160,8 +172,8 @@ impl Worker {
         let invoke = self.rec.now();
         let started = Instant::now();
         let wait = self.cfg.acquire_wait;
-        let r = self
-            .client
+        let client = self.client(store)?;
+        let r = client
             .lock(name, LockMode::Exclusive, Wait::Timeout(wait))
             .await;
         match r {
@@ -188,7 +200,7 @@ impl Worker {
             }
             Err(e) => {
                 let session = self.session_id(store).await;
-                let slack = self.client.options().wait_slack;
+                let slack = client.options().wait_slack;
                 if refused(&e, started.elapsed(), wait, slack) {
                     self.op(
                         OpKind::Acquire,
@@ -282,8 +294,11 @@ impl Worker {
     async fn read(&mut self, name: &str) {
         let store = self.store(name);
         let invoke = self.rec.now();
+        let Ok(client) = self.client(store) else {
+            return;
+        };
         if let Ok(Ok(st)) =
-            tokio::time::timeout(Duration::from_secs(10), self.client.holders(name)).await
+            tokio::time::timeout(Duration::from_secs(10), client.holders(name)).await
         {
             let holders = st.holders.iter().map(|h| (h.session, h.token)).collect();
             self.op(
@@ -307,14 +322,13 @@ pub async fn worker(
     rng: Rng,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<HeldAtEnd>> {
-    let client = new_client(&target, idx, cfg.ttl)?;
     let mut w = Worker {
         idx,
         target,
         cfg,
         rec,
         rng,
-        client,
+        clients: Default::default(),
     };
     while !*stop.borrow() {
         let i = w.rng.below(w.cfg.names.len() as u64) as usize;
@@ -326,18 +340,23 @@ pub async fn worker(
         if let Some((g, h)) = w.acquire(&name).await?
             && let Some(g) = w.hold(g, h, &mut stop).await?
         {
+            let client = w.client(w.store(g.name()))?;
             return Ok(Some(HeldAtEnd {
                 client_index: idx,
                 guard: g,
-                client: w.client,
+                client,
             }));
         }
     }
     let name = w.cfg.name(idx as usize, w.cfg.generation(w.rec.now()));
-    Ok(w.acquire(&name).await?.map(|(g, _)| HeldAtEnd {
+    let Some((g, _)) = w.acquire(&name).await? else {
+        return Ok(None);
+    };
+    let client = w.client(w.store(&name))?;
+    Ok(Some(HeldAtEnd {
         client_index: idx,
         guard: g,
-        client: w.client,
+        client,
     }))
 }
 

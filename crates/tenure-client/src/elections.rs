@@ -5,8 +5,8 @@
 //!
 //! - [`Elections::campaign`] waits until this client leads the election, then publishes
 //!   its value, and returns a [`Leadership`] carrying the fencing token. The campaign runs
-//!   under the client's session in the election's store (opened transparently, as for
-//!   locks): the election is the lock `NAME/.election`, whose FIFO queue orders the
+//!   under the client's one session (opened transparently, as for locks; in another
+//!   store than its home, under its child there): the election is the lock `NAME/.election`, whose FIFO queue orders the
 //!   candidates. If that session ends while the campaign waits, the campaign fails with
 //!   [`Error::SessionExpired`] — it does not go on under a new session, and its place in
 //!   the queue is gone with the session (no zombie candidate). Campaign again to stand
@@ -176,7 +176,7 @@ impl Elections {
             name: name.to_string(),
             value,
             session: Some(proto::SessionRef {
-                store,
+                store: session.store,
                 id: session.id,
             }),
             request_id,
@@ -221,6 +221,7 @@ impl Elections {
             elections: self.clone(),
             state: session.state.subscribe(),
             session,
+            store,
             leader,
             resigned: false,
         };
@@ -276,8 +277,9 @@ impl Elections {
             .await
     }
 
-    /// Resign the leadership of `name` that `session` (of `store`) holds with `token`
-    /// (none: whatever leadership of `name` it holds). Whether this ended a leadership.
+    /// Resign the leadership of `name` that `session` (of `store`, its home) holds with
+    /// `token` (none: whatever leadership of `name` it holds). Whether this ended a
+    /// leadership.
     pub(crate) async fn resign_raw(
         &self,
         store: u32,
@@ -285,9 +287,14 @@ impl Elections {
         name: &str,
         token: Option<FencingToken>,
     ) -> Result<bool> {
+        let session_store = store;
+        let store = self.client.store_of(name).await?;
         let req = proto::ResignRequest {
             name: name.to_string(),
-            session: Some(proto::SessionRef { store, id: session }),
+            session: Some(proto::SessionRef {
+                store: session_store,
+                id: session,
+            }),
             token: token.map(Into::into),
             request_id: self.client.next_request_id(),
         };
@@ -338,6 +345,8 @@ impl Elections {
 pub struct Leadership {
     elections: Elections,
     session: Arc<Session>,
+    /// The election's store.
+    store: u32,
     leader: Leader,
     state: watch::Receiver<SessionState>,
     resigned: bool,
@@ -369,8 +378,14 @@ impl Leadership {
         self.session.id
     }
 
-    /// The store of the election and its session.
+    /// The store of the election.
     pub fn store(&self) -> u32 {
+        self.store
+    }
+
+    /// The store of the client's session (its home; in another store than the
+    /// election's, the session leads through its child there).
+    pub fn session_store(&self) -> u32 {
         self.session.store
     }
 
@@ -434,7 +449,7 @@ impl Leadership {
         let leader = self
             .elections
             .client
-            .routed_elections(self.session.store, self.elections.quick(), |mut c| {
+            .routed_elections(self.store, self.elections.quick(), |mut c| {
                 let req = req.clone();
                 async move {
                     use proto::proclaim_response::Result as R;

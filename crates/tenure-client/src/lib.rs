@@ -15,9 +15,9 @@
 //! Every routed RPC goes through one generic loop ([`Client::routed`]), so adding an RPC
 //! is one call with a closure that issues it and unpacks its `oneof result`.
 //!
-//! Locks ([`Client::lock`], module [`locks`]): the client opens one session per store it
-//! uses, transparently, and keeps each alive from a background task over a keep-alive
-//! stream. A [`LockGuard`] carries the grant's fencing token and the session's
+//! Locks ([`Client::lock`], module [`locks`]): the client opens one session,
+//! transparently, for names of every store (DESIGN §4, "One session per client"), and
+//! keeps it alive from a background task over a keep-alive stream. A [`LockGuard`] carries the grant's fencing token and the session's
 //! conservative deadline (the local send time of the last answered keep-alive + TTL −
 //! δ_c, [`tenure_core::session::client_deadline`]); [`LockGuard::lost`] resolves before
 //! that deadline passes unless a keep-alive extends it. Dropping a guard releases the

@@ -532,6 +532,11 @@ impl State {
             )
         };
         let this_session = |r: &mut Option<SessionRef>| -> Result<(), proto::Error> {
+            if r.as_ref().is_some_and(|s| s.store != store.0) {
+                // A session of another store, named: the client's one session, its home
+                // elsewhere (as on the unary API, the session id is the credential).
+                return Ok(());
+            }
             let Some((mine, _)) = self.session else {
                 return Err(invalid("no session on this stream: open or resume one"));
             };
@@ -542,7 +547,6 @@ impl State {
                         id: mine.0,
                     })
                 }
-                Some(s) if s.store != store.0 => return Err(wrong(s.store)),
                 Some(s) if s.id != mine.0 => {
                     return Err(invalid(format!(
                         "session {} on the stream of session {}",

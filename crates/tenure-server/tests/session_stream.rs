@@ -67,6 +67,13 @@ impl Raw {
         }
     }
 
+    /// Start on `store` without a session.
+    async fn started(mut self, store: u32) -> Raw {
+        self.send(1, Rq::Start(start(store, None))).await;
+        assert!(matches!(self.answer(1, &mut vec![]).await, Ev::Started(_)));
+        self
+    }
+
     /// Start on `store` and open a session with `ttl_ms`: the session id.
     async fn start_with_session(&mut self, store: u32, ttl_ms: u64) -> u64 {
         self.send(1, Rq::Start(start(store, None))).await;
@@ -263,8 +270,8 @@ fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
         )
         .await;
         assert!(matches!(k, Kind::InvalidRequest(_)), "{k:?}");
-        // A session of another store than the stream's (a name of another store is
-        // served under the stream's session: `one_session_serves_names_of_every_store`).
+        // A session of another store, named, runs under its child here (a client's one
+        // session, its home elsewhere); one that does not exist has expired.
         let other = (0..STORES).find(|s| *s != store).unwrap();
         let k = expect(
             &mut s,
@@ -273,7 +280,7 @@ fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
                 kind: Some(Rq::Acquire(proto::AcquireRequest {
                     session: Some(proto::SessionRef {
                         store: other,
-                        id: 1,
+                        id: 1 << 40,
                     }),
                     name: "/x/q".into(),
                     r#try: true,
@@ -281,6 +288,21 @@ fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
                 })),
             },
             "a session of another store",
+        )
+        .await;
+        assert!(matches!(k, Kind::SessionExpired(_)), "{k:?}");
+        // Opening a session in another store than the stream's.
+        let k = expect(
+            &mut Raw::open(&manager).await.started(store).await,
+            proto::SessionRequest {
+                request_id: 25,
+                kind: Some(Rq::Open(proto::OpenSessionRequest {
+                    store: Some(other),
+                    ttl_ms: 10_000,
+                    ..Default::default()
+                })),
+            },
+            "open in another store",
         )
         .await;
         assert!(matches!(k, Kind::WrongStore(_)), "{k:?}");

@@ -288,3 +288,123 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
         assert!(e.contains("SessionExpired"), "{e}");
     });
 }
+
+/// The Rust client (both transports) holds names of three stores, an ephemeral object and
+/// a leadership under ONE session, homed in the store of its first name; the holders
+/// of the other names are the session's children; closing the client frees everything.
+#[test]
+fn the_rust_client_uses_one_session_for_names_of_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    up(&data);
+    let file = common::cluster_file(&data);
+    let endpoints: Vec<String> = file["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for (round, transport) in [
+            tenure_client::Transport::Stream,
+            tenure_client::Transport::Unary,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let opts = with_tls(
+                &data,
+                tenure_client::ClientOptions {
+                    transport,
+                    session_ttl: Duration::from_millis(TTL_MS),
+                    ..Default::default()
+                },
+            );
+            let client = tenure_client::Client::with_options(endpoints.clone(), opts).unwrap();
+            let first = format!("/rust{round}/first");
+            let home = store_of(&first, STORES).0;
+            let others = names_outside(home, 4, &format!("r{round}"));
+            let mut guards = vec![
+                client
+                    .lock(
+                        &first,
+                        tenure_client::LockMode::Exclusive,
+                        tenure_client::Wait::Try,
+                    )
+                    .await
+                    .unwrap(),
+            ];
+            for name in &others[..2] {
+                guards.push(
+                    client
+                        .lock(
+                            name,
+                            tenure_client::LockMode::Exclusive,
+                            tenure_client::Wait::Try,
+                        )
+                        .await
+                        .unwrap(),
+                );
+            }
+            let session = guards[0].session();
+            for g in &guards {
+                assert_eq!(
+                    (g.session_store(), g.session()),
+                    (home, session),
+                    "{}",
+                    g.name()
+                );
+                assert_eq!(g.store(), store_of(g.name(), STORES).0);
+            }
+            for g in &guards[1..] {
+                let h = client.holders(g.name()).await.unwrap();
+                assert_eq!(h.holders.len(), 1, "{h:?}");
+                assert_eq!(h.holders[0].store, g.store(), "held by the child: {h:?}");
+            }
+            let key = format!("{}/k", others[2]);
+            let opts = tenure_client::objects::PutOptions {
+                ephemeral: true,
+                ..Default::default()
+            };
+            client
+                .objects()
+                .put_with(&key, &b"v"[..], opts)
+                .await
+                .unwrap();
+            let leadership = client.elections().campaign(&others[3], "me").await.unwrap();
+            assert_eq!(
+                (leadership.session_store(), leadership.session()),
+                (home, session)
+            );
+            assert_eq!(leadership.store(), store_of(&others[3], STORES).0);
+            // Two TTLs: the one keep-alive loop keeps everything.
+            tokio::time::sleep(Duration::from_millis(2 * TTL_MS)).await;
+            for g in &guards {
+                assert!(g.is_held(), "{}", g.name());
+                let h = client.holders(g.name()).await.unwrap();
+                assert_eq!(h.holders.len(), 1, "{h:?}");
+            }
+            assert!(client.objects().get(&key).await.is_ok());
+            client.close().await.unwrap();
+            // Dropped after the close: their session has ended, nothing is sent.
+            drop((leadership, guards));
+            let probe = tenure_client::Client::with_options(
+                endpoints.clone(),
+                with_tls(&data, Default::default()),
+            )
+            .unwrap();
+            for name in std::iter::once(&first).chain(&others[..2]) {
+                let h = probe.holders(name).await.unwrap();
+                assert!(h.holders.is_empty(), "{name} freed by the close: {h:?}");
+            }
+            assert!(probe.objects().get(&key).await.is_err(), "ephemeral gone");
+            let leader = probe.elections().leader(&others[3]).await.unwrap();
+            assert!(leader.is_none(), "leadership gone: {leader:?}");
+        }
+    });
+}

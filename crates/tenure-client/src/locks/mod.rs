@@ -1,7 +1,10 @@
 //! Sessions, keep-alive and lock guards (DESIGN §4).
 //!
-//! A client opens one session per store it takes locks in, on first use, and keeps it
-//! alive from a background task: one keep-alive stream to the store's manager, a request
+//! A client opens one session, on first use, in the store of the first name that needs it
+//! (its *home*), and uses it for names of every store: in another store a request runs
+//! under the session's child there, which the server keeps alive with the session (DESIGN
+//! §4, "One session per client"). It keeps the session alive from a background task: one
+//! keep-alive stream to the home store's manager, a request
 //! every TTL/3, each answer extending the session's conservative deadline to the local
 //! *send* time of the answered request + TTL − δ_c
 //! ([`tenure_core::session::client_deadline`]). The manager set its own deadline on
@@ -193,6 +196,8 @@ pub struct LockOptions {
 pub struct LockGuard {
     client: Client,
     session: Arc<Session>,
+    /// The store of the lock's name.
+    store: u32,
     name: String,
     mode: LockMode,
     token: FencingToken,
@@ -216,14 +221,21 @@ impl LockGuard {
         self.token
     }
 
-    /// The holding session's id.
+    /// The client's session's id (its home store: [`LockGuard::session_store`]).
     pub fn session(&self) -> u64 {
         self.session.id
     }
 
-    /// The store of the lock and its session.
-    pub fn store(&self) -> u32 {
+    /// The store of the client's session. When it is not [`LockGuard::store`], the lock
+    /// is held in its store by the session's child there (holder listings name the
+    /// child).
+    pub fn session_store(&self) -> u32 {
         self.session.store
+    }
+
+    /// The store of the lock.
+    pub fn store(&self) -> u32 {
+        self.store
     }
 
     /// The session's TTL.

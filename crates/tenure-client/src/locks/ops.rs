@@ -54,8 +54,9 @@ impl Client {
         }
     }
 
-    /// Open (or reuse) the store's session and acquire on it; a session found expired
-    /// is replaced once. On the stream, a timed wait keeps its end (the time spent
+    /// Open (or reuse) the client's session and acquire under it (in the name's store,
+    /// under the session's child there when its home is another store); a session found
+    /// expired is replaced once. On the stream, a timed wait keeps its end (the time spent
     /// finding the manager counts) and the grant is confirmed ([`Client::confirmed`]).
     async fn lock_on(
         &self,
@@ -78,10 +79,11 @@ impl Client {
                     ),
                     w => w,
                 };
-                self.acquire_stream(&session, name, mode, wait, options)
+                self.acquire_stream(&session, store, name, mode, wait, options)
                     .await
             } else {
-                self.acquire(&session, name, mode, wait, options).await
+                self.acquire(&session, store, name, mode, wait, options)
+                    .await
             };
             match acquired {
                 Ok(token) => {
@@ -89,6 +91,7 @@ impl Client {
                         client: self.clone(),
                         state: session.state.subscribe(),
                         session,
+                        store,
                         name: name.to_string(),
                         mode,
                         token,
@@ -145,6 +148,7 @@ impl Client {
     async fn acquire_stream(
         &self,
         session: &Arc<Session>,
+        store: u32,
         name: &str,
         mode: LockMode,
         wait: Wait,
@@ -167,7 +171,7 @@ impl Client {
         };
         let quick = no_wait;
         match self
-            .link(session.store)
+            .link(store)
             .call(id, Rq::Acquire(req), quick, None)
             .await
         {
@@ -185,6 +189,7 @@ impl Client {
     async fn acquire(
         &self,
         session: &Arc<Session>,
+        store: u32,
         name: &str,
         mode: LockMode,
         wait: Wait,
@@ -236,7 +241,6 @@ impl Client {
             no_wait,
         };
         let watch = session.state.subscribe();
-        let store = session.store;
         let call = |mut c: TenureClient<Chan>| {
             let req = req.clone();
             let expired = watch.borrow().expired;
@@ -263,9 +267,10 @@ impl Client {
         })
     }
 
-    /// Release `name` held by `session` in `store` (the lock of another process too, as
-    /// an operator does with `tenure unlock`). With `token`, the release happens only if
-    /// the session's grant carries it ([`Error::StaleToken`] otherwise).
+    /// Release `name` held by `session` of `store` (the lock of another process too, as
+    /// an operator does with `tenure unlock`: a holder as listed, or a client's session
+    /// whose home is another store than the name's). With `token`, the release happens
+    /// only if the session's grant carries it ([`Error::StaleToken`] otherwise).
     pub async fn release_raw(
         &self,
         store: u32,
@@ -273,11 +278,16 @@ impl Client {
         name: &str,
         token: Option<FencingToken>,
     ) -> Result<()> {
+        let session_store = store;
+        let store = self.store_of(name).await?;
         // Every attempt carries one request id: a retry after a lost answer gets the first
         // attempt's `Released` from the store (the id is replicated with the release).
         let request_id = self.next_request_id();
         let req = proto::ReleaseRequest {
-            session: Some(proto::SessionRef { store, id: session }),
+            session: Some(proto::SessionRef {
+                store: session_store,
+                id: session,
+            }),
             name: name.to_string(),
             request_id,
             token: token.map(Into::into),
@@ -407,8 +417,8 @@ impl Client {
         Ok(out)
     }
 
-    /// Close every session of this client: their locks are released at once (no
-    /// lock-delay) and their keep-alive tasks stop.
+    /// Close this client's session: its locks in every store are released at once (no
+    /// lock-delay) and its keep-alive task stops.
     pub async fn close(&self) -> Result<()> {
         let sessions: HashMap<u32, Arc<Session>> =
             std::mem::take(&mut *self.inner.sessions.lock().await);

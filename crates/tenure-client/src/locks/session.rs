@@ -1,5 +1,5 @@
-//! Sessions: the client's clock for deadlines, opening a store's session on first use,
-//! and the keep-alive task that extends it until it is stopped or expires.
+//! Sessions: the client's clock for deadlines, opening the client's one session on first
+//! use, and the keep-alive task that extends it until it is stopped or expires.
 
 use super::{Session, SessionState};
 use crate::proto;
@@ -38,13 +38,14 @@ impl Client {
         Ok(tenure_core::config::store_of(name, stores).0)
     }
 
-    /// This client's live session in `store`, opened (with its keep-alive task) if there
-    /// is none.
+    /// This client's live session, opened (with its keep-alive task) if there is none.
+    /// One session serves names of every store (DESIGN §4, "One session per client"):
+    /// it is opened in `store`, the store of the name that first needs it (its *home*),
+    /// and a request for a name of another store runs under its child there.
     pub(crate) async fn session(&self, store: u32) -> Result<Arc<Session>> {
         let mut sessions = self.inner.sessions.lock().await;
-        if let Some(s) = sessions.get(&store)
-            && !s.is_expired()
-        {
+        sessions.retain(|_, s| !s.is_expired());
+        if let Some(s) = sessions.values().next() {
             return Ok(s.clone());
         }
         let ttl_ms = self.inner.opts.session_ttl.as_millis() as u64;
@@ -110,10 +111,10 @@ impl Client {
         Ok(session)
     }
 
-    /// The state of this client's session in `store`, if it has one.
-    pub async fn session_state(&self, store: u32) -> Option<(u64, SessionState)> {
+    /// This client's session, if it has one: its home store, id and state.
+    pub async fn session_state(&self) -> Option<(u32, u64, SessionState)> {
         let sessions = self.inner.sessions.lock().await;
-        sessions.get(&store).map(|s| (s.id, *s.state.borrow()))
+        (sessions.values().next()).map(|s| (s.store, s.id, *s.state.borrow()))
     }
 }
 

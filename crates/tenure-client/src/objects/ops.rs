@@ -32,11 +32,16 @@ impl Objects {
         }
     }
 
-    /// The client's session in `store` and a fresh request id: every attempt of one
-    /// write carries both, so the store recognises a retry.
-    async fn writer(&self, store: u32) -> Result<(u64, u64)> {
+    /// The client's session (its home store and id; a write in another store runs
+    /// under its child there) and a fresh request id: every attempt of one write carries
+    /// both, so the store recognises a retry.
+    async fn writer(&self, store: u32) -> Result<(proto::SessionRef, u64)> {
         let session = self.client.session(store).await?;
-        Ok((session.id, self.client.next_request_id()))
+        let home = proto::SessionRef {
+            store: session.store,
+            id: session.id,
+        };
+        Ok((home, self.client.next_request_id()))
     }
 
     /// Write `data` under `key`.
@@ -122,16 +127,16 @@ impl Objects {
         key: &str,
         data: &Bytes,
         opts: &PutOptions,
-        session: u64,
+        session: proto::SessionRef,
         request_id: u64,
     ) -> Result<Written> {
         let req = proto::PutObjectRequest {
-            session_store: None,
+            session_store: Some(session.store),
             key: key.to_string(),
             data: data.clone(),
             conditions: Some(conditions(opts)),
             ephemeral: opts.ephemeral,
-            session,
+            session: session.id,
             request_id,
         };
         let total = data.len() as u64;
@@ -155,15 +160,15 @@ impl Objects {
         key: &str,
         data: Bytes,
         opts: &PutOptions,
-        session: u64,
+        session: proto::SessionRef,
         request_id: u64,
     ) -> Result<Written> {
         let header = proto::UploadHeader {
-            session_store: None,
+            session_store: Some(session.store),
             key: key.to_string(),
             conditions: Some(conditions(opts)),
             ephemeral: opts.ephemeral,
-            session,
+            session: session.id,
             request_id,
             size: Some(data.len() as u64),
         };
@@ -260,10 +265,10 @@ impl Objects {
         let store = self.store_of(key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::DeleteObjectRequest {
-            session_store: None,
+            session_store: Some(session.store),
             key: key.to_string(),
             conditions: Some(conditions(&opts)),
-            session,
+            session: session.id,
             request_id,
         };
         self.client
@@ -334,9 +339,9 @@ impl Objects {
         let store = self.store_of(key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::MultipartInitiateRequest {
-            session_store: None,
+            session_store: Some(session.store),
             key: key.to_string(),
-            session,
+            session: session.id,
             request_id,
         };
         self.client
@@ -406,12 +411,12 @@ impl Objects {
         let store = self.store_of(&upload.key).await?;
         let (session, request_id) = self.writer(store).await?;
         let req = proto::MultipartCompleteRequest {
-            session_store: None,
+            session_store: Some(session.store),
             key: upload.key.clone(),
             upload: upload.upload.clone(),
             parts: parts.to_vec(),
             conditions: Some(conditions(&opts)),
-            session,
+            session: session.id,
             request_id,
         };
         self.client

@@ -1,8 +1,9 @@
 //! The client side of the session stream (`rpc Session`, DESIGN §8).
 //!
 //! A [`Link`] is one client's channel to one store: a task that owns a session stream to
-//! the store's manager, the client's session in that store (if it opened one), and every
-//! request not answered yet. Callers hand it requests with their ids and wait for the
+//! the store's manager, the client's session if its home is that store (if it opened
+//! one; the links to other stores carry the session in each request, and the server runs
+//! them under the session's child there), and every request not answered yet. Callers hand it requests with their ids and wait for the
 //! answer; the task pipelines them on the stream (at most the server's `max_in_flight` at
 //! once), matches answers by id, and sends a keep-alive every TTL/3, each answer moving
 //! the session's conservative deadline to the keep-alive's send time + TTL − δ_c.

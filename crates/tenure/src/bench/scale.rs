@@ -583,7 +583,7 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
             let s = *g.watch().borrow();
             if s.expired {
                 out.locks_lost += 1;
-                expired.insert((g.store(), g.session()));
+                expired.insert((g.session_store(), g.session()));
             }
             if !g.is_held() {
                 out.locks_in_doubt += 1;
