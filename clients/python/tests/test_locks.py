@@ -220,7 +220,7 @@ def test_error_messages_read_as_sentences(client, ns):
     with client.session() as s:
         with pytest.raises(tenure.InvalidName) as info:
             s.lock("no-slash")
-        assert str(info.value) == "invalid name \"no-slash\": lock name must start with '/'"
+        assert str(info.value) == "invalid name \"no-slash\": name must start with '/'"
         with pytest.raises(tenure.Rejected) as info:
             s.lock(f"{ns}/x", lock_delay=100)
         assert "lock_delay" in str(info.value) and "60s" in str(info.value)

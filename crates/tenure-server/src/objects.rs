@@ -206,14 +206,7 @@ fn writer(session: u64, request_id: u64) -> Writer {
     }
 }
 
-fn invalid(reason: &str) -> proto::Error {
-    proto::Error {
-        message: format!("invalid request: {reason}"),
-        kind: Some(Kind::InvalidRequest(proto::InvalidRequest {
-            reason: reason.to_string(),
-        })),
-    }
-}
+use crate::grpc::invalid_request as invalid;
 
 fn too_large(size: u64, limit: u64, what: &str) -> proto::Error {
     proto::Error {

@@ -342,15 +342,7 @@ fn error(kind: Kind, message: String) -> proto::Error {
     }
 }
 
-fn invalid(reason: impl Into<String>) -> proto::Error {
-    let reason = reason.into();
-    error(
-        Kind::InvalidRequest(proto::InvalidRequest {
-            reason: reason.clone(),
-        }),
-        format!("invalid request: {reason}"),
-    )
-}
+use crate::grpc::invalid_request as invalid;
 
 /// A unary response as the stream's answer: its payload's event, or its typed error.
 trait IntoEvent {

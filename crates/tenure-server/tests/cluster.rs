@@ -214,6 +214,25 @@ fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
             ),
             "{r:?}"
         );
+        // ...request id 0 (no idempotency key) gets a typed InvalidRequest...
+        let zero = tenure_client::proto::AcquireRequest {
+            session: Some(tenure_client::proto::SessionRef { store: 0, id: 1 }),
+            name: "/x".into(),
+            ..Default::default()
+        };
+        let r = raw.acquire(zero).await.unwrap().into_inner();
+        assert!(
+            matches!(
+                r.result,
+                Some(tenure_client::proto::acquire_response::Result::Error(
+                    tenure_client::proto::Error {
+                        kind: Some(tenure_client::proto::error::Kind::InvalidRequest(_)),
+                        ..
+                    }
+                ))
+            ),
+            "{r:?}"
+        );
         // ...and an oversized request is refused by the transport.
         let huge = tenure_client::proto::AcquireRequest {
             session: Some(tenure_client::proto::SessionRef { store: 0, id: 1 }),

@@ -18,28 +18,28 @@ pub const NAME_DEPTH_MAX: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum InvalidName {
     /// The empty string.
-    #[error("lock name is empty")]
+    #[error("name is empty")]
     Empty,
     /// The name does not begin with `/`.
-    #[error("lock name must start with '/'")]
+    #[error("name must start with '/'")]
     NoLeadingSlash,
     /// `/` alone names the whole store and cannot be locked.
-    #[error("the root '/' cannot be locked")]
+    #[error("the root '/' is not a name (it stands for the whole store)")]
     Root,
     /// Two consecutive slashes, or a trailing slash.
-    #[error("lock name has an empty segment at position {segment}")]
+    #[error("name has an empty segment at position {segment}")]
     EmptySegment {
         /// Zero-based index of the empty segment.
         segment: usize,
     },
     /// A `.` or `..` segment.
-    #[error("lock name has a '.' or '..' segment at position {segment}")]
+    #[error("name has a '.' or '..' segment at position {segment}")]
     DotSegment {
         /// Zero-based index of the offending segment.
         segment: usize,
     },
     /// Longer than [`NAME_LEN_MAX`] bytes.
-    #[error("lock name is {len} bytes long, the maximum is {max}")]
+    #[error("name is {len} bytes long, the maximum is {max}")]
     TooLong {
         /// Length of the rejected name, in bytes.
         len: usize,
@@ -47,7 +47,7 @@ pub enum InvalidName {
         max: usize,
     },
     /// Deeper than [`NAME_DEPTH_MAX`] segments.
-    #[error("lock name has {depth} segments, the maximum is {max}")]
+    #[error("name has {depth} segments, the maximum is {max}")]
     TooDeep {
         /// Number of segments of the rejected name.
         depth: usize,
@@ -55,7 +55,7 @@ pub enum InvalidName {
         max: usize,
     },
     /// A control or whitespace character other than a plain space.
-    #[error("lock name has a non-printable character at byte {byte}")]
+    #[error("name has a non-printable character at byte {byte}")]
     NotPrintable {
         /// Byte offset of the offending character.
         byte: usize,

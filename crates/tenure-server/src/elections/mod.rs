@@ -145,14 +145,7 @@ fn error(kind: Kind, message: String) -> proto::Error {
     }
 }
 
-fn invalid(reason: &str) -> proto::Error {
-    error(
-        Kind::InvalidRequest(proto::InvalidRequest {
-            reason: reason.to_string(),
-        }),
-        format!("invalid request: {reason}"),
-    )
-}
+use crate::grpc::invalid_request as invalid;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,15 @@ use tenure_core::io::{ClientError, Response};
 use tenure_core::lockctl::{HolderInfo, LockMode, WaiterInfo};
 use tonic::Status;
 
+/// The typed error of a request that is malformed as a whole (`InvalidRequest`).
+pub(crate) fn invalid_request(reason: impl Into<String>) -> proto::Error {
+    let reason = reason.into();
+    proto::Error {
+        message: format!("invalid request: {reason}"),
+        kind: Some(Kind::InvalidRequest(proto::InvalidRequest { reason })),
+    }
+}
+
 pub(crate) fn invalid_name(name: &str, reason: &str) -> proto::Error {
     proto::Error {
         message: format!("invalid name {name:?}: {reason}"),

@@ -32,7 +32,7 @@ mod service;
 
 pub use convert::status_to_proto;
 pub(crate) use convert::{
-    error_kind, invalid_name, sized, token_from_proto, token_to_proto, unexpected,
+    error_kind, invalid_name, invalid_request, sized, token_from_proto, token_to_proto, unexpected,
 };
 
 /// The service.

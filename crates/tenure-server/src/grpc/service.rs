@@ -320,6 +320,13 @@ impl Api {
         if let Some(e) = self.unknown_store(store) {
             return reply(R::Error(e));
         }
+        if r.request_id == 0 {
+            // The idempotency key of the acquire in its session: 0 is no key (two
+            // acquires with it would be taken for one).
+            return reply(R::Error(crate::grpc::invalid_request(
+                "request id 0 (ids are non-zero and increase per session)",
+            )));
+        }
         let name_store = match self.name(&r.name) {
             Ok((s, _)) => s,
             Err(e) => {
