@@ -274,16 +274,10 @@ def _close_failed(ref: pb.SessionRef, e: TenureError) -> None:
 
 # -- the sync driver -----------------------------------------------------------------------
 
-class SessionDriver:
-    """The sync driver: opens the session on first use, runs the keep-alive thread."""
+class _CoreView:
+    """What both drivers read from their :class:`SessionCore`."""
 
-    def __init__(self, transport: Any, ttl: float, on_lost: Callable[[str], None]) -> None:
-        self._t = transport
-        self.core = SessionCore(ttl, transport.opts)
-        self._on_lost = on_lost
-        self._cond = threading.Condition()
-        self._opening = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
+    core: "SessionCore"
 
     @property
     def lost(self) -> bool:
@@ -303,6 +297,18 @@ class SessionDriver:
 
     def next_request_id(self) -> int:
         return self.core.next_request_id()
+
+
+class SessionDriver(_CoreView):
+    """The sync driver: opens the session on first use, runs the keep-alive thread."""
+
+    def __init__(self, transport: Any, ttl: float, on_lost: Callable[[str], None]) -> None:
+        self._t = transport
+        self.core = SessionCore(ttl, transport.opts)
+        self._on_lost = on_lost
+        self._cond = threading.Condition()
+        self._opening = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
 
     def safe_until(self) -> Optional[float]:
         return self.core.safe_until()
@@ -448,7 +454,7 @@ class SessionDriver:
 
 # -- the asyncio driver --------------------------------------------------------------------
 
-class AsyncSessionDriver:
+class AsyncSessionDriver(_CoreView):
     """The asyncio driver: the same core, one keep-alive task."""
 
     def __init__(self, transport: Any, ttl: float, on_lost: Callable[[str], None]) -> None:
@@ -459,25 +465,6 @@ class AsyncSessionDriver:
         self._task: Optional[asyncio.Task] = None
         self._wake: Optional[asyncio.Event] = None
         self._tasks: Set[asyncio.Task] = set()
-
-    @property
-    def lost(self) -> bool:
-        return self.core.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self.core.lost_reason
-
-    @property
-    def closed(self) -> bool:
-        return self.core.closed
-
-    @property
-    def home(self) -> Optional[pb.SessionRef]:
-        return self.core.home
-
-    def next_request_id(self) -> int:
-        return self.core.next_request_id()
 
     def safe_until(self) -> Optional[float]:
         return self.core.safe_until()
