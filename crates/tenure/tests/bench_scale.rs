@@ -66,3 +66,88 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
         f["restart_s"].as_f64().unwrap()
     );
 }
+
+/// `bench scale --system <peer>`, bounded, where the peer is installed: the benchmark
+/// starts three members on 127.0.0.1 itself, runs every phase, and stops them.
+fn peer_run(system: &str) -> Option<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers");
+    let (ok, out, err) = tenure(&[
+        "bench",
+        "scale",
+        "--system",
+        system,
+        "--objects",
+        "2000",
+        "--clients",
+        "8",
+        "--sessions",
+        "8",
+        "--locks",
+        "800",
+        "--ttl-secs",
+        "10",
+        "--watch-secs",
+        "12",
+        "--peer-data",
+        peers.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(ok, "bench scale --system {system} failed:\n{out}\n{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("--json prints JSON");
+    assert_eq!(r["system"], system, "{r}");
+    assert_eq!(r["tenths"].as_array().unwrap().len(), 10, "{r}");
+    assert_eq!(r["fill_errors"], 0, "{r}");
+    assert_eq!(r["hold_errors"], 0, "{r}");
+    for d in r["after_hold"].as_array().unwrap() {
+        assert!(d["rss_mb"].as_f64().unwrap() > 1.0, "{r}");
+    }
+    let f = &r["failover"];
+    assert!(
+        f["first_grant_s"].as_f64().is_some(),
+        "a write after the kill: {r}"
+    );
+    assert!(f["all_managed_s"].as_f64().is_some(), "a new leader: {r}");
+    assert!(
+        f["restart_s"].as_f64().is_some(),
+        "the member serves again: {r}"
+    );
+    // The members were stopped: no process names their directory any more.
+    let dir_text = peers.to_str().unwrap();
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(dir_text))
+        .collect();
+    assert!(running.is_empty(), "members still running: {running:?}");
+    Some(r)
+}
+
+fn installed(program: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn bench_scale_runs_the_same_shapes_against_etcd_when_installed() {
+    if !installed("etcd") {
+        eprintln!("etcd is not installed (Debian: etcd-server): skipped");
+        return;
+    }
+    let r = peer_run("etcd").unwrap();
+    assert_eq!(r["failover"]["locks_lost"], 0, "{r}");
+}
+
+#[test]
+fn bench_scale_runs_the_same_shapes_against_zookeeper_when_installed() {
+    if !std::path::Path::new("/usr/share/zookeeper/bin/zkServer.sh").exists() {
+        eprintln!("ZooKeeper is not installed (Debian: zookeeper): skipped");
+        return;
+    }
+    let r = peer_run("zookeeper").unwrap();
+    assert_eq!(r["failover"]["locks_lost"], 0, "{r}");
+}

@@ -14,18 +14,26 @@
 //!    sessions that did.
 //! 4. **Restart**: `tenure cluster up` starts the killed device again; the time until it
 //!    serves.
+//!
+//! With `--system etcd` or `--system zookeeper` the same shapes run against a 3-member
+//! cluster of that system, started here on 127.0.0.1 in a directory of its own and stopped
+//! at the end ([`peers`]): puts (etcd `Put`, ZooKeeper persistent znodes), sessions holding
+//! locks (etcd leases kept alive, each lock the lock recipe's `Txn` putting a key under the
+//! lease; ZooKeeper sessions, each lock an ephemeral znode), `kill -9` of the leader, the
+//! first write after it and the time until the survivors have a leader, the locks and
+//! sessions lost, and the restart of the killed member.
+
+mod etcd;
+mod peers;
+mod tenure;
+mod zookeeper;
 
 use crate::client_cmds::Target;
-use crate::cluster::file::ClusterFile;
-use futures::StreamExt;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::sync::Arc;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tenure_client::{Client, ClientOptions, LockGuard, LockMode, Wait};
-use tenure_core::objects::Bytes;
 
 /// Arguments of `tenure bench scale`.
 #[derive(clap::Args, Debug)]
@@ -58,6 +66,23 @@ pub struct ScaleArgs {
     /// the TTL plus the grace, so that every session the failover let lapse has expired).
     #[arg(long, default_value_t = 45)]
     watch_secs: u64,
+    /// The system measured: Tenure (the local cluster of `--data`), or a 3-member cluster
+    /// of etcd or ZooKeeper that the benchmark starts on 127.0.0.1 and stops.
+    #[arg(long, value_enum, default_value_t = System::Tenure)]
+    system: System,
+    /// With `--system etcd`: the etcd binary.
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: String,
+    /// With `--system zookeeper`: the ZooKeeper server script (`start-foreground` runs it).
+    #[arg(long, default_value = "/usr/share/zookeeper/bin/zkServer.sh")]
+    zk_server: PathBuf,
+    /// With `--system zookeeper`: the JVM's flags.
+    #[arg(long, default_value = "-Xms256m -Xmx2g")]
+    zk_jvm_flags: String,
+    /// With `--system etcd|zookeeper`: where the members keep their data (default: a new
+    /// directory under the system's temporary directory, removed at the end).
+    #[arg(long)]
+    peer_data: Option<PathBuf>,
     /// The local cluster (`--data`); `--endpoints` is not enough, the benchmark kills and
     /// restarts a device.
     #[command(flatten)]
@@ -67,7 +92,19 @@ pub struct ScaleArgs {
     json: bool,
 }
 
-/// A device's footprint.
+/// The system a run measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum System {
+    /// Tenure's local cluster.
+    Tenure,
+    /// etcd, three members started by the benchmark.
+    Etcd,
+    /// ZooKeeper, three servers started by the benchmark.
+    Zookeeper,
+}
+
+/// A device's (or a peer member's) footprint.
 #[derive(Clone, Debug, Serialize)]
 struct Footprint {
     device: u64,
@@ -89,25 +126,29 @@ struct Tenth {
 #[derive(Clone, Debug, Default, Serialize)]
 struct Failover {
     killed: u64,
-    /// Stores the killed device managed.
+    /// Stores the killed device managed (Tenure).
     stores: Vec<u32>,
-    /// Seconds from the kill to a new lock granted in one of its stores.
+    /// Seconds from the kill to a new lock granted in one of its stores (a peer: to the
+    /// first write, a put or a znode created, that succeeds).
     first_grant_s: Option<f64>,
-    /// Seconds from the kill until every store has a manager among the survivors.
+    /// Seconds from the kill until every store has a manager among the survivors (a peer:
+    /// until a survivor reports itself or another survivor as the leader).
     all_managed_s: Option<f64>,
     /// Held locks whose session expired.
     locks_lost: u64,
     /// Sessions that expired.
     sessions_expired: u64,
     /// Held locks not certainly held at the end of the watch (their client's deadline
-    /// passed without a keep-alive answered, or expired).
-    locks_in_doubt: u64,
+    /// passed without a keep-alive answered, or expired). Tenure's client knows it; the
+    /// peers' clients used here do not say.
+    locks_in_doubt: Option<u64>,
     /// Seconds `cluster up` took to start the killed device again until it serves.
     restart_s: Option<f64>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 struct Report {
+    system: System,
     objects: u64,
     size: usize,
     fill_s: f64,
@@ -158,7 +199,7 @@ impl Memory {
 /// Run the scale benchmark.
 pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        a.target.endpoints.is_empty(),
+        a.system != System::Tenure || a.target.endpoints.is_empty(),
         "bench scale runs against the local cluster of --data (it kills and restarts a device); --endpoints is not enough"
     );
     anyhow::ensure!(
@@ -173,7 +214,13 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let report = rt.block_on(bench(&a))?;
+    let report = rt.block_on(async {
+        match a.system {
+            System::Tenure => tenure::bench(&a).await,
+            System::Etcd => etcd::bench(&a).await,
+            System::Zookeeper => zookeeper::bench(&a).await,
+        }
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -232,22 +279,152 @@ fn print(r: &Report) {
         return;
     };
     let s = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
+    if r.system == System::Tenure {
+        println!(
+            "kill -9 of d{} (managing {} stores):",
+            f.killed,
+            f.stores.len()
+        );
+        println!("  first grant in its stores after {}", s(f.first_grant_s));
+        println!("  every store managed after      {}", s(f.all_managed_s));
+    } else {
+        println!("kill -9 of d{} (the leader):", f.killed);
+        println!("  first write after              {}", s(f.first_grant_s));
+        println!("  a leader among the survivors   {}", s(f.all_managed_s));
+    }
+    let doubt = f.locks_in_doubt.map_or(String::new(), |d| {
+        format!(", locks in doubt at the end {d}")
+    });
     println!(
-        "kill -9 of d{} (managing {} stores):",
-        f.killed,
-        f.stores.len()
-    );
-    println!("  first grant in its stores after {}", s(f.first_grant_s));
-    println!("  every store managed after      {}", s(f.all_managed_s));
-    println!(
-        "  locks lost {}, sessions expired {}, locks in doubt at the end {}",
-        f.locks_lost, f.sessions_expired, f.locks_in_doubt
+        "  locks lost {}, sessions expired {}{doubt}",
+        f.locks_lost, f.sessions_expired
     );
     println!(
         "  restart of d{} serving after    {}",
         f.killed,
         s(f.restart_s)
     );
+}
+
+/// The fill's shared counters: the next object's number, puts done, puts that failed.
+#[derive(Default)]
+struct FillCounters {
+    next: AtomicU64,
+    done: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// The key of object `i` (`/scale<i mod prefixes>/k<i>`: every system gets the same keys).
+fn object_key(i: u64, prefixes: u64) -> String {
+    format!("/scale{}/k{i}", i % prefixes)
+}
+
+/// The lock names of session `s` (`/scalelock<p>/c<s>/n<k>`: one first segment per
+/// session, so a Tenure client keeps one session).
+fn lock_names(s: u64, per: u64, prefixes: u64) -> Vec<String> {
+    (0..per)
+        .map(|k| format!("/scalelock{}/c{s}/n{k}", s % prefixes))
+        .collect()
+}
+
+/// How many of `locks` session `s` of `sessions` holds.
+fn locks_of(s: u64, locks: u64, sessions: u64) -> u64 {
+    locks / sessions + u64::from(s < locks % sessions)
+}
+
+/// One fill client's loop: take the next object's number until `objects` are taken, and
+/// put it with `put` (up to five tries).
+async fn put_all<F, Fut, E>(c: &FillCounters, objects: u64, prefixes: u64, mut put: F)
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    loop {
+        let i = c.next.fetch_add(1, Ordering::Relaxed);
+        if i >= objects {
+            break;
+        }
+        let key = object_key(i, prefixes);
+        for tries in 1..=5 {
+            match put(key.clone()).await {
+                Ok(()) => break,
+                Err(e) => {
+                    c.errors.fetch_add(1, Ordering::Relaxed);
+                    if tries == 5 {
+                        tracing::warn!("put {key} failed 5 times: {e}");
+                    }
+                }
+            }
+        }
+        c.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Watch the fill's clients until they are done, recording each tenth's put rate with
+/// the footprints read then.
+async fn watch_fill(
+    a: &ScaleArgs,
+    c: &FillCounters,
+    footprints: &dyn Fn() -> Vec<Footprint>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let bar = progress(a.json, a.objects, "fill");
+    let started = Instant::now();
+    let mut last = (started, 0u64);
+    let tenth = a.objects.div_ceil(10);
+    let mut mark = tenth.min(a.objects);
+    while report.tenths.len() < 10 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let d = c.done.load(Ordering::Relaxed);
+        bar.set_position(d);
+        while d >= mark && report.tenths.len() < 10 {
+            let now = Instant::now();
+            let secs = now.duration_since(last.0).as_secs_f64().max(1e-6);
+            report.tenths.push(Tenth {
+                objects: mark,
+                rate: (mark - last.1) as f64 / secs,
+                devices: footprints(),
+            });
+            last = (now, mark);
+            if mark == a.objects {
+                break;
+            }
+            mark = (mark + tenth).min(a.objects);
+        }
+        if mark == a.objects && d >= a.objects {
+            break;
+        }
+    }
+    for t in tasks {
+        t.await?;
+    }
+    bar.finish_and_clear();
+    report.fill_s = started.elapsed().as_secs_f64();
+    report.fill_errors = c.errors.load(Ordering::Relaxed);
+    Ok(())
+}
+
+impl Report {
+    fn new(a: &ScaleArgs) -> Report {
+        Report {
+            system: a.system,
+            objects: a.objects,
+            size: a.size,
+            fill_s: 0.0,
+            fill_errors: 0,
+            tenths: Vec::new(),
+            sessions: a.sessions,
+            locks: a.locks,
+            hold_s: 0.0,
+            hold_errors: 0,
+            before: Vec::new(),
+            after_hold: Vec::new(),
+            memory: Memory::default(),
+            failover: None,
+        }
+    }
 }
 
 /// Resident memory of a process, in MB.
@@ -275,189 +452,6 @@ fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-fn footprints(file: &ClusterFile) -> Vec<Footprint> {
-    file.devices
-        .iter()
-        .map(|d| Footprint {
-            device: d.id,
-            rss_mb: rss_mb(d.pid),
-            disk_mb: disk_bytes(&d.data_dir) as f64 / (1 << 20) as f64,
-        })
-        .collect()
-}
-
-fn client(file: &ClusterFile, opts: ClientOptions) -> anyhow::Result<Client> {
-    file.client(opts)
-}
-
-async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
-    let file = ClusterFile::load(&a.target.data)?;
-    let mut report = Report {
-        objects: a.objects,
-        size: a.size,
-        sessions: a.sessions,
-        locks: a.locks,
-        ..Default::default()
-    };
-    report.before = footprints(&file);
-    fill(a, &file, &mut report).await?;
-    let held = hold(a, &file, &mut report).await?;
-    report.after_hold = footprints(&file);
-    report.memory = Memory::measure(&report);
-    if !a.no_kill {
-        report.failover = Some(kill(a, &file, &held).await?);
-    }
-    drop(held);
-    Ok(report)
-}
-
-/// Phase 1: put the objects, measuring each tenth.
-async fn fill(a: &ScaleArgs, file: &ClusterFile, report: &mut Report) -> anyhow::Result<()> {
-    if a.objects == 0 {
-        return Ok(());
-    }
-    let next = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let value = Bytes::from(vec![b'v'; a.size]);
-    let mut tasks = Vec::new();
-    for _ in 0..a.clients {
-        let c = client(file, ClientOptions::default())?;
-        let (next, done, errors, value) =
-            (next.clone(), done.clone(), errors.clone(), value.clone());
-        let (n, prefixes) = (a.objects, a.prefixes);
-        tasks.push(tokio::spawn(async move {
-            let objects = c.objects();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let key = format!("/scale{}/k{i}", i % prefixes);
-                let mut tries = 0;
-                loop {
-                    match objects.put(&key, value.clone()).await {
-                        Ok(_) => break,
-                        Err(e) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                            tries += 1;
-                            if tries >= 5 {
-                                tracing::warn!("put {key} failed 5 times: {e}");
-                                break;
-                            }
-                        }
-                    }
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    let bar = progress(a.json, a.objects, "fill");
-    let started = Instant::now();
-    let mut last = (started, 0u64);
-    let tenth = a.objects.div_ceil(10);
-    let mut mark = tenth.min(a.objects);
-    while report.tenths.len() < 10 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let d = done.load(Ordering::Relaxed);
-        bar.set_position(d);
-        while d >= mark && report.tenths.len() < 10 {
-            let now = Instant::now();
-            let secs = now.duration_since(last.0).as_secs_f64().max(1e-6);
-            report.tenths.push(Tenth {
-                objects: mark,
-                rate: (mark - last.1) as f64 / secs,
-                devices: footprints(file),
-            });
-            last = (now, mark);
-            if mark == a.objects {
-                break;
-            }
-            mark = (mark + tenth).min(a.objects);
-        }
-        if mark == a.objects && d >= a.objects {
-            break;
-        }
-    }
-    for t in tasks {
-        t.await?;
-    }
-    bar.finish_and_clear();
-    report.fill_s = started.elapsed().as_secs_f64();
-    report.fill_errors = errors.load(Ordering::Relaxed);
-    Ok(())
-}
-
-/// A lock client and the locks it holds.
-struct Holder {
-    _client: Client,
-    guards: Vec<LockGuard>,
-}
-
-/// Phase 2: open the sessions and take the locks.
-async fn hold(
-    a: &ScaleArgs,
-    file: &ClusterFile,
-    report: &mut Report,
-) -> anyhow::Result<Vec<Holder>> {
-    if a.locks == 0 {
-        return Ok(Vec::new());
-    }
-    let opts = ClientOptions {
-        session_ttl: Duration::from_secs(a.ttl_secs),
-        ..Default::default()
-    };
-    let bar = progress(a.json, a.locks, "hold");
-    let started = Instant::now();
-    let errors = Arc::new(AtomicU64::new(0));
-    let taken = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for s in 0..a.sessions {
-        let c = client(file, opts.clone())?;
-        let per = a.locks / a.sessions + u64::from(s < a.locks % a.sessions);
-        let prefix = s % a.prefixes;
-        let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let names: Vec<String> = (0..per)
-                .map(|k| format!("/scalelock{prefix}/c{s}/n{k}"))
-                .collect();
-            let guards: Vec<LockGuard> = futures::stream::iter(names)
-                .map(|n| {
-                    let c = c.clone();
-                    async move { c.lock(&n, LockMode::Exclusive, Wait::Try).await }
-                })
-                .buffer_unordered(16)
-                .filter_map(|r| {
-                    let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
-                    async move {
-                        match r {
-                            Ok(g) => {
-                                bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
-                                Some(g)
-                            }
-                            Err(e) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("acquire failed: {e}");
-                                None
-                            }
-                        }
-                    }
-                })
-                .collect()
-                .await;
-            Holder { _client: c, guards }
-        }));
-    }
-    let mut held = Vec::new();
-    for t in tasks {
-        held.push(t.await?);
-    }
-    bar.finish_and_clear();
-    report.hold_s = started.elapsed().as_secs_f64();
-    report.hold_errors = errors.load(Ordering::Relaxed);
-    Ok(held)
-}
-
 fn progress(hidden: bool, len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = if hidden {
         indicatif::ProgressBar::hidden()
@@ -471,137 +465,4 @@ fn progress(hidden: bool, len: u64, what: &str) -> indicatif::ProgressBar {
         .expect("template"),
     );
     bar
-}
-
-/// store → managing device, from every device of `file` but `skip` that answers.
-async fn managers(c: &Client, file: &ClusterFile, skip: u64) -> BTreeMap<u32, (u64, u64)> {
-    let survivors = ClusterFile {
-        devices: file
-            .devices
-            .iter()
-            .filter(|d| d.id != skip)
-            .cloned()
-            .collect(),
-        ..file.clone()
-    };
-    crate::cluster::status::managers(&crate::cluster::status::statuses(c, &survivors).await)
-}
-
-/// A lock name in `store` not used by anything else.
-fn probe_name(store: u32, stores: u32, k: &mut u64) -> String {
-    loop {
-        *k += 1;
-        let n = format!("/scaleprobe{}", *k);
-        if tenure_core::config::store_of(&n, stores).0 == store {
-            return n;
-        }
-    }
-}
-
-/// Phase 3 and 4: kill the busiest device, watch, restart it.
-async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Result<Failover> {
-    let quick = ClientOptions {
-        request_timeout: Duration::from_secs(1),
-        retry_deadline: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let status = client(file, quick.clone())?;
-    let before = managers(&status, file, u64::MAX).await;
-    let mut per: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    for (store, (dev, _)) in &before {
-        per.entry(*dev).or_default().push(*store);
-    }
-    let (killed, stores) = per
-        .into_iter()
-        .max_by_key(|(_, s)| s.len())
-        .ok_or_else(|| anyhow::anyhow!("no store has a manager"))?;
-    let dev = file
-        .devices
-        .iter()
-        .find(|d| d.id == killed)
-        .ok_or_else(|| anyhow::anyhow!("device {killed} is not in cluster.json"))?;
-    let mut out = Failover {
-        killed,
-        stores: stores.clone(),
-        ..Default::default()
-    };
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(dev.pid as i32).ok_or_else(|| anyhow::anyhow!("pid 0"))?,
-        rustix::process::Signal::KILL,
-    )?;
-    let t0 = Instant::now();
-    eprintln!(
-        "killed d{killed} (pid {}), managing {} stores",
-        dev.pid,
-        stores.len()
-    );
-    // A new lock in each of its stores, tried over and over until one is granted.
-    let prober = client(file, quick.clone())?;
-    let total = file.stores;
-    let probe = {
-        let stores = stores.clone();
-        tokio::spawn(async move {
-            let mut k = 0u64;
-            loop {
-                for s in &stores {
-                    let n = probe_name(*s, total, &mut k);
-                    if let Ok(g) = prober.lock(&n, LockMode::Exclusive, Wait::Try).await {
-                        let at = t0.elapsed().as_secs_f64();
-                        let _ = g.release().await;
-                        return at;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
-    let end = t0 + Duration::from_secs(a.watch_secs);
-    let mut first = None;
-    let mut probe = Some(probe);
-    while Instant::now() < end {
-        if out.all_managed_s.is_none() {
-            let m = managers(&status, file, killed).await;
-            if m.len() == total as usize && m.values().all(|(d, _)| *d != killed) {
-                out.all_managed_s = Some(t0.elapsed().as_secs_f64());
-            }
-        }
-        if let Some(p) = probe.as_ref()
-            && p.is_finished()
-        {
-            first = probe.take();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    if let Some(p) = first {
-        out.first_grant_s = p.await.ok();
-    } else if let Some(p) = probe {
-        p.abort();
-    }
-    let mut expired = BTreeSet::new();
-    for h in held {
-        for g in &h.guards {
-            let s = *g.watch().borrow();
-            if s.expired {
-                out.locks_lost += 1;
-                expired.insert((g.session_store(), g.session()));
-            }
-            if !g.is_held() {
-                out.locks_in_doubt += 1;
-            }
-        }
-    }
-    out.sessions_expired = expired.len() as u64;
-    // Restart the killed device as a user would.
-    let exe = std::env::current_exe()?;
-    let t1 = Instant::now();
-    let st = tokio::process::Command::new(exe)
-        .args(["cluster", "up", "--data"])
-        .arg(&a.target.data)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .await?;
-    if st.success() {
-        out.restart_s = Some(t1.elapsed().as_secs_f64());
-    }
-    Ok(out)
 }

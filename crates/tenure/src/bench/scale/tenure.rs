@@ -1,0 +1,269 @@
+//! `bench scale` against Tenure's local cluster (`--data`).
+
+use super::{
+    Failover, FillCounters, Footprint, Memory, Report, ScaleArgs, disk_bytes, lock_names, locks_of,
+    progress, put_all, rss_mb, watch_fill,
+};
+use crate::cluster::file::ClusterFile;
+use futures::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tenure_client::{Client, ClientOptions, LockGuard, LockMode, Wait};
+use tenure_core::objects::Bytes;
+
+fn footprints(file: &ClusterFile) -> Vec<Footprint> {
+    file.devices
+        .iter()
+        .map(|d| Footprint {
+            device: d.id,
+            rss_mb: rss_mb(d.pid),
+            disk_mb: disk_bytes(&d.data_dir) as f64 / (1 << 20) as f64,
+        })
+        .collect()
+}
+
+fn client(file: &ClusterFile, opts: ClientOptions) -> anyhow::Result<Client> {
+    file.client(opts)
+}
+
+pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
+    let file = ClusterFile::load(&a.target.data)?;
+    let mut report = Report::new(a);
+    report.before = footprints(&file);
+    fill(a, &file, &mut report).await?;
+    let held = hold(a, &file, &mut report).await?;
+    report.after_hold = footprints(&file);
+    report.memory = Memory::measure(&report);
+    if !a.no_kill {
+        report.failover = Some(kill(a, &file, &held).await?);
+    }
+    drop(held);
+    Ok(report)
+}
+
+/// Phase 1: put the objects, measuring each tenth.
+async fn fill(a: &ScaleArgs, file: &ClusterFile, report: &mut Report) -> anyhow::Result<()> {
+    if a.objects == 0 {
+        return Ok(());
+    }
+    let counters = Arc::new(FillCounters::default());
+    let value = Bytes::from(vec![b'v'; a.size]);
+    let mut tasks = Vec::new();
+    for _ in 0..a.clients {
+        let c = client(file, ClientOptions::default())?;
+        let (counters, value) = (counters.clone(), value.clone());
+        let (n, prefixes) = (a.objects, a.prefixes);
+        tasks.push(tokio::spawn(async move {
+            let objects = c.objects();
+            put_all(&counters, n, prefixes, |key| {
+                let (objects, value) = (&objects, value.clone());
+                async move { objects.put(&key, value).await.map(|_| ()) }
+            })
+            .await;
+        }));
+    }
+    watch_fill(a, &counters, &|| footprints(file), tasks, report).await
+}
+
+/// A lock client and the locks it holds.
+struct Holder {
+    _client: Client,
+    guards: Vec<LockGuard>,
+}
+
+/// Phase 2: open the sessions and take the locks.
+async fn hold(
+    a: &ScaleArgs,
+    file: &ClusterFile,
+    report: &mut Report,
+) -> anyhow::Result<Vec<Holder>> {
+    if a.locks == 0 {
+        return Ok(Vec::new());
+    }
+    let opts = ClientOptions {
+        session_ttl: Duration::from_secs(a.ttl_secs),
+        ..Default::default()
+    };
+    let bar = progress(a.json, a.locks, "hold");
+    let started = Instant::now();
+    let errors = Arc::new(AtomicU64::new(0));
+    let taken = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for s in 0..a.sessions {
+        let c = client(file, opts.clone())?;
+        let names = lock_names(s, locks_of(s, a.locks, a.sessions), a.prefixes);
+        let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let guards: Vec<LockGuard> = futures::stream::iter(names)
+                .map(|n| {
+                    let c = c.clone();
+                    async move { c.lock(&n, LockMode::Exclusive, Wait::Try).await }
+                })
+                .buffer_unordered(16)
+                .filter_map(|r| {
+                    let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
+                    async move {
+                        match r {
+                            Ok(g) => {
+                                bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
+                                Some(g)
+                            }
+                            Err(e) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!("acquire failed: {e}");
+                                None
+                            }
+                        }
+                    }
+                })
+                .collect()
+                .await;
+            Holder { _client: c, guards }
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        held.push(t.await?);
+    }
+    bar.finish_and_clear();
+    report.hold_s = started.elapsed().as_secs_f64();
+    report.hold_errors = errors.load(Ordering::Relaxed);
+    Ok(held)
+}
+
+/// store → managing device, from every device of `file` but `skip` that answers.
+async fn managers(c: &Client, file: &ClusterFile, skip: u64) -> BTreeMap<u32, (u64, u64)> {
+    let survivors = ClusterFile {
+        devices: file
+            .devices
+            .iter()
+            .filter(|d| d.id != skip)
+            .cloned()
+            .collect(),
+        ..file.clone()
+    };
+    crate::cluster::status::managers(&crate::cluster::status::statuses(c, &survivors).await)
+}
+
+/// A lock name in `store` not used by anything else.
+fn probe_name(store: u32, stores: u32, k: &mut u64) -> String {
+    loop {
+        *k += 1;
+        let n = format!("/scaleprobe{}", *k);
+        if tenure_core::config::store_of(&n, stores).0 == store {
+            return n;
+        }
+    }
+}
+
+/// Phase 3 and 4: kill the busiest device, watch, restart it.
+async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Result<Failover> {
+    let quick = ClientOptions {
+        request_timeout: Duration::from_secs(1),
+        retry_deadline: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let status = client(file, quick.clone())?;
+    let before = managers(&status, file, u64::MAX).await;
+    let mut per: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (store, (dev, _)) in &before {
+        per.entry(*dev).or_default().push(*store);
+    }
+    let (killed, stores) = per
+        .into_iter()
+        .max_by_key(|(_, s)| s.len())
+        .ok_or_else(|| anyhow::anyhow!("no store has a manager"))?;
+    let dev = file
+        .devices
+        .iter()
+        .find(|d| d.id == killed)
+        .ok_or_else(|| anyhow::anyhow!("device {killed} is not in cluster.json"))?;
+    let mut out = Failover {
+        killed,
+        stores: stores.clone(),
+        ..Default::default()
+    };
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(dev.pid as i32).ok_or_else(|| anyhow::anyhow!("pid 0"))?,
+        rustix::process::Signal::KILL,
+    )?;
+    let t0 = Instant::now();
+    eprintln!(
+        "killed d{killed} (pid {}), managing {} stores",
+        dev.pid,
+        stores.len()
+    );
+    // A new lock in each of its stores, tried over and over until one is granted.
+    let prober = client(file, quick.clone())?;
+    let total = file.stores;
+    let probe = {
+        let stores = stores.clone();
+        tokio::spawn(async move {
+            let mut k = 0u64;
+            loop {
+                for s in &stores {
+                    let n = probe_name(*s, total, &mut k);
+                    if let Ok(g) = prober.lock(&n, LockMode::Exclusive, Wait::Try).await {
+                        let at = t0.elapsed().as_secs_f64();
+                        let _ = g.release().await;
+                        return at;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let end = t0 + Duration::from_secs(a.watch_secs);
+    let mut first = None;
+    let mut probe = Some(probe);
+    while Instant::now() < end {
+        if out.all_managed_s.is_none() {
+            let m = managers(&status, file, killed).await;
+            if m.len() == total as usize && m.values().all(|(d, _)| *d != killed) {
+                out.all_managed_s = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        if let Some(p) = probe.as_ref()
+            && p.is_finished()
+        {
+            first = probe.take();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(p) = first {
+        out.first_grant_s = p.await.ok();
+    } else if let Some(p) = probe {
+        p.abort();
+    }
+    let mut expired = BTreeSet::new();
+    let mut in_doubt = 0;
+    for h in held {
+        for g in &h.guards {
+            let s = *g.watch().borrow();
+            if s.expired {
+                out.locks_lost += 1;
+                expired.insert((g.session_store(), g.session()));
+            }
+            if !g.is_held() {
+                in_doubt += 1;
+            }
+        }
+    }
+    out.sessions_expired = expired.len() as u64;
+    out.locks_in_doubt = Some(in_doubt);
+    // Restart the killed device as a user would.
+    let exe = std::env::current_exe()?;
+    let t1 = Instant::now();
+    let st = tokio::process::Command::new(exe)
+        .args(["cluster", "up", "--data"])
+        .arg(&a.target.data)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .await?;
+    if st.success() {
+        out.restart_s = Some(t1.elapsed().as_secs_f64());
+    }
+    Ok(out)
+}
