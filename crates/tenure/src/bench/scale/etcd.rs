@@ -7,8 +7,8 @@
 
 use super::peers::{Member, Members, free_ports, wait_until};
 use super::{
-    Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress, put_all,
-    watch_fill,
+    Errors, Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress,
+    put_all, watch_fill,
 };
 use crate::bench::lookup::{etcd, etcd_connect};
 use etcd::compare::{CompareResult, CompareTarget, TargetUnion};
@@ -131,7 +131,7 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
     report.after_hold = m.footprints();
     report.memory = Memory::measure(&report);
     if !a.no_kill {
-        report.failover = Some(kill(a, &mut m, &chans, &sessions).await?);
+        report.failover = Some(kill(a, &mut m, &chans, &sessions, report.locks_held).await?);
     }
     for s in &sessions {
         s.keeper.abort();
@@ -156,7 +156,7 @@ async fn hold(
     }
     let bar = progress(a.json, a.locks, "hold");
     let started = Instant::now();
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
     let ttl = a.ttl_secs.max(2) as i64;
     let mut tasks = Vec::new();
@@ -179,17 +179,22 @@ async fn hold(
                     let (mut kv, errors, taken, bar) =
                         (kv.clone(), errors.clone(), taken.clone(), bar.clone());
                     async move {
-                        match kv.txn(lock_txn(&n, id)).await {
-                            Ok(r) if r.get_ref().succeeded => {
-                                bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
-                            }
-                            Ok(_) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("lock {n} is held already");
-                            }
-                            Err(e) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("lock {n} failed: {e}");
+                        // Tried again after an error, as clientv3's retrying client does
+                        // (etcd pushes back with "too many requests" when its apply lags).
+                        for tries in 1..=5 {
+                            match kv.txn(lock_txn(&n, id)).await {
+                                Ok(r) if mine(r.get_ref(), id) => {
+                                    bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
+                                    return;
+                                }
+                                Ok(_) => {
+                                    errors.record(&format!("lock {n}"), "held by another lease");
+                                    return;
+                                }
+                                Err(e) => {
+                                    errors.record(&format!("lock {n} (try {tries} of 5)"), e);
+                                    tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                                }
                             }
                         }
                     }
@@ -208,7 +213,9 @@ async fn hold(
     }
     bar.finish_and_clear();
     report.hold_s = started.elapsed().as_secs_f64();
-    report.hold_errors = errors.load(Ordering::Relaxed);
+    report.locks_held = taken.load(Ordering::Relaxed);
+    report.hold_errors = errors.count();
+    report.hold_error = errors.first();
     Ok(out)
 }
 
@@ -230,8 +237,27 @@ fn lock_txn(name: &str, lease: i64) -> etcd::TxnRequest {
                 ..Default::default()
             })),
         }],
-        failure: Vec::new(),
+        failure: vec![etcd::RequestOp {
+            request: Some(etcd::request_op::Request::RequestRange(
+                etcd::RangeRequest {
+                    key: name.as_bytes().to_vec(),
+                    ..Default::default()
+                },
+            )),
+        }],
     }
+}
+
+/// Whether the lock transaction left the lock with `lease`: it put the key, or the key
+/// was there already under this lease (an earlier try that answered too late).
+fn mine(r: &etcd::TxnResponse, lease: i64) -> bool {
+    r.succeeded
+        || r.responses.iter().any(|op| match &op.response {
+            Some(etcd::response_op::Response::ResponseRange(rr)) => {
+                rr.kvs.iter().any(|kv| kv.lease == lease)
+            }
+            _ => false,
+        })
 }
 
 /// Renew lease `id` every third of its TTL, through member `first` and, when one fails,
@@ -286,6 +312,7 @@ async fn kill(
     m: &mut Members,
     chans: &[Channel],
     sessions: &[Session],
+    acquired: u64,
 ) -> anyhow::Result<Failover> {
     let clients = m.clients();
     let mut ids = Vec::new();
@@ -349,7 +376,7 @@ async fn kill(
         .await?
         .into_inner()
         .count as u64;
-    out.locks_lost = a.locks.saturating_sub(count);
+    out.locks_lost = acquired.saturating_sub(count);
     let mut lease = LeaseClient::new(chans[j].clone());
     for s in sessions {
         let ttl = lease

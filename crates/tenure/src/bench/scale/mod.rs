@@ -134,7 +134,8 @@ struct Failover {
     /// Seconds from the kill until every store has a manager among the survivors (a peer:
     /// until a survivor reports itself or another survivor as the leader).
     all_managed_s: Option<f64>,
-    /// Held locks whose session expired.
+    /// Held locks whose session expired (a peer: acquired locks whose key or znode is
+    /// gone at the end).
     locks_lost: u64,
     /// Sessions that expired.
     sessions_expired: u64,
@@ -153,11 +154,17 @@ struct Report {
     size: usize,
     fill_s: f64,
     fill_errors: u64,
+    /// The first failed put's error.
+    fill_error: Option<String>,
     tenths: Vec<Tenth>,
     sessions: u64,
     locks: u64,
     hold_s: f64,
+    /// Locks acquired and held (the locks asked for, less those that failed).
+    locks_held: u64,
     hold_errors: u64,
+    /// The first failed acquire's error.
+    hold_error: Option<String>,
     /// Before the fill.
     before: Vec<Footprint>,
     after_hold: Vec<Footprint>,
@@ -210,6 +217,13 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
         a.locks == 0 || a.sessions > 0,
         "--sessions must be at least 1 to hold locks"
     );
+    // Every failed operation is logged, when asked for with RUST_LOG (e.g. RUST_LOG=warn).
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -234,6 +248,9 @@ fn print(r: &Report) {
         "fill: {} objects of {} B in {:.1} s ({} errors)",
         r.objects, r.size, r.fill_s, r.fill_errors
     );
+    if let Some(e) = &r.fill_error {
+        println!("  first error: {e}");
+    }
     for t in &r.tenths {
         let dev: Vec<String> = t
             .devices
@@ -259,9 +276,12 @@ fn print(r: &Report) {
         );
     }
     println!(
-        "hold: {} sessions holding {} locks, acquired in {:.1} s ({} errors)",
-        r.sessions, r.locks, r.hold_s, r.hold_errors
+        "hold: {} sessions holding {} of {} locks, acquired in {:.1} s ({} errors)",
+        r.sessions, r.locks_held, r.locks, r.hold_s, r.hold_errors
     );
+    if let Some(e) = &r.hold_error {
+        println!("  first error: {e}");
+    }
     for d in &r.after_hold {
         println!(
             "  d{}: {:.0} MB RSS, {:.0} MB disk",
@@ -306,12 +326,37 @@ fn print(r: &Report) {
     );
 }
 
+/// Failed operations of a phase: how many, and the first one's error (an example for
+/// the report).
+#[derive(Default)]
+struct Errors {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl Errors {
+    fn record(&self, what: &str, e: impl std::fmt::Display) {
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{what}: {e}"));
+        }
+        tracing::warn!("{what}: {e}");
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn first(&self) -> Option<String> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// The fill's shared counters: the next object's number, puts done, puts that failed.
 #[derive(Default)]
 struct FillCounters {
     next: AtomicU64,
     done: AtomicU64,
-    errors: AtomicU64,
+    errors: Errors,
 }
 
 /// The key of object `i` (`/scale<i mod prefixes>/k<i>`: every system gets the same keys).
@@ -350,10 +395,7 @@ where
             match put(key.clone()).await {
                 Ok(()) => break,
                 Err(e) => {
-                    c.errors.fetch_add(1, Ordering::Relaxed);
-                    if tries == 5 {
-                        tracing::warn!("put {key} failed 5 times: {e}");
-                    }
+                    c.errors.record(&format!("put {key} (try {tries} of 5)"), e);
                 }
             }
         }
@@ -402,7 +444,8 @@ async fn watch_fill(
     }
     bar.finish_and_clear();
     report.fill_s = started.elapsed().as_secs_f64();
-    report.fill_errors = c.errors.load(Ordering::Relaxed);
+    report.fill_errors = c.errors.count();
+    report.fill_error = c.errors.first();
     Ok(())
 }
 
@@ -414,11 +457,14 @@ impl Report {
             size: a.size,
             fill_s: 0.0,
             fill_errors: 0,
+            fill_error: None,
             tenths: Vec::new(),
             sessions: a.sessions,
             locks: a.locks,
             hold_s: 0.0,
+            locks_held: 0,
             hold_errors: 0,
+            hold_error: None,
             before: Vec::new(),
             after_hold: Vec::new(),
             memory: Memory::default(),

@@ -1,8 +1,8 @@
 //! `bench scale` against Tenure's local cluster (`--data`).
 
 use super::{
-    Failover, FillCounters, Footprint, Memory, Report, ScaleArgs, disk_bytes, lock_names, locks_of,
-    progress, put_all, rss_mb, watch_fill,
+    Errors, Failover, FillCounters, Footprint, Memory, Report, ScaleArgs, disk_bytes, lock_names,
+    locks_of, progress, put_all, rss_mb, watch_fill,
 };
 use crate::cluster::file::ClusterFile;
 use futures::StreamExt;
@@ -88,7 +88,7 @@ async fn hold(
     };
     let bar = progress(a.json, a.locks, "hold");
     let started = Instant::now();
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for s in 0..a.sessions {
@@ -111,8 +111,7 @@ async fn hold(
                                 Some(g)
                             }
                             Err(e) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("acquire failed: {e}");
+                                errors.record("acquire", e);
                                 None
                             }
                         }
@@ -129,7 +128,9 @@ async fn hold(
     }
     bar.finish_and_clear();
     report.hold_s = started.elapsed().as_secs_f64();
-    report.hold_errors = errors.load(Ordering::Relaxed);
+    report.locks_held = taken.load(Ordering::Relaxed);
+    report.hold_errors = errors.count();
+    report.hold_error = errors.first();
     Ok(held)
 }
 

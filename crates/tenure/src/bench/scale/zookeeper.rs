@@ -8,8 +8,8 @@
 
 use super::peers::{Member, Members, free_ports, wait_until};
 use super::{
-    Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress, put_all,
-    watch_fill,
+    Errors, Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress,
+    put_all, watch_fill,
 };
 use futures::StreamExt;
 use std::sync::Arc;
@@ -173,7 +173,7 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
     report.after_hold = m.footprints();
     report.memory = Memory::measure(&report);
     if !a.no_kill {
-        report.failover = Some(kill(a, &mut m, &cluster, &sessions).await?);
+        report.failover = Some(kill(a, &mut m, &cluster, &sessions, report.locks_held).await?);
     }
     Ok(report)
 }
@@ -195,7 +195,7 @@ async fn hold(
     }
     let bar = progress(a.json, a.locks, "hold");
     let started = Instant::now();
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for s in 0..a.sessions {
@@ -211,13 +211,31 @@ async fn hold(
                     let (client, errors, taken, bar) =
                         (&client, errors.clone(), taken.clone(), bar.clone());
                     async move {
-                        match client.create(&n, &[], &ephemeral()).await {
-                            Ok(_) => {
-                                bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
-                            }
-                            Err(e) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
-                                tracing::warn!("lock {n} failed: {e}");
+                        // Tried again after an error; a node already there from an earlier
+                        // try that answered too late is this session's own.
+                        for tries in 1..=5u64 {
+                            let r = match client.create(&n, &[], &ephemeral()).await {
+                                Err(zk::Error::NodeExists) if tries > 1 => {
+                                    match client.check_stat(&n).await {
+                                        Ok(Some(st))
+                                            if st.ephemeral_owner == client.session_id().0 =>
+                                        {
+                                            Ok(())
+                                        }
+                                        _ => Err(zk::Error::NodeExists),
+                                    }
+                                }
+                                r => r.map(|_| ()),
+                            };
+                            match r {
+                                Ok(()) => {
+                                    bar.set_position(taken.fetch_add(1, Ordering::Relaxed) + 1);
+                                    return;
+                                }
+                                Err(e) => {
+                                    errors.record(&format!("lock {n} (try {tries} of 5)"), e);
+                                    tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                                }
                             }
                         }
                     }
@@ -232,7 +250,9 @@ async fn hold(
     }
     bar.finish_and_clear();
     report.hold_s = started.elapsed().as_secs_f64();
-    report.hold_errors = errors.load(Ordering::Relaxed);
+    report.locks_held = taken.load(Ordering::Relaxed);
+    report.hold_errors = errors.count();
+    report.hold_error = errors.first();
     Ok(out)
 }
 
@@ -242,6 +262,7 @@ async fn kill(
     m: &mut Members,
     cluster: &str,
     sessions: &[Session],
+    acquired: u64,
 ) -> anyhow::Result<Failover> {
     let clients = m.clients();
     let mut i = None;
@@ -292,7 +313,7 @@ async fn kill(
             .await
             .unwrap_or(0) as u64;
     }
-    out.locks_lost = a.locks.saturating_sub(held);
+    out.locks_lost = acquired.saturating_sub(held);
     let t1 = Instant::now();
     m.members[i].start()?;
     let me = clients[i].clone();
