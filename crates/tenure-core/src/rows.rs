@@ -221,6 +221,7 @@ pub fn head(t: &Tables) -> Tables {
     h.locks.entries = Default::default();
     h.locks.waiters = Default::default();
     h.locks.sessions = Default::default();
+    h.locks.rebuild_deadlines();
     h.objects.keys = Default::default();
     h.objects.owned = Default::default();
     h.objects.attention = Default::default();
@@ -271,6 +272,7 @@ pub fn insert(t: &mut Tables, key: &[u8], val: &[u8]) -> Result<(), RowError> {
 
 /// After the last [`insert`]: the history in revision order.
 pub fn finish(t: &mut Tables) {
+    t.locks.rebuild_deadlines();
     let h = &t.objects.history;
     if h.iter()
         .zip(h.iter().skip(1))

@@ -940,6 +940,45 @@ proptest! {
             };
             ck.grants(&lt, &grants);
             mutual_exclusion(&lt);
+            // The deadline index is always what the entries and the waits say, and
+            // survives the table's encoding (where it is rebuilt, never carried).
+            prop_assert!(lt.deadlines_are_derived());
+            let decoded: LockTable =
+                postcard::from_bytes(&postcard::to_allocvec(&lt).unwrap()).unwrap();
+            prop_assert_eq!(decoded.next_deadline(), lt.next_deadline());
+            prop_assert!(decoded == lt);
         }
     }
+}
+
+/// The next deadline is found from the index, which every change keeps: lock-delays set
+/// and cleared, waits queued and ended, in any order (seed 004 §2's timers).
+#[test]
+fn next_deadline_follows_lock_delays_and_waits_through_every_change() {
+    let cfg = LockTableConfig {
+        lock_delay: Duration::from_millis(100),
+        request_window: 8,
+    };
+    let mut lt = LockTable::new(cfg, Epoch(1));
+    assert_eq!(lt.next_deadline(), None);
+    granted(lt.acquire(&req(S1, 1, "/a", X, Wait::Try), t(0)));
+    queued(lt.acquire(&req(S2, 1, "/a", X, Wait::Until(t(50))), t(0)));
+    assert_eq!(lt.next_deadline(), Some(t(50)));
+    // The wait times out; the deadline goes with it.
+    assert_eq!(lt.expire_waits(t(50)).ended.len(), 1);
+    assert_eq!(lt.next_deadline(), None);
+    // S1 expires holding /a: its lock-delay is the next deadline, until the tick ends it.
+    let _ = lt.release_session(S1, t(60));
+    assert_eq!(lt.next_deadline(), Some(t(160)));
+    queued(lt.acquire(&req(S3, 1, "/a", X, Wait::Until(t(500))), t(70)));
+    assert_eq!(lt.next_deadline(), Some(t(160)));
+    let wake = lt.tick(t(160));
+    assert_eq!(
+        wake.granted.len(),
+        1,
+        "the wait is granted when the delay ends"
+    );
+    // The granted wait's deadline is gone too.
+    assert_eq!(lt.next_deadline(), None);
+    assert!(lt.deadlines_are_derived());
 }

@@ -166,7 +166,7 @@ impl LockTable {
         }
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
-        self.waiters.insert(
+        self.insert_waiter(
             ticket,
             Waiter {
                 name: name.clone(),
@@ -268,7 +268,7 @@ impl LockTable {
     }
 
     fn dequeue(&mut self, ticket: Ticket) -> Option<Waiter> {
-        let w = self.waiters.remove(&ticket)?;
+        let w = self.remove_waiter(ticket)?;
         if let Some(e) = self.entries.get_mut(&w.name) {
             e.queue.remove(&ticket);
         }
@@ -318,7 +318,7 @@ impl LockTable {
             };
             let until = now + h.lock_delay;
             if delay && until > now {
-                let ghost = match e.ghost.take() {
+                let ghost = match &e.ghost {
                     Some(g) if g.until > now => Ghost {
                         until: g.until.max(until),
                         mode: g.mode.max(h.mode),
@@ -328,7 +328,7 @@ impl LockTable {
                         mode: h.mode,
                     },
                 };
-                e.ghost = Some(ghost);
+                self.set_ghost(name, Some(ghost));
             }
             released.push(Released {
                 name: name.clone(),

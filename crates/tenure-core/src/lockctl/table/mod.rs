@@ -108,6 +108,7 @@ pub(crate) struct SessionState {
 ///   [`locks_under`](Self::locks_under), [`session_locks`](Self::session_locks),
 ///   [`held_count`](Self::held_count).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "LockTableRepr")]
 pub struct LockTable {
     config: LockTableConfig,
     epoch: Epoch,
@@ -119,6 +120,11 @@ pub struct LockTable {
     pub(crate) waiters: imbl::OrdMap<Ticket, Waiter>,
     #[serde(with = "crate::persist_serde::ord_map")]
     pub(crate) sessions: imbl::OrdMap<SessionId, SessionState>,
+    /// Every lock-delay end and wait deadline, earliest first: derived from `entries`
+    /// and `waiters` (never encoded, rebuilt when a table is decoded or assembled from
+    /// rows), so the next deadline and what is due are found without scanning every lock.
+    #[serde(skip)]
+    deadlines: imbl::OrdSet<(Instant, Due)>,
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]
     planted_skip_conflicts: bool,
@@ -126,6 +132,49 @@ pub struct LockTable {
     /// its ancestors and descendants (no cover, no intention modes). Not replicated.
     #[serde(skip)]
     planted_ignore_cover: bool,
+}
+
+/// What falls due at a deadline of [`LockTable::deadlines`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// The lock-delay of a name ends.
+    Ghost(LockName),
+    /// A wait's deadline passes.
+    Wait(Ticket),
+}
+
+/// A [`LockTable`] as encoded: every field but the derived ones.
+#[derive(Deserialize)]
+struct LockTableRepr {
+    config: LockTableConfig,
+    epoch: Epoch,
+    last_seq: u64,
+    next_ticket: u64,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    entries: imbl::OrdMap<LockName, Entry>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    waiters: imbl::OrdMap<Ticket, Waiter>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    sessions: imbl::OrdMap<SessionId, SessionState>,
+}
+
+impl From<LockTableRepr> for LockTable {
+    fn from(r: LockTableRepr) -> LockTable {
+        let mut t = LockTable {
+            config: r.config,
+            epoch: r.epoch,
+            last_seq: r.last_seq,
+            next_ticket: r.next_ticket,
+            entries: r.entries,
+            waiters: r.waiters,
+            sessions: r.sessions,
+            deadlines: imbl::OrdSet::new(),
+            planted_skip_conflicts: false,
+            planted_ignore_cover: false,
+        };
+        t.rebuild_deadlines();
+        t
+    }
 }
 
 impl LockTable {
@@ -139,6 +188,7 @@ impl LockTable {
             entries: imbl::OrdMap::new(),
             waiters: imbl::OrdMap::new(),
             sessions: imbl::OrdMap::new(),
+            deadlines: imbl::OrdSet::new(),
             planted_skip_conflicts: false,
             planted_ignore_cover: false,
         }
@@ -282,10 +332,11 @@ impl LockTable {
     /// then grants what that unblocked.
     pub fn expire_waits(&mut self, now: Instant) -> Wakeups {
         let expired: Vec<Ticket> = self
-            .waiters
-            .iter()
-            .filter(|(_, w)| w.expired(now))
-            .map(|(t, _)| *t)
+            .due(now)
+            .filter_map(|d| match d {
+                Due::Wait(t) => Some(t),
+                Due::Ghost(_) => None,
+            })
             .collect();
         let ended = expired
             .into_iter()
@@ -301,15 +352,14 @@ impl LockTable {
     /// became grantable are granted.
     pub fn tick(&mut self, now: Instant) -> Wakeups {
         let over: Vec<LockName> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| e.ghost.as_ref().is_some_and(|g| g.until <= now))
-            .map(|(n, _)| n.clone())
+            .due(now)
+            .filter_map(|d| match d {
+                Due::Ghost(n) => Some(n),
+                Due::Wait(_) => None,
+            })
             .collect();
         for name in over {
-            if let Some(e) = self.entries.get_mut(&name) {
-                e.ghost = None;
-            }
+            self.set_ghost(&name, None);
             self.cleanup(&name);
         }
         self.expire_waits(now)
@@ -330,12 +380,74 @@ impl LockTable {
 
     /// The earliest instant at which [`tick`](Self::tick) has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.get_min().map(|(at, _)| *at)
+    }
+
+    /// What is due at or before `now`, earliest first.
+    fn due(&self, now: Instant) -> impl Iterator<Item = Due> + '_ {
+        self.deadlines
+            .iter()
+            .take_while(move |(at, _)| *at <= now)
+            .map(|(_, d)| d.clone())
+    }
+
+    /// Set (or clear) the lock-delay of `name`, keeping [`deadlines`](Self::deadlines).
+    fn set_ghost(&mut self, name: &LockName, ghost: Option<Ghost>) {
+        let Some(e) = self.entries.get_mut(name) else {
+            return;
+        };
+        if let Some(old) = e.ghost.take() {
+            self.deadlines
+                .remove(&(old.until, Due::Ghost(name.clone())));
+        }
+        if let Some(g) = &ghost {
+            self.deadlines.insert((g.until, Due::Ghost(name.clone())));
+        }
+        e.ghost = ghost;
+    }
+
+    /// Add a wait, keeping [`deadlines`](Self::deadlines).
+    fn insert_waiter(&mut self, ticket: Ticket, w: Waiter) {
+        if let Some(d) = w.deadline {
+            self.deadlines.insert((d, Due::Wait(ticket)));
+        }
+        if let Some(old) = self.waiters.insert(ticket, w)
+            && let Some(d) = old.deadline
+        {
+            self.deadlines.remove(&(d, Due::Wait(ticket)));
+        }
+    }
+
+    /// Remove a wait, keeping [`deadlines`](Self::deadlines).
+    fn remove_waiter(&mut self, ticket: Ticket) -> Option<Waiter> {
+        let w = self.waiters.remove(&ticket)?;
+        if let Some(d) = w.deadline {
+            self.deadlines.remove(&(d, Due::Wait(ticket)));
+        }
+        Some(w)
+    }
+
+    /// Whether [`deadlines`](Self::deadlines) is what a rebuild from the entries and the
+    /// waits gives (tests).
+    #[cfg(test)]
+    pub(crate) fn deadlines_are_derived(&self) -> bool {
+        let mut fresh = self.clone();
+        fresh.rebuild_deadlines();
+        fresh.deadlines == self.deadlines
+    }
+
+    /// Derive [`deadlines`](Self::deadlines) from the entries and the waits again (after
+    /// the table was decoded or assembled from rows).
+    pub(crate) fn rebuild_deadlines(&mut self) {
         let ghosts = self
             .entries
-            .values()
-            .filter_map(|e| e.ghost.as_ref().map(|g| g.until));
-        let waits = self.waiters.values().filter_map(|w| w.deadline);
-        ghosts.chain(waits).min()
+            .iter()
+            .filter_map(|(n, e)| e.ghost.as_ref().map(|g| (g.until, Due::Ghost(n.clone()))));
+        let waits = self
+            .waiters
+            .iter()
+            .filter_map(|(t, w)| w.deadline.map(|d| (d, Due::Wait(*t))));
+        self.deadlines = ghosts.chain(waits).collect();
     }
 
     /// Holders of `name` (several only when shared), in session order.
