@@ -122,6 +122,17 @@ pub(crate) fn value_name(v: &impl clap::ValueEnum) -> String {
     v.get_name().to_string()
 }
 
+/// Log to stderr what `RUST_LOG` asks for (nothing without it): the commands whose
+/// client-side retries and failures are worth seeing on request.
+fn logs_from_env() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
     let cli = Cli::parse();

@@ -147,12 +147,7 @@ struct WatchArgs {
 /// Run `tenure object`.
 pub fn run(a: ObjectArgs) -> anyhow::Result<ExitCode> {
     // The client library's logs, on request (RUST_LOG=tenure_client=debug).
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    crate::logs_from_env();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -5,7 +5,7 @@
 //! when one fails; a lock is the lock recipe's `Txn` (the key's create revision is 0, then
 //! put the key under the lease). The killed member is the leader (`Maintenance.Status`).
 
-use super::peers::{Member, Members, free_ports, wait_until};
+use super::peers::{Member, Members, free_ports, wait_until, watch_failover};
 use super::{
     Errors, Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress,
     put_all, watch_fill,
@@ -336,34 +336,32 @@ async fn kill(
     let t0 = Instant::now();
     eprintln!("killed etcd member {} (the leader)", i + 1);
     let survivors: Vec<usize> = (0..3).filter(|j| *j != i).collect();
-    let end = t0 + Duration::from_secs(a.watch_secs);
-    let mut k = 0u64;
-    while Instant::now() < end {
-        if out.first_grant_s.is_none() {
-            let j = survivors[(k % 2) as usize];
-            k += 1;
-            let mut kv = KvClient::new(chans[j].clone());
-            let put = kv.put(etcd::PutRequest {
-                key: format!("/scaleprobe{k}").into_bytes(),
-                ..Default::default()
-            });
-            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), put).await {
-                out.first_grant_s = Some(t0.elapsed().as_secs_f64());
+    (out.first_grant_s, out.all_managed_s) = watch_failover(
+        t0,
+        Duration::from_secs(a.watch_secs),
+        |k| {
+            let mut kv = KvClient::new(chans[survivors[(k % 2) as usize]].clone());
+            async move {
+                let put = etcd::PutRequest {
+                    key: format!("/scaleprobe{k}").into_bytes(),
+                    ..Default::default()
+                };
+                kv.put(put).await.is_ok()
             }
-        }
-        if out.all_managed_s.is_none() {
+        },
+        || async {
             for j in &survivors {
                 if let Some((_, l)) = status(&clients[*j]).await
                     && l != 0
                     && l != leader
                 {
-                    out.all_managed_s = Some(t0.elapsed().as_secs_f64());
-                    break;
+                    return true;
                 }
             }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            false
+        },
+    )
+    .await;
     // What is left: lock keys still there, leases etcd still keeps.
     let j = survivors[0];
     let count = KvClient::new(chans[j].clone())
@@ -392,12 +390,8 @@ async fn kill(
         }
     }
     // Restart it, and wait until it answers a linearizable read.
-    let t1 = Instant::now();
-    m.members[i].start()?;
-    let me = clients[i].clone();
-    let serving = wait_until(Duration::from_secs(120), "the restarted member", || {
-        let me = me.clone();
-        async move {
+    out.restart_s = m
+        .restart(i, |me| async move {
             let Ok(ch) = etcd_connect(&me).await else {
                 return false;
             };
@@ -410,11 +404,7 @@ async fn kill(
                 tokio::time::timeout(Duration::from_secs(1), get).await,
                 Ok(Ok(_))
             )
-        }
-    })
-    .await;
-    if serving.is_ok() {
-        out.restart_s = Some(t1.elapsed().as_secs_f64());
-    }
+        })
+        .await?;
     Ok(out)
 }

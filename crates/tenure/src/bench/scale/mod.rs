@@ -218,12 +218,7 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
         "--sessions must be at least 1 to hold locks"
     );
     // Every failed operation is logged, when asked for with RUST_LOG (e.g. RUST_LOG=warn).
-    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
+    crate::logs_from_env();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -179,3 +179,55 @@ where
     }
     anyhow::bail!("{what} not ready after {} s", limit.as_secs())
 }
+
+/// After a member's kill at `t0`, until `watch` has passed: try a write with `write(k)`
+/// (`k` counts the tries; each has a second) until one succeeds, and ask `led()` whether
+/// a survivor names a new leader. Seconds from `t0` to each, if they happened.
+pub(super) async fn watch_failover<W, WF, L, LF>(
+    t0: Instant,
+    watch: Duration,
+    mut write: W,
+    mut led: L,
+) -> (Option<f64>, Option<f64>)
+where
+    W: FnMut(u64) -> WF,
+    WF: std::future::Future<Output = bool>,
+    L: FnMut() -> LF,
+    LF: std::future::Future<Output = bool>,
+{
+    let (mut first_write, mut new_leader) = (None, None);
+    let end = t0 + watch;
+    let mut k = 0u64;
+    while Instant::now() < end {
+        if first_write.is_none() {
+            k += 1;
+            if let Ok(true) = tokio::time::timeout(Duration::from_secs(1), write(k)).await {
+                first_write = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        if new_leader.is_none() && led().await {
+            new_leader = Some(t0.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (first_write, new_leader)
+}
+
+impl Members {
+    /// Start member `i` again with its own command; seconds until `serving` says it
+    /// serves (`None`: not within two minutes).
+    pub async fn restart<F, Fut>(&mut self, i: usize, mut serving: F) -> anyhow::Result<Option<f64>>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let t1 = Instant::now();
+        self.members[i].start()?;
+        let me = self.members[i].client.clone();
+        let ok = wait_until(Duration::from_secs(120), "the restarted member", || {
+            serving(me.clone())
+        })
+        .await;
+        Ok(ok.is_ok().then(|| t1.elapsed().as_secs_f64()))
+    }
+}

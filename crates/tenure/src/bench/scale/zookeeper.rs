@@ -6,7 +6,7 @@
 //! ephemeral znode of the session (what the lock recipe leaves while a lock is held). The
 //! killed server is the leader (the `srvr` four-letter word's `Mode: leader`).
 
-use super::peers::{Member, Members, free_ports, wait_until};
+use super::peers::{Member, Members, free_ports, wait_until, watch_failover};
 use super::{
     Errors, Failover, FillCounters, Memory, Report, ScaleArgs, lock_names, locks_of, progress,
     put_all, watch_fill,
@@ -281,27 +281,26 @@ async fn kill(
     let t0 = Instant::now();
     eprintln!("killed ZooKeeper server {} (the leader)", i + 1);
     let survivors: Vec<usize> = (0..3).filter(|j| *j != i).collect();
-    let end = t0 + Duration::from_secs(a.watch_secs);
-    let mut k = 0u64;
-    while Instant::now() < end {
-        if out.first_grant_s.is_none() {
-            k += 1;
-            let path = format!("/scaleprobe{k}");
-            let create = prober.create(&path, &[], &persistent());
-            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), create).await {
-                out.first_grant_s = Some(t0.elapsed().as_secs_f64());
+    (out.first_grant_s, out.all_managed_s) = watch_failover(
+        t0,
+        Duration::from_secs(a.watch_secs),
+        |k| {
+            let prober = &prober;
+            async move {
+                let path = format!("/scaleprobe{k}");
+                prober.create(&path, &[], &persistent()).await.is_ok()
             }
-        }
-        if out.all_managed_s.is_none() {
+        },
+        || async {
             for j in &survivors {
                 if mode(&clients[*j]).await.as_deref() == Some("leader") {
-                    out.all_managed_s = Some(t0.elapsed().as_secs_f64());
-                    break;
+                    return true;
                 }
             }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            false
+        },
+    )
+    .await;
     // What is left: each session's ephemeral znodes, and its state.
     let mut held = 0u64;
     for s in sessions {
@@ -314,16 +313,8 @@ async fn kill(
             .unwrap_or(0) as u64;
     }
     out.locks_lost = acquired.saturating_sub(held);
-    let t1 = Instant::now();
-    m.members[i].start()?;
-    let me = clients[i].clone();
-    let serving = wait_until(Duration::from_secs(120), "the restarted server", || {
-        let me = me.clone();
-        async move { mode(&me).await.is_some() }
-    })
-    .await;
-    if serving.is_ok() {
-        out.restart_s = Some(t1.elapsed().as_secs_f64());
-    }
+    out.restart_s = m
+        .restart(i, |me| async move { mode(&me).await.is_some() })
+        .await?;
     Ok(out)
 }
