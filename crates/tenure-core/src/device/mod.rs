@@ -92,6 +92,9 @@ struct Timers {
     /// The same entries ordered by deadline: the first is [`Device::poll_timeout`].
     order: BTreeSet<(Instant, Role)>,
     stale: Stale,
+    /// The chunk and manager roles whose timers were due when the input arrived (what
+    /// [`Stale::Due`] names): only they are ticked.
+    due: Vec<Role>,
 }
 
 /// A timer's owner.
@@ -113,6 +116,13 @@ enum Stale {
     All,
     /// Only this role's.
     One(Role),
+    /// The chunk and manager roles a tick reached ([`Timers::due`]), the device-wide
+    /// roles (lookup, election, snapshot, forwards, sessions), and `also` if any: a tick
+    /// calls only the roles whose timers are due, and a chunk's or a manager's timeout
+    /// depends on its own state only.
+    Due {
+        also: Option<Role>,
+    },
     None,
 }
 
@@ -281,10 +291,30 @@ impl Device {
         // first, so a device that was paused acts on its expired deadlines (an expired
         // commit window, a lapsed lease) before the messages that queued up meanwhile.
         let due = self.poll_timeout().is_some_and(|t| t <= now);
-        self.timers.get_mut().stale = if due {
-            Stale::All
-        } else {
-            Self::reaches(&input)
+        let reached = Self::reaches(&input);
+        let tick = matches!(input, Input::Tick);
+        let timers = self.timers.get_mut();
+        timers.stale = match (due || tick, reached) {
+            (false, reached) => reached,
+            (true, Stale::All) => Stale::All,
+            (true, reached) => {
+                // The cache is fresh here (`poll_timeout` refreshed it): the roles due
+                // at `now` are those `on_tick` will call.
+                timers.due.clear();
+                (timers.due).extend(
+                    (timers.order.range(..=(now, Role::Sessions)))
+                        .map(|(_, r)| *r)
+                        .filter(|r| matches!(r, Role::Chunk(_) | Role::Manager(_))),
+                );
+                // In the order `on_tick` calls them: chunks, then managers, by id.
+                timers.due.sort_unstable();
+                // A tick reaches nothing but the roles due.
+                let also = match reached {
+                    Stale::One(r) if !tick => Some(r),
+                    _ => None,
+                };
+                Stale::Due { also }
+            }
         };
         if !matches!(input, Input::Tick) && due {
             self.on_tick(now, &mut out);
@@ -409,8 +439,9 @@ impl Device {
                 ..
             }
             | Input::StartSnapshot
-            | Input::Tick
             | Input::Policy(_) => Stale::All,
+            // Only the roles whose timers are due (see `handle`).
+            Input::Tick => Stale::None,
         }
     }
 
@@ -457,6 +488,20 @@ impl Device {
         let role = match std::mem::replace(&mut timers.stale, Stale::None) {
             Stale::None => return,
             Stale::One(role) => role,
+            Stale::Due { also } => {
+                let due = std::mem::take(&mut timers.due);
+                let global = [Role::Lookup, Role::Election, Role::Snapshot, Role::Forward];
+                let roles = (due.iter().copied())
+                    .chain(global)
+                    .chain([Role::Sessions])
+                    .chain(also);
+                for role in roles {
+                    timers.stale = Stale::One(role);
+                    self.refresh(timers);
+                }
+                timers.due = due;
+                return;
+            }
             Stale::All => {
                 let roles = (self.chunks.keys().map(|id| Role::Chunk(*id)))
                     .chain(self.managers.keys().map(|s| Role::Manager(*s)))

@@ -290,6 +290,7 @@ impl Device {
             managers,
             chunks,
             lookup,
+            timers,
             ..
         } = self;
         let mut ctx = env.ctx(now, out);
@@ -299,14 +300,39 @@ impl Device {
         {
             lookup.on_tick(&mut ctx);
         }
-        for c in chunks.values_mut() {
-            if c.next_timeout(drift).is_some_and(|t| t <= now) {
-                c.on_tick(&mut ctx);
+        // The chunk and manager roles whose timers are due, when `handle` listed them;
+        // every role otherwise.
+        let timers = timers.get_mut();
+        if let Stale::Due { .. } = timers.stale {
+            for role in &timers.due {
+                match role {
+                    Role::Chunk(id) => {
+                        if let Some(c) = chunks.get_mut(id)
+                            && c.next_timeout(drift).is_some_and(|t| t <= now)
+                        {
+                            c.on_tick(&mut ctx);
+                        }
+                    }
+                    Role::Manager(s) => {
+                        if let Some(m) = managers.get_mut(s)
+                            && m.next_timeout().is_some_and(|t| t <= now)
+                        {
+                            m.on_tick(&mut ctx);
+                        }
+                    }
+                    _ => {}
+                }
             }
-        }
-        for m in managers.values_mut() {
-            if m.next_timeout().is_some_and(|t| t <= now) {
-                m.on_tick(&mut ctx);
+        } else {
+            for c in chunks.values_mut() {
+                if c.next_timeout(drift).is_some_and(|t| t <= now) {
+                    c.on_tick(&mut ctx);
+                }
+            }
+            for m in managers.values_mut() {
+                if m.next_timeout().is_some_and(|t| t <= now) {
+                    m.on_tick(&mut ctx);
+                }
             }
         }
         if self.election_timeout().is_some_and(|t| t <= now) {
@@ -356,24 +382,31 @@ impl Device {
     /// anything else, every role.
     fn collect_garbage(&mut self) {
         let requested = std::mem::take(&mut self.requested);
-        let reached = self.timers.get_mut().stale;
-        if let Stale::One(role) = reached {
+        let timers = self.timers.get_mut();
+        let reached: Vec<Role> = match timers.stale {
+            Stale::One(role) => vec![role],
+            Stale::Due { also } => timers.due.iter().copied().chain(also).collect(),
+            Stale::All | Stale::None => Vec::new(),
+        };
+        if matches!(timers.stale, Stale::One(_) | Stale::Due { .. }) {
             let mut removed = false;
-            if let Role::Chunk(id) = role
-                && self.chunks.get(&id).is_some_and(chunk_is_garbage)
-            {
-                removed |= self.chunks.remove(&id).is_some();
+            let mut stores = requested;
+            for role in reached {
+                match role {
+                    Role::Chunk(id) => {
+                        if self.chunks.get(&id).is_some_and(chunk_is_garbage) {
+                            removed |= self.chunks.remove(&id).is_some();
+                        }
+                    }
+                    Role::Manager(s) => stores.push(s),
+                    Role::Lookup
+                    | Role::Election
+                    | Role::Snapshot
+                    | Role::Forward
+                    | Role::Sessions => {}
+                }
             }
-            let reached_store = match role {
-                Role::Manager(s) => Some(s),
-                Role::Chunk(_)
-                | Role::Lookup
-                | Role::Election
-                | Role::Snapshot
-                | Role::Forward
-                | Role::Sessions => None,
-            };
-            for s in requested.into_iter().chain(reached_store) {
+            for s in stores {
                 if self.managers.get(&s).is_some_and(manager_is_garbage) {
                     removed |= self.managers.remove(&s).is_some();
                 }
