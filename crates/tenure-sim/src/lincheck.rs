@@ -38,6 +38,7 @@ use std::fmt::{self, Debug};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use thiserror::Error;
 
+mod indexed;
 mod lock;
 mod register;
 #[cfg(test)]

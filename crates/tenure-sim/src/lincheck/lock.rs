@@ -3,8 +3,10 @@
 //! increasing per name; and [`check_locks`], which checks a lock history one group of
 //! covering names at a time.
 
+use super::indexed::{IndexedInput, IndexedLockModel, Names, PerNameIndexed};
 use super::{HistoryError, Limits, Model, Operation, Verdict, check, partitions};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use tenure_core::lockctl::{FencingToken, LockMode, SessionId};
 
 /// An operation on the lock service, as a client saw it.
@@ -251,6 +253,15 @@ impl Model for PerNameLockModel {
     }
 }
 
+/// The name an operation is on.
+pub(super) fn input_name(i: &LockInput) -> &str {
+    match i {
+        LockInput::Acquire { name, .. }
+        | LockInput::Release { name, .. }
+        | LockInput::Holders { name } => name,
+    }
+}
+
 /// The verdict on a lock history, and what it rests on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockVerdict {
@@ -280,9 +291,28 @@ pub fn check_locks(
     };
     let mut unknown_steps = None;
     for (_, part) in partitions::<LockModel>(history) {
-        let ops: Vec<Operation<LockInput, LockOutput>> =
-            part.iter().map(|i| history[*i].clone()).collect();
-        match check(&LockModel::default(), &ops, limits)? {
+        // The search runs on the same specification with the group's names numbered
+        // (`indexed`): a state is then two short vectors of numbers.
+        let numbered = |per_name: bool| {
+            let names = Names::new(part.iter().map(|i| &history[*i].input), per_name);
+            let ops: Vec<Operation<IndexedInput, LockOutput>> = (part.iter())
+                .map(|i| {
+                    let o = &history[*i];
+                    Operation {
+                        client: o.client,
+                        input: IndexedInput {
+                            name: names.number(input_name(&o.input)),
+                            input: o.input.clone(),
+                        },
+                        invoke: o.invoke,
+                        response: o.response.clone(),
+                    }
+                })
+                .collect();
+            (IndexedLockModel::new(Rc::new(names)), ops)
+        };
+        let (initial, ops) = numbered(false);
+        match check(&initial, &ops, limits)? {
             Verdict::Linearizable => out.ops_linearizable += ops.len() as u64,
             Verdict::NotLinearizable(c) => {
                 out.verdict = Verdict::NotLinearizable(c);
@@ -290,7 +320,8 @@ pub fn check_locks(
             }
             Verdict::Unknown { steps } => {
                 out.groups_unknown += 1;
-                match check(&PerNameLockModel::default(), &ops, limits)? {
+                let (initial, ops) = numbered(true);
+                match check(&PerNameIndexed(initial), &ops, limits)? {
                     Verdict::Linearizable => out.ops_linearizable_alone += ops.len() as u64,
                     Verdict::NotLinearizable(c) => {
                         out.verdict = Verdict::NotLinearizable(c);
