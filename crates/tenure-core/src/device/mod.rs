@@ -92,8 +92,8 @@ struct Timers {
     /// The same entries ordered by deadline: the first is [`Device::poll_timeout`].
     order: BTreeSet<(Instant, Role)>,
     stale: Stale,
-    /// The chunk and manager roles whose timers were due when the input arrived (what
-    /// [`Stale::Due`] names): only they are ticked.
+    /// The chunk and manager roles whose timers were due when the input arrived (only
+    /// they are ticked), then those requests were served by: what [`Stale::Due`] names.
     due: Vec<Role>,
 }
 
@@ -116,10 +116,11 @@ enum Stale {
     All,
     /// Only this role's.
     One(Role),
-    /// The chunk and manager roles a tick reached ([`Timers::due`]), the device-wide
-    /// roles (lookup, election, snapshot, forwards, sessions), and `also` if any: a tick
-    /// calls only the roles whose timers are due, and a chunk's or a manager's timeout
-    /// depends on its own state only.
+    /// The chunk and manager roles listed in [`Timers::due`] (those a tick reached, and
+    /// the manager roles [`Device::serve`] served a request by), the device-wide roles
+    /// (lookup, election, snapshot, forwards, sessions), and `also` if any: a tick calls
+    /// only the roles whose timers are due, and a chunk's or a manager's timeout depends
+    /// on its own state only.
     Due {
         also: Option<Role>,
     },
@@ -295,8 +296,12 @@ impl Device {
         let tick = matches!(input, Input::Tick);
         let timers = self.timers.get_mut();
         timers.stale = match (due || tick, reached) {
+            (_, Stale::All) => Stale::All,
+            (false, Stale::Due { also }) => {
+                timers.due.clear();
+                Stale::Due { also }
+            }
             (false, reached) => reached,
-            (true, Stale::All) => Stale::All,
             (true, reached) => {
                 // The cache is fresh here (`poll_timeout` refreshed it): the roles due
                 // at `now` are those `on_tick` will call.
@@ -311,6 +316,7 @@ impl Device {
                 // A tick reaches nothing but the roles due.
                 let also = match reached {
                     Stale::One(r) if !tick => Some(r),
+                    Stale::Due { also } => also,
                     _ => None,
                 };
                 Stale::Due { also }
@@ -389,10 +395,15 @@ impl Device {
                 env,
                 managers,
                 requested,
+                timers,
                 ..
             } = self;
             let mut ctx = env.ctx(now, out);
             requested.push(store);
+            let timers = timers.get_mut();
+            if let Stale::Due { .. } = timers.stale {
+                timers.due.push(Role::Manager(store));
+            }
             managers
                 .entry(store)
                 .or_insert_with(|| Manager::new(store))
@@ -412,14 +423,20 @@ impl Device {
                 ..
             } => Stale::One(Role::Manager(*store)),
             // A keep-alive may start a session's renewal here (`sessions`), as may any
-            // request under a session of another store.
+            // request under a session of another store, and a forwarded request is
+            // served here: the device-wide roles, and each manager role a request is
+            // served by (`serve` lists it).
             Input::Request {
                 req:
                     crate::io::Request::KeepAlive { .. }
                     | crate::io::Request::CloseSession { .. }
                     | crate::io::Request::Under(_),
                 ..
-            } => Stale::All,
+            }
+            | Input::Message {
+                msg: Msg::Forward(_),
+                ..
+            } => Stale::Due { also: None },
             Input::Request { req, .. } => Stale::One(Role::Manager(req.store())),
             Input::Lookup { .. }
             | Input::Message {
@@ -435,7 +452,7 @@ impl Device {
                 ..
             } => Stale::One(Role::Election),
             Input::Message {
-                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_) | Msg::Forward(_),
+                msg: Msg::Policy(_) | Msg::Coord(_) | Msg::Snapshot(_),
                 ..
             }
             | Input::StartSnapshot
@@ -459,6 +476,22 @@ impl Device {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut timers = self.timers.borrow_mut();
         self.refresh(&mut timers);
+        #[cfg(debug_assertions)]
+        {
+            // The cache against every role's timeout worked out afresh: a cached deadline
+            // may be early (the role is ticked, finds nothing due and is looked at
+            // again: the forwards' deadlines move later whenever a peer is heard from),
+            // never late or missing.
+            let mut fresh = Timers::default();
+            self.refresh(&mut fresh);
+            for (role, t) in &fresh.deadlines {
+                let cached = timers.deadlines.get(role);
+                assert!(
+                    cached.is_some_and(|c| c <= t),
+                    "{role:?}: cached timer {cached:?}, due at {t:?}"
+                );
+            }
+        }
         timers.order.first().map(|(t, _)| *t)
     }
 
