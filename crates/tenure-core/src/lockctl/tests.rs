@@ -943,6 +943,9 @@ proptest! {
             // The deadline index is always what the entries and the waits say, and
             // survives the table's encoding (where it is rebuilt, never carried).
             prop_assert!(lt.deadlines_are_derived());
+            // A table that skips looking over its waits at a tick with nothing due has
+            // none to grant.
+            prop_assert!(lt.settled_holds(now));
             let decoded: LockTable =
                 postcard::from_bytes(&postcard::to_allocvec(&lt).unwrap()).unwrap();
             prop_assert_eq!(decoded.next_deadline(), lt.next_deadline());

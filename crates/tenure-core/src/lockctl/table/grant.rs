@@ -204,6 +204,9 @@ impl LockTable {
         lock_delay: Duration,
         now: Instant,
     ) -> Grant {
+        // Conservatively: the new lock may cover a name its session waits for (see
+        // `grant_waiters`).
+        self.settled = super::Settled(false);
         self.last_seq += 1;
         let token = FencingToken {
             epoch: self.epoch,
@@ -264,6 +267,10 @@ impl LockTable {
             self.set_outcome(w.session, w.request_id, Outcome::Granted(g.clone()));
             granted.push(g);
         }
+        // A pass that granted nothing changed nothing: every wait left stays blocked
+        // until the table changes or a deadline passes. After a grant the next tick
+        // looks again, as it always did.
+        self.settled = super::Settled(granted.is_empty());
         granted
     }
 

@@ -125,6 +125,13 @@ pub struct LockTable {
     /// rows), so the next deadline and what is due are found without scanning every lock.
     #[serde(skip)]
     deadlines: imbl::OrdSet<(Instant, Due)>,
+    /// No wait is grantable until a deadline of [`deadlines`](Self::deadlines) passes:
+    /// the waits were last looked over after the table's last change that can unblock
+    /// one (a release, an ended session, an ended wait or lock-delay), so a tick with
+    /// nothing due grants nothing without looking at every wait again. Derived, never
+    /// encoded, and false in a decoded or assembled table.
+    #[serde(skip)]
+    settled: Settled,
     /// Planted bug (tests only): grant without looking for conflicts. Not replicated.
     #[serde(skip)]
     planted_skip_conflicts: bool,
@@ -133,6 +140,18 @@ pub struct LockTable {
     #[serde(skip)]
     planted_ignore_cover: bool,
 }
+
+/// [`LockTable::settled`]: a hint that tables compare equal whatever its value.
+#[derive(Clone, Copy, Debug, Default)]
+struct Settled(bool);
+
+impl PartialEq for Settled {
+    fn eq(&self, _: &Settled) -> bool {
+        true
+    }
+}
+
+impl Eq for Settled {}
 
 /// What falls due at a deadline of [`LockTable::deadlines`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -169,6 +188,7 @@ impl From<LockTableRepr> for LockTable {
             waiters: r.waiters,
             sessions: r.sessions,
             deadlines: imbl::OrdSet::new(),
+            settled: Settled(false),
             planted_skip_conflicts: false,
             planted_ignore_cover: false,
         };
@@ -189,6 +209,7 @@ impl LockTable {
             waiters: imbl::OrdMap::new(),
             sessions: imbl::OrdMap::new(),
             deadlines: imbl::OrdSet::new(),
+            settled: Settled(false),
             planted_skip_conflicts: false,
             planted_ignore_cover: false,
         }
@@ -198,6 +219,7 @@ impl LockTable {
     /// exclusion and linearizability checkers can be shown to catch it.
     pub fn plant_skip_conflicts(&mut self, on: bool) {
         self.planted_skip_conflicts = on;
+        self.settled = Settled(false);
     }
 
     /// Plant (or remove) the ignore-the-cover-rule bug: conflicts are looked for on the
@@ -205,6 +227,7 @@ impl LockTable {
     /// be granted. The simulator's checkers must judge the hierarchy to catch it.
     pub fn plant_ignore_cover(&mut self, on: bool) {
         self.planted_ignore_cover = on;
+        self.settled = Settled(false);
     }
 
     /// The configuration.
@@ -338,14 +361,18 @@ impl LockTable {
                 Due::Ghost(_) => None,
             })
             .collect();
+        if !expired.is_empty() {
+            self.settled = Settled(false);
+        }
         let ended = expired
             .into_iter()
             .map(|t| self.end_wait(t, AcquireError::Timeout))
             .collect();
-        Wakeups {
-            granted: self.grant_waiters(now),
-            ended,
-        }
+        let granted = match self.settled {
+            Settled(true) => Vec::new(),
+            Settled(false) => self.grant_waiters(now),
+        };
+        Wakeups { granted, ended }
     }
 
     /// Time passes: lock-delays that ended are dropped, expired waits end, and waits that
@@ -361,6 +388,7 @@ impl LockTable {
         for name in over {
             self.set_ghost(&name, None);
             self.cleanup(&name);
+            self.settled = Settled(false);
         }
         self.expire_waits(now)
     }
@@ -427,6 +455,15 @@ impl LockTable {
         Some(w)
     }
 
+    /// Whether [`settled`](Self::settled) tells the truth at `now`: a table that says no
+    /// wait is grantable grants none when every wait is looked over (tests).
+    #[cfg(test)]
+    pub(crate) fn settled_holds(&self, now: Instant) -> bool {
+        let mut fresh = self.clone();
+        fresh.settled = Settled(false);
+        !self.settled.0 || fresh.grant_waiters(now).is_empty()
+    }
+
     /// Whether [`deadlines`](Self::deadlines) is what a rebuild from the entries and the
     /// waits gives (tests).
     #[cfg(test)]
@@ -448,6 +485,7 @@ impl LockTable {
             .iter()
             .filter_map(|(t, w)| w.deadline.map(|d| (d, Due::Wait(*t))));
         self.deadlines = ghosts.chain(waits).collect();
+        self.settled = Settled(false);
     }
 
     /// Holders of `name` (several only when shared), in session order.
