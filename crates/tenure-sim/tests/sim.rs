@@ -28,7 +28,7 @@ fn pipelined(seed: u64) -> SimConfig {
 
 /// Seeds swept by `bounded_sweep_finds_no_violation` (override with `SIM_SEEDS`).
 fn seeds() -> u64 {
-    common::seeds_from_env("SIM_SEEDS", 300)
+    common::seeds_from_env("SIM_SEEDS", 450)
 }
 
 // DESIGN §9 (invariants 1, 2, 4) and the liveness rule: no seed of a bounded sweep breaks
