@@ -45,8 +45,8 @@ mod register;
 mod tests;
 
 pub use lock::{
-    LockInput, LockModel, LockOutput, LockVerdict, NameState, PerNameLockModel, check_locks,
-    is_ancestor, locks_conflict, names_overlap,
+    LockInput, LockModel, LockOutput, LockVerdict, NameState, check_locks, is_ancestor,
+    locks_conflict, names_overlap,
 };
 pub use register::{RegisterInput, RegisterModel, RegisterOutput};
 

@@ -19,14 +19,13 @@ pub(super) struct Names {
     names: Vec<String>,
     /// The numbers by name.
     numbers: HashMap<String, u32>,
-    /// `covers[a * n + b]`: name `a` and name `b` cover one another (or are the same),
-    /// or, name by name, only `a == b`.
+    /// `covers[a * n + b]`: name `a` and name `b` cover one another (or are the same).
     covers: Vec<bool>,
 }
 
 impl Names {
-    /// Numbers `history`'s names; `per_name` ignores the hierarchy (every name alone).
-    pub(super) fn new<'a>(inputs: impl Iterator<Item = &'a LockInput>, per_name: bool) -> Self {
+    /// Numbers `history`'s names.
+    pub(super) fn new<'a>(inputs: impl Iterator<Item = &'a LockInput>) -> Self {
         let mut names: Vec<String> = Vec::new();
         let mut numbers: HashMap<String, u32> = HashMap::new();
         for i in inputs {
@@ -40,11 +39,7 @@ impl Names {
         let mut covers = vec![false; n * n];
         for a in 0..n {
             for b in 0..n {
-                covers[a * n + b] = if per_name {
-                    a == b
-                } else {
-                    names_overlap(&names[a], &names[b])
-                };
+                covers[a * n + b] = names_overlap(&names[a], &names[b]);
             }
         }
         Names {
@@ -238,8 +233,14 @@ impl Model for IndexedLockModel {
     }
 }
 
-/// [`IndexedLockModel`] name by name (the partitions ignore the hierarchy, as the
-/// numbering does): the search of [`super::PerNameLockModel`].
+/// [`IndexedLockModel`] with every name checked alone, the hierarchy ignored (each
+/// partition holds one name, so no other name's holders are in its states): the fallback for a
+/// group of covering names whose joint search hits the step bound. The projection of a
+/// history on one name is linearizable under this model whenever the history is under
+/// [`super::LockModel`] (a grant legal along the path is legal on its name alone, and a release
+/// or a read sees the same holders of the name), so a failure here is a real one —
+/// provided the history has no `Refused` output, which only a conflict on a covering name
+/// may justify (the simulator's clients record a refusal as `Failed`).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct PerNameIndexed(pub(super) IndexedLockModel);
 
@@ -316,7 +317,7 @@ mod tests {
                 }
             })
             .collect();
-        let names = Rc::new(Names::new(inputs.iter(), false));
+        let names = Rc::new(Names::new(inputs.iter()));
         let mut a = LockModel::default();
         let mut b = IndexedLockModel::new(names.clone());
         let (mut granted, mut refused) = (0, 0);

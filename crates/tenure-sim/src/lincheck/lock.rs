@@ -224,35 +224,6 @@ impl Model for LockModel {
     }
 }
 
-/// [`LockModel`] with every name checked alone, the hierarchy ignored: the fallback for a
-/// group of covering names whose joint search hits the step bound. The projection of a
-/// history on one name is linearizable under this model whenever the history is under
-/// [`LockModel`] (a grant legal along the path is legal on its name alone, and a release
-/// or a read sees the same holders of the name), so a failure here is a real one —
-/// provided the history has no `Refused` output, which only a conflict on a covering name
-/// may justify (the simulator's clients record a refusal as `Failed`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct PerNameLockModel(pub LockModel);
-
-impl Model for PerNameLockModel {
-    type Input = LockInput;
-    type Output = LockOutput;
-
-    fn step(&self, input: &LockInput, output: &LockOutput) -> Option<Self> {
-        self.0.step(input, output).map(PerNameLockModel)
-    }
-
-    fn step_unknown(&self, input: &LockInput) -> Vec<Self> {
-        (self.0.step_unknown(input).into_iter())
-            .map(PerNameLockModel)
-            .collect()
-    }
-
-    fn partition_key(input: &LockInput) -> Option<String> {
-        LockModel::partition_key(input)
-    }
-}
-
 /// The name an operation is on.
 pub(super) fn input_name(i: &LockInput) -> &str {
     match i {
@@ -277,7 +248,7 @@ pub struct LockVerdict {
 
 /// Checks a lock history against [`LockModel`], one group of covering names at a time; a
 /// group whose search hits the step bound is checked again name by name
-/// ([`PerNameLockModel`]), so that nesting never checks less than names alone would. A
+/// ([`super::indexed::PerNameIndexed`]), so that nesting never checks less than names alone would. A
 /// counterexample's indices refer to its group's operations, in history order.
 pub fn check_locks(
     history: &[Operation<LockInput, LockOutput>],
@@ -293,25 +264,22 @@ pub fn check_locks(
     for (_, part) in partitions::<LockModel>(history) {
         // The search runs on the same specification with the group's names numbered
         // (`indexed`): a state is then two short vectors of numbers.
-        let numbered = |per_name: bool| {
-            let names = Names::new(part.iter().map(|i| &history[*i].input), per_name);
-            let ops: Vec<Operation<IndexedInput, LockOutput>> = (part.iter())
-                .map(|i| {
-                    let o = &history[*i];
-                    Operation {
-                        client: o.client,
-                        input: IndexedInput {
-                            name: names.number(input_name(&o.input)),
-                            input: o.input.clone(),
-                        },
-                        invoke: o.invoke,
-                        response: o.response.clone(),
-                    }
-                })
-                .collect();
-            (IndexedLockModel::new(Rc::new(names)), ops)
-        };
-        let (initial, ops) = numbered(false);
+        let names = Names::new(part.iter().map(|i| &history[*i].input));
+        let ops: Vec<Operation<IndexedInput, LockOutput>> = (part.iter())
+            .map(|i| {
+                let o = &history[*i];
+                Operation {
+                    client: o.client,
+                    input: IndexedInput {
+                        name: names.number(input_name(&o.input)),
+                        input: o.input.clone(),
+                    },
+                    invoke: o.invoke,
+                    response: o.response.clone(),
+                }
+            })
+            .collect();
+        let initial = IndexedLockModel::new(Rc::new(names));
         match check(&initial, &ops, limits)? {
             Verdict::Linearizable => out.ops_linearizable += ops.len() as u64,
             Verdict::NotLinearizable(c) => {
@@ -320,7 +288,6 @@ pub fn check_locks(
             }
             Verdict::Unknown { steps } => {
                 out.groups_unknown += 1;
-                let (initial, ops) = numbered(true);
                 match check(&PerNameIndexed(initial), &ops, limits)? {
                     Verdict::Linearizable => out.ops_linearizable_alone += ops.len() as u64,
                     Verdict::NotLinearizable(c) => {
