@@ -74,6 +74,12 @@ impl Checker {
         *prev = (*prev).max(epoch);
     }
 
+    /// A later epoch than `epoch` has had a manager of `store`: a change of `epoch` can
+    /// no longer commit (the later epoch's regeneration moved a quorum of its chunks on).
+    pub fn superseded(&self, store: StoreId, epoch: Epoch) -> bool {
+        self.last_epoch.get(&store).is_some_and(|e| *e > epoch)
+    }
+
     /// Invariant 1, from a manager view in the `Manager` state after an event.
     pub fn manager_role(&mut self, device: DeviceId, store: StoreId, epoch: Epoch) {
         self.counts.manager_checks += 1;

@@ -3,7 +3,8 @@
 
 use crate::error::ClientError;
 use crate::generation::Generation;
-use crate::ids::{DeviceId, SessionId, StoreId};
+use crate::ids::{ClientId, DeviceId, SessionId, StoreId};
+use crate::io::Input;
 use crate::io::request::{ObjectRequest, Request, Response, WaitSpec};
 use crate::lockctl::LockMode;
 use crate::msg::{ForwardMsg, Msg};
@@ -489,4 +490,36 @@ fn a_timed_wait_through_another_device_is_granted_at_the_release() {
         c.run_for(Duration::from_millis(300));
         assert!(matches!(c.replies[&rel2], Ok(Response::Released)));
     }
+}
+
+// A client that asks for its watch again (same watch, request id and revision) because
+// the answer was slow is given the watch already carried, answered again: a second one
+// would give every change twice (simulator seed 1149 of `tenure sim` found it).
+#[test]
+fn a_retried_watch_is_the_watch_already_carried() {
+    let (mut c, m, a, _) = settled();
+    put_at(&mut c, m, "/a/x", b"one");
+    let w = c.request(a, 5, watch_req(1, Some(0)));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w], Ok(Response::Watching { revision: 0 }));
+    let again = Input::Request {
+        client: ClientId(5),
+        req_id: w,
+        req: watch_req(1, Some(0)),
+    };
+    c.replies.remove(&w);
+    c.input(a, again.clone());
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w], Ok(Response::Watching { revision: 0 }));
+    assert_eq!(c.devices[&a].watches_forwarded(), 1);
+    put_at(&mut c, m, "/a/y", b"two");
+    c.run_for(Duration::from_secs(1));
+    let got: Vec<u64> = watched(&c, a, 5).iter().map(|(r, _, _)| *r).collect();
+    assert_eq!(got, vec![1, 2], "each change once");
+    // A new request for the same watch id (its client watches again) replaces it.
+    let w2 = c.request(a, 5, watch_req(1, Some(1)));
+    c.run_for(Duration::from_millis(200));
+    assert_eq!(c.replies[&w2], Ok(Response::Watching { revision: 1 }));
+    let got: Vec<u64> = watched(&c, a, 5).iter().map(|(r, _, _)| *r).collect();
+    assert_eq!(got, vec![1, 2, 2], "from the revision asked");
 }

@@ -108,8 +108,8 @@ enum Sub {
     Inner,
     /// Home's keep-alive (or, closing, the keep-alive that names the children).
     Home,
-    /// A child's keep-alive or close.
-    Child,
+    /// A child's keep-alive or close (the child's store and id).
+    Child(StoreId, SessionId),
     /// Home's close, after its children's.
     CloseHome,
     /// The close of a child opened in vain (another was recorded first): not answered.
@@ -387,9 +387,6 @@ impl Device {
             }
             (Sub::Inner, result) | (Sub::CloseHome, result) => self.end_job(job, result, out),
             (Sub::Home, Ok(Response::KeptAlive { ttl, children })) => {
-                for (store, c) in &children {
-                    self.groups.remember(group, *store, *c);
-                }
                 let Some(Job {
                     kind: Kind::Renew { close, .. },
                     ..
@@ -399,17 +396,14 @@ impl Device {
                 };
                 let close = *close;
                 let planted = !close && self.env.cfg.planted.keep_alive_skips_children;
-                let reqs: Vec<Request> = (children.iter())
+                let reqs: Vec<(Sub, Request)> = (children.iter())
                     .filter(|_| !planted)
-                    .map(|(store, c)| match close {
-                        true => Request::CloseSession {
-                            store: *store,
-                            session: *c,
-                        },
-                        false => Request::KeepAlive {
-                            store: *store,
-                            session: *c,
-                        },
+                    .map(|(&store, &session)| {
+                        let req = match close {
+                            true => Request::CloseSession { store, session },
+                            false => Request::KeepAlive { store, session },
+                        };
+                        (Sub::Child(store, session), req)
                     })
                     .collect();
                 if let Some(Job {
@@ -428,22 +422,25 @@ impl Device {
                 if reqs.is_empty() {
                     self.renewed(now, job, out);
                 }
-                for r in reqs {
-                    self.send(now, job, Sub::Child, r, out);
+                for (sub, r) in reqs {
+                    self.send(now, job, sub, r, out);
                 }
             }
-            (Sub::Child, result) => {
+            (Sub::Child(store, child), result) => {
                 let Some(Job {
-                    kind: Kind::Renew { close, waiting, .. },
+                    kind: Kind::Renew { close, .. },
                     ..
-                }) = self.groups.jobs.get_mut(&job)
+                }) = self.groups.jobs.get(&job)
                 else {
                     return;
                 };
                 match result {
                     // A child already gone is closed.
                     Ok(_) | Err(ClientError::SessionExpired) if *close => {}
-                    Ok(_) => {}
+                    // Renewed after home named it: requests may run under it from here
+                    // without a fresh renewal (`renew_fresh`). A child whose renewal
+                    // failed is not remembered: its deadline may still be its open's.
+                    Ok(_) => self.groups.remember(group, store, child),
                     Err(ClientError::SessionExpired) => {
                         let g = &mut self.groups;
                         if g.dead.len() >= CACHED {
@@ -455,6 +452,13 @@ impl Device {
                     }
                     Err(e) => return self.end_job(job, Err(e), out),
                 }
+                let Some(Job {
+                    kind: Kind::Renew { waiting, .. },
+                    ..
+                }) = self.groups.jobs.get_mut(&job)
+                else {
+                    return;
+                };
                 *waiting -= 1;
                 if *waiting == 0 {
                     self.renewed(now, job, out);

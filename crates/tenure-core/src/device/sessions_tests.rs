@@ -350,3 +350,85 @@ fn a_lock_under_a_child_survives_the_failover_of_its_store() {
     assert!(alive > 20, "renewed after the failover ({alive} of 30)");
     assert_eq!(holders(&mut c, via, &name), vec![child]);
 }
+
+// DESIGN §4 "Children": a device runs requests under a child without a fresh renewal
+// only once it renewed that child after home named it. A keep-alive whose renewal of
+// the child failed leaves it unknown here: the child's deadline may still be its open's,
+// before the deadline its client counts from an earlier keep-alive (simulator seed 1031
+// of `tenure sim` found a child's renewals failing while its store changed epoch).
+#[test]
+fn a_child_whose_renewal_failed_is_not_used_without_renewing_it() {
+    let mut c = Cluster::new(4, STORES);
+    c.run_for(Duration::from_secs(5));
+    let managers: Vec<DeviceId> = [HOME, OTHER]
+        .iter()
+        .filter_map(|s| c.manager_of(*s).map(|(d, _)| d))
+        .collect();
+    assert_eq!(managers.len(), 2, "both stores managed");
+    let via = (c.devices.keys().copied())
+        .find(|d| !managers.contains(d))
+        .expect("a device managing neither store");
+    let other = (c.devices.keys().copied())
+        .find(|d| *d != via)
+        .expect("another device");
+    // A TTL that outlasts the renewals given up below.
+    let s = match answer(
+        &mut c,
+        via,
+        Request::OpenSession {
+            store: HOME,
+            ttl: Duration::from_secs(10),
+        },
+    ) {
+        Ok(Response::SessionOpened { session, .. }) => session,
+        other => panic!("open: {other:?}"),
+    };
+    let name = name_in(OTHER);
+    // The child is made through another device: `via` has not met it.
+    assert!(matches!(
+        answer(&mut c, other, under(s, 1, &name)),
+        Ok(Response::Granted { .. })
+    ));
+    let child = children(&c, s)[0].1;
+    let known = |c: &Cluster| {
+        c.devices[&via]
+            .groups
+            .children
+            .get(&((HOME, s), OTHER))
+            .copied()
+    };
+    assert_eq!(known(&c), None);
+    // `via`'s renewals of the child are lost: home answers, the child does not.
+    c.drop = Some(Box::new(move |from, _, msg| {
+        from == via
+            && matches!(
+                msg,
+                crate::msg::Msg::Forward(crate::msg::ForwardMsg::Request {
+                    req: Request::KeepAlive { store: OTHER, .. },
+                    ..
+                })
+            )
+    }));
+    let r = c.request(
+        via,
+        1,
+        Request::KeepAlive {
+            store: HOME,
+            session: s,
+        },
+    );
+    c.run_for(Duration::from_secs(5));
+    let got = c.replies.remove(&r).expect("answered");
+    assert!(
+        !matches!(got, Ok(Response::KeptAlive { .. })),
+        "alive without the child's renewal: {got:?}"
+    );
+    assert_eq!(known(&c), None, "a child not renewed is not remembered");
+    // Once the child answers, it is.
+    c.drop = None;
+    assert!(matches!(
+        keep_alive(&mut c, via, s),
+        Ok(Response::KeptAlive { .. })
+    ));
+    assert_eq!(known(&c), Some(child));
+}

@@ -68,6 +68,9 @@ pub enum Observation {
         expired: bool,
         /// Names of the locks the change releases.
         released: Vec<String>,
+        /// The epoch of the manager that decided it (the change's): a manager deposed
+        /// by a later epoch decides in vain, since its change can no longer commit.
+        epoch: Epoch,
     },
     /// A session's child in another store is recorded at home, durably (DESIGN §4).
     SessionAttached {

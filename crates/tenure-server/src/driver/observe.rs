@@ -241,6 +241,7 @@ pub(super) fn observe(obs: &Observation, hot: &HotMetrics) {
             session,
             expired,
             released,
+            ..
         } => {
             let how = if *expired { "expired" } else { "closed" };
             info!(%store, session = session.0, how, locks = released.len(), "session ending");

@@ -54,6 +54,12 @@ pub(super) struct LockClient {
     /// That child, once home recorded it (learned from the attach's observation): the
     /// session the lock checker knows the client's holds by.
     pub(super) child: Option<SessionId>,
+    /// The child is known to have been renewed after home recorded it (a request ran
+    /// under it, or a keep-alive's answer named it): from then on its deadline covers
+    /// the client's. Until then (the attach's answer was lost or an error) no request
+    /// ran under it and its deadline may still be its open's, so the checker does not
+    /// hold it to the client's deadline.
+    pub(super) adopted: bool,
     pub(super) names: Vec<String>,
     pub(super) target: DeviceId,
     /// Bumped at every client crash: answers to an older incarnation are ignored.

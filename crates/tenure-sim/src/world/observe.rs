@@ -66,8 +66,11 @@ impl World {
                 session,
                 released,
                 expired,
+                epoch,
             } => {
-                if expired {
+                // A manager deposed by a later epoch (one resuming from a pause, say)
+                // decides in vain: its change cannot commit, so the end never happens.
+                if expired && !self.checker.superseded(store, epoch) {
                     self.locks.session_expired(store, session, self.now);
                 }
                 self.mix(0x7000 ^ session.0 << 8);

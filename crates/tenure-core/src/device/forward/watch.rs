@@ -35,10 +35,13 @@ struct FwdWatch {
     key: u64,
     /// The client's request that asked for the watch (answered `Watching` once).
     req_id: u64,
+    /// The revision the client asked to watch after (none: from now).
+    asked: Option<u64>,
     /// The last revision given to the client (none before the first answer of a watch
     /// from now).
     after: Option<u64>,
-    started: bool,
+    /// The revision the client was answered `Watching` with, once it was.
+    started: Option<u64>,
     /// The poll in flight (its forward id).
     poll: Option<u64>,
 }
@@ -93,7 +96,7 @@ impl Forwards {
                 prefix: w.prefix.clone(),
                 after: w.after,
                 values: w.values,
-                wait: w.started,
+                wait: w.started.is_some(),
             },
         };
         let req_id = w.req_id;
@@ -145,6 +148,22 @@ impl crate::device::Device {
                     return false;
                 };
                 let k = (client, *watch);
+                // A retried subscription (same watch, request and revision) is the
+                // watch already carried: answered again if it was answered, else by
+                // its poll. Carrying a second one would give its changes twice.
+                if let Some(w) = self.forwards.watches.by_client.get(&k)
+                    && (w.req_id, &w.prefix, w.asked, w.values) == (req_id, prefix, *after, *values)
+                {
+                    if let Some(revision) = w.started {
+                        let result = Ok(Response::Watching { revision });
+                        out.push(Output::Reply {
+                            client,
+                            req_id,
+                            result,
+                        });
+                    }
+                    return true;
+                }
                 let me = self.id();
                 self.forwards.drop_watch(k);
                 let w = &mut self.forwards.watches;
@@ -157,8 +176,9 @@ impl crate::device::Device {
                     values: *values,
                     key,
                     req_id,
+                    asked: *after,
                     after: *after,
-                    started: false,
+                    started: None,
                     poll: None,
                 };
                 w.by_client.insert(k, fw);
@@ -205,9 +225,9 @@ impl crate::device::Device {
                     values,
                 }),
             )) => {
-                if !w.started {
-                    w.started = true;
+                if w.started.is_none() {
                     let revision = w.after.unwrap_or(revision);
+                    w.started = Some(revision);
                     out.push(Output::Reply {
                         client: k.0,
                         req_id: w.req_id,
@@ -233,11 +253,11 @@ impl crate::device::Device {
             Some((
                 _,
                 Err(e @ (ClientError::NotManager { .. } | ClientError::Unavailable { .. })),
-            )) if !w.started => Err(e),
+            )) if w.started.is_none() => Err(e),
             Some((_, Err(ClientError::NotManager { .. } | ClientError::Unavailable { .. })))
             | None => match target {
                 Some(to) => Ok((to, 0)),
-                None if w.started => Err(ClientError::NotManager { hint }),
+                None if w.started.is_some() => Err(ClientError::NotManager { hint }),
                 None => Err(ClientError::Unavailable { store }),
             },
             Some((_, Err(e))) => Err(e),
@@ -263,7 +283,7 @@ impl crate::device::Device {
         let Some(w) = self.forwards.watches.by_client.get(&k) else {
             return;
         };
-        let (started, req_id) = (w.started, w.req_id);
+        let (started, req_id) = (w.started.is_some(), w.req_id);
         self.forwards.drop_watch(k);
         if started {
             out.push(Output::WatchEnded {

@@ -70,6 +70,7 @@ impl Clients {
                         session: *session,
                         expired: *expired,
                         released: r.released.iter().map(|x| x.name.to_string()).collect(),
+                        epoch: version.epoch,
                     });
                     replies.push(Output::Observe(Observation::SessionEnded {
                         store,

@@ -98,7 +98,9 @@ impl World {
                         {
                             cl.child = Some(child);
                             self.locks.set_deadline(cl.store, child, deadline);
-                            self.locks.set_client_deadline(cl.store, child, deadline);
+                            if matches!(result, Some(Ok(_) | Err(ClientError::NotHeld))) {
+                                self.adopt_child(c);
+                            }
                         }
                     }
                     _ => {}
@@ -112,7 +114,7 @@ impl World {
                 };
                 let sid = s.id;
                 match result {
-                    Some(Ok(Response::KeptAlive { ttl, .. })) if now < s.deadline => {
+                    Some(Ok(Response::KeptAlive { ttl, children })) if now < s.deadline => {
                         let d = client_deadline(Instant(r.first_sent), ttl, drift).0;
                         s.deadline = s.deadline.max(d);
                         s.ttl = ttl;
@@ -124,7 +126,11 @@ impl World {
                         self.locks
                             .set_client_deadline(cl.session_store(), sid, deadline);
                         if let Some(child) = cl.child.filter(|_| cl.home.is_some()) {
-                            self.locks.set_client_deadline(cl.store, child, deadline);
+                            // Named: renewed after this keep-alive was sent.
+                            cl.adopted |= children.get(&cl.store) == Some(&child);
+                            if cl.adopted {
+                                self.locks.set_client_deadline(cl.store, child, deadline);
+                            }
                         }
                         self.schedule(deadline, Event::ClientDeadline(c, sid));
                         self.schedule(now + ka, Event::KeepAliveDue(c, sid));
@@ -147,6 +153,11 @@ impl World {
                         let cl = &mut self.lock_clients[c];
                         match cl.session.as_ref() {
                             Some(s) if Some(s.id) == r.session && now < s.deadline => {
+                                self.adopt_child(c);
+                                let cl = &mut self.lock_clients[c];
+                                let Some(s) = cl.session.as_ref() else {
+                                    unreachable!("matched above")
+                                };
                                 cl.held.insert(name.clone(), (*mode, token));
                                 let iv = Interval {
                                     client: c as u64,
@@ -195,6 +206,7 @@ impl World {
                     // A retry carries the first attempt's request id, so it answers
                     // `Released` whether this attempt or a lost earlier one released it.
                     Some(Ok(Response::Released)) => {
+                        self.adopt_child(c);
                         self.report.locks.releases += 1;
                         if !clean {
                             self.report.locks.releases_retried += 1;
@@ -208,6 +220,7 @@ impl World {
                         }
                     }
                     Some(Err(ClientError::NotHeld)) if clean => {
+                        self.adopt_child(c);
                         self.locks.respond(op, now, LockOutput::NotHeld)
                     }
                     Some(Err(ClientError::SessionExpired)) => {
@@ -237,5 +250,19 @@ impl World {
         self.lock_clients[c].inflight.remove(&r.id);
         let think = self.lock_knobs.think_mean_us;
         self.think(c, think);
+    }
+
+    /// A request ran under the client's child (its answer came from the child's store):
+    /// the child was renewed after home recorded it, so from now on it must outlive the
+    /// client's deadline.
+    fn adopt_child(&mut self, c: usize) {
+        let cl = &mut self.lock_clients[c];
+        let (Some(_), Some(child), Some(s)) = (cl.home, cl.child, cl.session.as_ref()) else {
+            return;
+        };
+        if !cl.adopted {
+            cl.adopted = true;
+            self.locks.set_client_deadline(cl.store, child, s.deadline);
+        }
     }
 }

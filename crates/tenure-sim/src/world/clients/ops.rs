@@ -43,6 +43,7 @@ impl World {
                 store,
                 home,
                 child: None,
+                adopted: false,
                 names,
                 target,
                 incarnation: 0,

@@ -19,6 +19,7 @@ impl World {
         };
         let ck = cl.ck(s.id);
         cl.child = None;
+        cl.adopted = false;
         let end = now.min(s.deadline);
         let held: Vec<String> = std::mem::take(&mut cl.held).into_keys().collect();
         cl.tainted.clear();
