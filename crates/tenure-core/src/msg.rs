@@ -132,7 +132,7 @@ pub enum ToChunk {
         /// Identity of this transition attempt (replays of another attempt change nothing).
         tx: u64,
         /// Merged store state.
-        data: StoreData,
+        data: Box<StoreData>,
         /// Lease after the commit (commit lease window), from receipt.
         lease: Duration,
     },
@@ -273,7 +273,7 @@ pub enum ToManager {
         /// Identity of this transition attempt (replays of another attempt change nothing).
         tx: u64,
         /// The chunk's store state.
-        data: StoreData,
+        data: Box<StoreData>,
         /// The epoch the chunk last committed (pending changes of older epochs were
         /// decided by that epoch's merge).
         committed: Epoch,
@@ -302,8 +302,8 @@ pub enum ToManager {
 
 /// Manager-to-manager messages of manager migration (seed 000 §5.3.1, §5.3.3–§5.3.7).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-// Values are moved, not copied, once each; boxing the large variant would add an
-// allocation per message for no gain.
+// The store state travels boxed (as in `ToChunk::Commit` and `ToManager::Vote`), which
+// keeps every `Msg` small to move.
 #[allow(clippy::large_enum_variant)]
 pub enum MgrMsg {
     /// `handoff(old epoch number, new metadata, failed chunks)`.
@@ -321,7 +321,7 @@ pub enum MgrMsg {
         /// Chunks the old manager believes failed.
         failed: Vec<ChunkId>,
         /// The old manager's copy of the store state.
-        data: StoreData,
+        data: Box<StoreData>,
     },
     /// The incoming manager holds the handoff and asks for the outgoing manager's vote
     /// (Tenure: the vote is a round trip, so that no device reads another's clock).

@@ -913,7 +913,7 @@ fn recovery_lease_epoch_transition_with_state_reconciles_before_voting() {
     assert_eq!(put_chunks(&out)[0].data, state, "durable with the prepare");
     assert_voted_after_persist(&out, 4, M);
     let voted = to_mgrs(&out).into_iter().find_map(|(_, m)| match m {
-        ToManager::Vote { data, .. } => Some(data),
+        ToManager::Vote { data, .. } => Some(*data),
         _ => None,
     });
     assert_eq!(voted, Some(state), "the vote carries it");

@@ -204,7 +204,7 @@ fn none_handoff_enters_into_reconciling() {
         new_epoch: e(4),
         metadata: layout(),
         failed: vec![c(3)],
-        data: data.clone(),
+        data: Box::new(data.clone()),
     };
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     // Tenure: it tells the outgoing manager it holds the handoff, asking for its vote.
@@ -247,7 +247,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
         new_epoch: e(4),
         metadata: layout(),
         failed: vec![],
-        data: StoreData::default(),
+        data: Box::new(StoreData::default()),
     };
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     assert_eq!(m.state, S::None);
@@ -275,7 +275,7 @@ fn manager_handoff_while_busy_is_refused() {
         new_epoch: e(6),
         metadata: layout(),
         failed: vec![],
-        data: StoreData::default(),
+        data: Box::new(StoreData::default()),
     };
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     assert_eq!(m.state, S::Manager);
@@ -384,7 +384,7 @@ fn into_reconciling_done_waits_for_every_vote_and_the_old_manager() {
     let other_attempt = ToManager::Vote {
         new_epoch: e(4),
         tx: TX + 1,
-        data: StoreData::default(),
+        data: Box::new(StoreData::default()),
         committed: crate::ids::Epoch::default(),
     };
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
@@ -774,7 +774,7 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
                 new_epoch: e(4),
                 metadata: layout(),
                 failed: vec![c(3)],
-                data: data_with(3, 1, 4),
+                data: Box::new(data_with(3, 1, 4)),
             }
         )
     );

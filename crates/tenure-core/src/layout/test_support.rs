@@ -304,7 +304,7 @@ pub(crate) fn vote(new_epoch: u64) -> ToManager {
     ToManager::Vote {
         new_epoch: e(new_epoch),
         tx: TX,
-        data: StoreData::default(),
+        data: Box::default(),
         committed: Epoch::default(),
     }
 }
@@ -334,7 +334,7 @@ pub(crate) fn commit_msg(new_epoch: u64, data: StoreData, lease: Duration) -> To
     ToChunk::Commit {
         new_epoch: e(new_epoch),
         tx: TX,
-        data,
+        data: Box::new(data),
         lease,
     }
 }

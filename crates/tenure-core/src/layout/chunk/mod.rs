@@ -385,7 +385,7 @@ impl Chunk {
                     data,
                     lease,
                 },
-            ) => self.commit(ctx, from, new_epoch, tx, data, lease),
+            ) => self.commit(ctx, from, new_epoch, tx, *data, lease),
             // §4.2.3: abort tx → regular lease extended by the abort window
             (
                 S::RegularTransition,

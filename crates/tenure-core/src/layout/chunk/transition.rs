@@ -99,7 +99,7 @@ impl Chunk {
         let vote = ToManager::Vote {
             new_epoch: log.new_epoch,
             tx: log.tx,
-            data: self.record.data.clone(),
+            data: Box::new(self.record.data.clone()),
             committed: self.record.epoch,
         };
         self.to_mgr(ctx, log.new_mgr, vote);

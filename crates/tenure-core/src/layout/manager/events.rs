@@ -264,7 +264,7 @@ impl Manager {
                     && tx.participants.contains(&c)
                     && tx.votes.insert(c)
                 {
-                    tx.inputs.push((committed, data));
+                    tx.inputs.push((committed, *data));
                     self.check_votes(ctx);
                 }
             }

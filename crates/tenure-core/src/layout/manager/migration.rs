@@ -57,7 +57,7 @@ impl Manager {
                     new_epoch,
                     metadata: self.metadata.clone(),
                     failed: self.failed.iter().copied().collect(),
-                    data: self.host.data.clone(),
+                    data: Box::new(self.host.data.clone()),
                 },
             },
         );
@@ -144,7 +144,7 @@ impl Manager {
                 self.metadata = metadata.clone();
                 self.migration.old_mgr = Some(from);
                 self.failed = failed.into_iter().collect();
-                self.host.data = data;
+                self.host.data = *data;
                 self.state = S::IntoReconciling;
                 let participants = self.live();
                 self.tx = Some(Tx {

@@ -394,7 +394,7 @@ impl Manager {
                 ToChunk::Commit {
                     new_epoch: tx.new_epoch,
                     tx: tx.id,
-                    data: merged.clone(),
+                    data: Box::new(merged.clone()),
                     lease: ctx.cfg.timing.commit_window,
                 },
             );
