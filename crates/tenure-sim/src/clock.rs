@@ -170,7 +170,10 @@ impl Clock {
     fn model(&self, real: u64) -> i64 {
         match self.drift {
             Drift::None => 0,
-            Drift::Linear { ppm } => (real as i128 * ppm as i128 / 1_000_000) as i64,
+            Drift::Linear { ppm } => match (real as i64).checked_mul(ppm) {
+                Some(x) if real <= i64::MAX as u64 => x / 1_000_000,
+                _ => (real as i128 * ppm as i128 / 1_000_000) as i64,
+            },
             Drift::Periodic {
                 amplitude_us,
                 period_us,
@@ -225,7 +228,22 @@ impl Clock {
     pub fn real_at(&self, local: Instant, skew_max_us: u64) -> u64 {
         let l = local.0 as i64 - self.base_us as i64;
         let spread = self.spread_us(skew_max_us);
-        let mut lo = (l - spread as i64).max(0) as u64;
+        let lo = (l - spread as i64).max(0) as u64;
+        // Most answers are found by inverting the skew where it is read, then checked
+        // exactly: the earliest real time reading `local` is the one whose previous
+        // microsecond reads below it (the search below would return the same).
+        if !self.wall_deadlines {
+            let mut g = l - self.life_us;
+            for _ in 0..3 {
+                let r = g.max(lo as i64) as u64;
+                let at = self.local(r);
+                if at >= local && (r == lo || self.local(r - 1) < local) {
+                    return r;
+                }
+                g = r as i64 + (local.0 as i64 - at.0 as i64);
+            }
+        }
+        let mut lo = lo;
         let mut hi = (l + spread as i64).max(0) as u64 + 1;
         while self.local(hi) < local {
             hi += spread; // only if the band was violated; keeps it total
@@ -267,6 +285,11 @@ mod tests {
                     r <= t && c.local(r) >= l,
                     "{c:?}: real_at({l:?}) = {r}, t = {t}"
                 );
+                // The earliest such instant (the direct inversion and the search agree).
+                assert!(r == 0 || c.local(r - 1) < l, "{c:?}: real_at({l:?}) = {r}");
+                let l1 = Instant(l.0 + 1 + t % 777);
+                let r1 = c.real_at(l1, skew);
+                assert!(c.local(r1) >= l1 && (r1 == 0 || c.local(r1 - 1) < l1));
             }
         }
     }
