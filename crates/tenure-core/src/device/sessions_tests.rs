@@ -23,17 +23,22 @@ fn name_in(store: StoreId) -> String {
 /// A settled cluster of three and a device that manages neither store, if any, else
 /// any device.
 fn settled() -> (Cluster, DeviceId) {
-    let mut c = Cluster::new(3, STORES);
+    let (c, via, managers) = settled_of(3);
+    (c, via.unwrap_or(managers[0]))
+}
+
+/// A settled cluster of `n`, a device that manages neither store (if any), and the two
+/// stores' managers.
+fn settled_of(n: u64) -> (Cluster, Option<DeviceId>, Vec<DeviceId>) {
+    let mut c = Cluster::new(n, STORES);
     c.run_for(Duration::from_secs(5));
     let managers: Vec<DeviceId> = [HOME, OTHER]
         .iter()
         .filter_map(|s| c.manager_of(*s).map(|(d, _)| d))
         .collect();
     assert_eq!(managers.len(), 2, "both stores managed");
-    let via = (c.devices.keys().copied())
-        .find(|d| !managers.contains(d))
-        .unwrap_or(managers[0]);
-    (c, via)
+    let via = (c.devices.keys().copied()).find(|d| !managers.contains(d));
+    (c, via, managers)
 }
 
 fn answer(c: &mut Cluster, via: DeviceId, req: Request) -> Result<Response, ClientError> {
@@ -358,16 +363,8 @@ fn a_lock_under_a_child_survives_the_failover_of_its_store() {
 // of `tenure sim` found a child's renewals failing while its store changed epoch).
 #[test]
 fn a_child_whose_renewal_failed_is_not_used_without_renewing_it() {
-    let mut c = Cluster::new(4, STORES);
-    c.run_for(Duration::from_secs(5));
-    let managers: Vec<DeviceId> = [HOME, OTHER]
-        .iter()
-        .filter_map(|s| c.manager_of(*s).map(|(d, _)| d))
-        .collect();
-    assert_eq!(managers.len(), 2, "both stores managed");
-    let via = (c.devices.keys().copied())
-        .find(|d| !managers.contains(d))
-        .expect("a device managing neither store");
+    let (mut c, via, _) = settled_of(4);
+    let via = via.expect("a device managing neither store");
     let other = (c.devices.keys().copied())
         .find(|d| *d != via)
         .expect("another device");
