@@ -12,10 +12,15 @@
 //!
 //! - **Records move forward** (safety): the record a device holds never gets an older
 //!   version, and two records with the same version are the same record.
-//! - **Retired is retired** (safety): once a record lists a device as retired, that
+//! - **Retired is retired** (safety): once a device's retirement is settled, that
 //!   device never again applies a coordinator command, serves a chunk or holds one the
 //!   store's working manager uses, and no other device follows it as coordinator of a
-//!   term elected after its retirement.
+//!   term elected after its retirement. A retirement is settled when a majority of the
+//!   members of the record that retired it hold a record listing it, or when the device
+//!   itself holds one (it stops then). Before that the record may be lost with its
+//!   coordinator (a new coordinator starts from the newest record among a majority's
+//!   reports, DESIGN §6), and the device stays `Retiring` in every surviving record:
+//!   drained, and a candidate for nothing until it is retired again.
 //! - **Changes complete** (liveness): after faults stop, within the liveness bound,
 //!   every requested add is admitted and every requested remove retired (its process
 //!   stopped), every running member holds the same record, every store's working
@@ -24,7 +29,7 @@
 
 use crate::election::Histogram;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tenure_core::DeviceId;
 use tenure_core::election::Term;
 use tenure_core::election::members::{Members, MembersVersion};
@@ -210,9 +215,12 @@ pub struct MembershipChecker {
     records: BTreeMap<MembersVersion, Members>,
     /// The newest record seen anywhere.
     newest: Members,
-    /// Retired devices: when a record first listed them (µs), and the highest term
-    /// counter anyone had followed by then.
+    /// Devices whose retirement is settled: when (µs), and the highest term counter
+    /// anyone had followed by then.
     retired: BTreeMap<DeviceId, (u64, u64)>,
+    /// Retirements some record lists but not yet settled: the members of the first
+    /// record that listed it, and the devices that hold a record listing it.
+    unsettled: BTreeMap<DeviceId, (BTreeSet<DeviceId>, BTreeSet<DeviceId>)>,
     /// The highest term counter anyone followed.
     max_term_n: u64,
     /// The run's figures.
@@ -236,7 +244,7 @@ impl MembershipChecker {
         &self.newest
     }
 
-    /// Whether a record has listed `d` as retired.
+    /// Whether `d`'s retirement is settled (see the module's doc).
     pub fn is_retired(&self, d: DeviceId) -> bool {
         self.retired.contains_key(&d)
     }
@@ -298,7 +306,17 @@ impl MembershipChecker {
             self.newest = m.clone();
         }
         for r in &m.retired {
-            self.retired.entry(*r).or_insert((now, self.max_term_n));
+            if self.retired.contains_key(r) {
+                continue;
+            }
+            let (voters, holders) = (self.unsettled.entry(*r))
+                .or_insert_with(|| (m.ids().into_iter().collect(), BTreeSet::new()));
+            holders.insert(d);
+            let held = holders.intersection(voters).count();
+            if d == *r || 2 * held > voters.len() {
+                self.unsettled.remove(r);
+                self.retired.insert(*r, (now, self.max_term_n));
+            }
         }
     }
 
@@ -429,6 +447,10 @@ mod tests {
         assert!(m.start_retiring(t(4, 3), DeviceId(2), 1));
         m.retire(t(4, 3), DeviceId(2));
         c.adopted(10, DeviceId(3), &m);
+        // Held by one of its record's two members: it may still be lost.
+        assert!(!c.is_retired(DeviceId(2)));
+        c.command_applied(DeviceId(2), t(4, 3), &boot3());
+        c.adopted(11, DeviceId(1), &m);
         assert!(c.is_retired(DeviceId(2)));
         c.coordinator(DeviceId(2), t(4, 3), &boot3());
         c.coordinator(DeviceId(2), t(6, 2), &boot3());
@@ -442,5 +464,21 @@ mod tests {
         c.chunk_in_use(DeviceId(2), "c", "s", DeviceId(1));
         assert_eq!(c.violations.len(), 5);
         assert!(c.violations.iter().all(|v| !v.is_liveness()));
+    }
+
+    // DESIGN §6: a retirement the retired device itself holds is settled at once (it
+    // stops), whoever else holds it.
+    #[test]
+    fn a_retirement_the_device_holds_is_settled() {
+        let mut c = MembershipChecker::new(boot3());
+        let mut m = boot3();
+        assert!(m.start_retiring(t(4, 3), DeviceId(2), 1));
+        m.retire(t(4, 3), DeviceId(2));
+        c.sent(10, DeviceId(3), &m);
+        assert!(!c.is_retired(DeviceId(2)));
+        c.adopted(11, DeviceId(2), &m);
+        assert!(c.is_retired(DeviceId(2)));
+        c.chunk_served(DeviceId(2), "c");
+        assert_eq!(c.violations.len(), 1);
     }
 }
