@@ -53,6 +53,10 @@ pub struct Timing {
     /// (Chubby's lock-delay), so that a holder that does not yet know it lost the lock
     /// cannot overlap with the next one. An acquire may ask for its own (0 included).
     pub lock_delay: Duration,
+    /// Whether a manager answers linearizable reads (object get, head and list, lock
+    /// holders and listings) under its chunks' leases, without a round through them
+    /// (DESIGN §4, reads). Off: every read waits for a barrier.
+    pub lease_reads: bool,
 }
 
 impl Timing {
@@ -82,6 +86,7 @@ impl Default for Timing {
             liveness_window: Duration::from_millis(1500),
             session_grace: Duration::from_millis(3000),
             lock_delay: Duration::from_secs(1),
+            lease_reads: true,
         }
     }
 }
@@ -95,6 +100,12 @@ pub struct PlantedBugs {
     pub broken_quorum: bool,
     /// A chunk applies operations whatever its lease state.
     pub serve_without_lease: bool,
+    /// A manager answers reads at once, without its read lease or a barrier, and even
+    /// when its chunk leases have run out.
+    pub lease_read_unchecked: bool,
+    /// A manager answers reads from its speculative tables (changes decided but not
+    /// yet acknowledged).
+    pub lease_read_speculative: bool,
     /// The lock table grants without checking conflicting holders or waiters.
     pub skip_conflict_check: bool,
     /// The lock table looks for conflicts on the requested name only: a lock on a path

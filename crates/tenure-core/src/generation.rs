@@ -30,23 +30,31 @@ pub enum Generation {
     /// other stores ([`crate::data::StoreOp::SessionAttach`], DESIGN §4; wire version 5,
     /// storage format 8, snapshot format 3).
     SessionGroups,
+    /// A chunk's ACCEPTED says how long its lease from the manager still runs
+    /// ([`crate::msg::ToManager::Accepted`]'s `lease_left`), which lets a manager answer
+    /// reads under its leases (DESIGN §4, reads; wire version 6). Files are unchanged.
+    LeaseReads,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::SessionGroups;
+    pub const CURRENT: Generation = Generation::LeaseReads;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
     /// inline values at `inline_from`, forwarding at `forwarding_from` (for a file
     /// format, which never holds a forwarded request, the same as `groups_from`) and
-    /// session groups at `groups_from`.
+    /// session groups at `groups_from` and lease reads at `lease_from` (for a file format,
+    /// which never holds a message, the same as `groups_from`).
     pub fn of(
         version: u64,
         inline_from: u64,
         forwarding_from: u64,
         groups_from: u64,
+        lease_from: u64,
     ) -> Generation {
-        if version >= groups_from {
+        if version >= lease_from {
+            Generation::LeaseReads
+        } else if version >= groups_from {
             Generation::SessionGroups
         } else if version >= forwarding_from {
             Generation::Forwarding
@@ -107,6 +115,35 @@ pub mod inline_value {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
         if current().inline_values() {
             Option::<Bytes>::deserialize(d)
+        } else {
+            <()>::deserialize(d)?;
+            Ok(None)
+        }
+    }
+}
+
+/// `#[serde(with = "crate::generation::lease_left")]` for the lease a chunk's ACCEPTED
+/// reports: absent from the encoding before [`Generation::LeaseReads`], where it is
+/// left out (a manager of an older build does not read it) and read as `None`.
+pub mod lease_left {
+    use super::{Generation, current};
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{Serialize, Serializer};
+    use std::time::Duration;
+
+    /// Write the length, or nothing at an older generation.
+    pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        if current() >= Generation::LeaseReads {
+            v.serialize(s)
+        } else {
+            s.serialize_unit()
+        }
+    }
+
+    /// Read the length; `None` at an older generation.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        if current() >= Generation::LeaseReads {
+            Option::<Duration>::deserialize(d)
         } else {
             <()>::deserialize(d)?;
             Ok(None)

@@ -291,6 +291,12 @@ pub enum ToManager {
         epoch: Epoch,
         /// Highest sequence number accepted.
         upto: Version,
+        /// How long, by the chunk's clock from sending this, it goes on refusing every
+        /// other manager under its regular lease from the recipient: until `δ_c` before
+        /// its expiry, when it stops serving (none: not under that lease, or a chunk of
+        /// an older build). The manager's read lease is taken from it (DESIGN §4, reads).
+        #[serde(with = "crate::generation::lease_left")]
+        lease_left: Option<Duration>,
     },
     /// The chunk cannot accept changes for this epoch (no regular lease from the sender,
     /// or a gap in the sequence): the manager treats it as failed.

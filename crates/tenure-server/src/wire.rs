@@ -12,7 +12,7 @@ use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 5;
+pub const WIRE_VERSION: u8 = 6;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -174,9 +174,10 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 /// The layout of the values a wire version carries: version 3 added inline object
 /// values (a manifest's `value`, the one-change put), version 4 forwarded client
 /// requests (`Msg::Forward`), version 5 sessions spanning stores (a session's child
-/// sessions, `StoreOp::SessionAttach`).
+/// sessions, `StoreOp::SessionAttach`), version 6 the lease a chunk reports in ACCEPTED
+/// (`ToManager::Accepted`'s `lease_left`, for reads under the manager's lease).
 pub fn generation(version: u8) -> Generation {
-    Generation::of(version.into(), 3, 4, 5)
+    Generation::of(version.into(), 3, 4, 5, 6)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the
@@ -423,5 +424,33 @@ mod tests {
         for v in [2, 3] {
             assert_eq!(decode(&encode(&plain, v).unwrap(), v).unwrap(), plain);
         }
+    }
+    /// Version 6 carries the lease a chunk reports in ACCEPTED; to a peer of the previous
+    /// build (version 5) the message is written in version 5's layout, without it, and
+    /// read back as no lease (that manager answers its reads after a barrier).
+    #[test]
+    fn lease_left_travels_from_version_6_and_version_5_is_still_written() {
+        use tenure_core::msg::ToManager;
+        let accepted = |lease_left| Frame::Msg {
+            from: DeviceId(2),
+            msg: Box::new(Msg::ToManager {
+                store: StoreId(7),
+                chunk: ChunkId {
+                    device: DeviceId(2),
+                    serial: 7,
+                },
+                msg: ToManager::Accepted {
+                    epoch: Epoch(4),
+                    upto: Default::default(),
+                    lease_left,
+                },
+            }),
+        };
+        let with = accepted(Some(std::time::Duration::from_millis(1_450)));
+        assert_eq!(decode(&encode(&with, 6).unwrap(), 6).unwrap(), with);
+        let v5 = encode(&with, 5).unwrap();
+        assert_eq!(decode(&v5, 5).unwrap(), accepted(None));
+        assert!(v5.len() < encode(&with, 6).unwrap().len());
+        assert_eq!(v5, encode(&accepted(None), 5).unwrap());
     }
 }

@@ -266,6 +266,27 @@ fn planted_skip_conflict_check_is_caught_by_linearizability() {
     assert!(!ce.core.is_empty() || !ce.stuck.is_empty());
 }
 
+// DESIGN §4 (reads) planted bug: a manager that answers reads at once from its
+// speculative tables (changes decided but not yet acknowledged) shows a lock holder or an
+// object that a failover then loses, or one before it is granted. The lock history's
+// linearizability checker, or the objects checker, must see it.
+#[test]
+fn planted_lease_read_speculative_is_caught_by_linearizability() {
+    let found = first_violation(
+        PlantedBugs {
+            lease_read_speculative: true,
+            ..PlantedBugs::default()
+        },
+        60,
+    );
+    let (seed, v) = found.expect("speculative reads not caught within 60 seeds");
+    eprintln!("speculative reads caught at seed {seed}: {v}");
+    assert!(
+        matches!(v, Violation::NotLinearizable { .. } | Violation::Objects(_)),
+        "{v}"
+    );
+}
+
 // DESIGN §4 and §9.3 planted bug: a lock table that looks for conflicts on the requested
 // name only (no cover rule, no intention modes) grants a path to one session and its
 // ancestor or descendant to another. The mutual exclusion checker, judging the hierarchy,

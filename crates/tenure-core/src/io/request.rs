@@ -294,6 +294,19 @@ pub enum ObjectRequest {
 }
 
 impl Request {
+    /// Whether it only reads committed state (DESIGN §4, reads): object get, head and
+    /// list, lock holders and listings.
+    pub fn is_read(&self) -> bool {
+        match self {
+            Request::Holders { .. } | Request::LocksUnder { .. } => true,
+            Request::Object { req, .. } => matches!(
+                req,
+                ObjectRequest::Get { .. } | ObjectRequest::Head { .. } | ObjectRequest::List { .. }
+            ),
+            _ => false,
+        }
+    }
+
     /// The store the request is for.
     pub fn store(&self) -> StoreId {
         match self {

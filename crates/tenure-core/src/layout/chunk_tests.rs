@@ -1281,7 +1281,9 @@ fn recovery_lease_access_protocol_blocks() {
             M,
             ToManager::Accepted {
                 epoch: e(3),
-                upto: v
+                upto: v,
+                // DESIGN §4, reads: how long it refuses other managers from now.
+                lease_left: Some(timing().lease - timing().clock_drift),
             }
         )]
     );

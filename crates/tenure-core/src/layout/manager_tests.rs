@@ -2544,6 +2544,7 @@ fn accepted(epoch: u64, upto: crate::ids::Version) -> ToManager {
     ToManager::Accepted {
         epoch: e(epoch),
         upto,
+        lease_left: None,
     }
 }
 

@@ -167,4 +167,6 @@ mod chunk_tests;
 #[cfg(test)]
 mod manager_tests;
 #[cfg(test)]
+mod read_lease_tests;
+#[cfg(test)]
 pub(crate) mod test_support;

@@ -142,6 +142,10 @@ enum Plant {
     BrokenQuorum,
     /// Chunks serve operations whatever their lease state.
     ServeWithoutLease,
+    /// Managers answer reads at once, without a read lease or a barrier.
+    LeaseReadUnchecked,
+    /// Managers answer reads from their speculative tables.
+    LeaseReadSpeculative,
     /// The lock table grants without checking for conflicts.
     SkipConflictCheck,
     /// The lock table checks conflicts on the requested name only (no cover rule).
@@ -294,6 +298,8 @@ impl SimArgs {
         c.planted = PlantedBugs {
             broken_quorum: self.plant.contains(&Plant::BrokenQuorum),
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
+            lease_read_unchecked: self.plant.contains(&Plant::LeaseReadUnchecked),
+            lease_read_speculative: self.plant.contains(&Plant::LeaseReadSpeculative),
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
             ignore_cover: self.plant.contains(&Plant::IgnoreCover),
             confirm_before_all_accepted: self.plant.contains(&Plant::ConfirmBeforeAllAccepted),

@@ -82,6 +82,11 @@ pub struct Chunk {
     pub blocks: crate::objects::blocks::ChunkBlocks,
     /// Delta persists (`Accept`, `Confirm`) since the whole record was last written.
     pub deltas: u32,
+    /// Tenure: after a restart, until when (a lease after booting) the chunk acquires
+    /// no lease from a manager other than its last lease manager: it forgot the regular
+    /// lease it may have held, which its manager may still be answering reads under
+    /// (DESIGN §4, reads).
+    pub boot_hold: Option<Instant>,
 }
 
 impl Chunk {
@@ -103,6 +108,7 @@ impl Chunk {
             finished: Vec::new(),
             deltas: 0,
             blocks: Default::default(),
+            boot_hold: Some(ctx.now + ctx.cfg.timing.lease),
         };
         c.newly_awake(ctx);
         c
@@ -144,6 +150,7 @@ impl Chunk {
             finished: Vec::new(),
             deltas: 0,
             blocks: Default::default(),
+            boot_hold: None,
         };
         c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
         c
@@ -429,6 +436,12 @@ impl Chunk {
             // metadata (not nack), so the recovering manager moves forward as §5.3.10's
             // ack-conditional and help texts intend; a nack without metadata would leave
             // it unable to learn of the newer epoch.
+            // Tenure: a chunk that restarted less than a lease ago answers only its
+            // last lease manager (`boot_hold`); another's acquire goes unanswered, as if
+            // the chunk were still down, and is asked again.
+            (S::NoLease, ToChunk::Acquire { mgr, .. })
+                if self.boot_hold.is_some_and(|t| ctx.now < t)
+                    && Some(mgr) != self.record.lease_mgr => {}
             (S::NoLease, ToChunk::Acquire { lease, mgr, epoch }) => {
                 self.send_ack(ctx, mgr, epoch);
                 self.lease_expiry = Some(ctx.now + lease);

@@ -24,6 +24,19 @@ impl Chunk {
             || ctx.cfg.planted.serve_without_lease
     }
 
+    /// How long from now this chunk goes on refusing every manager but `from` under
+    /// `from`'s regular lease: until `δ_c` before the lease's expiry, when it stops
+    /// serving and may help another ([`ToManager::Accepted`]'s `lease_left`).
+    fn lease_left(&self, ctx: &Ctx<'_>, from: DeviceId) -> Option<std::time::Duration> {
+        if self.state != ChunkState::RegularLease || Some(from) != self.lease_mgr {
+            return None;
+        }
+        let until = self
+            .lease_expiry?
+            .saturating_sub(ctx.cfg.timing.clock_drift);
+        (until > ctx.now).then(|| until.saturating_since(ctx.now))
+    }
+
     /// The highest sequence number this chunk holds (confirmed or pending).
     fn last_accepted(&self) -> Version {
         let d = &self.record.data;
@@ -59,7 +72,13 @@ impl Chunk {
         }
         if last_op <= last {
             // A duplicate of a batch already accepted: answer again, change nothing.
-            self.to_mgr(ctx, from, ToManager::Accepted { epoch, upto: last });
+            let lease_left = self.lease_left(ctx, from);
+            let msg = ToManager::Accepted {
+                epoch,
+                upto: last,
+                lease_left,
+            };
+            self.to_mgr(ctx, from, msg);
             return;
         }
         if first.seq != expected {
@@ -70,6 +89,7 @@ impl Chunk {
         let accepted = ToManager::Accepted {
             epoch,
             upto: last_op,
+            lease_left: self.lease_left(ctx, from),
         };
         let early = ctx.cfg.planted.accepted_before_persist;
         if early {

@@ -31,6 +31,7 @@ pub struct StoreAccess<'a> {
     /// Chunks the role holds failed.
     pub failed: &'a BTreeSet<ChunkId>,
     chunkfail: &'a BTreeMap<ChunkId, Instant>,
+    read_lease: &'a BTreeMap<ChunkId, Instant>,
     clock: Option<StoreClock>,
     /// Replication: the committed and speculative tables, the queue, the batch in flight.
     pub host: &'a mut StoreHost,
@@ -59,6 +60,26 @@ pub(super) fn leases_valid(
     metadata.quorum(&held)
 }
 
+/// Whether a read may be answered now from the committed tables (DESIGN §4, reads): a
+/// quorum of the layout's chunks reported, in ACCEPTED of this epoch, a regular lease
+/// from this manager that by its clock, with a margin of 2·δ_c, still runs. Until then
+/// each of them refuses every other manager, and a new manager needs a quorum, so none
+/// exists and nothing was acknowledged that the committed tables lack. (An ACCEPTED of
+/// this epoch also means its chunk committed the epoch's merged state, so a quorum of
+/// them hold it.) A chunk that restarts forgets its lease, so it helps no other manager
+/// for a lease after it boots ([`crate::layout::chunk::Chunk::boot`]).
+pub(super) fn read_lease_valid(
+    ctx: &Ctx<'_>,
+    metadata: &Metadata,
+    read_lease: &BTreeMap<ChunkId, Instant>,
+) -> bool {
+    let margin = ctx.cfg.timing.clock_drift * 2;
+    let held = (metadata.chunks.iter())
+        .filter(|c| read_lease.get(c).is_some_and(|t| ctx.now + margin < *t))
+        .count();
+    2 * held > metadata.chunks.len()
+}
+
 /// The store's time at local time `now` ([`StoreClock`]); before the role first manages
 /// the store, the newest the tables hold.
 pub(super) fn store_time(clock: Option<StoreClock>, speculative: &Tables, now: Instant) -> Instant {
@@ -81,6 +102,7 @@ impl Manager {
             metadata: &self.metadata,
             failed: &self.failed,
             chunkfail: &self.chunkfail,
+            read_lease: &self.read_lease,
             clock: self.clock,
             host: &mut self.host,
             clients: &mut self.clients,
@@ -148,6 +170,32 @@ impl StoreAccess<'_> {
             req_id,
             result,
         });
+    }
+
+    /// Answer a read taken from the committed tables: at once while this manager's read
+    /// lease holds ([`read_lease_valid`], `[timing] lease_reads`), else after a barrier
+    /// ([`StoreAccess::after_barrier`]). Only for answers read from the committed tables:
+    /// one judged on the speculative tables waits for the barrier that commits them.
+    pub fn answer_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientId,
+        req_id: u64,
+        result: Result<Response, ClientError>,
+    ) {
+        let planted = ctx.cfg.planted.lease_read_unchecked;
+        let lease = ctx.cfg.timing.lease_reads
+            && self.state == MgrState::Manager
+            && read_lease_valid(ctx, self.metadata, self.read_lease);
+        if lease || planted {
+            ctx.out.push(Output::Reply {
+                client,
+                req_id,
+                result,
+            });
+        } else {
+            self.after_barrier(ctx, client, req_id, result);
+        }
     }
 
     /// Release `out` with the last barrier's answer ([`StoreAccess::after_barrier`],

@@ -86,7 +86,23 @@ impl Manager {
                 }
             }
             // SafeTalk ACCEPTED (LA/RA).
-            (S::Manager, ToManager::Accepted { epoch, upto }) => {
+            (
+                S::Manager,
+                ToManager::Accepted {
+                    epoch,
+                    upto,
+                    lease_left,
+                },
+            ) => {
+                if epoch == self.epoch
+                    && let Some(left) = lease_left
+                    && let Some(sent) = self.host.sent_covered(upto)
+                {
+                    // The chunk sent this after the batch reached it, so after `sent`.
+                    let until = sent + left;
+                    let t = self.read_lease.entry(c).or_insert(until);
+                    *t = (*t).max(until);
+                }
                 let all = ctx.cfg.planted.confirm_before_all_accepted;
                 if epoch == self.epoch && self.host.accepted(c, upto, all) {
                     self.try_complete(ctx);

@@ -221,6 +221,25 @@ impl StoreHost {
         true
     }
 
+    /// When the batch in flight was sent, if it ends at or below `upto` (an ACCEPTED up
+    /// to `upto` in this epoch was then sent after that batch reached its chunk).
+    pub fn sent_covered(&self, upto: Version) -> Option<Instant> {
+        let b = self.inflight.as_ref()?;
+        let (last, _) = b.ops.last()?;
+        (*last <= upto).then_some(b.sent)
+    }
+
+    /// The tables a read is answered from: the committed ones (the speculative ones
+    /// with the planted bug `lease_read_speculative`, which hold changes not yet
+    /// acknowledged).
+    pub fn read_tables(&self, planted: &PlantedBugs) -> &Tables {
+        if planted.lease_read_speculative {
+            &self.speculative
+        } else {
+            &self.data.table
+        }
+    }
+
     /// A chunk failed: batches no longer wait for it.
     pub fn forget_chunk(&mut self, chunk: ChunkId) {
         if let Some(b) = self.inflight.as_mut() {
@@ -288,6 +307,17 @@ impl StoreHost {
 /// are live and the epoch, the clients ([`super::requests::Clients`]) decide what each
 /// result answers.
 impl Manager {
+    /// [`StoreAccess::answer_read`].
+    pub(crate) fn answer_read(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        client: ClientId,
+        req_id: u64,
+        result: Result<Response, ClientError>,
+    ) {
+        self.access().answer_read(ctx, client, req_id, result);
+    }
+
     /// [`StoreAccess::after_barrier`].
     pub(crate) fn after_barrier(
         &mut self,

@@ -129,6 +129,12 @@ pub struct Manager {
     pub chunkfail: BTreeMap<ChunkId, Instant>,
     /// timeout(c) timers.
     pub timeout: BTreeMap<ChunkId, Instant>,
+    /// Tenure: until when (by this device's clock) each chunk refuses every other
+    /// manager, at least, as its ACCEPTED of this epoch reported (`lease_left`, counted
+    /// from when the batch it answered was sent). Reads are answered under these leases
+    /// ([`access::read_lease_valid`], DESIGN §4, reads); emptied whenever the chunks
+    /// may have left this manager's regular lease (a new epoch, an aborted relayout).
+    pub read_lease: BTreeMap<ChunkId, Instant>,
     /// Tenure: the epoch transition this manager coordinates.
     pub tx: Option<Tx>,
     /// Tenure: the newest epoch a chunk reported prepared above ours while we manage
@@ -171,6 +177,7 @@ impl Manager {
             migration: Migration::default(),
             chunkfail: BTreeMap::new(),
             timeout: BTreeMap::new(),
+            read_lease: BTreeMap::new(),
             tx: None,
             prepared_floor: Epoch::default(),
             finished: BTreeSet::new(),
@@ -320,6 +327,7 @@ impl Manager {
         self.state = MgrState::Manager;
         self.stable_since = ctx.now;
         self.entered_at = ctx.now;
+        self.read_lease.clear();
         self.host.begin_epoch();
         // Store time reads on from the newest the tables hold (and, for a manager that
         // goes on managing across a relayout, from its own reading if that is later).

@@ -487,6 +487,8 @@ impl Manager {
                 for c in std::mem::take(&mut self.recovered) {
                     self.chunkfail.remove(&c);
                 }
+                // A chunk that missed the abort may have given up on this manager.
+                self.read_lease.clear();
                 self.state = MgrState::Manager;
                 self.stable_since = ctx.now;
                 self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;

@@ -211,6 +211,7 @@ impl Manager {
             })
         };
         let refused = match self.state {
+            MgrState::Manager if ctx.cfg.planted.lease_read_unchecked && req.is_read() => None,
             MgrState::Manager if !self.leases_valid(ctx) || self.policy.deferred.is_some() => {
                 Some(ClientError::Unavailable { store: self.store })
             }
@@ -381,29 +382,21 @@ impl Manager {
                 }
             }
             Request::Holders { name, .. } => {
-                let r = self
-                    .host
-                    .data
-                    .table
-                    .locks
+                let r = (self.host.read_tables(&ctx.cfg.planted).locks)
                     .holders(&name)
                     .map(Response::Holders)
                     .map_err(|e| ClientError::InvalidName(e.to_string()));
-                return self.after_barrier(ctx, client, req_id, r);
+                return self.answer_read(ctx, client, req_id, r);
             }
             Request::Object { req, .. } => {
                 return self.object_request(ctx, client, req_id, req);
             }
             Request::LocksUnder { prefix, .. } => {
-                let r = self
-                    .host
-                    .data
-                    .table
-                    .locks
+                let r = (self.host.read_tables(&ctx.cfg.planted).locks)
                     .locks_under(&prefix)
                     .map(Response::Locks)
                     .map_err(|e| ClientError::InvalidName(e.to_string()));
-                return self.after_barrier(ctx, client, req_id, r);
+                return self.answer_read(ctx, client, req_id, r);
             }
         };
         self.submit(ctx, op, client, req_id);

@@ -29,7 +29,7 @@ impl ObjMgr {
                 meta,
                 data: Bytes::new(),
             });
-            return st.after_barrier(ctx, client, req_id, r);
+            return st.answer_read(ctx, client, req_id, r);
         }
         let Some(chunk) = self.pick_chunk(st, ctx, &BTreeSet::new()) else {
             let store = st.store;

@@ -207,37 +207,37 @@ impl ObjMgr {
                 } else {
                     None
                 };
-                let committed = &st.host.data.table.objects;
+                let committed = &st.host.read_tables(&ctx.cfg.planted).objects;
                 if meta.is_none()
                     && let Some(r) = inline_object(committed, &key)
                 {
-                    st.after_barrier(ctx, client, req_id, Ok(r));
+                    st.answer_read(ctx, client, req_id, Ok(r));
                     return Ok(());
                 }
                 match meta.or_else(|| committed.meta(&key)) {
                     None => {
                         let r = Err(ObjectError::NoSuchObject.into());
-                        st.after_barrier(ctx, client, req_id, r);
+                        st.answer_read(ctx, client, req_id, r);
                     }
                     Some(meta) => self.start_read(st, ctx, client, req_id, meta),
                 }
             }
             ObjectRequest::Head { key } => {
                 check_key(ctx, store, &key)?;
-                let r = (st.host.data.table.objects.meta(&key))
+                let r = (st.host.read_tables(&ctx.cfg.planted).objects.meta(&key))
                     .map(Response::ObjectMeta)
                     .ok_or(ObjectError::NoSuchObject.into());
-                st.after_barrier(ctx, client, req_id, r);
+                st.answer_read(ctx, client, req_id, r);
             }
             ObjectRequest::List { prefix } => {
                 LockName::parse_prefix(&prefix)
                     .map_err(|e| ClientError::InvalidName(e.to_string()))?;
-                let t = &st.host.data.table.objects;
+                let t = &st.host.read_tables(&ctx.cfg.planted).objects;
                 let r = Ok(Response::Objects {
                     revision: t.revision,
                     objects: t.list(&prefix),
                 });
-                st.after_barrier(ctx, client, req_id, r);
+                st.answer_read(ctx, client, req_id, r);
             }
             ObjectRequest::Delete { key, writer, cond } => {
                 check_key(ctx, store, &key)?;
