@@ -236,12 +236,15 @@ impl Device {
         };
         let mut blocks = disk.blocks;
         let mut records: Vec<ChunkPersist> = disk.chunks.into_values().collect();
+        // Chunks made now, at bootstrap, never reported a lease: no hold after boot.
+        let mut fresh = false;
         if dev.next_serial == 0 && records.is_empty() {
             if dev.env.cfg.join {
                 dev.next_serial = dev.env.cfg.cluster.first_free_serial();
                 out.push(Output::Persist(PersistOp::SetNextSerial(dev.next_serial)));
             } else {
                 records = dev.bootstrap(&mut out);
+                fresh = true;
             }
         }
         for p in records {
@@ -250,6 +253,9 @@ impl Device {
                 let mut ctx = dev.env.ctx(now, &mut out);
                 Chunk::boot(&mut ctx, p)
             };
+            if fresh {
+                chunk.boot_hold = None;
+            }
             chunk.blocks =
                 crate::objects::blocks::ChunkBlocks::new(blocks.remove(&id).unwrap_or_default());
             let v = chunk.view();

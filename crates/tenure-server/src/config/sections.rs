@@ -65,6 +65,9 @@ pub struct TimingOverrides {
     /// Lock-delay after a session expiry releases a lock (default 1000; an acquire may ask
     /// for its own; at most 60000).
     pub lock_delay_ms: Option<u64>,
+    /// Answer reads under the manager's lease (default true; false: every read waits
+    /// for a barrier through the chunks).
+    pub lease_reads: Option<bool>,
 }
 
 impl TimingOverrides {
@@ -84,6 +87,9 @@ impl TimingOverrides {
              session_grace <- session_grace_ms, lock_delay <- lock_delay_ms);
         if let Some(n) = self.gather_rounds_max {
             t.gather_rounds_max = n;
+        }
+        if let Some(on) = self.lease_reads {
+            t.lease_reads = on;
         }
         t
     }

@@ -120,6 +120,13 @@ impl PalladioModel {
         for i in 0..N_DEVICES {
             self.boot(&mut s, dev_id(i), &mut None);
         }
+        // A first boot: the chunks never reported a lease, so they hold off no manager
+        // (as the core's own bootstrap, `Chunk::boot_hold`).
+        for d in &mut s.devices {
+            for c in &mut d.chunks {
+                c.boot_hold = None;
+            }
+        }
         s.seal()
     }
 

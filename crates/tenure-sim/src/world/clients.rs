@@ -73,6 +73,10 @@ pub(super) struct LockClient {
     /// `Some(n)`: the client pipelines up to `n` requests on its session stream
     /// ([`super::pipeline`]); `None`: one request at a time, each retried on its own.
     pub(super) pipeline: Option<usize>,
+    /// A pipelining client's next burst is not before this (real µs): one burst per
+    /// drawn think time, however fast its answers come (reads under the manager's lease
+    /// come back at once, and a client that refilled on every answer would spin).
+    pub(super) burst_at: u64,
     pub(super) keepalive: Option<u64>,
     paused_until: Option<u64>,
     down: bool,

@@ -31,7 +31,10 @@ impl World {
         let settling = self
             .requests_of(c)
             .any(|r| matches!(r.kind, Kind::Open | Kind::Close));
-        if cl.inflight.len() >= depth || settling || self.client_fault(c) {
+        if cl.inflight.len() >= depth || settling || self.now < cl.burst_at {
+            return;
+        }
+        if self.client_fault(c) {
             return;
         }
         let cl = &self.lock_clients[c];
@@ -48,6 +51,13 @@ impl World {
                 break;
             }
         }
+        // The next burst after a think time shared by the requests it may keep in
+        // flight (about the rate of a client that thinks once per answer); answers
+        // arriving earlier wait for it.
+        let think = (self.lock_knobs.think_mean_us / (4 * depth as u64)).max(1_000);
+        let gap = super::exp(&mut self.lock_rng, think);
+        self.lock_clients[c].burst_at = self.now + gap;
+        self.schedule(self.now + gap, super::Event::LockStep(c));
     }
 
     /// One request on a name with nothing else in flight: release a held lock, read the

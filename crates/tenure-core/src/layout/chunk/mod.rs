@@ -85,7 +85,8 @@ pub struct Chunk {
     /// Tenure: after a restart, until when (a lease after booting) the chunk acquires
     /// no lease from a manager other than its last lease manager: it forgot the regular
     /// lease it may have held, which its manager may still be answering reads under
-    /// (DESIGN §4, reads).
+    /// (DESIGN §4, reads). None for a chunk made at bootstrap (it never reported one:
+    /// an ACCEPTED leaves only once its record is durable).
     pub boot_hold: Option<Instant>,
 }
 

@@ -52,6 +52,7 @@ impl World {
                 tainted: BTreeSet::new(),
                 inflight: BTreeSet::new(),
                 pipeline,
+                burst_at: 0,
                 keepalive: None,
                 paused_until: None,
                 down: false,
