@@ -457,7 +457,9 @@ fn chunk_is_garbage(c: &Chunk) -> bool {
 
 /// A manager role with nothing in it: not managing, and no forwarding address.
 fn manager_is_garbage(m: &Manager) -> bool {
-    m.state == MgrState::None && m.migration.forwarding.is_none()
+    m.state == MgrState::None
+        && m.migration.forwarding.is_none()
+        && m.migration.early_votes.is_empty()
 }
 
 /// The one role a block message reaches (see [`Device::timers`]).

@@ -235,6 +235,49 @@ fn none_handoff_enters_into_reconciling() {
 }
 
 #[test]
+fn none_vote_before_the_handoff_is_counted_when_it_comes() {
+    // seed 000 §5.3.1 none, as Tenure fills it: a chunk's vote for the migration into
+    // this device can outrun the old manager's handoff (which carries the store's state);
+    // it is kept and counted when the handoff of the same attempt arrives, within a
+    // transition timeout (simulator seed 1870: dropped, the migration aborted forever).
+    // A vote of another attempt, or one kept too long, is not counted.
+    let mut env = Env::new(M);
+    let mut m = Manager::new(STORE);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let other_attempt = ToManager::Vote {
+        new_epoch: e(4),
+        tx: TX + 1,
+        data: Box::new(StoreData::default()),
+        committed: crate::ids::Epoch::default(),
+    };
+    from_chunk(&mut m, &mut env, T0, 2, other_attempt);
+    assert_eq!(m.state, S::None);
+    assert!(env.take().is_empty());
+    let handoff = MgrMsg::Handoff {
+        tx: TX,
+        old_epoch: e(3),
+        new_epoch: e(4),
+        metadata: layout(),
+        failed: vec![c(3)],
+        data: Box::new(data_with(3, 1, 5)),
+    };
+    m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), N, handoff.clone());
+    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));
+    assert_eq!(m.tx.as_ref().map(|t| t.inputs.len()), Some(2));
+    assert!(m.migration.early_votes.is_empty());
+    // Kept past a transition timeout: not counted.
+    let mut m = Manager::new(STORE);
+    from_chunk(&mut m, &mut env, T0, 1, vote(4));
+    let late = T0 + timing().transition_timeout;
+    m.on_mgr_msg(&mut env.ctx(late), N, handoff);
+    assert_eq!(
+        m.tx.as_ref().map(|t| t.votes.clone()),
+        Some(BTreeSet::new())
+    );
+}
+
+#[test]
 fn none_handoff_replay_of_finished_attempt_is_refused() {
     // seed 000 §5.3.1 none: handoff. Tenure: a replayed handoff of an attempt already
     // finished here is refused, so the old manager resumes.

@@ -296,6 +296,32 @@ impl Manager {
                     self.abort_tx(ctx);
                 }
             }
+            // Tenure: a vote for a migration into this device that outran the old
+            // manager's handoff: kept until the handoff comes (simulator seed 1870: the
+            // handoff, carrying the store's state, arrived after a chunk's vote every
+            // time, and the migration off a retiring device aborted forever).
+            (
+                S::None,
+                ToManager::Vote {
+                    new_epoch,
+                    tx,
+                    data,
+                    committed,
+                },
+            ) if !self.finished.contains(&tx) => {
+                let early = &mut self.migration.early_votes;
+                if early.len() >= super::migration::EARLY_VOTES_MAX {
+                    early.remove(0);
+                }
+                early.push(super::migration::EarlyVote {
+                    chunk: c,
+                    new_epoch,
+                    tx,
+                    committed,
+                    data,
+                    until: ctx.now + ctx.cfg.timing.transition_timeout,
+                });
+            }
             _ => {}
         }
     }

@@ -25,6 +25,32 @@ pub struct Migration {
     pub out_deadline: Option<Instant>,
     /// Tenure: the migration attempt this manager is handing off.
     pub out_tx: Option<u64>,
+    /// Tenure: chunks' votes for a migration into this device that arrived before the
+    /// old manager's handoff (which carries the store's state and can be overtaken by
+    /// them): counted when the handoff comes, within a transition timeout of their
+    /// arrival, then dropped. At most [`EARLY_VOTES_MAX`]; a role holding any is not
+    /// collected as idle.
+    pub early_votes: Vec<EarlyVote>,
+}
+
+/// How many early votes a role keeps (the newest).
+pub const EARLY_VOTES_MAX: usize = 8;
+
+/// A chunk's vote that arrived before the handoff it belongs to ([`Migration::early_votes`]).
+#[derive(Clone, Debug)]
+pub struct EarlyVote {
+    /// The chunk.
+    pub chunk: ChunkId,
+    /// The epoch being prepared.
+    pub new_epoch: Epoch,
+    /// The transition attempt.
+    pub tx: u64,
+    /// The epoch the chunk last committed.
+    pub committed: Epoch,
+    /// The chunk's store state.
+    pub data: Box<crate::data::StoreData>,
+    /// Until when it counts: a transition timeout after it arrived.
+    pub until: Instant,
 }
 
 impl Manager {
@@ -139,6 +165,7 @@ impl Manager {
                     data,
                 },
             ) if !self.finished.contains(&id) && new_epoch > old_epoch => {
+                let early = std::mem::take(&mut self.migration.early_votes);
                 self.reset();
                 self.epoch = new_epoch;
                 self.metadata = metadata.clone();
@@ -163,6 +190,19 @@ impl Manager {
                 let msg = MgrMsg::HandoffReady { new_epoch, tx: id };
                 let store = self.store;
                 ctx.send(from, Msg::Mgr { store, msg });
+                // Votes of this attempt that outran the handoff count as if they came now.
+                let tx = self.tx.as_mut().expect("just begun");
+                for v in early {
+                    if v.tx == id
+                        && v.new_epoch == new_epoch
+                        && v.until > ctx.now
+                        && tx.participants.contains(&v.chunk)
+                        && tx.votes.insert(v.chunk)
+                    {
+                        tx.inputs.push((v.committed, *v.data));
+                    }
+                }
+                self.check_votes(ctx);
             }
             (_, MgrMsg::Handoff { tx, new_epoch, .. }) => {
                 // Tenure: busy with this store, or a replay of a finished attempt;

@@ -20,6 +20,7 @@ impl Manager {
         }
         t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
         t = earliest(t, self.migration.out_deadline);
+        t = earliest(t, self.migration.early_votes.iter().map(|v| v.until).min());
         t = earliest(t, self.host.inflight.as_ref().map(|b| b.deadline));
         t = earliest(t, self.objects_next_timeout());
         if self.state == MgrState::Manager {
@@ -43,6 +44,7 @@ impl Manager {
     /// Fire due timers.
     pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        self.migration.early_votes.retain(|v| v.until > now);
         if self.tx.as_ref().is_some_and(|t| t.deadline <= now) {
             self.abort_tx(ctx);
         }
