@@ -65,6 +65,15 @@ impl Timing {
     pub fn ack_timeout_longest(&self) -> Duration {
         self.ack_timeout_max.min(self.lease / 2)
     }
+
+    /// How long a device that was heard from may go unheard before it counts as silent
+    /// ([`crate::ctx::Ctx::silent`]): two renewal periods. A live peer sharing a store
+    /// with this device is heard at least once a renewal period (a renewal request or
+    /// its answer), and a dead manager's chunks lose their lease only `lease -
+    /// renewal_period` after its last renewal, by which time it is silent.
+    pub fn silence(&self) -> Duration {
+        self.renewal_period * 2
+    }
 }
 
 impl Default for Timing {

@@ -40,6 +40,17 @@ impl Ctx<'_> {
     pub fn me(&self) -> DeviceId {
         self.cfg.id
     }
+    /// Whether `d` has fallen silent: this device heard from it before, but not for
+    /// [`crate::config::Timing::silence`]. A device never heard from is not silent (at a
+    /// cluster's start nobody has been heard yet), nor is this device. Only a hint for
+    /// whom to ask and how long to wait: safety never depends on it.
+    pub fn silent(&self, d: DeviceId) -> bool {
+        d != self.cfg.id
+            && self
+                .heard
+                .get(&d)
+                .is_some_and(|t| self.now.saturating_since(*t) >= self.cfg.timing.silence())
+    }
     /// Queue a message.
     pub fn send(&mut self, to: DeviceId, msg: Msg) {
         self.out.push(Output::Send { to, msg });

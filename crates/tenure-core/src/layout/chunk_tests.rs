@@ -645,15 +645,55 @@ fn no_lease_help_loop_pops_queue_by_precedence_then_picks_directors() {
         now = now + t.help_wait;
     }
     assert!(k.mgr_attempt_queue.is_empty());
-    for _ in 0..20 {
+    // Tenure: the directors in the store's precedence order, turning with each help
+    // (every one is tried), rather than at random.
+    let order = env.cfg.cluster.ranked_devices(STORE);
+    let mut asked = Vec::new();
+    for _ in 0..2 * order.len() {
         k.on_tick(&mut env.ctx(now));
         let out = to_mgrs(&env.take());
         assert_eq!(out.len(), 1);
-        assert!(env.cfg.cluster.devices.contains(&out[0].0));
         assert_eq!(out[0].1, help(3));
+        asked.push(out[0].0);
         now = now + t.help_wait;
     }
+    let n = order.len();
+    let turn = (k.helps_sent as usize - 2 * n) % n;
+    let want: Vec<_> = (0..2 * n).map(|i| order[(turn + i) % n]).collect();
+    assert_eq!(asked, want);
     assert_eq!(k.state, S::NoLease);
+}
+
+#[test]
+fn no_lease_help_loop_passes_over_silent_devices() {
+    // seed 000 §4.2.6 ("an actual design will want ... to only contact reachable director
+    // nodes"): at lease expiry the lease manager has fallen silent (heard from before,
+    // not for `silence`): it is dropped from the queue, and the help goes to the
+    // store's first live device by precedence. Every chunk of the store asks that one.
+    let mut env = Env::new(d(1));
+    let t = timing();
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    k.lease_renewal = None;
+    let now = T0 + t.lease;
+    env.heard.insert(M, now.saturating_sub(t.silence()));
+    let live: Vec<_> = env
+        .cfg
+        .cluster
+        .ranked_devices(STORE)
+        .into_iter()
+        .filter(|x| *x != M)
+        .collect();
+    k.on_tick(&mut env.ctx(now));
+    assert_eq!(k.state, S::NoLease);
+    assert_eq!(to_mgrs(&env.take()), vec![(live[0], help(3))]);
+    assert!(k.mgr_attempt_queue.is_empty());
+    // Heard from just inside the window: not silent, asked first as the seed says.
+    let mut env = Env::new(d(1));
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    k.lease_renewal = None;
+    env.heard.insert(M, now.saturating_sub(t.silence()) + ms(1));
+    k.on_tick(&mut env.ctx(now));
+    assert_eq!(to_mgrs(&env.take()), vec![(M, help(3))]);
 }
 
 #[test]

@@ -1581,6 +1581,69 @@ fn gathering_chunks_help_from_outstanding_chunk_is_ignored() {
 }
 
 #[test]
+fn gathering_chunks_nack_from_a_silent_lease_holder_is_set_aside() {
+    // Tenure (seed 000 §5.3.10 gathering chunks: nack): the chunk's lease holder N has
+    // fallen silent, so the chunk will ask for help when that lease runs out. The nack
+    // is not an answer (still outstanding, timeout kept), N is not a better manager, and
+    // the chunk's later help is answered with an acquire at once.
+    let mut env = Env::new(M);
+    let t = timing();
+    let mut m = gathering(3, &[2, 3], &[1]);
+    let now = T0 + ms(5);
+    env.heard.insert(N, now.saturating_sub(t.silence()));
+    from_chunk(&mut m, &mut env, now, 3, nack(Some(N), LeaseType::Regular));
+    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
+    assert_eq!(m.regen.outstanding, set(&[2, 3]));
+    assert_eq!(m.timeout.get(&c(3)), Some(&(T0 + t.msg_timeout)));
+    assert_eq!(m.regen.awaiting, set(&[3]));
+    assert!(env.take().is_empty());
+    let later = now + ms(40);
+    from_chunk(&mut m, &mut env, later, 3, help(3));
+    assert_eq!(to_chunks(&env.take()), vec![(c(3), acquire(3))]);
+    assert_eq!(m.timeout.get(&c(3)), Some(&(later + t.msg_timeout)));
+    assert!(m.regen.awaiting.is_empty());
+    // A second help while that acquire is out: nothing, as the seed says.
+    from_chunk(&mut m, &mut env, later + ms(1), 3, help(3));
+    assert!(env.take().is_empty());
+}
+
+#[test]
+fn gathering_chunks_silent_chunks_are_not_waited_for_once_a_quorum_is_won() {
+    // Tenure (seed 000 §5.3.10 timeout(chunk), early): once the won chunks hold a
+    // quorum, an acquire still outstanding to a silent device is given up; without a
+    // quorum it waits its timeout (a cut-off manager does not spin through rounds).
+    let mut env = Env::new(M);
+    let t = timing();
+    let now = T0 + ms(20);
+    env.heard.insert(d(3), now.saturating_sub(t.silence()));
+    let mut m = gathering(3, &[2, 3], &[]);
+    from_chunk(&mut m, &mut env, now, 1, ack(3));
+    assert_eq!(
+        m.state,
+        S::GatheringChunks,
+        "no quorum yet: c3's timeout runs"
+    );
+    from_chunk(&mut m, &mut env, now, 2, ack(3));
+    // Gathered with c1 and c2; the transfer to silent c3 is not waited for either.
+    assert_eq!(m.state, S::RecoveryReconciling, "{:?}", m.state);
+    assert!(m.regen.renewal_iffy.contains(&c(3)));
+    // Gathering leases: once the live chunk's transfer is acknowledged, only the silent
+    // one is left, and it is not waited for; a live one is.
+    let transfer_ack = ToManager::TransferAck {
+        epoch: e(3),
+        mgr: M,
+        prepared: None,
+    };
+    let mut k = gathering_leases(3, layout(), &[1], &[2, 3]);
+    from_chunk(&mut k, &mut env, now, 2, transfer_ack.clone());
+    assert_eq!(k.state, S::RecoveryReconciling);
+    env.heard.clear();
+    let mut k = gathering_leases(3, layout(), &[1], &[2, 3]);
+    from_chunk(&mut k, &mut env, now, 2, transfer_ack);
+    assert_eq!(k.state, S::GatheringLeases);
+}
+
+#[test]
 fn gathering_chunks_nack_regular_lease_adds_better_manager() {
     // seed 000 §5.3.10 gathering chunks: nack(.., chunk mgr ≠ me, regular lease) →
     // outstanding -= sender, cancel timeout, better mgr id += chunk mgr.

@@ -249,21 +249,33 @@ impl Chunk {
     }
 
     /// One iteration of the help loop: pop the best queued manager, or (first time round)
-    /// the manager the lookup service names (DESIGN §3), or pick a random director; send
+    /// the manager the lookup service names (DESIGN §3), or pick a director; send
     /// `help(epoch, metadata)`, and wait long enough for an answer.
+    ///
+    /// Tenure fills the seed's "an actual design will want to be more clever: attempting
+    /// to only contact reachable director nodes": a device this one has heard from before
+    /// but not for [`crate::config::Timing::silence`] is passed over (a queued manager that
+    /// fell silent is dropped), and directors are tried in the store's precedence order
+    /// rather than at random, so every chunk of a store asks the same live device and one
+    /// regeneration, not several competing ones, follows a manager's death. The order
+    /// turns with every help sent, so every director is still tried; when every device
+    /// is silent, every device is a candidate.
     fn send_help(&mut self, ctx: &mut Ctx<'_>) {
         let store = self.record.store;
         self.helps_sent += 1;
+        self.mgr_attempt_queue.retain(|d| !ctx.silent(*d));
         let hint = ctx.hints.get(&store).copied();
         let d = if let Some(i) = (0..self.mgr_attempt_queue.len())
             .max_by_key(|&i| precedence(store, self.mgr_attempt_queue[i]))
         {
             self.mgr_attempt_queue.swap_remove(i)
-        } else if let Some(h) = hint.filter(|_| self.helps_sent == 1) {
+        } else if let Some(h) = hint.filter(|h| self.helps_sent == 1 && !ctx.silent(*h)) {
             h
         } else {
-            let devices = &ctx.cfg.cluster.devices;
-            devices[ctx.rng.below(devices.len() as u64) as usize]
+            let ranked = ctx.cfg.cluster.ranked_devices(store);
+            let live: Vec<DeviceId> = ranked.iter().copied().filter(|d| !ctx.silent(*d)).collect();
+            let order = if live.is_empty() { ranked } else { live };
+            order[(self.helps_sent as usize - 1) % order.len()]
         };
         let msg = ToManager::Help {
             epoch: self.record.epoch,

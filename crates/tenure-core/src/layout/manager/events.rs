@@ -155,12 +155,25 @@ impl Manager {
                 }
             }
             // §5.3.10 gathering chunks: help
+            // (Tenure: a chunk whose refusal was set aside, below, is free now: asked again.)
             (S::GatheringChunks, ToManager::Help { epoch, .. }) => {
                 if epoch < self.epoch && !self.all_chunks().contains(&c) {
                     self.to_chunk(ctx, c, ToChunk::Lose);
-                } else if !self.regen.outstanding.contains(&c) {
+                } else if self.regen.awaiting.remove(&c) || !self.regen.outstanding.contains(&c) {
                     self.regen.won.remove(&c);
                     self.acquire(ctx, c);
+                }
+            }
+            // Tenure: a chunk still leased to a manager that has fallen silent (dead, or
+            // cut off from this device) will ask for help once that lease runs out. Its
+            // refusal is set aside: the acquire stays outstanding until its timeout, the
+            // silent manager is not weighed as a better one (the won chunks are not
+            // released to it), and the chunk's help is answered at once.
+            (S::GatheringChunks, ToManager::Nack { mgr: Some(m), .. })
+                if m != ctx.me() && ctx.silent(m) =>
+            {
+                if self.regen.outstanding.contains(&c) {
+                    self.regen.awaiting.insert(c);
                 }
             }
             // §5.3.10 gathering chunks: nack (precedence arbitration)

@@ -32,6 +32,9 @@ pub struct Regeneration {
     pub joint: Vec<Prepared>,
     /// Tenure: gathering rounds so far.
     pub rounds: u32,
+    /// Tenure: chunks whose refusal named a silent lease holder ([`Ctx::silent`]): their
+    /// help is answered with an acquire even while one is outstanding.
+    pub awaiting: BTreeSet<ChunkId>,
 }
 
 impl Manager {
@@ -49,6 +52,7 @@ impl Manager {
 
     pub(super) fn won_chunk(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
         self.regen.outstanding.remove(&c);
+        self.regen.awaiting.remove(&c);
         self.regen.won.insert(c);
         self.timeout.remove(&c);
         self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
@@ -204,8 +208,18 @@ impl Manager {
         }
     }
 
+    /// Tenure: gathered once nothing is outstanding, or once the won chunks already
+    /// hold a quorum and coverage and every chunk still outstanding is one no answer
+    /// is worth waiting for: its device has fallen silent ([`Ctx::silent`]), or it
+    /// refused for a silent lease holder. Giving up on those now is their timeout come
+    /// early; a late answer is taken as after any timeout. Without a quorum the
+    /// timeouts run their course, so a cut-off device does not spin through rounds.
     pub(super) fn check_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        if self.regen.outstanding.is_empty() {
+        let hopeless = |c: &ChunkId| ctx.silent(c.device) || self.regen.awaiting.contains(c);
+        if self.regen.outstanding.is_empty()
+            || (self.regen.outstanding.iter().all(hopeless)
+                && self.quorum_and_coverage(ctx, &self.regen.won))
+        {
             self.gathered(ctx);
         }
     }
@@ -279,8 +293,12 @@ impl Manager {
         self.check_leases_gathered(ctx);
     }
 
+    /// Tenure: also once every transfer still unacknowledged went to a silent device
+    /// (the won chunks hold a quorum since §5.3.11): their timeouts come early.
     pub(super) fn check_leases_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        if self.regen.renewal_iffy.is_empty() && self.state == MgrState::GatheringLeases {
+        if self.state == MgrState::GatheringLeases
+            && self.regen.renewal_iffy.iter().all(|c| ctx.silent(c.device))
+        {
             self.start_recovery_transition(ctx);
         }
     }

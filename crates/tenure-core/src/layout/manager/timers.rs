@@ -121,6 +121,7 @@ impl Manager {
                 // §5.3.10 timeout(chunk)
                 MgrState::GatheringChunks => {
                     self.regen.outstanding.remove(&c);
+                    self.regen.awaiting.remove(&c);
                     self.check_gathered(ctx);
                 }
                 // Tenure: transfer never acknowledged (or, §5.3.10 timeout(chunk), an
