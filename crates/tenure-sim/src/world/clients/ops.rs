@@ -142,13 +142,16 @@ impl World {
     }
 
     /// A client whose session is in another store than its names makes the session's
-    /// child there with a first request under it (a release of nothing).
+    /// child there with a first request under it (a release of nothing). It is keyed as
+    /// every release is: retried late, after the client was granted the name, it ends
+    /// nothing (sim seed 298).
     fn attach(&mut self, c: usize, session: SessionId) {
-        let cl = &self.lock_clients[c];
+        let cl = &mut self.lock_clients[c];
+        cl.next_request_id += 1;
         let req = cl.wrap(Request::Release {
             store: cl.store,
             session,
-            request_id: 0,
+            request_id: cl.next_request_id,
             name: cl.names[0].clone(),
         });
         self.lock_request(c, req, Kind::Attach, None);
