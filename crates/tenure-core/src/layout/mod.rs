@@ -41,7 +41,10 @@ impl Metadata {
     }
     /// Quorum predicate: `set` holds a strict majority of the layout's chunks.
     pub fn quorum(&self, set: &BTreeSet<ChunkId>) -> bool {
-        let n = set.iter().filter(|c| self.chunks.contains(c)).count();
+        self.quorum_of(set.iter().filter(|c| self.chunks.contains(c)).count())
+    }
+    /// Whether `n` of this layout's chunks are a quorum of it (a strict majority).
+    pub fn quorum_of(&self, n: usize) -> bool {
         2 * n > self.chunks.len()
     }
     /// Coverage predicate: with full replication, any one chunk holds all the data.

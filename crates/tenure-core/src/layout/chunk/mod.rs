@@ -176,8 +176,15 @@ impl Chunk {
 
     /// Whether the lease may still be trusted at `now` (never past `expiry - δ_c`).
     pub fn lease_valid(&self, ctx: &Ctx<'_>) -> bool {
-        self.lease_expiry
-            .is_some_and(|e| ctx.now < e.saturating_sub(ctx.cfg.timing.clock_drift))
+        self.trusted_until(ctx).is_some_and(|t| ctx.now < t)
+    }
+
+    /// Until when the current lease is trusted: `δ_c` before its expiry.
+    pub(super) fn trusted_until(&self, ctx: &Ctx<'_>) -> Option<Instant> {
+        Some(
+            self.lease_expiry?
+                .saturating_sub(ctx.cfg.timing.clock_drift),
+        )
     }
 
     fn persist(&mut self, ctx: &mut Ctx<'_>) {

@@ -31,9 +31,7 @@ impl Chunk {
         if self.state != ChunkState::RegularLease || Some(from) != self.lease_mgr {
             return None;
         }
-        let until = self
-            .lease_expiry?
-            .saturating_sub(ctx.cfg.timing.clock_drift);
+        let until = self.trusted_until(ctx)?;
         (until > ctx.now).then(|| until.saturating_since(ctx.now))
     }
 

@@ -77,7 +77,7 @@ pub(super) fn read_lease_valid(
     let held = (metadata.chunks.iter())
         .filter(|c| read_lease.get(c).is_some_and(|t| ctx.now + margin < *t))
         .count();
-    2 * held > metadata.chunks.len()
+    metadata.quorum_of(held)
 }
 
 /// The store's time at local time `now` ([`StoreClock`]); before the role first manages
