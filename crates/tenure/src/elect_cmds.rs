@@ -119,22 +119,41 @@ fn explain(e: Error, what: &str, name: &str) -> anyhow::Error {
     anyhow::anyhow!("{what} {name}: {hint}")
 }
 
-/// Resolves at Ctrl-C or SIGTERM (a service manager stopping a leader): which one. From
-/// the first call on, neither ends this process by itself: the leader resigns first, so
-/// the next candidate leads at once instead of after the session's TTL.
-async fn stop_signal() -> &'static str {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => futures::future::pending().await,
+/// Ctrl-C and SIGTERM (a service manager stopping a leader). From the start of the run
+/// neither ends this process by itself: the leader resigns first, so the next candidate
+/// leads at once instead of after the session's TTL. One listener
+/// each, kept: a signal that arrives while no `select!` is waiting on it (between the
+/// campaign and the lead, say) is kept for the next wait instead of lost, as it would be
+/// with a listener made afresh for each wait (tokio delivers a signal only to listeners
+/// that exist when it arrives).
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "Ctrl-C",
-        _ = term => "SIGTERM",
+    }
+
+    /// The next Ctrl-C or SIGTERM.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => futures::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.int) => "Ctrl-C",
+            _ = next(&mut self.term) => "SIGTERM",
+        }
     }
 }
 
@@ -160,6 +179,7 @@ fn leader_line(l: &Leader) -> String {
 pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
+        let mut stops = StopSignals::new();
         let opts = ClientOptions {
             session_ttl: a.ttl,
             ..Default::default()
@@ -184,7 +204,7 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
             l = elections.campaign_with(&a.name, a.value.as_bytes(), wait) => {
                 l.map_err(|e| explain(e, "campaigning for", &a.name))?
             }
-            how = stop_signal() => {
+            how = stops.recv() => {
                 // Closing the session ends the campaign's wait in the store at once.
                 let _ = client.close().await;
                 bail!("interrupted ({how}) while campaigning for {}", a.name)
@@ -214,7 +234,7 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
         // None when leadership may have been lost while it ran.
         let finished = if a.command.is_empty() {
             tokio::select! {
-                how = stop_signal() => Some((0, how.to_string())),
+                how = stops.recv() => Some((0, how.to_string())),
                 loss = leadership.lost() => {
                     eprintln!("leadership of {} may be lost ({loss:?}); stopping", a.name);
                     None
@@ -248,7 +268,7 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
                             break None;
                         }
                     },
-                    how = stop_signal(), if !stopping => {
+                    how = stops.recv(), if !stopping => {
                         stopping = true;
                         eprintln!("{how}: stopping the command, then resigning {}", a.name);
                         if let Some(pid) = child.id() {
