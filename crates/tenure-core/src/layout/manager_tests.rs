@@ -244,12 +244,7 @@ fn none_vote_before_the_handoff_is_counted_when_it_comes() {
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
-    let other_attempt = ToManager::Vote {
-        new_epoch: e(4),
-        tx: TX + 1,
-        data: Box::new(StoreData::default()),
-        committed: crate::ids::Epoch::default(),
-    };
+    let other_attempt = vote_of(4, TX + 1);
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
     assert_eq!(m.state, S::None);
     assert!(env.take().is_empty());
@@ -424,12 +419,7 @@ fn into_reconciling_done_waits_for_every_vote_and_the_old_manager() {
     let mut m = migrating_in();
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
     from_chunk(&mut m, &mut env, T0, 3, vote(4)); // not a participant
-    let other_attempt = ToManager::Vote {
-        new_epoch: e(4),
-        tx: TX + 1,
-        data: Box::new(StoreData::default()),
-        committed: crate::ids::Epoch::default(),
-    };
+    let other_attempt = vote_of(4, TX + 1);
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
     assert_eq!(m.state, S::IntoReconciling);
     assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));

@@ -301,9 +301,14 @@ pub(crate) fn from_chunk(m: &mut Manager, env: &mut Env, now: Instant, n: u64, m
 
 /// A vote for `new_epoch` carrying an empty store.
 pub(crate) fn vote(new_epoch: u64) -> ToManager {
+    vote_of(new_epoch, TX)
+}
+
+/// A vote for `new_epoch` in transition attempt `tx`, carrying an empty store.
+pub(crate) fn vote_of(new_epoch: u64, tx: u64) -> ToManager {
     ToManager::Vote {
         new_epoch: e(new_epoch),
-        tx: TX,
+        tx,
         data: Box::default(),
         committed: Epoch::default(),
     }
