@@ -37,6 +37,19 @@ fn renewal(epoch: u64) -> ToChunk {
     }
 }
 
+/// The outgoing manager's handoff of attempt `tx`, from epoch `old` to `old + 1` over
+/// [`layout`], with the chunks `failed` (by device) and the store's state `data`.
+fn handoff(tx: u64, old: u64, failed: &[u64], data: StoreData) -> MgrMsg {
+    MgrMsg::Handoff {
+        tx,
+        old_epoch: e(old),
+        new_epoch: e(old + 1),
+        metadata: layout(),
+        failed: failed.iter().map(|n| c(*n)).collect(),
+        data: Box::new(data),
+    }
+}
+
 fn help(epoch: u64) -> ToManager {
     ToManager::Help {
         epoch: e(epoch),
@@ -198,14 +211,7 @@ fn none_handoff_enters_into_reconciling() {
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
     let data = data_with(3, 1, 5);
-    let handoff = MgrMsg::Handoff {
-        tx: TX,
-        old_epoch: e(3),
-        new_epoch: e(4),
-        metadata: layout(),
-        failed: vec![c(3)],
-        data: Box::new(data.clone()),
-    };
+    let handoff = handoff(TX, 3, &[3], data.clone());
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     // Tenure: it tells the outgoing manager it holds the handoff, asking for its vote.
     assert_eq!(
@@ -248,14 +254,7 @@ fn none_vote_before_the_handoff_is_counted_when_it_comes() {
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
     assert_eq!(m.state, S::None);
     assert!(env.take().is_empty());
-    let handoff = MgrMsg::Handoff {
-        tx: TX,
-        old_epoch: e(3),
-        new_epoch: e(4),
-        metadata: layout(),
-        failed: vec![c(3)],
-        data: Box::new(data_with(3, 1, 5)),
-    };
+    let handoff = handoff(TX, 3, &[3], data_with(3, 1, 5));
     m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), N, handoff.clone());
     assert_eq!(m.state, S::IntoReconciling);
     assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));
@@ -279,14 +278,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
     m.finished.insert(TX);
-    let handoff = MgrMsg::Handoff {
-        tx: TX,
-        old_epoch: e(3),
-        new_epoch: e(4),
-        metadata: layout(),
-        failed: vec![],
-        data: Box::new(StoreData::default()),
-    };
+    let handoff = handoff(TX, 3, &[], StoreData::default());
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     assert_eq!(m.state, S::None);
     assert_eq!(
@@ -307,14 +299,7 @@ fn manager_handoff_while_busy_is_refused() {
     // busy with the store refuses it so the old manager resumes.
     let mut env = Env::new(M);
     let mut m = managing(3);
-    let handoff = MgrMsg::Handoff {
-        tx: TX,
-        old_epoch: e(5),
-        new_epoch: e(6),
-        metadata: layout(),
-        failed: vec![],
-        data: Box::new(StoreData::default()),
-    };
+    let handoff = handoff(TX, 5, &[], StoreData::default());
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
     assert_eq!(m.state, S::Manager);
     assert_eq!(m.epoch, e(3));
@@ -799,17 +784,7 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
     assert_eq!(m.state, S::OutOfReconciling);
     assert_eq!(
         mgr_msgs(&out)[0],
-        (
-            N,
-            MgrMsg::Handoff {
-                tx: id,
-                old_epoch: e(3),
-                new_epoch: e(4),
-                metadata: layout(),
-                failed: vec![c(3)],
-                data: Box::new(data_with(3, 1, 4)),
-            }
-        )
+        (N, handoff(id, 3, &[3], data_with(3, 1, 4)))
     );
     assert_eq!(
         epoch_transitions(&out),
