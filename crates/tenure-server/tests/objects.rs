@@ -145,6 +145,28 @@ fn fenced_puts_cas_races_and_watches() {
             .unwrap_err();
         assert!(matches!(e, Error::StaleToken), "{e}");
         assert_eq!(c.holders("/fence/lock").await.unwrap().holders.len(), 1);
+        // A guard releases fenced by its own token (DESIGN §4, idempotent retries): an
+        // operator unlocked its hold and the same session took the name again; the old
+        // guard's release is refused and cannot end the newer hold.
+        let old = c
+            .lock("/fence/guard", LockMode::Exclusive, Wait::Try)
+            .await
+            .unwrap();
+        let (store, session) = (old.store(), old.session());
+        other
+            .release_raw(store, session, "/fence/guard", None)
+            .await
+            .unwrap();
+        let new = c
+            .lock("/fence/guard", LockMode::Exclusive, Wait::Try)
+            .await
+            .unwrap();
+        assert!(new.token() > old.token());
+        let e = old.release().await.unwrap_err();
+        assert!(matches!(e, Error::StaleToken), "{e}");
+        let holders = c.holders("/fence/guard").await.unwrap().holders;
+        assert_eq!(holders.len(), 1, "{holders:?}");
+        new.release().await.unwrap();
         // A lock in another store cannot fence.
         let e = o
             .put_fenced(&g2, "/elsewhere/data", b"x".to_vec())

@@ -272,11 +272,15 @@ impl LockGuard {
         may_be_lost(self.state.clone(), self.loss_warning()).await
     }
 
-    /// Release the lock and wait for the answer.
+    /// Release the lock and wait for the answer. The release is fenced by the grant's
+    /// token: a late retry of it can never end a newer grant of the same name to the same
+    /// session ([`Error::StaleToken`](crate::Error::StaleToken) instead; DESIGN §4, "Idempotent retries").
     pub async fn release(mut self) -> Result<()> {
         self.released = true;
         let (store, session, name) = (self.session.store, self.session.id, self.name.clone());
-        self.client.release_raw(store, session, &name, None).await
+        (self.client)
+            .release_raw(store, session, &name, Some(self.token))
+            .await
     }
 }
 
@@ -324,8 +328,9 @@ impl Drop for LockGuard {
         };
         let client = self.client.clone();
         let (store, session, name) = (self.session.store, self.session.id, self.name.clone());
+        let token = Some(self.token);
         rt.spawn(async move {
-            if let Err(e) = client.release_raw(store, session, &name, None).await {
+            if let Err(e) = client.release_raw(store, session, &name, token).await {
                 debug!(%name, "release on drop failed: {e}");
             }
         });

@@ -282,7 +282,12 @@ impl Client {
         let store = self.store_of(name).await?;
         // Every attempt carries one request id: a retry after a lost answer gets the first
         // attempt's `Released` from the store (the id is replicated with the release).
-        let request_id = self.next_request_id();
+        // Request ids are this client's, recorded under its own session: another
+        // session's release (an operator's unlock) carries none (0), for an id of ours
+        // could be one that session used for another request (refused) or for a release
+        // of the same name (answered from that record, releasing nothing).
+        let own = matches!(self.session_state().await, Some((st, id, _)) if (st, id) == (session_store, session));
+        let request_id = if own { self.next_request_id() } else { 0 };
         let req = proto::ReleaseRequest {
             session: Some(proto::SessionRef {
                 store: session_store,
@@ -292,7 +297,9 @@ impl Client {
             request_id,
             token: token.map(Into::into),
         };
-        if self.inner.opts.transport == Transport::Stream {
+        // The stream matches answers by request id: another session's release goes as a
+        // call of its own.
+        if own && self.inner.opts.transport == Transport::Stream {
             let deadline = Some(self.quick_deadline());
             return match self
                 .link(store)

@@ -383,7 +383,8 @@ impl Task {
                     session: a.session,
                     name: g.name,
                     request_id: id,
-                    token: None,
+                    // Fenced: this release ends the grant given up on and no later one.
+                    token: g.token,
                 }),
                 quick: true,
                 reply: None,

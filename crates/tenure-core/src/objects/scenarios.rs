@@ -701,6 +701,73 @@ fn a_fenced_release_checks_the_token_atomically() {
     assert_eq!(lock_req(&mut c, s, release(token)), Ok(Response::Released));
 }
 
+/// DESIGN §4, "Idempotent retries": an operator ended a hold, the holder's own release of
+/// it failed `NotHeld` (not recorded), and the session was granted the name again. A late
+/// retry of that first release, fenced by the old token, is refused and the new hold
+/// stays; the same retry unfenced ends it (why clients fence).
+#[test]
+fn a_late_fenced_release_cannot_end_a_newer_hold() {
+    let mut c = cluster();
+    let lock = "/frel/late";
+    let s = store(lock);
+    let s1 = session(&mut c, s);
+    let first = acquire(&mut c, s, s1, lock, 1);
+    let release = |request_id, token: Option<crate::lockctl::FencingToken>| match token {
+        Some(token) => Request::ReleaseFenced {
+            store: s,
+            session: s1,
+            request_id,
+            name: lock.into(),
+            token,
+        },
+        None => Request::Release {
+            store: s,
+            session: s1,
+            request_id,
+            name: lock.into(),
+        },
+    };
+    // The operator's unlock (another client's request id space: none here).
+    assert_eq!(
+        lock_req(&mut c, s, release(0, None)),
+        Ok(Response::Released)
+    );
+    assert_eq!(
+        lock_req(&mut c, s, release(2, Some(first))),
+        Err(ClientError::NotHeld)
+    );
+    c.run_for(Duration::from_secs(2));
+    let second = acquire(&mut c, s, s1, lock, 3);
+    assert!(second > first);
+    assert_eq!(
+        lock_req(&mut c, s, release(2, Some(first))),
+        Err(ClientError::StaleToken {
+            current: Some(second)
+        })
+    );
+    let holders = |c: &mut Cluster| {
+        let h = lock_req(
+            c,
+            s,
+            Request::Holders {
+                store: s,
+                name: lock.into(),
+            },
+        );
+        match h {
+            Ok(Response::Holders(h)) => h.len(),
+            other => panic!("holders: {other:?}"),
+        }
+    };
+    assert_eq!(holders(&mut c), 1);
+    // Unfenced, the same late retry ends the newer hold.
+    assert_eq!(
+        lock_req(&mut c, s, release(2, None)),
+        Ok(Response::Released)
+    );
+    assert_eq!(holders(&mut c), 0);
+}
+
 #[test]
 fn a_small_put_is_one_safetalk_batch() {
     let mut c = cluster();

@@ -247,11 +247,14 @@ impl World {
             },
             self.now,
         );
-        let req = self.lock_clients[c].wrap(Request::Release {
+        // Fenced by the hold's token, as every client library releases (DESIGN §4,
+        // "Idempotent retries").
+        let req = self.lock_clients[c].wrap(Request::ReleaseFenced {
             store,
             session,
             request_id,
             name: name.clone(),
+            token,
         });
         self.lock_request(c, req, Kind::Release { name, token }, Some(op));
     }
