@@ -20,6 +20,7 @@
 
 use crate::client_cmds::Target;
 use crate::lock_cmds::{EXIT_EXPIRED_AT_RELEASE, command_status, parse_duration, runtime};
+use crate::signals::StopSignals;
 use anyhow::bail;
 use std::io::Write;
 use std::process::ExitCode;
@@ -117,44 +118,6 @@ fn explain(e: Error, what: &str, name: &str) -> anyhow::Error {
         _ => e.to_string(),
     };
     anyhow::anyhow!("{what} {name}: {hint}")
-}
-
-/// Ctrl-C and SIGTERM (a service manager stopping a leader). From the start of the run
-/// neither ends this process by itself: the leader resigns first, so the next candidate
-/// leads at once instead of after the session's TTL. One listener
-/// each, kept: a signal that arrives while no `select!` is waiting on it (between the
-/// campaign and the lead, say) is kept for the next wait instead of lost, as it would be
-/// with a listener made afresh for each wait (tokio delivers a signal only to listeners
-/// that exist when it arrives).
-struct StopSignals {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl StopSignals {
-    fn new() -> StopSignals {
-        use tokio::signal::unix::{SignalKind, signal};
-        StopSignals {
-            term: signal(SignalKind::terminate()).ok(),
-            int: signal(SignalKind::interrupt()).ok(),
-        }
-    }
-
-    /// The next Ctrl-C or SIGTERM.
-    async fn recv(&mut self) -> &'static str {
-        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => futures::future::pending().await,
-            }
-        }
-        tokio::select! {
-            _ = next(&mut self.int) => "Ctrl-C",
-            _ = next(&mut self.term) => "SIGTERM",
-        }
-    }
 }
 
 fn leader_json(l: &Leader) -> serde_json::Value {

@@ -6,11 +6,12 @@
 //! Exit statuses of `tenure lock` ([`Outcome::exit_status`]):
 //!
 //! - the command's own status when it finished and the lock was released after it (1 for
-//!   a command killed by a signal; 0 without a command, when Ctrl-C ends the hold);
+//!   a command killed by a signal; 0 without a command, when Ctrl-C or SIGTERM ends the
+//!   hold);
 //! - 1 when the lock could not be taken, the lock may have been lost while the command
 //!   ran (the command is killed), or the release failed for another reason;
-//! - [`EXIT_EXPIRED_AT_RELEASE`] (120) when the command finished (or Ctrl-C ended the
-//!   hold) but the release found the session expired: the lock had already been released
+//! - [`EXIT_EXPIRED_AT_RELEASE`] (120) when the command finished (or Ctrl-C or SIGTERM
+//!   ended the hold) but the release found the session expired: the lock had already been released
 //!   by the session's expiry, perhaps while the command still ran, and another session
 //!   may have taken it meanwhile. The command's own status is printed on stderr.
 //!
@@ -19,6 +20,7 @@
 //! (141, for a closed stdout, is every subcommand's: see `main`.)
 
 use crate::client_cmds::Target;
+use crate::signals::StopSignals;
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -55,7 +57,8 @@ pub struct LockArgs {
     json: bool,
     /// Command to run while holding the lock (after `--`). It sees TENURE_LOCK_NAME,
     /// TENURE_FENCING_TOKEN (epoch.seq) and TENURE_SESSION; it is killed if the lock may be
-    /// lost. Without a command, hold the lock until Ctrl-C.
+    /// lost. Without a command, hold the lock until Ctrl-C or SIGTERM; with one, either is
+    /// passed on to the command as SIGTERM. Then the lock is released.
     #[arg(last = true)]
     command: Vec<String>,
 }
@@ -64,16 +67,18 @@ pub struct LockArgs {
 pub const LOCK_EXIT_STATUSES: &str = "\
 Exit status:
   the command's  the command finished and the lock was released after it (1 if a signal
-                 killed the command; 0 without a command, when Ctrl-C ends the hold)
+                 killed the command; 0 without a command, when Ctrl-C or SIGTERM ends the
+                 hold)
   1              the lock was not taken; or it may have been lost while held (a running
                  command is killed); or the release failed
-  120            the command finished (or Ctrl-C ended the hold), but the release found the
-                 session expired: the lock was already released by expiry, perhaps while
-                 the command ran, and another session may have taken it meanwhile. The
-                 command's own status is printed on stderr; a command that itself exits
-                 with 120 is told apart by that message only
+  120            the command finished (or Ctrl-C or SIGTERM ended the hold), but the
+                 release found the session expired: the lock was already released by
+                 expiry, perhaps while the command ran, and another session may have taken
+                 it meanwhile. The command's own status is printed on stderr; a command
+                 that itself exits with 120 is told apart by that message only
   141            stdout was closed (tenure lock ... | head) before the lock line was
-                 printed";
+                 printed
+";
 
 /// The exit status of `tenure lock` when the command finished but its session had
 /// expired by the release (see the module docs).
@@ -208,6 +213,7 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
             session_ttl: a.ttl,
             ..Default::default()
         };
+        let mut stops = StopSignals::new();
         let client = a.target.client_with(opts)?;
         let mode = if a.shared {
             LockMode::Shared
@@ -223,7 +229,11 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
         let guard = tokio::select! {
             g = client.lock_with(&a.name, mode, wait, LockOptions { lock_delay: a.lock_delay }) =>
                 g.with_context(|| format!("locking {}", a.name))?,
-            _ = tokio::signal::ctrl_c() => bail!("interrupted while waiting for {}", a.name),
+            how = stops.recv() => {
+                // Closing the session ends the wait in the store at once.
+                let _ = client.close().await;
+                bail!("interrupted ({how}) while waiting for {}", a.name)
+            }
         };
         let waited = started.elapsed();
         if a.json {
@@ -247,7 +257,7 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
         // None when the lock may have been lost while it ran.
         let finished = if a.command.is_empty() {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => Some((0, "Ctrl-C".to_string())),
+                how = stops.recv() => Some((0, how.to_string())),
                 loss = guard.lost() => {
                     eprintln!("the lock may be lost ({loss:?}); stopping");
                     None
@@ -263,18 +273,33 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
                 .spawn()
                 .with_context(|| format!("starting {:?}", a.command[0]))?;
             // A command that has exited is not killed: when this process wakes late (paused,
-            // overloaded) both may be ready, and the command's end comes first.
-            tokio::select! {
-                biased;
-                st = child.wait() => Some(command_status(st?)),
-                loss = guard.lost() => match child.try_wait()? {
-                    Some(st) => Some(command_status(st)),
-                    None => {
-                        eprintln!("the lock may be lost ({loss:?}); killing the command");
-                        let _ = child.kill().await;
-                        None
+            // overloaded) both may be ready, and the command's end comes first. A SIGTERM
+            // (or Ctrl-C) for this process is passed on to the command, which ends in its
+            // own time, still killed if the lock may be lost meanwhile; then the lock is
+            // released.
+            let mut stopping = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    st = child.wait() => break Some(command_status(st?)),
+                    loss = guard.lost() => match child.try_wait()? {
+                        Some(st) => break Some(command_status(st)),
+                        None => {
+                            eprintln!("the lock may be lost ({loss:?}); killing the command");
+                            let _ = child.kill().await;
+                            break None;
+                        }
+                    },
+                    how = stops.recv(), if !stopping => {
+                        stopping = true;
+                        eprintln!("{how}: stopping the command, then releasing {}", a.name);
+                        if let Some(pid) = child.id() {
+                            let _ = std::process::Command::new("kill")
+                                .args(["-TERM", &pid.to_string()])
+                                .status();
+                        }
                     }
-                },
+                }
             }
         };
         let expired = guard.watch().borrow().expired;

@@ -18,6 +18,7 @@ mod lock_cmds;
 mod lookup_cmds;
 mod object_cmds;
 mod server_cmd;
+mod signals;
 mod sim_cmd;
 mod snapshot_cmds;
 mod token_cmd;

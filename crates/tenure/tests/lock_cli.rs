@@ -112,3 +112,51 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
     rt.block_on(next.release()).unwrap();
     rt.block_on(client.close()).ok();
 }
+
+/// A SIGTERM (a service manager stopping the holder) releases the lock at once: the next
+/// holder does not wait for the session's TTL (60 s here), and `tenure lock` exits with 0.
+/// Sent right after the lock line, so it also checks that no signal between the wait and
+/// the hold is lost.
+#[test]
+fn sigterm_releases_the_lock_held_without_a_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("tenure-data");
+    let _guard = Guard(data.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _in_rt = rt.enter();
+    up(&data);
+    let endpoints: Vec<String> = cluster_file(&data)["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    let client = Client::with_options(endpoints, with_tls(&data, Default::default())).unwrap();
+    let name = "/cli/terminated";
+    let mut lock = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        .args(["lock", name, "--try", "--ttl", "60s", "--data"])
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(lock.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert!(line.starts_with("locked /cli/terminated"), "{line}");
+    signal("-TERM", lock.id());
+    let status = until(POLL, Duration::from_secs(30), "tenure lock ends", || {
+        lock.try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(0));
+    let held = rt.block_on(client.holders(name)).unwrap();
+    assert!(held.holders.is_empty(), "{held:?}");
+    let next = rt
+        .block_on(client.lock(name, LockMode::Exclusive, Wait::Try))
+        .unwrap();
+    rt.block_on(next.release()).unwrap();
+    rt.block_on(client.close()).ok();
+}
