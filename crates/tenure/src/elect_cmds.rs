@@ -234,11 +234,7 @@ pub fn elect(a: ElectArgs) -> anyhow::Result<ExitCode> {
                     how = stops.recv(), if !stopping => {
                         stopping = true;
                         eprintln!("{how}: stopping the command, then resigning {}", a.name);
-                        if let Some(pid) = child.id() {
-                            let _ = std::process::Command::new("kill")
-                                .args(["-TERM", &pid.to_string()])
-                                .status();
-                        }
+                        crate::signals::pass_on_sigterm(&child);
                     }
                 }
             }

@@ -293,11 +293,7 @@ pub fn lock(a: LockArgs) -> anyhow::Result<ExitCode> {
                     how = stops.recv(), if !stopping => {
                         stopping = true;
                         eprintln!("{how}: stopping the command, then releasing {}", a.name);
-                        if let Some(pid) = child.id() {
-                            let _ = std::process::Command::new("kill")
-                                .args(["-TERM", &pid.to_string()])
-                                .status();
-                        }
+                        crate::signals::pass_on_sigterm(&child);
                     }
                 }
             }

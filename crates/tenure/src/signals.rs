@@ -38,3 +38,12 @@ impl StopSignals {
         }
     }
 }
+
+/// Sends SIGTERM to a command run under a hold, which then ends in its own time.
+pub(crate) fn pass_on_sigterm(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+}

@@ -34,6 +34,18 @@ fn proc_state(pid: &str) -> Option<String> {
     after.split_whitespace().next().map(str::to_string)
 }
 
+/// A local cluster in `data`, and a client of it.
+fn start(data: &std::path::Path) -> Client {
+    up(data);
+    let endpoints: Vec<String> = cluster_file(data)["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["client_addr"].as_str().unwrap().to_string())
+        .collect();
+    Client::with_options(endpoints, with_tls(data, Default::default())).unwrap()
+}
+
 #[test]
 fn command_that_outlives_its_session_exits_with_the_expiry_status() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,14 +56,7 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
         .build()
         .unwrap();
     let _in_rt = rt.enter();
-    up(&data);
-    let endpoints: Vec<String> = cluster_file(&data)["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["client_addr"].as_str().unwrap().to_string())
-        .collect();
-    let client = Client::with_options(endpoints, with_tls(&data, Default::default())).unwrap();
+    let client = start(&data);
 
     // The command records its pid, waits for `go`, and exits with 7.
     let started = dir.path().join("started");
@@ -127,14 +132,7 @@ fn sigterm_releases_the_lock_held_without_a_command() {
         .build()
         .unwrap();
     let _in_rt = rt.enter();
-    up(&data);
-    let endpoints: Vec<String> = cluster_file(&data)["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["client_addr"].as_str().unwrap().to_string())
-        .collect();
-    let client = Client::with_options(endpoints, with_tls(&data, Default::default())).unwrap();
+    let client = start(&data);
     let name = "/cli/terminated";
     let mut lock = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["lock", name, "--try", "--ttl", "60s", "--data"])
