@@ -184,7 +184,7 @@ mod tests {
         assert_eq!(g.wait_for(Domain::Lookup, None, 0), 3);
     }
 
-    // Seed 11430: nothing overtakes a device-wide send (a snapshot marker) to the same
+    // Sim seed 11430: nothing overtakes a device-wide send (a snapshot marker) to the same
     // peer, until the group it waited for is durable.
     #[test]
     fn nothing_overtakes_a_held_device_wide_send_to_the_same_peer() {

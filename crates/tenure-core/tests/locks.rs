@@ -236,7 +236,7 @@ fn release_retried_after_failover_answers_released() {
 
 // DESIGN §3 (finding a manager): a device that is not the manager, and does not forward
 // (DESIGN §8: forwarding off), answers `NotManager` naming the manager whose lease its
-// own chunk of the store holds (seed 180613: stale forwarding addresses of two former
+// own chunk of the store holds (sim seed 180613: stale forwarding addresses of two former
 // managers pointed at each other).
 #[test]
 fn chunk_holder_redirects_to_its_lease_manager() {

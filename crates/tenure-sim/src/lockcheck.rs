@@ -668,7 +668,7 @@ mod tests {
         assert_eq!(c.counts.linearizable_ops, 3);
     }
 
-    // Session ids are per store (seed 32991: a session 8589934596 ended in store 2 while
+    // Session ids are per store (sim seed 32991: a session 8589934596 ended in store 2 while
     // the session of the same number in store 1 was still ending; the checker answered
     // store 1's release when store 2's end was applied and flagged a correct read).
     #[test]

@@ -152,7 +152,7 @@ fn planted_no_restart_is_caught_as_no_coordinator_after_faults_stop() {
     assert_eq!(outcome, Outcome::Liveness);
 }
 
-// DESIGN §6 (terms fence commands): seed 1371 once reported a device applying its own
+// DESIGN §6 (terms fence commands): sim seed 1371 once reported a device applying its own
 // older term's command after it saw a newer term of its own. The simulator let an input
 // in while the device, paused again between deciding a command and sending it, still
 // held that command; a paused device now handles nothing until the command has left.
@@ -162,7 +162,7 @@ fn seed_1371_a_held_command_leaves_before_anything_newer() {
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
 
-// DESIGN §6 (a retiring device claims no term): seed 1095 once ran an election storm after
+// DESIGN §6 (a retiring device claims no term): sim seed 1095 once ran an election storm after
 // faults stopped, terms into the thousands. The coordinator's record made d5 retiring;
 // d5 refused that record because it came from a term older than its own, so each of the
 // two outranked the other under bully and answered the other's COORDINATOR with a new
@@ -173,7 +173,7 @@ fn seed_1095_a_device_adopts_the_record_that_retires_it() {
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
 
-// DESIGN §6, seed 3353: two devices each held a record (of the same change number)
+// DESIGN §6, sim seed 3353: two devices each held a record (of the same change number)
 // that made the other retiring; each outranked the other under bully and deposed it,
 // and each new term restarted the coordinator's wait for its first round, so the
 // record that settles it was never sent — terms ran into the thousands and the Alives
@@ -185,7 +185,7 @@ fn seed_3353_a_coordinator_elected_again_keeps_its_rounds() {
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
 
-// DESIGN §6 (a retiring device claims no term), seed 20906: a spare had claimed term
+// DESIGN §6 (a retiring device claims no term), sim seed 20906: a spare had claimed term
 // (10, d6) before it was made retiring; d5 was then elected under (10, d5), lower by id.
 // d6 refused the lower term and could not lead, so it followed nobody and called an
 // election every second, which d5, in office under a term of the same number, answered

@@ -183,7 +183,7 @@ fn planted_never_retire_is_caught_as_membership_not_settled() {
     assert_eq!(outcome, Outcome::Liveness);
 }
 
-// DESIGN §6 (a drained device retires): seed 3598 once retired the coordinator itself
+// DESIGN §6 (a drained device retires): sim seed 3598 once retired the coordinator itself
 // 46 ms after it was asked to remove it, holding two chunks it had just had created on
 // itself; the stores' reports from before those relayouts were still fresh. Drained is
 // now judged on reports newer than the retirement, with no move onto the device under
@@ -194,7 +194,7 @@ fn seed_3598_a_device_retires_only_on_reports_newer_than_its_retirement() {
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
 
-// DESIGN §6, seeds 1455 and 3275: a device admitted by a record that then lost to
+// DESIGN §6, sim seeds 1455 and 3275: a device admitted by a record that then lost to
 // another of the same number was left out of the cluster's record, not retired; it kept
 // managing a store whose reports no coordinator received, so no removal could be judged
 // drained. Such a device now asks to be admitted again, and a device holding an older

@@ -271,7 +271,7 @@ fn a_chunk_that_deleted_its_last_block_has_the_same_image_in_memory_and_on_disk(
     assert_eq!(dev.persistent().blocks, disk.blocks);
 }
 
-// DESIGN §5 (watches): seed 28 once showed a watcher, at a new manager, a put the
+// DESIGN §5 (watches): sim seed 28 once showed a watcher, at a new manager, a put the
 // regeneration had taken from one chunk's unconfirmed ACCEPT; the manager failed before
 // the epoch's commit reached another chunk and the next epoch rightly lost the put. A
 // subscription is now answered, and replayed, after a read barrier.

@@ -170,7 +170,7 @@ fn planted_broken_quorum_is_caught() {
     let (seed, v) = found.expect("broken quorum not caught within 200 seeds");
     eprintln!("broken quorum caught at seed {seed}: {v}");
     // (A lost write may also show in a snapshot restored by the snapshot checker: a
-    // manager that took over without a key acknowledged before, seed 0 of this sweep.)
+    // manager that took over without a key acknowledged before, sim seed 0 of this sweep.)
     assert!(matches!(
         v,
         Violation::TwoManagers { .. }
@@ -441,15 +441,15 @@ fn planted_takeover_ignores_renewal_is_caught() {
     // store's first epochs more than TTL + grace before, which expires every session at
     // once, while a holder has not yet heard of it and another client reopens and is
     // granted the name (about one 40 s run in fifty with membership changes, one 20 s
-    // run in two hundred without: seeds 13 and 32 of 0..114). Since a manager spares a
+    // run in two hundred without: sim seeds 13 and 32 of 0..114). Since a manager spares a
     // slow chunk its quorum needs, fewer stores step down under faults and takeovers are
-    // rarer: seed 94 is the first of this sweep (it passes without the bug).
+    // rarer: sim seed 94 is the first of this sweep (it passes without the bug).
     let mut c = SimConfig::new(0);
     c.safety_us = 40_000_000;
     c.planted.takeover_ignores_renewal = true;
     let (seed, v) = first_violation_with(c, 100).expect("not caught within 100 seeds");
     eprintln!("takeover-ignores-renewal caught at seed {seed}: {v}");
-    // The sessions expired at once may show first in the object store (seed 53 of this
+    // The sessions expired at once may show first in the object store (sim seed 53 of this
     // sweep: an object read older than a put acknowledged before it; the same seed
     // without the bug passes), else as two holders or a lock history no order explains.
     if !matches!(
@@ -569,7 +569,7 @@ fn planted_expire_without_grace_is_caught_with_pipelined_clients() {
     assert_exclusion_broken(&v);
 }
 
-// seed 000 §5.3.8 (relayout reconciling): seed 2847 once lost acknowledged writes. A
+// seed 000 §5.3.8 (relayout reconciling): sim seed 2847 once lost acknowledged writes. A
 // relayout replaced a chunk by a new, empty one; its commit reached one chunk of the new
 // layout only, and the next regeneration took a quorum of the new layout made of the new
 // chunk (which had voted empty) and a stale one. A relayout now sends the store's state to

@@ -143,7 +143,7 @@ fn planted_record_late_is_caught_in_many_seeds() {
     assert!(3 * cut >= n, "{cut} of {n} seeds caught it");
 }
 
-// seed 002 §14.1 (one record per device and snapshot): seed 1891 once reported a cut in
+// seed 002 §14.1 (one record per device and snapshot): sim seed 1891 once reported a cut in
 // which a device had received messages sent after their sender's record. The device had
 // recorded, crashed before its part was written, and recorded the same snapshot again
 // after its restart — with a state that held what it received after the cut. The ids a
@@ -174,7 +174,7 @@ fn planted_forget_recorded_is_caught_as_a_second_record() {
     );
 }
 
-// seed 002 §14.1 over a changing membership: seed 20530 once reported a cut in which an
+// seed 002 §14.1 over a changing membership: sim seed 20530 once reported a cut in which an
 // admitted device had processed a message that a restarted device (holding an older
 // membership record) sent after its record; neither had recorded with the other among
 // its peers, so no marker cut their channel. Devices now fail a snapshot recorded with
@@ -185,10 +185,10 @@ fn seed_20530_devices_recording_with_different_members_fail_the_snapshot() {
     assert_eq!(r.outcome, Outcome::Passed, "{:?}", r.violations);
 }
 
-// The restore check counts a write acknowledged when its reply leaves the device: seed
-// 20266's manager decided a write, then crashed before the write's persists were durable,
+// The restore check counts a write acknowledged when its reply leaves the device: sim
+// seed 20266's manager decided a write, then crashed before the write's persists were durable,
 // and the reply never left; its restarted record lacked the write, which was only in
-// flight at the cut. Seed 10341: a device crashed in the middle of a batch with unsynced
+// flight at the cut. Sim seed 10341: a device crashed in the middle of a batch with unsynced
 // writes; the checker now forgets what it processed in that lost state.
 #[test]
 fn seeds_20266_and_10341_crashes_with_unsynced_writes_are_judged_on_what_survived() {
@@ -203,7 +203,7 @@ fn seeds_20266_and_10341_crashes_with_unsynced_writes_are_judged_on_what_survive
     }
 }
 
-// Seed 30996: a device recorded a snapshot and crashed in the same batch, before the
+// Sim seed 30996: a device recorded a snapshot and crashed in the same batch, before the
 // persist of its record (a torn batch): nothing of that record left the device, so its
 // second record after the restart is its only one, not a second.
 #[test]

@@ -569,7 +569,7 @@ fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     // seed 000 §4.2.5 newly awake "(after some delay)", as Tenure fills it: a chunk that
     // rebooted with a prepare record it never saw decided ignores every message for
     // `transition_wait`, longer than any coordinator counts the vote, then asks its last
-    // manager. (Seed 46832: the rebooted chunk joined an e5 regeneration while its e4
+    // manager. (sim seed 46832: the rebooted chunk joined an e5 regeneration while its e4
     // vote was still counted, and a manager of e4 appeared after the manager of e5.)
     let mut env = Env::new(d(1));
     let t = timing();

@@ -91,7 +91,7 @@ fn a_message_received_but_not_sent_in_the_cut_is_caught() {
     assert!(done(&mut t, true).is_some());
 }
 
-// Asynchronous disks (seed 10341): a message whose effects were only in writes a
+// Asynchronous disks (sim seed 10341): a message whose effects were only in writes a
 // crash lost is not processed as far as the state the device restarts from goes; one
 // whose write group survived stays processed.
 #[test]

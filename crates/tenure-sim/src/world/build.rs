@@ -76,7 +76,7 @@ impl World {
         // A restored cluster's clocks went on after the cut, as the server's wall clocks
         // do: the times in the snapshot's state and in its replayed messages (a recovery
         // lease's expiry) lie in its past. Restarted from zero, a replayed lease taken at
-        // 33 s held every chunk of a store for 33 s (seeds 42, 46 with 30 s of faults).
+        // 33 s held every chunk of a store for 33 s (sim seeds 42, 46 with 30 s of faults).
         let later_us = restore.map_or(0, |cut| cut.id.serial + RESTORE_LATER_US);
         // Wall-clock steps, from a generator of their own (the seed's other draws are
         // those it made before steps existed).

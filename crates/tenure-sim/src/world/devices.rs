@@ -197,7 +197,7 @@ impl World {
             }
         }
         // A record whose persist a tear cut off never happened as far as anyone can tell
-        // (its markers wait for that persist): the device may record it again (seed
+        // (its markers wait for that persist): the device may record it again (sim seed
         // 30996).
         let written = &self.nodes[&d].written.snapshots;
         let cut_off: Vec<tenure_core::snapshot::SnapshotId> = (observed.iter())

@@ -164,7 +164,7 @@ impl World {
                         // Unless a restart the nemesis had scheduled already booted it: a
                         // second boot of a running device (no crash between) kept the old
                         // disk pipeline, whose commit in flight belonged to the earlier
-                        // boot, and everything it sent waited forever (seed 10276).
+                        // boot, and everything it sent waited forever (sim seed 10276).
                         if self.nodes[&c].device.is_none() {
                             self.boot(c);
                         }

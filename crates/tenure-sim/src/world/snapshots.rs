@@ -106,7 +106,7 @@ impl World {
     ) {
         if let (Some(w), Ok(Response::Written { version })) = (self.writes.get(&req_id), result) {
             // Acknowledged when the reply leaves, not when the manager decides: a crash
-            // before the write's persists are durable loses the reply with them (seed
+            // before the write's persists are durable loses the reply with them (sim seed
             // 20266), and the write is then only in flight at a cut.
             let (store, key) = (w.store, w.key);
             self.cuts

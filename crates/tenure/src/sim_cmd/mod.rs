@@ -115,7 +115,7 @@ pub struct SimArgs {
     #[arg(long, value_enum, default_value_t = Steps::Drawn)]
     clock_steps: Steps,
     /// Which world: the stores (layout, locks, registers) or the lookup service (seed
-    /// 003; its seed draws the cluster, so --devices, --stores and --replication do not
+    /// 003; its sim seed draws the cluster, so --devices, --stores and --replication do not
     /// apply).
     #[arg(long, value_enum, default_value_t = World::Stores)]
     world: World,

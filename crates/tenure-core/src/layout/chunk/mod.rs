@@ -230,7 +230,7 @@ impl Chunk {
     /// it asks anyone for help. Its coordinator counts that vote only within
     /// `transition_timeout` of sending the prepare, which is shorter, so once the chunk
     /// moves on the vote can no longer make a layout commit behind a newer regeneration
-    /// (found by the simulator, seed 46832: a manager of e4 appeared after one of e5).
+    /// (found by the simulator: sim seed 46832: a manager of e4 appeared after one of e5).
     pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
         self.state = ChunkState::NewlyAwake;
         self.log = None;
