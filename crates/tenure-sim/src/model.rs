@@ -336,7 +336,7 @@ impl State {
             if let Some(r) = d
                 .manager
                 .as_ref()
-                .filter(|r| d.up && r.state == MgrState::Manager)
+                .filter(|r| d.up && r.state() == MgrState::Manager)
             {
                 m.entry(r.epoch).or_default().insert(dev_id(i));
             }

@@ -317,12 +317,12 @@ impl Device {
     /// device holds a manager role for it.
     fn target_of(&self, store: StoreId) -> Option<DeviceId> {
         let role = self.managers.get(&store);
-        if role.is_some_and(|m| m.state != MgrState::None) {
+        if role.is_some_and(|m| m.state() != MgrState::None) {
             return None;
         }
         let me = self.id();
         (self.lease_hint(store))
-            .or_else(|| role.and_then(|m| m.migration.forwarding))
+            .or_else(|| role.and_then(|m| m.forwarding))
             .or_else(|| self.env.hints.get(&store).copied())
             .filter(|d| *d != me)
     }
@@ -397,11 +397,11 @@ impl Device {
     /// client that routes itself asks with `Resolve`).
     pub fn manager_hint(&self, store: StoreId) -> Option<DeviceId> {
         let role = self.managers.get(&store);
-        if role.is_some_and(|m| m.state == MgrState::Manager) {
+        if role.is_some_and(|m| m.state() == MgrState::Manager) {
             return Some(self.id());
         }
         (self.lease_hint(store))
-            .or_else(|| role.and_then(|m| m.migration.forwarding))
+            .or_else(|| role.and_then(|m| m.forwarding))
             .or_else(|| self.env.hints.get(&store).copied())
     }
 

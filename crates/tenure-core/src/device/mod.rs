@@ -389,7 +389,7 @@ impl Device {
             // Tenure: this device does not manage the store but one of its chunks
             // serves under a lease from the manager: point the client there. A
             // manager role's forwarding address (left by a migration) can be long
-            // stale, and two of them can point at each other (seed 180613: clients
+            // stale, and two of them can point at each other (sim seed 180613: clients
             // bounced between d1 and d4 while d2 managed the store).
             out.push(Output::Reply {
                 client,
@@ -627,7 +627,7 @@ impl Device {
     pub fn manager_view(&self, store: StoreId) -> Option<ManagerView> {
         self.managers
             .get(&store)
-            .filter(|m| m.state != MgrState::None)
+            .filter(|m| m.state() != MgrState::None)
             .map(Manager::view)
     }
 
@@ -636,7 +636,7 @@ impl Device {
     /// without copying the views' metadata.
     pub fn managing(&self) -> impl Iterator<Item = (StoreId, Epoch)> + '_ {
         (self.managers.values())
-            .filter(|m| m.state == MgrState::Manager)
+            .filter(|m| m.state() == MgrState::Manager)
             .map(|m| (m.store, m.epoch))
     }
 
@@ -644,7 +644,7 @@ impl Device {
     pub fn manager_views(&self) -> Vec<ManagerView> {
         self.managers
             .values()
-            .filter(|m| m.state != MgrState::None)
+            .filter(|m| m.state() != MgrState::None)
             .map(Manager::view)
             .collect()
     }
@@ -654,7 +654,7 @@ impl Device {
     pub fn managed_tables(&self, store: StoreId) -> Option<&crate::data::Tables> {
         self.managers
             .get(&store)
-            .filter(|m| m.state == MgrState::Manager)
+            .filter(|m| m.state() == MgrState::Manager)
             .map(|m| &m.host.data.table)
     }
 
@@ -663,7 +663,7 @@ impl Device {
     pub fn managed_liveness(&self, store: StoreId) -> Option<&crate::session::Liveness> {
         self.managers
             .get(&store)
-            .filter(|m| m.state == MgrState::Manager)
+            .filter(|m| m.state() == MgrState::Manager)
             .map(|m| &m.clients.liveness)
     }
 
@@ -681,7 +681,7 @@ impl Device {
     /// block (reads are served from these).
     pub fn complete_chunks(&self, store: StoreId) -> BTreeSet<ChunkId> {
         (self.managers.get(&store))
-            .filter(|m| m.state == MgrState::Manager)
+            .filter(|m| m.state() == MgrState::Manager)
             .map(|m| m.objects.complete.clone())
             .unwrap_or_default()
     }

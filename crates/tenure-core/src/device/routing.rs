@@ -268,7 +268,7 @@ impl Device {
             }
             PolicyCommand::ReplaceChunk { store, old, device } => {
                 if let Some(m) = managers.get_mut(&store)
-                    && m.state == MgrState::Manager
+                    && m.state() == MgrState::Manager
                     && m.metadata.contains(old)
                     && m.policy.creating.is_none()
                     // One chunk per device, counting the new one in place of `old`.
@@ -359,7 +359,7 @@ impl Device {
         if self
             .managers
             .get(&store)
-            .is_some_and(|m| m.state != MgrState::None)
+            .is_some_and(|m| m.state() != MgrState::None)
         {
             return None;
         }
@@ -457,9 +457,7 @@ fn chunk_is_garbage(c: &Chunk) -> bool {
 
 /// A manager role with nothing in it: not managing, and no forwarding address.
 fn manager_is_garbage(m: &Manager) -> bool {
-    m.state == MgrState::None
-        && m.migration.forwarding.is_none()
-        && m.migration.early_votes.is_empty()
+    m.state() == MgrState::None && m.forwarding.is_none() && m.stage.early_votes().is_empty()
 }
 
 /// The one role a block message reaches (see [`Device::timers`]).

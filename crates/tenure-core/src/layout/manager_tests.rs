@@ -8,7 +8,7 @@
 //! `commit tx` follows at once: the into/relayout/recovery *transition* states are passed
 //! through within that event. `abort tx` is a vote to abort or the vote deadline.
 
-use super::manager::{Manager, TxKind};
+use super::manager::{Incoming, Manager, Stage, TxKind};
 use super::test_support::*;
 use super::{LeaseType, MgrState as S, Prepared};
 use crate::data::StoreData;
@@ -97,18 +97,15 @@ fn chunk_failed(n: u64) -> Observation {
 
 /// The role is in the none state with all state erased.
 fn assert_erased(m: &Manager) {
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
     assert_eq!(m.epoch, e(0));
     assert_eq!(m.metadata, super::Metadata::default());
     assert!(m.failed.is_empty());
     assert!(m.recovered.is_empty());
-    assert!(m.regen.outstanding.is_empty());
-    assert!(m.regen.won.is_empty());
-    assert!(m.regen.renewal_iffy.is_empty());
-    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
+    assert!(m.stage.regeneration().is_none());
     assert!(m.chunkfail.is_empty() && m.timeout.is_empty());
     assert!(m.tx.is_none());
-    assert_eq!(m.migration.new_mgr, None);
+    assert!(m.stage.outgoing().is_none());
     assert_eq!(m.next_timeout(), None);
 }
 
@@ -177,11 +174,11 @@ fn gathering_chunks_fail_erases_state_keeping_forwarding_address() {
     // manager can be found (if none or newly awake)") is kept.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
-    m.migration.forwarding = Some(N);
+    m.forwarding = Some(N);
     m.newly_awake(&mut env.ctx(T0));
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(m.migration.forwarding, Some(N));
+    assert_eq!(m.forwarding, Some(N));
     assert!(
         out.is_empty(),
         "a regenerating role was not managing: {out:?}"
@@ -194,7 +191,6 @@ fn newly_awake_erases_all_state_and_goes_to_none() {
     let mut env = Env::new(M);
     let mut m = manager(S::NewlyAwake, 3);
     m.failed.insert(c(2));
-    m.regen.won.insert(c(1));
     m.newly_awake(&mut env.ctx(T0));
     assert_erased(&m);
     assert!(env.take().is_empty());
@@ -224,10 +220,10 @@ fn none_handoff_enters_into_reconciling() {
             }
         )]
     );
-    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.state(), S::IntoReconciling);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.migration.old_mgr, Some(N));
+    assert_eq!(m.stage.incoming().and_then(|i| i.old_mgr), Some(N));
     assert_eq!(m.failed, set(&[3]));
     assert_eq!(m.host.data, data);
     let tx = m.tx.as_ref().expect("a transition");
@@ -252,14 +248,14 @@ fn none_vote_before_the_handoff_is_counted_when_it_comes() {
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
     let other_attempt = vote_of(4, TX + 1);
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
     assert!(env.take().is_empty());
     let handoff = handoff(TX, 3, &[3], data_with(3, 1, 5));
     m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), N, handoff.clone());
-    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.state(), S::IntoReconciling);
     assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));
     assert_eq!(m.tx.as_ref().map(|t| t.inputs.len()), Some(2));
-    assert!(m.migration.early_votes.is_empty());
+    assert!(m.stage.early_votes().is_empty());
     // Kept past a transition timeout: not counted.
     let mut m = Manager::new(STORE);
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
@@ -280,7 +276,7 @@ fn none_handoff_replay_of_finished_attempt_is_refused() {
     m.finished.insert(TX);
     let handoff = handoff(TX, 3, &[], StoreData::default());
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
     assert_eq!(
         mgr_msgs(&env.take()),
         vec![(
@@ -301,7 +297,7 @@ fn manager_handoff_while_busy_is_refused() {
     let mut m = managing(3);
     let handoff = handoff(TX, 5, &[], StoreData::default());
     m.on_mgr_msg(&mut env.ctx(T0), N, handoff);
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(3));
     assert_eq!(
         mgr_msgs(&env.take()),
@@ -325,12 +321,12 @@ fn none_help_starts_gathering_chunks() {
     let now = T0 + ms(3);
     from_chunk(&mut m, &mut env, now, 2, help(3));
     let out = env.take();
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.regen.outstanding, set(&[1, 2, 3]));
-    assert!(m.regen.won.is_empty() && m.regen.better.is_empty() && m.regen.lesser.is_empty());
-    assert_eq!(m.regen.rounds, 1);
+    assert_eq!(m.regen().outstanding, set(&[1, 2, 3]));
+    assert!(m.regen().won.is_empty() && m.regen().better.is_empty() && m.regen().lesser.is_empty());
+    assert_eq!(m.regen().rounds, 1);
     for k in layout().chunks {
         assert_eq!(m.timeout.get(&k), Some(&(now + timing().msg_timeout)));
     }
@@ -344,7 +340,7 @@ fn none_help_starts_gathering_chunks() {
 fn none_help_from_chunk_not_in_its_metadata_is_ignored() {
     // seed 000 §5.3.1 none: help. Tenure: a chunk not in its own metadata (created by a
     // relayout that may or may not have committed) is neither collected nor gathered
-    // around by a manager with no role: a manager of the store decides (seed 80994).
+    // around by a manager with no role: a manager of the store decides (sim seed 80994).
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
     let created = ToManager::Help {
@@ -352,7 +348,7 @@ fn none_help_from_chunk_not_in_its_metadata_is_ignored() {
         metadata: md(&[2, 3]),
     };
     from_chunk(&mut m, &mut env, T0, 1, created);
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
     assert!(to_chunks(&env.take()).is_empty());
 }
 
@@ -362,16 +358,16 @@ fn none_help_after_migrating_out_redirects_once() {
     // the new manager (§4.2.6 redirect) once, then regenerates on the next help.
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
-    m.migration.forwarding = Some(N);
+    m.forwarding = Some(N);
     from_chunk(&mut m, &mut env, T0, 1, help(3));
-    assert_eq!(m.state, S::None);
-    assert_eq!(m.migration.forwarding, None);
+    assert_eq!(m.state(), S::None);
+    assert_eq!(m.forwarding, None);
     assert_eq!(
         to_chunks(&env.take()),
         vec![(c(1), ToChunk::Redirect { new_mgr: N })]
     );
     from_chunk(&mut m, &mut env, T0, 1, help(3));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
 }
 
 #[test]
@@ -380,7 +376,7 @@ fn none_help_from_another_device_for_chunk_is_ignored() {
     let mut env = Env::new(M);
     let mut m = Manager::new(STORE);
     m.on_msg(&mut env.ctx(T0), d(2), c(1), help(3));
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
     assert!(env.take().is_empty());
 }
 
@@ -389,7 +385,7 @@ fn none_help_from_another_device_for_chunk_is_ignored() {
 fn migrating_in() -> Manager {
     let mut m = manager(S::IntoReconciling, 4);
     m.failed = set(&[3]);
-    m.migration.old_mgr = Some(N);
+    m.stage = Stage::IntoReconciling(Incoming { old_mgr: Some(N) });
     let mut t = tx(TxKind::Into, 4, layout(), set(&[1, 2]));
     t.await_mgr = Some(N);
     m.tx = Some(t);
@@ -406,10 +402,14 @@ fn into_reconciling_done_waits_for_every_vote_and_the_old_manager() {
     from_chunk(&mut m, &mut env, T0, 3, vote(4)); // not a participant
     let other_attempt = vote_of(4, TX + 1);
     from_chunk(&mut m, &mut env, T0, 2, other_attempt);
-    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.state(), S::IntoReconciling);
     assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1])));
     from_chunk(&mut m, &mut env, T0, 2, vote(4));
-    assert_eq!(m.state, S::IntoReconciling, "the old manager has not voted");
+    assert_eq!(
+        m.state(),
+        S::IntoReconciling,
+        "the old manager has not voted"
+    );
     assert!(env.take().is_empty());
 }
 
@@ -430,12 +430,12 @@ fn into_transition_commit_enters_manager_and_tells_old_manager() {
     };
     m.on_mgr_msg(&mut env.ctx(now), N, hv);
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, layout());
     assert_eq!(m.failed, set(&[3]));
     assert!(m.tx.is_none());
-    assert_eq!(m.migration.old_mgr, None);
+    assert_eq!(m.stage.incoming().and_then(|i| i.old_mgr), None);
     assert!(m.finished.contains(&TX));
     let expiry = now + timing().commit_window;
     // (entering the manager state also replicates BeginEpoch; only the commits here)
@@ -535,7 +535,7 @@ fn into_transition_abort_on_vote_timeout() {
     let deadline = T0 + timing().transition_timeout;
     assert_eq!(m.next_timeout(), Some(deadline));
     m.on_tick(&mut env.ctx(deadline - ms(1)));
-    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.state(), S::IntoReconciling);
     m.on_tick(&mut env.ctx(deadline));
     let out = env.take();
     assert_erased(&m);
@@ -550,10 +550,7 @@ fn into_transition_abort_on_vote_timeout() {
 
 fn migrating_out() -> Manager {
     let mut m = managing(3);
-    m.state = S::OutOfTransition;
-    m.migration.new_mgr = Some(N);
-    m.migration.out_tx = Some(TX);
-    m.migration.out_deadline = Some(T0 + timing().transition_wait);
+    m.stage = stage(S::OutOfTransition);
     m
 }
 
@@ -568,10 +565,10 @@ fn out_of_reconciling_done_votes_and_enters_out_of_transition() {
     assert!(m.migrate(&mut env.ctx(T0), N));
     let out = env.take();
     let id = sent_tx_id(&out);
-    assert_eq!(m.state, S::OutOfReconciling);
-    assert_eq!(m.migration.out_tx, Some(id));
+    assert_eq!(m.state(), S::OutOfReconciling);
+    assert_eq!(m.stage.outgoing().map(|o| o.tx), Some(id));
     assert_eq!(
-        m.migration.out_deadline,
+        m.stage.outgoing().map(|o| o.deadline),
         Some(T0 + timing().transition_wait)
     );
     assert!(
@@ -592,9 +589,9 @@ fn out_of_reconciling_done_votes_and_enters_out_of_transition() {
     };
     m.on_mgr_msg(&mut env.ctx(T0 + ms(5)), d(2), ready.clone());
     assert!(env.take().is_empty());
-    assert_eq!(m.state, S::OutOfReconciling);
+    assert_eq!(m.state(), S::OutOfReconciling);
     m.on_mgr_msg(&mut env.ctx(T0 + ms(10)), N, ready);
-    assert_eq!(m.state, S::OutOfTransition);
+    assert_eq!(m.state(), S::OutOfTransition);
     assert_eq!(
         mgr_msgs(&env.take()),
         vec![(
@@ -623,7 +620,7 @@ fn out_of_reconciling_ready_after_the_window_gets_no_vote() {
     };
     m.on_mgr_msg(&mut env.ctx(T0 + timing().transition_wait), N, ready);
     assert!(env.take().is_empty());
-    assert_eq!(m.state, S::OutOfReconciling);
+    assert_eq!(m.state(), S::OutOfReconciling);
 }
 
 #[test]
@@ -643,7 +640,7 @@ fn into_reconciling_vote_bounds_the_deadline_by_the_outgoing_window() {
     m.on_mgr_msg(&mut env.ctx(T0 + ms(100)), N, hv);
     let by = T0 + within - timing().clock_drift;
     assert_eq!(m.tx.as_ref().map(|t| t.deadline), Some(by));
-    assert_eq!(m.state, S::IntoReconciling);
+    assert_eq!(m.state(), S::IntoReconciling);
     from_chunk(&mut m, &mut env, by, 1, vote(4));
     from_chunk(&mut m, &mut env, by, 2, vote(4));
     let out = env.take();
@@ -671,7 +668,7 @@ fn out_of_transition_commit_forwards_and_goes_to_none() {
     m.on_mgr_msg(&mut env.ctx(T0 + ms(30)), N, commit);
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(m.migration.forwarding, Some(N));
+    assert_eq!(m.forwarding, Some(N));
     assert_eq!(observations(&out), vec![stopped(3)]);
     assert!(sends(&out).is_empty());
 }
@@ -714,7 +711,7 @@ fn out_of_transition_commit_of_another_attempt_is_ignored() {
     for (from, msg) in msgs {
         let mut m = migrating_out();
         m.on_mgr_msg(&mut env.ctx(T0), from, msg.clone());
-        assert_eq!(m.state, S::OutOfTransition, "{msg:?}");
+        assert_eq!(m.state(), S::OutOfTransition, "{msg:?}");
         assert_eq!(m.epoch, e(3));
         assert!(env.take().is_empty());
     }
@@ -732,11 +729,9 @@ fn out_of_transition_abort_returns_to_manager() {
         tx: TX,
     };
     m.on_mgr_msg(&mut env.ctx(now), N, abort);
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(3));
-    assert_eq!(m.migration.new_mgr, None);
-    assert_eq!(m.migration.out_tx, None);
-    assert_eq!(m.migration.out_deadline, None);
+    assert!(m.stage.outgoing().is_none());
     for k in layout().chunks {
         assert_eq!(m.chunkfail.get(&k), Some(&(now + timing().abort_window)));
     }
@@ -752,14 +747,14 @@ fn out_of_transition_without_answer_steps_down() {
     for state in [S::OutOfReconciling, S::OutOfTransition] {
         let mut env = Env::new(M);
         let mut m = migrating_out();
-        m.state = state;
+        m.stage.advance(state);
         let deadline = T0 + timing().transition_wait;
         m.on_tick(&mut env.ctx(deadline - ms(1)));
-        assert_eq!(m.state, state);
+        assert_eq!(m.state(), state);
         m.on_tick(&mut env.ctx(deadline));
         let out = env.take();
         assert_erased(&m);
-        assert_eq!(m.migration.forwarding, Some(N));
+        assert_eq!(m.forwarding, Some(N));
         assert_eq!(observations(&out), vec![stopped(3)]);
     }
 }
@@ -779,9 +774,9 @@ fn manager_migrate_sends_handoff_and_epoch_transitions() {
     assert!(m.migrate(&mut env.ctx(now), N));
     let out = env.take();
     let id = sent_tx_id(&out);
-    assert_eq!(m.migration.new_mgr, Some(N));
+    assert_eq!(m.stage.outgoing().map(|o| o.new_mgr), Some(N));
     // Tenure: out of reconciling until the incoming manager holds the state.
-    assert_eq!(m.state, S::OutOfReconciling);
+    assert_eq!(m.state(), S::OutOfReconciling);
     assert_eq!(
         mgr_msgs(&out)[0],
         (N, handoff(id, 3, &[3], data_with(3, 1, 4)))
@@ -800,10 +795,10 @@ fn manager_migrate_to_self_or_when_not_manager_is_refused() {
     let mut env = Env::new(M);
     let mut m = managing(3);
     assert!(!m.migrate(&mut env.ctx(T0), M));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     let mut g = gathering(3, &[1], &[2, 3]);
     assert!(!g.migrate(&mut env.ctx(T0), N));
-    assert_eq!(g.state, S::GatheringChunks);
+    assert_eq!(g.state(), S::GatheringChunks);
     assert!(env.take().is_empty());
 }
 
@@ -818,7 +813,7 @@ fn manager_chunkfail_new_failure_keeping_quorum_stays_manager() {
     assert_eq!(m.next_timeout(), Some(T0), "policies are due; harmless");
     m.on_tick(&mut env.ctx(at));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.failed, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(3)));
     assert_eq!(m.policy.failed_at.get(&c(3)), Some(&at));
@@ -852,7 +847,7 @@ fn manager_chunkfail_of_recovered_chunk_drops_it_from_recovered() {
     m.chunkfail.insert(c(3), T0 + ms(100));
     m.on_tick(&mut env.ctx(T0 + ms(100)));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert!(m.recovered.is_empty());
     assert_eq!(m.failed, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(3)));
@@ -875,7 +870,7 @@ fn manager_renewal_request_renews_lease() {
     );
     assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
 }
 
 #[test]
@@ -915,8 +910,8 @@ fn manager_relayout_sends_epoch_transition_and_enters_relayout_reconciling() {
     assert!(m.relayout(&mut env.ctx(T0), new.clone()));
     let out = env.take();
     let id = sent_tx_id(&out);
-    assert_eq!(m.state, S::RelayoutReconciling);
-    assert_eq!(m.migration.new_metadata_log, Some(new.clone()));
+    assert_eq!(m.state(), S::RelayoutReconciling);
+    assert_eq!(m.stage.new_metadata_log().cloned(), Some(new.clone()));
     assert_eq!(m.epoch, e(3));
     assert_eq!(
         epoch_transitions(&out),
@@ -937,7 +932,7 @@ fn manager_relayout_reconciles_chunks_that_lack_the_state() {
     // seed 000 §5.3.8 relayout reconciling: "chunks are being reconciled". Tenure sends
     // the store's state in the epoch transition to the participants that do not hold
     // it — a new chunk (5) and a recovered one (3) — and not to the live ones (1, 2).
-    // Simulator seed 2847: the commit of a relayout reached only one chunk of the new
+    // Sim seed 2847: the commit of a relayout reached only one chunk of the new
     // layout; the next regeneration found the new chunk (voted empty) and a stale one,
     // and lost acknowledged writes.
     let mut env = Env::new(M);
@@ -996,8 +991,8 @@ fn manager_relayout_without_quorum_of_new_layout_is_refused() {
     m.failed = set(&[3]);
     assert!(!m.relayout(&mut env.ctx(T0), md(&[2, 3])));
     assert!(!m.relayout(&mut env.ctx(T0), md(&[])));
-    assert_eq!(m.state, S::Manager);
-    assert_eq!(m.migration.new_metadata_log, None);
+    assert_eq!(m.state(), S::Manager);
+    assert_eq!(m.stage.new_metadata_log().cloned(), None);
     let mut g = gathering(3, &[1], &[2, 3]);
     assert!(!g.relayout(&mut env.ctx(T0), md(&[1, 2, 5])));
     assert!(env.take().is_empty());
@@ -1012,7 +1007,7 @@ fn manager_help_from_live_chunk_marks_failed_and_acquires() {
     let now = T0 + ms(5);
     from_chunk(&mut m, &mut env, now, 1, help(3));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.failed, set(&[1]));
     assert_eq!(observations(&out), vec![chunk_failed(1)]);
     assert_eq!(to_chunks(&out), vec![(c(1), acquire(3))]);
@@ -1053,7 +1048,7 @@ fn manager_help_from_chunk_not_in_layout_sends_lose() {
     for epoch in [2, 3] {
         let mut m = managing(3);
         from_chunk(&mut m, &mut env, T0, 5, help(epoch));
-        assert_eq!(m.state, S::Manager);
+        assert_eq!(m.state(), S::Manager);
         assert!(m.failed.is_empty());
         assert_eq!(to_chunks(&env.take()), vec![(c(5), ToChunk::Lose)]);
     }
@@ -1066,7 +1061,7 @@ fn manager_help_from_newer_chunk_not_in_layout_is_ignored() {
     let mut env = Env::new(M);
     let mut m = managing(3);
     from_chunk(&mut m, &mut env, T0, 5, help(4));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert!(env.take().is_empty());
 }
 
@@ -1088,7 +1083,7 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
         T0 + ms(300),
     ));
     m.on_tick(&mut env.ctx(T0 + ms(300)));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(
         m.failed,
         set(&[1]),
@@ -1098,11 +1093,11 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
     assert_eq!(b.waiting, set(&[3]));
     assert_eq!(b.deadline, T0 + lease);
     m.on_tick(&mut env.ctx(T0 + lease - ms(1)));
-    assert_eq!((m.state, m.failed.clone()), (S::Manager, set(&[1])));
+    assert_eq!((m.state(), m.failed.clone()), (S::Manager, set(&[1])));
     env.take();
     m.on_tick(&mut env.ctx(T0 + lease));
     assert_eq!(
-        m.state,
+        m.state(),
         S::None,
         "a lease without an answer: failed, quorum lost"
     );
@@ -1122,7 +1117,7 @@ fn manager_ack_from_failed_chunk_marks_recovered() {
     assert_eq!(m.recovered, set(&[3]));
     assert_eq!(m.failed, set(&[3]));
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert!(env.take().is_empty());
 }
 
@@ -1148,7 +1143,7 @@ fn manager_ack_conditional_from_failed_chunk_marks_recovered() {
     from_chunk(&mut m, &mut env, now, 3, ack_conditional(3, 2, md(&[3, 4])));
     assert_eq!(m.recovered, set(&[3]));
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
 }
@@ -1173,7 +1168,7 @@ fn manager_nack_does_nothing() {
     let mut m = managing(3);
     m.failed = set(&[3]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Recovery));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert!(m.recovered.is_empty());
     assert_eq!(m.failed, set(&[3]));
     assert!(env.take().is_empty());
@@ -1211,8 +1206,7 @@ fn manager_recovery_renewal_request_from_unrecovered_chunk_is_ignored() {
 
 fn relayouting() -> Manager {
     let mut m = managing(3);
-    m.state = S::RelayoutReconciling;
-    m.migration.new_metadata_log = Some(md(&[1, 2, 5]));
+    m.stage = Stage::RelayoutReconciling(md(&[1, 2, 5]));
     m.tx = Some(tx(TxKind::Relayout, 4, md(&[1, 2, 5]), set(&[1, 2, 3, 5])));
     m
 }
@@ -1227,7 +1221,7 @@ fn relayout_reconciling_done_waits_for_every_vote() {
         from_chunk(&mut m, &mut env, T0, n, vote(4));
     }
     from_chunk(&mut m, &mut env, T0, 1, vote(4)); // a duplicate
-    assert_eq!(m.state, S::RelayoutReconciling);
+    assert_eq!(m.state(), S::RelayoutReconciling);
     assert_eq!(
         m.tx.as_ref().map(|t| t.votes.clone()),
         Some(set(&[1, 2, 3]))
@@ -1248,10 +1242,10 @@ fn relayout_transition_commit_installs_new_metadata_and_increments_epoch() {
     let now = T0 + ms(50);
     from_chunk(&mut m, &mut env, now, 5, vote(4));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(4));
     assert_eq!(m.metadata, md(&[1, 2, 5]));
-    assert_eq!(m.migration.new_metadata_log, None);
+    assert_eq!(m.stage.new_metadata_log().cloned(), None);
     assert!(m.failed.is_empty());
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
@@ -1292,10 +1286,10 @@ fn relayout_transition_abort_returns_to_manager() {
     let now = T0 + ms(50);
     from_chunk(&mut m, &mut env, now, 5, vote_abort(4));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.migration.new_metadata_log, None);
+    assert_eq!(m.stage.new_metadata_log().cloned(), None);
     assert!(m.tx.is_none());
     let expiry = now + timing().abort_window;
     assert_eq!(
@@ -1324,7 +1318,7 @@ fn relayout_transition_abort_on_vote_timeout() {
     let deadline = T0 + timing().transition_timeout;
     m.on_tick(&mut env.ctx(deadline));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(3));
     assert_eq!(
         chunks_sent(&out, |x| matches!(x, ToChunk::Abort { .. })),
@@ -1357,9 +1351,9 @@ fn gathering_chunks_ack_with_more_outstanding_stays() {
     let mut m = gathering(3, &[1, 2, 3], &[]);
     let now = T0 + ms(2);
     from_chunk(&mut m, &mut env, now, 1, ack(3));
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.won, set(&[1]));
-    assert_eq!(m.regen.outstanding, set(&[2, 3]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().won, set(&[1]));
+    assert_eq!(m.regen().outstanding, set(&[2, 3]));
     assert!(!m.timeout.contains_key(&c(1)));
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert!(env.take().is_empty());
@@ -1373,9 +1367,9 @@ fn gathering_chunks_ack_last_outstanding_enters_gathered() {
     let mut m = gathering(3, &[3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, ack(3));
     let out = env.take();
-    assert_eq!(m.regen.won, set(&[1, 3]));
-    assert!(m.regen.outstanding.is_empty());
-    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.regen().won, set(&[1, 3]));
+    assert!(m.regen().outstanding.is_empty());
+    assert_eq!(m.state(), S::GatheringLeases);
     assert_eq!(
         chunks_sent(&out, |x| matches!(x, ToChunk::TransferLease { .. })),
         set(&[2])
@@ -1398,11 +1392,11 @@ fn gathering_chunks_ack_conditional_newer_epoch_moves_recovery_forward() {
         ack_conditional(3, 5, md(&[1, 2, 5])),
     );
     let out = env.take();
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
     assert_eq!(m.epoch, e(5));
     assert_eq!(m.metadata, md(&[1, 2, 5]));
-    assert_eq!(m.regen.won, set(&[1]));
-    assert_eq!(m.regen.outstanding, set(&[2, 3, 5]));
+    assert_eq!(m.regen().won, set(&[1]));
+    assert_eq!(m.regen().outstanding, set(&[2, 3, 5]));
     assert_eq!(to_chunks(&out), vec![(c(5), acquire(5))]);
     assert_eq!(m.timeout.get(&c(5)), Some(&(now + timing().msg_timeout)));
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
@@ -1415,11 +1409,11 @@ fn gathering_chunks_ack_conditional_older_epoch_counts_as_ack() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[1, 2], &[3]);
     from_chunk(&mut m, &mut env, T0, 1, ack_conditional(3, 2, md(&[1, 4])));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
     assert_eq!(m.epoch, e(3));
     assert_eq!(m.metadata, layout());
-    assert_eq!(m.regen.won, set(&[1, 3]));
-    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert_eq!(m.regen().won, set(&[1, 3]));
+    assert_eq!(m.regen().outstanding, set(&[2]));
     assert!(env.take().is_empty());
 }
 
@@ -1433,10 +1427,10 @@ fn gathering_chunks_timeout_drops_outstanding() {
     m.timeout.insert(c(3), at);
     assert_eq!(m.next_timeout(), Some(at));
     m.on_tick(&mut env.ctx(at));
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen().won, set(&[1]));
     assert!(env.take().is_empty());
 }
 
@@ -1447,10 +1441,10 @@ fn gathering_chunks_nochunk_drops_outstanding() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.regen.won, set(&[1]));
+    assert_eq!(m.regen().won, set(&[1]));
     assert!(env.take().is_empty());
 }
 
@@ -1465,7 +1459,7 @@ fn gathering_chunks_recovery_renewal_request_from_won_chunk_renews() {
     from_chunk(&mut m, &mut env, now, 1, req);
     assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
 }
 
 #[test]
@@ -1477,7 +1471,7 @@ fn gathering_chunks_recovery_renewal_request_from_unwon_chunk_is_ignored() {
     let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
     from_chunk(&mut m, &mut env, T0, 3, req);
     assert!(env.take().is_empty());
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
 }
 
 #[test]
@@ -1487,9 +1481,9 @@ fn gathering_chunks_chunkfail_drops_won() {
     let mut m = gathering(3, &[3], &[1, 2]);
     m.chunkfail.insert(c(2), T0 + ms(50));
     m.on_tick(&mut env.ctx(T0 + ms(50)));
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.won, set(&[1]));
-    assert_eq!(m.regen.outstanding, set(&[3]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().won, set(&[1]));
+    assert_eq!(m.regen().outstanding, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(2)));
     assert!(env.take().is_empty());
 }
@@ -1502,8 +1496,8 @@ fn gathering_chunks_help_from_removed_older_chunk_sends_lose() {
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 5, help(2));
     assert_eq!(to_chunks(&env.take()), vec![(c(5), ToChunk::Lose)]);
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.outstanding, set(&[3]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().outstanding, set(&[3]));
 }
 
 #[test]
@@ -1516,10 +1510,10 @@ fn gathering_chunks_help_from_won_chunk_reacquires() {
     let now = T0 + ms(8);
     from_chunk(&mut m, &mut env, now, 1, help(3));
     assert_eq!(to_chunks(&env.take()), vec![(c(1), acquire(3))]);
-    assert_eq!(m.regen.won, set(&[2]));
-    assert_eq!(m.regen.outstanding, set(&[1, 3]));
+    assert_eq!(m.regen().won, set(&[2]));
+    assert_eq!(m.regen().outstanding, set(&[1, 3]));
     assert_eq!(m.timeout.get(&c(1)), Some(&(now + timing().msg_timeout)));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
 }
 
 #[test]
@@ -1530,7 +1524,7 @@ fn gathering_chunks_help_from_newer_chunk_acquires_it() {
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 5, help(4));
     assert_eq!(to_chunks(&env.take()), vec![(c(5), acquire(3))]);
-    assert_eq!(m.regen.outstanding, set(&[3, 5]));
+    assert_eq!(m.regen().outstanding, set(&[3, 5]));
 }
 
 #[test]
@@ -1542,7 +1536,7 @@ fn gathering_chunks_help_from_outstanding_chunk_is_ignored() {
     from_chunk(&mut m, &mut env, T0 + ms(8), 3, help(3));
     assert!(env.take().is_empty());
     assert_eq!(m.timeout.get(&c(3)), Some(&(T0 + timing().msg_timeout)));
-    assert_eq!(m.regen.outstanding, set(&[3]));
+    assert_eq!(m.regen().outstanding, set(&[3]));
 }
 
 #[test]
@@ -1557,16 +1551,16 @@ fn gathering_chunks_nack_from_a_silent_lease_holder_is_set_aside() {
     let now = T0 + ms(5);
     env.heard.insert(N, now.saturating_sub(t.silence()));
     from_chunk(&mut m, &mut env, now, 3, nack(Some(N), LeaseType::Regular));
-    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
-    assert_eq!(m.regen.outstanding, set(&[2, 3]));
+    assert!(m.regen().better.is_empty() && m.regen().lesser.is_empty());
+    assert_eq!(m.regen().outstanding, set(&[2, 3]));
     assert_eq!(m.timeout.get(&c(3)), Some(&(T0 + t.msg_timeout)));
-    assert_eq!(m.regen.awaiting, set(&[3]));
+    assert_eq!(m.regen().awaiting, set(&[3]));
     assert!(env.take().is_empty());
     let later = now + ms(40);
     from_chunk(&mut m, &mut env, later, 3, help(3));
     assert_eq!(to_chunks(&env.take()), vec![(c(3), acquire(3))]);
     assert_eq!(m.timeout.get(&c(3)), Some(&(later + t.msg_timeout)));
-    assert!(m.regen.awaiting.is_empty());
+    assert!(m.regen().awaiting.is_empty());
     // A second help while that acquire is out: nothing, as the seed says.
     from_chunk(&mut m, &mut env, later + ms(1), 3, help(3));
     assert!(env.take().is_empty());
@@ -1584,14 +1578,14 @@ fn gathering_chunks_silent_chunks_are_not_waited_for_once_a_quorum_is_won() {
     let mut m = gathering(3, &[2, 3], &[]);
     from_chunk(&mut m, &mut env, now, 1, ack(3));
     assert_eq!(
-        m.state,
+        m.state(),
         S::GatheringChunks,
         "no quorum yet: c3's timeout runs"
     );
     from_chunk(&mut m, &mut env, now, 2, ack(3));
     // Gathered with c1 and c2; the transfer to silent c3 is not waited for either.
-    assert_eq!(m.state, S::RecoveryReconciling, "{:?}", m.state);
-    assert!(m.regen.renewal_iffy.contains(&c(3)));
+    assert_eq!(m.state(), S::RecoveryReconciling, "{:?}", m.state());
+    assert!(m.regen().renewal_iffy.contains(&c(3)));
     // Gathering leases: once the live chunk's transfer is acknowledged, only the silent
     // one is left, and it is not waited for; a live one is.
     let transfer_ack = ToManager::TransferAck {
@@ -1601,11 +1595,11 @@ fn gathering_chunks_silent_chunks_are_not_waited_for_once_a_quorum_is_won() {
     };
     let mut k = gathering_leases(3, layout(), &[1], &[2, 3]);
     from_chunk(&mut k, &mut env, now, 2, transfer_ack.clone());
-    assert_eq!(k.state, S::RecoveryReconciling);
+    assert_eq!(k.state(), S::RecoveryReconciling);
     env.heard.clear();
     let mut k = gathering_leases(3, layout(), &[1], &[2, 3]);
     from_chunk(&mut k, &mut env, now, 2, transfer_ack);
-    assert_eq!(k.state, S::GatheringLeases);
+    assert_eq!(k.state(), S::GatheringLeases);
 }
 
 #[test]
@@ -1615,11 +1609,11 @@ fn gathering_chunks_nack_regular_lease_adds_better_manager() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Regular));
-    assert_eq!(m.regen.better, BTreeSet::from([N]));
-    assert!(m.regen.lesser.is_empty());
-    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert_eq!(m.regen().better, BTreeSet::from([N]));
+    assert!(m.regen().lesser.is_empty());
+    assert_eq!(m.regen().outstanding, set(&[2]));
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
     assert!(env.take().is_empty());
 }
 
@@ -1630,9 +1624,9 @@ fn gathering_chunks_nack_regular_lease_from_this_manager_does_nothing() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(M), LeaseType::Regular));
-    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
-    assert_eq!(m.regen.outstanding, set(&[2]));
-    assert_eq!(m.regen.won, set(&[1]));
+    assert!(m.regen().better.is_empty() && m.regen().lesser.is_empty());
+    assert_eq!(m.regen().outstanding, set(&[2]));
+    assert_eq!(m.regen().won, set(&[1]));
 }
 
 #[test]
@@ -1648,13 +1642,13 @@ fn gathering_chunks_nack_recovery_or_no_lease_arbitrates_by_precedence() {
         let mut m = gathering(3, &[1, 2, 3, 5], &[]);
         from_chunk(&mut m, &mut env, T0, 1, nack(Some(higher), lease));
         from_chunk(&mut m, &mut env, T0, 2, nack(Some(lower), lease));
-        assert_eq!(m.regen.better, BTreeSet::from([higher]), "{lease:?}");
-        assert_eq!(m.regen.lesser, BTreeSet::from([lower]), "{lease:?}");
-        assert_eq!(m.regen.outstanding, set(&[3, 5]));
-        assert_eq!(m.state, S::GatheringChunks);
+        assert_eq!(m.regen().better, BTreeSet::from([higher]), "{lease:?}");
+        assert_eq!(m.regen().lesser, BTreeSet::from([lower]), "{lease:?}");
+        assert_eq!(m.regen().outstanding, set(&[3, 5]));
+        assert_eq!(m.state(), S::GatheringChunks);
         // The same manager on a recovery lease: "shouldn't happen"; nothing recorded.
         from_chunk(&mut m, &mut env, T0, 3, nack(Some(me), lease));
-        assert_eq!(m.regen.better.len() + m.regen.lesser.len(), 2);
+        assert_eq!(m.regen().better.len() + m.regen().lesser.len(), 2);
     }
 }
 
@@ -1665,8 +1659,8 @@ fn gathering_chunks_nack_no_lease_without_manager_only_drops_outstanding() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[2, 3], &[1]);
     from_chunk(&mut m, &mut env, T0, 3, nack(None, LeaseType::None));
-    assert!(m.regen.better.is_empty() && m.regen.lesser.is_empty());
-    assert_eq!(m.regen.outstanding, set(&[2]));
+    assert!(m.regen().better.is_empty() && m.regen().lesser.is_empty());
+    assert_eq!(m.regen().outstanding, set(&[2]));
 }
 
 #[test]
@@ -1695,8 +1689,8 @@ fn gathering_chunks_transfernotice_other_epoch_is_ignored() {
         mgr: N,
     };
     from_chunk(&mut m, &mut env, T0, 1, notice);
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.won, set(&[1, 2]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().won, set(&[1, 2]));
 }
 
 #[test]
@@ -1717,28 +1711,28 @@ fn gathering_chunks_ack_with_newer_prepared_requires_joint_quorum() {
         prepared: Some(p.clone()),
     };
     from_chunk(&mut m, &mut env, now, 1, with_prepared);
-    assert_eq!(m.regen.joint, vec![p]);
+    assert_eq!(m.regen().joint, vec![p]);
     assert_eq!(
         to_chunks(&env.take()),
         vec![(c(4), acquire(3)), (c(5), acquire(3))]
     );
-    assert_eq!(m.regen.outstanding, set(&[2, 3, 4, 5]));
+    assert_eq!(m.regen().outstanding, set(&[2, 3, 4, 5]));
     from_chunk(&mut m, &mut env, now, 2, ack(3));
     from_chunk(&mut m, &mut env, now, 3, ack(3));
     from_chunk(&mut m, &mut env, now, 4, ToManager::NoChunk);
     env.take();
     from_chunk(&mut m, &mut env, now, 5, ToManager::NoChunk);
     // A quorum of the old layout but not of the prepared one: another round.
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.rounds, 2);
-    assert_eq!(m.regen.outstanding, set(&[4, 5]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().rounds, 2);
+    assert_eq!(m.regen().outstanding, set(&[4, 5]));
     env.take();
     from_chunk(&mut m, &mut env, now, 4, ack(3));
     from_chunk(&mut m, &mut env, now, 5, ack(3));
     // Quorum of both: the recovery transition goes to an epoch above the prepared one,
     // with the prepared layout.
     let out = env.take();
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         epoch_transitions(&out),
         [1, 2, 3, 4, 5]
@@ -1756,7 +1750,7 @@ fn gathering_chunks_two_prepares_of_one_epoch_require_quorum_of_each_layout() {
     // reports its prepare; the second replaced c(3) by c(4) and committed at c(2) and
     // c(4), while c(1) voted for it and missed the commit. A regenerating manager that
     // hears of both must need a quorum of the committed layout too: c(1) and c(3) are a
-    // quorum of the old layout and of the aborted one, and must not be enough (simulator
+    // quorum of the old layout and of the aborted one, and must not be enough (sim
     // seed 8842: two managers of one store in one epoch).
     let mut env = Env::new(M);
     let mut m = gathering(3, &[1, 2, 3], &[]);
@@ -1776,14 +1770,14 @@ fn gathering_chunks_two_prepares_of_one_epoch_require_quorum_of_each_layout() {
         prepared: Some(p.clone()),
     };
     from_chunk(&mut m, &mut env, now, 3, ack_with(&aborted));
-    assert_eq!(m.regen.joint, vec![aborted.clone()]);
+    assert_eq!(m.regen().joint, vec![aborted.clone()]);
     assert!(to_chunks(&env.take()).is_empty());
     from_chunk(&mut m, &mut env, now, 1, ack_with(&committed));
     // The second layout of epoch 4 is joined and its new chunk acquired.
-    assert_eq!(m.regen.joint, vec![aborted.clone(), committed.clone()]);
+    assert_eq!(m.regen().joint, vec![aborted.clone(), committed.clone()]);
     assert_eq!(to_chunks(&env.take()), vec![(c(4), acquire(3))]);
-    assert_eq!(m.regen.outstanding, set(&[2, 4]));
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.regen().outstanding, set(&[2, 4]));
+    assert_eq!(m.state(), S::GatheringChunks);
     // c(2) and c(4) are regularly leased by the manager of epoch 4.
     let nack4 = ToManager::Nack {
         epoch: e(4),
@@ -1820,9 +1814,9 @@ fn gathering_chunks_prepare_of_a_newer_epoch_replaces_the_joined_ones() {
     };
     from_chunk(&mut m, &mut env, T0, 1, ack_with(p(5, &[1, 2, 4])));
     from_chunk(&mut m, &mut env, T0, 2, ack_with(p(4, &[1, 2, 5])));
-    assert_eq!(m.regen.joint, vec![p(5, &[1, 2, 4])]);
+    assert_eq!(m.regen().joint, vec![p(5, &[1, 2, 4])]);
     from_chunk(&mut m, &mut env, T0, 3, ack_with(p(6, &[1, 2, 3])));
-    assert_eq!(m.regen.joint, vec![p(6, &[1, 2, 3])]);
+    assert_eq!(m.regen().joint, vec![p(6, &[1, 2, 3])]);
 }
 
 // ---- §5.3.11 gathered --------------------------------------------------------------
@@ -1833,8 +1827,8 @@ fn gathered_quorum_and_coverage_enters_gathering_leases() {
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
-    assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.regen.renewal_iffy, set(&[3]));
+    assert_eq!(m.state(), S::GatheringLeases);
+    assert_eq!(m.regen().renewal_iffy, set(&[3]));
 }
 
 #[test]
@@ -1846,10 +1840,10 @@ fn gathered_no_quorum_no_better_starts_new_round() {
     let now = T0 + ms(20);
     from_chunk(&mut m, &mut env, now, 3, ToManager::NoChunk);
     let out = env.take();
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.rounds, 2);
-    assert_eq!(m.regen.won, set(&[1]));
-    assert_eq!(m.regen.outstanding, set(&[2, 3]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().rounds, 2);
+    assert_eq!(m.regen().won, set(&[1]));
+    assert_eq!(m.regen().outstanding, set(&[2, 3]));
     assert_eq!(
         to_chunks(&out),
         vec![(c(2), acquire(3)), (c(3), acquire(3))]
@@ -1863,7 +1857,7 @@ fn gathered_no_quorum_with_better_manager_releases_and_goes_newly_awake() {
     // ids, epoch) to all chunks ∈ won, newly awake.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1]);
-    m.regen.better.insert(N);
+    m.regen_mut().better.insert(N);
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     let out = env.take();
     assert_erased(&m);
@@ -1886,7 +1880,7 @@ fn gathered_after_max_rounds_releases_and_gives_up() {
     // never holds chunks forever.
     let mut env = Env::new(M);
     let mut m = gathering(3, &[3], &[1]);
-    m.regen.rounds = timing().gather_rounds_max;
+    m.regen_mut().rounds = timing().gather_rounds_max;
     from_chunk(&mut m, &mut env, T0, 3, ToManager::NoChunk);
     let out = env.take();
     assert_erased(&m);
@@ -1915,7 +1909,7 @@ fn gathering_leases_entry_transfers_remaining_leases() {
     let now = T0 + timing().msg_timeout;
     m.on_tick(&mut env.ctx(now));
     let out = env.take();
-    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.state(), S::GatheringLeases);
     assert_eq!(
         to_chunks(&out),
         vec![(
@@ -1927,7 +1921,7 @@ fn gathering_leases_entry_transfers_remaining_leases() {
             }
         )]
     );
-    assert_eq!(m.regen.renewal_iffy, set(&[3]));
+    assert_eq!(m.regen().renewal_iffy, set(&[3]));
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
     assert_eq!(m.timeout.get(&c(3)), Some(&(now + timing().msg_timeout)));
 }
@@ -1941,7 +1935,7 @@ fn gathering_leases_entry_with_nothing_to_transfer_starts_recovery_transition() 
     let mut m = gathering(3, &[3], &[1, 2]);
     from_chunk(&mut m, &mut env, T0, 3, ack(3));
     let out = env.take();
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         epoch_transitions(&out),
         vec![
@@ -1974,7 +1968,7 @@ fn gathering_leases_recovery_renewal_request_renews() {
         vec![(c(1), renewal(3)), (c(3), renewal(3))]
     );
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
-    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.state(), S::GatheringLeases);
 }
 
 #[test]
@@ -1985,9 +1979,9 @@ fn gathering_leases_chunkfail_keeping_quorum_stays() {
     let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[4, 5]);
     m.chunkfail.insert(c(5), T0 + ms(50));
     m.on_tick(&mut env.ctx(T0 + ms(50)));
-    assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.regen.renewal_iffy, set(&[4]));
-    assert_eq!(m.regen.won, set(&[1, 2, 3]));
+    assert_eq!(m.state(), S::GatheringLeases);
+    assert_eq!(m.regen().renewal_iffy, set(&[4]));
+    assert_eq!(m.regen().won, set(&[1, 2, 3]));
     assert!(env.take().is_empty());
 }
 
@@ -2012,7 +2006,7 @@ fn gathering_leases_chunkfail_of_last_transfer_starts_recovery_transition() {
     m.timeout.clear();
     m.chunkfail.insert(c(3), T0 + ms(50));
     m.on_tick(&mut env.ctx(T0 + ms(50)));
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         m.tx.as_ref().map(|t| t.participants.clone()),
         Some(set(&[1, 2]))
@@ -2033,9 +2027,9 @@ fn gathering_leases_transfer_ack_last_starts_recovery_transition() {
     };
     from_chunk(&mut m, &mut env, T0, 3, tack);
     let out = env.take();
-    assert_eq!(m.regen.won, set(&[1, 2, 3]));
-    assert!(m.regen.renewal_iffy.is_empty());
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.regen().won, set(&[1, 2, 3]));
+    assert!(m.regen().renewal_iffy.is_empty());
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         epoch_transitions(&out),
         vec![
@@ -2067,9 +2061,9 @@ fn gathering_leases_transfer_ack_reporting_a_prepare_joins_its_layout() {
     };
     from_chunk(&mut m, &mut env, T0, 3, tack);
     let out = env.take();
-    assert_eq!(m.regen.joint, vec![p]);
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.won, set(&[1, 2, 3]));
+    assert_eq!(m.regen().joint, vec![p]);
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().won, set(&[1, 2, 3]));
     assert!(epoch_transitions(&out).is_empty());
     assert_eq!(
         chunks_sent(&out, |x| matches!(x, ToChunk::Acquire { .. })),
@@ -2089,9 +2083,9 @@ fn gathering_leases_transfer_ack_with_more_outstanding_stays() {
         prepared: None,
     };
     from_chunk(&mut m, &mut env, T0, 5, tack);
-    assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.regen.renewal_iffy, set(&[4]));
-    assert_eq!(m.regen.won, set(&[1, 2, 3, 5]));
+    assert_eq!(m.state(), S::GatheringLeases);
+    assert_eq!(m.regen().renewal_iffy, set(&[4]));
+    assert_eq!(m.regen().won, set(&[1, 2, 3, 5]));
     assert!(!m.timeout.contains_key(&c(5)));
     assert!(env.take().is_empty());
 }
@@ -2110,8 +2104,8 @@ fn gathering_leases_transfer_ack_for_other_epoch_or_manager_is_ignored() {
         };
         from_chunk(&mut m, &mut env, T0, 3, tack);
     }
-    assert_eq!(m.state, S::GatheringLeases);
-    assert_eq!(m.regen.renewal_iffy, set(&[3]));
+    assert_eq!(m.state(), S::GatheringLeases);
+    assert_eq!(m.regen().renewal_iffy, set(&[3]));
     assert!(env.take().is_empty());
 }
 
@@ -2122,8 +2116,8 @@ fn gathering_leases_nack_gives_up_the_transfer() {
     let mut env = Env::new(M);
     let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
     from_chunk(&mut m, &mut env, T0, 3, nack(Some(N), LeaseType::Recovery));
-    assert_eq!(m.state, S::RecoveryReconciling);
-    assert_eq!(m.regen.won, set(&[1, 2]));
+    assert_eq!(m.state(), S::RecoveryReconciling);
+    assert_eq!(m.regen().won, set(&[1, 2]));
     assert_eq!(
         m.tx.as_ref().map(|t| t.participants.clone()),
         Some(set(&[1, 2]))
@@ -2137,9 +2131,9 @@ fn gathering_leases_transfer_timeout_gives_up_the_transfer() {
     let mut env = Env::new(M);
     let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
     m.on_tick(&mut env.ctx(T0 + timing().msg_timeout - ms(1)));
-    assert_eq!(m.state, S::GatheringLeases);
+    assert_eq!(m.state(), S::GatheringLeases);
     m.on_tick(&mut env.ctx(T0 + timing().msg_timeout));
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         m.tx.as_ref().map(|t| t.participants.clone()),
         Some(set(&[1, 2]))
@@ -2153,7 +2147,7 @@ fn gathering_leases_late_ack_wins_the_chunk() {
     let mut env = Env::new(M);
     let mut m = gathering_leases(3, layout(), &[1, 2], &[3]);
     from_chunk(&mut m, &mut env, T0, 3, ack(3));
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         m.tx.as_ref().map(|t| t.participants.clone()),
         Some(set(&[1, 2, 3]))
@@ -2184,7 +2178,7 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
         metadata: md(&[3, 4, 5]),
         new_mgr: N,
     };
-    m.regen.joint = vec![aborted.clone()];
+    m.regen_mut().joint = vec![aborted.clone()];
     let now = T0 + ms(5);
     let late = ToManager::Ack {
         epoch: e(3),
@@ -2194,11 +2188,11 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_joins_it() {
     let out = env.take();
     assert!(epoch_transitions(&out).is_empty(), "{out:?}");
     assert!(m.tx.is_none());
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.joint, vec![aborted, other]);
-    assert_eq!(m.regen.won, set(&[1, 2, 3]));
-    assert!(m.regen.renewal_iffy.is_empty());
-    assert_eq!(m.regen.outstanding, set(&[4, 5]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().joint, vec![aborted, other]);
+    assert_eq!(m.regen().won, set(&[1, 2, 3]));
+    assert!(m.regen().renewal_iffy.is_empty());
+    assert_eq!(m.regen().outstanding, set(&[4, 5]));
     assert_eq!(
         to_chunks(&out),
         vec![(c(4), acquire(3)), (c(5), acquire(3))]
@@ -2240,14 +2234,14 @@ fn gathering_leases_late_ack_with_unknown_prepared_layout_won_goes_on_above_it()
         prepared: Some(other.clone()),
     };
     from_chunk(&mut m, &mut env, T0, 3, late);
-    assert_eq!(m.state, S::GatheringChunks);
-    assert_eq!(m.regen.outstanding, set(&[4, 5]));
+    assert_eq!(m.state(), S::GatheringChunks);
+    assert_eq!(m.regen().outstanding, set(&[4, 5]));
     env.take();
     from_chunk(&mut m, &mut env, T0, 4, ack(3));
     assert!(epoch_transitions(&env.take()).is_empty());
     from_chunk(&mut m, &mut env, T0, 5, ack(3));
     let out = env.take();
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         epoch_transitions(&out),
         [1, 2, 3, 4, 5]
@@ -2275,7 +2269,7 @@ fn gathering_leases_late_ack_with_prepared_layout_already_held_goes_on() {
     };
     from_chunk(&mut m, &mut env, T0, 3, late);
     let out = env.take();
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(
         m.tx.as_ref().map(|t| (t.new_epoch, t.participants.clone())),
         Some((e(5), set(&[1, 2, 3])))
@@ -2310,12 +2304,12 @@ fn gathering_leases_late_ack_conditional_from_newer_epoch_moves_recovery_forward
     );
     let out = env.take();
     assert!(epoch_transitions(&out).is_empty());
-    assert_eq!(m.state, S::GatheringChunks);
+    assert_eq!(m.state(), S::GatheringChunks);
     assert_eq!((m.epoch, m.metadata.clone()), (e(4), md(&[2, 4, 5])));
-    assert_eq!(m.regen.won, set(&[1, 2, 4]));
-    assert!(m.regen.renewal_iffy.is_empty());
+    assert_eq!(m.regen().won, set(&[1, 2, 4]));
+    assert!(m.regen().renewal_iffy.is_empty());
     assert!(!m.timeout.contains_key(&c(3)));
-    assert_eq!(m.regen.outstanding, set(&[5]));
+    assert_eq!(m.regen().outstanding, set(&[5]));
     assert_eq!(to_chunks(&out), vec![(c(5), acquire(4))]);
 }
 
@@ -2326,18 +2320,18 @@ fn gathering_leases_timeout_of_a_joined_chunk_drops_it_from_outstanding() {
     // no longer outstanding, so a later return to gathering chunks does not wait for it.
     let mut env = Env::new(M);
     let mut m = gathering_leases(3, md(&[1, 2, 3, 4, 5]), &[1, 2, 3], &[]);
-    m.regen.outstanding.insert(c(4));
+    m.regen_mut().outstanding.insert(c(4));
     m.timeout.insert(c(4), T0 + timing().msg_timeout);
     m.on_tick(&mut env.ctx(T0 + timing().msg_timeout));
-    assert!(m.regen.outstanding.is_empty());
+    assert!(m.regen().outstanding.is_empty());
 }
 
 // ---- §5.3.13 recovery reconciling, §5.3.14 recovery transition ---------------------
 
 fn recovering(participants: &[u64]) -> Manager {
     let mut m = manager(S::RecoveryReconciling, 3);
-    m.regen.rounds = 1;
-    m.regen.won = set(participants);
+    m.regen_mut().rounds = 1;
+    m.regen_mut().won = set(participants);
     m.tx = Some(tx(TxKind::Recovery, 4, layout(), set(participants)));
     m
 }
@@ -2351,7 +2345,7 @@ fn recovery_reconciling_done_waits_for_every_vote() {
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
     from_chunk(&mut m, &mut env, T0, 2, vote(4));
     from_chunk(&mut m, &mut env, T0, 3, vote(5));
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert_eq!(m.tx.as_ref().map(|t| t.votes.clone()), Some(set(&[1, 2])));
     assert!(env.take().is_empty());
 }
@@ -2367,10 +2361,10 @@ fn recovery_transition_commit_enters_manager_in_next_epoch() {
     let now = T0 + ms(30);
     from_chunk(&mut m, &mut env, now, 3, vote(4));
     let out = env.take();
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.epoch, e(4));
     assert!(m.failed.is_empty());
-    assert!(m.regen.won.is_empty());
+    assert!(m.regen().won.is_empty());
     assert!(m.tx.is_none());
     let expiry = now + timing().commit_window;
     assert_eq!(
@@ -2401,7 +2395,7 @@ fn recovery_transition_commit_marks_non_participants_failed() {
     let mut m = recovering(&[1, 2]);
     from_chunk(&mut m, &mut env, T0, 1, vote(4));
     from_chunk(&mut m, &mut env, T0, 2, vote(4));
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert_eq!(m.failed, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(3)));
 }
@@ -2491,7 +2485,7 @@ fn recovery_reconciling_late_ack_with_known_or_held_prepare_goes_on() {
     let mut env = Env::new(M);
     let mut m = recovering(&[1, 2]);
     m.tx.as_mut().expect("tx").new_epoch = e(5);
-    m.regen.joint = vec![Prepared {
+    m.regen_mut().joint = vec![Prepared {
         new_epoch: e(4),
         metadata: layout(),
         new_mgr: N,
@@ -2515,12 +2509,12 @@ fn recovery_reconciling_late_ack_with_known_or_held_prepare_goes_on() {
         };
         from_chunk(&mut m, &mut env, T0, n, late);
     }
-    assert_eq!(m.state, S::RecoveryReconciling);
+    assert_eq!(m.state(), S::RecoveryReconciling);
     assert!(m.tx.is_some());
     assert!(to_chunks(&env.take()).is_empty());
     from_chunk(&mut m, &mut env, T0, 1, vote(5));
     from_chunk(&mut m, &mut env, T0, 2, vote(5));
-    assert_eq!((m.state, m.epoch), (S::Manager, e(5)));
+    assert_eq!((m.state(), m.epoch), (S::Manager, e(5)));
 }
 
 // ---- reads: the SafeTalk read barrier (DESIGN §4, §9.5) ------------------------------
@@ -2535,7 +2529,7 @@ fn replies(out: &[Output]) -> Vec<&Output> {
 fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
     // A read is answered once every live chunk has accepted, in this epoch, a batch sent
     // after the read arrived: a manager deposed while paused or cut off (its chunks
-    // committed a newer epoch) can no longer answer from old state (seed 35561).
+    // committed a newer epoch) can no longer answer from old state (sim seed 35561).
     use crate::io::request::Request;
     let mut env = Env::new(M);
     let mut m = managing(3);
@@ -2608,7 +2602,7 @@ fn manager_answers_a_read_only_after_a_later_batch_is_accepted_everywhere() {
             result: Err(ClientError::Unavailable { store: STORE })
         }]
     );
-    assert_eq!(m.state, S::None);
+    assert_eq!(m.state(), S::None);
 }
 
 fn accepted(epoch: u64, upto: crate::ids::Version) -> ToManager {
@@ -2640,7 +2634,7 @@ fn manager_relayout_asked_while_a_batch_is_in_flight_starts_when_it_completes() 
     let upto = accepts[0].1.expect("a sequenced change");
     let new = md(&[1, 2, 5]);
     assert!(!m.relayout(&mut env.ctx(T0), new.clone()), "busy: deferred");
-    assert_eq!(m.state, S::Manager);
+    assert_eq!(m.state(), S::Manager);
     assert!(m.report(T0).expect("managing").busy);
     let read = Request::Holders {
         store: STORE,
@@ -2661,8 +2655,8 @@ fn manager_relayout_asked_while_a_batch_is_in_flight_starts_when_it_completes() 
     }
     let out = env.take();
     assert_eq!(replies(&out).len(), 1, "the write is answered");
-    assert_eq!(m.state, S::RelayoutReconciling);
-    assert_eq!(m.migration.new_metadata_log, Some(new));
+    assert_eq!(m.state(), S::RelayoutReconciling);
+    assert_eq!(m.stage.new_metadata_log().cloned(), Some(new));
     assert_eq!(m.policy.deferred, None);
 }
 

@@ -167,7 +167,7 @@ fn manager_entering_an_epoch_forgets_the_read_lease() {
         crate::io::observation::EpochCause::Relayout,
     );
     assert!(m.read_lease.is_empty());
-    assert_eq!(m.state, MgrState::Manager);
+    assert_eq!(m.state(), MgrState::Manager);
 }
 
 #[test]

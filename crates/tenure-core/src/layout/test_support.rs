@@ -16,7 +16,7 @@ use crate::io::Output;
 use crate::io::observation::Observation;
 use crate::io::persist::PersistOp;
 use crate::layout::chunk::{Chunk, TransitionLog};
-use crate::layout::manager::{Manager, Tx, TxKind};
+use crate::layout::manager::{Incoming, Manager, Outgoing, Regeneration, Stage, Tx, TxKind};
 use crate::layout::{ChunkState, Metadata, MgrState, Prepared};
 use crate::msg::{MgrMsg, Msg, ToChunk, ToManager};
 use crate::rng::Rng;
@@ -210,10 +210,39 @@ pub(crate) fn in_transition(
     k
 }
 
+/// The role's `state` with empty data (a migration out to [`N`], attempt [`TX`], giving
+/// up a `transition_wait` after `T0`; a relayout to [`layout`]).
+pub(crate) fn stage(state: MgrState) -> Stage {
+    use MgrState as S;
+    let regen = Regeneration::default;
+    let incoming = || Incoming { old_mgr: None };
+    let outgoing = || Outgoing {
+        new_mgr: N,
+        tx: TX,
+        deadline: T0 + timing().transition_wait,
+    };
+    match state {
+        S::None => Stage::None(Vec::new()),
+        S::NewlyAwake => Stage::NewlyAwake,
+        S::IntoReconciling => Stage::IntoReconciling(incoming()),
+        S::IntoTransition => Stage::IntoTransition(incoming()),
+        S::OutOfReconciling => Stage::OutOfReconciling(outgoing()),
+        S::OutOfTransition => Stage::OutOfTransition(outgoing()),
+        S::Manager => Stage::Manager,
+        S::RelayoutReconciling => Stage::RelayoutReconciling(layout()),
+        S::RelayoutTransition => Stage::RelayoutTransition(layout()),
+        S::GatheringChunks => Stage::GatheringChunks(regen()),
+        S::Gathered => Stage::Gathered(regen()),
+        S::GatheringLeases => Stage::GatheringLeases(regen()),
+        S::RecoveryReconciling => Stage::RecoveryReconciling(regen()),
+        S::RecoveryTransition => Stage::RecoveryTransition(regen()),
+    }
+}
+
 /// A manager role for the store in `state` at `epoch` over [`layout`], all else empty.
 pub(crate) fn manager(state: MgrState, epoch: u64) -> Manager {
     let mut m = Manager::new(STORE);
-    m.state = state;
+    m.stage = stage(state);
     m.epoch = e(epoch);
     m.metadata = layout();
     m
@@ -237,13 +266,13 @@ pub(crate) fn managing(epoch: u64) -> Manager {
 pub(crate) fn gathering(epoch: u64, outstanding: &[u64], won: &[u64]) -> Manager {
     let t = timing();
     let mut m = manager(MgrState::GatheringChunks, epoch);
-    m.regen.rounds = 1;
+    m.regen_mut().rounds = 1;
     for k in set(outstanding) {
-        m.regen.outstanding.insert(k);
+        m.regen_mut().outstanding.insert(k);
         m.timeout.insert(k, T0 + t.msg_timeout);
     }
     for k in set(won) {
-        m.regen.won.insert(k);
+        m.regen_mut().won.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
     }
     m
@@ -260,13 +289,13 @@ pub(crate) fn gathering_leases(
     let t = timing();
     let mut m = manager(MgrState::GatheringLeases, epoch);
     m.metadata = metadata;
-    m.regen.rounds = 1;
+    m.regen_mut().rounds = 1;
     for k in set(won) {
-        m.regen.won.insert(k);
+        m.regen_mut().won.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
     }
     for k in set(iffy) {
-        m.regen.renewal_iffy.insert(k);
+        m.regen_mut().renewal_iffy.insert(k);
         m.chunkfail.insert(k, T0 + t.lease);
         m.timeout.insert(k, T0 + t.msg_timeout);
     }

@@ -51,7 +51,7 @@ impl Model for PalladioModel {
                 if d.up
                     && d.manager
                         .as_ref()
-                        .is_some_and(|m| m.state == MgrState::Manager)
+                        .is_some_and(|m| m.state() == MgrState::Manager)
                 {
                     actions.push(Action::Write(dev_id(i)));
                 }

@@ -239,7 +239,7 @@ impl PalladioModel {
             .collect();
         let deadline = dev.poll_timeout();
         let m = dev.manager_mut(STORE).clone();
-        let manager = (m.state != MgrState::None || m.migration.forwarding.is_some()).then_some(m);
+        let manager = (m.state() != MgrState::None || m.forwarding.is_some()).then_some(m);
         let snap = &mut s.devices[idx(d)];
         snap.chunks = chunks;
         snap.manager = manager;

@@ -96,9 +96,9 @@ impl Manager {
     pub(crate) fn split(&mut self) -> (&mut crate::objects::mgr::ObjMgr, StoreAccess<'_>) {
         let access = StoreAccess {
             store: self.store,
-            state: self.state,
+            state: self.state(),
             epoch: self.epoch,
-            forwarding: self.migration.forwarding,
+            forwarding: self.forwarding,
             metadata: &self.metadata,
             failed: &self.failed,
             chunkfail: &self.chunkfail,

@@ -18,7 +18,7 @@ impl Manager {
             // A device speaks only for its own chunks.
             return;
         }
-        match (self.state, msg) {
+        match (self.state(), msg) {
             // §5.3.1 none: help → start regenerating.
             (S::None, ToManager::Help { epoch, metadata }) => {
                 if !metadata.contains(c) {
@@ -28,7 +28,7 @@ impl Manager {
                     // that missed the commit (simulator seed 80994: collecting such members
                     // left the store without a manager forever), so it ignores the help;
                     // a manager of the store answers it (lose, or acquire if a member).
-                } else if let Some(f) = self.migration.forwarding.take() {
+                } else if let Some(f) = self.forwarding.take() {
                     // Tenure: we migrated out; point the chunk at the new manager once.
                     self.to_chunk(ctx, c, ToChunk::Redirect { new_mgr: f });
                 } else {
@@ -139,18 +139,18 @@ impl Manager {
             }
             // §5.3.10 gathering chunks: nochunk
             (S::GatheringChunks, ToManager::NoChunk) => {
-                self.regen.outstanding.remove(&c);
+                self.regen_mut().outstanding.remove(&c);
                 self.timeout.remove(&c);
                 self.check_gathered(ctx);
             }
             // §5.3.10 / §5.3.12: recovery renewal request
             (S::GatheringChunks, ToManager::RecoveryRenewalRequest { .. }) => {
-                if self.regen.won.contains(&c) {
+                if self.regen().won.contains(&c) {
                     self.renew(ctx, c);
                 }
             }
             (S::GatheringLeases, ToManager::RecoveryRenewalRequest { .. }) => {
-                if self.regen.won.contains(&c) || self.regen.renewal_iffy.contains(&c) {
+                if self.regen().won.contains(&c) || self.regen().renewal_iffy.contains(&c) {
                     self.renew(ctx, c);
                 }
             }
@@ -159,8 +159,10 @@ impl Manager {
             (S::GatheringChunks, ToManager::Help { epoch, .. }) => {
                 if epoch < self.epoch && !self.all_chunks().contains(&c) {
                     self.to_chunk(ctx, c, ToChunk::Lose);
-                } else if self.regen.awaiting.remove(&c) || !self.regen.outstanding.contains(&c) {
-                    self.regen.won.remove(&c);
+                } else if self.regen_mut().awaiting.remove(&c)
+                    || !self.regen().outstanding.contains(&c)
+                {
+                    self.regen_mut().won.remove(&c);
                     self.acquire(ctx, c);
                 }
             }
@@ -172,25 +174,25 @@ impl Manager {
             (S::GatheringChunks, ToManager::Nack { mgr: Some(m), .. })
                 if m != ctx.me() && ctx.silent(m) =>
             {
-                if self.regen.outstanding.contains(&c) {
-                    self.regen.awaiting.insert(c);
+                if self.regen().outstanding.contains(&c) {
+                    self.regen_mut().awaiting.insert(c);
                 }
             }
             // §5.3.10 gathering chunks: nack (precedence arbitration)
             (S::GatheringChunks, ToManager::Nack { mgr, lease, .. }) => {
-                self.regen.outstanding.remove(&c);
+                self.regen_mut().outstanding.remove(&c);
                 self.timeout.remove(&c);
                 let me = ctx.me();
                 match (lease, mgr) {
                     (_, Some(m)) if m == me => {}
                     (LeaseType::Regular, Some(m)) => {
-                        self.regen.better.insert(m);
+                        self.regen_mut().better.insert(m);
                     }
                     (_, Some(m)) => {
                         if precedence(self.store, m) > precedence(self.store, me) {
-                            self.regen.better.insert(m);
+                            self.regen_mut().better.insert(m);
                         } else {
-                            self.regen.lesser.insert(m);
+                            self.regen_mut().lesser.insert(m);
                         }
                     }
                     (_, None) => {}
@@ -215,13 +217,14 @@ impl Manager {
                     prepared,
                 },
             ) => {
-                if epoch == self.epoch && mgr == ctx.me() && self.regen.renewal_iffy.contains(&c) {
+                if epoch == self.epoch && mgr == ctx.me() && self.regen().renewal_iffy.contains(&c)
+                {
                     self.timeout.remove(&c);
                     if prepared.as_ref().is_some_and(|p| self.would_join(p)) {
                         self.late_ack_gathering_leases(ctx, c, None, prepared);
                     } else {
-                        self.regen.renewal_iffy.remove(&c);
-                        self.regen.won.insert(c);
+                        self.regen_mut().renewal_iffy.remove(&c);
+                        self.regen_mut().won.insert(c);
                         self.check_leases_gathered(ctx);
                     }
                 }
@@ -229,11 +232,11 @@ impl Manager {
             // Tenure: a refused transfer, or a refused acquire of a joined layout's chunk,
             // while gathering leases.
             (S::GatheringLeases, ToManager::Nack { .. } | ToManager::NoChunk) => {
-                if self.regen.renewal_iffy.remove(&c) {
+                if self.regen_mut().renewal_iffy.remove(&c) {
                     self.timeout.remove(&c);
                     self.chunkfail.remove(&c);
                     self.check_leases_gathered(ctx);
-                } else if self.regen.outstanding.remove(&c) {
+                } else if self.regen_mut().outstanding.remove(&c) {
                     self.timeout.remove(&c);
                 }
             }
@@ -322,7 +325,9 @@ impl Manager {
                     committed,
                 },
             ) if !self.finished.contains(&tx) => {
-                let early = &mut self.migration.early_votes;
+                let Stage::None(early) = &mut self.stage else {
+                    unreachable!("the arm of the none state")
+                };
                 if early.len() >= super::migration::EARLY_VOTES_MAX {
                     early.remove(0);
                 }

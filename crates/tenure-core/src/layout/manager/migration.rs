@@ -8,35 +8,10 @@ use crate::layout::{Metadata, MgrState};
 use crate::msg::{MgrMsg, Msg, ToChunk};
 use std::collections::BTreeSet;
 
-/// The variables of §5.1 a migration of the role (out of this manager, or into it) and a
-/// relayout work with. `forwarding` outlives the migration: the role is reset to none
-/// keeping it, so chunks that ask are pointed at the new manager.
-#[derive(Clone, Debug, Default)]
-pub struct Migration {
-    /// Forwarding address (after migrating out).
-    pub forwarding: Option<DeviceId>,
-    /// Migration destination.
-    pub new_mgr: Option<DeviceId>,
-    /// Previous manager (migration).
-    pub old_mgr: Option<DeviceId>,
-    /// New metadata log (relayout).
-    pub new_metadata_log: Option<Metadata>,
-    /// Tenure: out-of-transition gives up at this time.
-    pub out_deadline: Option<Instant>,
-    /// Tenure: the migration attempt this manager is handing off.
-    pub out_tx: Option<u64>,
-    /// Tenure: chunks' votes for a migration into this device that arrived before the
-    /// old manager's handoff (which carries the store's state and can be overtaken by
-    /// them): counted when the handoff comes, within a transition timeout of their
-    /// arrival, then dropped. At most [`EARLY_VOTES_MAX`]; a role holding any is not
-    /// collected as idle.
-    pub early_votes: Vec<EarlyVote>,
-}
-
 /// How many early votes a role keeps (the newest).
 pub const EARLY_VOTES_MAX: usize = 8;
 
-/// A chunk's vote that arrived before the handoff it belongs to ([`Migration::early_votes`]).
+/// A chunk's vote that arrived before the handoff it belongs to ([`Stage::None`]).
 #[derive(Clone, Debug)]
 pub struct EarlyVote {
     /// The chunk.
@@ -54,6 +29,14 @@ pub struct EarlyVote {
 }
 
 impl Manager {
+    /// Whether a message about a migration out names this one: its destination, the
+    /// epoch it prepares and its attempt.
+    fn is_outgoing(&self, from: DeviceId, new_epoch: Epoch, tx: u64) -> bool {
+        self.stage
+            .outgoing()
+            .is_some_and(|o| from == o.new_mgr && new_epoch == self.next_epoch() && o.tx == tx)
+    }
+
     /// The epoch of the next transition this manager starts: above its own and above
     /// every epoch a chunk reported prepared ([`Self::prepared_floor`]).
     fn next_epoch(&self) -> Epoch {
@@ -62,7 +45,7 @@ impl Manager {
 
     /// §5.3.7 migrate(node).
     pub fn migrate(&mut self, ctx: &mut Ctx<'_>, node: DeviceId) -> bool {
-        if self.state != MgrState::Manager || node == ctx.me() {
+        if self.state() != MgrState::Manager || node == ctx.me() {
             return false;
         }
         if self.host.busy() {
@@ -72,7 +55,6 @@ impl Manager {
         self.fail_writes(ctx);
         let new_epoch = self.next_epoch();
         let tx = ctx.rng.next_u64();
-        self.migration.out_tx = Some(tx);
         ctx.send(
             node,
             Msg::Mgr {
@@ -101,17 +83,19 @@ impl Manager {
                 },
             );
         }
-        self.migration.new_mgr = Some(node);
         // Our state travels in the handoff; `done` (and the vote) when the incoming
         // manager says it holds it (HandoffReady), while this window is open.
-        self.state = MgrState::OutOfReconciling;
-        self.migration.out_deadline = Some(ctx.now + ctx.cfg.timing.transition_wait);
+        self.stage = Stage::OutOfReconciling(Outgoing {
+            new_mgr: node,
+            tx,
+            deadline: ctx.now + ctx.cfg.timing.transition_wait,
+        });
         true
     }
 
     /// §5.3.7 relayout(new metadata).
     pub fn relayout(&mut self, ctx: &mut Ctx<'_>, new: Metadata) -> bool {
-        if self.state != MgrState::Manager || new.chunks.is_empty() {
+        if self.state() != MgrState::Manager || new.chunks.is_empty() {
             return false;
         }
         if self.host.busy() {
@@ -130,7 +114,7 @@ impl Manager {
             return false;
         }
         self.fail_writes(ctx);
-        self.migration.new_metadata_log = Some(new.clone());
+        let new_metadata_log = new.clone();
         let new_epoch = self.next_epoch();
         // Tenure: reconciliation (§5.3.8) sends the store's state to the participants
         // that do not hold it — new chunks and recovered ones — and they vote only once
@@ -146,14 +130,14 @@ impl Manager {
             participants,
             reconcile,
         );
-        self.state = MgrState::RelayoutReconciling;
+        self.stage = Stage::RelayoutReconciling(new_metadata_log);
         true
     }
 
     /// Manager-to-manager messages (§5.3.1 handoff, and the migration commit).
     pub fn on_mgr_msg(&mut self, ctx: &mut Ctx<'_>, from: DeviceId, msg: MgrMsg) {
         use MgrState as S;
-        match (self.state, msg) {
+        match (self.state(), msg) {
             (
                 S::None,
                 MgrMsg::Handoff {
@@ -165,14 +149,18 @@ impl Manager {
                     data,
                 },
             ) if !self.finished.contains(&id) && new_epoch > old_epoch => {
-                let early = std::mem::take(&mut self.migration.early_votes);
+                let early = match std::mem::take(&mut self.stage) {
+                    Stage::None(early) => early,
+                    _ => unreachable!("a handoff is taken in the none state only"),
+                };
                 self.reset();
                 self.epoch = new_epoch;
                 self.metadata = metadata.clone();
-                self.migration.old_mgr = Some(from);
                 self.failed = failed.into_iter().collect();
                 self.host.data = *data;
-                self.state = S::IntoReconciling;
+                self.stage = Stage::IntoReconciling(Incoming {
+                    old_mgr: Some(from),
+                });
                 let participants = self.live();
                 self.tx = Some(Tx {
                     id,
@@ -218,13 +206,14 @@ impl Manager {
             // §5.3.6 out of reconciling: done (the incoming manager holds our state),
             // vote commit — only while our window is open, saying how long it stays so.
             (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffReady { new_epoch, tx }) => {
-                let open = self.migration.out_deadline.filter(|d| *d > ctx.now);
-                if let Some(d) = open.filter(|_| {
-                    Some(from) == self.migration.new_mgr
-                        && new_epoch == self.next_epoch()
-                        && self.migration.out_tx == Some(tx)
-                }) {
-                    self.state = S::OutOfTransition;
+                let out = *self.stage.outgoing().expect("migrating out");
+                if out.deadline > ctx.now
+                    && from == out.new_mgr
+                    && new_epoch == self.next_epoch()
+                    && out.tx == tx
+                {
+                    let d = out.deadline;
+                    self.stage.advance(S::OutOfTransition);
                     let within = d.saturating_since(ctx.now);
                     let msg = MgrMsg::HandoffVote {
                         new_epoch,
@@ -263,28 +252,19 @@ impl Manager {
             }
             // §5.3.6 out of transition: commit tx
             (S::OutOfTransition, MgrMsg::HandoffCommit { new_epoch, tx }) => {
-                if Some(from) == self.migration.new_mgr
-                    && new_epoch == self.next_epoch()
-                    && self.migration.out_tx == Some(tx)
-                {
+                if self.is_outgoing(from, new_epoch, tx) {
                     self.newly_awake(ctx);
-                    self.migration.forwarding = Some(from);
+                    self.forwarding = Some(from);
                 }
             }
             // §5.3.6 out of transition: abort tx (or refused before the vote)
             (S::OutOfReconciling | S::OutOfTransition, MgrMsg::HandoffAbort { new_epoch, tx }) => {
-                if Some(from) == self.migration.new_mgr
-                    && new_epoch == self.next_epoch()
-                    && self.migration.out_tx == Some(tx)
-                {
-                    self.migration.out_tx = None;
-                    self.migration.new_mgr = None;
-                    self.migration.out_deadline = None;
+                if self.is_outgoing(from, new_epoch, tx) {
                     let expiry = ctx.now + ctx.cfg.timing.abort_window;
                     for c in self.live() {
                         self.chunkfail.insert(c, expiry);
                     }
-                    self.state = S::Manager;
+                    self.stage = Stage::Manager;
                     self.stable_since = ctx.now;
                     self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;
                 }

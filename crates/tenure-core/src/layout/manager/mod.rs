@@ -28,6 +28,10 @@
 //!   releases its chunks and gives up, so a minority partition never holds chunks forever;
 //! - a `lose` goes only to chunks from an older epoch that are not in the layout.
 //!
+//! The role's state is a [`Stage`]: each state carries the variables only it uses (a
+//! regenerating manager its [`Regeneration`], a migrating one where the role goes or came
+//! from, a relayout its new layout), so leaving a state drops them.
+//!
 //! The role is split by what it does: `events` (messages from chunks, one arm per row of
 //! the seed's table), `regeneration` (gathering, recovery, the transition commit),
 //! `migration` (handoff and relayout), `host` (replication: group commit, batches,
@@ -60,14 +64,16 @@ mod objects;
 mod policy;
 mod regeneration;
 mod requests;
+mod stage;
 mod timers;
 
 pub use access::StoreAccess;
 pub use host::{Batch, Completed, Queued, StoreHost};
-pub use migration::Migration;
+pub use migration::EarlyVote;
 pub use policy::{Deferred, PolicyState};
 pub use regeneration::Regeneration;
 pub use requests::Clients;
+pub use stage::{Incoming, Outgoing, Stage};
 
 /// What kind of epoch transition a [`Tx`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,8 +117,11 @@ pub struct Tx {
 pub struct Manager {
     /// The store.
     pub store: StoreId,
-    /// State.
-    pub state: MgrState,
+    /// State, with the variables only that state uses ([`Stage`]).
+    pub stage: Stage,
+    /// Forwarding address: where the role went when it migrated out. It outlives the
+    /// migration (a reset keeps it), so chunks that ask are pointed at the new manager.
+    pub forwarding: Option<DeviceId>,
     /// Epoch number.
     pub epoch: Epoch,
     /// Metadata.
@@ -121,10 +130,6 @@ pub struct Manager {
     pub failed: BTreeSet<ChunkId>,
     /// Failed chunks that have since recovered (hold a recovery lease from us).
     pub recovered: BTreeSet<ChunkId>,
-    /// What regeneration (gathering chunks and leases, recovery) works with.
-    pub regen: Regeneration,
-    /// What a migration of the role, or a relayout, works with.
-    pub migration: Migration,
     /// chunkfail(c) timers.
     pub chunkfail: BTreeMap<ChunkId, Instant>,
     /// timeout(c) timers.
@@ -168,13 +173,12 @@ impl Manager {
     pub fn new(store: StoreId) -> Manager {
         Manager {
             store,
-            state: MgrState::None,
+            stage: Stage::default(),
+            forwarding: None,
             epoch: Epoch(0),
             metadata: Metadata::default(),
             failed: BTreeSet::new(),
             recovered: BTreeSet::new(),
-            regen: Regeneration::default(),
-            migration: Migration::default(),
             chunkfail: BTreeMap::new(),
             timeout: BTreeMap::new(),
             read_lease: BTreeMap::new(),
@@ -191,11 +195,35 @@ impl Manager {
         }
     }
 
+    /// The role's state (§5.1), by name.
+    pub fn state(&self) -> MgrState {
+        self.stage.name()
+    }
+
+    /// What regeneration works with. Only the rows of §5.3.10–14 ask for it.
+    ///
+    /// # Panics
+    /// Outside those states.
+    pub(super) fn regen(&self) -> &Regeneration {
+        (self.stage.regeneration()).expect("regeneration data outside regeneration")
+    }
+
+    /// [`Self::regen`], to change.
+    pub(super) fn regen_mut(&mut self) -> &mut Regeneration {
+        (self.stage.regeneration_mut()).expect("regeneration data outside regeneration")
+    }
+
+    /// The layouts prepared for the newest epoch above ours that regeneration joined
+    /// (none outside regeneration: the recovery commit clears them).
+    pub(super) fn joint(&self) -> &[crate::layout::Prepared] {
+        self.stage.regeneration().map_or(&[], |r| &r.joint)
+    }
+
     /// Read-only view.
     pub fn view(&self) -> ManagerView {
         ManagerView {
             store: self.store,
-            state: self.state,
+            state: self.state(),
             epoch: self.epoch,
             metadata: self.metadata.clone(),
             failed: self.failed.clone(),
@@ -206,7 +234,7 @@ impl Manager {
     /// are answered `Unavailable` (they were not acknowledged).
     pub fn newly_awake(&mut self, ctx: &mut Ctx<'_>) {
         if matches!(
-            self.state,
+            self.state(),
             MgrState::Manager
                 | MgrState::RelayoutReconciling
                 | MgrState::RelayoutTransition
@@ -247,10 +275,10 @@ impl Manager {
     /// Erase all state (→ none), keeping only the forwarding address and the memory of
     /// finished transition attempts.
     pub(super) fn reset(&mut self) {
-        let forwarding = self.migration.forwarding;
+        let forwarding = self.forwarding;
         let finished = std::mem::take(&mut self.finished);
         *self = Manager::new(self.store);
-        self.migration.forwarding = forwarding;
+        self.forwarding = forwarding;
         self.finished = finished;
     }
 
@@ -275,7 +303,7 @@ impl Manager {
     /// Every chunk regeneration must consider: the layout, plus the newer prepared ones.
     pub(super) fn all_chunks(&self) -> BTreeSet<ChunkId> {
         let mut s = self.metadata.chunks.clone();
-        for j in &self.regen.joint {
+        for j in self.joint() {
             s.extend(j.metadata.chunks.iter().copied());
         }
         s
@@ -287,7 +315,7 @@ impl Manager {
             return !set.is_empty();
         }
         let ok = |m: &Metadata| m.quorum(set) && m.coverage(set);
-        ok(&self.metadata) && self.regen.joint.iter().all(|j| ok(&j.metadata))
+        ok(&self.metadata) && self.joint().iter().all(|j| ok(&j.metadata))
     }
 
     /// The chunks of the layout not failed.
@@ -303,7 +331,7 @@ impl Manager {
         };
         self.to_chunk(ctx, c, msg);
         self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
-        self.regen.outstanding.insert(c);
+        self.regen_mut().outstanding.insert(c);
     }
 
     /// The store's time at local time `now` ([`crate::time::StoreClock`]).
@@ -324,7 +352,7 @@ impl Manager {
     }
 
     pub(super) fn enter_manager(&mut self, ctx: &mut Ctx<'_>, cause: EpochCause) {
-        self.state = MgrState::Manager;
+        self.stage = Stage::Manager;
         self.stable_since = ctx.now;
         self.entered_at = ctx.now;
         self.read_lease.clear();

@@ -53,7 +53,7 @@ impl Manager {
 
     /// The earliest object timer.
     pub(super) fn objects_next_timeout(&self) -> Option<Instant> {
-        let managing = self.state == MgrState::Manager;
+        let managing = self.state() == MgrState::Manager;
         let live = if managing {
             self.live()
         } else {

@@ -54,7 +54,7 @@ impl Manager {
     pub(super) fn start_deferred(&mut self, ctx: &mut Ctx<'_>) {
         match &self.policy.deferred {
             Some((_, until)) if *until <= ctx.now => self.policy.deferred = None,
-            Some(_) if self.state == MgrState::Manager && !self.host.busy() => {
+            Some(_) if self.state() == MgrState::Manager && !self.host.busy() => {
                 match self.policy.deferred.take().map(|d| d.0) {
                     Some(Deferred::Relayout(md)) => {
                         self.relayout(ctx, md);
@@ -89,7 +89,7 @@ impl Manager {
         if !self.recovered.is_empty()
             && self.policy.creating.is_none()
             && self.policy.deferred.is_none()
-            && self.state == MgrState::Manager
+            && self.state() == MgrState::Manager
         {
             let md = self.metadata.clone();
             self.relayout(ctx, md);
@@ -98,7 +98,7 @@ impl Manager {
 
     /// This manager's report to the coordinator (none unless it manages the store).
     pub fn report(&self, now: Instant) -> Option<crate::election::coordinator::StoreReport> {
-        if self.state != MgrState::Manager {
+        if self.state() != MgrState::Manager {
             return None;
         }
         Some(crate::election::coordinator::StoreReport {
@@ -122,7 +122,7 @@ impl Manager {
 
     /// Ask `device` for a new chunk to replace `old`.
     pub fn request_chunk(&mut self, ctx: &mut Ctx<'_>, old: ChunkId, device: DeviceId) {
-        if self.state != MgrState::Manager {
+        if self.state() != MgrState::Manager {
             return;
         }
         self.policy.tried.insert(device);
@@ -141,7 +141,7 @@ impl Manager {
         let Some((old, device, _)) = self.policy.creating else {
             return;
         };
-        if device != chunk.device || self.state != MgrState::Manager {
+        if device != chunk.device || self.state() != MgrState::Manager {
             return;
         }
         self.policy.creating = None;

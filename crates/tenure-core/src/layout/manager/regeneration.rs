@@ -11,10 +11,10 @@ use crate::layout::{Metadata, MgrState, Prepared};
 use crate::msg::{MgrMsg, Msg, ToChunk};
 use std::collections::BTreeSet;
 
-/// The variables of §5.1 that regeneration works with: set while gathering chunks and
-/// leases, read by the recovery transition, emptied when a new regeneration starts (the
-/// role is reset) and, for `joint`, when the recovery commits, so a manager's quorum is
-/// that of its own layout.
+/// The variables of §5.1 that regeneration works with, carried by the regeneration
+/// states of [`Stage`]: set while gathering chunks and leases, read by the recovery
+/// transition, dropped when the role leaves those states; `joint` is emptied when the
+/// recovery commits, so a manager's quorum is that of its own layout.
 #[derive(Clone, Debug, Default)]
 pub struct Regeneration {
     /// Better managers seen while gathering.
@@ -43,17 +43,19 @@ impl Manager {
         self.reset();
         self.epoch = epoch;
         self.metadata = metadata;
-        self.regen.rounds = 1;
-        self.state = MgrState::GatheringChunks;
+        self.stage = Stage::GatheringChunks(Regeneration {
+            rounds: 1,
+            ..Regeneration::default()
+        });
         for c in self.metadata.chunks.clone() {
             self.acquire(ctx, c);
         }
     }
 
     pub(super) fn won_chunk(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
-        self.regen.outstanding.remove(&c);
-        self.regen.awaiting.remove(&c);
-        self.regen.won.insert(c);
+        self.regen_mut().outstanding.remove(&c);
+        self.regen_mut().awaiting.remove(&c);
+        self.regen_mut().won.insert(c);
         self.timeout.remove(&c);
         self.chunkfail.insert(c, ctx.now + ctx.cfg.timing.lease);
     }
@@ -72,10 +74,10 @@ impl Manager {
     /// Whether [`Self::join_prepared`] would join `p`'s layout.
     pub(super) fn would_join(&self, p: &Prepared) -> bool {
         p.new_epoch > self.epoch
-            && match self.regen.joint.first().map(|j| j.new_epoch) {
+            && match self.joint().first().map(|j| j.new_epoch) {
                 Some(top) if top > p.new_epoch => false,
                 Some(top) if top == p.new_epoch => {
-                    !self.regen.joint.iter().any(|j| j.metadata == p.metadata)
+                    !self.joint().iter().any(|j| j.metadata == p.metadata)
                 }
                 _ => true,
             }
@@ -90,12 +92,11 @@ impl Manager {
             return None;
         }
         if self
-            .regen
-            .joint
+            .joint()
             .first()
             .is_some_and(|j| j.new_epoch < p.new_epoch)
         {
-            self.regen.joint.clear();
+            self.regen_mut().joint.clear();
         }
         let known = self.all_chunks();
         let fresh: Vec<ChunkId> = p
@@ -104,12 +105,12 @@ impl Manager {
             .iter()
             .filter(|c| {
                 !known.contains(*c)
-                    && !self.regen.won.contains(c)
-                    && !self.regen.outstanding.contains(c)
+                    && !self.regen().won.contains(c)
+                    && !self.regen().outstanding.contains(c)
             })
             .copied()
             .collect();
-        self.regen.joint.push(p);
+        self.regen_mut().joint.push(p);
         Some(fresh)
     }
 
@@ -128,9 +129,9 @@ impl Manager {
             .copied()
             .collect();
         self.metadata = metadata;
-        self.regen.joint.retain(|j| j.new_epoch > chunk_epoch);
+        self.regen_mut().joint.retain(|j| j.new_epoch > chunk_epoch);
         for n in cnew {
-            if !self.regen.won.contains(&n) {
+            if !self.regen().won.contains(&n) {
                 self.acquire(ctx, n);
             }
         }
@@ -145,7 +146,7 @@ impl Manager {
         newer: Option<(Epoch, Metadata)>,
         prepared: Option<Prepared>,
     ) {
-        self.regen.renewal_iffy.remove(&c);
+        self.regen_mut().renewal_iffy.remove(&c);
         self.won_chunk(ctx, c);
         if let Some((chunk_epoch, metadata)) = newer {
             // The transfers went out at the old epoch: drop them and regather.
@@ -153,7 +154,8 @@ impl Manager {
             self.move_forward(ctx, chunk_epoch, metadata);
         }
         self.note_prepared(ctx, prepared);
-        if self.state == MgrState::GatheringLeases && self.quorum_and_coverage(ctx, &self.regen.won)
+        if self.state() == MgrState::GatheringLeases
+            && self.quorum_and_coverage(ctx, &self.regen().won)
         {
             self.check_leases_gathered(ctx);
         } else {
@@ -165,8 +167,8 @@ impl Manager {
     /// Tenure: leave gathering leases for gathering chunks, giving up the lease
     /// transfers in flight (the gathered decision will send them again if it still holds).
     fn back_to_gathering_chunks(&mut self) {
-        self.state = MgrState::GatheringChunks;
-        for c in std::mem::take(&mut self.regen.renewal_iffy) {
+        self.stage.advance(MgrState::GatheringChunks);
+        for c in std::mem::take(&mut self.regen_mut().renewal_iffy) {
             self.timeout.remove(&c);
             self.chunkfail.remove(&c);
         }
@@ -215,10 +217,10 @@ impl Manager {
     /// early; a late answer is taken as after any timeout. Without a quorum the
     /// timeouts run their course, so a cut-off device does not spin through rounds.
     pub(super) fn check_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        let hopeless = |c: &ChunkId| ctx.silent(c.device) || self.regen.awaiting.contains(c);
-        if self.regen.outstanding.is_empty()
-            || (self.regen.outstanding.iter().all(hopeless)
-                && self.quorum_and_coverage(ctx, &self.regen.won))
+        let hopeless = |c: &ChunkId| ctx.silent(c.device) || self.regen().awaiting.contains(c);
+        if self.regen().outstanding.is_empty()
+            || (self.regen().outstanding.iter().all(hopeless)
+                && self.quorum_and_coverage(ctx, &self.regen().won))
         {
             self.gathered(ctx);
         }
@@ -226,30 +228,30 @@ impl Manager {
 
     /// §5.3.11 gathered: decide on entry.
     pub(super) fn gathered(&mut self, ctx: &mut Ctx<'_>) {
-        self.state = MgrState::Gathered;
-        if self.quorum_and_coverage(ctx, &self.regen.won) {
+        self.stage.advance(MgrState::Gathered);
+        if self.quorum_and_coverage(ctx, &self.regen().won) {
             self.gathering_leases(ctx);
-        } else if self.regen.better.is_empty()
-            && self.regen.rounds < ctx.cfg.timing.gather_rounds_max
+        } else if self.regen().better.is_empty()
+            && self.regen().rounds < ctx.cfg.timing.gather_rounds_max
         {
             // Not clearly lost: another round of acquisitions.
-            self.regen.rounds += 1;
-            self.state = MgrState::GatheringChunks;
+            self.regen_mut().rounds += 1;
+            self.stage.advance(MgrState::GatheringChunks);
             let rest: Vec<ChunkId> = self
                 .all_chunks()
-                .difference(&self.regen.won)
+                .difference(&self.regen().won)
                 .copied()
                 .collect();
             for c in rest {
                 self.acquire(ctx, c);
             }
-            if self.regen.outstanding.is_empty() {
+            if self.regen().outstanding.is_empty() {
                 self.newly_awake(ctx);
             }
         } else {
-            let hints: Vec<DeviceId> = self.regen.better.iter().copied().collect();
+            let hints: Vec<DeviceId> = self.regen().better.iter().copied().collect();
             let epoch = self.epoch;
-            for c in self.regen.won.clone() {
+            for c in self.regen().won.clone() {
                 self.to_chunk(
                     ctx,
                     c,
@@ -265,12 +267,12 @@ impl Manager {
 
     /// §5.3.12 gathering leases: on entry, transfer every remaining lease to us.
     fn gathering_leases(&mut self, ctx: &mut Ctx<'_>) {
-        self.state = MgrState::GatheringLeases;
-        self.regen.renewal_iffy.clear();
+        self.stage.advance(MgrState::GatheringLeases);
+        self.regen_mut().renewal_iffy.clear();
         let t: Vec<ChunkId> = self
             .all_chunks()
             .into_iter()
-            .filter(|c| !self.failed.contains(c) && !self.regen.won.contains(c))
+            .filter(|c| !self.failed.contains(c) && !self.regen().won.contains(c))
             .collect();
         let me = ctx.me();
         for c in t {
@@ -285,7 +287,7 @@ impl Manager {
                     lease,
                 },
             );
-            self.regen.renewal_iffy.insert(c);
+            self.regen_mut().renewal_iffy.insert(c);
             self.chunkfail.insert(c, ctx.now + lease);
             // Tenure: a transfer not acknowledged within a message timeout is given up.
             self.timeout.insert(c, ctx.now + ctx.cfg.timing.msg_timeout);
@@ -296,8 +298,12 @@ impl Manager {
     /// Tenure: also once every transfer still unacknowledged went to a silent device
     /// (the won chunks hold a quorum since §5.3.11): their timeouts come early.
     pub(super) fn check_leases_gathered(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state == MgrState::GatheringLeases
-            && self.regen.renewal_iffy.iter().all(|c| ctx.silent(c.device))
+        if self.state() == MgrState::GatheringLeases
+            && self
+                .regen()
+                .renewal_iffy
+                .iter()
+                .all(|c| ctx.silent(c.device))
         {
             self.start_recovery_transition(ctx);
         }
@@ -306,7 +312,7 @@ impl Manager {
     /// §5.3.12 → §5.3.13: send `epoch transition` to all won chunks.
     fn start_recovery_transition(&mut self, ctx: &mut Ctx<'_>) {
         let (new_epoch, metadata) = self.recovery_target();
-        let won = self.regen.won.clone();
+        let won = self.regen().won.clone();
         self.begin_tx(
             ctx,
             TxKind::Recovery,
@@ -315,13 +321,13 @@ impl Manager {
             won,
             BTreeSet::new(),
         );
-        self.state = MgrState::RecoveryReconciling;
+        self.stage.advance(MgrState::RecoveryReconciling);
     }
 
     /// The epoch and layout a recovery transition goes to: above the newest prepared
     /// epoch joined, with its first layout, or else the next epoch of our layout.
     fn recovery_target(&self) -> (Epoch, Metadata) {
-        match self.regen.joint.first() {
+        match self.joint().first() {
             Some(j) => (j.new_epoch.max(self.epoch).next(), j.metadata.clone()),
             None => (self.epoch.next(), self.metadata.clone()),
         }
@@ -388,11 +394,11 @@ impl Manager {
             return;
         }
         // initiate commit, voting commit → * transition; as coordinator, commit at once.
-        self.state = match self.state {
+        self.stage.advance(match self.state() {
             MgrState::RecoveryReconciling => MgrState::RecoveryTransition,
             MgrState::RelayoutReconciling => MgrState::RelayoutTransition,
             _ => MgrState::IntoTransition,
-        };
+        });
         self.commit_tx(ctx);
     }
 
@@ -420,7 +426,9 @@ impl Manager {
         self.epoch = tx.new_epoch;
         self.metadata = tx.metadata;
         self.host.data = merged;
-        self.regen.joint.clear();
+        if let Some(r) = self.stage.regeneration_mut() {
+            r.joint.clear();
+        }
         self.chunkfail.clear();
         self.timeout.clear();
         for c in tx
@@ -444,11 +452,9 @@ impl Manager {
         };
         match tx.kind {
             TxKind::Recovery => {
-                self.regen.won.clear();
                 self.enter_manager(ctx, EpochCause::Regeneration);
             }
             TxKind::Relayout => {
-                self.migration.new_metadata_log = None;
                 self.enter_manager(ctx, EpochCause::Relayout);
                 ctx.observe(Observation::Relayout {
                     store: self.store,
@@ -456,7 +462,7 @@ impl Manager {
                 });
             }
             TxKind::Into => {
-                if let Some(old) = self.migration.old_mgr.take() {
+                if let Some(old) = self.stage.incoming_mut().and_then(|i| i.old_mgr.take()) {
                     let new_epoch = self.epoch;
                     ctx.send(
                         old,
@@ -497,7 +503,6 @@ impl Manager {
         match tx.kind {
             TxKind::Recovery => self.newly_awake(ctx),
             TxKind::Relayout => {
-                self.migration.new_metadata_log = None;
                 for c in self.live() {
                     self.chunkfail.insert(c, expiry);
                 }
@@ -507,7 +512,7 @@ impl Manager {
                 }
                 // A chunk that missed the abort may have given up on this manager.
                 self.read_lease.clear();
-                self.state = MgrState::Manager;
+                self.stage = Stage::Manager;
                 self.stable_since = ctx.now;
                 self.policy.backoff_until = ctx.now + ctx.cfg.timing.lease;
                 ctx.observe(Observation::Relayout {
@@ -516,7 +521,7 @@ impl Manager {
                 });
             }
             TxKind::Into => {
-                if let Some(old) = self.migration.old_mgr.take() {
+                if let Some(old) = self.stage.incoming_mut().and_then(|i| i.old_mgr.take()) {
                     ctx.send(
                         old,
                         Msg::Mgr {

@@ -210,14 +210,14 @@ impl Manager {
                 result,
             })
         };
-        let refused = match self.state {
+        let refused = match self.state() {
             MgrState::Manager if ctx.cfg.planted.lease_read_unchecked && req.is_read() => None,
             MgrState::Manager if !self.leases_valid(ctx) || self.policy.deferred.is_some() => {
                 Some(ClientError::Unavailable { store: self.store })
             }
             MgrState::Manager => None,
             MgrState::None => Some(ClientError::NotManager {
-                hint: self.migration.forwarding,
+                hint: self.forwarding,
             }),
             _ => Some(ClientError::Unavailable { store: self.store }),
         };

@@ -11,7 +11,7 @@ impl Manager {
     pub fn next_timeout(&self) -> Option<Instant> {
         use crate::time::earliest;
         let mut t = None;
-        match self.state {
+        match self.state() {
             MgrState::Manager | MgrState::GatheringChunks | MgrState::GatheringLeases => {
                 t = earliest(t, self.chunkfail.values().min().copied());
                 t = earliest(t, self.timeout.values().min().copied());
@@ -19,11 +19,11 @@ impl Manager {
             _ => {}
         }
         t = earliest(t, self.tx.as_ref().map(|x| x.deadline));
-        t = earliest(t, self.migration.out_deadline);
-        t = earliest(t, self.migration.early_votes.iter().map(|v| v.until).min());
+        t = earliest(t, self.stage.outgoing().map(|o| o.deadline));
+        t = earliest(t, self.stage.early_votes().iter().map(|v| v.until).min());
         t = earliest(t, self.host.inflight.as_ref().map(|b| b.deadline));
         t = earliest(t, self.objects_next_timeout());
-        if self.state == MgrState::Manager {
+        if self.state() == MgrState::Manager {
             // outside policies run periodically while managing
             t = earliest(t, Some(self.stable_since));
             t = earliest(t, self.policy.deferred.as_ref().map(|d| d.1));
@@ -44,20 +44,18 @@ impl Manager {
     /// Fire due timers.
     pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
-        self.migration.early_votes.retain(|v| v.until > now);
+        if let Stage::None(early) = &mut self.stage {
+            early.retain(|v| v.until > now);
+        }
         if self.tx.as_ref().is_some_and(|t| t.deadline <= now) {
             self.abort_tx(ctx);
         }
-        let out = matches!(
-            self.state,
-            MgrState::OutOfReconciling | MgrState::OutOfTransition
-        );
-        if out && self.migration.out_deadline.is_some_and(|t| t <= now) {
+        if let Some(out) = self.stage.outgoing().filter(|o| o.deadline <= now) {
             // Tenure: the incoming manager never answered; step down and let the chunks
             // regenerate (resuming could run beside a committed successor).
-            let fwd = self.migration.new_mgr;
+            let fwd = out.new_mgr;
             self.newly_awake(ctx);
-            self.migration.forwarding = fwd;
+            self.forwarding = Some(fwd);
         }
         // SafeTalk: chunks that did not answer within the ack timeout are failed; the
         // manager goes on only while quorum and coverage hold (mark_failed).
@@ -88,7 +86,7 @@ impl Manager {
             silent.sort_by_key(|c| (c.device == me, self.chunkfail.get(c).copied()));
             let mut spared_until: Option<Instant> = None;
             for c in silent {
-                if self.state != MgrState::Manager {
+                if self.state() != MgrState::Manager {
                     return;
                 }
                 let mut rest = self.live();
@@ -117,18 +115,18 @@ impl Manager {
             .collect();
         for c in due_timeouts {
             self.timeout.remove(&c);
-            match self.state {
+            match self.state() {
                 // §5.3.10 timeout(chunk)
                 MgrState::GatheringChunks => {
-                    self.regen.outstanding.remove(&c);
-                    self.regen.awaiting.remove(&c);
+                    self.regen_mut().outstanding.remove(&c);
+                    self.regen_mut().awaiting.remove(&c);
                     self.check_gathered(ctx);
                 }
                 // Tenure: transfer never acknowledged (or, §5.3.10 timeout(chunk), an
                 // acquire of a joined layout's chunk never answered)
                 MgrState::GatheringLeases => {
-                    self.regen.renewal_iffy.remove(&c);
-                    self.regen.outstanding.remove(&c);
+                    self.regen_mut().renewal_iffy.remove(&c);
+                    self.regen_mut().outstanding.remove(&c);
                     self.check_leases_gathered(ctx);
                 }
                 _ => {}
@@ -144,7 +142,7 @@ impl Manager {
             if self.chunkfail.get(&c).is_none_or(|t| *t > now) {
                 continue;
             }
-            match self.state {
+            match self.state() {
                 // §5.3.7 chunkfail(chunk)
                 MgrState::Manager => {
                     self.chunkfail.remove(&c);
@@ -159,14 +157,14 @@ impl Manager {
                 // §5.3.10 chunkfail(c)
                 MgrState::GatheringChunks => {
                     self.chunkfail.remove(&c);
-                    self.regen.won.remove(&c);
+                    self.regen_mut().won.remove(&c);
                 }
                 // §5.3.12 chunkfail(chunk)
                 MgrState::GatheringLeases => {
                     self.chunkfail.remove(&c);
-                    self.regen.renewal_iffy.remove(&c);
-                    self.regen.won.remove(&c);
-                    if !self.quorum_and_coverage(ctx, &self.regen.won) {
+                    self.regen_mut().renewal_iffy.remove(&c);
+                    self.regen_mut().won.remove(&c);
+                    if !self.quorum_and_coverage(ctx, &self.regen().won) {
                         self.newly_awake(ctx);
                         return;
                     }
@@ -175,13 +173,13 @@ impl Manager {
                 _ => {}
             }
         }
-        if self.state == MgrState::Manager {
+        if self.state() == MgrState::Manager {
             self.start_deferred(ctx);
         }
-        if self.state == MgrState::Manager {
+        if self.state() == MgrState::Manager {
             self.lock_timers(ctx);
         }
-        if self.state == MgrState::Manager && self.stable_since <= now {
+        if self.state() == MgrState::Manager && self.stable_since <= now {
             self.run_policies(ctx);
         }
         self.objects_tick(ctx);
