@@ -106,7 +106,7 @@ pub enum ToChunk {
         lease: Duration,
     },
     /// `epoch transition(old epoch, new epoch, new metadata, new mgr id)`: the SafeTalk
-    /// prepare. The chunk logs it durably and votes to `coordinator`.
+    /// prepare. The chunk logs it durably and votes to `new_mgr`, the transition manager.
     EpochTransition {
         /// Epoch the transition starts from.
         old_epoch: Epoch,
@@ -116,7 +116,7 @@ pub enum ToChunk {
         tx: u64,
         /// Layout of the new epoch.
         metadata: Metadata,
-        /// Manager of the new epoch (also the commit coordinator).
+        /// Manager of the new epoch (also the transition manager, which runs the commit).
         new_mgr: DeviceId,
         /// Reconciliation input (§5.3.8: "as the first step, chunks are being
         /// reconciled"): the old epoch's state, sent by a relayout to every participant

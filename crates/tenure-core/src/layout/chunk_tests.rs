@@ -51,8 +51,12 @@ fn position(out: &[Output], f: impl Fn(&Output) -> bool) -> usize {
     out.iter().position(f).expect("output present")
 }
 
-/// The chunk voted for `new_epoch` to `coordinator`, after making the vote durable.
-fn assert_voted_after_persist(out: &[Output], new_epoch: u64, coordinator: crate::ids::DeviceId) {
+/// The chunk voted for `new_epoch` to `transition_mgr`, after making the vote durable.
+fn assert_voted_after_persist(
+    out: &[Output],
+    new_epoch: u64,
+    transition_mgr: crate::ids::DeviceId,
+) {
     let put = put_chunks(out);
     assert_eq!(put.len(), 1, "{out:?}");
     assert_eq!(
@@ -64,7 +68,7 @@ fn assert_voted_after_persist(out: &[Output], new_epoch: u64, coordinator: crate
         .filter(|(_, m)| matches!(m, ToManager::Vote { .. }))
         .collect();
     assert_eq!(votes.len(), 1, "{out:?}");
-    assert_eq!(votes[0].0, coordinator);
+    assert_eq!(votes[0].0, transition_mgr);
     assert!(
         matches!(votes[0].1, ToManager::Vote { new_epoch: v, tx, .. } if v == e(new_epoch) && tx == TX)
     );
@@ -412,9 +416,9 @@ fn regular_transition_commit_non_member_garbage_collects() {
 }
 
 #[test]
-fn regular_transition_commit_from_non_coordinator_is_ignored() {
+fn regular_transition_commit_from_non_transition_manager_is_ignored() {
     // seed 000 §4.2.3 regular transition: commit tx / abort tx. Tenure (SafeTalk): only
-    // the coordinator of the logged transition, for that epoch, commits or aborts it.
+    // the transition manager of the logged transition, for that epoch, commits or aborts it.
     let mut env = Env::new(d(1));
     let events = [
         (N, commit_msg(4, Default::default(), timing().commit_window)),
@@ -568,7 +572,7 @@ fn newly_awake_boot_clears_transient_state_and_asks_last_manager() {
 fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     // seed 000 §4.2.5 newly awake "(after some delay)", as Tenure fills it: a chunk that
     // rebooted with a prepare record it never saw decided ignores every message for
-    // `transition_wait`, longer than any coordinator counts the vote, then asks its last
+    // `transition_wait`, longer than any transition manager counts the vote, then asks its last
     // manager. (sim seed 46832: the rebooted chunk joined an e5 regeneration while its e4
     // vote was still counted, and a manager of e4 appeared after the manager of e5.)
     let mut env = Env::new(d(1));
@@ -1439,10 +1443,10 @@ fn recovery_reconciling_done_votes_commit_and_enters_recovery_transition() {
 // ---- Tenure gap fillers ------------------------------------------------------------
 
 #[test]
-fn transition_wait_expiry_gives_up_on_coordinator_keeping_prepared() {
+fn transition_wait_expiry_gives_up_on_transition_manager_keeping_prepared() {
     // Tenure (chunk.rs): a chunk waiting in a transition state longer than
     // `transition_wait` gives up on its manager and enters no lease, asking its lease
-    // manager and the transition's coordinator first, and keeping its durable vote.
+    // manager and the transition's manager first, and keeping its durable vote.
     let t = timing();
     for state in [
         S::Reconciling,

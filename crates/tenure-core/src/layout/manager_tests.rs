@@ -3,10 +3,10 @@
 //! device `M` directly in the state under test (layout `c(1), c(2), c(3)`), delivers one
 //! event, and checks the state, the variables and the outputs.
 //!
-//! The manager is the SafeTalk coordinator of every epoch transition it starts, so the
-//! seed's `done` (every participant reconciled and voted) is the last vote arriving, and
-//! `commit tx` follows at once: the into/relayout/recovery *transition* states are passed
-//! through within that event. `abort tx` is a vote to abort or the vote deadline.
+//! The manager is the transition manager (runs the SafeTalk commit) of every epoch
+//! transition it starts, so the seed's `done` (every participant reconciled and voted)
+//! is the last vote arriving, and `commit tx` follows at once: the
+//! into/relayout/recovery *transition* states are passed through within that event. `abort tx` is a vote to abort or the vote deadline.
 
 use super::manager::{Incoming, Manager, Stage, TxKind};
 use super::test_support::*;

@@ -10,8 +10,10 @@
 //!
 //! [`chunk`] holds the chunk state machine (§4), [`manager`] the manager's (§5). The commit
 //! protocol the seed leaves open is SafeTalk (DESIGN §3): `epoch transition` is the
-//! prepare, which a chunk logs durably before voting; the coordinator commits only with
-//! every participant's vote and ships the reconciled store state in the commit.
+//! prepare, which a chunk logs durably before voting; the transition manager (the new
+//! epoch's manager, SafeTalk's commit coordinator) commits only with every participant's
+//! vote and ships the reconciled store state in the commit. "Coordinator" alone is the
+//! cluster's coordinator (DESIGN §1).
 
 pub mod ack_timer;
 pub mod chunk;

@@ -12,7 +12,7 @@
 //!   regeneration never reuses an epoch number that may have committed;
 //! - a chunk waiting in a transition state for longer than `transition_wait` gives up on
 //!   its manager and enters the no-lease state (the seed assumes the commit protocol
-//!   terminates; this is how it terminates when the coordinator dies);
+//!   terminates; this is how it terminates when the transition manager dies);
 //! - a no-lease chunk acquired for an older epoch answers `ack-conditional` with its
 //!   newer epoch instead of `nack`, so the manager can move forward (§5.3.10);
 //! - a recovery lease belongs to the epoch it was granted in (`lease_epoch`), which differs
@@ -45,7 +45,7 @@ pub struct TransitionLog {
     pub new_epoch: Epoch,
     /// Layout of the new epoch.
     pub metadata: Metadata,
-    /// Manager of the new epoch and commit coordinator.
+    /// Manager of the new epoch, which runs the commit (the transition manager).
     pub new_mgr: DeviceId,
     /// Identity of the transition attempt.
     pub tx: u64,
@@ -74,7 +74,7 @@ pub struct Chunk {
     pub help_at: Option<Instant>,
     /// `help` messages sent since the chunk entered the no-lease state.
     pub helps_sent: u32,
-    /// Tenure: transition states give up on the coordinator at this time.
+    /// Tenure: transition states give up on the transition manager at this time.
     pub transition_deadline: Option<Instant>,
     /// Tenure: recently finished transition attempts (a replayed prepare is refused).
     pub finished: Vec<u64>,
@@ -227,7 +227,7 @@ impl Chunk {
     ///
     /// Tenure fills the seed's "(after some delay)": a chunk that crashed holding a vote
     /// it never saw decided (`prepared`) stays newly awake for `transition_wait` before
-    /// it asks anyone for help. Its coordinator counts that vote only within
+    /// it asks anyone for help. Its transition manager counts that vote only within
     /// `transition_timeout` of sending the prepare, which is shorter, so once the chunk
     /// moves on the vote can no longer make a layout commit behind a newer regeneration
     /// (found by the simulator: sim seed 46832: a manager of e4 appeared after one of e5).
@@ -604,7 +604,7 @@ impl Chunk {
             | S::RecoveryReconciling
             | S::RecoveryTransition => {
                 if self.transition_deadline.is_some_and(|t| t <= now) {
-                    // Tenure: the coordinator is gone; regenerate, keeping `prepared`.
+                    // Tenure: the transition manager is gone; regenerate, keeping `prepared`.
                     let mut q: Vec<DeviceId> = self.lease_mgr.into_iter().collect();
                     if let Some(l) = self
                         .log

@@ -123,7 +123,7 @@ impl Chunk {
             return;
         }
         self.finished_tx(tx);
-        let log = self.log.take().expect("coordinator checked");
+        let log = self.log.take().expect("transition manager checked");
         self.transition_deadline = None;
         if log.metadata.contains(self.record.id) {
             self.record.epoch = log.new_epoch;

@@ -7,7 +7,7 @@
 //! gathered → gathering leases → recovery reconciling → recovery transition → manager.
 //!
 //! Where the seed leaves room, Tenure decides (each marked `Tenure:` below):
-//! - **commit protocol**: the coordinator (the new epoch's manager) sends `epoch
+//! - **commit protocol**: the transition manager (the new epoch's manager) sends `epoch
 //!   transition` (prepare), collects every participant's `Vote` (ACCEPTED, carrying its
 //!   store state: the reconciliation input), merges them, and commits by sending the
 //!   merged state; any `VoteAbort` or a missing vote by `transition_timeout` aborts;

@@ -393,7 +393,7 @@ impl Manager {
         if !(tx.await_mgr.is_none() && tx.votes == tx.participants) {
             return;
         }
-        // initiate commit, voting commit → * transition; as coordinator, commit at once.
+        // initiate commit, voting commit → * transition; as transition manager, commit at once.
         self.stage.advance(match self.state() {
             MgrState::RecoveryReconciling => MgrState::RecoveryTransition,
             MgrState::RelayoutReconciling => MgrState::RelayoutTransition,
