@@ -985,3 +985,30 @@ fn next_deadline_follows_lock_delays_and_waits_through_every_change() {
     assert_eq!(lt.next_deadline(), None);
     assert!(lt.deadlines_are_derived());
 }
+
+// ---- counting a slice at a time (a device's gauges) ----
+
+/// `held_count_after` over successive slices adds up to `held_count`: names waited for
+/// but not held are visited and not counted, and the last slice says nothing remains.
+#[test]
+fn held_count_after_adds_up_slice_by_slice() {
+    let mut tab = table();
+    for i in 0..7 {
+        granted(tab.acquire(&req(S1, i, &format!("/n{i}"), X, Wait::Try), t(0)));
+    }
+    queued(tab.acquire(&req(S2, 1, "/n3", X, Wait::Until(t(9000))), t(0)));
+    granted(tab.acquire(&req(S2, 2, "/z", S, Wait::Try), t(0)));
+    assert_eq!((tab.held_count(), tab.entry_count()), (8, 8));
+    let (mut held, mut after, mut slices) = (0, None, 0);
+    loop {
+        let (n, next) = tab.held_count_after(after.as_ref(), 3);
+        held += n;
+        slices += 1;
+        match next {
+            Some(name) => after = Some(name),
+            None => break,
+        }
+    }
+    assert_eq!((held, slices), (8, 3));
+    assert_eq!(tab.held_count_after(None, 100), (8, None));
+}

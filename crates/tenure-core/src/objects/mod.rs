@@ -30,7 +30,7 @@ mod small_scenarios;
 mod tests;
 
 pub use manifest::{DeletionLease, Manifest, ManifestState, Part, Props, merge, merge_dict};
-pub use table::{Change, ChangeKind, ObjectMeta, ObjectTable};
+pub use table::{Change, ChangeKind, ObjectMeta, ObjectTable, ObjectTally};
 
 use crate::ids::SessionId;
 use crate::lockctl::FencingToken;

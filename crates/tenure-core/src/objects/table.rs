@@ -67,6 +67,26 @@ pub struct ObjectMeta {
     pub blocks: Vec<(BlockId, BlockInfo)>,
 }
 
+/// What a device's gauges count in its managed stores' object tables
+/// ([`ObjectTable::tally_after`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectTally {
+    /// Keys with an active object.
+    pub objects: u64,
+    /// Their active contents' bytes.
+    pub bytes: u64,
+    /// Manifests pending deletion (blocks still to collect).
+    pub gc_backlog: u64,
+}
+
+impl std::ops::AddAssign for ObjectTally {
+    fn add_assign(&mut self, o: ObjectTally) {
+        self.objects += o.objects;
+        self.bytes += o.bytes;
+        self.gc_backlog += o.gc_backlog;
+    }
+}
+
 /// Collection work the manager's spawn step finds (seed 001 workflow step 4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GcWork {
@@ -197,6 +217,40 @@ impl ObjectTable {
             .filter(|c| c.revision > after && under(&c.key, prefix))
             .cloned()
             .collect())
+    }
+
+    /// The status gauges of at most `budget` keys, in key order after `after` (from the
+    /// first key with `None`), and the last key visited if keys remain after it: a
+    /// device counts a large table a slice per tick instead of scanning it whole on its
+    /// event loop.
+    pub fn tally_after(
+        &self,
+        after: Option<&str>,
+        budget: usize,
+    ) -> (ObjectTally, Option<Arc<str>>) {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut tally = ObjectTally::default();
+        let mut last = None;
+        let mut range = self.keys.range::<_, str>((from, Bound::Unbounded));
+        for (key, dict) in range.by_ref().take(budget.max(1)) {
+            let mut active: Option<&Manifest> = None;
+            for m in dict.values() {
+                match m.state {
+                    ManifestState::PendingDelete => tally.gc_backlog += 1,
+                    ManifestState::Active if active.is_none_or(|a| m.revision > a.revision) => {
+                        active = Some(m)
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(a) = active {
+                tally.objects += 1;
+                tally.bytes += a.size;
+            }
+            last = Some(key.clone());
+        }
+        let more = range.next().is_some();
+        (tally, last.filter(|_| more))
     }
 
     /// The manifest a request created, if one did.

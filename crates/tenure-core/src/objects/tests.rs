@@ -872,3 +872,45 @@ fn an_inline_value_encodes_only_from_its_generation_on() {
     });
     assert_eq!(back.unwrap(), plain);
 }
+
+/// `tally_after` over successive slices adds up to what `meta` and the pending
+/// manifests say of the whole table: a key counts once, by its newest active content,
+/// a key with only a tombstone is not an object, and every pending deletion is backlog.
+#[test]
+fn tally_after_adds_up_slice_by_slice() {
+    let mut tab = ObjectTable::default();
+    let dict = |ms: Vec<(u128, Manifest)>| {
+        let mut d = crate::objects::manifest::Dict::default();
+        for (u, mut m) in ms {
+            m.uuid = Uuid(u);
+            d.insert(Uuid(u), m);
+        }
+        std::sync::Arc::new(d)
+    };
+    let mut big = a(9);
+    big.size = 100;
+    tab.keys
+        .insert("/a".into(), dict(vec![(1, a(2)), (2, big)]));
+    tab.keys.insert("/b".into(), dict(vec![(1, d(5))]));
+    tab.keys
+        .insert("/c".into(), dict(vec![(1, p(&[1], 5)), (2, a(4))]));
+    tab.keys.insert("/d".into(), dict(vec![(1, w(&[1], 1))]));
+    tab.keys.insert("/e".into(), dict(vec![(1, a(7))]));
+    let whole = ObjectTally {
+        objects: 3,
+        bytes: 100 + 2 * 40,
+        gc_backlog: 1,
+    };
+    assert_eq!(tab.tally_after(None, 100), (whole, None));
+    let (mut sum, mut after, mut slices) = (ObjectTally::default(), None, 0);
+    loop {
+        let (t, next) = tab.tally_after(after.as_deref(), 2);
+        sum += t;
+        slices += 1;
+        match next {
+            Some(k) => after = Some(k),
+            None => break,
+        }
+    }
+    assert_eq!((sum, slices), (whole, 3));
+}

@@ -71,6 +71,7 @@ mod observe;
 mod release;
 pub mod routes;
 pub mod status;
+mod tally;
 
 use calls::{Answer, Call, DeviceEvent};
 use observe::{HotMetrics, RequestMetrics, coordinator_gauges, lookup_gauges};
@@ -126,6 +127,8 @@ pub struct Driver {
     /// The snapshots this device takes part in (their parts are written on a thread of
     /// their own; a Done/Continue leaves once its part is durable).
     snapshots: crate::snapshots::Book,
+    /// The managed stores' table sizes, counted a slice per tick (gauges, status).
+    tallies: tally::Tallies,
 }
 
 /// A client request the core has not answered yet.
@@ -181,6 +184,7 @@ impl Driver {
             endpoints: Default::default(),
             retired: false,
             snapshots: crate::snapshots::Book::default(),
+            tallies: tally::Tallies::default(),
         };
         d.release(out);
         d.flush_held();
@@ -320,6 +324,7 @@ impl Driver {
             self.start_commit();
             if self.gauges_at.elapsed() >= Duration::from_secs(1) {
                 self.gauges_at = std::time::Instant::now();
+                self.tallies.tick(&self.device, tally::BUDGET);
                 lookup_gauges(&self.device.lookup().view());
                 coordinator_gauges(&self.device);
                 self.object_gauges();

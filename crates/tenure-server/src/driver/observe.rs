@@ -110,25 +110,8 @@ impl Driver {
     /// The object gauges of the stores managed here: active objects and their bytes, the
     /// collector's backlog (manifests pending deletion), and the watches served.
     pub(super) fn object_gauges(&self) {
-        use tenure_core::objects::ManifestState;
-        let (mut objects, mut bytes, mut backlog) = (0u64, 0u64, 0u64);
-        for m in self.device.manager_views() {
-            let Some(t) = self.device.managed_tables(m.store) else {
-                continue;
-            };
-            let t = &t.objects;
-            for dict in t.keys.values() {
-                backlog += (dict.values())
-                    .filter(|m| m.state == ManifestState::PendingDelete)
-                    .count() as u64;
-            }
-            for key in t.keys.keys() {
-                if let Some(a) = t.active(key) {
-                    objects += 1;
-                    bytes += a.size;
-                }
-            }
-        }
+        let t = self.tallies.objects();
+        let (objects, bytes, backlog) = (t.objects, t.bytes, t.gc_backlog);
         metrics::gauge!("tenure_objects").set(objects as f64);
         metrics::gauge!("tenure_object_bytes").set(bytes as f64);
         metrics::gauge!("tenure_object_gc_backlog").set(backlog as f64);
@@ -143,13 +126,13 @@ impl Driver {
         let cfg = self.device.config();
         metrics::gauge!("tenure_stores").set(f64::from(cfg.cluster.stores));
         metrics::gauge!("tenure_chunks").set(self.device.chunk_views().len() as f64);
-        let (mut sessions, mut held) = (0usize, 0usize);
+        let mut sessions = 0usize;
         for m in self.device.manager_views() {
             if let Some(t) = self.device.managed_tables(m.store) {
                 sessions += t.sessions.open.len();
-                held += t.locks.held_count();
             }
         }
+        let held = self.tallies.locks_held();
         metrics::gauge!("tenure_sessions").set(sessions as f64);
         metrics::gauge!("tenure_locks_held").set(held as f64);
     }

@@ -106,7 +106,7 @@ pub(crate) struct SessionState {
 ///   lock-delay end; call [`tick`](Self::tick) at or after it (extra ticks are harmless).
 /// - **getters**: [`holders`](Self::holders), [`waiters`](Self::waiters),
 ///   [`locks_under`](Self::locks_under), [`session_locks`](Self::session_locks),
-///   [`held_count`](Self::held_count).
+///   [`held_count`](Self::held_count), [`held_count_after`](Self::held_count_after).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "LockTableRepr")]
 pub struct LockTable {
@@ -537,6 +537,33 @@ impl LockTable {
             .values()
             .filter(|e| !e.holders.is_empty())
             .count()
+    }
+
+    /// How many of at most `budget` lock names, in name order after `after` (from the
+    /// first with `None`), have a holder, and the last name visited if names remain after
+    /// it: [`held_count`](Self::held_count) a slice at a time, for a device's gauges.
+    pub fn held_count_after(
+        &self,
+        after: Option<&LockName>,
+        budget: usize,
+    ) -> (usize, Option<LockName>) {
+        use std::ops::Bound;
+        let from: Bound<&LockName> = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut range = self.entries.range::<_, LockName>((from, Bound::Unbounded));
+        let mut held = 0;
+        let mut last = None;
+        for (name, e) in range.by_ref().take(budget.max(1)) {
+            held += usize::from(!e.holders.is_empty());
+            last = Some(name);
+        }
+        let more = range.next().is_some();
+        (held, last.filter(|_| more).cloned())
+    }
+
+    /// How many lock names the table has an entry for (held, waited for, or in their
+    /// lock-delay), without visiting them.
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
     }
 
     /// The locks `session` holds, in name order.
