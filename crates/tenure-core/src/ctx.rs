@@ -51,6 +51,14 @@ impl Ctx<'_> {
                 .get(&d)
                 .is_some_and(|t| self.now.saturating_since(*t) >= self.cfg.timing.silence())
     }
+    /// When `d` falls silent if nothing more is heard from it ([`Self::silent`]); none
+    /// for this device and for a device never heard from.
+    pub fn silent_at(&self, d: DeviceId) -> Option<Instant> {
+        if d == self.cfg.id {
+            return None;
+        }
+        (self.heard.get(&d)).map(|t| *t + self.cfg.timing.silence())
+    }
     /// Queue a message.
     pub fn send(&mut self, to: DeviceId, msg: Msg) {
         self.out.push(Output::Send { to, msg });

@@ -1105,6 +1105,49 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
 }
 
 #[test]
+fn manager_ack_timeout_spares_a_chunk_whose_device_is_still_heard() {
+    // SafeTalk: chunks silent past the ack timeout are failed. Tenure: a chunk whose device
+    // is still heard from is slow (a disk flush stalled, a loaded CPU), not gone: it is
+    // spared until its device falls silent (`Timing::silence` after the last message
+    // from it), and no longer than one lease from the batch's sending.
+    let t = timing();
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    // Every chunk renewed its lease to this manager since (no `chunkfail` is due).
+    for k in layout().chunks {
+        m.chunkfail.insert(k, T0 + ms(10_000));
+    }
+    env.heard.insert(d(1), T0 + ms(100));
+    m.host.inflight = Some(super::manager::Batch::waiting_for(
+        set(&[1]),
+        T0,
+        T0 + ms(300),
+    ));
+    m.on_tick(&mut env.ctx(T0 + ms(300)));
+    assert!(m.failed.is_empty(), "heard 200 ms ago: not blamed");
+    let b = m.host.inflight.as_ref().expect("the batch still waits");
+    assert_eq!(b.deadline, T0 + ms(100) + t.silence());
+    // Heard again: spared again, up to one lease from the sending.
+    env.heard.insert(d(1), T0 + ms(1400));
+    m.on_tick(&mut env.ctx(T0 + ms(100) + t.silence()));
+    assert!(m.failed.is_empty());
+    let b = m.host.inflight.as_ref().expect("the batch still waits");
+    assert_eq!(b.deadline, T0 + t.lease);
+    m.on_tick(&mut env.ctx(T0 + t.lease));
+    assert_eq!(m.failed, set(&[1]), "a lease without an answer: blamed");
+    // A device that fell silent is blamed at the ack timeout.
+    let mut m = managing(3);
+    env.heard.insert(d(1), T0);
+    m.host.inflight = Some(super::manager::Batch::waiting_for(
+        set(&[1]),
+        T0 + t.silence(),
+        T0 + t.silence() + ms(300),
+    ));
+    m.on_tick(&mut env.ctx(T0 + t.silence() + ms(300)));
+    assert_eq!(m.failed, set(&[1]), "silent: blamed at once");
+}
+
+#[test]
 fn manager_ack_from_failed_chunk_marks_recovered() {
     // seed 000 §5.3.7 manager: ack from a sender ∈ failed → recovered += sender,
     // chunkfail(sender) ← now + d_l.

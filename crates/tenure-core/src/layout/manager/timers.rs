@@ -89,6 +89,18 @@ impl Manager {
                 if self.state() != MgrState::Manager {
                     return;
                 }
+                // Tenure: a chunk whose device is still heard from is slow (its disk
+                // stalled on a flush, its CPU loaded), not gone: it is spared until its
+                // device falls silent (`Timing::silence` after the last message from
+                // it), and no longer than one lease from the batch's sending. Blaming it
+                // costs an epoch transition, which loads every device more; a dead or
+                // cut-off device stops being heard and is blamed then.
+                if let Some(until) = (ctx.silent_at(c.device)).map(|s| s.min(sent + lease))
+                    && until > now
+                {
+                    spared_until = Some(spared_until.map_or(until, |s: Instant| s.min(until)));
+                    continue;
+                }
                 let mut rest = self.live();
                 rest.remove(&c);
                 let spare = (self.chunkfail.get(&c)).map(|&lease_end| lease_end.min(sent + lease));
