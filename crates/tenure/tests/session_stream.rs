@@ -9,7 +9,9 @@
 //! - a held lock whose manager is paused (SIGSTOP): the guard reports the lock may be
 //!   lost before the deadline it had at the pause (DESIGN §4, sessions);
 //! - a paused device that does not manage a store costs a new client of that store
-//!   little (endpoints are raced): a free lock is granted within a second, also when
+//!   little (endpoints are raced): a free lock is granted within two seconds (the
+//!   store's manager blames the paused device's chunk once the device has been silent
+//!   for `Timing::silence`, 1.2 s: a device still heard from is slow, not gone), also when
 //!   the paused device is the first endpoint, and `tenure lock --timeout 2s` on a held
 //!   lock gives up within 2.5 s of wall time.
 //!
@@ -528,8 +530,11 @@ fn a_stopped_device_does_not_stall_other_stores() {
             eprintln!(
                 "paused device {order} in the list: a new client found the store count in {found:?} and locked {name} {took:?} after it was made"
             );
+            // The manager marks the paused device's chunk failed once the device has
+            // been silent for `Timing::silence` (1.2 s after its last message), then
+            // commits without it.
             assert!(
-                took < Duration::from_secs(1),
+                took < Duration::from_secs(2),
                 "a new client took {took:?} to lock a free name with the paused device {order}"
             );
             g.release().await.unwrap();
