@@ -45,11 +45,7 @@ impl Ctx<'_> {
     /// cluster's start nobody has been heard yet), nor is this device. Only a hint for
     /// whom to ask and how long to wait: safety never depends on it.
     pub fn silent(&self, d: DeviceId) -> bool {
-        d != self.cfg.id
-            && self
-                .heard
-                .get(&d)
-                .is_some_and(|t| self.now.saturating_since(*t) >= self.cfg.timing.silence())
+        self.silent_at(d).is_some_and(|t| self.now >= t)
     }
     /// When `d` falls silent if nothing more is heard from it ([`Self::silent`]); none
     /// for this device and for a device never heard from.

@@ -67,6 +67,13 @@ pub struct ObjectMeta {
     pub blocks: Vec<(BlockId, BlockInfo)>,
 }
 
+/// A key's active manifest in its dict: the active one with the highest revision.
+fn active_in(dict: &super::manifest::Dict) -> Option<&Manifest> {
+    (dict.values())
+        .filter(|m| m.state == ManifestState::Active)
+        .max_by_key(|m| m.revision)
+}
+
 /// What a device's gauges count in its managed stores' object tables
 /// ([`ObjectTable::tally_after`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -179,9 +186,7 @@ pub struct Access {
 impl ObjectTable {
     /// The key's active manifest: the active one with the highest revision.
     pub fn active(&self, key: &str) -> Option<&Manifest> {
-        (self.keys.get(key)?.values())
-            .filter(|m| m.state == ManifestState::Active)
-            .max_by_key(|m| m.revision)
+        active_in(self.keys.get(key)?)
     }
 
     /// The key's active object.
@@ -233,17 +238,10 @@ impl ObjectTable {
         let mut last = None;
         let mut range = self.keys.range::<_, str>((from, Bound::Unbounded));
         for (key, dict) in range.by_ref().take(budget.max(1)) {
-            let mut active: Option<&Manifest> = None;
-            for m in dict.values() {
-                match m.state {
-                    ManifestState::PendingDelete => tally.gc_backlog += 1,
-                    ManifestState::Active if active.is_none_or(|a| m.revision > a.revision) => {
-                        active = Some(m)
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(a) = active {
+            tally.gc_backlog += (dict.values())
+                .filter(|m| m.state == ManifestState::PendingDelete)
+                .count() as u64;
+            if let Some(a) = active_in(dict) {
                 tally.objects += 1;
                 tally.bytes += a.size;
             }

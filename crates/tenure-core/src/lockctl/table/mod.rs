@@ -533,10 +533,7 @@ impl LockTable {
 
     /// How many locks have at least one holder (without listing them).
     pub fn held_count(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|e| !e.holders.is_empty())
-            .count()
+        self.held_count_after(None, usize::MAX).0
     }
 
     /// How many of at most `budget` lock names, in name order after `after` (from the
