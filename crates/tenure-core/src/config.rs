@@ -107,6 +107,8 @@ impl Default for Timing {
 pub struct PlantedBugs {
     /// The quorum predicate accepts any non-empty set of chunks.
     pub broken_quorum: bool,
+    /// A commit's patch leaves out one row of what differs from the base table.
+    pub patch_drops_a_row: bool,
     /// A chunk applies operations whatever its lease state.
     pub serve_without_lease: bool,
     /// A manager answers reads at once, without its read lease or a barrier, and even

@@ -33,6 +33,10 @@ pub struct Ctx<'a> {
     /// put may be written as one change. False while a peer of an older build is in the
     /// cluster (a rolling upgrade).
     pub inline_values: bool,
+    /// Every peer reads vote summaries and commit patches ([`crate::generation`]): an
+    /// epoch transition may ship what differs instead of whole tables. False while a
+    /// peer of an older build is in the cluster.
+    pub diff_transitions: bool,
 }
 
 impl Ctx<'_> {

@@ -337,6 +337,12 @@ impl crate::safetalk::Apply<StoreOp> for Tables {
 /// R-lists of SafeTalk.
 pub type StoreData = crate::safetalk::Replica<StoreOp, Tables>;
 
+/// A store's state named by its stamp ([`crate::safetalk::Summary`]).
+pub type StoreSummary = crate::safetalk::Summary<StoreOp>;
+
+/// A reconciliation input: a store's state whole or named ([`crate::safetalk::Input`]).
+pub type StoreInput = crate::safetalk::Input<StoreOp, Tables>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

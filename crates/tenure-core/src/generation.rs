@@ -34,25 +34,35 @@ pub enum Generation {
     /// ([`crate::msg::ToManager::Accepted`]'s `lease_left`), which lets a manager answer
     /// reads under its leases (DESIGN §4, reads; wire version 6). Files are unchanged.
     LeaseReads,
+    /// Epoch transitions ship what differs: a store's state names the commit it was
+    /// installed by ([`crate::safetalk::Replica`]'s `stamp`), votes to another device
+    /// may be summaries and commits patches ([`crate::msg::ToManager::VoteSummary`],
+    /// [`crate::msg::ToChunk::CommitPatch`]; DESIGN "State at scale"; wire version 7,
+    /// storage format 9, snapshot format 4).
+    DiffTransitions,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::LeaseReads;
+    pub const CURRENT: Generation = Generation::DiffTransitions;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
     /// inline values at `inline_from`, forwarding at `forwarding_from` (for a file
     /// format, which never holds a forwarded request, the same as `groups_from`) and
-    /// session groups at `groups_from` and lease reads at `lease_from` (for a file format,
-    /// which never holds a message, the same as `groups_from`).
+    /// session groups at `groups_from`, lease reads at `lease_from` (for a file format,
+    /// which never holds a message, the same as `groups_from`) and stamped states with
+    /// summaries and patches at `diff_from`.
     pub fn of(
         version: u64,
         inline_from: u64,
         forwarding_from: u64,
         groups_from: u64,
         lease_from: u64,
+        diff_from: u64,
     ) -> Generation {
-        if version >= lease_from {
+        if version >= diff_from {
+            Generation::DiffTransitions
+        } else if version >= lease_from {
             Generation::LeaseReads
         } else if version >= groups_from {
             Generation::SessionGroups
@@ -215,6 +225,52 @@ pub fn only_groups<T: serde::Serialize, S: serde::Serializer>(
     } else {
         Err(S::Error::custom(
             "a session attach cannot be encoded for a peer or format from before session groups",
+        ))
+    }
+}
+
+/// `#[serde(with = "crate::generation::stamp")]` for the commit a store's state was
+/// installed by: absent from the encoding before [`Generation::DiffTransitions`], where
+/// it is left out and read as `None` (a state without a stamp is shipped whole).
+pub mod stamp {
+    use super::{Generation, current};
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{Serialize, Serializer};
+
+    /// Write the stamp, or nothing at an older generation.
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        if current() >= Generation::DiffTransitions {
+            v.serialize(s)
+        } else {
+            s.serialize_unit()
+        }
+    }
+
+    /// Read the stamp; `None` at an older generation.
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        if current() >= Generation::DiffTransitions {
+            Option::<T>::deserialize(d)
+        } else {
+            <()>::deserialize(d)?;
+            Ok(None)
+        }
+    }
+}
+
+/// `#[serde(serialize_with = "crate::generation::only_diff")]` on a message that exists
+/// only from [`Generation::DiffTransitions`] on: an older peer could not decode it.
+pub fn only_diff<T: serde::Serialize, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    if current() >= Generation::DiffTransitions {
+        v.serialize(s)
+    } else {
+        Err(S::Error::custom(
+            "a vote summary or commit patch cannot be encoded for a peer from before diff transitions",
         ))
     }
 }

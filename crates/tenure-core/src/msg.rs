@@ -194,6 +194,54 @@ pub enum ToChunk {
         /// Everything up to here is confirmed.
         upto: Version,
     },
+    /// `commit tx` carrying the reconciled state as a patch of the table the chunk's
+    /// summary named (Tenure, DESIGN "State at scale").
+    #[serde(serialize_with = "crate::generation::only_diff")]
+    CommitPatch(Box<CommitPatch>),
+    /// The transition manager cannot merge without this chunk's whole state: vote again,
+    /// whole.
+    #[serde(serialize_with = "crate::generation::only_diff")]
+    SendState(SendState),
+}
+
+/// [`ToChunk::CommitPatch`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommitPatch {
+    /// Epoch being committed.
+    pub new_epoch: Epoch,
+    /// Identity of this transition attempt.
+    pub tx: u64,
+    /// Lease after the commit (commit lease window), from receipt.
+    pub lease: Duration,
+    /// The merged state, as rows that differ from a table the chunk holds.
+    pub patch: Patch,
+}
+
+/// The merged state of an epoch transition as what differs from a table a voter named
+/// ([`crate::safetalk::Summary`]): the chunk confirms its pending changes up to `upto`,
+/// which makes its table the one stamped `from` at `upto` (the merge's base), then takes
+/// the rows and scalars ([`crate::rows::patch`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Patch {
+    /// The stamp of the base table.
+    pub from: crate::safetalk::Stamp,
+    /// Its confirmed number.
+    pub upto: Version,
+    /// The merged state's confirmed number.
+    pub confirmed: Version,
+    /// The merged tables' scalars ([`crate::rows::head`]).
+    pub head: Box<crate::data::Tables>,
+    /// The rows in which the merged tables differ from the base's ([`crate::rows::diff`]).
+    pub rows: Vec<crate::rows::RowChange>,
+}
+
+/// [`ToChunk::SendState`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SendState {
+    /// The epoch being prepared.
+    pub new_epoch: Epoch,
+    /// Identity of the transition attempt.
+    pub tx: u64,
 }
 
 /// Messages a manager receives from chunks (seed 000 §5.3).
@@ -304,6 +352,24 @@ pub enum ToManager {
         /// The manager's epoch.
         epoch: Epoch,
     },
+    /// A vote that names the chunk's tables instead of shipping them (Tenure, DESIGN
+    /// "State at scale"): sent to a transition manager on another device when every
+    /// peer reads it.
+    #[serde(serialize_with = "crate::generation::only_diff")]
+    VoteSummary(Box<VoteSummary>),
+}
+
+/// [`ToManager::VoteSummary`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VoteSummary {
+    /// The epoch being prepared.
+    pub new_epoch: Epoch,
+    /// Identity of this transition attempt.
+    pub tx: u64,
+    /// The chunk's state, named.
+    pub summary: crate::data::StoreSummary,
+    /// The epoch the chunk last committed.
+    pub committed: Epoch,
 }
 
 /// Manager-to-manager messages of manager migration (seed 000 §5.3.1, §5.3.3–§5.3.7).

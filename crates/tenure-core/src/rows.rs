@@ -10,8 +10,8 @@
 //! tables' size — and [`insert`] puts one row back when a chunk is loaded.
 
 use crate::data::Tables;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// The maps a store's tables are made of (the first byte of a row's key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,7 +59,7 @@ impl Kind {
 
 /// One row that differs: its key (kind byte, then the encoded key) and its encoded
 /// value, none if the row is gone.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RowChange {
     /// The row's key.
     pub key: Vec<u8>,
@@ -284,6 +284,75 @@ pub fn finish(t: &mut Tables) {
     }
 }
 
+/// `base`'s tables with `changes` (as [`diff`] listed them from `base` to some `new`)
+/// applied and the scalars of `head` (`new`'s [`head`]): `new` again, built from `base`
+/// so that it shares every node the changes do not touch. What a chunk does with a
+/// commit's patch (DESIGN "State at scale").
+pub fn patch(base: &Tables, head: &Tables, changes: &[RowChange]) -> Result<Tables, RowError> {
+    let mut t = head.clone();
+    t.registers.entries = base.registers.entries.clone();
+    t.sessions.open = base.sessions.open.clone();
+    t.locks.entries = base.locks.entries.clone();
+    t.locks.waiters = base.locks.waiters.clone();
+    t.locks.sessions = base.locks.sessions.clone();
+    t.objects.keys = base.objects.keys.clone();
+    t.objects.owned = base.objects.owned.clone();
+    t.objects.attention = base.objects.attention.clone();
+    t.objects.history = base.objects.history.clone();
+    let mut history = Vec::new();
+    for c in changes {
+        let (&b, k) = c.key.split_first().ok_or(RowError::UnknownKind(u8::MAX))?;
+        let kind = Kind::from_byte(b).ok_or(RowError::UnknownKind(b))?;
+        match (kind, &c.value) {
+            (Kind::History, _) => history.push(c),
+            (_, Some(v)) => insert(&mut t, &c.key, v)?,
+            (Kind::Register, None) => {
+                t.registers.entries.remove(&de::<u64>(b, k)?);
+            }
+            (Kind::Session, None) => {
+                t.sessions.open.remove(&de::<crate::ids::SessionId>(b, k)?);
+            }
+            (Kind::LockEntry, None) => {
+                t.locks
+                    .entries
+                    .remove(&de::<crate::lockctl::LockName>(b, k)?);
+            }
+            (Kind::LockWaiter, None) => {
+                t.locks.waiters.remove(&de::<crate::lockctl::Ticket>(b, k)?);
+            }
+            (Kind::LockSession, None) => {
+                t.locks.sessions.remove(&de::<crate::ids::SessionId>(b, k)?);
+            }
+            (Kind::Object, None) => {
+                t.objects.keys.remove(&*de::<String>(b, k)?);
+            }
+            (Kind::Owned, None) => {
+                t.objects.owned.remove(&de::<crate::ids::SessionId>(b, k)?);
+            }
+            (Kind::Attention, None) => {
+                t.objects.attention.remove(&de::<String>(b, k)?);
+            }
+        }
+    }
+    if !history.is_empty() {
+        // The history is bounded by its limit: rebuilt by revision.
+        let mut by_rev: std::collections::BTreeMap<u64, crate::objects::table::Change> =
+            (t.objects.history.iter())
+                .map(|c| (c.revision, c.clone()))
+                .collect();
+        for c in history {
+            let rev: u64 = de(Kind::History as u8, &c.key[1..])?;
+            match &c.value {
+                Some(v) => by_rev.insert(rev, de(Kind::History as u8, v)?),
+                None => by_rev.remove(&rev),
+            };
+        }
+        t.objects.history = by_rev.into_values().collect();
+    }
+    t.locks.rebuild_deadlines();
+    Ok(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +484,59 @@ mod tests {
         let mut stored = old.clone();
         apply(&mut stored, &rows);
         assert_eq!(stored, new);
+    }
+
+    /// DESIGN "State at scale": a commit's patch (the rows from the base table to the
+    /// merged one, with the merged head) rebuilds the merged table from the base, deletes,
+    /// every kind of row and a rewritten history included.
+    #[test]
+    fn patch_of_the_diff_rebuilds_the_new_tables() {
+        let old = filled(2_000);
+        let mut new = old.clone();
+        new.registers.entries.insert(5, (Version::default(), 1));
+        new.registers.entries.remove(&6);
+        new.sessions.open.remove(&SessionId(7));
+        new.locks.entries.remove(&LockName::parse("/l/8").unwrap());
+        new.objects.keys.remove("/k/9");
+        new.objects.owned.remove(&SessionId(9));
+        new.objects.attention.remove("/k/9");
+        new.objects.keys.insert("/new".into(), Default::default());
+        new.objects.history.pop_front();
+        new.objects.history.get_mut(10).unwrap().key = "/other".into();
+        new.objects.revision = 2_001;
+        new.objects.history.push_back(Change {
+            revision: 2_001,
+            key: "/new".into(),
+            kind: ChangeKind::Delete,
+        });
+        let mut rows = Vec::new();
+        diff(&old, &new, &mut rows).unwrap();
+        assert!(rows.len() < 20, "{rows:?}");
+        let back = patch(&old, &head(&new), &rows).unwrap();
+        assert_eq!(back, new);
+        // Nothing differs: the base's rows under the new head.
+        assert_eq!(patch(&new, &head(&new), &[]).unwrap(), new);
+        // A row lost on the way leaves another table.
+        rows.pop();
+        assert_ne!(patch(&old, &head(&new), &rows).unwrap(), new);
+    }
+
+    #[test]
+    fn a_patch_row_of_no_kind_is_a_typed_error() {
+        let t = filled(3);
+        let bad = [RowChange {
+            key: vec![200, 1],
+            value: None,
+        }];
+        assert!(matches!(
+            patch(&t, &head(&t), &bad),
+            Err(RowError::UnknownKind(200))
+        ));
+        let empty = [RowChange {
+            key: vec![],
+            value: None,
+        }];
+        assert!(patch(&t, &head(&t), &empty).is_err());
     }
 
     #[test]

@@ -39,6 +39,21 @@ pub trait Kind {
     fn is_release(&self) -> bool;
 }
 
+/// The epoch transition whose commit installed a replica's table (Tenure, DESIGN "State
+/// at scale"). Every chunk that commits a transition installs the same merged table, and
+/// after it applies only that epoch's changes, in sequence order without a gap (a chunk
+/// refuses an ACCEPT that does not follow its last one): two replicas with the same
+/// stamp and the same confirmed number hold the same table. So a vote to another device
+/// can name its table by stamp and number instead of shipping it, and a commit can ship
+/// only the rows in which the merged table differs from that one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Stamp {
+    /// The epoch the transition committed.
+    pub epoch: Epoch,
+    /// The transition attempt.
+    pub tx: u64,
+}
+
 /// One chunk's copy: the LOCK table (confirmed changes applied) and the pending lists.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replica<Op, T> {
@@ -50,6 +65,10 @@ pub struct Replica<Op, T> {
     pub l_list: BTreeMap<Seq, Op>,
     /// R-list: accepted, unconfirmed releases.
     pub r_list: BTreeMap<Seq, Op>,
+    /// The commit that installed `table` ([`Stamp`]); none where the table was merged
+    /// from several (a relayout's input) or read from an older format.
+    #[serde(with = "crate::generation::stamp")]
+    pub stamp: Option<Stamp>,
 }
 
 impl<Op, T: Default> Default for Replica<Op, T> {
@@ -59,6 +78,7 @@ impl<Op, T: Default> Default for Replica<Op, T> {
             confirmed: Seq::default(),
             l_list: BTreeMap::new(),
             r_list: BTreeMap::new(),
+            stamp: None,
         }
     }
 }
@@ -153,6 +173,177 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
     }
 }
 
+/// A replica named instead of shipped (Tenure, DESIGN "State at scale"): its stamp and
+/// confirmed number, which name its table ([`Stamp`]), and its pending lists, which are
+/// what the recovery merge takes from it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary<Op> {
+    /// The commit that installed its table.
+    pub stamp: Stamp,
+    /// Highest sequence number applied to its table.
+    pub confirmed: Seq,
+    /// Its L-list.
+    pub l_list: BTreeMap<Seq, Op>,
+    /// Its R-list.
+    pub r_list: BTreeMap<Seq, Op>,
+}
+
+impl<Op> Summary<Op> {
+    /// The highest sequence number it holds, confirmed or pending.
+    pub fn last_held(&self) -> Seq {
+        last_held(self.confirmed, &self.l_list, &self.r_list)
+    }
+}
+
+fn last_held<Op>(confirmed: Seq, l: &BTreeMap<Seq, Op>, r: &BTreeMap<Seq, Op>) -> Seq {
+    let last = |m: &BTreeMap<Seq, Op>| m.keys().next_back().copied().unwrap_or_default();
+    confirmed.max(last(l)).max(last(r))
+}
+
+impl<Op: Clone, T> Replica<Op, T> {
+    /// This replica as a [`Summary`], if its table has a stamp to be named by.
+    pub fn summary(&self) -> Option<Summary<Op>> {
+        Some(Summary {
+            stamp: self.stamp?,
+            confirmed: self.confirmed,
+            l_list: self.l_list.clone(),
+            r_list: self.r_list.clone(),
+        })
+    }
+
+    /// The highest sequence number it holds, confirmed or pending.
+    pub fn last_held(&self) -> Seq {
+        last_held(self.confirmed, &self.l_list, &self.r_list)
+    }
+}
+
+/// A reconciliation input: a replica shipped whole, or named by a [`Summary`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input<Op, T> {
+    /// The whole replica.
+    Whole(Replica<Op, T>),
+    /// Its summary.
+    Summary(Summary<Op>),
+}
+
+impl<Op, T> Input<Op, T> {
+    fn confirmed(&self) -> Seq {
+        match self {
+            Input::Whole(r) => r.confirmed,
+            Input::Summary(s) => s.confirmed,
+        }
+    }
+}
+
+/// What [`merge_inputs`] merged: the merged replica, and the replica whose table it
+/// started from (an index into the inputs).
+#[derive(Clone, Debug)]
+pub struct Merged<Op, T> {
+    /// The merged replica (no stamp: the transition that installs it gives one).
+    pub data: Replica<Op, T>,
+    /// The input whose table the merge started from (a whole one).
+    pub base: usize,
+}
+
+impl<Op, T> Merged<Op, T> {
+    /// Whether a replica named by `s` can take the merged state as a patch from the
+    /// base's table: it is of the base's lineage (same stamp), behind or level with it,
+    /// and holds every change up to it pending, so that confirming them brings its
+    /// table to the base's.
+    pub fn can_patch(&self, inputs: &[(Epoch, Input<Op, T>)], s: &Summary<Op>) -> bool {
+        let Some((_, Input::Whole(base))) = inputs.get(self.base) else {
+            return false;
+        };
+        base.stamp == Some(s.stamp)
+            && s.confirmed <= base.confirmed
+            && s.last_held() >= base.confirmed
+    }
+}
+
+/// Menasce's recovery merge ([`merge`]) over inputs some of which are summaries, each
+/// with the epoch its holder last committed. The merge starts from a whole replica with
+/// the highest confirmed number; a summary's table is then either one it has whole (the
+/// same stamp and number) or a prefix of the base's (the same stamp, behind it, holding
+/// the changes up to it pending: every change in that table is in the base's, so there is
+/// nothing to reconcile from it). Its pending changes count like a whole replica's.
+///
+/// When a table the merge needs is not at hand — the most advanced replica is a summary,
+/// or a summary of another lineage — the inputs to ask whole are returned instead.
+pub fn merge_inputs<Op, T>(inputs: &[(Epoch, Input<Op, T>)]) -> Result<Merged<Op, T>, Vec<usize>>
+where
+    Op: Clone + Kind,
+    T: Apply<Op> + Clone + Default,
+{
+    let newest_committed = inputs.iter().map(|(e, _)| *e).max().unwrap_or_default();
+    let Some(top) = inputs.iter().map(|(_, i)| i.confirmed()).max() else {
+        return Ok(Merged {
+            data: Replica::default(),
+            base: 0,
+        });
+    };
+    fn whole<Op, T>(i: &Input<Op, T>) -> Option<&Replica<Op, T>> {
+        match i {
+            Input::Whole(r) => Some(r),
+            Input::Summary(_) => None,
+        }
+    }
+    let Some(base) = (inputs.iter().enumerate())
+        .filter(|(_, (_, i))| whole(i).is_some_and(|r| r.confirmed == top))
+        .map(|(n, _)| n)
+        .next_back()
+    else {
+        let ask = inputs.iter().position(|(_, i)| i.confirmed() == top);
+        return Err(ask.into_iter().collect());
+    };
+    let base_data = whole(&inputs[base].1).expect("a whole input");
+    let known = |s: &Summary<Op>| {
+        (base_data.stamp == Some(s.stamp) && s.confirmed <= top && s.last_held() >= top)
+            || inputs.iter().any(|(_, i)| {
+                whole(i).is_some_and(|r| r.stamp == Some(s.stamp) && r.confirmed == s.confirmed)
+            })
+    };
+    let ask: Vec<usize> = (inputs.iter().enumerate())
+        .filter(|(_, (_, i))| matches!(i, Input::Summary(s) if !known(s)))
+        .map(|(n, _)| n)
+        .collect();
+    if !ask.is_empty() {
+        return Err(ask);
+    }
+    let mut table = base_data.table.clone();
+    let mut confirmed = top;
+    let mut pending: BTreeMap<Seq, Op> = BTreeMap::new();
+    for (_, i) in inputs {
+        let (l, r) = match i {
+            Input::Whole(d) => (&d.l_list, &d.r_list),
+            Input::Summary(s) => (&s.l_list, &s.r_list),
+        };
+        for (s, op) in l.iter().chain(r.iter()) {
+            if *s > top && s.epoch >= newest_committed {
+                pending.insert(*s, op.clone());
+            }
+        }
+    }
+    for (s, op) in pending {
+        table.apply(s, &op);
+        confirmed = s;
+    }
+    for (_, i) in inputs {
+        if let Input::Whole(d) = i {
+            table.absorb(&d.table);
+        }
+    }
+    Ok(Merged {
+        data: Replica {
+            table,
+            confirmed,
+            l_list: BTreeMap::new(),
+            r_list: BTreeMap::new(),
+            stamp: None,
+        },
+        base,
+    })
+}
+
 /// Menasce's recovery merge (LCR, seed 004 §4.1): start from the most advanced LOCK table
 /// (the highest confirmed sequence number — every other table is a prefix of it), then
 /// apply, in sequence order, every change pending at any chunk beyond it (the sets L and
@@ -170,32 +361,12 @@ where
     Op: Clone + Kind,
     T: Apply<Op> + Clone + Default,
 {
-    let Some(base) = replicas.iter().max_by_key(|r| r.confirmed) else {
-        return Replica::default();
-    };
-    let mut table = base.table.clone();
-    let mut confirmed = base.confirmed;
-    let mut pending: BTreeMap<Seq, Op> = BTreeMap::new();
-    for r in replicas {
-        for (s, op) in r.pending() {
-            if s > base.confirmed && s.epoch >= newest_committed {
-                pending.insert(s, op);
-            }
-        }
-    }
-    for (s, op) in pending {
-        table.apply(s, &op);
-        confirmed = s;
-    }
-    for r in replicas {
-        table.absorb(&r.table);
-    }
-    Replica {
-        table,
-        confirmed,
-        l_list: BTreeMap::new(),
-        r_list: BTreeMap::new(),
-    }
+    let inputs: Vec<(Epoch, Input<Op, T>)> = (replicas.iter())
+        .map(|r| (newest_committed, Input::Whole(r.clone())))
+        .collect();
+    merge_inputs(&inputs)
+        .expect("whole inputs need nothing more")
+        .data
 }
 
 #[cfg(test)]
@@ -452,5 +623,102 @@ mod tests {
             !copy.table.0.contains(&9),
             "took the table confirmed further"
         );
+    }
+
+    // ---- DESIGN "State at scale": summaries in the merge --------------------------
+
+    const S1: Stamp = Stamp {
+        epoch: Epoch(1),
+        tx: 5,
+    };
+
+    fn stamped(a: u8, b: u8, c: u8, stamp: Stamp) -> Replica<LockOp, Locks> {
+        let mut r = llc(a, b, c);
+        r.stamp = Some(stamp);
+        r
+    }
+
+    fn inputs(
+        whole: &[Replica<LockOp, Locks>],
+        named: &[Replica<LockOp, Locks>],
+    ) -> Vec<(Epoch, Input<LockOp, Locks>)> {
+        (whole.iter().map(|r| Input::Whole(r.clone())))
+            .chain(named.iter().map(|r| Input::Summary(r.summary().unwrap())))
+            .map(|i| (Epoch(1), i))
+            .collect()
+    }
+
+    /// A summary of the base's lineage, behind it but holding its changes pending, merges
+    /// to what its whole replica would, and can take the result as a patch of the base.
+    #[test]
+    fn a_summary_behind_the_base_merges_like_its_replica() {
+        let ahead = stamped(1, 0, 1, S1);
+        let behind = stamped(0, 1, 0, S1);
+        let all = inputs(std::slice::from_ref(&ahead), std::slice::from_ref(&behind));
+        let m = merge_inputs(&all).unwrap();
+        assert_eq!(m.data, merge(&[ahead, behind.clone()], Epoch(1)));
+        assert_eq!(m.base, 0);
+        assert!(m.can_patch(&all, &behind.summary().unwrap()));
+    }
+
+    /// The most advanced replica only named: the merge needs its table, and asks it.
+    #[test]
+    fn a_summary_ahead_of_every_whole_replica_is_asked_for() {
+        let ahead = stamped(1, 0, 0, S1);
+        let behind = stamped(0, 1, 0, S1);
+        let all = inputs(&[behind], &[ahead]);
+        assert_eq!(merge_inputs(&all).err(), Some(vec![1]));
+    }
+
+    /// A summary of another lineage names a table the merge does not have: asked for,
+    /// and never patched.
+    #[test]
+    fn a_summary_of_another_lineage_is_asked_for() {
+        let other = Stamp {
+            epoch: Epoch(1),
+            tx: 6,
+        };
+        let base = stamped(1, 0, 0, S1);
+        let stranger = stamped(0, 1, 0, other);
+        let all = inputs(std::slice::from_ref(&base), std::slice::from_ref(&stranger));
+        assert_eq!(merge_inputs(&all).err(), Some(vec![1]));
+        let whole = inputs(&[base], &[]);
+        let m = merge_inputs(&whole).unwrap();
+        assert!(!m.can_patch(&whole, &stranger.summary().unwrap()));
+    }
+
+    /// A summary of the base's lineage that lacks changes up to the base's number cannot
+    /// be brought to the base's table by confirming: it takes the commit whole.
+    #[test]
+    fn a_summary_missing_changes_takes_no_patch() {
+        let base = stamped(1, 0, 0, S1);
+        let mut bare = Replica::<LockOp, Locks>::default();
+        bare.confirm(Seq {
+            epoch: Epoch(1),
+            seq: 9,
+        });
+        bare.stamp = Some(S1);
+        let whole = inputs(&[base], &[]);
+        let m = merge_inputs(&whole).unwrap();
+        assert!(!m.can_patch(&whole, &bare.summary().unwrap()));
+        let all = inputs(&whole_of(&whole), &[bare]);
+        assert_eq!(merge_inputs(&all).err(), Some(vec![1]));
+    }
+
+    fn whole_of(i: &[(Epoch, Input<LockOp, Locks>)]) -> Vec<Replica<LockOp, Locks>> {
+        (i.iter())
+            .filter_map(|(_, i)| match i {
+                Input::Whole(r) => Some(r.clone()),
+                Input::Summary(_) => None,
+            })
+            .collect()
+    }
+
+    /// With every input whole, the merge needs nothing more and equals [`merge`].
+    #[test]
+    fn whole_inputs_merge_as_before() {
+        let q = [llc(1, 0, 1), llc(0, 1, 0), llc(1, 0, 0)];
+        let all = inputs(&q, &[]);
+        assert_eq!(merge_inputs(&all).unwrap().data, merge(&q, Epoch(1)));
     }
 }

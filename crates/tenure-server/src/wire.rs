@@ -12,7 +12,7 @@ use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 6;
+pub const WIRE_VERSION: u8 = 7;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -175,9 +175,11 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 /// values (a manifest's `value`, the one-change put), version 4 forwarded client
 /// requests (`Msg::Forward`), version 5 sessions spanning stores (a session's child
 /// sessions, `StoreOp::SessionAttach`), version 6 the lease a chunk reports in ACCEPTED
-/// (`ToManager::Accepted`'s `lease_left`, for reads under the manager's lease).
+/// (`ToManager::Accepted`'s `lease_left`, for reads under the manager's lease), version
+/// 7 epoch transitions that ship what differs (a state's stamp, vote summaries, commit
+/// patches).
 pub fn generation(version: u8) -> Generation {
-    Generation::of(version.into(), 3, 4, 5, 6)
+    Generation::of(version.into(), 3, 4, 5, 6, 7)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the

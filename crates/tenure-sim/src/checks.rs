@@ -28,6 +28,9 @@ pub struct Checker {
     acked: BTreeMap<StoreId, BTreeMap<u64, Version>>,
     /// The epoch each chunk last reached through a commit.
     committed: BTreeMap<ChunkId, Epoch>,
+    /// Per store, the newest stamped table a chunk committed and the first chunk that
+    /// did: every other chunk committing the same stamp must hold the same table.
+    stamped: BTreeMap<StoreId, (ChunkId, StoreData)>,
     /// How many times each checker compared something (proof the checks are not
     /// vacuous).
     pub counts: CheckCounts,
@@ -44,6 +47,8 @@ pub struct CheckCounts {
     pub served_checks: u64,
     /// Acknowledged writes looked up in a later epoch's chunk (invariant 4).
     pub write_checks: u64,
+    /// Committed tables compared with another chunk's of the same stamp.
+    pub stamp_checks: u64,
     /// ACCEPTEDs checked, as they left, against their chunk's durable record.
     pub durable_checks: u64,
 }
@@ -54,6 +59,7 @@ impl CheckCounts {
         self.manager_checks += o.manager_checks;
         self.served_checks += o.served_checks;
         self.write_checks += o.write_checks;
+        self.stamp_checks += o.stamp_checks;
         self.durable_checks += o.durable_checks;
     }
 }
@@ -161,6 +167,7 @@ impl Checker {
         data: &StoreData,
     ) {
         self.committed.insert(chunk, epoch);
+        self.same_stamp_same_table(chunk, store, data);
         let acked: Vec<(u64, Version)> = self
             .acked
             .get(&store)
@@ -169,6 +176,33 @@ impl Checker {
         for (key, version) in acked {
             if version.epoch < epoch {
                 self.check_holds(store, key, version, chunk, epoch, data);
+            }
+        }
+    }
+
+    /// DESIGN "State at scale": a stamp names one table. Every chunk that commits a
+    /// transition installs the table its manager merged (whole or as a patch of the
+    /// table its summary named), so two chunks committing one stamp hold equal state.
+    fn same_stamp_same_table(&mut self, chunk: ChunkId, store: StoreId, data: &StoreData) {
+        let Some(stamp) = data.stamp else { return };
+        match self.stamped.get(&store) {
+            Some((first, d)) if d.stamp == Some(stamp) => {
+                self.counts.stamp_checks += 1;
+                if d != data {
+                    let why = stamp_difference(d, data);
+                    self.violations.push(Violation::StampDiverged {
+                        store,
+                        epoch: stamp.epoch,
+                        tx: stamp.tx,
+                        first: *first,
+                        chunk,
+                        why,
+                    });
+                }
+            }
+            Some((_, d)) if d.stamp > Some(stamp) => {}
+            _ => {
+                self.stamped.insert(store, (chunk, data.clone()));
             }
         }
     }
@@ -251,6 +285,28 @@ impl Checker {
 }
 
 /// What differs between a device's in-memory persistent records and its disk.
+/// The first way two committed tables of one stamp differ.
+fn stamp_difference(a: &StoreData, b: &StoreData) -> String {
+    if a.confirmed != b.confirmed {
+        return format!("confirmed {:?} and {:?}", a.confirmed, b.confirmed);
+    }
+    if a.l_list != b.l_list || a.r_list != b.r_list {
+        return "pending lists differ".into();
+    }
+    let (x, y) = (&a.table, &b.table);
+    let parts = [
+        ("registers", x.registers != y.registers),
+        ("sessions", x.sessions != y.sessions),
+        ("locks", x.locks != y.locks),
+        ("objects", x.objects != y.objects),
+        ("clocks", x.clock != y.clock),
+    ];
+    match parts.iter().find(|(_, differ)| *differ) {
+        Some((what, _)) => format!("{what} differ"),
+        None => "tables differ".into(),
+    }
+}
+
 fn persist_difference(memory: &DevicePersist, disk: &DevicePersist) -> String {
     if memory.chunks != disk.chunks {
         return "chunk records".into();

@@ -59,6 +59,8 @@ pub struct Summary {
     pub lock_checks: crate::lockcheck::LockCheckCounts,
     /// SafeTalk messages.
     pub safetalk: crate::world::SafeTalkCost,
+    /// Epoch transitions' votes and commits between devices.
+    pub transitions: crate::world::TransitionCost,
     /// What the object clients and watchers did, and the object checkers' counts.
     pub objects: crate::objects::ObjectStats,
     /// What the elections did (message counts per algorithm), and the election
@@ -155,6 +157,7 @@ impl Summary {
         // Every manager's messages, holding a chunk of its store or not.
         self.safetalk.add(&r.safetalk);
         self.safetalk.add(&r.safetalk_apart);
+        self.transitions.add(&r.transitions);
         self.objects.add(&r.objects);
         self.elections.add(&r.elections);
         self.snapshots.add(&r.snapshots);

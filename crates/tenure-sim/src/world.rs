@@ -77,7 +77,9 @@ pub use delay::UpdateDelay;
 use event::Event;
 pub use mgr_crash::ManagerCrash;
 pub use nemesis::NemesisAction;
-pub use report::{Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalkCost, StepWindow};
+pub use report::{
+    Faults, LockStats, Outcome, RunReport, STEP_WINDOW_US, SafeTalkCost, StepWindow, TransitionCost,
+};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tenure_core::io::{DevicePersist, Output};

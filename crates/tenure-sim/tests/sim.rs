@@ -44,6 +44,13 @@ fn bounded_sweep_finds_no_violation() {
         "the sweep exercised nothing: {s:?}"
     );
     assert!(s.checks.served_checks > 0 && s.checks.write_checks > 0 && s.checks.manager_checks > 0);
+    // DESIGN "State at scale": transitions crossed devices by summary and patch, and the
+    // tables of one stamp were compared.
+    let t = &s.transitions;
+    assert!(
+        t.votes_summary > 0 && t.commits_patch > 0 && s.checks.stamp_checks > 0,
+        "{t:?}"
+    );
     assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
     // DESIGN §10 under disk faults: crashes lost unsynced writes, tore records and kept
     // unacknowledged ones whole; commits stalled; ACCEPTEDs were checked as they left.
@@ -180,6 +187,23 @@ fn planted_broken_quorum_is_caught() {
             | Violation::LostGrant { .. }
             | Violation::LostRelease { .. }
     ));
+}
+
+// DESIGN "State at scale" planted bug: a transition's patch that loses a row leaves the
+// chunk that took it with another table than the chunks that took the same commit whole:
+// the same-stamp checker sees it (directly, or in a cluster a snapshot restored).
+#[test]
+fn planted_patch_drops_a_row_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            patch_drops_a_row: true,
+            ..PlantedBugs::default()
+        },
+        100,
+    );
+    let (seed, v) = found.expect("a patch dropping a row not caught within 100 seeds");
+    eprintln!("patch dropping a row caught at seed {seed}: {v}");
+    assert!(v.to_string().contains("into another table than"), "{v}");
 }
 
 // DESIGN §9.2 planted bug: chunks that serve whatever their lease state are caught as soon

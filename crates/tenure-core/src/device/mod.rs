@@ -154,6 +154,7 @@ impl Env {
             hints: &self.hints,
             epochs: &self.epochs,
             inline_values: self.peers.inline_values(),
+            diff_transitions: self.peers >= crate::generation::Generation::DiffTransitions,
         }
     }
 }

@@ -41,6 +41,7 @@ impl ChunkPersist {
                 confirmed: self.data.confirmed,
                 l_list: self.data.l_list.clone(),
                 r_list: self.data.r_list.clone(),
+                stamp: self.data.stamp,
             },
             prepared: self.prepared.clone(),
             known: self.known.clone(),

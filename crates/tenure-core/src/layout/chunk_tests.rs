@@ -376,7 +376,7 @@ fn regular_transition_commit_member_enters_regular_lease_in_new_epoch() {
     assert_eq!(k.state, S::RegularLease);
     assert_eq!(k.record.epoch, e(4));
     assert_eq!(k.record.metadata, new_md);
-    assert_eq!(k.record.data, data);
+    assert_eq!(k.record.data, stamped(data, 4));
     assert_eq!(k.record.lease_mgr, Some(N));
     assert_eq!(k.record.prepared, None);
     assert_eq!(k.lease_mgr, Some(N));
@@ -1349,7 +1349,7 @@ fn recovery_transition_commit_member_enters_regular_lease() {
     assert_eq!(k.state, S::RegularLease);
     assert_eq!(k.record.epoch, e(4));
     assert_eq!(k.record.metadata, layout());
-    assert_eq!(k.record.data, data_with(3, 2, 7));
+    assert_eq!(k.record.data, stamped(data_with(3, 2, 7), 4));
     assert_eq!(k.record.lease_mgr, Some(M));
     assert_eq!(k.record.prepared, None);
     assert_eq!(k.lease_expiry, Some(expiry));

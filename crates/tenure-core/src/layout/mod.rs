@@ -170,6 +170,8 @@ pub struct ManagerView {
 #[cfg(test)]
 mod chunk_tests;
 #[cfg(test)]
+mod diff_tests;
+#[cfg(test)]
 mod manager_tests;
 #[cfg(test)]
 mod read_lease_tests;

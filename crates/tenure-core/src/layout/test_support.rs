@@ -128,6 +128,7 @@ impl Env {
             hints: &self.hints,
             epochs: &self.epochs,
             inline_values: true,
+            diff_transitions: true,
         }
     }
 
@@ -316,7 +317,9 @@ pub(crate) fn tx(
         metadata,
         participants,
         votes: BTreeSet::new(),
-        inputs: vec![(Epoch::default(), StoreData::default())],
+        inputs: Tx::own_input(Epoch::default(), StoreData::default()),
+        sources: vec![None],
+        asked: BTreeSet::new(),
         await_mgr: None,
         begun: T0,
         deadline: T0 + timing().transition_timeout,
@@ -363,14 +366,24 @@ pub(crate) fn et(old: u64, new: u64, metadata: Metadata, new_mgr: DeviceId) -> T
     }
 }
 
-/// `commit tx` of the transition to `new_epoch` (attempt [`TX`]).
+/// `commit tx` of the transition to `new_epoch` (attempt [`TX`]), its table stamped with
+/// the transition that commits it (DESIGN "State at scale").
 pub(crate) fn commit_msg(new_epoch: u64, data: StoreData, lease: Duration) -> ToChunk {
     ToChunk::Commit {
         new_epoch: e(new_epoch),
         tx: TX,
-        data: Box::new(data),
+        data: Box::new(stamped(data, new_epoch)),
         lease,
     }
+}
+
+/// `data` stamped with the transition to `new_epoch` (attempt [`TX`]) that commits it.
+pub(crate) fn stamped(mut data: StoreData, new_epoch: u64) -> StoreData {
+    data.stamp = Some(crate::safetalk::Stamp {
+        epoch: e(new_epoch),
+        tx: TX,
+    });
+    data
 }
 
 /// `abort tx` of the transition to `new_epoch` (attempt [`TX`]).

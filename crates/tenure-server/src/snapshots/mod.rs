@@ -77,15 +77,15 @@ pub const PART_MAGIC: [u8; 8] = *b"TNRPART\0";
 /// Magic of a replay file.
 pub const REPLAY_MAGIC: [u8; 8] = *b"TNRRPLY\0";
 /// Format of both files this build writes. Format 2 added inline object values and
-/// format 3 sessions' child sessions ([`tenure_core::generation`]); format 1 and 2 files
-/// are still read.
-pub const FORMAT: u32 = 3;
+/// format 3 sessions' child sessions, format 4 the stamp of a store's state
+/// ([`tenure_core::generation`]); formats 1 to 3 are still read.
+pub const FORMAT: u32 = 4;
 /// The oldest format this build reads.
 pub const OLDEST_FORMAT: u32 = 1;
 
 /// The layout of the values in a file of `format`.
 pub fn generation(format: u32) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format.into(), 2, 3, 3, 3)
+    tenure_core::generation::Generation::of(format.into(), 2, 3, 3, 3, 4)
 }
 /// Size of a file's header.
 pub const HEADER_BYTES: usize = 24;

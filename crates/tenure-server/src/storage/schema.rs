@@ -29,13 +29,13 @@ pub(super) const KEY_SNAPSHOTS: &str = "snapshots";
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// On-disk format version written by this code. Format 7 added inline object values and
-/// format 8 sessions' child sessions ([`tenure_core::generation`]); format 6 is the
-/// layout without either.
-pub const FORMAT_VERSION: u64 = 8;
+/// format 8 sessions' child sessions, format 9 the stamp of a chunk's state
+/// ([`tenure_core::generation`]); format 6 is the layout without any of them.
+pub const FORMAT_VERSION: u64 = 9;
 
 /// The layout of the values a data directory of `format` holds.
 pub fn generation(format: u64) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format, 7, 8, 8, 8)
+    tenure_core::generation::Generation::of(format, 7, 8, 8, 8, 9)
 }
 
 pub(super) const KEY_FORMAT: &str = "format_version";

@@ -208,3 +208,35 @@ fn two_manager_roles_fire() {
     assert!(matches!(c.violations[0], Violation::TwoManagers { .. }));
     assert_eq!(c.violations[0].kind(), ViolationKind::Correctness);
 }
+
+fn stamped(epoch: u64, tx: u64, key: u64) -> StoreData {
+    let mut d = StoreData::default();
+    d.table.registers.apply(key, Version::default(), 7);
+    d.stamp = Some(tenure_core::safetalk::Stamp {
+        epoch: Epoch(epoch),
+        tx,
+    });
+    d
+}
+
+// DESIGN "State at scale": two chunks committing one stamp into different tables are
+// caught; equal tables, and a later stamp, are not.
+#[test]
+fn one_stamp_two_tables_fires() {
+    let other = ChunkId {
+        device: DeviceId(2),
+        serial: 0,
+    };
+    let mut c = Checker::default();
+    c.chunk_committed(chunk(), S, Epoch(3), &stamped(3, 1, 5));
+    c.chunk_committed(other, S, Epoch(3), &stamped(3, 1, 5));
+    c.chunk_committed(other, S, Epoch(4), &stamped(4, 1, 6));
+    assert!(c.violations.is_empty());
+    assert_eq!(c.counts.stamp_checks, 1);
+    c.chunk_committed(chunk(), S, Epoch(4), &stamped(4, 1, 7));
+    assert!(
+        matches!(c.violations[0], Violation::StampDiverged { .. }),
+        "{:?}",
+        c.violations
+    );
+}

@@ -47,6 +47,23 @@ pub enum Violation {
         /// What was wrong.
         why: String,
     },
+    /// Two chunks committed the same transition (the same stamp) into different tables:
+    /// a stamp no longer names one table, so a summary naming it could be patched into a
+    /// wrong one (DESIGN "State at scale").
+    StampDiverged {
+        /// Store.
+        store: StoreId,
+        /// The epoch the transition committed.
+        epoch: Epoch,
+        /// The transition attempt.
+        tx: u64,
+        /// The first chunk that committed it.
+        first: ChunkId,
+        /// The chunk whose table differs.
+        chunk: ChunkId,
+        /// How the tables differ.
+        why: String,
+    },
     /// Invariant 4: an acknowledged write is missing from a later epoch's state.
     LostWrite {
         /// Store.
@@ -230,6 +247,17 @@ impl std::fmt::Display for Violation {
                     "{chunk} served an operation of {epoch} without a lease: {why}"
                 )
             }
+            Violation::StampDiverged {
+                store,
+                epoch,
+                tx,
+                first,
+                chunk,
+                why,
+            } => write!(
+                f,
+                "{store}: {chunk} committed transition {epoch} attempt {tx} into another table than {first} ({why})"
+            ),
             Violation::LostWrite {
                 store,
                 key,

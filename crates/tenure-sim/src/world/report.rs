@@ -139,6 +139,8 @@ pub struct RunReport {
     /// SafeTalk messages sent by managers on a device holding none of their store's
     /// chunks.
     pub safetalk_apart: SafeTalkCost,
+    /// Epoch transitions' votes and commits between devices, whole or by difference.
+    pub transitions: TransitionCost,
     /// Update delays under managers holding a chunk of their store.
     pub update_delay: UpdateDelay,
     /// Update delays under managers holding none.
@@ -265,6 +267,36 @@ impl LockStats {
         self.out_of_order += o.out_of_order;
         self.stream_resumes += o.stream_resumes;
         self.resent += o.resent;
+    }
+}
+
+/// The votes and commits of epoch transitions that crossed devices: whole states, or
+/// summaries and patches (DESIGN "State at scale").
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TransitionCost {
+    /// Votes carrying a chunk's whole state.
+    pub votes_whole: u64,
+    /// Votes naming a chunk's state by stamp and confirmed number.
+    pub votes_summary: u64,
+    /// Chunks asked for their whole state after a summary.
+    pub states_asked: u64,
+    /// Commits carrying the whole merged state.
+    pub commits_whole: u64,
+    /// Commits carrying a patch.
+    pub commits_patch: u64,
+    /// Rows those patches carried.
+    pub patch_rows: u64,
+}
+
+impl TransitionCost {
+    /// Add another run's counts.
+    pub fn add(&mut self, o: &TransitionCost) {
+        self.votes_whole += o.votes_whole;
+        self.votes_summary += o.votes_summary;
+        self.states_asked += o.states_asked;
+        self.commits_whole += o.commits_whole;
+        self.commits_patch += o.commits_patch;
+        self.patch_rows += o.patch_rows;
     }
 }
 

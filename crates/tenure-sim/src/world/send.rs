@@ -11,6 +11,9 @@ impl World {
     /// Hand a message from `from` to the network (lost, delivered, perhaps twice).
     pub(super) fn send(&mut self, from: DeviceId, to: DeviceId, msg: Msg) {
         self.count_safetalk(from, to, &msg);
+        if from != to {
+            self.count_transition(&msg);
+        }
         self.count_manager_crash(from, to, &msg);
         if let Msg::Coord(tenure_core::election::coordinator::CoordMsg::Members {
             members, ..
@@ -58,6 +61,28 @@ impl World {
                     );
                 }
             }
+        }
+    }
+
+    /// Epoch transitions between devices: whole states or summaries and patches.
+    fn count_transition(&mut self, msg: &Msg) {
+        let t = &mut self.report.transitions;
+        match msg {
+            Msg::ToManager { msg, .. } => match msg {
+                ToManager::Vote { .. } => t.votes_whole += 1,
+                ToManager::VoteSummary(_) => t.votes_summary += 1,
+                _ => {}
+            },
+            Msg::ToChunk { msg, .. } => match msg {
+                ToChunk::SendState(_) => t.states_asked += 1,
+                ToChunk::Commit { .. } => t.commits_whole += 1,
+                ToChunk::CommitPatch(c) => {
+                    t.commits_patch += 1;
+                    t.patch_rows += c.patch.rows.len() as u64;
+                }
+                _ => {}
+            },
+            _ => {}
         }
     }
 

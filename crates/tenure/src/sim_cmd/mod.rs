@@ -140,6 +140,8 @@ pub struct SimArgs {
 enum Plant {
     /// The quorum predicate accepts any non-empty set of chunks.
     BrokenQuorum,
+    /// A transition's patch loses one row on its way to a chunk.
+    PatchDropsARow,
     /// Chunks serve operations whatever their lease state.
     ServeWithoutLease,
     /// Managers answer reads at once, without a read lease or a barrier.
@@ -297,6 +299,7 @@ impl SimArgs {
         c.liveness_us = self.liveness_secs * 1_000_000;
         c.planted = PlantedBugs {
             broken_quorum: self.plant.contains(&Plant::BrokenQuorum),
+            patch_drops_a_row: self.plant.contains(&Plant::PatchDropsARow),
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
             lease_read_unchecked: self.plant.contains(&Plant::LeaseReadUnchecked),
             lease_read_speculative: self.plant.contains(&Plant::LeaseReadSpeculative),

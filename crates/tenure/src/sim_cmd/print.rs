@@ -163,11 +163,22 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
         l.pipelined, l.out_of_order, l.stream_resumes, l.resent
     );
     println!(
-        "checks: {} manager, {} served-under-lease, {} acked-write-present, {} accepted-durable",
+        "checks: {} manager, {} served-under-lease, {} acked-write-present, {} accepted-durable, {} same-stamp-same-table",
         s.checks.manager_checks,
         s.checks.served_checks,
         s.checks.write_checks,
-        s.checks.durable_checks
+        s.checks.durable_checks,
+        s.checks.stamp_checks
+    );
+    let t = &s.transitions;
+    println!(
+        "transitions between devices: {} votes whole, {} by summary ({} asked whole again); {} commits whole, {} by patch ({} rows)",
+        t.votes_whole,
+        t.votes_summary,
+        t.states_asked,
+        t.commits_whole,
+        t.commits_patch,
+        t.patch_rows
     );
     let c = &s.lock_checks;
     println!(

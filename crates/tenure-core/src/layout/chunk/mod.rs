@@ -413,6 +413,12 @@ impl Chunk {
                     lease,
                 },
             ) => self.commit(ctx, from, new_epoch, tx, *data, lease),
+            (S::RegularTransition | S::RecoveryTransition, ToChunk::CommitPatch(c)) => {
+                self.commit_patch(ctx, from, *c)
+            }
+            (S::RegularTransition | S::RecoveryTransition, ToChunk::SendState(s)) => {
+                self.send_state(ctx, from, s.new_epoch, s.tx)
+            }
             // §4.2.3: abort tx → regular lease extended by the abort window
             (
                 S::RegularTransition,

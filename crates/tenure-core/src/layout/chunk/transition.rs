@@ -96,17 +96,88 @@ impl Chunk {
             new_mgr: log.new_mgr,
         });
         self.persist(ctx);
-        let vote = ToManager::Vote {
-            new_epoch: log.new_epoch,
-            tx: log.tx,
-            data: Box::new(self.record.data.clone()),
-            committed: self.record.epoch,
+        // Tenure (DESIGN "State at scale"): to another device, a stamped table is named
+        // rather than shipped; the transition manager asks for it whole if it must.
+        let summary = (ctx.diff_transitions && log.new_mgr != ctx.me())
+            .then(|| self.record.data.summary())
+            .flatten();
+        let vote = match summary {
+            Some(summary) => ToManager::VoteSummary(Box::new(crate::msg::VoteSummary {
+                new_epoch: log.new_epoch,
+                tx: log.tx,
+                summary,
+                committed: self.record.epoch,
+            })),
+            None => self.whole_vote(&log),
         };
         self.to_mgr(ctx, log.new_mgr, vote);
         self.state = match self.state {
             ChunkState::RecoveryReconciling => ChunkState::RecoveryTransition,
             _ => ChunkState::RegularTransition,
         };
+    }
+
+    /// A vote carrying this chunk's whole state.
+    fn whole_vote(&self, log: &TransitionLog) -> ToManager {
+        ToManager::Vote {
+            new_epoch: log.new_epoch,
+            tx: log.tx,
+            data: Box::new(self.record.data.clone()),
+            committed: self.record.epoch,
+        }
+    }
+
+    /// Tenure: the transition manager could not merge with this chunk's summary: the
+    /// vote again, whole (the prepare is durable already).
+    pub(super) fn send_state(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        new_epoch: Epoch,
+        tx: u64,
+    ) {
+        if !self.is_transition_manager(from, new_epoch, tx) {
+            return;
+        }
+        let Some(log) = self.log.clone() else { return };
+        let vote = self.whole_vote(&log);
+        self.to_mgr(ctx, from, vote);
+    }
+
+    /// §4.2.3 / §4.2.8 commit tx, with the merged state as a patch of the table this
+    /// chunk's summary named (DESIGN "State at scale"). The chunk confirms its pending
+    /// changes up to the patch's base, which makes its table the base's, and takes the
+    /// rows. A chunk that cannot (it does not hold the base: never so for a summary the
+    /// manager matched) leaves the commit unapplied, as if the message were lost.
+    pub(super) fn commit_patch(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        c: crate::msg::CommitPatch,
+    ) {
+        if !self.is_transition_manager(from, c.new_epoch, c.tx) {
+            return;
+        }
+        let p = c.patch;
+        let mut d = self.record.data.clone();
+        if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
+            return;
+        }
+        d.confirm(p.upto);
+        let Ok(table) = crate::rows::patch(&d.table, &p.head, &p.rows) else {
+            return;
+        };
+        let data = crate::data::StoreData {
+            table,
+            confirmed: p.confirmed,
+            l_list: Default::default(),
+            r_list: Default::default(),
+            stamp: Some(crate::safetalk::Stamp {
+                epoch: c.new_epoch,
+                tx: c.tx,
+            }),
+        };
+        self.commit(ctx, from, c.new_epoch, c.tx, data, c.lease);
     }
 
     /// §4.2.3 / §4.2.8 commit tx.

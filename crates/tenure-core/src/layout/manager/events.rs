@@ -6,9 +6,10 @@
 use super::*;
 use crate::config::precedence;
 use crate::ctx::Ctx;
-use crate::ids::{ChunkId, DeviceId};
+use crate::ids::{ChunkId, DeviceId, Epoch};
 use crate::layout::{LeaseType, MgrState};
 use crate::msg::{ToChunk, ToManager};
+use crate::safetalk::Input;
 
 impl Manager {
     /// A message from a chunk of this store.
@@ -288,17 +289,14 @@ impl Manager {
                     data,
                     committed,
                 },
+            ) => self.count_vote(ctx, c, new_epoch, id, committed, Input::Whole(*data)),
+            (
+                S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
+                ToManager::VoteSummary(v),
             ) => {
-                if let Some(tx) = self
-                    .tx
-                    .as_mut()
-                    .filter(|t| t.new_epoch == new_epoch && t.id == id)
-                    && tx.participants.contains(&c)
-                    && tx.votes.insert(c)
-                {
-                    tx.inputs.push((committed, *data));
-                    self.check_votes(ctx);
-                }
+                let v = *v;
+                let input = Input::Summary(v.summary);
+                self.count_vote(ctx, c, v.new_epoch, v.tx, v.committed, input)
             }
             (
                 S::RecoveryReconciling | S::RelayoutReconciling | S::IntoReconciling,
@@ -325,22 +323,60 @@ impl Manager {
                     committed,
                 },
             ) if !self.finished.contains(&tx) => {
-                let Stage::None(early) = &mut self.stage else {
-                    unreachable!("the arm of the none state")
-                };
-                if early.len() >= super::migration::EARLY_VOTES_MAX {
-                    early.remove(0);
-                }
-                early.push(super::migration::EarlyVote {
-                    chunk: c,
-                    new_epoch,
-                    tx,
-                    committed,
-                    data,
-                    until: ctx.now + ctx.cfg.timing.transition_timeout,
-                });
+                self.early_vote(ctx, c, new_epoch, tx, committed, Input::Whole(*data))
+            }
+            (S::None, ToManager::VoteSummary(v)) if !self.finished.contains(&v.tx) => {
+                let v = *v;
+                let input = Input::Summary(v.summary);
+                self.early_vote(ctx, c, v.new_epoch, v.tx, v.committed, input)
             }
             _ => {}
         }
+    }
+}
+
+impl Manager {
+    /// A vote (whole or named) for the transition this manager coordinates.
+    fn count_vote(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        c: ChunkId,
+        new_epoch: Epoch,
+        id: u64,
+        committed: Epoch,
+        input: crate::data::StoreInput,
+    ) {
+        if let Some(tx) = (self.tx.as_mut()).filter(|t| t.new_epoch == new_epoch && t.id == id)
+            && tx.vote(c, committed, input)
+        {
+            self.check_votes(ctx);
+        }
+    }
+
+    /// Tenure: a vote for a migration into this device that outran the old manager's
+    /// handoff, kept until the handoff comes.
+    fn early_vote(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        c: ChunkId,
+        new_epoch: Epoch,
+        tx: u64,
+        committed: Epoch,
+        data: crate::data::StoreInput,
+    ) {
+        let Stage::None(early) = &mut self.stage else {
+            unreachable!("the arm of the none state")
+        };
+        if early.len() >= super::migration::EARLY_VOTES_MAX {
+            early.remove(0);
+        }
+        early.push(super::migration::EarlyVote {
+            chunk: c,
+            new_epoch,
+            tx,
+            committed,
+            data,
+            until: ctx.now + ctx.cfg.timing.transition_timeout,
+        });
     }
 }

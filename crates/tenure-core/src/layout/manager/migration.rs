@@ -22,8 +22,8 @@ pub struct EarlyVote {
     pub tx: u64,
     /// The epoch the chunk last committed.
     pub committed: Epoch,
-    /// The chunk's store state.
-    pub data: Box<crate::data::StoreData>,
+    /// The chunk's store state, whole or named.
+    pub data: crate::data::StoreInput,
     /// Until when it counts: a transition timeout after it arrived.
     pub until: Instant,
 }
@@ -169,7 +169,9 @@ impl Manager {
                     metadata,
                     participants,
                     votes: BTreeSet::new(),
-                    inputs: vec![(old_epoch, self.host.data.clone())],
+                    inputs: Tx::own_input(old_epoch, self.host.data.clone()),
+                    sources: vec![None],
+                    asked: BTreeSet::new(),
                     await_mgr: Some(from),
                     begun: ctx.now,
                     // Until the outgoing manager's vote says how long it waits.
@@ -181,13 +183,8 @@ impl Manager {
                 // Votes of this attempt that outran the handoff count as if they came now.
                 let tx = self.tx.as_mut().expect("just begun");
                 for v in early {
-                    if v.tx == id
-                        && v.new_epoch == new_epoch
-                        && v.until > ctx.now
-                        && tx.participants.contains(&v.chunk)
-                        && tx.votes.insert(v.chunk)
-                    {
-                        tx.inputs.push((v.committed, *v.data));
+                    if v.tx == id && v.new_epoch == new_epoch && v.until > ctx.now {
+                        tx.vote(v.chunk, v.committed, v.data);
                     }
                 }
                 self.check_votes(ctx);

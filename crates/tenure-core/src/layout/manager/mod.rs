@@ -101,15 +101,52 @@ pub struct Tx {
     pub participants: BTreeSet<ChunkId>,
     /// Chunks that voted.
     pub votes: BTreeSet<ChunkId>,
-    /// Reconciliation inputs so far (the voters' replicas, and this manager's own), each
-    /// with the epoch its holder last committed.
-    pub inputs: Vec<(Epoch, StoreData)>,
+    /// Reconciliation inputs so far (the voters' replicas, whole or named, and this
+    /// manager's own), each with the epoch its holder last committed.
+    pub inputs: Vec<(Epoch, crate::data::StoreInput)>,
+    /// The chunk each input came from (none: this manager's own), in the same order.
+    pub sources: Vec<Option<ChunkId>>,
+    /// Chunks asked for their whole state ([`crate::msg::SendState`]).
+    pub asked: BTreeSet<ChunkId>,
     /// Migration: the outgoing manager's vote is still awaited.
     pub await_mgr: Option<DeviceId>,
     /// When this manager began the attempt (migration: sent its `HandoffReady`).
     pub begun: Instant,
     /// Abort if not complete by then.
     pub deadline: Instant,
+}
+
+impl Tx {
+    /// A transition's inputs before any vote: this manager's own state, with the epoch
+    /// it last committed.
+    pub fn own_input(committed: Epoch, data: StoreData) -> Vec<(Epoch, crate::data::StoreInput)> {
+        vec![(committed, crate::safetalk::Input::Whole(data))]
+    }
+
+    /// Count chunk `c`'s vote. A participant's first vote counts; a whole vote replaces
+    /// its summary (the answer to [`crate::msg::SendState`]). Returns whether anything
+    /// changed.
+    pub fn vote(&mut self, c: ChunkId, committed: Epoch, input: crate::data::StoreInput) -> bool {
+        use crate::safetalk::Input;
+        if !self.participants.contains(&c) {
+            return false;
+        }
+        if self.votes.insert(c) {
+            self.inputs.push((committed, input));
+            self.sources.push(Some(c));
+            return true;
+        }
+        let Some(i) = self.sources.iter().position(|s| *s == Some(c)) else {
+            return false;
+        };
+        match (&self.inputs[i].1, input) {
+            (Input::Summary(_), whole @ Input::Whole(_)) => {
+                self.inputs[i] = (committed, whole);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// One device's manager role for one store: the variables of §5.1.

@@ -368,14 +368,16 @@ impl Manager {
             participants,
             votes: BTreeSet::new(),
             // A regenerating manager's own state is empty: it holds no epoch.
-            inputs: vec![(
+            inputs: Tx::own_input(
                 if kind == TxKind::Recovery {
                     Epoch::default()
                 } else {
                     old_epoch
                 },
                 self.host.data.clone(),
-            )],
+            ),
+            sources: vec![None],
+            asked: BTreeSet::new(),
             await_mgr: None,
             begun: ctx.now,
             deadline: ctx.now + ctx.cfg.timing.transition_timeout,
@@ -393,35 +395,73 @@ impl Manager {
         if !(tx.await_mgr.is_none() && tx.votes == tx.participants) {
             return;
         }
+        // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1),
+        // once every table it needs is at hand: a summary it cannot place is asked whole.
+        let merged = match crate::safetalk::merge_inputs(&tx.inputs) {
+            Ok(m) => m,
+            Err(ask) => {
+                let (new_epoch, id) = (tx.new_epoch, tx.id);
+                let ask: Vec<ChunkId> = (ask.iter())
+                    .filter_map(|i| tx.sources.get(*i).copied().flatten())
+                    .collect();
+                let tx = self.tx.as_mut().expect("checked above");
+                let ask: Vec<ChunkId> = ask.into_iter().filter(|c| tx.asked.insert(*c)).collect();
+                for c in ask {
+                    let msg = ToChunk::SendState(crate::msg::SendState { new_epoch, tx: id });
+                    self.to_chunk(ctx, c, msg);
+                }
+                return;
+            }
+        };
         // initiate commit, voting commit → * transition; as transition manager, commit at once.
         self.stage.advance(match self.state() {
             MgrState::RecoveryReconciling => MgrState::RecoveryTransition,
             MgrState::RelayoutReconciling => MgrState::RelayoutTransition,
             _ => MgrState::IntoTransition,
         });
-        self.commit_tx(ctx);
+        self.commit_tx(ctx, merged);
     }
 
-    /// commit tx (§5.3.4, §5.3.9, §5.3.14).
-    fn commit_tx(&mut self, ctx: &mut Ctx<'_>) {
+    /// commit tx (§5.3.4, §5.3.9, §5.3.14), shipping the merged state whole, or as a
+    /// patch to a chunk on another device whose summary the merge's base extends.
+    fn commit_tx(&mut self, ctx: &mut Ctx<'_>, m: crate::safetalk::Merged<StoreOp, Tables>) {
         let tx = self.tx.take().expect("commit without a transaction");
         self.remember(tx.id);
         let expiry = ctx.now + ctx.cfg.timing.commit_window;
-        // Reconciliation: Menasce's merge with maximum forward progress (seed 004 §4.1).
-        let newest = tx.inputs.iter().map(|(e, _)| *e).max().unwrap_or_default();
-        let replicas: Vec<StoreData> = tx.inputs.into_iter().map(|(_, d)| d).collect();
-        let merged = crate::safetalk::merge(&replicas, newest);
+        let mut merged = m.data.clone();
+        merged.stamp = Some(crate::safetalk::Stamp {
+            epoch: tx.new_epoch,
+            tx: tx.id,
+        });
+        let mut patch: Option<Option<crate::msg::Patch>> = None;
+        let lease = ctx.cfg.timing.commit_window;
         for c in &tx.participants {
-            self.to_chunk(
-                ctx,
-                *c,
-                ToChunk::Commit {
+            let summary = (tx.sources.iter().position(|s| *s == Some(*c)))
+                .and_then(|i| match &tx.inputs[i].1 {
+                    crate::safetalk::Input::Summary(s) => Some(s),
+                    crate::safetalk::Input::Whole(_) => None,
+                })
+                .filter(|s| c.device != ctx.me() && m.can_patch(&tx.inputs, s));
+            let patch = summary.and_then(|_| {
+                patch
+                    .get_or_insert_with(|| patch_of(&tx.inputs, &m, &merged, ctx))
+                    .clone()
+            });
+            let msg = match patch {
+                Some(patch) => ToChunk::CommitPatch(Box::new(crate::msg::CommitPatch {
+                    new_epoch: tx.new_epoch,
+                    tx: tx.id,
+                    lease,
+                    patch,
+                })),
+                None => ToChunk::Commit {
                     new_epoch: tx.new_epoch,
                     tx: tx.id,
                     data: Box::new(merged.clone()),
-                    lease: ctx.cfg.timing.commit_window,
+                    lease,
                 },
-            );
+            };
+            self.to_chunk(ctx, *c, msg);
         }
         self.epoch = tx.new_epoch;
         self.metadata = tx.metadata;
@@ -542,4 +582,29 @@ impl Manager {
             }
         }
     }
+}
+
+/// The merged state as a patch of the merge's base table ([`crate::msg::Patch`]); none if
+/// a row does not encode (the commit then goes whole).
+fn patch_of(
+    inputs: &[(Epoch, crate::data::StoreInput)],
+    m: &crate::safetalk::Merged<StoreOp, Tables>,
+    merged: &StoreData,
+    ctx: &Ctx<'_>,
+) -> Option<crate::msg::Patch> {
+    let crate::safetalk::Input::Whole(base) = &inputs.get(m.base)?.1 else {
+        return None;
+    };
+    let mut rows = Vec::new();
+    crate::rows::diff(&base.table, &merged.table, &mut rows).ok()?;
+    if ctx.cfg.planted.patch_drops_a_row {
+        rows.pop();
+    }
+    Some(crate::msg::Patch {
+        from: base.stamp?,
+        upto: base.confirmed,
+        confirmed: merged.confirmed,
+        head: Box::new(crate::rows::head(&merged.table)),
+        rows,
+    })
 }

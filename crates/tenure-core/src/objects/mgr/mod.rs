@@ -201,6 +201,7 @@ mod uuid_tests {
             hints: &hints,
             epochs: &epochs,
             inline_values: true,
+            diff_transitions: true,
         };
         (0..3).map(|_| new_uuid(&mut ctx)).collect()
     }
