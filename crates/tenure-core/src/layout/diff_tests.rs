@@ -57,13 +57,26 @@ fn recovering() -> Manager {
 fn reconciling_done_names_a_stamped_state_to_a_remote_transition_manager() {
     // seed 000 §4.2.2 reconciling: done → vote commit; Tenure: to another device, the
     // stamped state goes as its summary.
+    // The manager's device holds a chunk of the new layout.
     let mut env = Env::new(d(1));
-    let mut k = in_transition(&mut env, S::Reconciling, 3, M, tlog(4, layout(), M));
+    let with_m = md(&[1, 2, 4]);
+    let mut k = in_transition(&mut env, S::Reconciling, 3, M, tlog(4, with_m, M));
     k.record.data = with_pending();
     k.done(&mut env.ctx(T0));
     let votes = to_mgrs(&env.take());
     assert_eq!(votes, vec![(M, named(&with_pending()))]);
     assert_eq!(k.state, S::RegularTransition);
+}
+
+#[test]
+fn reconciling_done_votes_whole_to_a_transition_manager_holding_no_chunk() {
+    // A manager on a device with no chunk of the store, old layout or new, has no table
+    // to place a summary against: it gets the state whole at once.
+    let mut env = Env::new(d(1));
+    let mut k = in_transition(&mut env, S::Reconciling, 3, M, tlog(4, layout(), M));
+    k.record.data = with_pending();
+    k.done(&mut env.ctx(T0));
+    assert_eq!(to_mgrs(&env.take()), vec![(M, whole(with_pending()))]);
 }
 
 #[test]
@@ -78,7 +91,7 @@ fn reconciling_done_votes_whole_to_its_own_device_or_without_a_stamp() {
     assert!(matches!(&votes[..], [(to, ToManager::Vote { .. })] if *to == d(1)));
 
     let mut env = Env::new(d(1));
-    let mut k = in_transition(&mut env, S::Reconciling, 3, M, tlog(4, layout(), M));
+    let mut k = in_transition(&mut env, S::Reconciling, 3, M, tlog(4, md(&[1, 4]), M));
     k.record.data = data_with(3, 1, 9);
     k.done(&mut env.ctx(T0));
     let votes = to_mgrs(&env.take());

@@ -64,32 +64,55 @@ pub(super) struct Mirror {
     tx_map: BTreeMap<u64, u64>,
 }
 
-/// The transaction nonce a message carries, if any. (If the core adds a nonce to another
-/// message, the fidelity walk reports a divergence until it is listed here.)
-fn tx_of(msg: &mut Msg) -> Option<&mut u64> {
+/// The transaction nonces a message carries: its transaction's, then the stamps (the
+/// transaction that installed a table) of the states it carries or names. (If the core
+/// adds a nonce to another message, the fidelity walk reports a divergence until it is
+/// listed here.)
+fn nonces(msg: &mut Msg) -> Vec<&mut u64> {
     use tenure_core::msg::{MgrMsg, ToChunk};
+    fn stamp(s: &mut Option<tenure_core::safetalk::Stamp>) -> Option<&mut u64> {
+        s.as_mut().map(|s| &mut s.tx)
+    }
     match msg {
-        Msg::ToChunk {
-            msg:
-                ToChunk::EpochTransition { tx, .. }
-                | ToChunk::Commit { tx, .. }
-                | ToChunk::Abort { tx, .. },
+        Msg::ToChunk { msg, .. } => match msg {
+            ToChunk::EpochTransition { tx, data, .. } => {
+                let d = data.as_mut().and_then(|d| stamp(&mut d.stamp));
+                [Some(tx)].into_iter().chain([d]).flatten().collect()
+            }
+            ToChunk::Commit { tx, data, .. } => [Some(tx), stamp(&mut data.stamp)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ToChunk::CommitPatch(c) => vec![&mut c.tx, &mut c.patch.from.tx],
+            ToChunk::Abort { tx, .. } => vec![tx],
+            ToChunk::SendState(s) => vec![&mut s.tx],
+            _ => Vec::new(),
+        },
+        Msg::ToManager { msg, .. } => match msg {
+            ToManager::Vote { tx, data, .. } => [Some(tx), stamp(&mut data.stamp)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ToManager::VoteSummary(v) => vec![&mut v.tx, &mut v.summary.stamp.tx],
+            ToManager::VoteAbort { tx, .. } => vec![tx],
+            _ => Vec::new(),
+        },
+        Msg::Mgr {
+            msg: MgrMsg::Handoff { tx, data, .. },
             ..
-        } => Some(tx),
-        Msg::ToManager {
-            msg: ToManager::Vote { tx, .. } | ToManager::VoteAbort { tx, .. },
-            ..
-        } => Some(tx),
+        } => [Some(tx), stamp(&mut data.stamp)]
+            .into_iter()
+            .flatten()
+            .collect(),
         Msg::Mgr {
             msg:
-                MgrMsg::Handoff { tx, .. }
-                | MgrMsg::HandoffReady { tx, .. }
+                MgrMsg::HandoffReady { tx, .. }
                 | MgrMsg::HandoffVote { tx, .. }
                 | MgrMsg::HandoffCommit { tx, .. }
                 | MgrMsg::HandoffAbort { tx, .. },
             ..
-        } => Some(tx),
-        _ => None,
+        } => vec![tx],
+        _ => Vec::new(),
     }
 }
 
@@ -99,10 +122,10 @@ impl Mirror {
         let Input::Message { from, mut msg } = input else {
             return input;
         };
-        if let Some(tx) = tx_of(&mut msg)
-            && let Some(live) = self.tx_map.get(tx)
-        {
-            *tx = *live;
+        for tx in nonces(&mut msg) {
+            if let Some(live) = self.tx_map.get(tx) {
+                *tx = *live;
+            }
         }
         Input::Message { from, msg }
     }
@@ -118,7 +141,7 @@ impl Mirror {
                 .collect()
         };
         for (mut a, mut b) in sends(out).into_iter().zip(sends(live_out)) {
-            if let (Some(x), Some(y)) = (tx_of(&mut a), tx_of(&mut b)) {
+            for (x, y) in nonces(&mut a).into_iter().zip(nonces(&mut b)) {
                 self.tx_map.entry(*x).or_insert(*y);
             }
         }

@@ -96,9 +96,14 @@ impl Chunk {
             new_mgr: log.new_mgr,
         });
         self.persist(ctx);
-        // Tenure (DESIGN "State at scale"): to another device, a stamped table is named
-        // rather than shipped; the transition manager asks for it whole if it must.
-        let summary = (ctx.diff_transitions && log.new_mgr != ctx.me())
+        // Tenure (DESIGN "State at scale"): to another device that holds a chunk of the
+        // store itself (whose state it takes whole, and can place this one against), a
+        // stamped table is named rather than shipped; the transition manager asks for it
+        // whole if it must. A manager holding no chunk would have to ask every time.
+        let mgr_holds_a_chunk = (log.metadata.chunks.iter())
+            .chain(&self.record.metadata.chunks)
+            .any(|c| c.device == log.new_mgr);
+        let summary = (ctx.diff_transitions && log.new_mgr != ctx.me() && mgr_holds_a_chunk)
             .then(|| self.record.data.summary())
             .flatten();
         let vote = match summary {

@@ -62,6 +62,11 @@ pub struct ScaleArgs {
     /// Fill and hold only: no kill, no restart.
     #[arg(long)]
     no_kill: bool,
+    /// At the end, stop the whole cluster (`cluster down`) and start it again (`cluster
+    /// up`): time until every store grants a lock again, and a sample of the objects read
+    /// back (Tenure only).
+    #[arg(long)]
+    restart_cluster: bool,
     /// How long to watch after the kill before counting lost locks, in seconds (at least
     /// the TTL plus the grace, so that every session the failover let lapse has expired).
     #[arg(long, default_value_t = 45)]
@@ -147,6 +152,19 @@ struct Failover {
     restart_s: Option<f64>,
 }
 
+/// The stopped cluster started again.
+#[derive(Clone, Debug, Default, Serialize)]
+struct ClusterRestart {
+    /// Seconds `cluster up` took.
+    up_s: f64,
+    /// Seconds from `cluster up` until every store granted a lock.
+    serving_s: Option<f64>,
+    /// Objects read back after it (a sample spread over the fill).
+    objects_checked: u64,
+    /// Of those, not found or not read.
+    objects_missing: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 struct Report {
     system: System,
@@ -173,6 +191,7 @@ struct Report {
     /// by the objects and the locks.
     memory: Memory,
     failover: Option<Failover>,
+    cluster_restart: Option<ClusterRestart>,
 }
 
 /// What one object and one held lock cost in resident memory, per device (bytes).
@@ -290,11 +309,24 @@ fn print(r: &Report) {
         per(r.memory.per_lock_b),
         mean_rss(&r.before)
     );
-    let Some(f) = &r.failover else {
-        return;
-    };
     let s = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
-    if r.system == System::Tenure {
+    if let Some(f) = &r.failover {
+        print_failover(r.system, f);
+    }
+    if let Some(c) = &r.cluster_restart {
+        println!(
+            "cluster down, then up: up in {:.2} s, every store granting after {}; {} of {} sampled objects missing",
+            c.up_s,
+            s(c.serving_s),
+            c.objects_missing,
+            c.objects_checked
+        );
+    }
+}
+
+fn print_failover(system: System, f: &Failover) {
+    let s = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
+    if system == System::Tenure {
         println!(
             "kill -9 of d{} (managing {} stores):",
             f.killed,
@@ -464,6 +496,7 @@ impl Report {
             after_hold: Vec::new(),
             memory: Memory::default(),
             failover: None,
+            cluster_restart: None,
         }
     }
 }

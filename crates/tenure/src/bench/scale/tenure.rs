@@ -1,8 +1,8 @@
 //! `bench scale` against Tenure's local cluster (`--data`).
 
 use super::{
-    Errors, Failover, FillCounters, Footprint, Memory, Report, ScaleArgs, disk_bytes, lock_names,
-    locks_of, progress, put_all, rss_mb, watch_fill,
+    ClusterRestart, Errors, Failover, FillCounters, Footprint, Memory, Report, ScaleArgs,
+    disk_bytes, lock_names, locks_of, object_key, progress, put_all, rss_mb, watch_fill,
 };
 use crate::cluster::file::ClusterFile;
 use futures::StreamExt;
@@ -40,7 +40,72 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
         report.failover = Some(kill(a, &file, &held).await?);
     }
     drop(held);
+    if a.restart_cluster {
+        report.cluster_restart = Some(restart_cluster(a).await?);
+    }
     Ok(report)
+}
+
+/// Phase 5: stop the whole cluster and start it again, as a user would; time until
+/// every store grants a lock, then read a sample of the objects back.
+async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
+    let exe = std::env::current_exe()?;
+    let run = |what: &'static str| {
+        let exe = exe.clone();
+        async move {
+            let st = tokio::process::Command::new(exe)
+                .args(["cluster", what, "--data"])
+                .arg(&a.target.data)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .await?;
+            anyhow::ensure!(st.success(), "cluster {what} failed: {st}");
+            anyhow::Ok(())
+        }
+    };
+    run("down").await?;
+    eprintln!("cluster down; starting it again");
+    let t0 = Instant::now();
+    run("up").await?;
+    let mut out = ClusterRestart {
+        up_s: t0.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+    let file = ClusterFile::load(&a.target.data)?;
+    let quick = ClientOptions {
+        request_timeout: Duration::from_secs(1),
+        retry_deadline: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let c = client(&file, quick)?;
+    let mut waiting: BTreeSet<u32> = (0..file.stores).collect();
+    let mut k = 0u64;
+    let end = t0 + Duration::from_secs(a.watch_secs.max(60));
+    while !waiting.is_empty() && Instant::now() < end {
+        for s in waiting.clone() {
+            let n = probe_name(s, file.stores, &mut k);
+            if let Ok(g) = c.lock(&n, LockMode::Exclusive, Wait::Try).await {
+                let _ = g.release().await;
+                waiting.remove(&s);
+            }
+        }
+        if !waiting.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    if waiting.is_empty() {
+        out.serving_s = Some(t0.elapsed().as_secs_f64());
+    }
+    let c = client(&file, ClientOptions::default())?;
+    let objects = c.objects();
+    let step = (a.objects / 1000).max(1);
+    for i in (0..a.objects).step_by(step as usize) {
+        out.objects_checked += 1;
+        if objects.get(&object_key(i, a.prefixes)).await.is_err() {
+            out.objects_missing += 1;
+        }
+    }
+    Ok(out)
 }
 
 /// Phase 1: put the objects, measuring each tenth.
