@@ -155,9 +155,11 @@ struct Failover {
 /// The stopped cluster started again.
 #[derive(Clone, Debug, Default, Serialize)]
 struct ClusterRestart {
-    /// Seconds `cluster up` took.
+    /// Seconds `cluster up` took (it also waits for every chunk to be back in a regular
+    /// lease).
     up_s: f64,
-    /// Seconds from `cluster up` until every store granted a lock.
+    /// Seconds from the start of `cluster up` until every store granted a lock (probed
+    /// from the start, as a client would).
     serving_s: Option<f64>,
     /// Objects read back after it (a sample spread over the fill).
     objects_checked: u64,

@@ -50,12 +50,13 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
 /// every store grants a lock, then read a sample of the objects back.
 async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
     let exe = std::env::current_exe()?;
-    let run = |what: &'static str| {
-        let exe = exe.clone();
+    let data = a.target.data.clone();
+    let run = move |what: &'static str| {
+        let (exe, data) = (exe.clone(), data.clone());
         async move {
             let st = tokio::process::Command::new(exe)
                 .args(["cluster", what, "--data"])
-                .arg(&a.target.data)
+                .arg(&data)
                 .stdout(std::process::Stdio::null())
                 .status()
                 .await?;
@@ -63,15 +64,15 @@ async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
             anyhow::Ok(())
         }
     };
+    // The devices keep their addresses (`down` removes cluster.json, `up` writes it
+    // again): the probes start with `cluster up`, so that serving again is timed as a
+    // client sees it, whatever `up` itself waits for.
+    let file = ClusterFile::load(&a.target.data)?;
     run("down").await?;
     eprintln!("cluster down; starting it again");
     let t0 = Instant::now();
-    run("up").await?;
-    let mut out = ClusterRestart {
-        up_s: t0.elapsed().as_secs_f64(),
-        ..Default::default()
-    };
-    let file = ClusterFile::load(&a.target.data)?;
+    let up = run("up");
+    let up = tokio::spawn(async move { up.await.map(|()| t0.elapsed().as_secs_f64()) });
     let quick = ClientOptions {
         request_timeout: Duration::from_secs(1),
         retry_deadline: Duration::from_secs(1),
@@ -81,6 +82,7 @@ async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
     let mut waiting: BTreeSet<u32> = (0..file.stores).collect();
     let mut k = 0u64;
     let end = t0 + Duration::from_secs(a.watch_secs.max(60));
+    let mut serving_s = None;
     while !waiting.is_empty() && Instant::now() < end {
         for s in waiting.clone() {
             let n = probe_name(s, file.stores, &mut k);
@@ -89,13 +91,18 @@ async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
                 waiting.remove(&s);
             }
         }
-        if !waiting.is_empty() {
+        if waiting.is_empty() {
+            serving_s = Some(t0.elapsed().as_secs_f64());
+        } else {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    if waiting.is_empty() {
-        out.serving_s = Some(t0.elapsed().as_secs_f64());
-    }
+    let mut out = ClusterRestart {
+        up_s: up.await??,
+        serving_s,
+        ..Default::default()
+    };
+    let file = ClusterFile::load(&a.target.data)?;
     let c = client(&file, ClientOptions::default())?;
     let objects = c.objects();
     let step = (a.objects / 1000).max(1);
