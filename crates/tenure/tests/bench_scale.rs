@@ -1,7 +1,9 @@
 //! `tenure bench scale`, bounded: a local cluster fills a few thousand objects, holds a
 //! few thousand locks in a few dozen sessions, loses its busiest device to `kill -9` and
-//! gets it back with `cluster up`. The report must show every phase happened, and no
-//! lock lost: a session that kept renewing through the failover never expires.
+//! gets it back with `cluster up`, then is stopped whole and started again. The report
+//! must show every phase happened, and no lock lost: a session that kept renewing through
+//! the failover never expires; after the restart every store grants and the objects read
+//! back.
 
 mod common;
 use common::{Guard, tenure, up};
@@ -27,6 +29,7 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
         "10",
         "--watch-secs",
         "20",
+        "--restart-cluster",
         "--data",
         data.to_str().unwrap(),
         "--json",
@@ -59,6 +62,13 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
     );
     assert_eq!(f["locks_lost"], 0, "{r}");
     assert_eq!(f["sessions_expired"], 0, "{r}");
+    let c = &r["cluster_restart"];
+    assert!(
+        c["serving_s"].as_f64().is_some(),
+        "every store grants again: {r}"
+    );
+    assert!(c["objects_checked"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(c["objects_missing"], 0, "{r}");
     eprintln!(
         "bench scale: fill {:.1} s, hold {:.1} s, first grant {first:.2} s, all managed {managed:.2} s, restart {:.2} s",
         r["fill_s"].as_f64().unwrap(),
