@@ -254,10 +254,15 @@ impl<Op, T> Merged<Op, T> {
         let Some((_, Input::Whole(base))) = inputs.get(self.base) else {
             return false;
         };
-        base.stamp == Some(s.stamp)
-            && s.confirmed <= base.confirmed
-            && s.last_held() >= base.confirmed
+        is_prefix_of(s, base)
     }
+}
+
+/// Whether the table `s` names is a prefix of `base`'s, which confirming its pending
+/// changes turns into `base`'s: the same stamp, behind or level with it, holding every
+/// change up to it.
+fn is_prefix_of<Op, T>(s: &Summary<Op>, base: &Replica<Op, T>) -> bool {
+    base.stamp == Some(s.stamp) && s.confirmed <= base.confirmed && s.last_held() >= base.confirmed
 }
 
 /// Menasce's recovery merge ([`merge`]) over inputs some of which are summaries, each
@@ -297,7 +302,7 @@ where
     };
     let base_data = whole(&inputs[base].1).expect("a whole input");
     let known = |s: &Summary<Op>| {
-        (base_data.stamp == Some(s.stamp) && s.confirmed <= top && s.last_held() >= top)
+        is_prefix_of(s, base_data)
             || inputs.iter().any(|(_, i)| {
                 whole(i).is_some_and(|r| r.stamp == Some(s.stamp) && r.confirmed == s.confirmed)
             })
