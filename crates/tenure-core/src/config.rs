@@ -109,6 +109,9 @@ pub struct PlantedBugs {
     pub broken_quorum: bool,
     /// A commit's patch leaves out one row of what differs from the base table.
     pub patch_drops_a_row: bool,
+    /// A relayout's patch for a rejoining chunk loses a row
+    /// (`ToChunk::ReconcilePatch`).
+    pub rejoin_patch_drops_a_row: bool,
     /// A chunk applies operations whatever its lease state.
     pub serve_without_lease: bool,
     /// A manager answers reads at once, without its read lease or a barrier, and even

@@ -37,6 +37,9 @@ pub struct Ctx<'a> {
     /// epoch transition may ship what differs instead of whole tables. False while a
     /// peer of an older build is in the cluster.
     pub diff_transitions: bool,
+    /// Whether every peer reads the messages that bring a rejoining chunk up to date by
+    /// a patch ([`crate::msg::ToManager::Holds`], [`crate::msg::ToChunk::ReconcilePatch`]).
+    pub rejoin_patches: bool,
 }
 
 impl Ctx<'_> {

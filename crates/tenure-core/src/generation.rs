@@ -40,18 +40,23 @@ pub enum Generation {
     /// [`crate::msg::ToChunk::CommitPatch`]; DESIGN "State at scale"; wire version 7,
     /// storage format 9, snapshot format 4).
     DiffTransitions,
+    /// A relayout brings a chunk that rejoins up to date with a patch of a table it holds
+    /// ([`crate::msg::ToManager::Holds`], [`crate::msg::ToChunk::ReconcilePatch`]; DESIGN
+    /// "State at scale"; wire version 8). Files are unchanged.
+    RejoinPatches,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::DiffTransitions;
+    pub const CURRENT: Generation = Generation::RejoinPatches;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
     /// inline values at `inline_from`, forwarding at `forwarding_from` (for a file
     /// format, which never holds a forwarded request, the same as `groups_from`) and
     /// session groups at `groups_from`, lease reads at `lease_from` (for a file format,
-    /// which never holds a message, the same as `groups_from`) and stamped states with
-    /// summaries and patches at `diff_from`.
+    /// which never holds a message, the same as `groups_from`), stamped states with
+    /// summaries and patches at `diff_from`, and patches for rejoining chunks at
+    /// `rejoin_from` (for a file format, the same as `diff_from`).
     pub fn of(
         version: u64,
         inline_from: u64,
@@ -59,8 +64,11 @@ impl Generation {
         groups_from: u64,
         lease_from: u64,
         diff_from: u64,
+        rejoin_from: u64,
     ) -> Generation {
-        if version >= diff_from {
+        if version >= rejoin_from {
+            Generation::RejoinPatches
+        } else if version >= diff_from {
             Generation::DiffTransitions
         } else if version >= lease_from {
             Generation::LeaseReads
@@ -271,6 +279,22 @@ pub fn only_diff<T: serde::Serialize, S: serde::Serializer>(
     } else {
         Err(S::Error::custom(
             "a vote summary or commit patch cannot be encoded for a peer from before diff transitions",
+        ))
+    }
+}
+
+/// `#[serde(serialize_with = "crate::generation::only_rejoin")]` on a message that exists
+/// only from [`Generation::RejoinPatches`] on: an older peer could not decode it.
+pub fn only_rejoin<T: serde::Serialize, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    if current() >= Generation::RejoinPatches {
+        v.serialize(s)
+    } else {
+        Err(S::Error::custom(
+            "a rejoin patch cannot be encoded for a peer from before rejoin patches",
         ))
     }
 }

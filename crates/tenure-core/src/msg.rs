@@ -202,6 +202,31 @@ pub enum ToChunk {
     /// whole.
     #[serde(serialize_with = "crate::generation::only_diff")]
     SendState(SendState),
+    /// §5.3.8 `epoch transition` of a relayout to a chunk that rejoins (Tenure, DESIGN
+    /// "State at scale"): the store's state as a patch of a table the chunk said it
+    /// holds ([`ToManager::Holds`]) instead of whole.
+    #[serde(serialize_with = "crate::generation::only_rejoin")]
+    ReconcilePatch(Box<ReconcilePatch>),
+}
+
+/// [`ToChunk::ReconcilePatch`]: the fields of [`ToChunk::EpochTransition`], with the
+/// state as a patch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReconcilePatch {
+    /// The manager's current epoch.
+    pub old_epoch: Epoch,
+    /// The epoch being prepared.
+    pub new_epoch: Epoch,
+    /// Its layout.
+    pub metadata: Metadata,
+    /// The manager coordinating the transition.
+    pub new_mgr: DeviceId,
+    /// Identity of this transition attempt.
+    pub tx: u64,
+    /// The manager's state, as rows that differ from a table the chunk holds.
+    pub patch: Patch,
+    /// The stamp of the manager's state.
+    pub stamp: Option<crate::safetalk::Stamp>,
 }
 
 /// [`ToChunk::CommitPatch`].
@@ -357,6 +382,22 @@ pub enum ToManager {
     /// peer reads it.
     #[serde(serialize_with = "crate::generation::only_diff")]
     VoteSummary(Box<VoteSummary>),
+    /// Tenure (DESIGN "State at scale"): the table this chunk holds, named, sent with
+    /// each `ack` so that a manager can bring it up to date by a patch when it rejoins.
+    #[serde(serialize_with = "crate::generation::only_rejoin")]
+    Holds(Holding),
+}
+
+/// [`ToManager::Holds`]: a chunk's table named by its stamp and confirmed number, and
+/// the last change it holds pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holding {
+    /// The commit that installed its table.
+    pub stamp: crate::safetalk::Stamp,
+    /// Highest sequence number applied to its table.
+    pub confirmed: Version,
+    /// The highest sequence number it holds, confirmed or pending.
+    pub last_held: Version,
 }
 
 /// [`ToManager::VoteSummary`].

@@ -12,7 +12,7 @@ use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 7;
+pub const WIRE_VERSION: u8 = 8;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -177,9 +177,9 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 /// sessions, `StoreOp::SessionAttach`), version 6 the lease a chunk reports in ACCEPTED
 /// (`ToManager::Accepted`'s `lease_left`, for reads under the manager's lease), version
 /// 7 epoch transitions that ship what differs (a state's stamp, vote summaries, commit
-/// patches).
+/// patches), version 8 patches for chunks that rejoin (`Holds`, `ReconcilePatch`).
 pub fn generation(version: u8) -> Generation {
-    Generation::of(version.into(), 3, 4, 5, 6, 7)
+    Generation::of(version.into(), 3, 4, 5, 6, 7, 8)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the

@@ -51,6 +51,8 @@ fn bounded_sweep_finds_no_violation() {
         t.votes_summary > 0 && t.commits_patch > 0 && s.checks.stamp_checks > 0,
         "{t:?}"
     );
+    // ... and chunks rejoining in a relayout were patched from a table they held.
+    assert!(t.reconciles_patch > 0 && t.reconcile_rows > 0, "{t:?}");
     assert!(s.faults.crashes > 0 && s.faults.pauses > 0 && s.faults.partitions_halves > 0);
     // DESIGN §10 under disk faults: crashes lost unsynced writes, tore records and kept
     // unacknowledged ones whole; commits stalled; ACCEPTEDs were checked as they left.
@@ -203,6 +205,23 @@ fn planted_patch_drops_a_row_is_caught() {
     );
     let (seed, v) = found.expect("a patch dropping a row not caught within 100 seeds");
     eprintln!("patch dropping a row caught at seed {seed}: {v}");
+    assert!(v.to_string().contains("into another table than"), "{v}");
+}
+
+// DESIGN "State at scale" planted bug: a relayout's patch for a rejoining chunk that loses a
+// row leaves that chunk with another table than its stamp names: the same-stamp checker
+// sees it when the relayout commits.
+#[test]
+fn planted_rejoin_patch_drops_a_row_is_caught() {
+    let found = first_violation(
+        PlantedBugs {
+            rejoin_patch_drops_a_row: true,
+            ..PlantedBugs::default()
+        },
+        100,
+    );
+    let (seed, v) = found.expect("a rejoin patch dropping a row not caught within 100 seeds");
+    eprintln!("rejoin patch dropping a row caught at seed {seed}: {v}");
     assert!(v.to_string().contains("into another table than"), "{v}");
 }
 

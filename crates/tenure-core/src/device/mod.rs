@@ -155,6 +155,7 @@ impl Env {
             epochs: &self.epochs,
             inline_values: self.peers.inline_values(),
             diff_transitions: self.peers >= crate::generation::Generation::DiffTransitions,
+            rejoin_patches: self.peers >= crate::generation::Generation::RejoinPatches,
         }
     }
 }

@@ -176,4 +176,6 @@ mod manager_tests;
 #[cfg(test)]
 mod read_lease_tests;
 #[cfg(test)]
+mod rejoin_tests;
+#[cfg(test)]
 pub(crate) mod test_support;

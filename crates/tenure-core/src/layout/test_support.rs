@@ -129,6 +129,7 @@ impl Env {
             epochs: &self.epochs,
             inline_values: true,
             diff_transitions: true,
+            rejoin_patches: true,
         }
     }
 

@@ -84,6 +84,11 @@ fn nonces(msg: &mut Msg) -> Vec<&mut u64> {
                 .flatten()
                 .collect(),
             ToChunk::CommitPatch(c) => vec![&mut c.tx, &mut c.patch.from.tx],
+            ToChunk::ReconcilePatch(r) => [Some(&mut r.tx), Some(&mut r.patch.from.tx)]
+                .into_iter()
+                .chain([stamp(&mut r.stamp)])
+                .flatten()
+                .collect(),
             ToChunk::Abort { tx, .. } => vec![tx],
             ToChunk::SendState(s) => vec![&mut s.tx],
             _ => Vec::new(),
@@ -94,6 +99,7 @@ fn nonces(msg: &mut Msg) -> Vec<&mut u64> {
                 .flatten()
                 .collect(),
             ToManager::VoteSummary(v) => vec![&mut v.tx, &mut v.summary.stamp.tx],
+            ToManager::Holds(h) => vec![&mut h.stamp.tx],
             ToManager::VoteAbort { tx, .. } => vec![tx],
             _ => Vec::new(),
         },

@@ -286,6 +286,12 @@ pub struct TransitionCost {
     pub commits_patch: u64,
     /// Rows those patches carried.
     pub patch_rows: u64,
+    /// Relayouts' epoch transitions carrying the whole state to a chunk that lacked it.
+    pub reconciles_whole: u64,
+    /// The same, carrying a patch of a table the rejoining chunk held.
+    pub reconciles_patch: u64,
+    /// Rows those patches carried.
+    pub reconcile_rows: u64,
 }
 
 impl TransitionCost {
@@ -297,6 +303,9 @@ impl TransitionCost {
         self.commits_whole += o.commits_whole;
         self.commits_patch += o.commits_patch;
         self.patch_rows += o.patch_rows;
+        self.reconciles_whole += o.reconciles_whole;
+        self.reconciles_patch += o.reconciles_patch;
+        self.reconcile_rows += o.reconcile_rows;
     }
 }
 

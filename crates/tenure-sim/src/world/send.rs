@@ -80,6 +80,11 @@ impl World {
                     t.commits_patch += 1;
                     t.patch_rows += c.patch.rows.len() as u64;
                 }
+                ToChunk::EpochTransition { data: Some(_), .. } => t.reconciles_whole += 1,
+                ToChunk::ReconcilePatch(r) => {
+                    t.reconciles_patch += 1;
+                    t.reconcile_rows += r.patch.rows.len() as u64;
+                }
                 _ => {}
             },
             _ => {}

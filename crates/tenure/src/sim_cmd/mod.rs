@@ -142,6 +142,8 @@ enum Plant {
     BrokenQuorum,
     /// A transition's patch loses one row on its way to a chunk.
     PatchDropsARow,
+    /// A relayout's patch for a rejoining chunk loses one row.
+    RejoinPatchDropsARow,
     /// Chunks serve operations whatever their lease state.
     ServeWithoutLease,
     /// Managers answer reads at once, without a read lease or a barrier.
@@ -300,6 +302,7 @@ impl SimArgs {
         c.planted = PlantedBugs {
             broken_quorum: self.plant.contains(&Plant::BrokenQuorum),
             patch_drops_a_row: self.plant.contains(&Plant::PatchDropsARow),
+            rejoin_patch_drops_a_row: self.plant.contains(&Plant::RejoinPatchDropsARow),
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
             lease_read_unchecked: self.plant.contains(&Plant::LeaseReadUnchecked),
             lease_read_speculative: self.plant.contains(&Plant::LeaseReadSpeculative),

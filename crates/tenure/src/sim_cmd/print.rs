@@ -180,6 +180,10 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
         t.commits_patch,
         t.patch_rows
     );
+    println!(
+        "chunks rejoining in a relayout: {} given the state whole, {} by patch ({} rows)",
+        t.reconciles_whole, t.reconciles_patch, t.reconcile_rows
+    );
     let c = &s.lock_checks;
     println!(
         "lock checks: {} mutual-exclusion pairs, {} fencing pairs, {} takeover lookups, {} ops linearizable ({} more name by name, in {} groups of covering names beyond the search bound), {} histories beyond the search bound",

@@ -323,6 +323,18 @@ impl Chunk {
     }
 
     fn send_ack(&mut self, ctx: &mut Ctx<'_>, mgr: DeviceId, epoch: Epoch) {
+        // Tenure (DESIGN "State at scale"): the table held, named first, so that a
+        // manager this chunk rejoins can bring it up to date by a patch.
+        if ctx.rejoin_patches
+            && let Some(summary) = self.record.data.summary()
+        {
+            let holding = crate::msg::Holding {
+                stamp: summary.stamp,
+                confirmed: summary.confirmed,
+                last_held: summary.last_held(),
+            };
+            self.to_mgr(ctx, mgr, ToManager::Holds(holding));
+        }
         let prepared = self.highest_prepared();
         let msg = if epoch == self.record.epoch {
             ToManager::Ack {
@@ -381,6 +393,10 @@ impl Chunk {
                     tx,
                 };
                 self.epoch_transition(ctx, from, log, data, s == S::RecoveryLease);
+            }
+            // §5.3.8, the state as a patch of this chunk's table (DESIGN "State at scale")
+            (s @ (S::RegularLease | S::RecoveryLease), ToChunk::ReconcilePatch(p)) => {
+                self.reconcile_patch(ctx, from, *p, s == S::RecoveryLease);
             }
             // §4.2.1: acquire while regularly leased → nack
             (S::RegularLease, ToChunk::Acquire { .. }) => {

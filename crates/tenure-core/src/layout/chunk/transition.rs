@@ -62,10 +62,61 @@ impl Chunk {
         // hold the old epoch's state up to date before it votes (`done` persists it).
         if let Some(d) = data {
             let newest = self.record.epoch.max(log.old_epoch);
-            self.record.data = crate::safetalk::merge(&[self.record.data.clone(), *d], newest);
+            let d = *d;
+            let mut merged = crate::safetalk::merge(&[self.record.data.clone(), d.clone()], newest);
+            // Tenure (DESIGN "State at scale"): where the merge took the manager's state
+            // as it is, this chunk holds the table of its stamp and number, and names it
+            // so (its vote can then be a summary).
+            let as_is = d.l_list.is_empty()
+                && d.r_list.is_empty()
+                && merged.confirmed == d.confirmed
+                && merged.table == d.table;
+            if as_is {
+                merged.stamp = d.stamp;
+            }
+            self.record.data = merged;
         }
         self.log = Some(log);
         self.done(ctx);
+    }
+
+    /// §5.3.8 epoch transition of a relayout with the state as a patch of this chunk's
+    /// table (DESIGN "State at scale"). The chunk confirms its pending changes up to the
+    /// patch's base, which makes its table the one the manager named, takes the rows,
+    /// and goes on as with the state whole. A chunk that cannot (it no longer holds that
+    /// table) leaves the message unapplied, as if it were lost: the attempt aborts, and
+    /// the manager sends the state whole the next time.
+    pub(super) fn reconcile_patch(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: DeviceId,
+        r: crate::msg::ReconcilePatch,
+        recovery: bool,
+    ) {
+        let p = &r.patch;
+        let mut d = self.record.data.clone();
+        if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
+            return;
+        }
+        d.confirm(p.upto);
+        let Ok(table) = crate::rows::patch(&d.table, &p.head, &p.rows) else {
+            return;
+        };
+        let state = crate::data::StoreData {
+            table,
+            confirmed: p.confirmed,
+            l_list: Default::default(),
+            r_list: Default::default(),
+            stamp: r.stamp,
+        };
+        let log = TransitionLog {
+            old_epoch: r.old_epoch,
+            new_epoch: r.new_epoch,
+            metadata: r.metadata,
+            new_mgr: r.new_mgr,
+            tx: r.tx,
+        };
+        self.epoch_transition(ctx, from, log, Some(Box::new(state)), recovery);
     }
 
     /// `done`: reconciliation input is ready. Initiate the commit protocol voting commit:

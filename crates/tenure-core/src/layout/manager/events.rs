@@ -20,6 +20,9 @@ impl Manager {
             return;
         }
         match (self.state(), msg) {
+            // Tenure (DESIGN "State at scale"): the table a chunk holds, named before
+            // its ack, in whatever state.
+            (_, ToManager::Holds(h)) => self.note_holding(c, h),
             // §5.3.1 none: help → start regenerating.
             (S::None, ToManager::Help { epoch, metadata }) => {
                 if !metadata.contains(c) {

@@ -63,6 +63,7 @@ mod migration;
 mod objects;
 mod policy;
 mod regeneration;
+mod rejoin;
 mod requests;
 mod stage;
 mod timers;
@@ -203,6 +204,8 @@ pub struct Manager {
     pub policy: PolicyState,
     /// Objects: complete chunks, reads, collectors, watches.
     pub objects: crate::objects::mgr::ObjMgr,
+    /// Tenure: what rejoining chunks hold, and earlier tables to patch them from.
+    pub rejoin: rejoin::Rejoin,
 }
 
 impl Manager {
@@ -229,6 +232,7 @@ impl Manager {
             entered_at: Instant(0),
             policy: PolicyState::default(),
             objects: Default::default(),
+            rejoin: Default::default(),
         }
     }
 
@@ -444,6 +448,10 @@ impl Manager {
     /// if quorum or coverage is lost. Returns whether this manager is still manager.
     pub(super) fn mark_failed(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) -> bool {
         self.failed.insert(c);
+        // The chunk has accepted every change of the state as it is now (each was
+        // confirmed only once every live chunk had): kept, to patch it when it rejoins.
+        let d = &self.host.data;
+        (self.rejoin).keep(d.stamp, d.confirmed, &d.table, ctx.now);
         self.objects.complete.remove(&c);
         self.policy.failed_at.entry(c).or_insert(ctx.now);
         ctx.observe(Observation::ChunkFailed {

@@ -347,10 +347,22 @@ impl Manager {
         let id = ctx.rng.next_u64();
         let state = (!reconcile.is_empty()).then(|| Box::new(self.host.data.clone()));
         for c in &participants {
-            self.to_chunk(
-                ctx,
-                *c,
-                ToChunk::EpochTransition {
+            // A chunk that rejoins holding a table the manager still has gets the state
+            // as a patch of it (DESIGN "State at scale").
+            let patch = (reconcile.contains(c))
+                .then(|| self.rejoin_patch(ctx, *c))
+                .flatten();
+            let msg = match patch {
+                Some(patch) => ToChunk::ReconcilePatch(Box::new(crate::msg::ReconcilePatch {
+                    old_epoch,
+                    new_epoch,
+                    metadata: metadata.clone(),
+                    new_mgr: me,
+                    tx: id,
+                    patch,
+                    stamp: self.host.data.stamp,
+                })),
+                None => ToChunk::EpochTransition {
                     old_epoch,
                     new_epoch,
                     metadata: metadata.clone(),
@@ -358,7 +370,8 @@ impl Manager {
                     tx: id,
                     data: state.clone().filter(|_| reconcile.contains(c)),
                 },
-            );
+            };
+            self.to_chunk(ctx, *c, msg);
         }
         self.tx = Some(Tx {
             id,
@@ -427,6 +440,12 @@ impl Manager {
     fn commit_tx(&mut self, ctx: &mut Ctx<'_>, m: crate::safetalk::Merged<StoreOp, Tables>) {
         let tx = self.tx.take().expect("commit without a transaction");
         self.remember(tx.id);
+        // The merge's base table, kept for the chunks of the layout that did not take
+        // part: they may hold it, and be patched from it when they rejoin.
+        if let Some((_, crate::safetalk::Input::Whole(base))) = tx.inputs.get(m.base) {
+            (self.rejoin).keep(base.stamp, base.confirmed, &base.table, ctx.now);
+        }
+        self.rejoin.committed(&tx.participants);
         let expiry = ctx.now + ctx.cfg.timing.commit_window;
         let mut merged = m.data.clone();
         merged.stamp = Some(crate::safetalk::Stamp {
@@ -486,6 +505,10 @@ impl Manager {
             .copied()
             .collect();
         self.recovered.clear();
+        if self.failed.is_empty() {
+            // No chunk left to rejoin: no earlier table is needed.
+            self.rejoin.ancestors.clear();
+        }
         self.policy = PolicyState {
             failed_at: self.failed.iter().map(|c| (*c, ctx.now)).collect(),
             ..PolicyState::default()
@@ -543,6 +566,10 @@ impl Manager {
         match tx.kind {
             TxKind::Recovery => self.newly_awake(ctx),
             TxKind::Relayout => {
+                // A chunk that did not vote may have found its patch unusable: the
+                // state goes whole to it next time.
+                let silent = tx.participants.difference(&tx.votes).copied();
+                self.rejoin.whole_next.extend(silent);
                 for c in self.live() {
                     self.chunkfail.insert(c, expiry);
                 }

@@ -44,6 +44,7 @@ impl Manager {
     /// Fire due timers.
     pub fn on_tick(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now;
+        self.rejoin.expire(now);
         if let Stage::None(early) = &mut self.stage {
             early.retain(|v| v.until > now);
         }

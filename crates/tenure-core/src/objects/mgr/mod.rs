@@ -202,6 +202,7 @@ mod uuid_tests {
             epochs: &epochs,
             inline_values: true,
             diff_transitions: true,
+            rejoin_patches: true,
         };
         (0..3).map(|_| new_uuid(&mut ctx)).collect()
     }
