@@ -187,6 +187,7 @@ pub const METRICS: &[Metric] = &[
     // The peer transport.
     plain("tenure_peer_messages_sent_total", Counter, "Messages sent to other devices."),
     plain("tenure_peer_writes_total", Counter, "Writes (flushes) on peer connections."),
+    labelled("tenure_peer_store_states_total", Counter, "how", &["vote_whole", "vote_summary", "commit_whole", "commit_patch", "reconcile_whole", "reconcile_patch"], "Store states sent to other devices in epoch transitions, whole or as a summary or patch."),
     plain("tenure_peer_dropped_total", Counter, "Messages to other devices dropped (queue full or no connection)."),
     plain("tenure_peer_frames_rejected_total", Counter, "Peer connections closed over a bad frame."),
     plain("tenure_peer_tls_failures_total", Counter, "Peer TLS handshakes that failed."),

@@ -177,6 +177,7 @@ impl PeerTask {
                         }
                     }
                     sent.increment(batch.len() as u64);
+                    count_store_states(&batch);
                     flushes.increment(1);
                     if let Err(e) = write_batch(&mut sink, me, batch, max, version).await {
                         info!(peer = %self.peer, "peer write failed: {e}");
@@ -187,6 +188,30 @@ impl PeerTask {
         };
         reader.abort();
         outcome
+    }
+}
+
+/// `tenure_peer_store_states_total`: the store states of epoch transitions among `batch`,
+/// whole or named (DESIGN "State at scale").
+fn count_store_states(batch: &[Msg]) {
+    use tenure_core::msg::{ToChunk, ToManager};
+    for m in batch {
+        let how = match m {
+            Msg::ToManager { msg, .. } => match msg {
+                ToManager::Vote { .. } => "vote_whole",
+                ToManager::VoteSummary(_) => "vote_summary",
+                _ => continue,
+            },
+            Msg::ToChunk { msg, .. } => match msg {
+                ToChunk::Commit { .. } => "commit_whole",
+                ToChunk::CommitPatch(_) => "commit_patch",
+                ToChunk::EpochTransition { data: Some(_), .. } => "reconcile_whole",
+                ToChunk::ReconcilePatch(_) => "reconcile_patch",
+                _ => continue,
+            },
+            _ => continue,
+        };
+        metrics::counter!("tenure_peer_store_states_total", "how" => how).increment(1);
     }
 }
 
