@@ -569,6 +569,44 @@ fn newly_awake_boot_clears_transient_state_and_asks_last_manager() {
 }
 
 #[test]
+fn no_lease_after_a_restart_asks_only_its_last_manager_until_the_hold_ends() {
+    // seed 000 §4.2.6 no lease: the help loop; Tenure: while the restarted chunk answers
+    // only its last lease manager (boot hold, a lease long), every help goes to that
+    // manager, which may be starting as well; after the hold, the loop goes on as the
+    // seed has it (the queue, popped by the first help, is empty: directors).
+    let mut env = Env::new(d(1));
+    let t = timing();
+    let p = chunk(&mut env, S::RegularLease, 3, M).record;
+    let mut k = Chunk::boot(&mut env.ctx(T0), p);
+    assert_no_lease_asked(&k, &env.take(), T0, M);
+    let mut now = T0;
+    while now + t.help_wait < T0 + t.lease {
+        now = now + t.help_wait;
+        k.on_tick(&mut env.ctx(now));
+        assert_no_lease_asked(&k, &env.take(), now, M);
+    }
+    now = now + t.help_wait;
+    assert!(now >= T0 + t.lease, "the hold is over");
+    k.on_tick(&mut env.ctx(now));
+    let helps = to_mgrs(&env.take());
+    assert!(matches!(&helps[..], [(to, _)] if *to != M), "a director: {helps:?}");
+}
+
+#[test]
+fn no_lease_after_a_restart_passes_over_a_silent_last_manager() {
+    // The hold keeps the chunk from answering others, not from asking them: a last
+    // manager that has fallen silent is passed over as before.
+    let mut env = Env::new(d(1));
+    let t = timing();
+    env.heard.insert(M, T0);
+    let p = chunk(&mut env, S::RegularLease, 3, M).record;
+    let now = T0 + t.silence();
+    let _k = Chunk::boot(&mut env.ctx(now), p);
+    let helps = to_mgrs(&env.take());
+    assert!(matches!(&helps[..], [(to, _)] if *to != M), "{helps:?}");
+}
+
+#[test]
 fn newly_awake_holding_a_vote_waits_out_its_window_before_asking() {
     // seed 000 §4.2.5 newly awake "(after some delay)", as Tenure fills it: a chunk that
     // rebooted with a prepare record it never saw decided ignores every message for

@@ -267,12 +267,26 @@ impl Chunk {
     /// regeneration, not several competing ones, follows a manager's death. The order
     /// turns with every help sent, so every director is still tried; when every device
     /// is silent, every device is a candidate.
+    ///
+    /// Tenure: while a restarted chunk answers only its last lease manager
+    /// (`boot_hold`), it asks only that manager, as long as that device has not fallen
+    /// silent: a whole cluster starting again has every chunk's last manager starting
+    /// too, and a help it missed while it was still opening its storage would otherwise
+    /// send the chunk to a director whose acquire it must leave unanswered until the hold
+    /// ends (every store's regeneration waited out the hold, 2 s, at a cluster start).
     fn send_help(&mut self, ctx: &mut Ctx<'_>) {
         let store = self.record.store;
         self.helps_sent += 1;
         self.mgr_attempt_queue.retain(|d| !ctx.silent(*d));
         let hint = ctx.hints.get(&store).copied();
-        let d = if let Some(i) = (0..self.mgr_attempt_queue.len())
+        let held_for = (self.record.lease_mgr).filter(|m| {
+            self.boot_hold.is_some_and(|t| ctx.now < t)
+                && !ctx.silent(*m)
+                && !self.mgr_attempt_queue.contains(m)
+        });
+        let d = if let Some(m) = held_for {
+            m
+        } else if let Some(i) = (0..self.mgr_attempt_queue.len())
             .max_by_key(|&i| precedence(store, self.mgr_attempt_queue[i]))
         {
             self.mgr_attempt_queue.swap_remove(i)

@@ -165,6 +165,10 @@ struct ClusterRestart {
     objects_checked: u64,
     /// Of those, not found or not read.
     objects_missing: u64,
+    /// What the devices did meanwhile, summed over their metrics endpoints: epochs by
+    /// cause, relayouts committed and abandoned, chunks marked failed, and the store
+    /// states epoch transitions sent to other devices, whole or named.
+    transitions: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -323,6 +327,12 @@ fn print(r: &Report) {
             c.objects_missing,
             c.objects_checked
         );
+        if !c.transitions.is_empty() {
+            let t: Vec<String> = (c.transitions.iter())
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            println!("  meanwhile, over the devices: {}", t.join(", "));
+        }
     }
 }
 

@@ -103,6 +103,11 @@ async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
         ..Default::default()
     };
     let file = ClusterFile::load(&a.target.data)?;
+    for addr in file.devices.iter().filter_map(|d| d.metrics_addr) {
+        for (k, v) in restart_counters(addr).await {
+            *out.transitions.entry(k).or_default() += v;
+        }
+    }
     let c = client(&file, ClientOptions::default())?;
     let objects = c.objects();
     let step = (a.objects / 1000).max(1);
@@ -114,6 +119,39 @@ async fn restart_cluster(a: &ScaleArgs) -> anyhow::Result<ClusterRestart> {
     }
     Ok(out)
 }
+
+/// The counters of a restart's epoch transitions at one device's metrics endpoint (none
+/// if it does not answer): the series of [`RESTART_COUNTERS`], by name and label.
+async fn restart_counters(addr: std::net::SocketAddr) -> Vec<(String, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let get = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: tenure\r\n\r\n")
+            .await?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await?;
+        std::io::Result::Ok(body)
+    };
+    let Ok(Ok(body)) = tokio::time::timeout(Duration::from_secs(2), get).await else {
+        return Vec::new();
+    };
+    (body.lines())
+        .filter(|l| RESTART_COUNTERS.iter().any(|c| l.starts_with(c)))
+        .filter_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let name = series.trim_start_matches("tenure_").replace('"', "");
+            Some((name, v.parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+/// The counters a cluster restart reports ([`restart_counters`]).
+const RESTART_COUNTERS: [&str; 4] = [
+    "tenure_epochs_total",
+    "tenure_relayouts_total",
+    "tenure_chunk_failures_total",
+    "tenure_peer_store_states_total",
+];
 
 /// Phase 1: put the objects, measuring each tenth.
 async fn fill(a: &ScaleArgs, file: &ClusterFile, report: &mut Report) -> anyhow::Result<()> {
