@@ -74,6 +74,15 @@ impl Timing {
     pub fn silence(&self) -> Duration {
         self.renewal_period * 2
     }
+
+    /// The longest a commit coordinator may wait for the votes of a transition that ships
+    /// a store's whole state to a chunk (which must make it durable before it votes):
+    /// short of `transition_wait − 2·clock_drift`, so that every vote it counts is still
+    /// dead before its chunk moves on, and never less than `transition_timeout`.
+    pub fn transition_timeout_longest(&self) -> Duration {
+        let bound = self.clock_drift * 2 + Duration::from_millis(1);
+        (self.transition_wait.saturating_sub(bound)).max(self.transition_timeout)
+    }
 }
 
 impl Default for Timing {

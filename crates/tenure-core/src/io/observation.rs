@@ -100,6 +100,16 @@ pub enum Observation {
         /// Chunk.
         chunk: ChunkId,
     },
+    /// A relayout began (Tenure, DESIGN "State at scale"): how many of the chunks that
+    /// lack the store's state got it as a patch, and why each other one got it whole.
+    RelayoutBegun {
+        /// Store.
+        store: StoreId,
+        /// Chunks sent a patch of a table they hold.
+        patched: u32,
+        /// Chunks sent the whole state, with the reason a patch could not be made.
+        whole: Vec<(ChunkId, crate::layout::RejoinMiss)>,
+    },
     /// A relayout committed or aborted.
     Relayout {
         /// Store.

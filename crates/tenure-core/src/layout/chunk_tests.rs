@@ -589,7 +589,10 @@ fn no_lease_after_a_restart_asks_only_its_last_manager_until_the_hold_ends() {
     assert!(now >= T0 + t.lease, "the hold is over");
     k.on_tick(&mut env.ctx(now));
     let helps = to_mgrs(&env.take());
-    assert!(matches!(&helps[..], [(to, _)] if *to != M), "a director: {helps:?}");
+    assert!(
+        matches!(&helps[..], [(to, _)] if *to != M),
+        "a director: {helps:?}"
+    );
 }
 
 #[test]

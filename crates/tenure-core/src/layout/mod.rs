@@ -18,6 +18,7 @@
 pub mod ack_timer;
 pub mod chunk;
 pub mod manager;
+pub use manager::RejoinMiss;
 
 use crate::ids::{ChunkId, DeviceId, Epoch};
 use serde::{Deserialize, Serialize};

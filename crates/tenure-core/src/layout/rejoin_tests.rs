@@ -104,6 +104,13 @@ fn relayout_reconciling_patches_a_recovered_chunk_from_the_table_it_was_failed_a
     let p = patch_to_c1(&sent).expect("a patch to the rejoining chunk");
     assert_eq!(p.patch.rows.len(), 1, "only register 2 changed");
     assert_eq!(p.stamp, m.host.data.stamp);
+    // The chunk makes the state durable before it votes: the attempt waits as long as a
+    // vote may still count.
+    let t = timing();
+    let deadline = m.tx.as_ref().unwrap().deadline;
+    assert_eq!(deadline, T0 + t.transition_timeout_longest());
+    assert!(t.transition_timeout_longest() > t.transition_timeout);
+    assert!(t.transition_timeout_longest() + t.clock_drift * 2 < t.transition_wait);
     assert!(
         !(sent.iter()).any(|(_, x)| matches!(x, ToChunk::EpochTransition { data: Some(_), .. })),
         "nothing goes whole"
@@ -183,6 +190,8 @@ fn relayout_reconciling_sends_the_state_whole_to_a_chunk_of_another_lineage() {
     let other = stamped(data_with(3, 1, 9), 2);
     let sent = rejoin(&mut m, &mut env, &other);
     assert!(patch_to_c1(&sent).is_none());
+    let deadline = m.tx.as_ref().unwrap().deadline;
+    assert_eq!(deadline, T0 + timing().transition_timeout_longest());
     assert!(
         (sent.iter()).any(|(k, x)| *k == c(1)
             && matches!(x, ToChunk::EpochTransition { data: Some(d), .. } if **d == m.host.data)),
@@ -191,10 +200,10 @@ fn relayout_reconciling_sends_the_state_whole_to_a_chunk_of_another_lineage() {
 }
 
 #[test]
-fn recovery_lease_reconcile_patch_of_a_table_not_held_is_left_unapplied_then_sent_whole() {
-    // The chunk no longer holds the table it named: the patch changes nothing and no
-    // vote goes out, as if it were lost. The attempt aborts at its deadline, and the
-    // next relayout sends the state whole.
+fn recovery_lease_reconcile_patch_of_a_table_not_held_is_refused_then_sent_whole() {
+    // The chunk no longer holds the table it named: the patch changes nothing and the
+    // chunk refuses the transition (vote abort). The attempt aborts, and the next
+    // relayout sends the state whole.
     let mut env = Env::new(M);
     let mut m = managing_with_m();
     let held = m.host.data.clone();
@@ -209,10 +218,12 @@ fn recovery_lease_reconcile_patch_of_a_table_not_held_is_left_unapplied_then_sen
     let before = k.record.clone();
     k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
     assert_eq!((k.state, &k.record), (S::RecoveryLease, &before));
-    assert!(cenv.take().is_empty());
-
-    let deadline = m.tx.as_ref().unwrap().deadline;
-    m.on_tick(&mut env.ctx(deadline));
+    let refusal = to_mgrs(&cenv.take());
+    assert!(
+        matches!(&refusal[..], [(to, ToManager::VoteAbort { .. })] if *to == M),
+        "{refusal:?}"
+    );
+    from_chunk(&mut m, &mut env, T0, 1, refusal[0].1.clone());
     assert_eq!(m.state(), MgrState::Manager);
     assert!(m.tx.is_none(), "aborted");
     env.take();
@@ -223,6 +234,34 @@ fn recovery_lease_reconcile_patch_of_a_table_not_held_is_left_unapplied_then_sen
             && matches!(x, ToChunk::EpochTransition { data: Some(_), .. })),
         "{sent:?}"
     );
+}
+
+#[test]
+fn relayout_abort_keeps_the_table_it_began_with_for_the_chunks_that_took_it() {
+    // §5.3.9 abort tx (relayout): Tenure: the rejoining chunk may have taken the state
+    // before the attempt timed out; the manager goes on writing, and the next attempt
+    // patches the chunk from the table the aborted one began with, not whole.
+    let mut env = Env::new(M);
+    let mut m = managing_with_m();
+    let held = m.host.data.clone();
+    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
+    env.take();
+    let sent = rejoin(&mut m, &mut env, &held);
+    let p = patch_to_c1(&sent).expect("a patch");
+    let mut cenv = Env::new(d(1));
+    let mut k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    k.record.data = held;
+    k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
+    assert_eq!(k.record.data, m.host.data, "taken");
+    let deadline = m.tx.as_ref().unwrap().deadline;
+    m.on_tick(&mut env.ctx(deadline));
+    assert!(m.tx.is_none(), "aborted: its vote was lost");
+    write_on(&mut m);
+    env.take();
+    let taken = k.record.data.clone();
+    let sent = rejoin(&mut m, &mut env, &taken);
+    let p = patch_to_c1(&sent).expect("a patch of the table the attempt began with");
+    assert_eq!(p.patch.rows.len(), 1);
 }
 
 #[test]

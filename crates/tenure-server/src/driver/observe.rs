@@ -209,6 +209,16 @@ pub(super) fn observe(obs: &Observation, hot: &HotMetrics) {
         }
         Observation::WriteAcked { .. } => hot.writes.increment(1),
         Observation::ChunkServed { .. } => hot.chunk_ops_served.increment(1),
+        Observation::RelayoutBegun {
+            store,
+            patched,
+            whole,
+        } => {
+            let whole: Vec<String> = (whole.iter())
+                .map(|(c, why)| format!("{c} ({why})"))
+                .collect();
+            info!(%store, patched, whole = %whole.join(", "), "relayout begun");
+        }
         Observation::Relayout { store, committed } => {
             info!(%store, committed, "relayout finished");
             metrics::counter!("tenure_relayouts_total", "committed" => committed.to_string())

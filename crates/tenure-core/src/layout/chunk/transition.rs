@@ -84,8 +84,8 @@ impl Chunk {
     /// table (DESIGN "State at scale"). The chunk confirms its pending changes up to the
     /// patch's base, which makes its table the one the manager named, takes the rows,
     /// and goes on as with the state whole. A chunk that cannot (it no longer holds that
-    /// table) leaves the message unapplied, as if it were lost: the attempt aborts, and
-    /// the manager sends the state whole the next time.
+    /// table) refuses the transition (`VoteAbort`, as for a prepare it cannot accept):
+    /// the attempt aborts, and the manager sends the state whole the next time.
     pub(super) fn reconcile_patch(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -95,12 +95,19 @@ impl Chunk {
     ) {
         let p = &r.patch;
         let mut d = self.record.data.clone();
+        let refuse = |k: &Chunk, ctx: &mut Ctx<'_>| {
+            let msg = ToManager::VoteAbort {
+                new_epoch: r.new_epoch,
+                tx: r.tx,
+            };
+            k.to_mgr(ctx, r.new_mgr, msg);
+        };
         if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
-            return;
+            return refuse(self, ctx);
         }
         d.confirm(p.upto);
         let Ok(table) = crate::rows::patch(&d.table, &p.head, &p.rows) else {
-            return;
+            return refuse(self, ctx);
         };
         let state = crate::data::StoreData {
             table,

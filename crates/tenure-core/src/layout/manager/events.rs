@@ -310,6 +310,9 @@ impl Manager {
                     .as_ref()
                     .is_some_and(|t| t.new_epoch == new_epoch && t.id == id)
                 {
+                    // Tenure: a rejoining chunk refuses a patch of a table it no longer
+                    // holds; the next attempt sends it the state whole.
+                    self.rejoin.whole_next.insert(c);
                     self.abort_tx(ctx);
                 }
             }

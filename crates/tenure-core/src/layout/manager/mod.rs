@@ -64,6 +64,7 @@ mod objects;
 mod policy;
 mod regeneration;
 mod rejoin;
+pub use rejoin::RejoinMiss;
 mod requests;
 mod stage;
 mod timers;

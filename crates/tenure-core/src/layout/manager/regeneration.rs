@@ -346,12 +346,22 @@ impl Manager {
         let old_epoch = self.epoch;
         let id = ctx.rng.next_u64();
         let state = (!reconcile.is_empty()).then(|| Box::new(self.host.data.clone()));
+        let mut whole_sent = false;
+        let (mut patched, mut whole) = (0, Vec::new());
         for c in &participants {
             // A chunk that rejoins holding a table the manager still has gets the state
             // as a patch of it (DESIGN "State at scale").
-            let patch = (reconcile.contains(c))
-                .then(|| self.rejoin_patch(ctx, *c))
-                .flatten();
+            let patch = match reconcile.contains(c).then(|| self.rejoin_patch(ctx, *c)) {
+                Some(Ok(p)) => {
+                    patched += 1;
+                    Some(p)
+                }
+                Some(Err(miss)) => {
+                    whole.push((*c, miss));
+                    None
+                }
+                None => None,
+            };
             let msg = match patch {
                 Some(patch) => ToChunk::ReconcilePatch(Box::new(crate::msg::ReconcilePatch {
                     old_epoch,
@@ -362,16 +372,27 @@ impl Manager {
                     patch,
                     stamp: self.host.data.stamp,
                 })),
-                None => ToChunk::EpochTransition {
-                    old_epoch,
-                    new_epoch,
-                    metadata: metadata.clone(),
-                    new_mgr: me,
-                    tx: id,
-                    data: state.clone().filter(|_| reconcile.contains(c)),
-                },
+                None => {
+                    let data = state.clone().filter(|_| reconcile.contains(c));
+                    whole_sent |= data.is_some();
+                    ToChunk::EpochTransition {
+                        old_epoch,
+                        new_epoch,
+                        metadata: metadata.clone(),
+                        new_mgr: me,
+                        tx: id,
+                        data,
+                    }
+                }
             };
             self.to_chunk(ctx, *c, msg);
+        }
+        if !reconcile.is_empty() {
+            ctx.observe(Observation::RelayoutBegun {
+                store: self.store,
+                patched,
+                whole,
+            });
         }
         self.tx = Some(Tx {
             id,
@@ -393,7 +414,16 @@ impl Manager {
             asked: BTreeSet::new(),
             await_mgr: None,
             begun: ctx.now,
-            deadline: ctx.now + ctx.cfg.timing.transition_timeout,
+            // A chunk given the state, whole or as a patch, makes it durable before it
+            // votes: right after a device restarted, with every store doing the same,
+            // that took longer than `transition_timeout`, and the attempts aborted over
+            // and over (a store of ~15,000 objects, whole, even with a longer deadline).
+            deadline: ctx.now
+                + if whole_sent || patched > 0 {
+                    ctx.cfg.timing.transition_timeout_longest()
+                } else {
+                    ctx.cfg.timing.transition_timeout
+                },
         });
     }
 
@@ -566,10 +596,11 @@ impl Manager {
         match tx.kind {
             TxKind::Recovery => self.newly_awake(ctx),
             TxKind::Relayout => {
-                // A chunk that did not vote may have found its patch unusable: the
-                // state goes whole to it next time.
-                let silent = tx.participants.difference(&tx.votes).copied();
-                self.rejoin.whole_next.extend(silent);
+                // A rejoining chunk that took the state before the attempt aborted
+                // holds the manager's table as it was when the attempt began.
+                if let Some((_, crate::safetalk::Input::Whole(d))) = tx.inputs.first() {
+                    (self.rejoin).keep(d.stamp, d.confirmed, &d.table, ctx.now);
+                }
                 for c in self.live() {
                     self.chunkfail.insert(c, expiry);
                 }

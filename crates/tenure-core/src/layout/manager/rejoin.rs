@@ -6,13 +6,16 @@
 //! names that table with each `ack` ([`crate::msg::ToManager::Holds`]), and the manager
 //! keeps, for a while, the tables such a chunk may hold: the one each chunk was marked
 //! failed at (the chunk has accepted every change of it), and the base of each merge it
-//! committed. A rejoining chunk whose table is one of those, or the manager's own, gets
+//! committed, and the manager's own table as it was when a relayout began that aborted
+//! (its rejoining chunks may have taken it). A rejoining chunk whose table is one of
+//! those, or the manager's own, gets
 //! the rows in which the manager's state differs from it ([`crate::rows::diff`]: the
 //! tables share structure, so its cost follows what changed), not the state whole.
 
 use super::*;
 use crate::msg::{Holding, Patch};
 use crate::safetalk::{Seq, Stamp};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// How many earlier tables a manager keeps for chunks that may rejoin.
@@ -42,8 +45,8 @@ pub struct Rejoin {
     pub ancestors: Vec<Ancestor>,
     /// The table each chunk of the layout last said it holds.
     pub holding: BTreeMap<ChunkId, Holding>,
-    /// Chunks a patch was sent to in an attempt that aborted without their vote: the
-    /// next one sends them the state whole.
+    /// Chunks that refused a patch (they no longer held the table it named): the next
+    /// attempt sends them the state whole.
     pub whole_next: BTreeSet<ChunkId>,
 }
 
@@ -87,6 +90,36 @@ fn reaches(h: &Holding, stamp: Stamp, confirmed: Seq) -> bool {
     h.stamp == stamp && h.confirmed <= confirmed && h.last_held >= confirmed
 }
 
+/// Why a chunk that lacks the store's state is sent it whole rather than as a patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejoinMiss {
+    /// A peer of an older build could not read the patch.
+    OlderPeer,
+    /// It refused a patch sent to it before.
+    Retried,
+    /// It named no table (a new chunk, or its `Holds` did not reach this manager).
+    NothingNamed,
+    /// The manager's state has pending changes (never so after a commit's batches).
+    Pending,
+    /// It named a table this manager does not keep.
+    NotKept,
+    /// A row did not encode.
+    Encoding,
+}
+
+impl std::fmt::Display for RejoinMiss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RejoinMiss::OlderPeer => "older peer",
+            RejoinMiss::Retried => "retried",
+            RejoinMiss::NothingNamed => "nothing named",
+            RejoinMiss::Pending => "pending changes",
+            RejoinMiss::NotKept => "table not kept",
+            RejoinMiss::Encoding => "encoding",
+        })
+    }
+}
+
 impl Manager {
     /// A chunk named the table it holds.
     pub(super) fn note_holding(&mut self, c: ChunkId, h: Holding) {
@@ -97,29 +130,33 @@ impl Manager {
 
     /// The store's state as a patch for rejoining chunk `c`: none unless it named a
     /// table the manager still has (its own, or one kept), or if a row does not encode.
-    pub(super) fn rejoin_patch(&self, ctx: &Ctx<'_>, c: ChunkId) -> Option<Patch> {
-        if !ctx.rejoin_patches || self.rejoin.whole_next.contains(&c) {
-            return None;
+    pub(super) fn rejoin_patch(&self, ctx: &Ctx<'_>, c: ChunkId) -> Result<Patch, RejoinMiss> {
+        if !ctx.rejoin_patches {
+            return Err(RejoinMiss::OlderPeer);
         }
-        let h = self.rejoin.holding.get(&c)?;
+        if self.rejoin.whole_next.contains(&c) {
+            return Err(RejoinMiss::Retried);
+        }
+        let h = (self.rejoin.holding.get(&c)).ok_or(RejoinMiss::NothingNamed)?;
         let now = &self.host.data;
         if !(now.l_list.is_empty() && now.r_list.is_empty()) {
-            return None;
+            return Err(RejoinMiss::Pending);
         }
         let (from, upto, table) = match now.stamp {
             Some(s) if reaches(h, s, now.confirmed) => (s, now.confirmed, &now.table),
             _ => {
                 let a = (self.rejoin.ancestors.iter().rev())
-                    .find(|a| reaches(h, a.stamp, a.confirmed))?;
+                    .find(|a| reaches(h, a.stamp, a.confirmed))
+                    .ok_or(RejoinMiss::NotKept)?;
                 (a.stamp, a.confirmed, &a.table)
             }
         };
         let mut rows = Vec::new();
-        crate::rows::diff(table, &now.table, &mut rows).ok()?;
+        crate::rows::diff(table, &now.table, &mut rows).map_err(|_| RejoinMiss::Encoding)?;
         if ctx.cfg.planted.rejoin_patch_drops_a_row {
             rows.pop();
         }
-        Some(Patch {
+        Ok(Patch {
             from,
             upto,
             confirmed: now.confirmed,
