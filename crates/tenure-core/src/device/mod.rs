@@ -141,6 +141,11 @@ struct Env {
     /// The oldest encoding every peer reads: whether small puts are one change
     /// ([`Ctx::inline_values`]) and requests may be forwarded ([`forward`]).
     peers: crate::generation::Generation,
+    /// The oldest encoding every peer connected so far reads: whether epoch transitions
+    /// may ship what differs ([`Ctx::diff_transitions`], [`Ctx::rejoin_patches`]). A
+    /// peer never connected is not counted: its messages only change how a state
+    /// travels, and one it cannot read is dropped at encoding like a lost message.
+    connected: crate::generation::Generation,
 }
 
 impl Env {
@@ -154,8 +159,8 @@ impl Env {
             hints: &self.hints,
             epochs: &self.epochs,
             inline_values: self.peers.inline_values(),
-            diff_transitions: self.peers >= crate::generation::Generation::DiffTransitions,
-            rejoin_patches: self.peers >= crate::generation::Generation::RejoinPatches,
+            diff_transitions: self.connected >= crate::generation::Generation::DiffTransitions,
+            rejoin_patches: self.connected >= crate::generation::Generation::RejoinPatches,
         }
     }
 }
@@ -197,6 +202,7 @@ impl Device {
                 hints_gen: 0,
                 epochs: BTreeMap::new(),
                 peers: crate::generation::Generation::CURRENT,
+                connected: crate::generation::Generation::CURRENT,
             },
             chunks: BTreeMap::new(),
             managers: BTreeMap::new(),
@@ -623,6 +629,15 @@ impl Device {
     /// so from the wire versions its peers negotiated.
     pub fn set_peer_generation(&mut self, oldest: crate::generation::Generation) {
         self.env.peers = oldest;
+        self.env.connected = self.env.connected.min(oldest);
+    }
+
+    /// The oldest encoding every peer that has connected reads (at least the one
+    /// [`Self::set_peer_generation`] was given): whether epoch transitions ship what
+    /// differs. At a cluster's start the peers still opening their storage have not
+    /// connected; the stores' first transitions need not ship whole states for them.
+    pub fn set_connected_generation(&mut self, oldest: crate::generation::Generation) {
+        self.env.connected = oldest.max(self.env.peers);
     }
 
     /// View of this device's manager role for a store (None if it has none).

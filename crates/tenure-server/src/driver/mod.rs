@@ -305,6 +305,8 @@ impl Driver {
             // reads them.
             let oldest = self.transport.oldest_peer_version();
             (self.device).set_peer_generation(crate::wire::generation(oldest));
+            let connected = self.transport.oldest_connected_peer_version();
+            (self.device).set_connected_generation(crate::wire::generation(connected));
             let now = self.clock.now();
             if self.device.poll_timeout().is_some_and(|t| t <= now) {
                 self.input(Input::Tick, &mut out);

@@ -282,6 +282,18 @@ impl Transport {
             .unwrap_or(self.shared.cfg.versions.newest)
     }
 
+    /// [`Self::oldest_peer_version`] over the peers that have connected (the newest
+    /// version this device speaks if none has).
+    pub fn oldest_connected_peer_version(&self) -> u8 {
+        let table = self.shared.table();
+        (table.peers.values())
+            .filter(|p| p.leaving.is_none())
+            .map(|p| p.version.load(std::sync::atomic::Ordering::Relaxed))
+            .filter(|v| *v != 0)
+            .min()
+            .unwrap_or(self.shared.cfg.versions.newest)
+    }
+
     /// The current peers and their addresses (none: reached only over connections they
     /// open), ascending.
     pub fn peers(&self) -> Vec<(DeviceId, Option<SocketAddr>)> {
