@@ -82,6 +82,27 @@ fn rejoin(m: &mut Manager, env: &mut Env, held: &StoreData) -> Vec<(crate::ids::
     to_chunks(&env.take())
 }
 
+/// c(1) marked failed holding the manager's state, register 2 written without it, then
+/// rejoined: the manager, its environment, the table c(1) holds and what the relayout
+/// sent.
+fn failed_written_rejoined() -> (Manager, Env, StoreData, Vec<(crate::ids::ChunkId, ToChunk)>) {
+    let mut env = Env::new(M);
+    let mut m = managing_with_m();
+    let held = m.host.data.clone();
+    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
+    write_on(&mut m);
+    env.take();
+    let sent = rejoin(&mut m, &mut env, &held);
+    (m, env, held, sent)
+}
+
+/// Chunk c(1) at epoch 3 under a recovery lease from the manager, and its environment.
+fn recovery_leased_chunk() -> (crate::layout::chunk::Chunk, Env) {
+    let mut cenv = Env::new(d(1));
+    let k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    (k, cenv)
+}
+
 fn patch_to_c1(sent: &[(crate::ids::ChunkId, ToChunk)]) -> Option<crate::msg::ReconcilePatch> {
     sent.iter().find_map(|(k, x)| match x {
         ToChunk::ReconcilePatch(p) if *k == c(1) => Some((**p).clone()),
@@ -94,13 +115,7 @@ fn relayout_reconciling_patches_a_recovered_chunk_from_the_table_it_was_failed_a
     // seed 000 §5.3.7 manager: chunkfail → failed; ack from a failed chunk → recovered;
     // §5.3.8 relayout: the recovered chunk is reconciled. Tenure: with the rows that
     // changed since it was failed, not the state whole.
-    let mut env = Env::new(M);
-    let mut m = managing_with_m();
-    let held = m.host.data.clone();
-    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
-    write_on(&mut m);
-    env.take();
-    let sent = rejoin(&mut m, &mut env, &held);
+    let (mut m, mut env, held, sent) = failed_written_rejoined();
     let p = patch_to_c1(&sent).expect("a patch to the rejoining chunk");
     assert_eq!(p.patch.rows.len(), 1, "only register 2 changed");
     assert_eq!(p.stamp, m.host.data.stamp);
@@ -118,8 +133,7 @@ fn relayout_reconciling_patches_a_recovered_chunk_from_the_table_it_was_failed_a
 
     // §4.2.7 recovery lease: epoch transition → recovery reconciling, done → vote. The
     // chunk holds the manager's state, stamp and all, and names it in its vote.
-    let mut cenv = Env::new(d(1));
-    let mut k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    let (mut k, mut cenv) = recovery_leased_chunk();
     k.record.data = held;
     k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
     assert_eq!(k.state, S::RecoveryTransition);
@@ -171,8 +185,7 @@ fn relayout_reconciling_patches_a_chunk_left_out_of_a_recovery_from_its_base() {
     let sent = rejoin(&mut m, &mut env, &held);
     let p = patch_to_c1(&sent).expect("a patch of the base");
     assert!(p.patch.rows.is_empty(), "the chunk holds the merged table");
-    let mut cenv = Env::new(d(1));
-    let mut k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    let (mut k, mut cenv) = recovery_leased_chunk();
     k.record.data = held;
     k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
     assert_eq!(k.state, S::RecoveryTransition);
@@ -204,16 +217,9 @@ fn recovery_lease_reconcile_patch_of_a_table_not_held_is_refused_then_sent_whole
     // The chunk no longer holds the table it named: the patch changes nothing and the
     // chunk refuses the transition (vote abort). The attempt aborts, and the next
     // relayout sends the state whole.
-    let mut env = Env::new(M);
-    let mut m = managing_with_m();
-    let held = m.host.data.clone();
-    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
-    write_on(&mut m);
-    env.take();
-    let sent = rejoin(&mut m, &mut env, &held);
+    let (mut m, mut env, held, sent) = failed_written_rejoined();
     let p = patch_to_c1(&sent).expect("a patch");
-    let mut cenv = Env::new(d(1));
-    let mut k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    let (mut k, mut cenv) = recovery_leased_chunk();
     k.record.data = stamped(data_with(3, 1, 9), 2);
     let before = k.record.clone();
     k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
@@ -248,8 +254,7 @@ fn relayout_abort_keeps_the_table_it_began_with_for_the_chunks_that_took_it() {
     env.take();
     let sent = rejoin(&mut m, &mut env, &held);
     let p = patch_to_c1(&sent).expect("a patch");
-    let mut cenv = Env::new(d(1));
-    let mut k = chunk(&mut cenv, S::RecoveryLease, 3, M);
+    let (mut k, mut cenv) = recovery_leased_chunk();
     k.record.data = held;
     k.on_msg(&mut cenv.ctx(T0), M, ToChunk::ReconcilePatch(Box::new(p)));
     assert_eq!(k.record.data, m.host.data, "taken");

@@ -93,28 +93,12 @@ impl Chunk {
         r: crate::msg::ReconcilePatch,
         recovery: bool,
     ) {
-        let p = &r.patch;
-        let mut d = self.record.data.clone();
-        let refuse = |k: &Chunk, ctx: &mut Ctx<'_>| {
+        let Some(state) = self.patched(&r.patch, r.stamp) else {
             let msg = ToManager::VoteAbort {
                 new_epoch: r.new_epoch,
                 tx: r.tx,
             };
-            k.to_mgr(ctx, r.new_mgr, msg);
-        };
-        if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
-            return refuse(self, ctx);
-        }
-        d.confirm(p.upto);
-        let Ok(table) = crate::rows::patch(&d.table, &p.head, &p.rows) else {
-            return refuse(self, ctx);
-        };
-        let state = crate::data::StoreData {
-            table,
-            confirmed: p.confirmed,
-            l_list: Default::default(),
-            r_list: Default::default(),
-            stamp: r.stamp,
+            return self.to_mgr(ctx, r.new_mgr, msg);
         };
         let log = TransitionLog {
             old_epoch: r.old_epoch,
@@ -221,26 +205,37 @@ impl Chunk {
         if !self.is_transition_manager(from, c.new_epoch, c.tx) {
             return;
         }
-        let p = c.patch;
-        let mut d = self.record.data.clone();
-        if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
-            return;
-        }
-        d.confirm(p.upto);
-        let Ok(table) = crate::rows::patch(&d.table, &p.head, &p.rows) else {
+        let stamp = crate::safetalk::Stamp {
+            epoch: c.new_epoch,
+            tx: c.tx,
+        };
+        let Some(data) = self.patched(&c.patch, Some(stamp)) else {
             return;
         };
-        let data = crate::data::StoreData {
+        self.commit(ctx, from, c.new_epoch, c.tx, data, c.lease);
+    }
+
+    /// This chunk's state with patch `p` applied, stamped `stamp`: its pending changes
+    /// confirmed up to the patch's base, which makes its table the one the patch names,
+    /// then the rows. None if it does not hold that table (or a row does not decode).
+    fn patched(
+        &self,
+        p: &crate::msg::Patch,
+        stamp: Option<crate::safetalk::Stamp>,
+    ) -> Option<crate::data::StoreData> {
+        let mut d = self.record.data.clone();
+        if d.stamp != Some(p.from) || d.confirmed > p.upto || d.last_held() < p.upto {
+            return None;
+        }
+        d.confirm(p.upto);
+        let table = crate::rows::patch(&d.table, &p.head, &p.rows).ok()?;
+        Some(crate::data::StoreData {
             table,
             confirmed: p.confirmed,
             l_list: Default::default(),
             r_list: Default::default(),
-            stamp: Some(crate::safetalk::Stamp {
-                epoch: c.new_epoch,
-                tx: c.tx,
-            }),
-        };
-        self.commit(ctx, from, c.new_epoch, c.tx, data, c.lease);
+            stamp,
+        })
     }
 
     /// §4.2.3 / §4.2.8 commit tx.
