@@ -246,6 +246,22 @@ impl Manager {
                         }
                     })
                     .map_err(|_| ClientError::SessionExpired);
+                // Alive, and the session's note of this epoch committed: the answer is
+                // read from the committed record, at once under the read lease (DESIGN
+                // §4, "Keep-alives under the read lease"): no later epoch exists before
+                // the lease runs out, which is all the grace argument asks of a barrier.
+                // Its children are the committed ones; a child recorded later is
+                // renewed after its record commits (`renew_fresh`).
+                let committed = (self.host.read_tables(&ctx.cfg.planted).sessions.open)
+                    .get(&session)
+                    .filter(|rec| r.is_ok() && rec.renewed >= self.epoch);
+                if let Some(rec) = committed {
+                    let ok = Response::KeptAlive {
+                        ttl: rec.ttl,
+                        children: rec.children.clone(),
+                    };
+                    return self.answer_read(ctx, client, req_id, Ok(ok));
+                }
                 // The first answer of this epoch waits for the renewal's note
                 // (crate::session): the barrier below is the note's change or a later one.
                 if r.is_ok() && self.host.speculative.sessions.open[&session].renewed < self.epoch {
