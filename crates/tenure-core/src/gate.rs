@@ -8,6 +8,10 @@
 //! ([`Domain::Store`]); for the lookup node, its own and the device-wide ones
 //! ([`Domain::Lookup`]); for anything else — elections, the coordinator, snapshots,
 //! policies — every persist ([`Domain::Device`]). Other stores' outputs leave meanwhile.
+//! Lease traffic — a chunk's renewal request and its manager's renewal — carries nothing
+//! a persist made and waits for none ([`Domain::Lease`]): behind a busy store's write
+//! groups (hundreds of milliseconds each under load) renewals came after the leases they
+//! renew had run out, and healthy chunks were marked failed.
 //!
 //! One more rule keeps a peer channel FIFO where a snapshot needs it: nothing overtakes a
 //! device-wide send to the same peer (simulator seed 11430: a store's messages sent
@@ -29,13 +33,26 @@ pub enum Domain {
     Lookup,
     /// Every persist.
     Device,
+    /// None: lease renewals (their requests and grants), which state nothing a persist
+    /// made. The chunk's epoch they name is the one it serves in; a chunk that crashes
+    /// forgets its lease (`Chunk::boot`), and a renewal acknowledges no change.
+    Lease,
 }
 
 impl Domain {
     /// The domain of a message to a peer.
     pub fn of_msg(msg: &Msg) -> Domain {
+        use crate::msg::{ToChunk, ToManager};
         use crate::objects::msg::BlockMsg as B;
         match msg {
+            Msg::ToChunk {
+                msg: ToChunk::Renewal { .. },
+                ..
+            }
+            | Msg::ToManager {
+                msg: ToManager::RenewalRequest { .. } | ToManager::RecoveryRenewalRequest { .. },
+                ..
+            } => Domain::Lease,
             Msg::ToChunk { store, .. } | Msg::ToManager { store, .. } | Msg::Mgr { store, .. } => {
                 Domain::Store(*store)
             }
@@ -119,6 +136,7 @@ impl Gate {
             }
             Domain::Lookup => self.last_lookup.max(self.last_device),
             Domain::Device => self.last_persist,
+            Domain::Lease => 0,
         };
         if let Some(to) = to {
             if let Some(f) = self.peer_floor.get(&to).copied() {
@@ -182,6 +200,47 @@ mod tests {
         g.persist(&PersistOp::SetTerm(Term::default()), 3);
         assert_eq!(g.wait_for(Domain::Store(S1), None, 0), 3);
         assert_eq!(g.wait_for(Domain::Lookup, None, 0), 3);
+    }
+
+    // Lease renewals (their requests and grants) wait for no persist of their store,
+    // whose write groups take hundreds of milliseconds under load; they still follow a
+    // held device-wide send to the same peer.
+    #[test]
+    fn a_lease_renewal_waits_for_no_persist() {
+        use crate::ids::Epoch;
+        use crate::msg::{ToChunk, ToManager};
+        let mut g = Gate::booted([(chunk(1), S1)]);
+        g.persist(&accept(chunk(1)), 1);
+        let renewal = Msg::ToChunk {
+            store: S1,
+            chunk: chunk(1),
+            msg: ToChunk::Renewal {
+                epoch: Epoch(1),
+                lease: std::time::Duration::from_secs(2),
+            },
+        };
+        let request = Msg::ToManager {
+            store: S1,
+            chunk: chunk(1),
+            msg: ToManager::RenewalRequest { epoch: Epoch(1) },
+        };
+        for m in [&renewal, &request] {
+            assert_eq!(Domain::of_msg(m), Domain::Lease);
+            assert_eq!(g.wait_for(Domain::of_msg(m), Some(P), 0), 0);
+        }
+        let ack = Msg::ToManager {
+            store: S1,
+            chunk: chunk(1),
+            msg: ToManager::Refused { epoch: Epoch(1) },
+        };
+        assert_eq!(g.wait_for(Domain::of_msg(&ack), Some(P), 0), 1);
+        g.persist(&PersistOp::SetTerm(Term::default()), 2);
+        assert_eq!(g.wait_for(Domain::Device, Some(P), 0), 2);
+        assert_eq!(
+            g.wait_for(Domain::of_msg(&renewal), Some(P), 0),
+            2,
+            "behind the held send"
+        );
     }
 
     // Sim seed 11430: nothing overtakes a device-wide send (a snapshot marker) to the same
