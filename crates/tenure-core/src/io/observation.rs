@@ -99,6 +99,8 @@ pub enum Observation {
         store: StoreId,
         /// Chunk.
         chunk: ChunkId,
+        /// What the manager saw.
+        why: FailedWhy,
     },
     /// A relayout began (Tenure, DESIGN "State at scale"): how many of the chunks that
     /// lack the store's state got it as a patch, and why each other one got it whole.
@@ -196,4 +198,29 @@ pub enum EpochCause {
     Migration,
     /// Relayout.
     Relayout,
+}
+
+/// Why a manager marked a chunk failed ([`Observation::ChunkFailed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FailedWhy {
+    /// Its ACCEPTED did not come within the batch's timeout (its device fell silent or
+    /// the store could not wait).
+    AcceptLate,
+    /// Its lease ran out without a renewal request (seed 000 §5.3.7 chunkfail).
+    LeaseExpired,
+    /// It asked for help: it had lost its lease (§5.3.7 help).
+    Help,
+    /// It refused a batch it could not accept.
+    Refused,
+}
+
+impl std::fmt::Display for FailedWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FailedWhy::AcceptLate => "accept_late",
+            FailedWhy::LeaseExpired => "lease_expired",
+            FailedWhy::Help => "help",
+            FailedWhy::Refused => "refused",
+        })
+    }
 }

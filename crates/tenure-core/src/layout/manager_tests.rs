@@ -88,10 +88,13 @@ fn stopped(epoch: u64) -> Observation {
     }
 }
 
-fn chunk_failed(n: u64) -> Observation {
+use crate::io::observation::FailedWhy;
+
+fn chunk_failed(n: u64, why: FailedWhy) -> Observation {
     Observation::ChunkFailed {
         store: STORE,
         chunk: c(n),
+        why,
     }
 }
 
@@ -817,7 +820,10 @@ fn manager_chunkfail_new_failure_keeping_quorum_stays_manager() {
     assert_eq!(m.failed, set(&[3]));
     assert!(!m.chunkfail.contains_key(&c(3)));
     assert_eq!(m.policy.failed_at.get(&c(3)), Some(&at));
-    assert_eq!(observations(&out), vec![chunk_failed(3)]);
+    assert_eq!(
+        observations(&out),
+        vec![chunk_failed(3, FailedWhy::LeaseExpired)]
+    );
     assert!(sends(&out).is_empty());
 }
 
@@ -833,7 +839,10 @@ fn manager_chunkfail_new_failure_losing_quorum_suicides() {
     m.on_tick(&mut env.ctx(T0 + ms(100)));
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(observations(&out), vec![chunk_failed(3), stopped(3)]);
+    assert_eq!(
+        observations(&out),
+        vec![chunk_failed(3, FailedWhy::LeaseExpired), stopped(3)]
+    );
 }
 
 #[test]
@@ -1009,7 +1018,7 @@ fn manager_help_from_live_chunk_marks_failed_and_acquires() {
     let out = env.take();
     assert_eq!(m.state(), S::Manager);
     assert_eq!(m.failed, set(&[1]));
-    assert_eq!(observations(&out), vec![chunk_failed(1)]);
+    assert_eq!(observations(&out), vec![chunk_failed(1, FailedWhy::Help)]);
     assert_eq!(to_chunks(&out), vec![(c(1), acquire(3))]);
 }
 
@@ -1023,7 +1032,10 @@ fn manager_help_losing_quorum_suicides() {
     from_chunk(&mut m, &mut env, T0, 1, help(3));
     let out = env.take();
     assert_erased(&m);
-    assert_eq!(observations(&out), vec![chunk_failed(1), stopped(3)]);
+    assert_eq!(
+        observations(&out),
+        vec![chunk_failed(1, FailedWhy::Help), stopped(3)]
+    );
     assert!(sends(&out).is_empty());
 }
 
@@ -1101,7 +1113,7 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
         S::None,
         "a lease without an answer: failed, quorum lost"
     );
-    assert!(observations(&env.take()).contains(&chunk_failed(3)));
+    assert!(observations(&env.take()).contains(&chunk_failed(3, FailedWhy::AcceptLate)));
 }
 
 #[test]

@@ -89,7 +89,11 @@ fn failed_written_rejoined() -> (Manager, Env, StoreData, Vec<(crate::ids::Chunk
     let mut env = Env::new(M);
     let mut m = managing_with_m();
     let held = m.host.data.clone();
-    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
+    assert!(m.mark_failed(
+        &mut env.ctx(T0),
+        c(1),
+        crate::io::observation::FailedWhy::LeaseExpired
+    ));
     write_on(&mut m);
     env.take();
     let sent = rejoin(&mut m, &mut env, &held);
@@ -198,7 +202,11 @@ fn relayout_reconciling_sends_the_state_whole_to_a_chunk_of_another_lineage() {
     // state goes whole, as seed 000 §5.3.8 has it.
     let mut env = Env::new(M);
     let mut m = managing_with_m();
-    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
+    assert!(m.mark_failed(
+        &mut env.ctx(T0),
+        c(1),
+        crate::io::observation::FailedWhy::LeaseExpired
+    ));
     env.take();
     let other = stamped(data_with(3, 1, 9), 2);
     let sent = rejoin(&mut m, &mut env, &other);
@@ -250,7 +258,11 @@ fn relayout_abort_keeps_the_table_it_began_with_for_the_chunks_that_took_it() {
     let mut env = Env::new(M);
     let mut m = managing_with_m();
     let held = m.host.data.clone();
-    assert!(m.mark_failed(&mut env.ctx(T0), c(1)));
+    assert!(m.mark_failed(
+        &mut env.ctx(T0),
+        c(1),
+        crate::io::observation::FailedWhy::LeaseExpired
+    ));
     env.take();
     let sent = rejoin(&mut m, &mut env, &held);
     let p = patch_to_c1(&sent).expect("a patch");

@@ -195,8 +195,8 @@ pub(super) fn observe(obs: &Observation, hot: &HotMetrics) {
             info!(%store, %epoch, "stopped managing");
             metrics::gauge!("tenure_managed_stores").decrement(1.0);
         }
-        Observation::ChunkFailed { store, chunk } => {
-            info!(%store, %chunk, "chunk marked failed");
+        Observation::ChunkFailed { store, chunk, why } => {
+            info!(%store, %chunk, %why, "chunk marked failed");
             metrics::counter!("tenure_chunk_failures_total").increment(1);
         }
         Observation::ChunkCommitted { chunk, epoch } => {

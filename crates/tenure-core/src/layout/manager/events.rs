@@ -7,6 +7,7 @@ use super::*;
 use crate::config::precedence;
 use crate::ctx::Ctx;
 use crate::ids::{ChunkId, DeviceId, Epoch};
+use crate::io::observation::FailedWhy;
 use crate::layout::{LeaseType, MgrState};
 use crate::msg::{ToChunk, ToManager};
 use crate::safetalk::Input;
@@ -48,7 +49,7 @@ impl Manager {
             // §5.3.7 manager: help
             (S::Manager, ToManager::Help { epoch, .. }) => {
                 if self.metadata.contains(c) {
-                    if !self.failed.contains(&c) && !self.mark_failed(ctx, c) {
+                    if !self.failed.contains(&c) && !self.mark_failed(ctx, c, FailedWhy::Help) {
                         return;
                     }
                     let msg = ToChunk::Acquire {
@@ -115,7 +116,7 @@ impl Manager {
             // A chunk that cannot accept is failed (Menasce's up list, seed 004 §2).
             (S::Manager, ToManager::Refused { epoch }) => {
                 if epoch == self.epoch && !self.failed.contains(&c) && self.metadata.contains(c) {
-                    self.mark_failed(ctx, c);
+                    self.mark_failed(ctx, c, FailedWhy::Refused);
                 }
             }
             // §5.3.10 gathering chunks: ack

@@ -447,7 +447,12 @@ impl Manager {
 
     /// A chunk is newly failed: report it to the outside policy; step down (suicide)
     /// if quorum or coverage is lost. Returns whether this manager is still manager.
-    pub(super) fn mark_failed(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) -> bool {
+    pub(super) fn mark_failed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        c: ChunkId,
+        why: crate::io::observation::FailedWhy,
+    ) -> bool {
         self.failed.insert(c);
         // The chunk has accepted every change of the state as it is now (each was
         // confirmed only once every live chunk had): kept, to patch it when it rejoins.
@@ -458,6 +463,7 @@ impl Manager {
         ctx.observe(Observation::ChunkFailed {
             store: self.store,
             chunk: c,
+            why,
         });
         if self.quorum_and_coverage(ctx, &self.live()) {
             // Batches no longer wait for a chunk whose lease has expired.

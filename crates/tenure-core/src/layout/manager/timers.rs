@@ -3,6 +3,7 @@
 use super::*;
 use crate::ctx::Ctx;
 use crate::ids::ChunkId;
+use crate::io::observation::FailedWhy;
 use crate::layout::MgrState;
 use crate::time::Instant;
 
@@ -112,7 +113,7 @@ impl Manager {
                     spared_until = Some(spared_until.map_or(until, |s: Instant| s.min(until)));
                     continue;
                 }
-                if !self.mark_failed(ctx, c) {
+                if !self.mark_failed(ctx, c, FailedWhy::AcceptLate) {
                     return;
                 }
             }
@@ -160,7 +161,7 @@ impl Manager {
                 MgrState::Manager => {
                     self.chunkfail.remove(&c);
                     if !self.failed.contains(&c) {
-                        if !self.mark_failed(ctx, c) {
+                        if !self.mark_failed(ctx, c, FailedWhy::LeaseExpired) {
                             return;
                         }
                     } else {
