@@ -32,6 +32,7 @@ pub mod certs;
 pub mod clock;
 pub mod cluster_api;
 pub mod config;
+mod core_thread;
 pub mod driver;
 pub mod elections;
 pub mod fuzz;
@@ -51,9 +52,8 @@ pub mod wal;
 pub mod wire;
 
 use crate::config::ServerConfig;
-use crate::driver::Driver;
 use crate::storage::Storage;
-use crate::transport::{Transport, TransportConfig};
+use crate::transport::TransportConfig;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -297,7 +297,6 @@ pub async fn start_with_listeners(
             .map_err(|e| ConfigError::Invalid(format!("{WIRE_VERSIONS_ENV}: {e}")))?;
         warn!(versions = %tcfg.versions, "speaking the wire versions {WIRE_VERSIONS_ENV} names");
     }
-    let transport = Transport::start(tcfg, peer_listener, inbox_tx, stop.clone());
 
     let seed = cfg.rng_seed.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -315,21 +314,6 @@ pub async fn start_with_listeners(
     let replay = snapshots::take_replay(&cfg.data_dir)?;
     let device_config = cfg.device_config();
     let snapshot_wait = 2 * device_config.snapshot.timeout + Duration::from_secs(5);
-    let mut driver = Driver::boot(
-        device_config,
-        storage,
-        state,
-        seed,
-        transport,
-        inbox_rx,
-        calls_rx,
-    )
-    .await?
-    .with_events(events.clone())
-    .with_lookup_routes(sub_routes.clone())
-    .with_watch_routes(watch_routes.clone())
-    .with_snapshots(snapshot_book.clone());
-    driver.replay(replay).await?;
 
     let endpoints: HashMap<DeviceId, SocketAddr> = cfg
         .peers
@@ -342,14 +326,39 @@ pub async fn start_with_listeners(
         endpoints,
         Duration::from_millis(cfg.request_timeout_ms),
         cfg.cluster.stores,
-        events,
+        events.clone(),
     )
     .with_device(me)
-    .with_watches(watch_routes)
+    .with_watches(watch_routes.clone())
     .with_auth(auth.clone())
     .with_admission(admission.clone())
     .with_data_dir(cfg.data_dir.clone());
-    let driver = driver.with_members(api.endpoints().clone());
+    let peer_listener = peer_listener
+        .into_std()
+        .map_err(|source| ServerError::Bind {
+            addr: peer_addr,
+            source,
+        })?;
+    let driver = core_thread::spawn(core_thread::CoreParts {
+        device_config,
+        storage,
+        state,
+        seed,
+        transport: tcfg,
+        peer_listener,
+        peer_addr,
+        inbox_tx,
+        inbox_rx,
+        calls_rx,
+        events,
+        sub_routes: sub_routes.clone(),
+        watch_routes,
+        snapshot_book: snapshot_book.clone(),
+        replay,
+        endpoints: api.endpoints().clone(),
+        stop: stop.clone(),
+    })
+    .await?;
     let cluster_api = cluster_api::ClusterApi::new(
         calls_tx.clone(),
         Duration::from_millis(cfg.request_timeout_ms),
@@ -419,15 +428,6 @@ pub async fn start_with_listeners(
         }
     });
 
-    let driver_stop = stop.clone();
-    let driver = tokio::spawn(async move {
-        let r = tokio::select! {
-            r = driver.run() => r.map_err(ServerError::from),
-            _ = driver_stop.cancelled() => Ok(()),
-        };
-        driver_stop.cancel();
-        r
-    });
     info!(device = %me, %peer_addr, %client_addr, tls = cfg.tls.is_some(), auth = auth.enabled(), "device serving");
     Ok(ServerHandle {
         peer_addr,

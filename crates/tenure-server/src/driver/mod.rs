@@ -73,7 +73,8 @@ pub mod routes;
 pub mod status;
 mod tally;
 
-use calls::{Answer, Call, DeviceEvent};
+use calls::Answer;
+pub(crate) use calls::{Call, DeviceEvent};
 use observe::{HotMetrics, RequestMetrics, coordinator_gauges, lookup_gauges};
 use release::{Committer, Held};
 use routes::{SubRoutes, WatchRoutes};

@@ -131,6 +131,9 @@ struct Shared {
     inbox: mpsc::Sender<Inbound>,
     stop: CancellationToken,
     table: Mutex<Table>,
+    /// The runtime the transport's tasks run on (the device's core thread), whichever
+    /// thread adds a peer.
+    rt: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -174,7 +177,7 @@ impl Shared {
             inbox: self.inbox.clone(),
             stop: stop.clone(),
         };
-        tokio::spawn(task.run());
+        self.rt.spawn(task.run());
         table.peers.insert(
             id,
             Peer {
@@ -197,8 +200,8 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Start the transport on `listener`; incoming messages go to `inbox`. Tasks stop when
-    /// `stop` is cancelled.
+    /// Start the transport on `listener`; incoming messages go to `inbox`. Its tasks run
+    /// on the current runtime and stop when `stop` is cancelled.
     pub fn start(
         cfg: TransportConfig,
         listener: TcpListener,
@@ -210,6 +213,7 @@ impl Transport {
             inbox,
             stop: stop.clone(),
             table: Mutex::new(Table::default()),
+            rt: tokio::runtime::Handle::current(),
         });
         {
             let mut table = shared.table();
@@ -252,7 +256,7 @@ impl Transport {
         };
         info!(%peer, linger = ?self.shared.cfg.linger, "peer left the cluster; closing its connection");
         let shared = self.shared.clone();
-        tokio::spawn(async move {
+        self.shared.rt.clone().spawn(async move {
             tokio::select! {
                 _ = shared.stop.cancelled() => return,
                 _ = tokio::time::sleep(shared.cfg.linger) => {}
