@@ -136,6 +136,45 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
         self.table = after.1.clone();
     }
 
+    /// [`Self::accept_batch_adopting`] for a durable copy that applies its confirmed
+    /// changes only when its table is read: the changes this batch confirms are handed
+    /// to `deferred` (after those already there, in sequence order) instead of being
+    /// applied; where `after` names the confirmed number the copy comes out at, the
+    /// table is taken from `after` and `deferred` emptied (`after`'s table has them all).
+    /// Until [`Self::apply_deferred`] runs, `confirmed` counts changes the table lacks.
+    /// A copy that is read only at checkpoints thus applies only the changes after the
+    /// chunk last handed it its tables, where it applied every change before.
+    pub fn accept_batch_deferring(
+        &mut self,
+        ops: &[(Seq, Op)],
+        confirm: Seq,
+        after: Option<&(Seq, T)>,
+        deferred: &mut Vec<(Seq, Op)>,
+    ) where
+        T: Clone,
+    {
+        for (seq, op) in ops {
+            self.accept(*seq, op.clone());
+        }
+        if confirm > self.confirmed {
+            deferred.extend(self.take_pending_upto(confirm));
+            self.confirmed = confirm;
+        }
+        if let Some((upto, table)) = after
+            && *upto == self.confirmed
+        {
+            self.table = table.clone();
+            deferred.clear();
+        }
+    }
+
+    /// Apply the changes [`Self::accept_batch_deferring`] handed out, in order.
+    pub fn apply_deferred(&mut self, deferred: &mut Vec<(Seq, Op)>) {
+        for (s, op) in deferred.drain(..) {
+            self.table.apply(s, &op);
+        }
+    }
+
     /// Take every pending change up to `upto` out of the L- and R-lists, in sequence
     /// order.
     fn take_pending_upto(&mut self, upto: Seq) -> Vec<(Seq, Op)> {
@@ -628,6 +667,64 @@ mod tests {
             !copy.table.0.contains(&9),
             "took the table confirmed further"
         );
+    }
+
+    // seed 004 §2 at a durable copy that defers its confirmed changes: batches without the
+    // chunk's tables hand their confirmed changes out; once applied, the copy equals one
+    // that applied each batch as it came.
+    #[test]
+    fn accept_deferred_then_applied_equals_applied() {
+        let batches = [
+            (vec![(seq(12), LockOp::Grant(8))], seq(11)),
+            (vec![(seq(13), LockOp::Grant(9))], seq(12)),
+            (vec![(seq(14), LockOp::Grant(7))], seq(13)),
+        ];
+        let (mut copy, mut applied) = (llc(1, 0, 1), llc(1, 0, 1));
+        let mut deferred = Vec::new();
+        for (ops, confirm) in &batches {
+            copy.accept_batch_deferring(ops, *confirm, None, &mut deferred);
+            applied.accept_batch(ops, *confirm);
+        }
+        assert_eq!(copy.confirmed, applied.confirmed);
+        assert_eq!(
+            deferred.len(),
+            3,
+            "the pending release and the grants the batches confirm"
+        );
+        assert_ne!(copy.table, applied.table, "not applied yet");
+        copy.apply_deferred(&mut deferred);
+        assert!(deferred.is_empty());
+        assert_eq!(copy, applied);
+    }
+
+    // The chunk's tables after a batch supersede every change deferred before: the copy
+    // takes them and has nothing left to apply. A chunk that confirmed further on its
+    // own hands tables the copy must not take: they are left, and the changes deferred.
+    #[test]
+    fn accept_deferred_adopts_the_chunks_tables_where_the_numbers_agree() {
+        let batch = [(seq(12), LockOp::Grant(8)), (seq(13), LockOp::Grant(9))];
+        let mut chunk = llc(1, 0, 1);
+        chunk.accept_batch(&batch, seq(12));
+        let mut applied = llc(1, 0, 1);
+        applied.accept_batch(&batch, seq(12));
+        let mut copy = llc(1, 0, 1);
+        let mut deferred = vec![(seq(11), LockOp::Grant(1))];
+        let after = (chunk.confirmed, chunk.table.clone());
+        copy.accept_batch_deferring(&batch, seq(12), Some(&after), &mut deferred);
+        assert!(deferred.is_empty());
+        assert_eq!(copy, applied);
+
+        let mut ahead = llc(0, 0, 0);
+        ahead.accept_batch(&batch, seq(12));
+        ahead.confirm(seq(13));
+        let (mut copy, mut applied) = (llc(0, 0, 0), llc(0, 0, 0));
+        let mut deferred = Vec::new();
+        let after = (ahead.confirmed, ahead.table.clone());
+        copy.accept_batch_deferring(&batch, seq(12), Some(&after), &mut deferred);
+        applied.accept_batch(&batch, seq(12));
+        assert_eq!(deferred.len(), 1);
+        copy.apply_deferred(&mut deferred);
+        assert_eq!(copy, applied);
     }
 
     // ---- DESIGN "State at scale": summaries in the merge --------------------------

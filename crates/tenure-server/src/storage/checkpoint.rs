@@ -21,6 +21,11 @@ impl Storage {
     pub(super) fn checkpoint(&mut self, background: bool) -> Result<(), StorageError> {
         // The other log is free once redb holds its groups.
         self.wait_checkpoint()?;
+        // The records written are read whole: every change of them applied.
+        let dirty: Vec<ChunkId> = self.dirty.chunks.iter().copied().collect();
+        for c in dirty {
+            self.catch_up(c);
+        }
         // Encoded straight from the state: no record is copied to be written.
         let encoded = self.encode_dirty(&self.dirty)?;
         let generation = self.wal.generation() + 1;

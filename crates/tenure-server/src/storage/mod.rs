@@ -163,8 +163,16 @@ pub struct Storage {
     /// Tests: background checkpoints never reach redb (a device stopped before).
     #[cfg(test)]
     lose_checkpoints: bool,
-    /// The durable state: redb's contents with the log's groups applied.
+    /// The durable state: redb's contents with the log's groups applied — but for the
+    /// changes in `deferred`, which a chunk's record gets only before it is read.
     state: DevicePersist,
+    /// Per chunk, the changes its logged groups confirmed that its record's tables do not
+    /// have yet (`Replica::accept_batch_deferring`): the chunk hands its own tables every
+    /// few deltas, which supersede them, so most are never applied here — applying every
+    /// change a second time was most of this thread's work under a lock load (perf,
+    /// 10,000 sessions taking locks), and each group commit waited behind it. A
+    /// checkpoint applies what is left for the chunks it writes.
+    deferred: HashMap<ChunkId, Vec<(tenure_core::ids::Version, tenure_core::data::StoreOp)>>,
     /// What the log changed since the last checkpoint.
     dirty: Dirty,
     /// Per chunk, the tables its rows in redb hold (a copy that shares structure with
@@ -261,6 +269,7 @@ impl Storage {
             #[cfg(test)]
             lose_checkpoints: false,
             state: DevicePersist::default(),
+            deferred: HashMap::new(),
             dirty: Dirty::default(),
             persisted: HashMap::new(),
             checkpoints: 0,
@@ -296,6 +305,7 @@ impl Storage {
             storage.wait_checkpoint()?;
             write_meta(&storage.db, device, FORMAT_VERSION)?;
         }
+        storage.catch_up_all();
         let state = storage.state.clone();
         Ok((storage, state))
     }
@@ -353,6 +363,23 @@ impl Storage {
         }
     }
 
+    /// Apply what is deferred for `chunk` to its record, before it is read.
+    fn catch_up(&mut self, chunk: ChunkId) {
+        if let Some(mut deferred) = self.deferred.remove(&chunk)
+            && let Some(rec) = self.state.chunks.get_mut(&chunk)
+        {
+            rec.data.apply_deferred(&mut deferred);
+        }
+    }
+
+    /// [`Self::catch_up`] for every chunk.
+    fn catch_up_all(&mut self) {
+        let chunks: Vec<ChunkId> = self.deferred.keys().copied().collect();
+        for c in chunks {
+            self.catch_up(c);
+        }
+    }
+
     /// Bring the in-memory copy of the durable state up to date with a logged group.
     pub fn apply_logged(&mut self, logged: Logged) {
         self.apply(logged.0);
@@ -392,7 +419,34 @@ impl Storage {
                     }
                 }
             }
-            self.state.apply_owned(op);
+            match op {
+                PersistOp::Accept {
+                    chunk,
+                    ops,
+                    confirm,
+                    after,
+                } => {
+                    if let Some(rec) = self.state.chunks.get_mut(&chunk) {
+                        let deferred = self.deferred.entry(chunk).or_default();
+                        let after = after.0.as_deref();
+                        rec.data
+                            .accept_batch_deferring(&ops, confirm, after, deferred);
+                        if deferred.is_empty() {
+                            self.deferred.remove(&chunk);
+                        }
+                    }
+                }
+                op => {
+                    // A record put or removed has nothing deferred.
+                    if let PersistOp::PutChunk(c) = &op {
+                        self.deferred.remove(&c.id);
+                    }
+                    if let PersistOp::RemoveChunk(id) = &op {
+                        self.deferred.remove(id);
+                    }
+                    self.state.apply_owned(op);
+                }
+            }
         }
     }
 }

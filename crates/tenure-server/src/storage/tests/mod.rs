@@ -237,10 +237,18 @@ fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
         table(&s).ptr_eq(&at_294),
         "the storage holds a copy of its own"
     );
-    // Deltas without the tables are applied (copying only what they change).
+    // Deltas without the tables are deferred until the record is read, then applied
+    // (copying only what they change).
     for g in &groups[295..] {
         s.commit(g.clone()).unwrap();
     }
+    assert!(table(&s).ptr_eq(&at_294), "applied before it was read");
+    assert_eq!(
+        s.deferred[&c0].len(),
+        6,
+        "the changes deltas 295-300 confirm"
+    );
+    s.catch_up(c0);
     assert!(!table(&s).ptr_eq(&at_294));
     assert_eq!(s.state.chunks[&c0].data, own.data);
     drop(s);
