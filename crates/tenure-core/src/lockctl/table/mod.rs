@@ -17,7 +17,7 @@ use crate::lockctl::mode::LockMode;
 use crate::lockctl::name::{InvalidName, LockName};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,11 +82,18 @@ struct Record {
     outcome: Outcome,
 }
 
+/// A session's locks, waits and request records. Persistent maps (encoded as the
+/// standard ones): a change to a session shared with another copy of the table (the
+/// chunk's durable copy, the manager's committed tables) copies the path to what it
+/// changes, not the session's every lock and record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionState {
-    held: BTreeSet<LockName>,
-    waiting: BTreeMap<Ticket, LockName>,
-    requests: BTreeMap<RequestId, Record>,
+    #[serde(with = "crate::persist_serde::ord_set")]
+    held: imbl::OrdSet<LockName>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    waiting: imbl::OrdMap<Ticket, LockName>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    requests: imbl::OrdMap<RequestId, Record>,
     /// Ids below this that are not in `requests` were forgotten.
     forgotten_below: u64,
 }
