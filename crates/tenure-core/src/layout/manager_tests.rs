@@ -1117,6 +1117,36 @@ fn manager_ack_timeout_spares_for_a_lease_the_chunk_quorum_needs() {
 }
 
 #[test]
+fn manager_ack_timeout_spares_its_own_chunk_for_a_lease() {
+    // SafeTalk: chunks silent past the ack timeout are failed. Tenure: this device's own
+    // chunk is heard as long as its manager runs; a late ACCEPTED of it is the device's
+    // disk flush, which every store here waits on alike. It is blamed only one lease
+    // after the batch's sending.
+    let t = timing();
+    let mut env = Env::new(d(1));
+    let mut m = managing(3);
+    for k in layout().chunks {
+        m.chunkfail.insert(k, T0 + ms(10_000));
+    }
+    m.host.inflight = Some(super::manager::Batch::waiting_for(
+        set(&[1]),
+        T0,
+        T0 + ms(300),
+    ));
+    m.on_tick(&mut env.ctx(T0 + ms(300)));
+    assert!(m.failed.is_empty(), "its own chunk, blamed at the ack timeout");
+    let longest = t.ack_timeout_longest();
+    let b = m.host.inflight.as_ref().expect("the batch still waits");
+    assert_eq!(b.deadline, T0 + longest, "no chunk blamed before the longest");
+    m.on_tick(&mut env.ctx(T0 + longest));
+    assert!(m.failed.is_empty(), "its own chunk, blamed at the longest ack timeout");
+    let b = m.host.inflight.as_ref().expect("the batch still waits");
+    assert_eq!(b.deadline, T0 + t.lease);
+    m.on_tick(&mut env.ctx(T0 + t.lease));
+    assert_eq!(m.failed, set(&[1]), "a lease without an answer: blamed");
+}
+
+#[test]
 fn manager_ack_timeout_spares_a_chunk_whose_device_is_still_heard() {
     // SafeTalk: chunks silent past the ack timeout are failed. Tenure: a chunk whose device
     // is still heard from is slow (a disk flush stalled, a loaded CPU), not gone: it is

@@ -96,8 +96,16 @@ impl Manager {
                 // device falls silent (`Timing::silence` after the last message from
                 // it), and no longer than one lease from the batch's sending. Blaming it
                 // costs an epoch transition, which loads every device more; a dead or
-                // cut-off device stops being heard and is blamed then.
-                if let Some(until) = (ctx.silent_at(c.device)).map(|s| s.min(sent + lease))
+                // cut-off device stops being heard and is blamed then. This device's own
+                // chunk is heard as long as this manager runs: a late ACCEPTED of it is its
+                // disk's flush, which every store of this device waits on alike (all three
+                // devices once marked their own chunks failed together, each behind a
+                // one-second flush while the disk took checkpoints).
+                let heard = match c.device == me {
+                    true => Some(sent + lease),
+                    false => ctx.silent_at(c.device).map(|s| s.min(sent + lease)),
+                };
+                if let Some(until) = heard
                     && until > now
                 {
                     spared_until = Some(spared_until.map_or(until, |s: Instant| s.min(until)));
