@@ -14,9 +14,13 @@
 //! renew had run out, and healthy chunks were marked failed.
 //!
 //! One more rule keeps a peer channel FIFO where a snapshot needs it: nothing overtakes a
-//! device-wide send to the same peer (simulator seed 11430: a store's messages sent
-//! after a snapshot marker left before it, the marker waiting for every persist, and the
-//! receiver recorded a message its sender's cut had not sent yet).
+//! snapshot message to the same peer ([`Domain::Snapshot`]; simulator seed 11430: a
+//! store's messages sent after a snapshot marker left before it, the marker waiting for
+//! every persist, and the receiver recorded a message its sender's cut had not sent
+//! yet). Only snapshot messages: when every device-wide send (a coordinator's heartbeat,
+//! an election's) held every later send to its peer behind every persist of the device,
+//! a slow flush silenced the device to its peers — they failed its chunks and elected
+//! another coordinator (10,000 sessions taking locks).
 
 use crate::ids::{ChunkId, DeviceId, StoreId};
 use crate::io::persist::PersistOp;
@@ -33,6 +37,9 @@ pub enum Domain {
     Lookup,
     /// Every persist.
     Device,
+    /// Every persist, and nothing sent after it to the same peer leaves before it: the
+    /// snapshot protocol's messages, whose channels must stay FIFO.
+    Snapshot,
     /// None: lease renewals (their requests and grants), which state nothing a persist
     /// made. The chunk's epoch they name is the one it serves in; a chunk that crashes
     /// forgets its lease (`Chunk::boot`), and a renewal acknowledges no change.
@@ -66,7 +73,8 @@ impl Domain {
             ) => Domain::Store(*store),
             Msg::Lookup(_) => Domain::Lookup,
             Msg::Forward(f) => Domain::Store(f.store()),
-            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) | Msg::Snapshot(_) => Domain::Device,
+            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) => Domain::Device,
+            Msg::Snapshot(_) => Domain::Snapshot,
         }
     }
 }
@@ -135,7 +143,7 @@ impl Gate {
                 (self.last_store.get(&s).copied().unwrap_or(0)).max(self.last_device)
             }
             Domain::Lookup => self.last_lookup.max(self.last_device),
-            Domain::Device => self.last_persist,
+            Domain::Device | Domain::Snapshot => self.last_persist,
             Domain::Lease => 0,
         };
         if let Some(to) = to {
@@ -146,7 +154,7 @@ impl Gate {
                     self.peer_floor.remove(&to);
                 }
             }
-            if domain == Domain::Device && group > durable {
+            if domain == Domain::Snapshot && group > durable {
                 let f = self.peer_floor.entry(to).or_default();
                 *f = (*f).max(group);
             }
@@ -235,21 +243,28 @@ mod tests {
         };
         assert_eq!(g.wait_for(Domain::of_msg(&ack), Some(P), 0), 1);
         g.persist(&PersistOp::SetTerm(Term::default()), 2);
-        assert_eq!(g.wait_for(Domain::Device, Some(P), 0), 2);
+        assert_eq!(g.wait_for(Domain::Snapshot, Some(P), 0), 2);
         assert_eq!(
             g.wait_for(Domain::of_msg(&renewal), Some(P), 0),
             2,
-            "behind the held send"
+            "behind the held snapshot message"
         );
     }
 
-    // Sim seed 11430: nothing overtakes a device-wide send (a snapshot marker) to the same
-    // peer, until the group it waited for is durable.
+    // Sim seed 11430: nothing overtakes a snapshot message (a marker) to the same peer,
+    // until the group it waited for is durable. Other device-wide sends (a coordinator's
+    // heartbeat) hold back nothing but themselves.
     #[test]
-    fn nothing_overtakes_a_held_device_wide_send_to_the_same_peer() {
+    fn nothing_overtakes_a_held_snapshot_message_to_the_same_peer() {
         let mut g = Gate::booted([(chunk(1), S1), (chunk(2), S2)]);
         g.persist(&accept(chunk(2)), 1);
         assert_eq!(g.wait_for(Domain::Device, Some(P), 0), 1);
+        assert_eq!(
+            g.wait_for(Domain::Store(S1), Some(P), 0),
+            0,
+            "a heartbeat holds back nothing"
+        );
+        assert_eq!(g.wait_for(Domain::Snapshot, Some(P), 0), 1);
         // S1 has nothing to wait for, but its send to P follows the marker.
         assert_eq!(g.wait_for(Domain::Store(S1), Some(P), 0), 1);
         assert_eq!(g.wait_for(Domain::Store(S1), Some(DeviceId(3)), 0), 0);
