@@ -1134,12 +1134,22 @@ fn manager_ack_timeout_spares_its_own_chunk_for_a_lease() {
         T0 + ms(300),
     ));
     m.on_tick(&mut env.ctx(T0 + ms(300)));
-    assert!(m.failed.is_empty(), "its own chunk, blamed at the ack timeout");
+    assert!(
+        m.failed.is_empty(),
+        "its own chunk, blamed at the ack timeout"
+    );
     let longest = t.ack_timeout_longest();
     let b = m.host.inflight.as_ref().expect("the batch still waits");
-    assert_eq!(b.deadline, T0 + longest, "no chunk blamed before the longest");
+    assert_eq!(
+        b.deadline,
+        T0 + longest,
+        "no chunk blamed before the longest"
+    );
     m.on_tick(&mut env.ctx(T0 + longest));
-    assert!(m.failed.is_empty(), "its own chunk, blamed at the longest ack timeout");
+    assert!(
+        m.failed.is_empty(),
+        "its own chunk, blamed at the longest ack timeout"
+    );
     let b = m.host.inflight.as_ref().expect("the batch still waits");
     assert_eq!(b.deadline, T0 + t.lease);
     m.on_tick(&mut env.ctx(T0 + t.lease));
