@@ -302,7 +302,7 @@ mod tests {
         );
     }
 
-    // A device-wide send to P raises what S1's later send to P waits for (group 2), and
+    // A snapshot message to P raises what S1's later send to P waits for (group 2), and
     // S1's send to Q after it waits for group 1 only: `DomainOrder` keeps it behind the
     // send to P, `OwnGroup` lets it out once group 1 is durable.
     #[test]
@@ -312,7 +312,7 @@ mod tests {
             p.persist(accept(chunk(1)));
             p.close_group();
             p.persist(accept(chunk(2)));
-            assert_eq!(p.hold(Domain::Device, Some(P), "marker"), None);
+            assert_eq!(p.hold(Domain::Snapshot, Some(P), "marker"), None);
             assert_eq!(p.hold(Domain::Store(S1), Some(P), "s1-to-p"), None);
             assert_eq!(p.hold(Domain::Store(S1), Some(Q), "s1-to-q"), None);
             p.close_group();
