@@ -64,7 +64,7 @@ use tenure_core::msg::{Msg, ToManager};
 use tenure_core::pipeline::{Pipeline, Release};
 use tenure_core::{Device, DeviceConfig};
 use tokio::sync::{mpsc, oneshot};
-use tracing::info;
+use tracing::{info, warn};
 
 pub mod calls;
 mod observe;
@@ -82,6 +82,9 @@ use status::StatusView;
 
 /// Most inputs handled in one turn of the driver loop.
 pub const MAX_BATCH: usize = 512;
+
+/// A driver turn this long is logged.
+const SLOW_TURN: Duration = Duration::from_millis(500);
 
 /// Pending requests at which the driver first drops those whose callers left.
 const PENDING_SWEPT_FROM: usize = 4096;
@@ -277,9 +280,11 @@ impl Driver {
             let mut out = Vec::new();
             let mut statuses: Vec<(oneshot::Sender<StatusView>, bool)> = Vec::new();
             let mut n = 0;
+            let mut began = None;
             tokio::select! {
                 m = self.peers.recv() => match m {
                     Some((from, msg)) => {
+                        began = Some(std::time::Instant::now());
                         self.input(Input::Message { from, msg }, &mut out);
                         n += 1;
                     }
@@ -287,16 +292,19 @@ impl Driver {
                 },
                 c = self.calls.recv() => match c {
                     Some(c) => {
+                        began = Some(std::time::Instant::now());
                         self.call(c, &mut out, &mut statuses);
                         n += 1;
                     }
                     None => return Ok(()),
                 },
                 r = self.committer.done.recv(), if !self.pipe.all_durable() => {
+                    began = Some(std::time::Instant::now());
                     self.committed(r)?;
                 }
                 _ = tokio::time::sleep(wait) => {}
             }
+            let began = began.unwrap_or_else(std::time::Instant::now);
             // Take everything already queued into the same batch.
             while n < MAX_BATCH {
                 if let Ok((from, msg)) = self.peers.try_recv() {
@@ -338,6 +346,15 @@ impl Driver {
                 coordinator_gauges(&self.device);
                 self.object_gauges();
                 self.table_gauges();
+            }
+            let turn = began.elapsed();
+            self.metrics.turn_seconds.record(turn.as_secs_f64());
+            if turn >= SLOW_TURN {
+                warn!(
+                    turn_ms = turn.as_millis() as u64,
+                    inputs = n,
+                    "a driver turn took long: peer messages and timers waited behind it"
+                );
             }
             // Requests whose callers left are dropped when the map has doubled since the
             // last look (every turn above 4,096 walked them all: 7% of a loaded driver).

@@ -11,6 +11,7 @@ use tracing::{debug, info};
 /// registry once, not at each use.
 pub(super) struct HotMetrics {
     pub(super) batch_inputs: metrics::Histogram,
+    pub(super) turn_seconds: metrics::Histogram,
     pub(super) accept_local: metrics::Histogram,
     pub(super) accept_remote: metrics::Histogram,
     pub(super) writes: metrics::Counter,
@@ -29,6 +30,7 @@ impl HotMetrics {
         }
         HotMetrics {
             batch_inputs: metrics::histogram!("tenure_driver_batch_inputs"),
+            turn_seconds: metrics::histogram!("tenure_driver_turn_seconds"),
             accept_local: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "local"),
             accept_remote: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "remote"),
             writes: metrics::counter!("tenure_writes_total"),

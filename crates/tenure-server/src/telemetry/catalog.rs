@@ -107,6 +107,7 @@ pub const METRICS: &[Metric] = &[
     plain("tenure_storage_checkpoint_seconds", Histogram, "One checkpoint into the database."),
     plain("tenure_storage_checkpoint_wait_seconds", Histogram, "Time a commit waited for the checkpoint under way."),
     plain("tenure_driver_batch_inputs", Histogram, "Inputs handled in one turn of the device's driver."),
+    plain("tenure_driver_turn_seconds", Histogram, "One turn of the device's driver: its inputs handled and their outputs released (a long turn delays every peer message and timer behind it)."),
     // Client requests.
     labelled("tenure_request_seconds", Histogram, "kind", &[], "Client requests handed to the core, until their answer left (durable), by kind."),
     labelled("tenure_request_answered_seconds", Histogram, "kind", &[], "Client requests handed to the core, until the core answered, by kind."),
