@@ -226,8 +226,10 @@ fn abandoned_and_retried_campaigns_observers_and_typed_errors() {
         assert_eq!((l.value.as_slice(), l.session.unwrap().id), (&b"C"[..], sc.id));
 
         // The observer: nobody, A, A2, nobody, C — never B.
+        // Every change received is kept across the polls (C's may come after the
+        // campaign's answer: the events leave the driver's thread on their own).
+        let mut got = Vec::new();
         let seen = until(Duration::from_secs(10), "the observer sees C", || {
-            let mut got = Vec::new();
             while let Ok(m) = obs_rx.try_recv() {
                 got.push(m);
             }
@@ -235,7 +237,8 @@ fn abandoned_and_retried_campaigns_observers_and_typed_errors() {
                 matches!(&m.kind, Some(proto::observe_response::Kind::Change(c))
                     if c.leader.as_ref().is_some_and(|l| l.value == b"C"))
             });
-            async move { done.then_some(got) }
+            let got = done.then(|| got.clone());
+            async move { got }
         })
         .await;
         let values: Vec<String> = seen
