@@ -62,6 +62,7 @@ impl Committer {
                 let commits = metrics::counter!("tenure_storage_commits_total");
                 let committed_ops = metrics::counter!("tenure_storage_ops_total");
                 let checkpoints = metrics::counter!("tenure_storage_checkpoints_total");
+                let apply_seconds = metrics::histogram!("tenure_storage_apply_seconds");
                 while let Ok((mut group, mut ops)) = rx.recv() {
                     // Every group queued meanwhile joins this commit (in order).
                     while let Ok((g, more)) = rx.try_recv() {
@@ -87,7 +88,9 @@ impl Committer {
                     if tx.send((group, Ok(()))).is_err() {
                         return;
                     }
+                    let applying = std::time::Instant::now();
                     storage.apply_logged(logged);
+                    apply_seconds.record(applying.elapsed().as_secs_f64());
                 }
             })
             .map_err(|e| DriverError::Worker(e.to_string()))?;

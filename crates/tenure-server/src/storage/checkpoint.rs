@@ -2,7 +2,7 @@
 //! lookup entries, blocks) into redb in one durable transaction, in the background or not.
 
 use super::schema::*;
-use super::{Storage, StorageError};
+use super::{Deferred, Storage, StorageError};
 use redb::{Database, Durability};
 use std::collections::{BTreeSet, HashMap};
 use tenure_core::election::Term;
@@ -21,9 +21,16 @@ impl Storage {
     pub(super) fn checkpoint(&mut self, background: bool) -> Result<(), StorageError> {
         // The other log is free once redb holds its groups.
         self.wait_checkpoint()?;
-        // The records written are read whole: every change of them applied.
-        let dirty: Vec<ChunkId> = self.dirty.chunks.iter().copied().collect();
-        for c in dirty {
+        let encoding = std::time::Instant::now();
+        // A chunk's deferred changes are written as they are (a delta after its rows),
+        // unless there are many.
+        let long: Vec<ChunkId> = (self.dirty.chunks.iter())
+            .filter(|c| {
+                (self.deferred.get(c)).is_some_and(|d| d.ops.len() >= Deferred::CATCH_UP_FROM)
+            })
+            .copied()
+            .collect();
+        for c in long {
             self.catch_up(c);
         }
         // Encoded straight from the state: no record is copied to be written.
@@ -41,6 +48,8 @@ impl Storage {
             }
         }
         self.dirty = Dirty::default();
+        metrics::histogram!("tenure_storage_checkpoint_encode_seconds")
+            .record(encoding.elapsed().as_secs_f64());
         // New groups go to the other log, under the next generation; this one stays as
         // it is until redb holds its groups.
         std::mem::swap(&mut self.wal, &mut self.spare);
@@ -104,9 +113,25 @@ impl Storage {
         let mut changed = Vec::new();
         for id in &dirty.chunks {
             if let Some(rec) = self.state.chunks.get(id) {
-                // The record without its rows, then the rows that changed.
-                let head = rec.head();
+                // The record without its rows, then the rows that changed, then the
+                // confirmed changes its tables lack, as one delta that the next open
+                // applies after the rows (the head names the tables' own confirmed
+                // number, so the delta's changes are taken and confirmed again).
+                let mut head = rec.head();
+                let deferred = match self.deferred.get(id) {
+                    Some(d) => {
+                        head.data.confirmed = d.table_confirmed;
+                        Some(enc(&PersistOp::Accept {
+                            chunk: *id,
+                            ops: d.ops.clone(),
+                            confirm: rec.data.confirmed,
+                            after: Default::default(),
+                        })?)
+                    }
+                    None => None,
+                };
                 out.push(Encoded::Head(key(*id), enc(&head)?));
+                out.push(Encoded::Deferred(key(*id), deferred));
                 let old = self.persisted.get(id).unwrap_or(&empty);
                 changed.clear();
                 rows::diff(old, &rec.data.table, &mut changed)
@@ -255,6 +280,15 @@ fn commit_encoded(
                     let (lo, hi) = chunk_block_range(*k);
                     blocks.retain_in(lo..=hi, |_, _| false)?;
                 }
+                Encoded::Deferred(k, v) => {
+                    // The chunk's only delta, or none.
+                    deltas.retain_in((k.0, k.1, 0)..=(k.0, k.1, u64::MAX), |_, _| false)?;
+                    next_delta.remove(k);
+                    if let Some(v) = v {
+                        deltas.insert((k.0, k.1, 0), v.as_slice())?;
+                        next_delta.insert(*k, 1);
+                    }
+                }
                 Encoded::Delta(k, v) => {
                     let n = next_delta.entry(*k).or_insert(0);
                     deltas.insert((k.0, k.1, *n), v.as_slice())?;
@@ -356,6 +390,9 @@ enum Encoded {
     /// One row of a chunk's tables; none: delete it.
     Row((u64, u64), Vec<u8>, Option<Vec<u8>>),
     Remove((u64, u64)),
+    /// A chunk's deferred changes as its one delta (`PersistOp::Accept`), replacing the
+    /// deltas it had; none: it has none.
+    Deferred((u64, u64), Option<Vec<u8>>),
     /// A delta in redb's delta table (format 2; written by the tests only).
     #[cfg_attr(not(test), allow(dead_code))]
     Delta((u64, u64), Vec<u8>),

@@ -9,8 +9,9 @@
 //! that differ from what redb holds — found by comparing the state with the copy of
 //! it taken at the previous checkpoint, which shares structure with it, so the cost
 //! follows the changes and not the tables' size. (Formats 1-5 kept whole records in
-//! `chunks`; opening one rewrites it as rows. Deltas in `chunk_deltas`, as format 2
-//! wrote them, are replayed onto their record at load; only the tests write them now.)
+//! `chunks`; opening one rewrites it as rows. Deltas in `chunk_deltas` are replayed onto
+//! their record at load: a checkpoint writes there, as one delta, the confirmed changes
+//! a chunk's rows lack ([`Deferred`]), and format 2 wrote every delta there.)
 //! The serial counter and a format version live in a small `meta` table; formats 1 (no
 //! deltas), 2 (no log) and 3 (no lookup table) are upgraded in place. Persistent lookup
 //! entries and tombstones (seed 003, `PersistOp::LookupPut`/`LookupRemove`) live in the
@@ -164,15 +165,17 @@ pub struct Storage {
     #[cfg(test)]
     lose_checkpoints: bool,
     /// The durable state: redb's contents with the log's groups applied — but for the
-    /// changes in `deferred`, which a chunk's record gets only before it is read.
+    /// changes in `deferred`, which a chunk's record gets only when it is read whole.
     state: DevicePersist,
     /// Per chunk, the changes its logged groups confirmed that its record's tables do not
     /// have yet (`Replica::accept_batch_deferring`): the chunk hands its own tables every
     /// few deltas, which supersede them, so most are never applied here — applying every
     /// change a second time was most of this thread's work under a lock load (perf,
     /// 10,000 sessions taking locks), and each group commit waited behind it. A
-    /// checkpoint applies what is left for the chunks it writes.
-    deferred: HashMap<ChunkId, Vec<(tenure_core::ids::Version, tenure_core::data::StoreOp)>>,
+    /// checkpoint writes them as they are, as a delta in redb's delta table that the
+    /// next open applies after the rows ([`Deferred`]); only a list grown past
+    /// [`Deferred::CATCH_UP_FROM`] is applied here first.
+    deferred: HashMap<ChunkId, Deferred>,
     /// What the log changed since the last checkpoint.
     dirty: Dirty,
     /// Per chunk, the tables its rows in redb hold (a copy that shares structure with
@@ -184,6 +187,23 @@ pub struct Storage {
     rows_written: u64,
     /// The older format the directory had at open (upgraded in place).
     upgraded_from: Option<u64>,
+}
+
+/// A chunk's confirmed changes its record's tables lack ([`Storage::deferred`]).
+#[derive(Debug, Default)]
+pub(super) struct Deferred {
+    /// The confirmed number of the record's tables (before the first change here).
+    pub(super) table_confirmed: tenure_core::ids::Version,
+    /// The changes, in sequence order.
+    pub(super) ops: Vec<(tenure_core::ids::Version, tenure_core::data::StoreOp)>,
+}
+
+impl Deferred {
+    /// A checkpoint applies a chunk's deferred changes first when there are this many:
+    /// the chunk's tables, handed every few deltas, did not come for long (the chunk
+    /// confirmed further on CONFIRMs of its own, which it does not persist), and an
+    /// open would replay them all.
+    pub(super) const CATCH_UP_FROM: usize = 4096;
 }
 
 impl std::fmt::Debug for Storage {
@@ -353,7 +373,9 @@ impl Storage {
             self.checkpoint(background)?;
         }
         if self.wal.fits(record.len()) {
+            let writing = std::time::Instant::now();
             self.wal.append(&record)?;
+            metrics::histogram!("tenure_wal_write_seconds").record(writing.elapsed().as_secs_f64());
             Ok(Logged(ops))
         } else {
             // Larger than the whole log: straight into redb.
@@ -368,7 +390,7 @@ impl Storage {
         if let Some(mut deferred) = self.deferred.remove(&chunk)
             && let Some(rec) = self.state.chunks.get_mut(&chunk)
         {
-            rec.data.apply_deferred(&mut deferred);
+            rec.data.apply_deferred(&mut deferred.ops);
         }
     }
 
@@ -427,11 +449,14 @@ impl Storage {
                     after,
                 } => {
                     if let Some(rec) = self.state.chunks.get_mut(&chunk) {
-                        let deferred = self.deferred.entry(chunk).or_default();
+                        let table_confirmed = rec.data.confirmed;
+                        let deferred = self.deferred.entry(chunk).or_insert_with(|| Deferred {
+                            table_confirmed,
+                            ops: Vec::new(),
+                        });
                         let after = after.0.as_deref();
-                        rec.data
-                            .accept_batch_deferring(&ops, confirm, after, deferred);
-                        if deferred.is_empty() {
+                        (rec.data).accept_batch_deferring(&ops, confirm, after, &mut deferred.ops);
+                        if deferred.ops.is_empty() {
                             self.deferred.remove(&chunk);
                         }
                     }

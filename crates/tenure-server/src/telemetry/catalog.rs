@@ -106,6 +106,9 @@ pub const METRICS: &[Metric] = &[
     plain("tenure_storage_checkpoints_total", Counter, "Checkpoints of the log into the database."),
     plain("tenure_storage_checkpoint_seconds", Histogram, "One checkpoint into the database."),
     plain("tenure_storage_checkpoint_wait_seconds", Histogram, "Time a commit waited for the checkpoint under way."),
+    plain("tenure_storage_checkpoint_encode_seconds", Histogram, "Time a commit spent bringing the checkpoint's rows up to date and encoding them."),
+    plain("tenure_storage_apply_seconds", Histogram, "Time the committing thread spent applying a durable group to its copy of the state (the next commit waits behind it)."),
+    plain("tenure_wal_write_seconds", Histogram, "One durable write of a group to the log (write and fdatasync)."),
     plain("tenure_driver_batch_inputs", Histogram, "Inputs handled in one turn of the device's driver."),
     plain("tenure_driver_turn_seconds", Histogram, "One turn of the device's driver: its inputs handled and their outputs released (a long turn delays every peer message and timer behind it)."),
     // Client requests.

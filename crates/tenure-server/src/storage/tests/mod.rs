@@ -198,16 +198,14 @@ fn a_checkpoint_writes_the_changed_rows_only() {
     assert_eq!(state, applied(&groups));
 }
 
-/// A delta carrying its chunk's tables (as a serving chunk's ACCEPT does every
-/// `SHARE_TABLES_EVERY` deltas) leaves the storage's copy sharing the chunk's maps,
-/// not a second copy of them; what the log replays after a restart is the same.
-#[test]
-fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
-    let dir = tempfile::tempdir().unwrap();
-    let c0 = ChunkId {
-        device: DeviceId(1),
-        serial: 0,
-    };
+/// Chunk 0 with 5,000 registers, then 300 deltas of which every 7th carries the chunk's
+/// tables (as a serving chunk's ACCEPT does every `SHARE_TABLES_EVERY` deltas): the
+/// groups, the chunk as it ends, and its registers after delta 294 (the last handed).
+fn handed_every_seventh() -> (
+    Vec<Vec<PersistOp>>,
+    ChunkPersist,
+    imbl::OrdMap<u64, (tenure_core::ids::Version, u64)>,
+) {
     let mut own = chunk_with_registers(5_000);
     let mut groups = vec![vec![PersistOp::PutChunk(Box::new(own.clone()))]];
     let mut at_294 = None;
@@ -227,14 +225,30 @@ fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
         }
         groups.push(vec![op]);
     }
-    let at_294 = at_294.expect("built");
+    (groups, own, at_294.expect("built"))
+}
+
+const C0: ChunkId = ChunkId {
+    device: DeviceId(1),
+    serial: 0,
+};
+
+fn registers(s: &Storage) -> imbl::OrdMap<u64, (tenure_core::ids::Version, u64)> {
+    s.state.chunks[&C0].data.table.registers.entries.clone()
+}
+
+/// A delta carrying its chunk's tables leaves the storage's copy sharing the chunk's
+/// maps, not a second copy of them; what the log replays after a restart is the same.
+#[test]
+fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let (groups, own, at_294) = handed_every_seventh();
     let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
     for g in &groups[..=294] {
         s.commit(g.clone()).unwrap();
     }
-    let table = |s: &Storage| s.state.chunks[&c0].data.table.registers.entries.clone();
     assert!(
-        table(&s).ptr_eq(&at_294),
+        registers(&s).ptr_eq(&at_294),
         "the storage holds a copy of its own"
     );
     // Deltas without the tables are deferred until the record is read, then applied
@@ -242,19 +256,74 @@ fn a_delta_with_the_chunk_tables_shares_them_and_replays_alike() {
     for g in &groups[295..] {
         s.commit(g.clone()).unwrap();
     }
-    assert!(table(&s).ptr_eq(&at_294), "applied before it was read");
+    assert!(registers(&s).ptr_eq(&at_294), "applied before it was read");
     assert_eq!(
-        s.deferred[&c0].len(),
+        s.deferred[&C0].ops.len(),
         6,
         "the changes deltas 295-300 confirm"
     );
-    s.catch_up(c0);
-    assert!(!table(&s).ptr_eq(&at_294));
-    assert_eq!(s.state.chunks[&c0].data, own.data);
+    s.catch_up(C0);
+    assert!(!registers(&s).ptr_eq(&at_294));
+    assert_eq!(s.state.chunks[&C0].data, own.data);
     drop(s);
     let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
     assert_eq!(state, applied(&groups));
-    assert_eq!(state.chunks[&c0].data, own.data);
+    assert_eq!(state.chunks[&C0].data, own.data);
+}
+
+/// A checkpoint writes a chunk's deferred changes as they are — the rows of the tables
+/// the chunk last handed, and the changes since as one delta — without applying them;
+/// the next open applies the delta after the rows and has the chunk's state. A later
+/// checkpoint of a chunk with nothing deferred drops that delta.
+#[test]
+fn a_checkpoint_writes_deferred_changes_as_a_delta_and_an_open_applies_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (groups, own, at_294) = handed_every_seventh();
+    let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+    for g in &groups {
+        s.commit(g.clone()).unwrap();
+    }
+    assert_eq!(s.deferred[&C0].ops.len(), 6);
+    s.checkpoint(false).unwrap();
+    assert!(
+        registers(&s).ptr_eq(&at_294),
+        "the checkpoint applied the deferred changes"
+    );
+    assert_eq!(s.next_delta.get(&(1, 0)), Some(&1), "one delta in redb");
+    drop(s);
+    // Nothing left in the log: the state comes from redb's rows and its delta.
+    let (mut s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+    assert_eq!(state, applied(&groups));
+    assert_eq!(state.chunks[&C0].data, own.data);
+    // The open wrote the chunk again as rows: its delta is gone, and stays gone.
+    assert_eq!(s.next_delta.get(&(1, 0)), None);
+    s.checkpoint(false).unwrap();
+    drop(s);
+    let (s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 20).unwrap();
+    assert_eq!(state.chunks[&C0].data, own.data);
+    assert_eq!(s.next_delta.get(&(1, 0)), None);
+}
+
+/// A chunk whose deferred changes reached [`Deferred::CATCH_UP_FROM`] is caught up by
+/// the checkpoint that writes it, and written without a delta.
+#[test]
+fn a_long_deferred_list_is_applied_by_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = chunk_with_registers(10);
+    let (mut s, _) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 24).unwrap();
+    s.commit(vec![PersistOp::PutChunk(Box::new(own))]).unwrap();
+    let n = super::Deferred::CATCH_UP_FROM as u64;
+    for i in 1..=n + 1 {
+        s.commit(vec![accept(0, i, i - 1)]).unwrap();
+    }
+    assert_eq!(s.deferred[&C0].ops.len() as u64, n);
+    s.checkpoint(false).unwrap();
+    assert!(!s.deferred.contains_key(&C0));
+    assert_eq!(s.next_delta.get(&(1, 0)), None);
+    let expect = s.state.clone();
+    drop(s);
+    let (_s, state) = Storage::open_with_log(dir.path(), DeviceId(1), 1 << 24).unwrap();
+    assert_eq!(state, expect);
 }
 
 /// A device stopped while a checkpoint ran in the background (redb never took the
