@@ -201,11 +201,7 @@ fn a_checkpoint_writes_the_changed_rows_only() {
 /// Chunk 0 with 5,000 registers, then 300 deltas of which every 7th carries the chunk's
 /// tables (as a serving chunk's ACCEPT does every `SHARE_TABLES_EVERY` deltas): the
 /// groups, the chunk as it ends, and its registers after delta 294 (the last handed).
-fn handed_every_seventh() -> (
-    Vec<Vec<PersistOp>>,
-    ChunkPersist,
-    imbl::OrdMap<u64, (tenure_core::ids::Version, u64)>,
-) {
+fn handed_every_seventh() -> (Vec<Vec<PersistOp>>, ChunkPersist, Registers) {
     let mut own = chunk_with_registers(5_000);
     let mut groups = vec![vec![PersistOp::PutChunk(Box::new(own.clone()))]];
     let mut at_294 = None;
@@ -233,7 +229,10 @@ const C0: ChunkId = ChunkId {
     serial: 0,
 };
 
-fn registers(s: &Storage) -> imbl::OrdMap<u64, (tenure_core::ids::Version, u64)> {
+/// A chunk's test registers.
+type Registers = imbl::OrdMap<u64, (tenure_core::ids::Version, u64)>;
+
+fn registers(s: &Storage) -> Registers {
     s.state.chunks[&C0].data.table.registers.entries.clone()
 }
 
