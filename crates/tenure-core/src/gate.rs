@@ -6,8 +6,10 @@
 //! joins one group. A `Send`, a reply or an event then waits until every persist it may
 //! depend on is durable: per store, the store's persists and the device-wide ones
 //! ([`Domain::Store`]); for the lookup node, its own and the device-wide ones
-//! ([`Domain::Lookup`]); for anything else — elections, the coordinator, snapshots,
-//! policies — every persist ([`Domain::Device`]). Other stores' outputs leave meanwhile.
+//! ([`Domain::Lookup`]); for elections and the coordinator's rounds (votes, members'
+//! reports and its membership record), the device-wide ones ([`Domain::Coordination`]);
+//! for anything else — store reports and commands, snapshots, policies — every persist
+//! ([`Domain::Device`]). Other stores' outputs leave meanwhile.
 //! Lease traffic — a chunk's renewal request and its manager's renewal — carries nothing
 //! a persist made and waits for none ([`Domain::Lease`]): behind a busy store's write
 //! groups (hundreds of milliseconds each under load) renewals came after the leases they
@@ -40,6 +42,14 @@ pub enum Domain {
     /// Every persist, and nothing sent after it to the same peer leaves before it: the
     /// snapshot protocol's messages, whose channels must stay FIFO.
     Snapshot,
+    /// The device-wide persists (the term, the membership record, the chunk serial):
+    /// elections and the coordinator's rounds, which state nothing a store's persist
+    /// made. Waiting for every persist, a coordinator's round and a member's report
+    /// waited behind every store's write groups: a group commit of a second (a
+    /// checkpoint under 10,000 sessions taking locks, on every device at once) silenced
+    /// the coordinator, every device elected another, and their peers' chunks were
+    /// marked failed.
+    Coordination,
     /// None: lease renewals (their requests and grants), which state nothing a persist
     /// made. The chunk's epoch they name is the one it serves in; a chunk that crashes
     /// forgets its lease (`Chunk::boot`), and a renewal acknowledges no change.
@@ -49,6 +59,7 @@ pub enum Domain {
 impl Domain {
     /// The domain of a message to a peer.
     pub fn of_msg(msg: &Msg) -> Domain {
+        use crate::election::coordinator::CoordMsg;
         use crate::msg::{ToChunk, ToManager};
         use crate::objects::msg::BlockMsg as B;
         match msg {
@@ -73,7 +84,13 @@ impl Domain {
             ) => Domain::Store(*store),
             Msg::Lookup(_) => Domain::Lookup,
             Msg::Forward(f) => Domain::Store(f.store()),
-            Msg::Policy(_) | Msg::Election(_) | Msg::Coord(_) => Domain::Device,
+            Msg::Election(_)
+            | Msg::Coord(
+                CoordMsg::Member { .. } | CoordMsg::Members { .. } | CoordMsg::Request { .. },
+            ) => Domain::Coordination,
+            Msg::Policy(_) | Msg::Coord(CoordMsg::Store { .. } | CoordMsg::Command { .. }) => {
+                Domain::Device
+            }
             Msg::Snapshot(_) => Domain::Snapshot,
         }
     }
@@ -143,6 +160,7 @@ impl Gate {
                 (self.last_store.get(&s).copied().unwrap_or(0)).max(self.last_device)
             }
             Domain::Lookup => self.last_lookup.max(self.last_device),
+            Domain::Coordination => self.last_device,
             Domain::Device | Domain::Snapshot => self.last_persist,
             Domain::Lease => 0,
         };
@@ -205,9 +223,45 @@ mod tests {
         assert_eq!(g.wait_for(Domain::Store(S2), None, 0), 2);
         assert_eq!(g.wait_for(Domain::Lookup, None, 0), 0);
         assert_eq!(g.wait_for(Domain::Device, None, 0), 2);
+        assert_eq!(g.wait_for(Domain::Coordination, None, 0), 0);
         g.persist(&PersistOp::SetTerm(Term::default()), 3);
         assert_eq!(g.wait_for(Domain::Store(S1), None, 0), 3);
         assert_eq!(g.wait_for(Domain::Lookup, None, 0), 3);
+        assert_eq!(g.wait_for(Domain::Coordination, None, 0), 3);
+        g.persist(&accept(chunk(1)), 4);
+        assert_eq!(g.wait_for(Domain::Coordination, None, 3), 3);
+    }
+
+    // DESIGN §10: votes, members' reports and the coordinator's membership record wait
+    // for the device-wide persists (the term above all) and for no store's; a store
+    // report and a coordinator's command still wait for every persist.
+    #[test]
+    fn elections_and_coordinator_rounds_wait_for_device_wide_persists_only() {
+        use crate::election::coordinator::{CoordMsg, StoreReport};
+        use crate::election::members::Members;
+        let member = Msg::Coord(CoordMsg::Member {
+            term: Term::default(),
+            chunks: 1,
+            members: Members::default(),
+        });
+        let report = Msg::Coord(CoordMsg::Store {
+            term: Term::default(),
+            report: StoreReport {
+                store: S1,
+                epoch: crate::ids::Epoch(1),
+                chunks: vec![chunk(1)],
+                failed: Vec::new(),
+                managing_for: std::time::Duration::ZERO,
+                busy: false,
+            },
+        });
+        assert_eq!(Domain::of_msg(&member), Domain::Coordination);
+        assert_eq!(Domain::of_msg(&report), Domain::Device);
+        let mut g = Gate::booted([(chunk(1), S1)]);
+        g.persist(&PersistOp::SetTerm(Term::default()), 1);
+        g.persist(&accept(chunk(1)), 2);
+        assert_eq!(g.wait_for(Domain::of_msg(&member), Some(P), 0), 1);
+        assert_eq!(g.wait_for(Domain::of_msg(&report), Some(P), 0), 2);
     }
 
     // Lease renewals (their requests and grants) wait for no persist of their store,
