@@ -1633,3 +1633,42 @@ fn regular_lease_accept_never_persists_a_whole_record_when_told_not_to() {
     // never rewrites the whole record for an ACCEPT.
     assert_eq!(accept_persists(u32::MAX, 300), "D".repeat(300));
 }
+
+#[test]
+fn regular_lease_accept_persists_the_chunks_own_confirmed_number() {
+    // Tenure: a chunk that confirmed further on a CONFIRM of its own than the next
+    // ACCEPT's piggybacked number persists that ACCEPT with its own number, so a copy
+    // applying the delta comes out where the chunk is and can take the tables it hands.
+    let mut env = Env::new(d(1));
+    env.cfg.whole_record_every = u32::MAX;
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    let v = |seq| crate::ids::Version { epoch: e(3), seq };
+    let op = |seq| {
+        (
+            v(seq),
+            crate::data::StoreOp::Register { key: 1, value: seq },
+        )
+    };
+    let accept = |ops, confirm| ToChunk::Accept {
+        epoch: e(3),
+        ops,
+        confirm,
+    };
+    k.on_msg(&mut env.ctx(T0), M, accept(vec![op(1), op(2)], v(0)));
+    let confirm = ToChunk::Confirm {
+        epoch: e(3),
+        upto: v(2),
+    };
+    k.on_msg(&mut env.ctx(T0), M, confirm);
+    env.take();
+    k.on_msg(&mut env.ctx(T0), M, accept(vec![op(3)], v(1)));
+    let persisted: Vec<_> = persists(&env.take())
+        .into_iter()
+        .filter_map(|p| match p {
+            PersistOp::Accept { confirm, .. } => Some(confirm),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(persisted, vec![v(2)]);
+    assert_eq!(k.record.data.confirmed, v(2));
+}

@@ -110,6 +110,13 @@ impl Chunk {
                     ))
                 }),
         );
+        // The delta confirms what the chunk has confirmed, its CONFIRMs received on their
+        // own since the last delta included: a copy applying it comes out at the chunk's
+        // number and can take the tables handed with it. (With the batch's piggybacked
+        // number, a chunk that had confirmed further handed tables no copy could take,
+        // and the server's storage thread deferred changes by the thousand, which its
+        // checkpoints then applied on the thread that commits groups, for a second.)
+        let confirm = confirm.max(self.record.data.confirmed);
         self.persist_delta(
             ctx,
             PersistOp::Accept {
