@@ -157,8 +157,8 @@ pub struct Storage {
     wal: Wal,
     /// The other log: the groups of the checkpoint under way, if one is.
     spare: Wal,
-    /// The checkpoint under way: redb taking the spare log's groups.
-    job: Option<std::thread::JoinHandle<Result<(), redb::Error>>>,
+    /// The checkpoint under way: redb taking the spare log's groups (the rows it wrote).
+    job: Option<std::thread::JoinHandle<Result<u64, StorageError>>>,
     /// Whether checkpoints run beside new commits (else each one holds commits up).
     background: bool,
     /// Tests: background checkpoints never reach redb (a device stopped before).
@@ -211,6 +211,9 @@ impl std::fmt::Debug for Storage {
         f.debug_struct("Storage").field("path", &self.path).finish()
     }
 }
+
+/// A group commit this long is logged with where its time went.
+const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// redb's page cache. The device holds its state in memory and reads redb only when it
 /// starts; a checkpoint writes the rows that changed. redb's default (1 GiB) kept every
@@ -366,16 +369,30 @@ impl Storage {
         if ops.is_empty() {
             return Ok(Logged(Vec::new()));
         }
+        let started = std::time::Instant::now();
         let record = postcard::to_stdvec(&ops).map_err(StorageError::Encode)?;
+        let encoded = started.elapsed();
         if !self.wal.fits(record.len()) && self.wal.used() > 0 {
             // Hand the log to redb (in the background) and go on in the other one.
             let background = self.background;
             self.checkpoint(background)?;
         }
+        let checkpointed = started.elapsed();
         if self.wal.fits(record.len()) {
-            let writing = std::time::Instant::now();
             self.wal.append(&record)?;
-            metrics::histogram!("tenure_wal_write_seconds").record(writing.elapsed().as_secs_f64());
+            let done = started.elapsed();
+            metrics::histogram!("tenure_wal_write_seconds")
+                .record((done - checkpointed).as_secs_f64());
+            if done >= SLOW_COMMIT {
+                tracing::warn!(
+                    ops = ops.len(),
+                    bytes = record.len(),
+                    encode_ms = encoded.as_millis() as u64,
+                    checkpoint_ms = (checkpointed - encoded).as_millis() as u64,
+                    write_ms = (done - checkpointed).as_millis() as u64,
+                    "a group commit took long: what waits for it (acknowledgements, ACCEPTED) waited"
+                );
+            }
             Ok(Logged(ops))
         } else {
             // Larger than the whole log: straight into redb.
