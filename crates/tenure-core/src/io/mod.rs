@@ -10,7 +10,9 @@ pub mod request;
 pub use crate::config::CHECKPOINT_EVERY;
 pub use crate::error::ClientError;
 pub use observation::{EpochCause, Observation};
-pub use persist::{ChunkPersist, DevicePersist, PersistOp, SHARE_TABLES_EVERY, TablesAfter};
+pub use persist::{
+    ChunkPersist, DevicePersist, PersistOp, SHARE_TABLES_EVERY, SHARE_TABLES_OPS, TablesAfter,
+};
 pub use policy::PolicyCommand;
 pub use request::{
     AttachSession, Attached, ObjectRequest, Request, Response, Under, WaitSpec, Writer,

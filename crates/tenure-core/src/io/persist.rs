@@ -54,6 +54,9 @@ impl ChunkPersist {
 /// How often (in deltas) a chunk hands its tables to its durable copy ([`TablesAfter`]).
 pub const SHARE_TABLES_EVERY: u32 = 64;
 
+/// ... or after this many changes in deltas since it last did, whichever comes first.
+pub const SHARE_TABLES_OPS: u32 = 1024;
+
 /// A chunk's tables after an [`PersistOp::Accept`], with its confirmed number, handed to
 /// whatever applies the delta to a copy of the chunk's record (the server's storage
 /// thread, the simulator's disks): the copy takes these tables (an O(1) clone of

@@ -1672,3 +1672,54 @@ fn regular_lease_accept_persists_the_chunks_own_confirmed_number() {
     assert_eq!(persisted, vec![v(2)]);
     assert_eq!(k.record.data.confirmed, v(2));
 }
+
+#[test]
+fn regular_lease_accept_hands_the_tables_after_many_changes_or_many_deltas() {
+    // Tenure: a chunk hands its tables to its durable copy every SHARE_TABLES_EVERY
+    // deltas, or sooner once SHARE_TABLES_OPS changes were persisted since it last did
+    // (a busy store's large batches made long deferred lists otherwise).
+    use crate::io::{SHARE_TABLES_EVERY, SHARE_TABLES_OPS};
+    let mut env = Env::new(d(1));
+    env.cfg.whole_record_every = u32::MAX;
+    let mut k = chunk(&mut env, S::RegularLease, 3, M);
+    let v = |seq| crate::ids::Version { epoch: e(3), seq };
+    let mut seq = 0;
+    let mut handed = |k: &mut Chunk, env: &mut Env, n: u64| {
+        let ops = (0..n)
+            .map(|_| {
+                seq += 1;
+                (
+                    v(seq),
+                    crate::data::StoreOp::Register { key: 1, value: seq },
+                )
+            })
+            .collect();
+        let msg = ToChunk::Accept {
+            epoch: e(3),
+            ops,
+            confirm: v(0),
+        };
+        k.on_msg(&mut env.ctx(T0), M, msg);
+        let after: Vec<bool> = persists(&env.take())
+            .into_iter()
+            .filter_map(|p| match p {
+                PersistOp::Accept { after, .. } => Some(after.0.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(after.len(), 1);
+        after[0]
+    };
+    // The first delta hands them (none were handed yet).
+    assert!(handed(&mut k, &mut env, 1));
+    // Small batches: handed again at the SHARE_TABLES_EVERY-th delta.
+    let small: Vec<bool> = (1..=SHARE_TABLES_EVERY)
+        .map(|_| handed(&mut k, &mut env, 1))
+        .collect();
+    assert_eq!(small.iter().filter(|h| **h).count(), 1);
+    assert!(small[SHARE_TABLES_EVERY as usize - 1]);
+    // Large batches: handed once SHARE_TABLES_OPS changes went by, well before.
+    let per = u64::from(SHARE_TABLES_OPS) / 4;
+    let large: Vec<bool> = (0..4).map(|_| handed(&mut k, &mut env, per)).collect();
+    assert_eq!(large, vec![false, false, false, true]);
+}

@@ -31,9 +31,12 @@ impl Storage {
             })
             .copied()
             .collect();
+        let mut caught_up = 0;
         for c in long {
+            caught_up += self.deferred.get(&c).map_or(0, |d| d.ops.len());
             self.catch_up(c);
         }
+        let caught_up_in = encoding.elapsed();
         // The chunks' rows are found and encoded with redb's commit, off the thread
         // that commits groups (a checkpoint on it took over a second under 10,000
         // sessions taking locks, and every ACCEPTED waited): from O(1) copies of their
@@ -49,6 +52,7 @@ impl Storage {
                 })
             })
             .collect();
+        let copied_in = encoding.elapsed();
         let mut encoded = self.encode_dirty(&self.dirty)?;
         let generation = self.wal.generation() + 1;
         for id in &self.dirty.removed {
@@ -58,8 +62,28 @@ impl Storage {
             self.persisted.insert(c.id, c.rec.data.table.clone());
         }
         self.dirty = Dirty::default();
+        let encoded_in = encoding.elapsed();
         metrics::histogram!("tenure_storage_checkpoint_encode_seconds")
-            .record(encoding.elapsed().as_secs_f64());
+            .record(encoded_in.as_secs_f64());
+        if encoded_in >= super::SLOW_COMMIT / 3 {
+            tracing::warn!(
+                chunks = chunks.len(),
+                caught_up,
+                catch_up_ms = caught_up_in.as_millis() as u64,
+                copy_ms = (copied_in - caught_up_in).as_millis() as u64,
+                rest_ms = (encoded_in - copied_in).as_millis() as u64,
+                deferred = chunks
+                    .iter()
+                    .filter_map(|c| c.deferred.as_ref())
+                    .map(|d| d.1.len())
+                    .sum::<usize>(),
+                pending = chunks
+                    .iter()
+                    .map(|c| c.rec.data.l_list.len() + c.rec.data.r_list.len())
+                    .sum::<usize>(),
+                "a checkpoint took long to start"
+            );
+        }
         // New groups go to the other log, under the next generation; this one stays as
         // it is until redb holds its groups.
         std::mem::swap(&mut self.wal, &mut self.spare);

@@ -82,6 +82,9 @@ pub struct Chunk {
     pub blocks: crate::objects::blocks::ChunkBlocks,
     /// Delta persists (`Accept`, `Confirm`) since the whole record was last written.
     pub deltas: u32,
+    /// Changes persisted in deltas since the chunk last handed its tables to its
+    /// durable copy ([`crate::io::TablesAfter`]).
+    pub unshared: u32,
     /// Tenure: after a restart, until when (a lease after booting) the chunk acquires
     /// no lease from a manager other than its last lease manager: it forgot the regular
     /// lease it may have held, which its manager may still be answering reads under
@@ -108,6 +111,7 @@ impl Chunk {
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
+            unshared: 0,
             blocks: Default::default(),
             boot_hold: Some(ctx.now + ctx.cfg.timing.lease),
         };
@@ -150,6 +154,7 @@ impl Chunk {
             transition_deadline: None,
             finished: Vec::new(),
             deltas: 0,
+            unshared: 0,
             blocks: Default::default(),
             boot_hold: None,
         };
@@ -189,6 +194,7 @@ impl Chunk {
 
     fn persist(&mut self, ctx: &mut Ctx<'_>) {
         self.deltas = 0;
+        self.unshared = 0;
         ctx.persist(PersistOp::PutChunk(Box::new(self.record.clone())));
     }
 

@@ -96,20 +96,22 @@ impl Chunk {
         // Block data goes to the block store; the change is kept pending without it.
         let ops = self.blocks.take_data(ctx, chunk, ops);
         self.record.data.accept_batch(&ops, confirm);
-        // Every few deltas the durable copy takes the chunk's tables (and shares their
-        // nodes); in between it applies the deltas, copying only the nodes they touch.
-        // Not at every delta: a node shared is copied by whichever side changes it next,
-        // and the chunk would copy each node it changes once per batch.
-        let after = crate::io::persist::TablesAfter(
-            self.deltas
-                .is_multiple_of(crate::io::persist::SHARE_TABLES_EVERY)
-                .then(|| {
-                    std::sync::Arc::new((
-                        self.record.data.confirmed,
-                        self.record.data.table.clone(),
-                    ))
-                }),
-        );
+        // Every few deltas or changes the durable copy takes the chunk's tables (and
+        // shares their nodes); in between it defers or applies the changes, copying only
+        // the nodes they touch. Not at every delta: a node shared is copied by whichever
+        // side changes it next, and the chunk would copy each node it changes once per
+        // batch. Not only by deltas: a busy store's batches carry a hundred changes, and
+        // 64 of them made deferred lists a server's checkpoints applied by the thousand.
+        use crate::io::persist::{SHARE_TABLES_EVERY, SHARE_TABLES_OPS};
+        self.unshared = self.unshared.saturating_add(ops.len() as u32);
+        let share =
+            self.deltas.is_multiple_of(SHARE_TABLES_EVERY) || self.unshared >= SHARE_TABLES_OPS;
+        if share {
+            self.unshared = 0;
+        }
+        let after = crate::io::persist::TablesAfter(share.then(|| {
+            std::sync::Arc::new((self.record.data.confirmed, self.record.data.table.clone()))
+        }));
         // The delta confirms what the chunk has confirmed, its CONFIRMs received on their
         // own since the last delta included: a copy applying it comes out at the chunk's
         // number and can take the tables handed with it. (With the batch's piggybacked
