@@ -5,7 +5,7 @@
 //! shortened (10 s of faults, at most 30 s to converge) to keep the sweep well under a
 //! minute in `--release` on two cores.
 
-mod common;
+use crate::common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lincheck::{self, LockModel, Verdict};
@@ -14,7 +14,7 @@ use tenure_sim::{DiskModel, LockPaths, Outcome, Pipelining, SimConfig, Violation
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
     c.safety_us = 10_000_000;
-    // Membership changes have their own tests (tests/membership.rs).
+    // Membership changes have their own tests (tests/integration/membership.rs).
     c.membership = false;
     c
 }

@@ -4,7 +4,7 @@
 //! bug it is meant for, on a seed that passes without it. Runs are shortened (10 s of
 //! faults) to keep the file well under a minute in `--release` on two cores.
 
-mod common;
+use crate::common;
 use tenure_core::PlantedBugs;
 use tenure_sim::membership::MembershipViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};

@@ -6,7 +6,7 @@
 //! Runs are shortened (10 s of faults) to keep the file well under a minute in
 //! `--release` on two cores.
 
-mod common;
+use crate::common;
 use tenure_core::PlantedBugs;
 use tenure_sim::snapshot::SnapshotViolation;
 use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
@@ -14,7 +14,7 @@ use tenure_sim::{Outcome, SimConfig, Violation, run, sweep};
 fn short(seed: u64) -> SimConfig {
     let mut c = SimConfig::new(seed);
     c.safety_us = 10_000_000;
-    // Membership changes have their own tests (tests/membership.rs).
+    // Membership changes have their own tests (tests/integration/membership.rs).
     c.membership = false;
     c
 }

@@ -3,7 +3,7 @@
 //! exactly; and each checker catches the planted bug meant for it. Runs have 40 s of
 //! faults, to keep the file well under a minute in `--release` on two cores.
 
-mod common;
+use crate::common;
 use tenure_core::PlantedBugs;
 use tenure_core::rng::mix64;
 use tenure_sim::lookup::checks::LookupViolation;

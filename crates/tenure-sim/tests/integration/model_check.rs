@@ -4,8 +4,8 @@
 //!
 //! The bounds are chosen so that a release build on two cores runs this file in well under
 //! two minutes. Run `explore` (ignored) to try other bounds:
-//! `MODEL_DEPTH=24 MODEL_GLITCHES=2 cargo test --release --test model_check -- --ignored
-//! explore --nocapture`.
+//! `MODEL_DEPTH=24 MODEL_GLITCHES=2 cargo test --release -p tenure-sim --test integration --
+//! --ignored model_check::explore --nocapture`.
 
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
