@@ -10,8 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use tenure_client::{Client, LockMode, Wait};
 
-mod common;
-use common::{Guard, cluster_file, until, up, with_tls};
+use crate::common::{Guard, cluster_file, until, up, with_tls};
 
 const NAME: &str = "/cli/expiring";
 
@@ -48,6 +47,7 @@ fn start(data: &std::path::Path) -> Client {
 
 #[test]
 fn command_that_outlives_its_session_exits_with_the_expiry_status() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -124,6 +124,7 @@ fn command_that_outlives_its_session_exits_with_the_expiry_status() {
 /// the hold is lost.
 #[test]
 fn sigterm_releases_the_lock_held_without_a_command() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

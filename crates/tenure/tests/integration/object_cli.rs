@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use tenure_client::objects::PutOptions;
 use tenure_client::{Client, ClientOptions, LockMode, Wait};
 
-mod common;
-use common::{Guard, cluster_file, kill9, tenure, up, with_tls};
+use crate::common::{Guard, cluster_file, kill9, tenure, up, with_tls};
 
 fn endpoints(data: &Path) -> Vec<String> {
     cluster_file(data)["devices"]
@@ -98,6 +97,7 @@ fn pid_of(data: &Path, device: u64) -> u64 {
 /// acknowledged object.
 #[test]
 fn object_commands_conditions_fencing_and_full_restart() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -309,6 +309,7 @@ fn object_commands_conditions_fencing_and_full_restart() {
 /// id, and the object reads back identical (also after the device comes back).
 #[test]
 fn upload_survives_kill_9_of_the_manager() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -363,6 +364,7 @@ fn upload_survives_kill_9_of_the_manager() {
 /// write appears exactly once, in revision order.
 #[test]
 fn watch_through_a_manager_failover_misses_nothing() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -451,6 +453,7 @@ fn watch_through_a_manager_failover_misses_nothing() {
 /// the new holder's content.
 #[test]
 fn a_paused_lock_holders_fenced_put_is_refused_after_the_lock_moved() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, LockMode, Wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod common;
-use common::{Guard, cluster_file, tenure, up, with_tls};
+use crate::common::{Guard, cluster_file, tenure, up, with_tls};
 
 fn endpoints(data: &Path) -> Vec<String> {
     cluster_file(data)["devices"]
@@ -83,6 +82,7 @@ async fn peer_answers(addr: SocketAddr, tls: &tenure_server::tls::PeerTls, from:
 
 #[test]
 fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext_and_foreign_peers() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -276,6 +276,7 @@ fn a_tls_cluster_serves_tls_clients_and_refuses_plaintext_and_foreign_peers() {
 
 #[test]
 fn an_insecure_cluster_is_plaintext() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

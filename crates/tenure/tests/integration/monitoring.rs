@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tenure_server::telemetry::catalog::{self, Kind};
 
-mod common;
-use common::{Guard, cluster_file, http_get, metrics_addrs, tenure, up, with_tls};
+use crate::common;
+use crate::common::{Guard, cluster_file, http_get, metrics_addrs, tenure, up, with_tls};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -210,6 +210,7 @@ fn all_exprs() -> Vec<(String, String)> {
 
 #[test]
 fn rules_and_dashboard_parse_and_name_only_catalogued_metrics() {
+    let _turn = turn!();
     let all = all_exprs();
     assert!(all.len() > 60, "found the expressions: {}", all.len());
     let found = problems(&all, &catalog_samples());
@@ -218,6 +219,7 @@ fn rules_and_dashboard_parse_and_name_only_catalogued_metrics() {
 
 #[test]
 fn a_rule_naming_a_metric_nobody_exports_is_reported() {
+    let _turn = turn!();
     let yaml = r#"
 groups:
   - name: planted
@@ -238,6 +240,7 @@ groups:
 
 #[test]
 fn an_expression_that_does_not_parse_is_reported() {
+    let _turn = turn!();
     let exprs = [
         (
             "unclosed".to_string(),
@@ -266,6 +269,7 @@ fn an_expression_that_does_not_parse_is_reported() {
 
 #[test]
 fn the_metrics_reference_lists_every_metric_and_alert() {
+    let _turn = turn!();
     let doc = read("docs/metrics.md");
     let missing: Vec<&str> = (catalog::METRICS.iter())
         .map(|m| m.name)
@@ -288,6 +292,7 @@ fn the_metrics_reference_lists_every_metric_and_alert() {
 
 #[test]
 fn every_metric_the_rules_and_dashboard_name_is_exported_by_every_device() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

@@ -19,8 +19,8 @@ use tenure_client::proto::tenure_client::TenureClient;
 use tenure_client::proto::{self, KeepAliveRequest, SessionRef};
 use tenure_client::{Client, ClientOptions, LockMode, Wait};
 
-mod common;
-use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
+use crate::common;
+use crate::common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// Locks held across the snapshots.
 const HELD: usize = 12;
@@ -120,6 +120,7 @@ fn rate_during(done: &[Instant], from: Instant, to: Instant) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_under_lock_load_then_restore_has_every_lock_and_session_of_the_cut() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -457,6 +458,7 @@ fn listed(data: &str) -> BTreeMap<String, (Vec<u64>, bool)> {
 /// device down removes the others' parts, names the device and fails.
 #[test]
 fn retention_keeps_the_newest_snapshots_and_rm_removes_one_everywhere() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -549,6 +551,7 @@ fn retention_keeps_the_newest_snapshots_and_rm_removes_one_everywhere() {
 /// so `ID=$(tenure snapshot create)` works.
 #[test]
 fn a_snapshot_after_membership_changes_restores_with_its_device_ids() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

@@ -8,14 +8,14 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::lookup::{
+use crate::common::lookup::{
     Proc, device_config, devices, expect_line, lines_of, rt, run, run_cmd, wait_lookup,
 };
-use common::{Guard, kill9, up};
+use crate::common::{Guard, kill9, up};
 
 #[test]
 fn put_get_ls_rm_and_their_errors_from_the_cli() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -125,6 +125,7 @@ fn put_get_ls_rm_and_their_errors_from_the_cli() {
 
 #[test]
 fn watch_prints_changes_and_a_killed_providers_entry_expires() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

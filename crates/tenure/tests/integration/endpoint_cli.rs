@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-mod common;
-use common::{Guard, cluster_file, kill9, tenure, until, up};
+use crate::common;
+use crate::common::{Guard, cluster_file, kill9, tenure, until, up};
 
 fn data_args(data: &Path) -> [&str; 2] {
     ["--data", data.to_str().unwrap()]
@@ -25,6 +25,7 @@ const POLL: Duration = Duration::from_millis(200);
 
 #[test]
 fn health_status_and_check_perf_against_a_local_cluster() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

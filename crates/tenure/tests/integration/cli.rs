@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 // a command killed by SIGPIPE, instead of panicking with a backtrace.
 #[test]
 fn closed_stdout_ends_quietly() {
+    let _turn = turn!();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenure"))
         .args(["sim", "--seed", "1", "--trace"])
         .stdout(Stdio::piped())
@@ -28,6 +29,7 @@ fn closed_stdout_ends_quietly() {
 // `bench locks` refuses a connection count it cannot use before it looks for a cluster.
 #[test]
 fn bench_refuses_more_connections_than_clients() {
+    let _turn = turn!();
     for conns in ["0", "5"] {
         let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
             .args(["bench", "locks", "--clients", "4", "--conns", conns])
@@ -49,6 +51,7 @@ fn bench_refuses_more_connections_than_clients() {
 /// (mutations that never get through are no evidence).
 #[test]
 fn fuzz_command_finds_no_failure_in_any_decoder() {
+    let _turn = turn!();
     let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus");
     assert!(
         std::path::Path::new(corpus).join("wire").is_dir(),

@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tenure_client::{Client, LockMode, Wait};
 
-mod common;
-use common::load::{Load, check_holds, client, worker};
-use common::lookup::{devices, endpoints};
-use common::{Guard, up};
+use crate::common;
+use crate::common::load::{Load, check_holds, client, worker};
+use crate::common::lookup::{devices, endpoints};
+use crate::common::{Guard, up};
 use tenure_server::WIRE_VERSIONS_ENV;
 use tenure_server::wire::WIRE_VERSION;
 
@@ -141,6 +141,7 @@ const PREVIOUS: &str = "2";
 
 #[test]
 fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let d = data.to_str().unwrap().to_string();
@@ -285,6 +286,7 @@ fn a_rolling_upgrade_under_load_loses_nothing_and_shows_no_error() {
 
 #[test]
 fn a_device_that_no_longer_speaks_this_wire_version_is_refused_and_says_why() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let d = data.to_str().unwrap().to_string();

@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tenure_client::{LockMode, Wait};
 
-mod common;
-use common::load::{Load, check_holds, client, worker};
-use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
+use crate::common::load::{Load, check_holds, client, worker};
+use crate::common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// Lock names of the load: different first segments, so different stores.
 const NAMES: usize = 8;
@@ -32,6 +31,7 @@ fn run_json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn membership_add_and_remove_under_lock_load_lose_no_lock() {
+    let _turn = turn!();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()

@@ -5,11 +5,11 @@
 //! the failover never expires; after the restart every store grants and the objects read
 //! back.
 
-mod common;
-use common::{Guard, tenure, up};
+use crate::common::{Guard, tenure, up};
 
 #[test]
 fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -144,6 +144,7 @@ fn installed(program: &str) -> bool {
 
 #[test]
 fn bench_scale_runs_the_same_shapes_against_etcd_when_installed() {
+    let _turn = turn!();
     if !installed("etcd") {
         eprintln!("etcd is not installed (Debian: etcd-server): skipped");
         return;
@@ -154,6 +155,7 @@ fn bench_scale_runs_the_same_shapes_against_etcd_when_installed() {
 
 #[test]
 fn bench_scale_runs_the_same_shapes_against_zookeeper_when_installed() {
+    let _turn = turn!();
     if !std::path::Path::new("/usr/share/zookeeper/bin/zkServer.sh").exists() {
         eprintln!("ZooKeeper is not installed (Debian: zookeeper): skipped");
         return;

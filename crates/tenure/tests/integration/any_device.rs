@@ -11,8 +11,7 @@ use tenure_client::proto::{
     resolve_response, tenure_client::TenureClient,
 };
 
-mod common;
-use common::{Guard, STORES, cluster_file, keep_alive, kill9, up, with_tls};
+use crate::common::{Guard, STORES, cluster_file, keep_alive, kill9, up, with_tls};
 
 const NAME: &str = "/thin/lock";
 const TTL_MS: u64 = 6_000;
@@ -56,6 +55,7 @@ fn acquire(session: proto::SessionRef) -> proto::AcquireRequest {
 
 #[test]
 fn a_thin_client_on_one_device_keeps_its_lock_through_a_kill_9_of_the_manager() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

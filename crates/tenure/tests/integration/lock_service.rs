@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, Error, LockGuard, LockMode, Wait};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod common;
-use common::{Guard, STORES, cluster_file, kill9, tenure, up, with_tls};
+use crate::common::{Guard, STORES, cluster_file, kill9, tenure, up, with_tls};
 const NAME: &str = "/orders/batch";
 
 fn client(data: &std::path::Path, endpoints: &[String]) -> Client {
@@ -100,6 +99,7 @@ async fn granted(
 
 #[test]
 fn lock_service_survives_kill_9_restarts_and_bad_input() {
+    let _turn = turn!();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()

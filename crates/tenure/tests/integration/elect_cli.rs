@@ -29,8 +29,7 @@ use std::time::{Duration, Instant};
 use tenure_client::elections::election_key;
 use tenure_client::{Client, ClientOptions, Loss, Wait};
 
-mod common;
-use common::{Guard, cluster_file, kill9, tenure, up, with_tls};
+use crate::common::{Guard, cluster_file, kill9, tenure, up, with_tls};
 
 /// The tests run one at a time, whatever the harness's thread count: their timings are
 /// measured.
@@ -209,6 +208,7 @@ const WHILE_PARENT_LIVES: &[&str] = &[
 
 #[test]
 fn the_other_campaigner_leads_with_a_larger_token_after_kill_9_of_the_leader() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let _in_rt = rt.enter();
@@ -329,6 +329,7 @@ fn the_other_campaigner_leads_with_a_larger_token_after_kill_9_of_the_leader() {
 
 #[test]
 fn a_campaign_whose_session_expires_fails_and_leaves_no_candidate() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let _in_rt = rt.enter();
@@ -436,6 +437,7 @@ fn a_campaign_whose_session_expires_fails_and_leaves_no_candidate() {
 
 #[test]
 fn a_leader_learns_it_may_have_lost_leadership_before_its_deadline() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let cluster = Cluster::up();
@@ -508,6 +510,7 @@ fn a_leader_learns_it_may_have_lost_leadership_before_its_deadline() {
 
 #[test]
 fn a_new_coordinator_is_elected_after_kill_9_of_the_coordinator() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let cluster = Cluster::up();
@@ -570,6 +573,7 @@ fn a_new_coordinator_is_elected_after_kill_9_of_the_coordinator() {
 
 #[test]
 fn leadership_a_waiting_campaign_and_an_observer_survive_kill_9_of_the_store_manager() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let _in_rt = rt.enter();

@@ -9,8 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, Version};
 
-mod common;
-use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
+use crate::common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 async fn managers(c: &Client, endpoints: &[String]) -> BTreeMap<u32, (u64, u64)> {
     let mut out = BTreeMap::new();
@@ -34,6 +33,7 @@ async fn write_all(c: &Client, value: u64) -> BTreeMap<u32, Version> {
 
 #[test]
 fn local_cluster_survives_kill_9_and_full_restart() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

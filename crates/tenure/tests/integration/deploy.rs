@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tenure_chaos::net::{self, TestNet};
 
-mod common;
+use crate::common;
 
 fn skipped(test: &str, why: &str) {
     use std::io::Write;
@@ -123,6 +123,7 @@ fn until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Result<T, String
 
 #[test]
 fn a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth() {
+    let _turn = turn!();
     const NAME: &str = "a_cluster_boots_from_its_bundle_on_three_hosts_and_admits_a_fourth";
     if let Some(why) = net::unsupported() {
         skipped(NAME, &why);

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tenure_client::{Client, LockMode, Wait};
 
-mod common;
-use common::{Guard, STORES, cluster_file, metrics_addrs, until, up, with_tls};
+use crate::common;
+use crate::common::{Guard, STORES, cluster_file, metrics_addrs, until, up, with_tls};
 
 /// Two locks of one store (a name's store is its first segment's): one whose name is
 /// markup, which the page must show as text.
@@ -71,6 +71,7 @@ fn page_listing(
 
 #[test]
 fn metrics_address_serves_prometheus_text_status_json_and_the_page() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -213,6 +214,7 @@ fn run_chromium(browser: &Path, profile: &Path, args: &[&str], url: &str) -> Str
 
 #[test]
 fn status_page_of_a_live_cluster_renders_in_headless_chromium() {
+    let _turn = turn!();
     let Some(browser) = chromium() else {
         assert!(
             std::env::var_os("CI").is_none(),

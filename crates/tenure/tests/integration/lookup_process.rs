@@ -23,11 +23,10 @@ use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 use tenure_client::lookup::LeaderId;
 
-mod common;
-use common::lookup::{
+use crate::common::lookup::{
     Dev, Proc, client_of, device_config, devices, lines_of, rt, run, wait_lookup_among,
 };
-use common::{Guard, cluster_file, http_get, kill9, up};
+use crate::common::{Guard, cluster_file, http_get, kill9, up};
 
 /// One test at a time (see the module's documentation).
 fn serial() -> MutexGuard<'static, ()> {
@@ -128,6 +127,7 @@ struct Probe {
 // plus the stretch before the kill in which its last answer may lie.
 #[test]
 fn a_leader_killed_with_sigkill_is_replaced_within_the_seeds_outage_bound() {
+    let _turn = turn!();
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
@@ -270,6 +270,7 @@ fn a_leader_killed_with_sigkill_is_replaced_within_the_seeds_outage_bound() {
 // device and `cluster up` again.
 #[test]
 fn a_persistent_entry_survives_sigkill_of_every_device_and_a_restart() {
+    let _turn = turn!();
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
@@ -390,6 +391,7 @@ fn watcher(data: &Path, prefix: &str, endpoints: &[&str]) -> (Proc, mpsc::Receiv
 // rebuilt view equals `tenure lookup ls` and stays so, and each printed the revoke.
 #[test]
 fn watchers_through_a_leader_sigkill_end_with_exactly_the_new_leaders_view() {
+    let _turn = turn!();
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
@@ -582,6 +584,7 @@ fn total(at: &Scrapes, name: &str, with: &str) -> f64 {
 // and a new leader counts its leader change.
 #[test]
 fn lookup_metrics_are_exported_and_move() {
+    let _turn = turn!();
     let _turn = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{Guard, cluster_file, tenure};
+use crate::common;
+use crate::common::{Guard, cluster_file, tenure};
 
 /// libfaketime's thread-safe library, where Debian installs it.
 fn libfaketime() -> Option<PathBuf> {
@@ -66,6 +66,7 @@ fn hold(data: &Path, name: &str) -> (Child, u64) {
 
 #[test]
 fn a_wall_clock_step_of_the_manager_moves_no_session_expiry() {
+    let _turn = turn!();
     let Some(lib) = libfaketime() else {
         eprintln!("libfaketime is not installed: skipped");
         return;

@@ -28,8 +28,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tenure_client::{Client, ClientOptions, LockGuard, LockMode, Loss, Wait};
 
-mod common;
-use common::{Guard, STORES, cluster_file, tenure, up, with_tls};
+use crate::common::{Guard, STORES, cluster_file, tenure, up, with_tls};
 
 /// The tests run one at a time, whatever the harness's thread count.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -209,6 +208,7 @@ const FIRST_WAVE: usize = 20;
 
 #[test]
 fn pipelined_acquires_through_a_manager_kill_9_are_answered_exactly_once() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let cluster = Cluster::up();
@@ -380,6 +380,7 @@ fn pipelined_acquires_through_a_manager_kill_9_are_answered_exactly_once() {
 
 #[test]
 fn may_be_lost_arrives_before_the_deadline_when_the_manager_is_paused() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let cluster = Cluster::up();
@@ -479,6 +480,7 @@ fn may_be_lost_arrives_before_the_deadline_when_the_manager_is_paused() {
 
 #[test]
 fn a_stopped_device_does_not_stall_other_stores() {
+    let _turn = turn!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let rt = runtime();
     let cluster = Cluster::up();

@@ -12,8 +12,8 @@ use tenure_client::proto::{
 };
 use tenure_core::config::store_of;
 
-mod common;
-use common::{Guard, STORES, keep_alive, up, with_tls};
+use crate::common;
+use crate::common::{Guard, STORES, keep_alive, up, with_tls};
 
 const TTL_MS: u64 = 3_000;
 
@@ -143,6 +143,7 @@ async fn exists(objects: &mut Objects, key: &str) -> bool {
 
 #[test]
 fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());
@@ -294,6 +295,7 @@ fn one_session_holds_locks_and_objects_in_every_store_with_one_keep_alive_loop()
 /// of the other names are the session's children; closing the client frees everything.
 #[test]
 fn the_rust_client_uses_one_session_for_names_of_every_store() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let _guard = Guard(data.clone());

@@ -6,8 +6,7 @@
 //! SIGHUP makes a device re-read its `[auth]` section: a token added works and a token
 //! removed is unknown, without a restart.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
@@ -29,6 +28,7 @@ fn tenure_as(token: Option<&str>, args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn a_cluster_up_with_auth_needs_a_token_and_grants_what_rules_say() {
+    let _turn = turn!();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("tenure-data");
     let d = data.to_str().unwrap();
