@@ -5,8 +5,7 @@
 //! without a known token is `UNAUTHENTICATED` — on every RPC of every service — and a
 //! refused write changes nothing.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tenure_client::proto::{
@@ -54,6 +53,7 @@ fn denied_text<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>, what: 
 
 #[test]
 fn tokens_get_what_their_rules_grant_and_nothing_else() {
+    let _turn = turn!();
     let c = Cluster::start_with(3, with_auth);
     let rt = rt();
     rt.block_on(async {
@@ -165,6 +165,7 @@ fn tokens_get_what_their_rules_grant_and_nothing_else() {
 /// files, so an RPC added later without a check here fails this test.
 #[test]
 fn every_rpc_refuses_a_call_without_a_token() {
+    let _turn = turn!();
     let c = Cluster::start_with(3, with_auth);
     let rt = rt();
     rt.block_on(async {
@@ -377,6 +378,7 @@ fn rpcs_of_the_protos() -> BTreeSet<String> {
 /// token may not make is answered with the typed error, and the stream goes on.
 #[test]
 fn the_session_stream_refuses_a_request_and_stays_up() {
+    let _turn = turn!();
     let c = Cluster::start_with(3, with_auth);
     let rt = rt();
     rt.block_on(async {
@@ -481,6 +483,7 @@ fn the_session_stream_refuses_a_request_and_stays_up() {
 /// Without `[auth]` nothing changes: no token is needed, and one given is ignored.
 #[test]
 fn without_auth_no_token_is_needed() {
+    let _turn = turn!();
     let c = Cluster::start(3);
     let rt = rt();
     rt.block_on(async {

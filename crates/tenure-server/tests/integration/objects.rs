@@ -1,9 +1,7 @@
 //! The object service end to end on an in-process three-device cluster (seed 001,
 //! DESIGN §5): the client library against real servers over gRPC.
 
-mod common;
-
-use common::{Cluster, client, rt, wait_all_managed};
+use crate::common::{Cluster, client, rt, wait_all_managed};
 use std::time::Duration;
 use tenure_client::objects::{Condition, PutOptions, WatchEvent};
 use tenure_client::{Error, LockMode, Wait};
@@ -16,6 +14,7 @@ fn content(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn put_get_head_list_delete_conditions_and_multipart() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     let eps = cluster.endpoints();
     rt().block_on(async {
@@ -99,6 +98,7 @@ fn put_get_head_list_delete_conditions_and_multipart() {
 
 #[test]
 fn fenced_puts_cas_races_and_watches() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     let eps = cluster.endpoints();
     rt().block_on(async {
@@ -208,6 +208,7 @@ fn fenced_puts_cas_races_and_watches() {
 /// `Reset`, and goes on after the read's revision (no silent gap).
 #[test]
 fn a_compacted_watch_position_is_reported_as_a_reread() {
+    let _turn = turn!();
     let cluster = Cluster::start_with(3, |c| c.objects.history = 4);
     let eps = cluster.endpoints();
     rt().block_on(async {
@@ -249,6 +250,7 @@ fn a_compacted_watch_position_is_reported_as_a_reread() {
 /// pause, so every put lands; a client that may not retry sees the overload.
 #[test]
 fn an_overloaded_device_refuses_at_once_and_clients_retry_through() {
+    let _turn = turn!();
     let cluster = Cluster::start_with(3, |c| c.max_client_requests = 2);
     let eps = cluster.endpoints();
     rt().block_on(async {

@@ -3,8 +3,7 @@
 //! the stream kept up (and nothing changed), flow control, a device that does not manage
 //! the store serving it, and pushed session events.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 use tenure_client::proto::{
     self, error::Kind, session_event::Kind as Ev, session_request::Kind as Rq,
@@ -145,6 +144,7 @@ async fn placement(cluster: &Cluster) -> (u32, String, String) {
 /// a wait queued behind another session's lock is answered after a read sent later.
 #[test]
 fn pipelined_requests_are_answered_by_id_in_any_order() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;
@@ -209,6 +209,7 @@ fn pipelined_requests_are_answered_by_id_in_any_order() {
 /// nothing changes. A frame too large to decode closes the stream with a reason.
 #[test]
 fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;
@@ -384,6 +385,7 @@ fn bad_input_gets_typed_errors_and_the_stream_stays_up() {
 /// `TooManyRequests` (and not run); the others are answered.
 #[test]
 fn one_request_over_the_window_is_refused() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;
@@ -436,6 +438,7 @@ fn one_request_over_the_window_is_refused() {
 /// watch from the manager, values included; the session resumes at the manager too.
 #[test]
 fn a_non_manager_serves_the_stream_and_carries_a_watch_from_the_manager() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, other) = placement(&cluster).await;
@@ -514,6 +517,7 @@ fn a_non_manager_serves_the_stream_and_carries_a_watch_from_the_manager() {
 /// store's prefix is carried, and closing the session frees the locks everywhere.
 #[test]
 fn one_session_serves_names_of_every_store() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;
@@ -585,6 +589,7 @@ fn one_session_serves_names_of_every_store() {
 /// told it ended (`ended`, expired); a session closed from another stream is told too.
 #[test]
 fn session_expiry_and_close_are_pushed() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;

@@ -6,8 +6,7 @@
 //! both report the entry revoked during the outage (nothing silently dropped); queries
 //! during the outage are retried until a leader answers; alerts fire on silence.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 use tenure_client::lookup::{PublishOptions, Removal, WatchChange, WatchOptions, Watcher};
 use tenure_client::{Client, ClientOptions};
@@ -120,6 +119,7 @@ fn is_removed(key: &'static str) -> impl Fn(&WatchChange) -> bool {
 
 #[test]
 fn a_publish_handle_keeps_its_entry_and_revokes_it_when_dropped() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let provider = client_at(&cluster, 0);
@@ -183,6 +183,7 @@ fn a_publish_handle_keeps_its_entry_and_revokes_it_when_dropped() {
 
 #[test]
 fn a_persistent_publish_is_acknowledged_and_revoked_with_an_acknowledgement() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let c = client_at(&cluster, 2);
@@ -260,6 +261,7 @@ fn a_persistent_publish_is_acknowledged_and_revoked_with_an_acknowledgement() {
 
 #[test]
 fn watches_report_what_changed_across_the_leaders_crash() {
+    let _turn = turn!();
     let mut cluster = lookup_cluster(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -353,6 +355,7 @@ fn watches_report_what_changed_across_the_leaders_crash() {
 
 #[test]
 fn an_alert_fires_when_its_key_is_not_refreshed_in_time() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let c = client_at(&cluster, 1);
@@ -398,6 +401,7 @@ fn an_alert_fires_when_its_key_is_not_refreshed_in_time() {
 /// which already fired, so no alert comes (reported to the core's owner).
 #[test]
 fn an_alert_fires_after_its_silent_key_expired() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let c = client_at(&cluster, 1);
@@ -424,6 +428,7 @@ fn an_alert_fires_after_its_silent_key_expired() {
 /// before any other when it knows no manager for the store.
 #[test]
 fn the_client_finds_each_store_manager_through_the_lookup_service() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let c = client_at(&cluster, 0);

@@ -3,8 +3,7 @@
 //! `kill -9` does to a process: no flush, no goodbye); the process-level tests live in
 //! `crates/tenure/tests`. Every wait is bounded.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tenure_client::Client;
@@ -12,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
 fn three_devices_elect_managers_and_serve_writes() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     rt().block_on(async {
         let eps = cluster.endpoints();
@@ -29,6 +29,7 @@ fn three_devices_elect_managers_and_serve_writes() {
 
 #[test]
 fn crashed_manager_is_replaced_and_writes_continue() {
+    let _turn = turn!();
     let mut cluster = Cluster::start(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -66,6 +67,7 @@ fn crashed_manager_is_replaced_and_writes_continue() {
 
 #[test]
 fn persisted_state_survives_a_full_restart() {
+    let _turn = turn!();
     let mut cluster = Cluster::start(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -124,6 +126,7 @@ fn persisted_state_survives_a_full_restart() {
 
 #[test]
 fn garbage_on_either_port_is_refused_and_the_cluster_keeps_serving() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -270,6 +273,7 @@ async fn wait_queue(c: &Client, name: &str, n: usize) -> tenure_client::LockStat
 // fail with typed errors, shared holders coexist, a dropped guard releases.
 #[test]
 fn locks_are_exclusive_fifo_and_fenced_through_the_client() {
+    let _turn = turn!();
     use tenure_client::{Error, LockMode, Wait};
     let cluster = Cluster::start(3);
     let r = rt();

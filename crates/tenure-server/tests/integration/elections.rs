@@ -8,9 +8,9 @@
 //! - observers see every leader and every gap; `try`, resignations, proclaims and bad
 //!   names answer with typed errors.
 
-mod common;
+use crate::common;
 
-use common::{Cluster, client, rt, wait_all_managed};
+use crate::common::{Cluster, client, rt, wait_all_managed};
 use std::time::{Duration, Instant};
 use tenure_client::proto::{self, elections_client::ElectionsClient, tenure_client::TenureClient};
 use tonic::transport::Channel;
@@ -90,6 +90,7 @@ where
 
 #[test]
 fn abandoned_and_retried_campaigns_observers_and_typed_errors() {
+    let _turn = turn!();
     let cluster = Cluster::start(3);
     let eps = cluster.endpoints();
     rt().block_on(async {
@@ -259,7 +260,7 @@ fn abandoned_and_retried_campaigns_observers_and_typed_errors() {
 
         // Typed errors: a bad name, a session of a store outside the cluster, a session
         // of another store that does not exist (a session of another store campaigns
-        // under its child there: crates/tenure/tests/one_session.rs).
+        // under its child there: crates/tenure/tests/integration/one_session.rs).
         let mut bad = campaign(&sa, 20, "x");
         bad.name = "no-slash".into();
         let k = error_of(e.clone().campaign(bad).await.unwrap().into_inner());

@@ -5,8 +5,7 @@
 //! asserted against a time); a Watch stream's sync, put and removed events; bad input
 //! gets typed errors and changes nothing. Every wait is bounded.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 use tenure_client::proto::{self, lookup_client::LookupClient, lookup_error::Kind as LKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -197,6 +196,7 @@ async fn wait_one_leader(cluster: &Cluster, alive: &[usize], limit: Duration) ->
 
 #[test]
 fn publish_through_one_device_get_through_another_and_status() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let mut c1 = lc(&cluster, 0).await;
@@ -244,6 +244,7 @@ fn publish_through_one_device_get_through_another_and_status() {
 
 #[test]
 fn a_volatile_entry_expires_once_its_provider_stops_refreshing() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     rt().block_on(async {
         let mut c1 = lc(&cluster, 0).await;
@@ -283,6 +284,7 @@ fn a_volatile_entry_expires_once_its_provider_stops_refreshing() {
 
 #[test]
 fn a_persistent_entry_is_acknowledged_and_survives_a_full_restart() {
+    let _turn = turn!();
     let mut cluster = lookup_cluster(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -337,6 +339,7 @@ fn a_persistent_entry_is_acknowledged_and_survives_a_full_restart() {
 
 #[test]
 fn the_outage_after_the_leaders_device_crashes_is_measured() {
+    let _turn = turn!();
     let mut cluster = lookup_cluster(3);
     let r = rt();
     let _in_runtime = r.enter();
@@ -412,6 +415,7 @@ async fn next_event(
 
 #[test]
 fn a_watch_stream_gets_sync_then_put_and_removed_events() {
+    let _turn = turn!();
     use proto::watch_event_msg::Event as E;
     use proto::watch_response::Kind as Ev;
     let cluster = lookup_cluster(3);
@@ -537,6 +541,7 @@ fn a_watch_stream_gets_sync_then_put_and_removed_events() {
 
 #[test]
 fn bad_input_gets_typed_errors_and_changes_nothing() {
+    let _turn = turn!();
     let cluster = lookup_cluster(3);
     let r = rt();
     let _in_runtime = r.enter();

@@ -9,8 +9,7 @@
 //! token with `read` on `/` for the status page and its JSON, and for `/metrics` unless
 //! `[metrics] public = true`.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tenure_client::tls::ClientTls;
@@ -80,6 +79,7 @@ fn tls_client(c: &Cluster, dir: &Path, cert: Option<&str>, token: Option<&str>) 
 
 #[test]
 fn a_client_certificate_is_an_identity_by_its_cn() {
+    let _turn = turn!();
     let certs = tempfile::tempdir().unwrap();
     let dir = certs.path().to_path_buf();
     make_certs(&dir);
@@ -146,6 +146,7 @@ fn a_client_certificate_is_an_identity_by_its_cn() {
 
 #[test]
 fn a_reloaded_auth_section_applies_without_a_restart() {
+    let _turn = turn!();
     const WORKER: &str = "secret-worker";
     const NEW: &str = "secret-new";
     let auth = |tokens| AuthConfig {
@@ -258,6 +259,7 @@ fn http_get(
 
 #[test]
 fn the_status_page_needs_a_token_that_reads_everything() {
+    let _turn = turn!();
     const READER: &str = "secret-reader";
     const WORKER: &str = "secret-worker";
     // Device 1's /metrics needs a token; device 2's is public.
