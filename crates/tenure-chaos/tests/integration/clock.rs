@@ -34,6 +34,7 @@ const MARK: &str = "@clocks ";
 /// on stdin with `@clocks <wall s since 1970> <monotonic s since its start>`.
 #[test]
 fn child_reports_its_clocks() {
+    let _turn = turn!();
     if std::env::var_os(CHILD).is_none() {
         return;
     }
@@ -58,7 +59,7 @@ impl Child {
     fn spawn(c: &Clocks) -> Child {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         cmd.args([
-            "child_reports_its_clocks",
+            "clock::child_reports_its_clocks",
             "--exact",
             "--nocapture",
             "--test-threads=1",
@@ -131,6 +132,7 @@ fn setup(test: &str) -> Option<(Clocks, PathBuf)> {
 
 #[test]
 fn a_step_moves_the_wall_clock_and_not_the_monotonic_clock() {
+    let _turn = turn!();
     let Some((mut c, dir)) = setup("a_step_moves_the_wall_clock_and_not_the_monotonic_clock")
     else {
         return;
@@ -164,6 +166,7 @@ fn a_step_moves_the_wall_clock_and_not_the_monotonic_clock() {
 
 #[test]
 fn a_drift_runs_both_clocks_at_its_rate() {
+    let _turn = turn!();
     let Some((mut c, dir)) = setup("a_drift_runs_both_clocks_at_its_rate") else {
         return;
     };

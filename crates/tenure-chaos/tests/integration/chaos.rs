@@ -36,6 +36,7 @@ fn skipped(test: &str, why: &str) {
 
 #[test]
 fn bounded_run_has_no_violation_and_every_fault_kind() {
+    let _turn = turn!();
     const NAME: &str = "bounded_run_has_no_violation_and_every_fault_kind";
     if let Some(why) = net::unsupported() {
         skipped(NAME, &why);
@@ -176,6 +177,7 @@ fn clean() -> (Vec<Op>, Vec<Hold>) {
 
 #[test]
 fn clean_history_passes() {
+    let _turn = turn!();
     let (ops, holds) = clean();
     let fr = FinalRead {
         at_us: 1000,
@@ -190,6 +192,7 @@ fn clean_history_passes() {
 
 #[test]
 fn overlapping_holders_are_caught() {
+    let _turn = turn!();
     let (mut ops, mut holds) = clean();
     // Client 1 was granted while client 0 still believed it held the lock.
     ops[2] = acquire(1, 20, 50, 60, 2);
@@ -201,6 +204,7 @@ fn overlapping_holders_are_caught() {
 
 #[test]
 fn token_going_backwards_is_caught() {
+    let _turn = turn!();
     let (mut ops, mut holds) = clean();
     ops[2] = acquire(1, 20, 115, 120, 0);
     holds[1] = hold(1, 20, 0, 120, Some(200));
@@ -215,6 +219,7 @@ fn token_going_backwards_is_caught() {
 
 #[test]
 fn lost_grant_and_lost_release_after_restart_are_caught() {
+    let _turn = turn!();
     let (mut ops, mut holds) = clean();
     // Client 1 still holds the lock, its session alive; the restarted cluster says free.
     ops.pop();
@@ -241,6 +246,7 @@ fn lost_grant_and_lost_release_after_restart_are_caught() {
 
 #[test]
 fn unfinished_linearizability_search_is_unchecked_not_pass() {
+    let _turn = turn!();
     // Concurrent acquires whose outcome is unknown, then a read that saw one of them
     // holding: only a search that keeps the unknown ops explains it.
     let mut ops: Vec<Op> = (0..12)
@@ -376,6 +382,7 @@ fn history(puts: &[(u64, u64, u128)]) -> ObjHistory {
 
 #[test]
 fn clean_object_history_passes() {
+    let _turn = turn!();
     let (ops, h) = clean_objects();
     let r = tenure_chaos::objects::checks(&ops, &h, Some(75), 100_000);
     assert_eq!(r.len(), 5);
@@ -386,6 +393,7 @@ fn clean_object_history_passes() {
 
 #[test]
 fn stale_object_read_is_caught() {
+    let _turn = turn!();
     let (mut ops, h) = clean_objects();
     // Read after B was acknowledged, and before any restart, but it returns A.
     ops[4] = obj(2, ObjKind::Get, None, (80, 90), read(A, 1, 11));
@@ -400,6 +408,7 @@ fn stale_object_read_is_caught() {
 
 #[test]
 fn object_read_of_a_value_never_written_is_caught() {
+    let _turn = turn!();
     let (mut ops, h) = clean_objects();
     let mut never = read(B, 2, 22);
     if let ObjOutcome::Read(Some(r)) = &mut never {
@@ -417,6 +426,7 @@ fn object_read_of_a_value_never_written_is_caught() {
 
 #[test]
 fn two_compare_and_set_wins_on_one_revision_are_caught() {
+    let _turn = turn!();
     let (mut ops, _) = clean_objects();
     // The second CAS on revision 1 also won, at revision 3.
     ops[3] = cas(0, (1, A), C, (60, 70), written(3, 33));
@@ -444,6 +454,7 @@ fn two_compare_and_set_wins_on_one_revision_are_caught() {
 
 #[test]
 fn upload_id_given_to_two_puts_is_caught() {
+    let _turn = turn!();
     // The CAS that wrote B was acknowledged under A's upload id (as a device restarted
     // with a fixed PRNG seed drew it again).
     let (mut ops, _) = clean_objects();
@@ -464,6 +475,7 @@ fn upload_id_given_to_two_puts_is_caught() {
 
 #[test]
 fn acknowledged_put_lost_after_restart_is_caught() {
+    let _turn = turn!();
     // The store's history after the restart ends at revision 1: B's put is gone.
     let (ops, _) = clean_objects();
     let h = BTreeMap::from([(5, history(&[(1, A, 11)]))]);
@@ -577,6 +589,7 @@ fn lookup_checks(ops: &[LookupOp], faults: &[Fault]) -> Vec<CheckResult> {
 
 #[test]
 fn clean_lookup_history_passes() {
+    let _turn = turn!();
     let r = lookup_checks(&clean_lookups(), &[]);
     assert_eq!(r.len(), 3);
     for c in &r {
@@ -586,6 +599,7 @@ fn clean_lookup_history_passes() {
 
 #[test]
 fn lost_persistent_lookup_entry_is_caught() {
+    let _turn = turn!();
     let mut ops = clean_lookups();
     ops[2] = lk(LookupKind::Get, P, None, (200, 300), found(None));
     let r = lookup_checks(&ops, &[]);
@@ -629,6 +643,7 @@ fn lost_persistent_lookup_entry_is_caught() {
 /// again; after that an older answer is a loss.
 #[test]
 fn older_persistent_answer_is_allowed_only_while_a_fault_separates_the_leaders() {
+    let _turn = turn!();
     let mut ops = clean_lookups();
     let isolate = Fault {
         kind: "isolate".into(),
@@ -683,6 +698,7 @@ fn older_persistent_answer_is_allowed_only_while_a_fault_separates_the_leaders()
 
 #[test]
 fn volatile_lookup_entry_outliving_its_bound_is_caught() {
+    let _turn = turn!();
     let mut ops = clean_lookups();
     // 4 s after the provider stopped: its lifetime (1.1 s), a round trip and a second
     // of slack are long over.
@@ -717,6 +733,7 @@ fn volatile_lookup_entry_outliving_its_bound_is_caught() {
 
 #[test]
 fn lookup_answer_never_published_is_caught() {
+    let _turn = turn!();
     let mut ops = clean_lookups();
     ops[2] = lk(
         LookupKind::Get,
