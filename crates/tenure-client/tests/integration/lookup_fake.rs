@@ -265,6 +265,7 @@ fn put(key: &str, stamp: u64) -> WatchChange {
 
 #[test]
 fn a_sequence_gap_makes_the_watch_ask_for_a_sync() {
+    let _turn = turn!();
     let script = Arc::new(Script::default());
     rt().block_on(async {
         let eps = start_fakes(script.clone()).await;
@@ -305,6 +306,7 @@ fn a_sequence_gap_makes_the_watch_ask_for_a_sync() {
 
 #[test]
 fn a_broken_stream_is_resumed_on_another_endpoint_with_the_same_subscription() {
+    let _turn = turn!();
     let script = Arc::new(Script::default());
     rt().block_on(async {
         let eps = start_fakes(script.clone()).await;
@@ -353,6 +355,7 @@ fn a_broken_stream_is_resumed_on_another_endpoint_with_the_same_subscription() {
 
 #[test]
 fn a_publish_handle_applies_meta_updates() {
+    let _turn = turn!();
     let script = Arc::new(Script::default());
     rt().block_on(async {
         let eps = start_fakes(script.clone()).await;
@@ -406,6 +409,7 @@ fn a_publish_handle_applies_meta_updates() {
 
 #[test]
 fn a_persistent_publish_is_retried_until_acknowledged() {
+    let _turn = turn!();
     let script = Arc::new(Script::default());
     rt().block_on(async {
         let eps = start_fakes(script.clone()).await;

@@ -407,6 +407,7 @@ async fn until(limit: Duration, what: &str, f: impl Fn() -> bool) {
 /// the keep-alive follows the hint and the session's deadline moves on.
 #[tokio::test]
 async fn keep_alive_follows_a_hint_after_its_manager_died() {
+    let _turn = turn!();
     for t in [Transport::Stream, Transport::Unary] {
         keep_alive_follows_a_hint_after_its_manager_died_on(t).await;
     }
@@ -440,6 +441,7 @@ async fn keep_alive_follows_a_hint_after_its_manager_died_on(transport: Transpor
 /// few hops and tries the endpoints in turn, so it reaches the manager.
 #[tokio::test]
 async fn keep_alive_leaves_a_redirect_cycle() {
+    let _turn = turn!();
     for t in [Transport::Stream, Transport::Unary] {
         keep_alive_leaves_a_redirect_cycle_on(t).await;
     }
@@ -472,6 +474,7 @@ async fn keep_alive_leaves_a_redirect_cycle_on(transport: Transport) {
 /// turn and is granted by the manager.
 #[tokio::test]
 async fn request_leaves_a_redirect_cycle() {
+    let _turn = turn!();
     for t in [Transport::Stream, Transport::Unary] {
         request_leaves_a_redirect_cycle_on(t).await;
     }
@@ -493,6 +496,7 @@ async fn request_leaves_a_redirect_cycle_on(transport: Transport) {
 /// after a short delay and passes the frozen one over.
 #[tokio::test]
 async fn a_frozen_device_costs_new_requests_less_than_a_second() {
+    let _turn = turn!();
     let script = fakes().await;
     script.manager.store(1, Ordering::SeqCst);
     script.frozen[0].store(true, Ordering::SeqCst);
@@ -515,6 +519,7 @@ async fn a_frozen_device_costs_new_requests_less_than_a_second() {
 /// guard reported the possible loss before its deadline.
 #[tokio::test]
 async fn a_frozen_manager_is_left_for_the_new_one() {
+    let _turn = turn!();
     let script = fakes().await;
     let c = client(&script, Transport::Stream);
     let guard = c.lock("/a", LockMode::Exclusive, Wait::Try).await.unwrap();
@@ -546,6 +551,7 @@ async fn a_frozen_manager_is_left_for_the_new_one() {
 /// and the call says it was not taken.
 #[tokio::test]
 async fn a_grant_past_the_session_deadline_is_confirmed_or_released() {
+    let _turn = turn!();
     // Confirmed: after the grant, the device's leases are 3 s again.
     let script = fakes().await;
     script.lease_ms.store(60, Ordering::SeqCst);
