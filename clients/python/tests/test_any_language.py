@@ -1,7 +1,7 @@
 """The message sequences of docs/guide/any-language.md ("A guarded write", "A watch"),
 driven with the generated stubs only (no client library), through a device that does not
 manage the names' store. ("A lock", through a kill -9 of the manager, is the Rust process
-test crates/tenure/tests/any_device.rs, also with stubs only.)"""
+test crates/tenure/tests/integration/any_device.rs, also with stubs only.)"""
 
 from __future__ import annotations
 

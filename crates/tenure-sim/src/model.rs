@@ -23,9 +23,9 @@
 //! choice instead (below), and (b) transaction nonces (`tx`), for which the rebuilt
 //! device's generator is seeded from a digest of its snapshot and the clock, so nonces
 //! are a function of the state yet differ between the device's transactions. The test
-//! `rebuild_is_faithful` (`tests/model_check.rs`) runs random schedules on long-lived
-//! devices beside the rebuilt ones and compares every output, view and deadline
-//! (nonces paired up, help destinations aside).
+//! `rebuild_is_faithful` (`tests/integration/model_check.rs`) runs random schedules on
+//! long-lived devices beside the rebuilt ones and compares every output, view and
+//! deadline (nonces paired up, help destinations aside).
 //!
 //! **Nondeterminism (the actions).**
 //! - `Deliver`: the network is *unordered* and *lossy*; every message sent is kept in
@@ -73,7 +73,7 @@
 //! vacuously.
 //!
 //! **Bounds.** Depth (`target_max_depth`), the glitch, crash and write budgets. See
-//! `tests/model_check.rs` for the bounds CI uses and the states they explore.
+//! `tests/integration/model_check.rs` for the bounds CI uses and the states they explore.
 //!
 //! This file holds the configuration and the state; `devices` rebuilds and steps the
 //! devices, `actions` is the stateright model, `fidelity` the rebuild scheme's check.

@@ -454,7 +454,7 @@ mod tests {
         assert_eq!(recv(&mut a).await, (DeviceId(2), alive(2)));
         // Device 3 has the highest id: the members dial it, and refuse the certificate
         // it answers with. (The accepting side's refusal of a foreign dialer is in the
-        // process test, `crates/tenure/tests/tls.rs`.)
+        // process test, `crates/tenure/tests/integration/tls.rs`.)
         assert!(c.t.send(DeviceId(1), alive(3)));
         assert!(a.t.send(DeviceId(3), alive(4)));
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1,6 +1,6 @@
 //! The object checkers (DESIGN §9.6 and §5), each fed plain facts so that each can be
 //! shown to fire on a hand-built bad history (the `tests` module) and, in
-//! `tests/objects.rs`, on the planted bug it is meant to catch:
+//! `tests/integration/objects.rs`, on the planted bug it is meant to catch:
 //!
 //! 1. **Reads are linearizable**: a get (or head) returns a revision no older than the
 //!    newest change of its key acknowledged before it was sent, with the content that
