@@ -100,7 +100,7 @@ impl Storage {
             let job = std::thread::Builder::new()
                 .name("checkpoint".into())
                 .spawn(move || {
-                    let rows = encode_chunks(&chunks, &mut encoded)?;
+                    let rows = encode_chunks(chunks, &mut encoded)?;
                     commit_encoded(&db, &encoded, &mut HashMap::new(), generation)?;
                     metrics::histogram!("tenure_storage_checkpoint_seconds")
                         .record(started.elapsed().as_secs_f64());
@@ -112,7 +112,7 @@ impl Storage {
                 })?;
             self.job = Some(job);
         } else {
-            self.rows_written += encode_chunks(&chunks, &mut encoded)?;
+            self.rows_written += encode_chunks(chunks, &mut encoded)?;
             let mut next_delta = self.next_delta.clone();
             commit_encoded(&self.db, &encoded, &mut next_delta, generation)?;
             self.next_delta = next_delta;
@@ -139,9 +139,6 @@ impl Storage {
     /// What a checkpoint writes for `dirty`, encoded from the in-memory state, but for
     /// the changed chunks' heads and rows ([`encode_chunks`]).
     fn encode_dirty(&self, dirty: &Dirty) -> Result<Vec<Encoded>, StorageError> {
-        fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
-            postcard::to_stdvec(v).map_err(StorageError::Encode)
-        }
         let mut out = Vec::with_capacity(dirty.removed.len() + 1);
         for id in &dirty.removed {
             out.push(Encoded::Remove(key(*id)));
@@ -255,21 +252,18 @@ struct ChunkRows {
 /// deferred changes as one delta that the next open applies after the rows (the head
 /// names the tables' own confirmed number, so the delta's changes are taken and
 /// confirmed again); the number of rows.
-fn encode_chunks(chunks: &[ChunkRows], out: &mut Vec<Encoded>) -> Result<u64, StorageError> {
-    fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
-        postcard::to_stdvec(v).map_err(StorageError::Encode)
-    }
+fn encode_chunks(chunks: Vec<ChunkRows>, out: &mut Vec<Encoded>) -> Result<u64, StorageError> {
     let empty = tenure_core::data::Tables::default();
     let mut changed = Vec::new();
     let mut rows = 0;
     for c in chunks {
         let mut head = c.rec.head();
-        let deferred = match &c.deferred {
+        let deferred = match c.deferred {
             Some((table_confirmed, ops)) => {
-                head.data.confirmed = *table_confirmed;
+                head.data.confirmed = table_confirmed;
                 Some(enc(&PersistOp::Accept {
                     chunk: c.id,
-                    ops: ops.clone(),
+                    ops,
                     confirm: c.rec.data.confirmed,
                     after: Default::default(),
                 })?)
@@ -294,6 +288,11 @@ fn encode_chunks(chunks: &[ChunkRows], out: &mut Vec<Encoded>) -> Result<u64, St
         }
     }
     Ok(rows)
+}
+
+/// `v` as redb holds it.
+fn enc<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, StorageError> {
+    postcard::to_stdvec(v).map_err(StorageError::Encode)
 }
 
 /// Apply `ops` to redb in one write transaction (one fsync) that records the log's
