@@ -20,6 +20,10 @@ use crate::ids::Epoch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// A pending list (L or R): a persistent map, so that a copy of a replica (a
+/// checkpoint's, a summary) shares its nodes instead of copying every pending change.
+pub type Pending<Op> = imbl::OrdMap<Seq, Op>;
+
 /// A replicated state that changes are applied to in sequence order.
 pub trait Apply<Op> {
     /// Apply one confirmed change.
@@ -56,28 +60,34 @@ pub struct Stamp {
 
 /// One chunk's copy: the LOCK table (confirmed changes applied) and the pending lists.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "Op: Serialize + Clone, T: Serialize",
+    deserialize = "Op: Deserialize<'de> + Clone, T: Deserialize<'de>"
+))]
 pub struct Replica<Op, T> {
     /// The LOCK table: every confirmed change applied, in order.
     pub table: T,
     /// Highest sequence number applied to `table`.
     pub confirmed: Seq,
     /// L-list: accepted, unconfirmed grants.
-    pub l_list: BTreeMap<Seq, Op>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    pub l_list: Pending<Op>,
     /// R-list: accepted, unconfirmed releases.
-    pub r_list: BTreeMap<Seq, Op>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    pub r_list: Pending<Op>,
     /// The commit that installed `table` ([`Stamp`]); none where the table was merged
     /// from several (a relayout's input) or read from an older format.
     #[serde(with = "crate::generation::stamp")]
     pub stamp: Option<Stamp>,
 }
 
-impl<Op, T: Default> Default for Replica<Op, T> {
+impl<Op: Clone, T: Default> Default for Replica<Op, T> {
     fn default() -> Self {
         Replica {
             table: T::default(),
             confirmed: Seq::default(),
-            l_list: BTreeMap::new(),
-            r_list: BTreeMap::new(),
+            l_list: Pending::new(),
+            r_list: Pending::new(),
             stamp: None,
         }
     }
@@ -149,7 +159,7 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
         ops: &[(Seq, Op)],
         confirm: Seq,
         after: Option<&(Seq, T)>,
-        deferred: &mut Vec<(Seq, Op)>,
+        deferred: &mut imbl::Vector<(Seq, Op)>,
     ) where
         T: Clone,
     {
@@ -169,8 +179,8 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
     }
 
     /// Apply the changes [`Self::accept_batch_deferring`] handed out, in order.
-    pub fn apply_deferred(&mut self, deferred: &mut Vec<(Seq, Op)>) {
-        for (s, op) in deferred.drain(..) {
+    pub fn apply_deferred(&mut self, deferred: &mut imbl::Vector<(Seq, Op)>) {
+        for (s, op) in std::mem::take(deferred) {
             self.table.apply(s, &op);
         }
     }
@@ -180,11 +190,10 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
     fn take_pending_upto(&mut self, upto: Seq) -> Vec<(Seq, Op)> {
         let mut pending: Vec<(Seq, Op)> = Vec::new();
         for list in [&mut self.l_list, &mut self.r_list] {
-            let rest = list.split_off(&Seq {
-                epoch: upto.epoch,
-                seq: upto.seq + 1,
-            });
-            pending.extend(std::mem::replace(list, rest));
+            let (taken, at, rest) = std::mem::take(list).split_lookup(&upto);
+            pending.extend(taken);
+            pending.extend(at.map(|op| (upto, op)));
+            *list = rest;
         }
         pending.sort_by_key(|(s, _)| *s);
         pending
@@ -216,26 +225,32 @@ impl<Op: Clone + Kind, T: Apply<Op>> Replica<Op, T> {
 /// confirmed number, which name its table ([`Stamp`]), and its pending lists, which are
 /// what the recovery merge takes from it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "Op: Serialize + Clone",
+    deserialize = "Op: Deserialize<'de> + Clone"
+))]
 pub struct Summary<Op> {
     /// The commit that installed its table.
     pub stamp: Stamp,
     /// Highest sequence number applied to its table.
     pub confirmed: Seq,
     /// Its L-list.
-    pub l_list: BTreeMap<Seq, Op>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    pub l_list: Pending<Op>,
     /// Its R-list.
-    pub r_list: BTreeMap<Seq, Op>,
+    #[serde(with = "crate::persist_serde::ord_map")]
+    pub r_list: Pending<Op>,
 }
 
-impl<Op> Summary<Op> {
+impl<Op: Clone> Summary<Op> {
     /// The highest sequence number it holds, confirmed or pending.
     pub fn last_held(&self) -> Seq {
         last_held(self.confirmed, &self.l_list, &self.r_list)
     }
 }
 
-fn last_held<Op>(confirmed: Seq, l: &BTreeMap<Seq, Op>, r: &BTreeMap<Seq, Op>) -> Seq {
-    let last = |m: &BTreeMap<Seq, Op>| m.keys().next_back().copied().unwrap_or_default();
+fn last_held<Op: Clone>(confirmed: Seq, l: &Pending<Op>, r: &Pending<Op>) -> Seq {
+    let last = |m: &Pending<Op>| m.get_max().map(|(s, _)| *s).unwrap_or_default();
     confirmed.max(last(l)).max(last(r))
 }
 
@@ -284,7 +299,7 @@ pub struct Merged<Op, T> {
     pub base: usize,
 }
 
-impl<Op, T> Merged<Op, T> {
+impl<Op: Clone, T> Merged<Op, T> {
     /// Whether a replica named by `s` can take the merged state as a patch from the
     /// base's table: it is of the base's lineage (same stamp), behind or level with it,
     /// and holds every change up to it pending, so that confirming them brings its
@@ -300,7 +315,7 @@ impl<Op, T> Merged<Op, T> {
 /// Whether the table `s` names is a prefix of `base`'s, which confirming its pending
 /// changes turns into `base`'s: the same stamp, behind or level with it, holding every
 /// change up to it.
-fn is_prefix_of<Op, T>(s: &Summary<Op>, base: &Replica<Op, T>) -> bool {
+fn is_prefix_of<Op: Clone, T>(s: &Summary<Op>, base: &Replica<Op, T>) -> bool {
     base.stamp == Some(s.stamp) && s.confirmed <= base.confirmed && s.last_held() >= base.confirmed
 }
 
@@ -380,8 +395,8 @@ where
         data: Replica {
             table,
             confirmed,
-            l_list: BTreeMap::new(),
-            r_list: BTreeMap::new(),
+            l_list: Pending::new(),
+            r_list: Pending::new(),
             stamp: None,
         },
         base,
@@ -680,7 +695,7 @@ mod tests {
             (vec![(seq(14), LockOp::Grant(7))], seq(13)),
         ];
         let (mut copy, mut applied) = (llc(1, 0, 1), llc(1, 0, 1));
-        let mut deferred = Vec::new();
+        let mut deferred = imbl::Vector::new();
         for (ops, confirm) in &batches {
             copy.accept_batch_deferring(ops, *confirm, None, &mut deferred);
             applied.accept_batch(ops, *confirm);
@@ -708,7 +723,7 @@ mod tests {
         let mut applied = llc(1, 0, 1);
         applied.accept_batch(&batch, seq(12));
         let mut copy = llc(1, 0, 1);
-        let mut deferred = vec![(seq(11), LockOp::Grant(1))];
+        let mut deferred = imbl::vector![(seq(11), LockOp::Grant(1))];
         let after = (chunk.confirmed, chunk.table.clone());
         copy.accept_batch_deferring(&batch, seq(12), Some(&after), &mut deferred);
         assert!(deferred.is_empty());
@@ -718,7 +733,7 @@ mod tests {
         ahead.accept_batch(&batch, seq(12));
         ahead.confirm(seq(13));
         let (mut copy, mut applied) = (llc(0, 0, 0), llc(0, 0, 0));
-        let mut deferred = Vec::new();
+        let mut deferred = imbl::Vector::new();
         let after = (ahead.confirmed, ahead.table.clone());
         copy.accept_batch_deferring(&batch, seq(12), Some(&after), &mut deferred);
         applied.accept_batch(&batch, seq(12));

@@ -244,7 +244,7 @@ impl Storage {
 struct ChunkRows {
     id: ChunkId,
     rec: tenure_core::io::ChunkPersist,
-    deferred: Option<(Version, Vec<(Version, StoreOp)>)>,
+    deferred: Option<(Version, imbl::Vector<(Version, StoreOp)>)>,
     old: Option<tenure_core::data::Tables>,
 }
 
@@ -263,7 +263,7 @@ fn encode_chunks(chunks: Vec<ChunkRows>, out: &mut Vec<Encoded>) -> Result<u64, 
                 head.data.confirmed = table_confirmed;
                 Some(enc(&PersistOp::Accept {
                     chunk: c.id,
-                    ops,
+                    ops: ops.into_iter().collect(),
                     confirm: c.rec.data.confirmed,
                     after: Default::default(),
                 })?)

@@ -195,7 +195,8 @@ pub(super) struct Deferred {
     /// The confirmed number of the record's tables (before the first change here).
     pub(super) table_confirmed: tenure_core::ids::Version,
     /// The changes, in sequence order.
-    pub(super) ops: Vec<(tenure_core::ids::Version, tenure_core::data::StoreOp)>,
+    /// A persistent vector, so that a checkpoint's copy of it is O(1).
+    pub(super) ops: imbl::Vector<(tenure_core::ids::Version, tenure_core::data::StoreOp)>,
 }
 
 impl Deferred {
@@ -469,7 +470,7 @@ impl Storage {
                         let table_confirmed = rec.data.confirmed;
                         let deferred = self.deferred.entry(chunk).or_insert_with(|| Deferred {
                             table_confirmed,
-                            ops: Vec::new(),
+                            ops: imbl::Vector::new(),
                         });
                         let after = after.0.as_deref();
                         (rec.data).accept_batch_deferring(&ops, confirm, after, &mut deferred.ops);

@@ -277,7 +277,26 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         ..Default::default()
     };
     let status = client(file, quick.clone())?;
-    let before = managers(&status, file, u64::MAX).await;
+    // Under the hold phase's load a device may not answer Status within a second, or
+    // a store may be between managers: ask again, for up to a minute, until every store
+    // names one, so the busiest device is chosen from a whole picture.
+    let asking = Instant::now();
+    let mut before = managers(&status, file, u64::MAX).await;
+    while before.len() < file.stores as usize && asking.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let now = managers(&status, file, u64::MAX).await;
+        if now.len() >= before.len() {
+            before = now;
+        }
+    }
+    if asking.elapsed() >= Duration::from_secs(1) {
+        eprintln!(
+            "managers of {}/{} stores known after {:.1} s",
+            before.len(),
+            file.stores,
+            asking.elapsed().as_secs_f64()
+        );
+    }
     let mut per: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for (store, (dev, _)) in &before {
         per.entry(*dev).or_default().push(*store);
