@@ -126,6 +126,9 @@ pub struct PlantedBugs {
     /// A manager answers reads at once, without its read lease or a barrier, and even
     /// when its chunk leases have run out.
     pub lease_read_unchecked: bool,
+    /// A manager takes a renewal it merely sent as proof of its chunk's lease (the
+    /// read lease's bound from the send time, without the chunk's echo).
+    pub read_lease_from_sent_renewal: bool,
     /// A manager answers reads from its speculative tables (changes decided but not
     /// yet acknowledged).
     pub lease_read_speculative: bool,

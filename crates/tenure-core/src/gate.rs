@@ -279,12 +279,16 @@ mod tests {
             msg: ToChunk::Renewal {
                 epoch: Epoch(1),
                 lease: std::time::Duration::from_secs(2),
+                sent: None,
             },
         };
         let request = Msg::ToManager {
             store: S1,
             chunk: chunk(1),
-            msg: ToManager::RenewalRequest { epoch: Epoch(1) },
+            msg: ToManager::RenewalRequest {
+                epoch: Epoch(1),
+                renewed: None,
+            },
         };
         for m in [&renewal, &request] {
             assert_eq!(Domain::of_msg(m), Domain::Lease);

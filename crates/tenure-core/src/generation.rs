@@ -44,19 +44,26 @@ pub enum Generation {
     /// ([`crate::msg::ToManager::Holds`], [`crate::msg::ToChunk::ReconcilePatch`]; DESIGN
     /// "State at scale"; wire version 8). Files are unchanged.
     RejoinPatches,
+    /// A renewal names when its manager sent it, and a chunk's renewal request echoes
+    /// the last one it applied with the lease it has left, which extends the manager's
+    /// read lease without a batch ([`crate::msg::ToManager::RenewalRequest`]'s
+    /// `renewed`; DESIGN §4, reads; wire version 9). Files are unchanged.
+    RenewalEchoes,
 }
 
 impl Generation {
     /// The newest layout: what this build writes unless told otherwise.
-    pub const CURRENT: Generation = Generation::RejoinPatches;
+    pub const CURRENT: Generation = Generation::RenewalEchoes;
 
     /// The layout of a numbered wire version or file format, whose numbering gained
     /// inline values at `inline_from`, forwarding at `forwarding_from` (for a file
     /// format, which never holds a forwarded request, the same as `groups_from`) and
     /// session groups at `groups_from`, lease reads at `lease_from` (for a file format,
     /// which never holds a message, the same as `groups_from`), stamped states with
-    /// summaries and patches at `diff_from`, and patches for rejoining chunks at
-    /// `rejoin_from` (for a file format, the same as `diff_from`).
+    /// summaries and patches at `diff_from`, patches for rejoining chunks at
+    /// `rejoin_from` (for a file format, the same as `diff_from`), and renewal echoes at
+    /// `echo_from` (for a file format, the same as `diff_from`).
+    #[allow(clippy::too_many_arguments)]
     pub fn of(
         version: u64,
         inline_from: u64,
@@ -65,8 +72,11 @@ impl Generation {
         lease_from: u64,
         diff_from: u64,
         rejoin_from: u64,
+        echo_from: u64,
     ) -> Generation {
-        if version >= rejoin_from {
+        if version >= echo_from {
+            Generation::RenewalEchoes
+        } else if version >= rejoin_from {
             Generation::RejoinPatches
         } else if version >= diff_from {
             Generation::DiffTransitions
@@ -259,6 +269,38 @@ pub mod stamp {
         d: D,
     ) -> Result<Option<T>, D::Error> {
         if current() >= Generation::DiffTransitions {
+            Option::<T>::deserialize(d)
+        } else {
+            <()>::deserialize(d)?;
+            Ok(None)
+        }
+    }
+}
+
+/// `#[serde(with = "crate::generation::renewal_echo")]` for a renewal's send time and a
+/// renewal request's echo of it: absent from the encoding before
+/// [`Generation::RenewalEchoes`], where it is left out and read as `None` (an older
+/// manager does not read it; from an older chunk the read lease comes from ACCEPTED
+/// alone).
+pub mod renewal_echo {
+    use super::{Generation, current};
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{Serialize, Serializer};
+
+    /// Write the value, or nothing at an older generation.
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        if current() >= Generation::RenewalEchoes {
+            v.serialize(s)
+        } else {
+            s.serialize_unit()
+        }
+    }
+
+    /// Read the value; `None` at an older generation.
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        if current() >= Generation::RenewalEchoes {
             Option::<T>::deserialize(d)
         } else {
             <()>::deserialize(d)?;

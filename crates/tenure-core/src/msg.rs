@@ -104,6 +104,10 @@ pub enum ToChunk {
         epoch: Epoch,
         /// The new lease's length, from receipt.
         lease: Duration,
+        /// When the manager sent it, by its clock: the chunk echoes it in its next
+        /// renewal request (none from a manager of an older build).
+        #[serde(with = "crate::generation::renewal_echo")]
+        sent: Option<crate::time::Instant>,
     },
     /// `epoch transition(old epoch, new epoch, new metadata, new mgr id)`: the SafeTalk
     /// prepare. The chunk logs it durably and votes to `new_mgr`, the transition manager.
@@ -269,6 +273,19 @@ pub struct SendState {
     pub tx: u64,
 }
 
+/// A chunk's echo of a renewal it applied ([`ToManager::RenewalRequest`]): the renewal
+/// reached it after `sent` (the manager's clock), and when the request left, it would go
+/// on refusing every other manager for `lease_left` more (its own clock), as
+/// [`ToManager::Accepted`]'s `lease_left`. So it refuses them until at least
+/// `sent + lease_left` by the manager's clock, give or take `δ_c`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    /// The applied renewal's `sent`.
+    pub sent: crate::time::Instant,
+    /// What is left of the regular lease when the request leaves.
+    pub lease_left: Duration,
+}
+
 /// Messages a manager receives from chunks (seed 000 §5.3).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 // Moved once each, like the other message enums: boxing a vote's store state would add
@@ -279,6 +296,12 @@ pub enum ToManager {
     RenewalRequest {
         /// The chunk's epoch.
         epoch: Epoch,
+        /// The last renewal the chunk applied from the recipient in that epoch, while
+        /// still under the regular lease it gave (none otherwise, or from a chunk of an
+        /// older build): the manager's read lease is extended from it as from an
+        /// ACCEPTED (DESIGN §4, reads).
+        #[serde(with = "crate::generation::renewal_echo")]
+        renewed: Option<Renewed>,
     },
     /// `recovery renewal request(chunk epoch)`.
     RecoveryRenewalRequest {

@@ -12,7 +12,7 @@ use tenure_core::msg::Msg;
 
 /// The newest wire version this build speaks: what a connection uses when the peer
 /// speaks it too.
-pub const WIRE_VERSION: u8 = 8;
+pub const WIRE_VERSION: u8 = 9;
 /// The oldest wire version this build speaks. A build that changes a message's encoding
 /// raises [`WIRE_VERSION`] and keeps writing the previous version to peers that do not
 /// speak the new one, so devices of two consecutive builds serve side by side during a
@@ -177,9 +177,11 @@ fn no_common(mine: Versions, peer: Versions) -> String {
 /// sessions, `StoreOp::SessionAttach`), version 6 the lease a chunk reports in ACCEPTED
 /// (`ToManager::Accepted`'s `lease_left`, for reads under the manager's lease), version
 /// 7 epoch transitions that ship what differs (a state's stamp, vote summaries, commit
-/// patches), version 8 patches for chunks that rejoin (`Holds`, `ReconcilePatch`).
+/// patches), version 8 patches for chunks that rejoin (`Holds`, `ReconcilePatch`),
+/// version 9 renewal echoes (`ToChunk::Renewal`'s `sent`, `ToManager::RenewalRequest`'s
+/// `renewed`, for a read lease kept by renewals).
 pub fn generation(version: u8) -> Generation {
-    Generation::of(version.into(), 3, 4, 5, 6, 7, 8)
+    Generation::of(version.into(), 3, 4, 5, 6, 7, 8, 9)
 }
 
 /// Encode a frame body at wire `version` (the codec adds the length prefix). A value the
@@ -268,8 +270,8 @@ mod tests {
     fn garbage_is_rejected() {
         assert!(matches!(decode(&[], WIRE_VERSION), Err(WireError::Empty)));
         assert!(matches!(
-            decode(&[9, 1, 2], WIRE_VERSION),
-            Err(WireError::Version { found: 9, .. })
+            decode(&[WIRE_VERSION + 1, 1, 2], WIRE_VERSION),
+            Err(WireError::Version { found, .. }) if found == WIRE_VERSION + 1
         ));
         assert!(matches!(
             decode(&[WIRE_VERSION, 0xff, 0xff, 0xff], WIRE_VERSION),
@@ -367,6 +369,7 @@ mod tests {
                 msg: ToChunk::Renewal {
                     epoch: Epoch(4),
                     lease: std::time::Duration::from_secs(2),
+                    sent: Some(tenure_core::time::Instant(5_000)),
                 },
             }),
         };
@@ -454,5 +457,56 @@ mod tests {
         assert_eq!(decode(&v5, 5).unwrap(), accepted(None));
         assert!(v5.len() < encode(&with, 6).unwrap().len());
         assert_eq!(v5, encode(&accepted(None), 5).unwrap());
+    }
+
+    /// Version 9 carries a renewal's send time and a renewal request's echo of it; to a
+    /// peer of the previous build (version 8) both are written in version 8's layout,
+    /// without them, and read back as none (that manager's read lease comes from
+    /// ACCEPTED alone).
+    #[test]
+    fn renewal_echoes_travel_from_version_9_and_version_8_is_still_written() {
+        use tenure_core::msg::{Renewed, ToManager};
+        let chunk = ChunkId {
+            device: DeviceId(2),
+            serial: 7,
+        };
+        let request = |renewed| Frame::Msg {
+            from: DeviceId(2),
+            msg: Box::new(Msg::ToManager {
+                store: StoreId(7),
+                chunk,
+                msg: ToManager::RenewalRequest {
+                    epoch: Epoch(4),
+                    renewed,
+                },
+            }),
+        };
+        let renewal = |sent| Frame::Msg {
+            from: DeviceId(1),
+            msg: Box::new(Msg::ToChunk {
+                store: StoreId(7),
+                chunk,
+                msg: ToChunk::Renewal {
+                    epoch: Epoch(4),
+                    lease: std::time::Duration::from_secs(2),
+                    sent,
+                },
+            }),
+        };
+        let echo = Some(Renewed {
+            sent: tenure_core::time::Instant(1_000_000),
+            lease_left: std::time::Duration::from_millis(1_350),
+        });
+        let stamp = Some(tenure_core::time::Instant(2_000_000));
+        for (with, without) in [
+            (request(echo), request(None)),
+            (renewal(stamp), renewal(None)),
+        ] {
+            assert_eq!(decode(&encode(&with, 9).unwrap(), 9).unwrap(), with);
+            let v8 = encode(&with, 8).unwrap();
+            assert_eq!(decode(&v8, 8).unwrap(), without);
+            assert_eq!(v8, encode(&without, 8).unwrap());
+            assert!(v8.len() < encode(&with, 9).unwrap().len());
+        }
     }
 }

@@ -123,6 +123,7 @@ fn regular_lease_renewal_same_epoch_extends_lease() {
         ToChunk::Renewal {
             epoch: e(3),
             lease: expiry.saturating_since(now),
+            sent: None,
         },
     );
     assert_eq!(k.state, S::RegularLease);
@@ -141,6 +142,7 @@ fn regular_lease_renewal_other_epoch_is_ignored() {
         let renewal = ToChunk::Renewal {
             epoch: e(epoch),
             lease: timing().lease,
+            sent: None,
         };
         k.on_msg(&mut env.ctx(now), M, renewal);
         assert_eq!(k.state, S::RegularLease);
@@ -225,7 +227,13 @@ fn regular_lease_lease_renewal_sends_renewal_request() {
     assert_eq!(k.state, S::RegularLease);
     assert_eq!(
         to_mgrs(&out),
-        vec![(M, ToManager::RenewalRequest { epoch: e(3) })]
+        vec![(
+            M,
+            ToManager::RenewalRequest {
+                epoch: e(3),
+                renewed: None
+            }
+        )]
     );
     assert_eq!(k.lease_renewal, Some(now + timing().renewal_period / 2));
     assert_eq!(k.lease_expiry, Some(T0 + timing().lease));
@@ -523,6 +531,7 @@ fn garbage_collect_other_messages_are_ignored() {
         ToChunk::Renewal {
             epoch: e(3),
             lease: t.lease,
+            sent: None,
         },
         epoch_transition(3, 4, M),
         commit_msg(4, Default::default(), t.lease),
@@ -1090,6 +1099,7 @@ fn recovery_lease_renewal_same_epoch_extends_lease() {
         ToChunk::Renewal {
             epoch: e(3),
             lease: expiry.saturating_since(now),
+            sent: None,
         },
     );
     assert_eq!(k.state, S::RecoveryLease);
@@ -1108,6 +1118,7 @@ fn recovery_lease_renewal_older_epoch_or_other_manager_is_ignored() {
         let renewal = ToChunk::Renewal {
             epoch: e(epoch),
             lease: timing().lease * 3,
+            sent: None,
         };
         k.on_msg(&mut env.ctx(T0 + ms(600)), from, renewal);
         assert_eq!(k.lease_expiry, Some(T0 + timing().lease));
@@ -1130,6 +1141,7 @@ fn recovery_lease_renewal_newer_epoch_from_lease_manager_moves_lease_epoch() {
         ToChunk::Renewal {
             epoch: e(5),
             lease: expiry.saturating_since(T0),
+            sent: None,
         },
     );
     assert_eq!(k.lease_expiry, Some(expiry));

@@ -19,6 +19,7 @@ use crate::io::Output;
 use crate::io::observation::EpochCause;
 use crate::io::observation::Observation;
 use crate::msg::{MgrMsg, ToChunk, ToManager};
+use crate::time::Instant;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -30,10 +31,12 @@ fn acquire(epoch: u64) -> ToChunk {
     }
 }
 
-fn renewal(epoch: u64) -> ToChunk {
+/// A renewal of `epoch` the manager sent at `sent`.
+fn renewal(epoch: u64, sent: Instant) -> ToChunk {
     ToChunk::Renewal {
         epoch: e(epoch),
         lease: timing().lease,
+        sent: Some(sent),
     }
 }
 
@@ -875,9 +878,12 @@ fn manager_renewal_request_renews_lease() {
         &mut env,
         now,
         1,
-        ToManager::RenewalRequest { epoch: e(3) },
+        ToManager::RenewalRequest {
+            epoch: e(3),
+            renewed: None,
+        },
     );
-    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3, now))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state(), S::Manager);
 }
@@ -894,14 +900,20 @@ fn manager_renewal_request_from_failed_chunk_or_other_epoch_is_ignored() {
         &mut env,
         T0,
         3,
-        ToManager::RenewalRequest { epoch: e(3) },
+        ToManager::RenewalRequest {
+            epoch: e(3),
+            renewed: None,
+        },
     );
     from_chunk(
         &mut m,
         &mut env,
         T0,
         1,
-        ToManager::RenewalRequest { epoch: e(2) },
+        ToManager::RenewalRequest {
+            epoch: e(2),
+            renewed: None,
+        },
     );
     assert!(env.take().is_empty());
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(T0 + timing().lease)));
@@ -1280,7 +1292,7 @@ fn manager_recovery_renewal_request_from_recovered_chunk_renews() {
     let now = T0 + ms(600);
     let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
     from_chunk(&mut m, &mut env, now, 3, req);
-    assert_eq!(to_chunks(&env.take()), vec![(c(3), renewal(3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(3), renewal(3, now))]);
     assert_eq!(m.chunkfail.get(&c(3)), Some(&(now + timing().lease)));
 }
 
@@ -1552,7 +1564,7 @@ fn gathering_chunks_recovery_renewal_request_from_won_chunk_renews() {
     let now = T0 + ms(600);
     let req = ToManager::RecoveryRenewalRequest { epoch: e(3) };
     from_chunk(&mut m, &mut env, now, 1, req);
-    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3))]);
+    assert_eq!(to_chunks(&env.take()), vec![(c(1), renewal(3, now))]);
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state(), S::GatheringChunks);
 }
@@ -2060,7 +2072,7 @@ fn gathering_leases_recovery_renewal_request_renews() {
     from_chunk(&mut m, &mut env, now, 5, req);
     assert_eq!(
         to_chunks(&env.take()),
-        vec![(c(1), renewal(3)), (c(3), renewal(3))]
+        vec![(c(1), renewal(3, now)), (c(3), renewal(3, now))]
     );
     assert_eq!(m.chunkfail.get(&c(1)), Some(&(now + timing().lease)));
     assert_eq!(m.state(), S::GatheringLeases);

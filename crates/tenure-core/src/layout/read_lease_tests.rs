@@ -1,7 +1,8 @@
 //! Reads under the manager's lease (DESIGN §4, reads): the chunk reports in ACCEPTED how
 //! long it goes on refusing other managers, the manager answers a read at once while a
 //! quorum of those reports still run, and a restarted chunk helps no other manager for
-//! a lease.
+//! a lease. A renewal request echoes the last renewal the chunk applied, which keeps the
+//! read lease without a batch.
 
 use super::chunk::Chunk;
 use super::manager::Manager;
@@ -10,7 +11,7 @@ use super::{ChunkState, MgrState};
 use crate::ids::{ClientId, Version};
 use crate::io::Output;
 use crate::io::request::Request;
-use crate::msg::{ToChunk, ToManager};
+use crate::msg::{Renewed, ToChunk, ToManager};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -253,4 +254,167 @@ fn newly_awake_chunk_answers_its_last_lease_manager_at_once() {
         )]
     );
     assert_eq!(k.state, ChunkState::RecoveryLease);
+}
+
+// ---- DESIGN §4, reads: the read lease kept by renewals -----------------------------
+
+fn renewal_request(epoch: u64, renewed: Option<Renewed>) -> ToManager {
+    ToManager::RenewalRequest {
+        epoch: e(epoch),
+        renewed,
+    }
+}
+
+/// The echo of a renewal sent at `sent`, with a fresh lease's report.
+fn echo(sent: Instant) -> Option<Renewed> {
+    Some(Renewed {
+        sent,
+        lease_left: full().expect("a lease"),
+    })
+}
+
+#[test]
+fn manager_renewal_request_echo_keeps_the_read_lease_without_a_batch() {
+    // seed 000 §5.3.7 manager: renewal request, with DESIGN §4 reads: each chunk echoes
+    // a renewal sent at T0 and the lease it has left; with no write at all, a read is
+    // answered at once from the committed tables, and the bound counts from the
+    // renewal's sending, not from the request's arrival.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    for n in 1..=3 {
+        from_chunk(
+            &mut m,
+            &mut env,
+            T0 + ms(300),
+            n,
+            renewal_request(3, echo(T0)),
+        );
+    }
+    let renewed = to_chunks(&env.take());
+    assert_eq!(renewed.len(), 3, "each chunk renewed as before");
+    assert!((renewed.iter()).all(|(_, r)| matches!(r,
+            ToChunk::Renewal { sent, .. } if *sent == Some(T0 + ms(300)))));
+    assert_eq!(
+        m.read_lease.values().copied().collect::<Vec<_>>(),
+        vec![T0 + timing().lease - timing().clock_drift; 3]
+    );
+    let out = read_at(&mut m, &mut env, T0 + ms(301), 7);
+    assert_eq!(replies(&out), vec![(7, true)]);
+    assert_eq!(accepts(&out), 0, "no barrier");
+}
+
+#[test]
+fn manager_renewal_request_without_an_echo_gives_no_read_lease() {
+    // A renewal request without an echo (a chunk of an older build, or not under this
+    // manager's regular lease), one of another epoch, or one whose echo names a time
+    // this manager has not reached (not a renewal it sent) extends nothing: a renewal
+    // merely sent proves nothing, and the read waits for a barrier.
+    let mut env = Env::new(M);
+    let mut m = managing(3);
+    let now = T0 + ms(300);
+    from_chunk(&mut m, &mut env, now, 1, renewal_request(3, None));
+    from_chunk(&mut m, &mut env, now, 2, renewal_request(2, echo(T0)));
+    from_chunk(
+        &mut m,
+        &mut env,
+        now,
+        3,
+        renewal_request(3, echo(now + ms(1))),
+    );
+    env.take();
+    assert!(m.read_lease.is_empty());
+    let out = read_at(&mut m, &mut env, now, 7);
+    assert!(replies(&out).is_empty());
+    assert_eq!(accepts(&out), 3, "a barrier to every live chunk");
+}
+
+#[test]
+fn planted_read_lease_from_sent_renewal_is_caught() {
+    // The planted bug takes the renewal it sends as proof of the chunk's lease: a
+    // read lease without any chunk's echo, which the check above refuses.
+    let mut env = Env::new(M);
+    env.cfg.planted.read_lease_from_sent_renewal = true;
+    let mut m = managing(3);
+    for n in 1..=3 {
+        from_chunk(&mut m, &mut env, T0 + ms(300), n, renewal_request(3, None));
+    }
+    env.take();
+    assert_eq!(
+        m.read_lease.len(),
+        3,
+        "the planted bug trusts a renewal only sent"
+    );
+    let out = read_at(&mut m, &mut env, T0 + ms(301), 7);
+    assert_eq!(
+        replies(&out),
+        vec![(7, true)],
+        "answered with no lease proved"
+    );
+}
+
+#[test]
+fn regular_lease_renewal_request_echoes_the_last_renewal_applied() {
+    // seed 000 §4.2.1 regular lease: renewal, then lease renewal: the request echoes
+    // when the applied renewal was sent and how long the chunk still refuses other
+    // managers (its lease less δ_c).
+    let mut env = Env::new(d(1));
+    let mut k = chunk(&mut env, ChunkState::RegularLease, 3, M);
+    let at = T0 + ms(500);
+    let renewal = ToChunk::Renewal {
+        epoch: e(3),
+        lease: timing().lease,
+        sent: Some(T0 + ms(400)),
+    };
+    k.on_msg(&mut env.ctx(at), M, renewal);
+    let due = at + timing().renewal_period;
+    k.on_tick(&mut env.ctx(due));
+    let left = timing().lease - timing().renewal_period - timing().clock_drift;
+    assert_eq!(
+        to_mgrs(&env.take()),
+        vec![(
+            M,
+            renewal_request(
+                3,
+                Some(Renewed {
+                    sent: T0 + ms(400),
+                    lease_left: left
+                })
+            )
+        )]
+    );
+}
+
+#[test]
+fn regular_lease_renewal_request_echoes_nothing_without_a_renewal_of_its_epoch() {
+    // A chunk that applied no renewal in its epoch (one of another epoch is ignored,
+    // seed 000 §4.2.1), or one from a manager of an older build, echoes nothing; nor
+    // does a chunk under a recovery lease (§4.2.7: it serves no reads' manager).
+    let mut env = Env::new(d(1));
+    let mut k = chunk(&mut env, ChunkState::RegularLease, 3, M);
+    let other = ToChunk::Renewal {
+        epoch: e(4),
+        lease: timing().lease,
+        sent: Some(T0 + ms(100)),
+    };
+    k.on_msg(&mut env.ctx(T0 + ms(100)), M, other);
+    let unstamped = ToChunk::Renewal {
+        epoch: e(3),
+        lease: timing().lease,
+        sent: None,
+    };
+    k.on_msg(&mut env.ctx(T0 + ms(200)), M, unstamped);
+    k.on_tick(&mut env.ctx(T0 + ms(200) + timing().renewal_period));
+    assert_eq!(to_mgrs(&env.take()), vec![(M, renewal_request(3, None))]);
+    let mut k = chunk(&mut env, ChunkState::RecoveryLease, 3, M);
+    let stamped = ToChunk::Renewal {
+        epoch: e(3),
+        lease: timing().lease,
+        sent: Some(T0 + ms(100)),
+    };
+    k.on_msg(&mut env.ctx(T0 + ms(100)), M, stamped);
+    k.on_tick(&mut env.ctx(T0 + ms(100) + timing().renewal_period));
+    assert_eq!(
+        to_mgrs(&env.take()),
+        vec![(M, ToManager::RecoveryRenewalRequest { epoch: e(3) })]
+    );
 }

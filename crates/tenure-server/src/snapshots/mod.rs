@@ -85,7 +85,7 @@ pub const OLDEST_FORMAT: u32 = 1;
 
 /// The layout of the values in a file of `format`.
 pub fn generation(format: u32) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format.into(), 2, 3, 3, 3, 4, 4)
+    tenure_core::generation::Generation::of(format.into(), 2, 3, 3, 3, 4, 4, 4)
 }
 /// Size of a file's header.
 pub const HEADER_BYTES: usize = 24;

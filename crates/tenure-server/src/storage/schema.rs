@@ -35,7 +35,7 @@ pub const FORMAT_VERSION: u64 = 9;
 
 /// The layout of the values a data directory of `format` holds.
 pub fn generation(format: u64) -> tenure_core::generation::Generation {
-    tenure_core::generation::Generation::of(format, 7, 8, 8, 8, 9, 9)
+    tenure_core::generation::Generation::of(format, 7, 8, 8, 8, 9, 9, 9)
 }
 
 pub(super) const KEY_FORMAT: &str = "format_version";

@@ -330,6 +330,26 @@ fn planted_lease_read_speculative_is_caught_by_linearizability() {
     );
 }
 
+// DESIGN §4 (reads) planted bug: a manager that takes the renewal it sends as proof of
+// its chunk's lease keeps a read lease with no chunk's word for it, through a lost
+// renewal or a partition, while another manager takes the store over: its reads show a
+// holder the new manager released. The linearizability checker must see it.
+// The window is narrow (a renewal lost or late just as the store changes hands, with a
+// read landing in it): `tenure sim`'s default world shows it at seed 1, the unit test
+// `planted_read_lease_from_sent_renewal_is_caught` at once.
+#[test]
+fn planted_read_lease_from_sent_renewal_is_caught_by_linearizability() {
+    let mut c = SimConfig::new(0);
+    c.planted.read_lease_from_sent_renewal = true;
+    let found = first_violation_with(c, 4);
+    let (seed, v) = found.expect("a read lease from sent renewals not caught within 4 seeds");
+    eprintln!("a read lease from sent renewals caught at seed {seed}: {v}");
+    assert!(
+        matches!(v, Violation::NotLinearizable { .. } | Violation::Objects(_)),
+        "{v}"
+    );
+}
+
 // DESIGN §4 and §9.3 planted bug: a lock table that looks for conflicts on the requested
 // name only (no cover rule, no intention modes) grants a path to one session and its
 // ancestor or descendant to another. The mutual exclusion checker, judging the hierarchy,

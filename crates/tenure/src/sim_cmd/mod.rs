@@ -148,6 +148,8 @@ enum Plant {
     ServeWithoutLease,
     /// Managers answer reads at once, without a read lease or a barrier.
     LeaseReadUnchecked,
+    /// Managers take a renewal merely sent as proof of a chunk's lease.
+    ReadLeaseFromSentRenewal,
     /// Managers answer reads from their speculative tables.
     LeaseReadSpeculative,
     /// The lock table grants without checking for conflicts.
@@ -305,6 +307,7 @@ impl SimArgs {
             rejoin_patch_drops_a_row: self.plant.contains(&Plant::RejoinPatchDropsARow),
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
             lease_read_unchecked: self.plant.contains(&Plant::LeaseReadUnchecked),
+            read_lease_from_sent_renewal: self.plant.contains(&Plant::ReadLeaseFromSentRenewal),
             lease_read_speculative: self.plant.contains(&Plant::LeaseReadSpeculative),
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
             ignore_cover: self.plant.contains(&Plant::IgnoreCover),

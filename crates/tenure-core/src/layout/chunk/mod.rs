@@ -91,6 +91,11 @@ pub struct Chunk {
     /// (DESIGN §4, reads). None for a chunk made at bootstrap (it never reported one:
     /// an ACCEPTED leaves only once its record is durable).
     pub boot_hold: Option<Instant>,
+    /// Tenure: the last renewal applied under a regular lease: from whom, in which
+    /// epoch, and when it was sent by its manager's clock. Echoed in renewal requests to
+    /// that manager while the lease it gave runs ([`ToManager::RenewalRequest`]'s
+    /// `renewed`; DESIGN §4, reads).
+    pub renewal_sent: Option<(DeviceId, Epoch, Instant)>,
 }
 
 impl Chunk {
@@ -114,6 +119,7 @@ impl Chunk {
             unshared: 0,
             blocks: Default::default(),
             boot_hold: Some(ctx.now + ctx.cfg.timing.lease),
+            renewal_sent: None,
         };
         c.newly_awake(ctx);
         c
@@ -157,6 +163,7 @@ impl Chunk {
             unshared: 0,
             blocks: Default::default(),
             boot_hold: None,
+            renewal_sent: None,
         };
         c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
         c
@@ -379,14 +386,17 @@ impl Chunk {
         use ChunkState as S;
         match (self.state, msg) {
             // §4.2.1 regular lease: renewal
-            (S::RegularLease, ToChunk::Renewal { epoch, lease }) => {
+            (S::RegularLease, ToChunk::Renewal { epoch, lease, sent }) => {
                 if epoch == self.record.epoch {
                     self.lease_expiry = Some(ctx.now + lease);
                     self.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
+                    if let Some(sent) = sent {
+                        self.renewal_sent = Some((from, epoch, sent));
+                    }
                 }
             }
             // §4.2.7 recovery lease: renewal (for the epoch the lease was granted in)
-            (S::RecoveryLease, ToChunk::Renewal { epoch, lease }) => {
+            (S::RecoveryLease, ToChunk::Renewal { epoch, lease, .. }) => {
                 if epoch >= self.lease_epoch && Some(from) == self.lease_mgr {
                     self.lease_epoch = epoch;
                     self.lease_expiry = Some(ctx.now + lease);
@@ -624,6 +634,7 @@ impl Chunk {
                     let msg = if self.state == S::RegularLease {
                         ToManager::RenewalRequest {
                             epoch: self.record.epoch,
+                            renewed: self.renewed(ctx),
                         }
                     } else {
                         ToManager::RecoveryRenewalRequest {

@@ -35,6 +35,20 @@ impl Chunk {
         (until > ctx.now).then(|| until.saturating_since(ctx.now))
     }
 
+    /// The echo of the last renewal applied, for a renewal request to the lease
+    /// manager: only from that manager, in the epoch the chunk serves, while its regular
+    /// lease runs. Any renewal the manager sent in that epoch left before this request,
+    /// so the lease left now bounds, from its send time, how long the chunk goes on
+    /// refusing other managers (DESIGN §4, reads).
+    pub(super) fn renewed(&self, ctx: &Ctx<'_>) -> Option<crate::msg::Renewed> {
+        let (from, epoch, sent) = self.renewal_sent?;
+        if epoch != self.record.epoch || Some(from) != self.lease_mgr {
+            return None;
+        }
+        let lease_left = self.lease_left(ctx, from)?;
+        Some(crate::msg::Renewed { sent, lease_left })
+    }
+
     /// The highest sequence number this chunk holds (confirmed or pending).
     fn last_accepted(&self) -> Version {
         let d = &self.record.data;

@@ -41,7 +41,16 @@ impl Manager {
                 }
             }
             // §5.3.7 manager: renewal request
-            (S::Manager, ToManager::RenewalRequest { epoch }) => {
+            (S::Manager, ToManager::RenewalRequest { epoch, renewed }) => {
+                if epoch == self.epoch
+                    && let Some(r) = renewed
+                    && r.sent <= ctx.now
+                {
+                    // The chunk applied a renewal this manager sent at `r.sent`, and
+                    // goes on refusing others for `lease_left` from sending this, so
+                    // after `r.sent` (DESIGN §4, reads).
+                    self.extend_read_lease(c, r.sent + r.lease_left);
+                }
                 if !self.failed.contains(&c) && epoch == self.epoch {
                     self.renew(ctx, c);
                 }
@@ -104,9 +113,7 @@ impl Manager {
                     && let Some(sent) = self.host.sent_covered(upto)
                 {
                     // The chunk sent this after the batch reached it, so after `sent`.
-                    let until = sent + left;
-                    let t = self.read_lease.entry(c).or_insert(until);
-                    *t = (*t).max(until);
+                    self.extend_read_lease(c, sent + left);
                 }
                 let all = ctx.cfg.planted.confirm_before_all_accepted;
                 if epoch == self.epoch && self.host.accepted(c, upto, all) {

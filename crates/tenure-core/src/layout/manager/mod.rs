@@ -386,11 +386,23 @@ impl Manager {
         self.clock.map_or(t, |c| c.local(t))
     }
 
+    /// Chunk `c` refuses every other manager until at least `until` (by this manager's
+    /// clock, give or take `δ_c`): keep the later bound ([`Self::read_lease`]).
+    pub(super) fn extend_read_lease(&mut self, c: ChunkId, until: Instant) {
+        let t = self.read_lease.entry(c).or_insert(until);
+        *t = (*t).max(until);
+    }
+
     pub(super) fn renew(&mut self, ctx: &mut Ctx<'_>, c: ChunkId) {
         let lease = ctx.cfg.timing.lease;
         let epoch = self.epoch;
-        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, lease });
+        let sent = Some(ctx.now);
+        self.to_chunk(ctx, c, ToChunk::Renewal { epoch, lease, sent });
         self.chunkfail.insert(c, ctx.now + lease);
+        if ctx.cfg.planted.read_lease_from_sent_renewal {
+            // Planted: a renewal merely sent taken as proof of the lease.
+            self.extend_read_lease(c, ctx.now + (lease - ctx.cfg.timing.clock_drift));
+        }
     }
 
     pub(super) fn enter_manager(&mut self, ctx: &mut Ctx<'_>, cause: EpochCause) {
