@@ -32,6 +32,8 @@ pub(crate) struct CoreParts {
     pub inbox_tx: mpsc::Sender<Inbound>,
     pub inbox_rx: mpsc::Receiver<Inbound>,
     pub calls_rx: mpsc::Receiver<crate::driver::Call>,
+    /// Calls that go before the rest: keep-alives and Status ([`Driver::with_urgent`]).
+    pub urgent_rx: mpsc::Receiver<crate::driver::Call>,
     pub events: tokio::sync::broadcast::Sender<crate::driver::DeviceEvent>,
     pub sub_routes: crate::driver::routes::SubRoutes,
     pub watch_routes: crate::driver::routes::WatchRoutes,
@@ -95,7 +97,8 @@ async fn boot(p: CoreParts) -> Result<(Driver, CancellationToken), ServerError> 
     .with_events(p.events)
     .with_lookup_routes(p.sub_routes)
     .with_watch_routes(p.watch_routes)
-    .with_snapshots(p.snapshot_book);
+    .with_snapshots(p.snapshot_book)
+    .with_urgent(p.urgent_rx);
     driver.replay(p.replay).await?;
     Ok((driver.with_members(p.endpoints), p.stop))
 }

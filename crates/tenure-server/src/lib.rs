@@ -282,6 +282,9 @@ pub async fn start_with_listeners(
     let stop = CancellationToken::new();
     let (inbox_tx, inbox_rx) = mpsc::channel(16 * 1024);
     let (calls_tx, calls_rx) = mpsc::channel(16 * 1024);
+    // Keep-alives and Status go before the queued requests (issue: sessions expired
+    // while their keep-alives waited behind thousands of acquires).
+    let (urgent_tx, urgent_rx) = mpsc::channel(4 * 1024);
     let peers: Vec<(DeviceId, SocketAddr)> = cfg
         .peers
         .iter()
@@ -329,6 +332,7 @@ pub async fn start_with_listeners(
         events.clone(),
     )
     .with_device(me)
+    .with_urgent(urgent_tx)
     .with_watches(watch_routes.clone())
     .with_auth(auth.clone())
     .with_admission(admission.clone())
@@ -350,6 +354,7 @@ pub async fn start_with_listeners(
         inbox_tx,
         inbox_rx,
         calls_rx,
+        urgent_rx,
         events,
         sub_routes: sub_routes.clone(),
         watch_routes,

@@ -107,6 +107,9 @@ pub struct Driver {
     transport: Transport,
     peers: mpsc::Receiver<Inbound>,
     calls: mpsc::Receiver<Call>,
+    /// Calls read before `calls` and peer messages: keep-alives and Status
+    /// ([`Driver::with_urgent`]).
+    urgent: Option<mpsc::Receiver<Call>>,
     pending: HashMap<u64, Pending>,
     /// Above this many pending requests, those whose callers left are dropped.
     pending_swept: usize,
@@ -179,6 +182,7 @@ impl Driver {
             transport,
             peers,
             calls,
+            urgent: None,
             pending: HashMap::new(),
             pending_swept: PENDING_SWEPT_FROM,
             next_client: 1,
@@ -207,6 +211,14 @@ impl Driver {
     }
 
     /// Send session-stream events to `events` (booting sends none: no stream exists yet).
+    /// Read `urgent` before everything else each turn: keep-alives and Status, which
+    /// waited behind thousands of queued requests (sessions expired and operators saw
+    /// no answer under 10,000 sessions taking locks).
+    pub fn with_urgent(mut self, urgent: mpsc::Receiver<Call>) -> Driver {
+        self.urgent = Some(urgent);
+        self
+    }
+
     pub fn with_events(mut self, events: tokio::sync::broadcast::Sender<DeviceEvent>) -> Driver {
         self.events = events;
         self
@@ -281,7 +293,18 @@ impl Driver {
             let mut statuses: Vec<(oneshot::Sender<StatusView>, bool)> = Vec::new();
             let mut n = 0;
             let mut began = None;
+            // (Not biased: a turn that starts on a peer message or a call still takes
+            // every urgent call first, below; a biased select starved the committer's
+            // results while peer messages kept coming.)
             tokio::select! {
+                c = recv_urgent(&mut self.urgent) => match c {
+                    Some(c) => {
+                        began = Some(std::time::Instant::now());
+                        self.call(c, &mut out, &mut statuses);
+                        n += 1;
+                    }
+                    None => self.urgent = None,
+                },
                 m = self.peers.recv() => match m {
                     Some((from, msg)) => {
                         began = Some(std::time::Instant::now());
@@ -307,7 +330,9 @@ impl Driver {
             let began = began.unwrap_or_else(std::time::Instant::now);
             // Take everything already queued into the same batch.
             while n < MAX_BATCH {
-                if let Ok((from, msg)) = self.peers.try_recv() {
+                if let Some(c) = self.urgent.as_mut().and_then(|u| u.try_recv().ok()) {
+                    self.call(c, &mut out, &mut statuses);
+                } else if let Ok((from, msg)) = self.peers.try_recv() {
                     self.input(Input::Message { from, msg }, &mut out);
                 } else if let Ok(c) = self.calls.try_recv() {
                     self.call(c, &mut out, &mut statuses);
@@ -389,5 +414,13 @@ impl Driver {
         }
         let now = self.clock.now();
         out.extend(self.device.handle(now, input));
+    }
+}
+
+/// The next urgent call; never, without an urgent lane.
+async fn recv_urgent(urgent: &mut Option<mpsc::Receiver<Call>>) -> Option<Call> {
+    match urgent {
+        Some(u) => u.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -39,6 +39,9 @@ pub(crate) use convert::{
 #[derive(Clone, Debug)]
 pub struct Api {
     calls: mpsc::Sender<Call>,
+    /// Where keep-alives and Status go: a lane the driver reads before `calls`, so
+    /// that they do not wait behind queued requests (none: `calls`).
+    urgent: Option<mpsc::Sender<Call>>,
     /// Client endpoints for redirect hints (configured, then the membership record's).
     endpoints: crate::cluster_api::Endpoints,
     request_timeout: Duration,
@@ -65,6 +68,7 @@ impl Api {
     ) -> Api {
         Api {
             calls,
+            urgent: None,
             endpoints: endpoints.into(),
             request_timeout,
             stores,
@@ -84,6 +88,23 @@ impl Api {
         let n = (self.homes).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let me = self.me.map_or(0, |d| d.0);
         (n.wrapping_add(me.wrapping_mul(7)) % u64::from(self.stores.max(1))) as u32
+    }
+
+    /// Send keep-alives and Status to the driver through `urgent`, which it reads
+    /// before the other calls ([`crate::driver::Driver::with_urgent`]).
+    pub fn with_urgent(mut self, urgent: mpsc::Sender<Call>) -> Api {
+        self.urgent = Some(urgent);
+        self
+    }
+
+    /// The channel a call for `req` goes through: the urgent lane for keep-alives (a
+    /// session's life hangs on them; they are cheap and never refused), the rest in
+    /// order.
+    fn lane(&self, req: Option<&Request>) -> &mpsc::Sender<Call> {
+        match (&self.urgent, req) {
+            (Some(u), None | Some(Request::KeepAlive { .. })) => u,
+            _ => &self.calls,
+        }
     }
 
     /// Report the size of `dir` (the device's data directory) in Status answers.
@@ -159,7 +180,7 @@ impl Api {
         let asked = async {
             let _admitted = self.admission.wait(&req).await;
             let (tx, rx) = oneshot::channel();
-            self.calls
+            self.lane(Some(&req))
                 .send(Call::RequestAs {
                     client,
                     req,
@@ -188,7 +209,7 @@ impl Api {
     ) -> Result<Answer, Status> {
         let _admitted = self.admission.request(&req)?;
         let (tx, rx) = oneshot::channel();
-        self.calls
+        self.lane(Some(&req))
             .send(Call::Request { req, reply: tx })
             .await
             .map_err(|_| Status::unavailable("device is shutting down"))?;
@@ -258,7 +279,7 @@ impl Api {
     /// The device's status view.
     pub async fn view(&self) -> Result<StatusView, Status> {
         let (tx, rx) = oneshot::channel();
-        self.calls
+        self.lane(None)
             .send(Call::Status {
                 detail: false,
                 reply: tx,

@@ -197,6 +197,9 @@ struct Report {
     /// by the objects and the locks.
     memory: Memory,
     failover: Option<Failover>,
+    /// Why the kill phase did not run (the figures before it are still reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failover_error: Option<String>,
     cluster_restart: Option<ClusterRestart>,
 }
 
@@ -260,7 +263,10 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     } else {
         print(&report);
     }
-    Ok(())
+    match &report.failover_error {
+        Some(e) => anyhow::bail!("the kill phase did not run: {e}"),
+        None => Ok(()),
+    }
 }
 
 fn print(r: &Report) {
@@ -508,6 +514,7 @@ impl Report {
             after_hold: Vec::new(),
             memory: Memory::default(),
             failover: None,
+            failover_error: None,
             cluster_restart: None,
         }
     }

@@ -37,7 +37,10 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
     report.after_hold = footprints(&file);
     report.memory = Memory::measure(&report);
     if !a.no_kill {
-        report.failover = Some(kill(a, &file, &held).await?);
+        match kill(a, &file, &held).await {
+            Ok(f) => report.failover = Some(f),
+            Err(e) => report.failover_error = Some(format!("{e:#}")),
+        }
     }
     drop(held);
     if a.restart_cluster {
@@ -276,7 +279,15 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         retry_deadline: Duration::from_secs(1),
         ..Default::default()
     };
-    let status = client(file, quick.clone())?;
+    // Status waits for the device's pending writes to be durable: under the hold
+    // phase's load that takes seconds, past the default attempt of one.
+    let status = client(
+        file,
+        ClientOptions {
+            attempt_timeout: Duration::from_secs(10),
+            ..quick.clone()
+        },
+    )?;
     // Under the hold phase's load a device may not answer Status within a second, or
     // a store may be between managers: ask again, for up to a minute, until every store
     // names one, so the busiest device is chosen from a whole picture.
