@@ -282,7 +282,7 @@ pub async fn start_with_listeners(
     let stop = CancellationToken::new();
     let (inbox_tx, inbox_rx) = mpsc::channel(16 * 1024);
     let (calls_tx, calls_rx) = mpsc::channel(16 * 1024);
-    // Keep-alives and Status go before the queued requests (issue: sessions expired
+    // Keep-alives and Status go before the queued requests (sessions had expired
     // while their keep-alives waited behind thousands of acquires).
     let (urgent_tx, urgent_rx) = mpsc::channel(4 * 1024);
     let peers: Vec<(DeviceId, SocketAddr)> = cfg
