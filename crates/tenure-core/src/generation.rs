@@ -154,28 +154,18 @@ pub mod inline_value {
 /// reports: absent from the encoding before [`Generation::LeaseReads`], where it is
 /// left out (a manager of an older build does not read it) and read as `None`.
 pub mod lease_left {
-    use super::{Generation, current};
-    use serde::de::{Deserialize, Deserializer};
-    use serde::ser::{Serialize, Serializer};
+    use super::Generation;
+    use serde::{Deserializer, Serializer};
     use std::time::Duration;
 
     /// Write the length, or nothing at an older generation.
     pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        if current() >= Generation::LeaseReads {
-            v.serialize(s)
-        } else {
-            s.serialize_unit()
-        }
+        super::write_since(Generation::LeaseReads, v, s)
     }
 
     /// Read the length; `None` at an older generation.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        if current() >= Generation::LeaseReads {
-            Option::<Duration>::deserialize(d)
-        } else {
-            <()>::deserialize(d)?;
-            Ok(None)
-        }
+        super::read_since(Generation::LeaseReads, d)
     }
 }
 
@@ -247,33 +237,51 @@ pub fn only_groups<T: serde::Serialize, S: serde::Serializer>(
     }
 }
 
+/// An optional field that exists from generation `from` on: written as it is from
+/// then, as nothing before (where it is dropped).
+fn write_since<T: serde::Serialize, S: serde::Serializer>(
+    from: Generation,
+    v: &Option<T>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    if current() >= from {
+        serde::Serialize::serialize(v, s)
+    } else {
+        s.serialize_unit()
+    }
+}
+
+/// [`write_since`]'s reading: `None` before generation `from`.
+fn read_since<'de, T: serde::Deserialize<'de>, D: serde::Deserializer<'de>>(
+    from: Generation,
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    if current() >= from {
+        <Option<T> as serde::Deserialize>::deserialize(d)
+    } else {
+        <() as serde::Deserialize>::deserialize(d)?;
+        Ok(None)
+    }
+}
+
 /// `#[serde(with = "crate::generation::stamp")]` for the commit a store's state was
 /// installed by: absent from the encoding before [`Generation::DiffTransitions`], where
 /// it is left out and read as `None` (a state without a stamp is shipped whole).
 pub mod stamp {
-    use super::{Generation, current};
+    use super::Generation;
     use serde::de::{Deserialize, Deserializer};
     use serde::ser::{Serialize, Serializer};
 
     /// Write the stamp, or nothing at an older generation.
     pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
-        if current() >= Generation::DiffTransitions {
-            v.serialize(s)
-        } else {
-            s.serialize_unit()
-        }
+        super::write_since(Generation::DiffTransitions, v, s)
     }
 
     /// Read the stamp; `None` at an older generation.
     pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<T>, D::Error> {
-        if current() >= Generation::DiffTransitions {
-            Option::<T>::deserialize(d)
-        } else {
-            <()>::deserialize(d)?;
-            Ok(None)
-        }
+        super::read_since(Generation::DiffTransitions, d)
     }
 }
 
@@ -283,29 +291,20 @@ pub mod stamp {
 /// manager does not read it; from an older chunk the read lease comes from ACCEPTED
 /// alone).
 pub mod renewal_echo {
-    use super::{Generation, current};
+    use super::Generation;
     use serde::de::{Deserialize, Deserializer};
     use serde::ser::{Serialize, Serializer};
 
     /// Write the value, or nothing at an older generation.
     pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
-        if current() >= Generation::RenewalEchoes {
-            v.serialize(s)
-        } else {
-            s.serialize_unit()
-        }
+        super::write_since(Generation::RenewalEchoes, v, s)
     }
 
     /// Read the value; `None` at an older generation.
     pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<T>, D::Error> {
-        if current() >= Generation::RenewalEchoes {
-            Option::<T>::deserialize(d)
-        } else {
-            <()>::deserialize(d)?;
-            Ok(None)
-        }
+        super::read_since(Generation::RenewalEchoes, d)
     }
 }
 
