@@ -6,7 +6,8 @@
 //! - **fencing**: a grant answered before another was invoked has the smaller token, and
 //!   no two grants of a name share one;
 //! - **linearizability** of the lock history against `LockModel`, per name, bounded by
-//!   a step budget: a name whose search hits it is reported unchecked, never passed;
+//!   a step budget per name and a time budget for the whole run's searches
+//!   ([`SearchBound`]): a name whose search hits either is reported unchecked, never passed;
 //! - **nothing acknowledged is lost** after the final heal and full restart: every lock
 //!   a client still holds (its session alive) is held by that session with that token,
 //!   and no acknowledged release shows up again.
@@ -135,12 +136,43 @@ fn lin_ops(ops: &[Op], ids: &mut Ids) -> Vec<Operation<LockInput, LockOutput>> {
     out
 }
 
+/// How far the linearizability searches may go: `steps` per name (or key), and until
+/// `deadline` for all of them together. A search stopped by either leaves its name
+/// unchecked. A bare step count has no deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct SearchBound {
+    /// Search steps per name.
+    pub steps: u64,
+    /// When every search stops.
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl From<u64> for SearchBound {
+    fn from(steps: u64) -> Self {
+        SearchBound {
+            steps,
+            deadline: None,
+        }
+    }
+}
+
+impl SearchBound {
+    /// The simulator's limits for one search under this bound.
+    pub fn limits(&self) -> lincheck::Limits {
+        lincheck::Limits {
+            max_steps: self.steps,
+            deadline: self.deadline,
+            ..Default::default()
+        }
+    }
+}
+
 /// Run every check. `final_read` is the read after the full restart, if it was made.
 pub fn run_checks(
     ops: &[Op],
     holds: &[Hold],
     final_read: Option<&FinalRead>,
-    max_steps: u64,
+    bound: impl Into<SearchBound>,
 ) -> Vec<CheckResult> {
     let mut ids = Ids::default();
     let mut results = Vec::new();
@@ -231,10 +263,7 @@ pub fn run_checks(
         };
         by_name.entry(name).or_default().push(o);
     }
-    let limits = lincheck::Limits {
-        max_steps,
-        ..Default::default()
-    };
+    let limits = bound.into().limits();
     let mut lin_violations = Vec::new();
     let mut unchecked = Vec::new();
     let mut checked_ops = 0;
@@ -269,7 +298,7 @@ pub fn run_checks(
         by_name.len() - unchecked.len()
     );
     if !unchecked.is_empty() {
-        detail += &format!("; step bound reached on {}", unchecked.join(", "));
+        detail += &format!("; search bound reached on {}", unchecked.join(", "));
     }
     results.push(CheckResult::new(
         "linearizable",

@@ -81,6 +81,10 @@ pub struct ChaosConfig {
     pub ttl: Duration,
     /// Step bound of the linearizability search per name.
     pub max_steps: u64,
+    /// Time bound of all the linearizability searches of a run together: names left
+    /// when it passes are reported unchecked (never passed). Default: the run's duration,
+    /// at least two minutes.
+    pub check_time: Duration,
     /// Keep the data directory (logs) even when nothing failed.
     pub keep_data: bool,
     /// Devices serve TLS on the client port and mutual TLS between peers, with a CA made
@@ -114,6 +118,7 @@ impl ChaosConfig {
             settle: Duration::from_secs(5),
             ttl: Duration::from_secs(5),
             max_steps: 2_000_000,
+            check_time: duration.max(Duration::from_secs(120)),
             keep_data: false,
             tls: true,
             fault_ms: (2000, 5000),
@@ -375,18 +380,26 @@ async fn inner(
     // `keep_data`) for a look at what the clients saw.
     let recorded = rec.snapshot();
     std::fs::write(data.join("history.json"), serde_json::to_vec(&recorded)?)?;
-    let max_steps = cfg.max_steps;
+    let bound = check::SearchBound {
+        steps: cfg.max_steps,
+        deadline: None,
+    };
+    let check_time = cfg.check_time;
     let restart_us = rec.us(restart_at);
     let lookup_settings = cfgs.first().map(|c| c.lookup.clone()).unwrap_or_default();
     let r = recorded.clone();
     let checks = tokio::task::spawn_blocking(move || {
-        let mut c = check::run_checks(&r.ops, &r.holds, Some(&final_read), max_steps);
+        let bound = check::SearchBound {
+            deadline: Some(std::time::Instant::now() + check_time),
+            ..bound
+        };
+        let mut c = check::run_checks(&r.ops, &r.holds, Some(&final_read), bound);
         if !r.objects.is_empty() {
             c.extend(objects::checks(
                 &r.objects,
                 &r.object_histories,
                 Some(restart_us),
-                max_steps,
+                bound,
             ));
         }
         if !r.lookups.is_empty() {

@@ -24,7 +24,7 @@
 //!   the store's history read back after the restart, and no read after the restart
 //!   returns less than the last acknowledged put.
 
-use crate::check::CheckResult;
+use crate::check::{CheckResult, SearchBound};
 use crate::devices::Target;
 use crate::history::{ObjChange, ObjHistory, ObjKind, ObjOp, ObjOutcome, ObjRead, Recorder};
 use std::collections::BTreeMap;
@@ -352,15 +352,12 @@ fn register_ops(ops: &[&ObjOp]) -> Vec<Operation<RegisterInput, RegisterOutput>>
     out
 }
 
-fn linearizable(ops: &[ObjOp], max_steps: u64) -> CheckResult {
+fn linearizable(ops: &[ObjOp], bound: SearchBound) -> CheckResult {
     let mut by_key: BTreeMap<&str, Vec<&ObjOp>> = BTreeMap::new();
     for o in ops {
         by_key.entry(&o.key).or_default().push(o);
     }
-    let limits = lincheck::Limits {
-        max_steps,
-        ..Default::default()
-    };
+    let limits = bound.limits();
     let (mut violations, mut unchecked, mut checked) = (Vec::new(), Vec::new(), 0);
     for (key, ops) in &by_key {
         let h = register_ops(ops);
@@ -389,7 +386,7 @@ fn linearizable(ops: &[ObjOp], max_steps: u64) -> CheckResult {
         by_key.len() - unchecked.len()
     );
     if !unchecked.is_empty() {
-        detail += &format!("; step bound reached on {}", unchecked.join(", "));
+        detail += &format!("; search bound reached on {}", unchecked.join(", "));
     }
     CheckResult::new(
         "objects linearizable",
@@ -405,9 +402,9 @@ pub fn checks(
     ops: &[ObjOp],
     histories: &BTreeMap<u32, ObjHistory>,
     restart_us: Option<u64>,
-    max_steps: u64,
+    bound: impl Into<SearchBound>,
 ) -> Vec<CheckResult> {
-    let mut results = vec![linearizable(ops, max_steps)];
+    let mut results = vec![linearizable(ops, bound.into())];
     // Upload ids: one per put. The store names each upload by a UUID; two acknowledged
     // puts of different contents under one UUID would make their manifests one (and a
     // collector of the older one delete the newer one's blocks).

@@ -106,6 +106,10 @@ pub struct Limits {
     /// Compute a counterexample core only for partitions with at most this many completed
     /// operations (each core step is a search of its own).
     pub core_max_ops: usize,
+    /// Wall-clock bound of the whole check, for callers outside the simulator (the chaos
+    /// run's checks): past it every search stops as `Unknown`. The simulator leaves it
+    /// `None`, so its verdicts depend on the seed alone.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Default for Limits {
@@ -113,6 +117,7 @@ impl Default for Limits {
         Limits {
             max_steps: 1_000_000,
             core_max_ops: 64,
+            deadline: None,
         }
     }
 }
@@ -189,7 +194,14 @@ pub fn check<M: Model>(
     for (key, part) in partitions::<M>(history) {
         let relaxed = vec![false; part.len()];
         let mut budget = limits.max_steps;
-        match search(initial, history, &part, &relaxed, &mut budget) {
+        match search(
+            initial,
+            history,
+            &part,
+            &relaxed,
+            &mut budget,
+            limits.deadline,
+        ) {
             Search::Ok => {}
             Search::Unknown => {
                 *unknown_steps.get_or_insert(0) += limits.max_steps;
@@ -345,7 +357,14 @@ fn core<M: Model>(
         relaxed[c] = true;
         let mut budget = limits.max_steps;
         if !matches!(
-            search(initial, history, part, &relaxed, &mut budget),
+            search(
+                initial,
+                history,
+                part,
+                &relaxed,
+                &mut budget,
+                limits.deadline
+            ),
             Search::Fail { .. }
         ) {
             relaxed[c] = false;

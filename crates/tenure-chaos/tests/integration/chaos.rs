@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use tenure_chaos::check::{CheckResult, FinalRead, run_checks};
+use tenure_chaos::check::{CheckResult, FinalRead, SearchBound, run_checks};
 use tenure_chaos::history::{
     Fault, Hold, LookupKind, LookupOp, LookupOutcome, ObjChange, ObjHistory, ObjKind, ObjOp,
     ObjOutcome, ObjRead, Op, OpKind, Outcome,
@@ -270,6 +270,13 @@ fn unfinished_linearizability_search_is_unchecked_not_pass() {
     assert_eq!(status(&r, "linearizable").status, "unchecked", "{r:?}");
     let r = run_checks(&ops, &[], None, 100_000);
     assert_eq!(status(&r, "linearizable").status, "pass", "{r:?}");
+    // The run's time for searching has passed: unchecked too, whatever the step room.
+    let past = SearchBound {
+        steps: 100_000,
+        deadline: Some(std::time::Instant::now()),
+    };
+    let r = run_checks(&ops, &[], None, past);
+    assert_eq!(status(&r, "linearizable").status, "unchecked", "{r:?}");
     // A read of a holder no acquire could have made is a violation.
     if let Outcome::Holders(h) = &mut ops.last_mut().unwrap().outcome {
         h[0].0 = 999;

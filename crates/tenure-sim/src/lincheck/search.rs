@@ -427,6 +427,7 @@ pub(super) fn search<M: Model>(
     part: &[usize],
     relaxed: &[bool],
     budget: &mut u64,
+    deadline: Option<std::time::Instant>,
 ) -> Search<M> {
     let n = part.len();
     let required: Vec<usize> = (0..n)
@@ -440,6 +441,9 @@ pub(super) fn search<M: Model>(
     let done = |lin: &[u64]| lin.iter().zip(&mask).all(|(l, m)| l & m == *m);
     if done(&empty) {
         return Search::Ok;
+    }
+    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        return Search::Unknown;
     }
     let p = Part::<M>::new(history, part, relaxed);
     let mut memo: Memo<M> = HashMap::default();
@@ -459,6 +463,10 @@ pub(super) fn search<M: Model>(
             return Search::Unknown;
         }
         *budget -= 1;
+        // The clock is read once every 4,096 steps: a step costs well under a microsecond.
+        if *budget % 4096 == 0 && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Search::Unknown;
+        }
         let mut lin = top.lin.clone();
         let cursor = top.cursor;
         lin[c / 64] |= 1 << (c % 64);

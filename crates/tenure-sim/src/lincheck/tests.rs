@@ -388,6 +388,7 @@ fn a_group_beyond_the_bound_is_checked_name_by_name() {
     let limits = Limits {
         max_steps: 20,
         core_max_ops: 0,
+        deadline: None,
     };
     let v = check_locks(&h, &limits).unwrap();
     assert_eq!(v.verdict, Verdict::Linearizable);
@@ -434,6 +435,29 @@ fn step_limit_answers_unknown() {
     let limits = Limits {
         max_steps: 50,
         core_max_ops: 0,
+        deadline: None,
+    };
+    assert!(matches!(
+        check(&LockModel::default(), &h, &limits).unwrap(),
+        Verdict::Unknown { .. }
+    ));
+}
+
+#[test]
+fn time_limit_answers_unknown_and_none_changes_nothing() {
+    // The same history passes with room to search and no deadline; with a deadline that
+    // has passed, the search stops as unknown, never as a pass.
+    let mut h = Vec::new();
+    for s in 1..=6u64 {
+        h.push(acq(SessionId(s), S, (0, 100), granted(s)));
+    }
+    assert_eq!(
+        check(&LockModel::default(), &h, &Limits::default()).unwrap(),
+        Verdict::Linearizable
+    );
+    let limits = Limits {
+        deadline: Some(std::time::Instant::now()),
+        ..Default::default()
     };
     assert!(matches!(
         check(&LockModel::default(), &h, &limits).unwrap(),
