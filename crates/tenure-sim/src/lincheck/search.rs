@@ -464,7 +464,7 @@ pub(super) fn search<M: Model>(
         }
         *budget -= 1;
         // The clock is read once every 4,096 steps: a step costs well under a microsecond.
-        if *budget % 4096 == 0 && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        if budget.is_multiple_of(4096) && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
             return Search::Unknown;
         }
         let mut lin = top.lin.clone();
