@@ -217,6 +217,11 @@ impl Error {
             Some(Kind::NotHeld(n)) => Error::NotHeld(n.name),
             Some(Kind::Rejected(r)) => Error::Rejected(r.reason),
             Some(Kind::TooManyRequests(t)) => Error::TooManyRequests(t.limit),
+            Some(Kind::Overloaded(o)) if e.message.is_empty() => Error::Overloaded(format!(
+                "the device is overloaded ({} client requests in flight): retry after a pause",
+                o.limit
+            )),
+            Some(Kind::Overloaded(_)) => Error::Overloaded(e.message),
             Some(Kind::WrongStore(w)) => Error::WrongStore {
                 stream_store: w.stream_store,
                 request_store: w.request_store,

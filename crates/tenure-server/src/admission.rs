@@ -6,8 +6,10 @@
 //! and answering them late looked like failures to the clients and, through the time the
 //! core spent on them, to the device's peers.
 //!
-//! A session stream's requests wait for a place instead: the stream's window bounds
-//! how many wait, and a full window stops its client sending.
+//! On a session stream the refusal is that request's `Overloaded` answer, and the stream
+//! goes on: its client sends the request again after a pause. Only the starts and ends of
+//! object watches and observations wait for a place ([`Admission::wait`]): a stream's
+//! window bounds how many wait.
 //!
 //! Requests that keep sessions alive or give something back are always admitted: a
 //! keep-alive, a session close, a release. So is an acquire that waits: it is parked in

@@ -9,8 +9,10 @@
 //! run through the same handler the unary RPC of its kind runs ([`Api`]'s `do_*`), and
 //! answered with its id as soon as the core answers, in any order. At most
 //! [`MAX_IN_FLIGHT`] requests run at once; one more is answered `TooManyRequests` and not
-//! run. Bad input on one request gets a typed error on that request and changes nothing;
-//! the stream stays up. A frame that cannot be decoded at all ends the stream with a
+//! run. A request the device has no place for (admission, see [`crate::admission`]) is
+//! answered `Overloaded`, not run, and the client sends it again after a pause. Bad input
+//! on one request gets a typed error on that request and changes nothing; the stream
+//! stays up. A frame that cannot be decoded at all ends the stream with a
 //! `stream_closed` reason.
 //!
 //! Any device serves the stream: requests for a store this device does not manage are
@@ -202,7 +204,7 @@ async fn run(
                 st.settle(id);
                 let ev = match result {
                     Ok(ev) => ev,
-                    Err(status) => match status_error(&st, status) {
+                    Err(status) => match status_error(&st, status, api.admission_limit()) {
                         Ok(e) => Ev::Error(e),
                         Err(end) => {
                             let reason = format!("{end:?}");
@@ -376,8 +378,19 @@ into_event! {
 
 /// A gRPC status from a shared handler as the request's typed error, or the end of the
 /// stream (the device is going away, or the server broke).
-fn status_error(st: &State, s: Status) -> Result<proto::Error, End> {
+/// The answer to a request whose run failed with `s`, or why the stream ends. An
+/// overloaded device's refusal is answered `Overloaded` on the stream, which the client
+/// sends again after a pause: the stream goes on (`limit`: the device's admission limit).
+fn status_error(st: &State, s: Status, limit: usize) -> Result<proto::Error, End> {
     match s.code() {
+        tonic::Code::ResourceExhausted if s.metadata().contains_key(tenure_client::OVERLOADED) => {
+            Ok(error(
+                Kind::Overloaded(proto::Overloaded {
+                    limit: limit.try_into().unwrap_or(u32::MAX),
+                }),
+                s.message().to_string(),
+            ))
+        }
         tonic::Code::DeadlineExceeded => {
             let store = st.store.map_or(0, |s| s.0);
             Ok(error(

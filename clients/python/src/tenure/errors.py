@@ -507,6 +507,9 @@ def from_proto(err: Any) -> TenureError:
     if kind == "data_unavailable":
         return DataUnavailable(msg or f"the data of object {v.key} is unavailable",
                                key=v.key)
+    if kind == "overloaded":
+        return Overloaded(msg or f"the device is overloaded ({v.limit} requests in flight): "
+                          "retry after a pause")
     if kind == "permission_denied":
         return PermissionDenied(
             msg or f"token {v.token} lacks {v.permission} on {v.path}",

@@ -193,6 +193,9 @@ struct Pending {
     open: Option<(String, oneshot::Sender<Result<Arc<Session>>>)>,
     /// Sent on the current stream, when.
     sent_at: Option<Sent>,
+    /// Answered `Overloaded` this many times in a row: not sent again before `not_before`.
+    overloaded: u32,
+    not_before: Option<Instant>,
 }
 
 /// An open stream.

@@ -43,6 +43,7 @@ impl Task {
             }
             let ka_due = self.keep_alive_due();
             let stuck_at = self.stuck_at();
+            let retry_due = self.retry_due();
             let broken = tokio::select! {
                 cmd = rx.recv(), if cmds_open => {
                     match cmd {
@@ -58,6 +59,7 @@ impl Task {
                 }
                 ev = next_event(&mut self.conn), if self.conn.is_some() => self.event(ev).await,
                 _ = sleep_until(ka_due), if ka_due.is_some() => self.send_keep_alive().await,
+                _ = sleep_until(retry_due), if retry_due.is_some() => self.send_pending().await,
                 _ = sleep_until(stuck_at), if stuck_at.is_some() => {
                     let ep = self.conn.as_ref().map(|c| c.endpoint.clone()).unwrap_or_default();
                     debug!(store = self.store, endpoint = %ep, "no answer in time: the device is stuck");
@@ -76,6 +78,17 @@ impl Task {
             return None;
         }
         self.session.as_ref().and(self.next_keep_alive)
+    }
+
+    /// When the next request answered `Overloaded` may be sent again (none unconnected).
+    fn retry_due(&self) -> Option<Instant> {
+        self.conn.as_ref()?;
+        let now = Instant::now();
+        (self.pending.values())
+            .filter(|p| p.sent_at.is_none())
+            .filter_map(|p| p.not_before)
+            .filter(|t| *t > now)
+            .min()
     }
 
     /// When the device is considered stuck: a keep-alive, or a quick request, not
@@ -121,6 +134,8 @@ impl Task {
                         reply: Some(reply),
                         open: None,
                         sent_at: None,
+                        overloaded: 0,
+                        not_before: None,
                     },
                 );
                 self.send_pending().await
@@ -149,6 +164,8 @@ impl Task {
                         reply: None,
                         open: Some((client_name, reply)),
                         sent_at: None,
+                        overloaded: 0,
+                        not_before: None,
                     },
                 );
                 self.send_pending().await
@@ -186,7 +203,7 @@ impl Task {
             if conn.in_flight >= conn.max_in_flight {
                 break;
             }
-            if p.sent_at.is_some() {
+            if p.sent_at.is_some() || p.not_before.is_some_and(|t| t > now.at) {
                 continue;
             }
             p.sent_at = Some(now);
@@ -244,6 +261,7 @@ impl Task {
             self.keep_alive = None;
             return self.kept_alive(kind, sent_at, endpoint);
         }
+        let client = self.client();
         let p = self.pending.get_mut(&ev.request_id)?;
         if let Some(c) = self.conn.as_mut() {
             c.in_flight = c.in_flight.saturating_sub(1);
@@ -260,6 +278,21 @@ impl Task {
                 }
                 Error::TooManyRequests(_) => {
                     p.sent_at = None;
+                    return None;
+                }
+                // Not run: the same device again after a pause, on this stream, up to
+                // the client's attempts (then the caller gets the error).
+                Error::Overloaded(_)
+                    if (client.as_ref())
+                        .is_some_and(|c| p.overloaded + 1 < c.inner.opts.max_attempts) =>
+                {
+                    p.sent_at = None;
+                    p.overloaded += 1;
+                    let pause = client.as_ref().map_or(Duration::from_millis(100), |c| {
+                        overload_pause(&c.inner.opts, p.overloaded, ev.request_id)
+                    });
+                    p.not_before = Some(Instant::now() + pause);
+                    trace!(store = self.store, id = ev.request_id, ?pause, "overloaded");
                     return None;
                 }
                 _ => {}
@@ -390,6 +423,8 @@ impl Task {
                 reply: None,
                 open: None,
                 sent_at: None,
+                overloaded: 0,
+                not_before: None,
             },
         );
         self.send_pending().await
@@ -576,6 +611,17 @@ pub(super) async fn next_event(
         Some(c) => c.rx.message().await.transpose(),
         None => futures::future::pending().await,
     }
+}
+
+/// The pause before a request answered `Overloaded` for the `n`th time in a row is sent
+/// again: the client's backoff, doubling, spread over half to all of it by the request id
+/// (requests refused together come back apart).
+fn overload_pause(o: &crate::ClientOptions, n: u32, id: u64) -> Duration {
+    let full = (o.backoff_min.max(Duration::from_millis(1)))
+        .saturating_mul(1 << n.saturating_sub(1).min(10))
+        .min(o.backoff_max);
+    let spread = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1024
+    full / 2 + full / 2 * spread as u32 / 1024
 }
 
 pub(super) async fn sleep_until(at: Option<Instant>) {

@@ -113,6 +113,11 @@ impl Api {
         self
     }
 
+    /// How many client requests the device takes at once.
+    pub(crate) fn admission_limit(&self) -> usize {
+        self.admission.limit()
+    }
+
     /// Admit client requests through `admission` (shared with the other services).
     pub fn with_admission(mut self, admission: crate::admission::Admission) -> Api {
         self.admission = admission;

@@ -641,3 +641,119 @@ fn session_expiry_and_close_are_pushed() {
         }
     });
 }
+
+/// A request the device has no place for is answered `Overloaded` on the stream and not
+/// run; the stream stays up, the session stays bound, and the request sent again later
+/// runs (admission, DESIGN §8).
+#[test]
+fn an_overloaded_request_is_answered_and_the_stream_stays_up() {
+    let _turn = turn!();
+    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 1);
+    rt().block_on(async {
+        let (store, manager, _) = placement(&cluster).await;
+        let mut a = Raw::open(&manager).await;
+        let session = a.start_with_session(store, 30_000).await;
+        // Try-acquires are admitted one at a time here; pipelined, most find no place.
+        const N: u64 = 16;
+        for i in 0..N {
+            a.send(100 + i, acquire(&format!("/x/{i}"), false)).await;
+        }
+        let mut refused = Vec::new();
+        for _ in 0..N {
+            let ev = a.next().await;
+            match ev.kind.expect("an answer has a kind") {
+                Ev::Granted(_) => {}
+                Ev::Error(proto::Error {
+                    kind: Some(Kind::Overloaded(o)),
+                    message,
+                }) => {
+                    assert_eq!(o.limit, 1, "{message}");
+                    assert!(message.contains("overloaded"), "{message}");
+                    refused.push(ev.request_id - 100);
+                }
+                other => panic!("expected a grant or Overloaded, got {other:?}"),
+            }
+        }
+        assert!(!refused.is_empty(), "{N} pipelined try-acquires, one place");
+        // Not run: nobody holds a refused name. Sent again one by one, each is granted,
+        // on the same stream and session.
+        for (k, i) in refused.iter().enumerate() {
+            let name = format!("/x/{i}");
+            let id = 1_000 + 2 * k as u64;
+            a.send(id, holder(&name)).await;
+            match a.answer(id, &mut vec![]).await {
+                Ev::Holders(h) => assert!(h.holders.is_empty(), "{name}: {h:?}"),
+                other => panic!("holder answered {other:?}"),
+            }
+            a.send(id + 1, acquire(&name, false)).await;
+            match a.answer(id + 1, &mut vec![]).await {
+                Ev::Granted(g) => assert_eq!(g.name, name),
+                other => panic!("{name}: the retry answered {other:?}"),
+            }
+        }
+        a.send(5_000, Rq::KeepAlive(proto::StreamKeepAlive {}))
+            .await;
+        match a.answer(5_000, &mut vec![]).await {
+            Ev::Alive(s) => assert_eq!(s.session.map(|r| r.id), Some(session)),
+            other => panic!("keep-alive answered {other:?}"),
+        }
+    });
+}
+
+/// The client sends a request answered `Overloaded` again after a pause, on the same
+/// stream, so every try-acquire lands; a client allowed one attempt gets the typed error.
+#[test]
+fn the_client_retries_overloaded_stream_requests() {
+    let _turn = turn!();
+    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 1);
+    let eps = cluster.endpoints();
+    rt().block_on(async {
+        let c = client(eps.clone());
+        wait_all_managed(&c, &eps, Duration::from_secs(30)).await;
+        let locks = (0..32).map(|i| {
+            let c = c.clone();
+            async move {
+                c.lock(
+                    &format!("/x/many{i}"),
+                    tenure_client::LockMode::Exclusive,
+                    tenure_client::Wait::Try,
+                )
+                .await
+            }
+        });
+        let guards: Vec<_> = futures::future::join_all(locks)
+            .await
+            .into_iter()
+            .map(|r| r.expect("retried through the overload"))
+            .collect();
+        assert_eq!(guards.len(), 32);
+        let once = tenure_client::Client::with_options(
+            eps.clone(),
+            tenure_client::ClientOptions {
+                max_attempts: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let locks = (0..32).map(|i| {
+            let once = once.clone();
+            async move {
+                once.lock(
+                    &format!("/x/once{i}"),
+                    tenure_client::LockMode::Exclusive,
+                    tenure_client::Wait::Try,
+                )
+                .await
+            }
+        });
+        let results = futures::future::join_all(locks).await;
+        let refused = results
+            .iter()
+            .filter(|r| matches!(r, Err(tenure_client::Error::Overloaded(m)) if m.contains("overloaded")))
+            .count();
+        assert!(refused > 0, "32 try-acquires at once, one place, one attempt");
+        // The others were granted: the stream carried them after the refusals.
+        let errors: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(errors.len(), refused, "{errors:?}");
+    });
+}

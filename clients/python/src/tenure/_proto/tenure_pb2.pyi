@@ -24,7 +24,7 @@ DURABILITY_VOLATILE: Durability
 DURABILITY_PERSISTENT: Durability
 
 class Error(_message.Message):
-    __slots__ = ("not_manager", "unavailable", "session_expired", "deadlock", "timeout", "invalid_name", "too_large", "stale_token", "unknown_store", "would_block", "not_held", "rejected", "too_many_requests", "wrong_store", "request_id_reused", "invalid_request", "object_exists", "revision_mismatch", "no_such_object", "no_such_upload", "upload_incomplete", "no_such_part", "compacted", "data_unavailable", "permission_denied", "message")
+    __slots__ = ("not_manager", "unavailable", "session_expired", "deadlock", "timeout", "invalid_name", "too_large", "stale_token", "unknown_store", "would_block", "not_held", "rejected", "too_many_requests", "wrong_store", "request_id_reused", "invalid_request", "object_exists", "revision_mismatch", "no_such_object", "no_such_upload", "upload_incomplete", "no_such_part", "compacted", "data_unavailable", "permission_denied", "overloaded", "message")
     NOT_MANAGER_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     SESSION_EXPIRED_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,7 @@ class Error(_message.Message):
     COMPACTED_FIELD_NUMBER: _ClassVar[int]
     DATA_UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_DENIED_FIELD_NUMBER: _ClassVar[int]
+    OVERLOADED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     not_manager: NotManager
     unavailable: Unavailable
@@ -76,8 +77,9 @@ class Error(_message.Message):
     compacted: Compacted
     data_unavailable: DataUnavailable
     permission_denied: PermissionDenied
+    overloaded: Overloaded
     message: str
-    def __init__(self, not_manager: _Optional[_Union[NotManager, _Mapping]] = ..., unavailable: _Optional[_Union[Unavailable, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., deadlock: _Optional[_Union[Deadlock, _Mapping]] = ..., timeout: _Optional[_Union[Timeout, _Mapping]] = ..., invalid_name: _Optional[_Union[InvalidName, _Mapping]] = ..., too_large: _Optional[_Union[TooLarge, _Mapping]] = ..., stale_token: _Optional[_Union[StaleToken, _Mapping]] = ..., unknown_store: _Optional[_Union[UnknownStore, _Mapping]] = ..., would_block: _Optional[_Union[WouldBlock, _Mapping]] = ..., not_held: _Optional[_Union[NotHeld, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., too_many_requests: _Optional[_Union[TooManyRequests, _Mapping]] = ..., wrong_store: _Optional[_Union[WrongStore, _Mapping]] = ..., request_id_reused: _Optional[_Union[RequestIdReused, _Mapping]] = ..., invalid_request: _Optional[_Union[InvalidRequest, _Mapping]] = ..., object_exists: _Optional[_Union[ObjectExists, _Mapping]] = ..., revision_mismatch: _Optional[_Union[RevisionMismatch, _Mapping]] = ..., no_such_object: _Optional[_Union[NoSuchObject, _Mapping]] = ..., no_such_upload: _Optional[_Union[NoSuchUpload, _Mapping]] = ..., upload_incomplete: _Optional[_Union[UploadIncomplete, _Mapping]] = ..., no_such_part: _Optional[_Union[NoSuchPart, _Mapping]] = ..., compacted: _Optional[_Union[Compacted, _Mapping]] = ..., data_unavailable: _Optional[_Union[DataUnavailable, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+    def __init__(self, not_manager: _Optional[_Union[NotManager, _Mapping]] = ..., unavailable: _Optional[_Union[Unavailable, _Mapping]] = ..., session_expired: _Optional[_Union[SessionExpired, _Mapping]] = ..., deadlock: _Optional[_Union[Deadlock, _Mapping]] = ..., timeout: _Optional[_Union[Timeout, _Mapping]] = ..., invalid_name: _Optional[_Union[InvalidName, _Mapping]] = ..., too_large: _Optional[_Union[TooLarge, _Mapping]] = ..., stale_token: _Optional[_Union[StaleToken, _Mapping]] = ..., unknown_store: _Optional[_Union[UnknownStore, _Mapping]] = ..., would_block: _Optional[_Union[WouldBlock, _Mapping]] = ..., not_held: _Optional[_Union[NotHeld, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., too_many_requests: _Optional[_Union[TooManyRequests, _Mapping]] = ..., wrong_store: _Optional[_Union[WrongStore, _Mapping]] = ..., request_id_reused: _Optional[_Union[RequestIdReused, _Mapping]] = ..., invalid_request: _Optional[_Union[InvalidRequest, _Mapping]] = ..., object_exists: _Optional[_Union[ObjectExists, _Mapping]] = ..., revision_mismatch: _Optional[_Union[RevisionMismatch, _Mapping]] = ..., no_such_object: _Optional[_Union[NoSuchObject, _Mapping]] = ..., no_such_upload: _Optional[_Union[NoSuchUpload, _Mapping]] = ..., upload_incomplete: _Optional[_Union[UploadIncomplete, _Mapping]] = ..., no_such_part: _Optional[_Union[NoSuchPart, _Mapping]] = ..., compacted: _Optional[_Union[Compacted, _Mapping]] = ..., data_unavailable: _Optional[_Union[DataUnavailable, _Mapping]] = ..., permission_denied: _Optional[_Union[PermissionDenied, _Mapping]] = ..., overloaded: _Optional[_Union[Overloaded, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class NotManager(_message.Message):
     __slots__ = ("store", "hint_device", "hint_endpoint")
@@ -254,6 +256,12 @@ class PermissionDenied(_message.Message):
     permission: str
     path: str
     def __init__(self, token: _Optional[str] = ..., permission: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class Overloaded(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
     __slots__ = ("store", "key", "value")
