@@ -124,6 +124,8 @@ pub fn configs(
             rng_seed: Some(tenure_core::rng::mix64(seed ^ p.id)),
             request_timeout_ms: 5000,
             max_client_requests: tenure_server::admission::DEFAULT_MAX_CLIENT_REQUESTS,
+            stream_admission_wait_ms: tenure_server::admission::STREAM_ADMISSION_WAIT.as_millis()
+                as u64,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: Some(workers),
             lookup: Default::default(),

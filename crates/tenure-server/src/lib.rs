@@ -323,7 +323,8 @@ pub async fn start_with_listeners(
         .iter()
         .map(|p| (DeviceId(p.id), p.client_addr))
         .collect();
-    let admission = admission::Admission::new(cfg.max_client_requests, Some(me));
+    let admission = admission::Admission::new(cfg.max_client_requests, Some(me))
+        .with_stream_wait(Duration::from_millis(cfg.stream_admission_wait_ms));
     let api = grpc::Api::new(
         calls_tx.clone(),
         endpoints,

@@ -9,8 +9,9 @@
 //! run through the same handler the unary RPC of its kind runs ([`Api`]'s `do_*`), and
 //! answered with its id as soon as the core answers, in any order. At most
 //! [`MAX_IN_FLIGHT`] requests run at once; one more is answered `TooManyRequests` and not
-//! run. A request the device has no place for (admission, see [`crate::admission`]) is
-//! answered `Overloaded`, not run, and the client sends it again after a pause. Bad input
+//! run. A request the device has no place for within `stream_admission_wait_ms` (1 s;
+//! admission, see [`crate::admission`]) is answered `Overloaded`, not run, and the client sends it again
+//! after a pause. Bad input
 //! on one request gets a typed error on that request and changes nothing; the stream
 //! stays up. A frame that cannot be decoded at all ends the stream with a
 //! `stream_closed` reason.
@@ -78,6 +79,7 @@ const REMEMBERED_IDS: usize = 4096;
 
 /// Serve one stream: a task reads requests and writes events until either side ends.
 pub fn serve(api: Api, caller: Caller, inbound: Streaming<proto::SessionRequest>) -> EventStream {
+    let api = api.waiting_for_admission();
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + 16);
     tokio::spawn(async move {
         let events = api.subscribe();

@@ -158,6 +158,10 @@ pub struct ServerConfig {
     /// releases and waiting acquires are always admitted.
     #[serde(default = "default_max_client_requests")]
     pub max_client_requests: usize,
+    /// How long a session stream's request waits for a place before it is answered
+    /// `Overloaded` on the stream (0: refused at once, as a unary request is).
+    #[serde(default = "default_stream_admission_wait_ms")]
+    pub stream_admission_wait_ms: u64,
     /// Largest peer frame accepted.
     #[serde(default = "default_max_frame")]
     pub max_frame_bytes: usize,
@@ -200,6 +204,9 @@ fn yes() -> bool {
 }
 fn default_max_client_requests() -> usize {
     crate::admission::DEFAULT_MAX_CLIENT_REQUESTS
+}
+fn default_stream_admission_wait_ms() -> u64 {
+    crate::admission::STREAM_ADMISSION_WAIT.as_millis() as u64
 }
 
 fn default_request_timeout_ms() -> u64 {
@@ -495,6 +502,7 @@ mod tests {
             rng_seed: None,
             request_timeout_ms: 5000,
             max_client_requests: 4096,
+            stream_admission_wait_ms: 1000,
             max_frame_bytes: 1 << 20,
             worker_threads: None,
             lookup: LookupSettings::default(),

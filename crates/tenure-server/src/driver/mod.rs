@@ -413,6 +413,28 @@ impl Driver {
             h.record(t.elapsed().as_secs_f64());
         }
         let now = self.clock.now();
+        if let Input::Message {
+            msg:
+                Msg::ToManager {
+                    chunk,
+                    msg:
+                        ToManager::RenewalRequest {
+                            renewed: Some(r), ..
+                        },
+                    ..
+                },
+            ..
+        } = &input
+        {
+            // The echoed renewal left this device: its age is the renewal's trip out,
+            // the chunk's period, and the request's trip back.
+            let h = if chunk.device == self.device.id() {
+                &self.metrics.renewal_age_local
+            } else {
+                &self.metrics.renewal_age_remote
+            };
+            h.record(now.saturating_since(r.sent).as_secs_f64());
+        }
         out.extend(self.device.handle(now, input));
     }
 }

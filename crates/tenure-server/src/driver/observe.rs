@@ -14,6 +14,8 @@ pub(super) struct HotMetrics {
     pub(super) turn_seconds: metrics::Histogram,
     pub(super) accept_local: metrics::Histogram,
     pub(super) accept_remote: metrics::Histogram,
+    pub(super) renewal_age_local: metrics::Histogram,
+    pub(super) renewal_age_remote: metrics::Histogram,
     pub(super) writes: metrics::Counter,
     pub(super) chunk_ops_served: metrics::Counter,
     /// Latency histograms per request kind.
@@ -33,6 +35,8 @@ impl HotMetrics {
             turn_seconds: metrics::histogram!("tenure_driver_turn_seconds"),
             accept_local: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "local"),
             accept_remote: metrics::histogram!("tenure_safetalk_accept_seconds", "chunk" => "remote"),
+            renewal_age_local: metrics::histogram!("tenure_lease_renewal_age_seconds", "chunk" => "local"),
+            renewal_age_remote: metrics::histogram!("tenure_lease_renewal_age_seconds", "chunk" => "remote"),
             writes: metrics::counter!("tenure_writes_total"),
             chunk_ops_served: metrics::counter!("tenure_chunk_ops_served_total"),
             requests: HashMap::new(),

@@ -51,6 +51,9 @@ pub struct Api {
     watches: crate::driver::routes::WatchRoutes,
     auth: Auth,
     admission: crate::admission::Admission,
+    /// How long a request waits for a place in the admission (none: refused at once,
+    /// as unary calls are; a session stream's: [`crate::admission::STREAM_ADMISSION_WAIT`]).
+    admission_wait: Option<Duration>,
     /// The device's data directory, whose size the Status answer reports.
     pub(super) data_dir: Option<std::path::PathBuf>,
     /// Sessions opened here without a store so far (their homes are chosen in turn).
@@ -77,6 +80,7 @@ impl Api {
             watches: Default::default(),
             auth: Auth::disabled(),
             admission: Default::default(),
+            admission_wait: None,
             data_dir: None,
             homes: Default::default(),
         }
@@ -110,6 +114,13 @@ impl Api {
     /// Report the size of `dir` (the device's data directory) in Status answers.
     pub fn with_data_dir(mut self, dir: std::path::PathBuf) -> Api {
         self.data_dir = Some(dir);
+        self
+    }
+
+    /// This service for a session stream: its requests wait for admission in turn, up
+    /// to the admission's stream wait.
+    pub(crate) fn waiting_for_admission(mut self) -> Api {
+        self.admission_wait = Some(self.admission.stream_wait());
         self
     }
 
@@ -212,7 +223,10 @@ impl Api {
         req: Request,
         limit: Option<Duration>,
     ) -> Result<Answer, Status> {
-        let _admitted = self.admission.request(&req)?;
+        let _admitted = match self.admission_wait {
+            Some(wait) => self.admission.wait_within(&req, wait).await?,
+            None => self.admission.request(&req)?,
+        };
         let (tx, rx) = oneshot::channel();
         self.lane(Some(&req))
             .send(Call::Request { req, reply: tx })

@@ -100,6 +100,7 @@ pub const METRICS: &[Metric] = &[
     // Replication and storage.
     plain("tenure_writes_total", Counter, "Writes of the test register acknowledged to their clients."),
     labelled("tenure_safetalk_accept_seconds", Histogram, "chunk", &["local", "remote"], "SafeTalk ACCEPT round trips from this manager to a chunk (out to ACCEPTED in)."),
+    labelled("tenure_lease_renewal_age_seconds", Histogram, "chunk", &["local", "remote"], "Age of the renewal a chunk echoes when its next renewal request reaches this manager: the renewal's trip, the chunk's renewal period (600 ms) and the request's trip. Near the lease (2 s), leases lapse."),
     plain("tenure_storage_commit_seconds", Histogram, "One group commit: one durable write of the log."),
     plain("tenure_storage_commits_total", Counter, "Group commits."),
     plain("tenure_storage_ops_total", Counter, "Persist operations made durable by group commits."),

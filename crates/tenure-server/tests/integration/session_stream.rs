@@ -644,11 +644,14 @@ fn session_expiry_and_close_are_pushed() {
 
 /// A request the device has no place for is answered `Overloaded` on the stream and not
 /// run; the stream stays up, the session stays bound, and the request sent again later
-/// runs (admission, DESIGN §8).
+/// runs (admission, DESIGN §8). With no wait for a place, to see the refusals.
 #[test]
 fn an_overloaded_request_is_answered_and_the_stream_stays_up() {
     let _turn = turn!();
-    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 1);
+    let cluster = Cluster::start_with(3, |c| {
+        c.max_client_requests = 1;
+        c.stream_admission_wait_ms = 0;
+    });
     rt().block_on(async {
         let (store, manager, _) = placement(&cluster).await;
         let mut a = Raw::open(&manager).await;
@@ -700,12 +703,39 @@ fn an_overloaded_request_is_answered_and_the_stream_stays_up() {
     });
 }
 
+/// Pipelined requests beyond the device's places wait for one in turn (within
+/// `stream_admission_wait_ms`) and all run.
+#[test]
+fn stream_requests_wait_in_turn_for_a_place() {
+    let _turn = turn!();
+    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 1);
+    rt().block_on(async {
+        let (store, manager, _) = placement(&cluster).await;
+        let mut a = Raw::open(&manager).await;
+        a.start_with_session(store, 30_000).await;
+        const N: u64 = 16;
+        for i in 0..N {
+            a.send(100 + i, acquire(&format!("/x/turn{i}"), false))
+                .await;
+        }
+        for _ in 0..N {
+            match a.next().await.kind {
+                Some(Ev::Granted(_)) => {}
+                other => panic!("expected a grant, got {other:?}"),
+            }
+        }
+    });
+}
+
 /// The client sends a request answered `Overloaded` again after a pause, on the same
 /// stream, so every try-acquire lands; a client allowed one attempt gets the typed error.
 #[test]
 fn the_client_retries_overloaded_stream_requests() {
     let _turn = turn!();
-    let cluster = Cluster::start_with(3, |c| c.max_client_requests = 1);
+    let cluster = Cluster::start_with(3, |c| {
+        c.max_client_requests = 1;
+        c.stream_admission_wait_ms = 0;
+    });
     let eps = cluster.endpoints();
     rt().block_on(async {
         let c = client(eps.clone());

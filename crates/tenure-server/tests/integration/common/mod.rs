@@ -122,6 +122,8 @@ pub fn configs(n: u64, root: &std::path::Path) -> Vec<ServerConfig> {
             rng_seed: Some(p.id),
             request_timeout_ms: 5000,
             max_client_requests: tenure_server::admission::DEFAULT_MAX_CLIENT_REQUESTS,
+            stream_admission_wait_ms: tenure_server::admission::STREAM_ADMISSION_WAIT.as_millis()
+                as u64,
             max_frame_bytes: tenure_server::wire::MAX_FRAME_BYTES,
             worker_threads: None,
             lookup: Default::default(),
