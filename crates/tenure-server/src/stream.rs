@@ -243,7 +243,8 @@ async fn run(
                         running.push(fut);
                     }
                     Accepted::Refused(id, e) => {
-                        metrics::counter!("tenure_stream_refused_total").increment(1);
+                        metrics::counter!("tenure_stream_refused_total", "reason" => refusal(&e))
+                            .increment(1);
                         if send(id, Ev::Error(e)).await.is_err() {
                             return End::ClientGone;
                         }
@@ -380,6 +381,20 @@ into_event! {
 
 /// A gRPC status from a shared handler as the request's typed error, or the end of the
 /// stream (the device is going away, or the server broke).
+/// The `reason` label of a refused request.
+fn refusal(e: &proto::Error) -> &'static str {
+    match e.kind {
+        Some(Kind::TooManyRequests(_)) => "window",
+        Some(Kind::TooLarge(_)) => "too_large",
+        Some(Kind::WrongStore(_)) => "wrong_store",
+        Some(Kind::RequestIdReused(_)) => "id_reused",
+        Some(Kind::PermissionDenied(_)) => "permission",
+        Some(Kind::InvalidName(_)) => "invalid_name",
+        Some(Kind::InvalidRequest(_)) => "invalid",
+        _ => "other",
+    }
+}
+
 /// The answer to a request whose run failed with `s`, or why the stream ends. An
 /// overloaded device's refusal is answered `Overloaded` on the stream, which the client
 /// sends again after a pause: the stream goes on (`limit`: the device's admission limit).

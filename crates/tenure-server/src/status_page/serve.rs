@@ -29,12 +29,20 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
             ];
             // Inputs per driver turn are counts up to `MAX_BATCH`, not seconds.
             let batch = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+            // A renewal's age is at least the chunk's period (600 ms); the lease is 2 s.
+            let renewal = [0.6, 0.65, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0, 5.0];
             let built = metrics_exporter_prometheus::PrometheusBuilder::new()
                 .set_buckets(&buckets)
                 .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full("tenure_driver_batch_inputs".into()),
                         &batch,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("tenure_lease_renewal_age_seconds".into()),
+                        &renewal,
                     )
                 })
                 .and_then(|b| b.install_recorder());

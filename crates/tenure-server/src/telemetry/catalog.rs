@@ -119,7 +119,7 @@ pub const METRICS: &[Metric] = &[
     labelled("tenure_client_errors_total", Counter, "kind", &[], "Errors answered to clients, by kind."),
     plain("tenure_client_overloaded_total", Counter, "Client requests refused because the device had too many in the core."),
     labelled("tenure_client_tls_refused_total", Counter, "reason", &["plaintext", "handshake"], "Client connections refused on a TLS port."),
-    plain("tenure_stream_refused_total", Counter, "Requests refused on a session stream."),
+    labelled("tenure_stream_refused_total", Counter, "reason", &["window", "too_large", "wrong_store", "id_reused", "permission", "invalid_name", "invalid", "other"], "Requests refused on a session stream, by why (`window`: more in flight than the stream takes)."),
     // Sessions and locks (seed 004).
     plain("tenure_sessions", Gauge, "Open sessions of the stores this device manages."),
     plain("tenure_locks_held", Gauge, "Locks with at least one holder in the stores this device manages."),

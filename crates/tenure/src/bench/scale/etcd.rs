@@ -159,11 +159,12 @@ async fn hold(
     let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
     let ttl = a.ttl_secs.max(2) as i64;
+    let gate = Arc::new(tokio::sync::Semaphore::new(a.inflight.max(1)));
     let mut tasks = Vec::new();
     for s in 0..a.sessions {
         let ch = chans[s as usize % chans.len()].clone();
         let names = lock_names(s, locks_of(s, a.locks, a.sessions), a.prefixes);
-        let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
+        let (errors, taken, bar, gate) = (errors.clone(), taken.clone(), bar.clone(), gate.clone());
         let all = chans.to_vec();
         tasks.push(tokio::spawn(async move {
             let id = LeaseClient::new(ch.clone())
@@ -176,9 +177,15 @@ async fn hold(
             let kv = KvClient::new(ch);
             futures::stream::iter(names)
                 .for_each_concurrent(16, |n| {
-                    let (mut kv, errors, taken, bar) =
-                        (kv.clone(), errors.clone(), taken.clone(), bar.clone());
+                    let (mut kv, errors, taken, bar, gate) = (
+                        kv.clone(),
+                        errors.clone(),
+                        taken.clone(),
+                        bar.clone(),
+                        gate.clone(),
+                    );
                     async move {
+                        let _turn = gate.acquire().await;
                         // Tried again after an error, as clientv3's retrying client does
                         // (etcd pushes back with "too many requests" when its apply lags).
                         for tries in 1..=5 {

@@ -56,6 +56,10 @@ pub struct ScaleArgs {
     /// Locks held between them.
     #[arg(long, default_value_t = 100_000)]
     locks: u64,
+    /// Acquires in flight at once over all the lock clients (each has at most 16): more
+    /// than the cluster grants in a few seconds only lengthens every acquire's wait.
+    #[arg(long, default_value_t = 2048)]
+    inflight: usize,
     /// Session TTL of the lock clients, in seconds.
     #[arg(long, default_value_t = 30)]
     ttl_secs: u64,

@@ -203,16 +203,20 @@ async fn hold(
     let started = Instant::now();
     let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(a.inflight.max(1)));
     let mut tasks = Vec::new();
     for s in 0..a.sessions {
         let c = client(file, opts.clone())?;
         let names = lock_names(s, locks_of(s, a.locks, a.sessions), a.prefixes);
-        let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
+        let (errors, taken, bar, gate) = (errors.clone(), taken.clone(), bar.clone(), gate.clone());
         tasks.push(tokio::spawn(async move {
             let guards: Vec<LockGuard> = futures::stream::iter(names)
                 .map(|n| {
-                    let c = c.clone();
-                    async move { c.lock(&n, LockMode::Exclusive, Wait::Try).await }
+                    let (c, gate) = (c.clone(), gate.clone());
+                    async move {
+                        let _turn = gate.acquire().await;
+                        c.lock(&n, LockMode::Exclusive, Wait::Try).await
+                    }
                 })
                 .buffer_unordered(16)
                 .filter_map(|r| {
@@ -285,6 +289,8 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         file,
         ClientOptions {
             attempt_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            retry_deadline: Duration::from_secs(10),
             ..quick.clone()
         },
     )?;

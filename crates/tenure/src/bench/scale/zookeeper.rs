@@ -197,20 +197,27 @@ async fn hold(
     let started = Instant::now();
     let errors = Arc::new(Errors::default());
     let taken = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(a.inflight.max(1)));
     let mut tasks = Vec::new();
     for s in 0..a.sessions {
         let names = lock_names(s, locks_of(s, a.locks, a.sessions), a.prefixes);
         let parent = format!("/scalelock{}/c{s}", s % a.prefixes);
-        let (errors, taken, bar) = (errors.clone(), taken.clone(), bar.clone());
+        let (errors, taken, bar, gate) = (errors.clone(), taken.clone(), bar.clone(), gate.clone());
         let cluster = cluster.to_string();
         tasks.push(tokio::spawn(async move {
             let client = connect(&cluster, ttl).await?;
             client.mkdir(&parent, &persistent()).await?;
             futures::stream::iter(names)
                 .for_each_concurrent(16, |n| {
-                    let (client, errors, taken, bar) =
-                        (&client, errors.clone(), taken.clone(), bar.clone());
+                    let (client, errors, taken, bar, gate) = (
+                        &client,
+                        errors.clone(),
+                        taken.clone(),
+                        bar.clone(),
+                        gate.clone(),
+                    );
                     async move {
+                        let _turn = gate.acquire().await;
                         // Tried again after an error; a node already there from an earlier
                         // try that answered too late is this session's own.
                         for tries in 1..=5u64 {
