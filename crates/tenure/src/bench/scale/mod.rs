@@ -215,6 +215,32 @@ struct Memory {
 }
 
 /// The devices' average RSS, in MB.
+/// Every lock client keeps a connection to each device it reaches (three each, and
+/// more while they reconnect after the kill): 10,000 clients need more descriptors than
+/// a shell's usual limit. Raise the limit as far as allowed; a failure leaves it as is
+/// (the bench then fails with "too many open files", naming it).
+fn raise_open_files() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let now = getrlimit(Resource::Nofile);
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    let want = Rlimit {
+        current: Some(ceiling),
+        maximum: Some(ceiling),
+    };
+    if setrlimit(Resource::Nofile, want).is_err() {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: now.maximum,
+                maximum: now.maximum,
+            },
+        );
+    }
+}
+
 fn mean_rss(f: &[Footprint]) -> f64 {
     f.iter().map(|d| d.rss_mb).sum::<f64>() / f.len().max(1) as f64
 }
@@ -237,6 +263,7 @@ impl Memory {
 
 /// Run the scale benchmark.
 pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
+    raise_open_files();
     anyhow::ensure!(
         a.system != System::Tenure || a.target.endpoints.is_empty(),
         "bench scale runs against the local cluster of --data (it kills and restarts a device); --endpoints is not enough"
