@@ -116,15 +116,11 @@ impl Admission {
             return Ok(Admitted(Some(p)));
         }
         if limit.is_zero() {
-            metrics::counter!("tenure_client_overloaded_total").increment(1);
-            return Err(overloaded(self.device, self.limit));
+            return Err(self.refuse());
         }
         match tokio::time::timeout(limit, self.permits.clone().acquire_owned()).await {
             Ok(p) => Ok(Admitted(p.ok())),
-            Err(_) => {
-                metrics::counter!("tenure_client_overloaded_total").increment(1);
-                Err(overloaded(self.device, self.limit))
-            }
+            Err(_) => Err(self.refuse()),
         }
     }
 
@@ -132,11 +128,14 @@ impl Admission {
     pub fn take(&self) -> Result<Admitted, Status> {
         match self.permits.clone().try_acquire_owned() {
             Ok(p) => Ok(Admitted(Some(p))),
-            Err(_) => {
-                metrics::counter!("tenure_client_overloaded_total").increment(1);
-                Err(overloaded(self.device, self.limit))
-            }
+            Err(_) => Err(self.refuse()),
         }
+    }
+
+    /// A refusal, counted: the overload answer.
+    fn refuse(&self) -> Status {
+        metrics::counter!("tenure_client_overloaded_total").increment(1);
+        overloaded(self.device, self.limit)
     }
 }
 
