@@ -124,6 +124,13 @@ impl Relay {
                 Ok(Ok(other)) => Err(Some(Err(crate::grpc::unexpected("a watch", &other)))),
                 Ok(Err(e)) if resumable(&e) => Ok(()),
                 Ok(Err(e)) => Err(Some(Ok(self.error(&e)))),
+                // No answer in time (the store's manager is changing, or the device is
+                // busy): the watch may be registered or not; it is removed and asked
+                // again, after the last revision relayed, on the same stream.
+                Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+                    self.forget(attempt);
+                    Ok(())
+                }
                 Err(status) => Err(Some(Err(status))),
             };
             self.api.watches().unregister(self.client, attempt);
@@ -199,6 +206,12 @@ impl Relay {
     /// The caller went away or the relay ends: remove watch `attempt` from the device
     /// (in the background).
     fn stop(&self, attempt: u64) -> Option<Result<proto::WatchObjectsResponse, Status>> {
+        self.forget(attempt);
+        None
+    }
+
+    /// Remove watch `attempt` from the device (in the background).
+    fn forget(&self, attempt: u64) {
         self.api.watches().unregister(self.client, attempt);
         let api = self.api.clone();
         let (client, store) = (self.client, self.ask.store);
@@ -209,6 +222,5 @@ impl Relay {
             };
             let _ = api.request_as(client, req).await;
         });
-        None
     }
 }
