@@ -129,6 +129,9 @@ pub struct PlantedBugs {
     /// A manager takes a renewal it merely sent as proof of its chunk's lease (the
     /// read lease's bound from the send time, without the chunk's echo).
     pub read_lease_from_sent_renewal: bool,
+    /// A chunk persists its record's head alone (`PersistOp::PutChunkHead`) even when its
+    /// tables changed since it last persisted them: what changed is lost at a restart.
+    pub head_record_loses_rows: bool,
     /// A manager answers reads from its speculative tables (changes decided but not
     /// yet acknowledged).
     pub lease_read_speculative: bool,

@@ -126,7 +126,7 @@ impl Gate {
     pub fn persist(&mut self, op: &PersistOp, g: u64) {
         self.last_persist = g;
         let store = match op {
-            PersistOp::PutChunk(c) => {
+            PersistOp::PutChunk(c) | PersistOp::PutChunkHead(c) => {
                 self.chunk_store.insert(c.id, c.store);
                 Some(c.store)
             }

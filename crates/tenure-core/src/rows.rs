@@ -213,6 +213,28 @@ pub fn diff(old: &Tables, new: &Tables, out: &mut Vec<RowChange>) -> Result<(), 
     diff_history(old, new, out)
 }
 
+/// Whether `b` is `a` unchanged: every row map the same shared map (an O(1) look at
+/// the persistent maps' roots, so equal rows in maps built apart count as changed), and
+/// the heads equal. What a chunk asks before persisting its record's head alone.
+pub fn unchanged(a: &Tables, b: &Tables) -> bool {
+    a.registers.entries.ptr_eq(&b.registers.entries)
+        && a.sessions.open.ptr_eq(&b.sessions.open)
+        && a.locks.entries.ptr_eq(&b.locks.entries)
+        && a.locks.waiters.ptr_eq(&b.locks.waiters)
+        && a.locks.sessions.ptr_eq(&b.locks.sessions)
+        && a.objects.keys.ptr_eq(&b.objects.keys)
+        && a.objects.owned.ptr_eq(&b.objects.owned)
+        && a.objects.attention.ptr_eq(&b.objects.attention)
+        && same_history(&a.objects.history, &b.objects.history)
+        && head(a) == head(b)
+}
+
+/// `ptr_eq` for the watch history, whose short vectors imbl keeps inline (never
+/// pointer-equal): those are compared whole.
+fn same_history<T: Clone + PartialEq>(a: &imbl::Vector<T>, b: &imbl::Vector<T>) -> bool {
+    a.ptr_eq(b) || (a.len() == b.len() && a.len() <= 64 && a == b)
+}
+
 /// The tables without their rows: what the chunk record keeps beside them.
 pub fn head(t: &Tables) -> Tables {
     let mut h = t.clone();

@@ -1639,6 +1639,65 @@ fn regular_lease_accept_persists_a_whole_record_every_whole_record_every_deltas(
     assert_eq!(accept_persists(1, 3), "WWW");
 }
 
+/// The kinds of the persists in `out`: `H` for a record's head, `W` for a whole record,
+/// `D` for a delta.
+fn persist_kinds(out: &[Output]) -> String {
+    persists(out)
+        .iter()
+        .map(|p| match p {
+            PersistOp::PutChunkHead(_) => 'H',
+            PersistOp::PutChunk(_) => 'W',
+            PersistOp::Accept { .. } => 'D',
+            other => panic!("unexpected persist {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn regular_lease_epoch_transition_persists_the_head_alone_when_the_tables_are_persisted() {
+    // Tenure: a vote whose tables the chunk already persisted (whole or by deltas) is
+    // written as the record's head: its rows stay those of the durable record. Tables
+    // changed since (a CONFIRM applies changes without a persist) go whole.
+    for confirmed_since in [false, true] {
+        let mut env = Env::new(d(1));
+        env.cfg.whole_record_every = u32::MAX;
+        let mut k = chunk(&mut env, S::RegularLease, 3, M);
+        let v = crate::ids::Version {
+            epoch: e(3),
+            seq: 1,
+        };
+        let accept = ToChunk::Accept {
+            epoch: e(3),
+            ops: vec![(v, crate::data::StoreOp::Register { key: 1, value: 1 })],
+            confirm: Default::default(),
+        };
+        k.on_msg(&mut env.ctx(T0), M, accept);
+        assert_eq!(persist_kinds(&env.take()), "D");
+        if confirmed_since {
+            k.on_msg(
+                &mut env.ctx(T0),
+                M,
+                ToChunk::Confirm {
+                    epoch: e(3),
+                    upto: v,
+                },
+            );
+            assert_eq!(persist_kinds(&env.take()), "");
+        }
+        k.on_msg(&mut env.ctx(T0 + ms(100)), M, epoch_transition(3, 4, M));
+        let out = env.take();
+        assert_eq!(k.state, S::RegularTransition);
+        match (confirmed_since, persists(&out).as_slice()) {
+            (false, [PersistOp::PutChunkHead(h)]) => {
+                assert_eq!(h.prepared, Some(prepared(4, M)));
+                assert_eq!(**h, k.record.head(), "the head of the record voted with");
+            }
+            (true, [PersistOp::PutChunk(c)]) => assert_eq!(**c, k.record),
+            (_, other) => panic!("confirmed since: {confirmed_since}, persisted {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn regular_lease_accept_never_persists_a_whole_record_when_told_not_to() {
     // Tenure: `u32::MAX` (the server's setting, whose storage compacts deltas itself)

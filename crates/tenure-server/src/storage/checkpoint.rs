@@ -194,7 +194,10 @@ impl Storage {
         // Encode first so an encoding failure leaves the database untouched.
         let mut encoded = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let record_op = matches!(op, PersistOp::PutChunk(_) | PersistOp::Accept { .. });
+            let record_op = matches!(
+                op,
+                PersistOp::PutChunk(_) | PersistOp::Accept { .. } | PersistOp::PutChunkHead(_)
+            );
             let k = op.chunk().map(key).filter(|_| record_op);
             let superseded = k.and_then(|k| base.get(&k)).is_some_and(|b| *b > i);
             if superseded {
@@ -208,6 +211,10 @@ impl Storage {
                 PersistOp::RemoveChunk(id) => Encoded::Remove(key(*id)),
                 PersistOp::Accept { chunk, .. } => Encoded::Delta(
                     key(*chunk),
+                    postcard::to_stdvec(op).map_err(StorageError::Encode)?,
+                ),
+                PersistOp::PutChunkHead(c) => Encoded::Delta(
+                    key(c.id),
                     postcard::to_stdvec(op).map_err(StorageError::Encode)?,
                 ),
                 PersistOp::SetNextSerial(n) => Encoded::Serial(*n),

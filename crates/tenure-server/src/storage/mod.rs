@@ -436,6 +436,9 @@ impl Storage {
                 PersistOp::Accept { chunk, .. } => {
                     self.dirty.chunks.insert(*chunk);
                 }
+                PersistOp::PutChunkHead(c) => {
+                    self.dirty.chunks.insert(c.id);
+                }
                 PersistOp::RemoveChunk(id) => {
                     self.dirty.chunks.remove(id);
                     self.dirty.removed.insert(*id);
@@ -477,6 +480,15 @@ impl Storage {
                         if deferred.ops.is_empty() {
                             self.deferred.remove(&chunk);
                         }
+                    }
+                }
+                PersistOp::PutChunkHead(head) => {
+                    // The rows stay: what is deferred for them is applied first, then
+                    // the head replaces the rest of the record.
+                    let id = head.id;
+                    self.catch_up(id);
+                    if let Some(rec) = self.state.chunks.get_mut(&id) {
+                        PersistOp::PutChunkHead(head).apply_delta(rec);
                     }
                 }
                 op => {

@@ -721,3 +721,15 @@ fn planted_keep_alive_skips_children_is_caught() {
         "{v}"
     );
 }
+
+// DESIGN "State at scale" planted bug: a chunk that persists its record's head alone
+// (`PutChunkHead`) though its tables changed since it last persisted them loses those
+// changes at its next restart; the checkers must see an acknowledged change missing.
+#[test]
+fn planted_head_record_loses_rows_is_caught() {
+    let mut c = SimConfig::new(0);
+    c.planted.head_record_loses_rows = true;
+    let found = first_violation_with(c, 4);
+    let (seed, v) = found.expect("a head record losing rows not caught within 4 seeds");
+    eprintln!("a head record losing rows caught at seed {seed}: {v}");
+}

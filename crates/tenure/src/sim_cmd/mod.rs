@@ -150,6 +150,8 @@ enum Plant {
     LeaseReadUnchecked,
     /// Managers take a renewal merely sent as proof of a chunk's lease.
     ReadLeaseFromSentRenewal,
+    /// Chunks persist their record's head alone even when their tables changed.
+    HeadRecordLosesRows,
     /// Managers answer reads from their speculative tables.
     LeaseReadSpeculative,
     /// The lock table grants without checking for conflicts.
@@ -308,6 +310,7 @@ impl SimArgs {
             serve_without_lease: self.plant.contains(&Plant::ServeWithoutLease),
             lease_read_unchecked: self.plant.contains(&Plant::LeaseReadUnchecked),
             read_lease_from_sent_renewal: self.plant.contains(&Plant::ReadLeaseFromSentRenewal),
+            head_record_loses_rows: self.plant.contains(&Plant::HeadRecordLosesRows),
             lease_read_speculative: self.plant.contains(&Plant::LeaseReadSpeculative),
             skip_conflict_check: self.plant.contains(&Plant::SkipConflictCheck),
             ignore_cover: self.plant.contains(&Plant::IgnoreCover),

@@ -96,6 +96,10 @@ pub struct Chunk {
     /// that manager while the lease it gave runs ([`ToManager::RenewalRequest`]'s
     /// `renewed`; DESIGN §4, reads).
     pub renewal_sent: Option<(DeviceId, Epoch, Instant)>,
+    /// Tenure: the tables as the chunk last persisted them, whole or by a delta (an
+    /// O(1) copy of persistent maps). While the record's tables are still these, a
+    /// record persists as its head ([`PersistOp::PutChunkHead`]).
+    pub durable_tables: Option<crate::data::Tables>,
 }
 
 impl Chunk {
@@ -120,7 +124,9 @@ impl Chunk {
             blocks: Default::default(),
             boot_hold: Some(ctx.now + ctx.cfg.timing.lease),
             renewal_sent: None,
+            durable_tables: None,
         };
+        c.durable_tables = Some(c.record.data.table.clone());
         c.newly_awake(ctx);
         c
     }
@@ -146,6 +152,7 @@ impl Chunk {
             data: Default::default(),
         };
         ctx.persist(PersistOp::PutChunk(Box::new(p.clone())));
+        let durable_tables = Some(p.data.table.clone());
         let mut c = Chunk {
             lease_mgr: Some(mgr),
             lease_epoch: epoch,
@@ -164,6 +171,7 @@ impl Chunk {
             blocks: Default::default(),
             boot_hold: None,
             renewal_sent: None,
+            durable_tables,
         };
         c.lease_renewal = Some(ctx.now + ctx.cfg.timing.renewal_period);
         c
@@ -200,8 +208,24 @@ impl Chunk {
     }
 
     fn persist(&mut self, ctx: &mut Ctx<'_>) {
+        let table = &self.record.data.table;
+        if (self.durable_tables.as_ref()).is_some_and(|d| crate::rows::unchanged(d, table))
+            && !ctx.cfg.planted.head_record_loses_rows
+        {
+            // Only the head changed since the tables were last persisted: the deltas
+            // since the last whole record stay, and so does their count.
+            ctx.persist(PersistOp::PutChunkHead(Box::new(self.record.head())));
+            return;
+        }
+        if ctx.cfg.planted.head_record_loses_rows && self.durable_tables.is_some() {
+            // Planted: the head alone, whatever changed in the tables.
+            ctx.persist(PersistOp::PutChunkHead(Box::new(self.record.head())));
+            self.durable_tables = Some(self.record.data.table.clone());
+            return;
+        }
         self.deltas = 0;
         self.unshared = 0;
+        self.durable_tables = Some(table.clone());
         ctx.persist(PersistOp::PutChunk(Box::new(self.record.clone())));
     }
 
@@ -213,6 +237,7 @@ impl Chunk {
             self.persist(ctx);
         } else {
             self.deltas += 1;
+            self.durable_tables = Some(self.record.data.table.clone());
             ctx.persist(delta);
         }
     }
