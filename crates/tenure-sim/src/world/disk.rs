@@ -147,6 +147,11 @@ impl World {
 
     /// A `Persist` output of `d`.
     pub(super) fn persist(&mut self, d: DeviceId, op: PersistOp) {
+        match &op {
+            PersistOp::PutChunk(_) => self.report.faults.records_whole += 1,
+            PersistOp::PutChunkHead(_) => self.report.faults.record_heads += 1,
+            _ => {}
+        }
         let sync = !self.asynchronous_disk();
         let node = self.nodes.get_mut(&d).expect("node");
         // What was written is what a log replays: a delta applied, without the chunk's

@@ -37,6 +37,10 @@ pub struct Faults {
     pub unsynced_survived: u64,
     /// Commits that stalled (up to three leases) before becoming durable.
     pub disk_stalls: u64,
+    /// Chunk records written whole (rows included).
+    pub records_whole: u64,
+    /// Chunk records written as their head alone (`PutChunkHead`: the rows stay).
+    pub record_heads: u64,
     /// Pauses.
     pub pauses: u64,
     /// Messages lost (random loss and partitions).
@@ -68,6 +72,8 @@ impl Faults {
         self.torn_records += o.torn_records;
         self.unsynced_survived += o.unsynced_survived;
         self.disk_stalls += o.disk_stalls;
+        self.records_whole += o.records_whole;
+        self.record_heads += o.record_heads;
         self.pauses += o.pauses;
         self.lost += o.lost;
         self.duplicated += o.duplicated;

@@ -62,6 +62,8 @@ fn bounded_sweep_finds_no_violation() {
         "{f:?}"
     );
     assert!(f.disk_stalls > 0 && s.checks.durable_checks > 0, "{f:?}");
+    // DESIGN "State at scale": records whose tables were persisted went as heads.
+    assert!(f.records_whole > 0 && f.record_heads > 0, "{f:?}");
     // DESIGN §9 (invariants 3–5): the lock checkers compared real grants.
     assert!(s.locks.grants > 0 && s.locks.releases > 0 && s.locks.session_ends > 0);
     assert!(s.locks.client_pauses > 0 && s.locks.deadlines_passed > 0);

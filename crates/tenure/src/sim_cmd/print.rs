@@ -92,7 +92,7 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
     println!("{}", cost.line(s.events));
     let f = &s.faults;
     println!(
-        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits; wall clocks: {} steps forward, {} back, {} boots after a step",
+        "faults: partitions {} halves + {} isolate-one ({} one-way), heals {}, crashes {} ({} mid-batch), pauses {}, messages lost {}, duplicated {}; disks: {} unsynced groups lost, {} torn records refused, {} unsynced commits kept whole, {} stalled commits, chunk records {} whole and {} heads; wall clocks: {} steps forward, {} back, {} boots after a step",
         f.partitions_halves,
         f.partitions_isolate,
         f.one_way,
@@ -106,6 +106,8 @@ pub(super) fn print_summary(s: &Summary, cost: &Perf, k: usize, n: u64) {
         f.torn_records,
         f.unsynced_survived,
         f.disk_stalls,
+        f.records_whole,
+        f.record_heads,
         f.clock_steps_forward,
         f.clock_steps_back,
         f.boots_after_step

@@ -74,6 +74,11 @@ impl Chunk {
             if as_is {
                 merged.stamp = d.stamp;
             }
+            // Tenure: a merge that leaves this chunk's tables as they were keeps them
+            // (the same shared maps), so the vote persists the record's head alone.
+            if merged.table == self.record.data.table {
+                merged.table = self.record.data.table.clone();
+            }
             self.record.data = merged;
         }
         self.log = Some(log);
