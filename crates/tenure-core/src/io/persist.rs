@@ -105,8 +105,9 @@ pub enum PersistOp {
     /// Advance the device's chunk serial counter (before the serial is used).
     SetNextSerial(u64),
     /// Tenure: replace a chunk's record but its tables' rows, which stay those of its
-    /// durable record: what a chunk writes when its tables did not change since it last
-    /// persisted them (an epoch transition, a vote, a lease manager). The record carries
+    /// durable record once it confirmed as far as the head says: what a chunk writes when
+    /// its tables did not change since it last persisted them but by CONFIRMs (an epoch
+    /// transition, a vote, a lease manager). The record carries
     /// its tables' head only ([`ChunkPersist::head`]), so the write does not grow with
     /// the store: whole records of stores of 40,000 rows each, written at every epoch
     /// transition of a failover, kept a survivor's storage thread busy for 10 s.
@@ -189,6 +190,9 @@ impl PersistOp {
     /// other changes are not deltas and leave it alone.
     pub fn apply_delta(&self, rec: &mut ChunkPersist) {
         if let PersistOp::PutChunkHead(head) = self {
+            // The chunk may have confirmed further (a CONFIRM applies pending changes
+            // without a persist): the rows come out the same by confirming as far.
+            rec.data.confirm(head.data.confirmed);
             let table = std::mem::take(&mut rec.data.table);
             *rec = (**head).clone();
             rec.data.table = table;

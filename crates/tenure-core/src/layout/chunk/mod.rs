@@ -96,9 +96,10 @@ pub struct Chunk {
     /// that manager while the lease it gave runs ([`ToManager::RenewalRequest`]'s
     /// `renewed`; DESIGN §4, reads).
     pub renewal_sent: Option<(DeviceId, Epoch, Instant)>,
-    /// Tenure: the tables as the chunk last persisted them, whole or by a delta (an
-    /// O(1) copy of persistent maps). While the record's tables are still these, a
-    /// record persists as its head ([`PersistOp::PutChunkHead`]).
+    /// Tenure: the tables as the chunk last persisted them, whole or by a delta, or as
+    /// its durable copy makes them by confirming as far as the chunk did (an O(1) copy of
+    /// persistent maps). While the record's tables are still these, a record persists as
+    /// its head ([`PersistOp::PutChunkHead`]).
     pub durable_tables: Option<crate::data::Tables>,
 }
 
@@ -223,9 +224,14 @@ impl Chunk {
             self.durable_tables = Some(self.record.data.table.clone());
             return;
         }
+        self.persist_whole(ctx);
+    }
+
+    /// Persist the whole record, rows included: it supersedes the deltas before it.
+    fn persist_whole(&mut self, ctx: &mut Ctx<'_>) {
         self.deltas = 0;
         self.unshared = 0;
-        self.durable_tables = Some(table.clone());
+        self.durable_tables = Some(self.record.data.table.clone());
         ctx.persist(PersistOp::PutChunk(Box::new(self.record.clone())));
     }
 
@@ -234,7 +240,7 @@ impl Chunk {
     /// whole record.
     fn persist_delta(&mut self, ctx: &mut Ctx<'_>, delta: PersistOp) {
         if self.deltas.saturating_add(1) >= ctx.cfg.whole_record_every {
-            self.persist(ctx);
+            self.persist_whole(ctx);
         } else {
             self.deltas += 1;
             self.durable_tables = Some(self.record.data.table.clone());

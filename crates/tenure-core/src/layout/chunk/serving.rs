@@ -166,7 +166,14 @@ impl Chunk {
         upto: Version,
     ) {
         if self.serving(ctx, from, epoch) && upto > self.record.data.confirmed {
+            let durable = (self.durable_tables.as_ref())
+                .is_some_and(|d| crate::rows::unchanged(d, &self.record.data.table));
             self.record.data.confirm(upto.min(self.last_accepted()));
+            if durable {
+                // The durable copy comes to these tables by confirming as far (what a
+                // record's head asks of it: `PersistOp::PutChunkHead`).
+                self.durable_tables = Some(self.record.data.table.clone());
+            }
         }
     }
 
