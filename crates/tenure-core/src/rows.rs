@@ -213,26 +213,31 @@ pub fn diff(old: &Tables, new: &Tables, out: &mut Vec<RowChange>) -> Result<(), 
     diff_history(old, new, out)
 }
 
-/// Whether `b` is `a` unchanged: every row map the same shared map (an O(1) look at
-/// the persistent maps' roots, so equal rows in maps built apart count as changed), and
-/// the heads equal. What a chunk asks before persisting its record's head alone.
+/// Whether `b` is `a` unchanged: every row map equal (at once when it is the same
+/// shared map, as when nothing replaced it since; else row by row), and the heads equal.
+/// What a chunk asks before persisting its record's head alone. The answer depends on
+/// the rows alone, never on which maps happen to be shared: a device rebuilt from a
+/// copy of the same state decides the same.
 pub fn unchanged(a: &Tables, b: &Tables) -> bool {
-    a.registers.entries.ptr_eq(&b.registers.entries)
-        && a.sessions.open.ptr_eq(&b.sessions.open)
-        && a.locks.entries.ptr_eq(&b.locks.entries)
-        && a.locks.waiters.ptr_eq(&b.locks.waiters)
-        && a.locks.sessions.ptr_eq(&b.locks.sessions)
-        && a.objects.keys.ptr_eq(&b.objects.keys)
-        && a.objects.owned.ptr_eq(&b.objects.owned)
-        && a.objects.attention.ptr_eq(&b.objects.attention)
-        && same_history(&a.objects.history, &b.objects.history)
+    same(&a.registers.entries, &b.registers.entries)
+        && same(&a.sessions.open, &b.sessions.open)
+        && same(&a.locks.entries, &b.locks.entries)
+        && same(&a.locks.waiters, &b.locks.waiters)
+        && same(&a.locks.sessions, &b.locks.sessions)
+        && same(&a.objects.keys, &b.objects.keys)
+        && same(&a.objects.owned, &b.objects.owned)
+        && (a.objects.attention.ptr_eq(&b.objects.attention)
+            || a.objects.attention == b.objects.attention)
+        && (a.objects.history.ptr_eq(&b.objects.history) || a.objects.history == b.objects.history)
         && head(a) == head(b)
 }
 
-/// `ptr_eq` for the watch history, whose short vectors imbl keeps inline (never
-/// pointer-equal): those are compared whole.
-fn same_history<T: Clone + PartialEq>(a: &imbl::Vector<T>, b: &imbl::Vector<T>) -> bool {
-    a.ptr_eq(b) || (a.len() == b.len() && a.len() <= 64 && a == b)
+/// Two persistent maps equal: the same shared map, or equal row by row.
+fn same<K: Ord + Clone, V: Clone + PartialEq>(
+    a: &imbl::OrdMap<K, V>,
+    b: &imbl::OrdMap<K, V>,
+) -> bool {
+    a.ptr_eq(b) || a == b
 }
 
 /// The tables without their rows: what the chunk record keeps beside them.
