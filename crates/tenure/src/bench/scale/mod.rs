@@ -143,6 +143,9 @@ struct Failover {
     /// Seconds from the kill until every store has a manager among the survivors (a peer:
     /// until a survivor reports itself or another survivor as the leader).
     all_managed_s: Option<f64>,
+    /// Seconds from the kill until a new lock was granted in every store it managed
+    /// (Tenure).
+    all_granted_s: Option<f64>,
     /// Held locks whose session expired (a peer: acquired locks whose key or znode is
     /// gone at the end).
     locks_lost: u64,
@@ -383,6 +386,7 @@ fn print_failover(system: System, f: &Failover) {
         );
         println!("  first grant in its stores after {}", s(f.first_grant_s));
         println!("  every store managed after      {}", s(f.all_managed_s));
+        println!("  a grant in every one after     {}", s(f.all_granted_s));
     } else {
         println!("kill -9 of d{} (the leader):", f.killed);
         println!("  first write after              {}", s(f.first_grant_s));

@@ -276,6 +276,66 @@ fn probe_name(store: u32, stores: u32, k: &mut u64) -> String {
     }
 }
 
+/// After the kill at `t0`: a new lock in each of `stores`, tried over and over until one
+/// is granted (for at most `watch_secs`); the seconds from `t0` to each store's first
+/// grant. The probe is a client of its own on a thread and runtime of its own, as a user
+/// starting after the kill would be: in the bench's runtime its tries queued behind the
+/// thousands of held sessions' tasks, all busy reconnecting at that moment.
+fn probe_grants(
+    file: ClusterFile,
+    opts: ClientOptions,
+    stores: Vec<u32>,
+    t0: Instant,
+    watch_secs: u64,
+) -> std::thread::JoinHandle<Vec<f64>> {
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("the grant probe has no runtime: {e}");
+                return Vec::new();
+            }
+        };
+        rt.block_on(async move {
+            let prober = match client(&file, opts) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("the grant probe has no client: {e:#}");
+                    return Vec::new();
+                }
+            };
+            let total = file.stores;
+            let end = t0 + Duration::from_secs(watch_secs);
+            let tries = stores.iter().enumerate().map(|(i, &s)| {
+                let prober = prober.clone();
+                async move {
+                    // Each store's names apart from the others' (a counter of its own).
+                    let mut k = i as u64 * 1_000_000_000;
+                    while Instant::now() < end {
+                        let n = probe_name(s, total, &mut k);
+                        let tried = prober.lock(&n, LockMode::Exclusive, Wait::Try);
+                        if let Ok(Ok(g)) = tokio::time::timeout_at(end.into(), tried).await {
+                            let at = t0.elapsed().as_secs_f64();
+                            let _ = g.release().await;
+                            return Some(at);
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    None
+                }
+            });
+            futures::future::join_all(tries)
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
+        })
+    })
+}
+
 /// Phase 3 and 4: kill the busiest device, watch, restart it.
 async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Result<Failover> {
     let quick = ClientOptions {
@@ -342,33 +402,20 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         dev.pid,
         stores.len()
     );
-    // A new lock in each of its stores, tried over and over until one is granted.
-    let prober = client(file, quick.clone())?;
-    let total = file.stores;
-    let probe = {
-        let stores = stores.clone();
-        tokio::spawn(async move {
-            let mut k = 0u64;
-            loop {
-                for s in &stores {
-                    let n = probe_name(*s, total, &mut k);
-                    if let Ok(g) = prober.lock(&n, LockMode::Exclusive, Wait::Try).await {
-                        let at = t0.elapsed().as_secs_f64();
-                        let _ = g.release().await;
-                        return at;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let probe = probe_grants(
+        file.clone(),
+        quick.clone(),
+        stores.clone(),
+        t0,
+        a.watch_secs,
+    );
     let end = t0 + Duration::from_secs(a.watch_secs);
     let mut first = None;
     let mut probe = Some(probe);
     while Instant::now() < end {
         if out.all_managed_s.is_none() {
             let m = managers(&status, file, killed).await;
-            if m.len() == total as usize && m.values().all(|(d, _)| *d != killed) {
+            if m.len() == file.stores as usize && m.values().all(|(d, _)| *d != killed) {
                 out.all_managed_s = Some(t0.elapsed().as_secs_f64());
             }
         }
@@ -379,10 +426,16 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    if let Some(p) = first {
-        out.first_grant_s = p.await.ok();
-    } else if let Some(p) = probe {
-        p.abort();
+    // The probe gives up at the end of the watch: it is joined, not left behind.
+    let grants = match first.or(probe) {
+        Some(p) => tokio::task::spawn_blocking(move || p.join())
+            .await?
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    out.first_grant_s = grants.iter().copied().reduce(f64::min);
+    if grants.len() == stores.len() {
+        out.all_granted_s = grants.iter().copied().reduce(f64::max);
     }
     let mut expired = BTreeSet::new();
     let mut in_doubt = 0;
