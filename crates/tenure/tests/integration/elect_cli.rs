@@ -444,8 +444,10 @@ fn a_leader_learns_it_may_have_lost_leadership_before_its_deadline() {
     let eps = cluster.endpoints.clone();
 
     rt.block_on(async {
+        // The warning is due about 0.95 s after the pause, before a new manager can have
+        // taken over (at least 1.4 s) and resumed the session, moving the deadline.
         let opts = ClientOptions {
-            loss_warning: Duration::from_secs(1),
+            loss_warning: Duration::from_secs(2),
             ..options()
         };
         let c = Client::with_options(eps.clone(), with_tls(&cluster.data, opts)).unwrap();

@@ -387,11 +387,14 @@ fn may_be_lost_arrives_before_the_deadline_when_the_manager_is_paused() {
     let eps = cluster.endpoints.clone();
 
     rt.block_on(async {
-        // The warning is due 1 s before the deadline: before a new manager can have taken
-        // over the store (the paused one's leases at the chunks outlast the pause by up to
-        // the lease length, 2 s) and resumed the session, which would move the deadline.
+        // The warning is due 2 s before the deadline, about 0.95 s after the pause: before
+        // a new manager can have taken over the store (the paused one's leases at the
+        // chunks outlast the pause by at least the lease less a renewal period, 1.4 s) and
+        // resumed the session, which would move the deadline. (At 1 s before it, 1.95 s
+        // after the pause, a failover had sometimes resumed the session first, since
+        // forwards to a replaced manager end at once.)
         let opts = ClientOptions {
-            loss_warning: Duration::from_secs(1),
+            loss_warning: Duration::from_secs(2),
             ..options()
         };
         let c = Client::with_options(eps.clone(), with_tls(&cluster.data, opts)).unwrap();
