@@ -57,6 +57,15 @@ fn acquire(session: SessionId, request_id: u64) -> Request {
     }
 }
 
+/// [`acquire`] waiting without a deadline of its own.
+fn acquire_forever(session: SessionId, request_id: u64) -> Request {
+    let mut req = acquire(session, request_id);
+    if let Request::Acquire { wait, .. } = &mut req {
+        *wait = WaitSpec::Forever;
+    }
+    req
+}
+
 #[test]
 fn a_request_at_a_device_that_does_not_manage_the_store_is_answered_by_the_manager() {
     let (mut c, _, a, _) = settled();
@@ -220,10 +229,7 @@ fn a_forward_to_a_manager_that_went_silent_ends_unavailable() {
     let (mut c, m, a, _) = settled();
     let session = open_session(&mut c, a);
     // A wait without a deadline has no deadline of its own but the longest one.
-    let mut req = acquire(session, 9);
-    if let Request::Acquire { wait, .. } = &mut req {
-        *wait = WaitSpec::Forever;
-    }
+    let req = acquire_forever(session, 9);
     c.drop = Some(Box::new(|_, _, msg| matches!(msg, Msg::Forward(_))));
     let r = c.request(a, 1, req);
     c.run_for(Duration::from_millis(10));
@@ -244,10 +250,7 @@ fn a_forward_to_a_manager_the_store_no_longer_goes_to_ends_unavailable_at_once()
     // client's retry through the same device is served by the new manager.
     let (mut c, m, a, b) = settled();
     let session = open_session(&mut c, a);
-    let mut req = acquire(session, 9);
-    if let Request::Acquire { wait, .. } = &mut req {
-        *wait = WaitSpec::Forever;
-    }
+    let req = acquire_forever(session, 9);
     c.drop = Some(Box::new(move |from, to, msg| {
         from == a && to == m && matches!(msg, Msg::Forward(_))
     }));
