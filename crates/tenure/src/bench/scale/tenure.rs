@@ -410,8 +410,6 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
         a.watch_secs,
     );
     let end = t0 + Duration::from_secs(a.watch_secs);
-    let mut first = None;
-    let mut probe = Some(probe);
     while Instant::now() < end {
         if out.all_managed_s.is_none() {
             let m = managers(&status, file, killed).await;
@@ -419,20 +417,12 @@ async fn kill(a: &ScaleArgs, file: &ClusterFile, held: &[Holder]) -> anyhow::Res
                 out.all_managed_s = Some(t0.elapsed().as_secs_f64());
             }
         }
-        if let Some(p) = probe.as_ref()
-            && p.is_finished()
-        {
-            first = probe.take();
-        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The probe gives up at the end of the watch: it is joined, not left behind.
-    let grants = match first.or(probe) {
-        Some(p) => tokio::task::spawn_blocking(move || p.join())
-            .await?
-            .unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let grants = tokio::task::spawn_blocking(move || probe.join())
+        .await?
+        .unwrap_or_default();
     out.first_grant_s = grants.iter().copied().reduce(f64::min);
     if grants.len() == stores.len() {
         out.all_granted_s = grants.iter().copied().reduce(f64::max);
