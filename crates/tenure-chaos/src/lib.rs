@@ -33,6 +33,7 @@ pub mod nemesis;
 pub mod net;
 pub mod objects;
 pub mod proxy;
+pub mod standing;
 pub mod summary;
 pub mod workload;
 
@@ -98,6 +99,9 @@ pub struct ChaosConfig {
     pub clock_faults: bool,
     /// Only these kinds of fault ([`nemesis::KINDS`]); empty: every kind.
     pub only: Vec<String>,
+    /// Objects and locks put in the cluster before the faults and kept through the run
+    /// ([`standing`]).
+    pub standing: standing::StandingConfig,
 }
 
 impl ChaosConfig {
@@ -125,6 +129,7 @@ impl ChaosConfig {
             gap_ms: (1000, 2500),
             clock_faults: true,
             only: Vec::new(),
+            standing: standing::StandingConfig::default(),
         }
     }
 }
@@ -222,6 +227,18 @@ async fn inner(
         .wait_ready(Duration::from_secs(60))
         .await
         .context("starting the cluster")?;
+    let standing = if cfg.standing.any() {
+        let s = standing::Standing::fill(devices.target(), &cfg.standing)
+            .await
+            .context("putting the standing state")?;
+        println!(
+            "chaos: standing state: {} objects put in {:.1} s, {} locks in {} sessions taken in {:.1} s",
+            cfg.standing.objects, s.fill_s, cfg.standing.locks, cfg.standing.sessions, s.hold_s
+        );
+        s
+    } else {
+        standing::Standing::none()
+    };
     let rec = Recorder::new(Instant::now());
     let mut rng = Rng::new(cfg.seed);
     let nemesis_rng = rng.fork();
@@ -365,6 +382,8 @@ async fn inner(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let final_read = read_holders(&rec, &target, &names, &held, cfg.clients as u64).await;
+    let standing_checks = standing.check(&target, restart_at).await;
+    standing.release().await;
     for h in held {
         let _ = tokio::time::timeout(Duration::from_secs(5), h.guard.release()).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), h.client.close()).await;
@@ -408,6 +427,8 @@ async fn inner(
         c
     })
     .await?;
+    let mut checks = checks;
+    checks.extend(standing_checks);
     let (op_counts, fault_counts) = summary::counts(&recorded);
     let mut unavailable: std::collections::BTreeMap<String, String> = (disks.unavailable.iter())
         .map(|why| ("disk-stall".to_string(), why.clone()))

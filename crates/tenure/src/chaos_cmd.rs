@@ -68,6 +68,24 @@ pub struct ChaosArgs {
     /// attribute an outage to one kind [default: every kind]
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(tenure_chaos::nemesis::KINDS))]
     faults: Vec<String>,
+    /// Objects put before the faults and kept through the run (keys spread over every
+    /// store), read back after the full restart: the run at a realistic size.
+    #[arg(long, default_value_t = 0)]
+    fill_objects: usize,
+    /// Size of each of them, in bytes.
+    #[arg(long, default_value_t = 256)]
+    fill_size: usize,
+    /// Locks taken before the faults and held through the run by sessions that only keep
+    /// alive; after the full restart every one must still be held with its token, and no
+    /// such session may have expired.
+    #[arg(long, default_value_t = 0)]
+    fill_locks: usize,
+    /// Sessions holding the `--fill-locks`.
+    #[arg(long, default_value_t = 100)]
+    fill_sessions: usize,
+    /// Session TTL of those sessions, in seconds.
+    #[arg(long, default_value_t = 30)]
+    fill_ttl_secs: u64,
 }
 
 pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
@@ -94,6 +112,13 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<ExitCode> {
     cfg.tls = !a.insecure;
     cfg.clock_faults = !a.no_clock;
     cfg.only = a.faults;
+    cfg.standing = tenure_chaos::standing::StandingConfig {
+        objects: a.fill_objects,
+        size: a.fill_size,
+        locks: a.fill_locks,
+        sessions: a.fill_sessions.max(1),
+        ttl: Duration::from_secs(a.fill_ttl_secs.max(1)),
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

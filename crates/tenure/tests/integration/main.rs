@@ -33,5 +33,6 @@ mod one_session;
 mod rolling_restart;
 mod session_stream;
 mod snapshot_cli;
+mod standing_state;
 mod status_page;
 mod tls;
