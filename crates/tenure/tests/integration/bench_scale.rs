@@ -1,9 +1,10 @@
 //! `tenure bench scale`, bounded: a local cluster fills a few thousand objects, holds a
 //! few thousand locks in a few dozen sessions, loses its busiest device to `kill -9` and
-//! gets it back with `cluster up`, then is stopped whole and started again. The report
-//! must show every phase happened, and no lock lost: a session that kept renewing through
-//! the failover never expires; after the restart every store grants and the objects read
-//! back.
+//! gets it back with `cluster up`, then is stopped whole and started again; before the
+//! kill, a snapshot taken under the held locks is verified, restored and started beside
+//! it. The report must show every phase happened, and no lock lost: the restored cluster
+//! has the sampled locks and objects; a session that kept renewing through the failover
+//! never expires; after the restart every store grants and the objects read back.
 
 use crate::common::{Guard, tenure, up};
 
@@ -30,6 +31,7 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
         "--watch-secs",
         "20",
         "--restart-cluster",
+        "--snapshot",
         "--data",
         data.to_str().unwrap(),
         "--json",
@@ -47,6 +49,15 @@ fn bench_scale_fills_holds_and_survives_kill_9_of_the_busiest_device() {
         assert!(d["rss_mb"].as_f64().unwrap() > 1.0, "{r}");
         assert!(d["disk_mb"].as_f64().unwrap() > 0.0, "{r}");
     }
+    let n = &r["snapshot"];
+    assert!(n["size_mb"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(n["locks_checked"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(
+        n["locks_missing"], 0,
+        "every sampled lock in the restored cluster: {r}"
+    );
+    assert!(n["objects_checked"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(n["objects_missing"], 0, "{r}");
     let f = &r["failover"];
     assert!(!f["stores"].as_array().unwrap().is_empty(), "{r}");
     let first = f["first_grant_s"]

@@ -25,6 +25,7 @@
 
 mod etcd;
 mod peers;
+mod snapshot;
 mod tenure;
 mod zookeeper;
 
@@ -71,6 +72,12 @@ pub struct ScaleArgs {
     /// back (Tenure only).
     #[arg(long)]
     restart_cluster: bool,
+    /// While the locks are held, take a snapshot of the cluster (`snapshot create`),
+    /// verify it, restore it into a new data directory and start that cluster on fresh
+    /// ports: each step timed, the snapshot's size, and a sample of the locks and
+    /// objects read back from the restored cluster (Tenure only; both are removed after).
+    #[arg(long)]
+    snapshot: bool,
     /// How long to watch after the kill before counting lost locks, in seconds (at least
     /// the TTL plus the grace, so that every session the failover let lapse has expired).
     #[arg(long, default_value_t = 45)]
@@ -178,6 +185,29 @@ struct ClusterRestart {
     transitions: std::collections::BTreeMap<String, u64>,
 }
 
+/// `--snapshot`: the snapshot of the loaded cluster, and the cluster restored from it.
+#[derive(Clone, Debug, Default, Serialize)]
+struct SnapshotRun {
+    id: String,
+    /// Seconds `snapshot create` took (the cut, and collecting every device's part).
+    create_s: f64,
+    /// The collected snapshot on disk, in MB.
+    size_mb: f64,
+    /// Seconds `snapshot verify` took.
+    verify_s: f64,
+    /// Seconds `snapshot restore` took (writing the new cluster's data directories).
+    restore_s: f64,
+    /// Seconds `cluster up` of the restored cluster took.
+    up_s: f64,
+    /// Held locks sampled in the restored cluster, and those not held there with their
+    /// token.
+    locks_checked: u64,
+    locks_missing: u64,
+    /// Objects sampled in the restored cluster, and those not read.
+    objects_checked: u64,
+    objects_missing: u64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 struct Report {
     system: System,
@@ -208,6 +238,11 @@ struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     failover_error: Option<String>,
     cluster_restart: Option<ClusterRestart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot: Option<SnapshotRun>,
+    /// Why the snapshot phase failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_error: Option<String>,
 }
 
 /// What one object and one held lock cost in resident memory, per device (bytes).
@@ -272,6 +307,10 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
         "bench scale runs against the local cluster of --data (it kills and restarts a device); --endpoints is not enough"
     );
     anyhow::ensure!(
+        a.system == System::Tenure || !(a.snapshot || a.restart_cluster),
+        "--snapshot and --restart-cluster are Tenure's (--system tenure)"
+    );
+    anyhow::ensure!(
         a.clients > 0 && a.prefixes > 0,
         "--clients and --prefixes must be at least 1"
     );
@@ -297,10 +336,13 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
     } else {
         print(&report);
     }
-    match &report.failover_error {
-        Some(e) => anyhow::bail!("the kill phase did not run: {e}"),
-        None => Ok(()),
+    if let Some(e) = &report.failover_error {
+        anyhow::bail!("the kill phase did not run: {e}");
     }
+    if let Some(e) = &report.snapshot_error {
+        anyhow::bail!("the snapshot phase failed: {e}");
+    }
+    Ok(())
 }
 
 fn print(r: &Report) {
@@ -355,6 +397,24 @@ fn print(r: &Report) {
         per(r.memory.per_lock_b),
         mean_rss(&r.before)
     );
+    if let Some(n) = &r.snapshot {
+        println!(
+            "snapshot {}: create {:.2} s, {:.0} MB, verify {:.2} s, restore {:.2} s, restored cluster up {:.2} s; {} of {} sampled locks and {} of {} sampled objects missing there",
+            n.id,
+            n.create_s,
+            n.size_mb,
+            n.verify_s,
+            n.restore_s,
+            n.up_s,
+            n.locks_missing,
+            n.locks_checked,
+            n.objects_missing,
+            n.objects_checked
+        );
+    }
+    if let Some(e) = &r.snapshot_error {
+        println!("snapshot: failed: {e}");
+    }
     let s = |x: Option<f64>| x.map_or("never".into(), |v| format!("{v:.2} s"));
     if let Some(f) = &r.failover {
         print_failover(r.system, f);
@@ -551,6 +611,8 @@ impl Report {
             failover: None,
             failover_error: None,
             cluster_restart: None,
+            snapshot: None,
+            snapshot_error: None,
         }
     }
 }

@@ -36,6 +36,12 @@ pub(super) async fn bench(a: &ScaleArgs) -> anyhow::Result<Report> {
     let held = hold(a, &file, &mut report).await?;
     report.after_hold = footprints(&file);
     report.memory = Memory::measure(&report);
+    if a.snapshot {
+        match super::snapshot::snapshot(a, &held).await {
+            Ok(n) => report.snapshot = Some(n),
+            Err(e) => report.snapshot_error = Some(format!("{e:#}")),
+        }
+    }
     if !a.no_kill {
         match kill(a, &file, &held).await {
             Ok(f) => report.failover = Some(f),
@@ -181,9 +187,9 @@ async fn fill(a: &ScaleArgs, file: &ClusterFile, report: &mut Report) -> anyhow:
 }
 
 /// A lock client and the locks it holds.
-struct Holder {
+pub(super) struct Holder {
     _client: Client,
-    guards: Vec<LockGuard>,
+    pub(super) guards: Vec<LockGuard>,
 }
 
 /// Phase 2: open the sessions and take the locks.
