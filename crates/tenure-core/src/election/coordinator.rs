@@ -119,7 +119,22 @@ pub struct Coordinator {
     balancing: BTreeMap<StoreId, Instant>,
     /// Fewest active members a retirement may leave (the replication factor).
     min_active: usize,
+    /// Members this coordinator found silent at a round (no fresh report).
+    away: BTreeSet<DeviceId>,
+    /// Members that reported again after being [`Coordinator::away`], and when: for
+    /// [`RETURN_GRACE`] leases such a device is no target for a replacement of a failed
+    /// chunk of its own, whose rejoin it may still be asking for.
+    returned: BTreeMap<DeviceId, Instant>,
 }
+
+/// Leases a device back from silence (a restart, a partition healed) has before the
+/// coordinator replaces a failed chunk of its own with a new chunk on it. Its chunks ask
+/// their store's manager to rejoin as it boots (within the boot hold), and a rejoining
+/// chunk is sent the rows it lacks; a new chunk in its place would be sent the store's
+/// whole state, 64 of them at once when a device of a 3-device cluster comes back (at a
+/// million held locks the survivors stalled shipping them, measured). A device that
+/// lost the chunk (a wiped disk) still gets its replacement, after the grace.
+pub const RETURN_GRACE: u32 = 2;
 
 /// A device holding this many more chunks than the least loaded live active device
 /// gives it one.
@@ -251,6 +266,16 @@ impl Coordinator {
             .map(|(d, (_, n))| (*d, *n))
             .chain([(me, self.reports.get(&me).map_or(0, |m| m.1))])
             .collect();
+        for d in self.members.ids() {
+            if !live.contains_key(&d) {
+                self.away.insert(d);
+                self.returned.remove(&d);
+            } else if self.away.remove(&d) {
+                self.returned.insert(d, now);
+            }
+        }
+        self.returned
+            .retain(|_, since| now.saturating_since(*since) < t.lease * RETURN_GRACE);
         let before = self.members.clone();
         self.pending.retain(|_, (until, _)| *until > now);
         self.balancing.retain(|_, until| *until > now);
@@ -267,6 +292,7 @@ impl Coordinator {
             cfg,
             members: &self.members,
             live: &live,
+            returned: &self.returned,
             load: live.clone(),
             balancing: self.balancing.len(),
         };
@@ -391,6 +417,8 @@ struct View<'a> {
     cfg: &'a DeviceConfig,
     members: &'a Members,
     live: &'a BTreeMap<DeviceId, u32>,
+    /// Devices back from silence within [`RETURN_GRACE`].
+    returned: &'a BTreeMap<DeviceId, Instant>,
     /// Chunks per device, counting the moves decided this round.
     load: BTreeMap<DeviceId, u32>,
     /// Balancing moves under way.
@@ -422,7 +450,8 @@ impl View<'_> {
     /// wiped disk) can hold its replacement, and when every other active member already
     /// holds a chunk it is the only place one can go (simulator seed 1352: four members,
     /// one retiring, a store's chunk lost on a device holding it — no other target, so the
-    /// store stayed on two chunks and its retiring manager was never migrated).
+    /// store stayed on two chunks and its retiring manager was never migrated). Not while
+    /// that device is just back from silence ([`RETURN_GRACE`]): its chunk may rejoin.
     fn replacement(&self, store: StoreId, chunks: &[ChunkId], old: ChunkId) -> Option<DeviceId> {
         let others: BTreeSet<DeviceId> = (chunks.iter())
             .filter(|c| **c != old)
@@ -431,6 +460,7 @@ impl View<'_> {
         let ranked = self.cfg.cluster.ranked_devices(store);
         (ranked.iter().enumerate())
             .filter(|(_, d)| self.candidate(**d) && !others.contains(d))
+            .filter(|(_, d)| !(**d == old.device && self.returned.contains_key(*d)))
             .min_by_key(|(rank, d)| (**d == old.device, self.load(**d), *rank))
             .map(|(_, d)| *d)
     }
@@ -650,6 +680,65 @@ mod tests {
                     store: StoreId(0),
                     old: lost,
                     device: d(2),
+                },
+            }]
+        );
+    }
+
+    // DESIGN §6: a device back from silence keeps its failed chunk for a grace: the
+    // chunk asks to rejoin as the device boots and is sent the rows it lacks, where a new
+    // chunk on that device would be sent the store's whole state (at a million held
+    // locks, 64 of them at once stalled the survivors). After the grace a chunk still
+    // failed is replaced there (a device that lost it).
+    #[test]
+    fn coordinator_gives_a_device_back_from_silence_a_grace_before_replacing_its_chunk_on_it() {
+        let cfg = DeviceConfig::new(d(1), ClusterConfig::new(3, 1, 3));
+        let term = Term { n: 3, leader: d(1) };
+        let members = Members::bootstrap(&[d(1), d(2), d(3)]);
+        let mut c = Coordinator::default();
+        let t0 = Instant(1_000_000);
+        c.start(term, t0, &cfg, &members);
+        let period = cfg.timing.renewal_period;
+        let mut at = t0 + period * 2;
+        // d3 is silent at the first rounds (crashed).
+        let mut r = report(0, &[1, 2, 3]);
+        let lost = r.chunks[2];
+        r.failed = vec![(lost, cfg.timing.lease * 2)];
+        for _ in 0..3 {
+            for i in 1..=2 {
+                c.on_member(at, d(i), term, 1, &members);
+            }
+            c.on_store(at, d(1), term, r.clone());
+            assert_eq!(
+                c.on_tick(at, &cfg).decisions,
+                vec![],
+                "no other device to go to"
+            );
+            at = at + period;
+        }
+        // d3 is back: no replacement onto it within the grace...
+        let back = at;
+        while at < back + cfg.timing.lease * RETURN_GRACE {
+            for i in 1..=3 {
+                c.on_member(at, d(i), term, 1, &members);
+            }
+            c.on_store(at, d(1), term, r.clone());
+            assert_eq!(c.on_tick(at, &cfg).decisions, vec![], "within the grace");
+            at = at + period;
+        }
+        // ...and after it, the chunk still failed, it is replaced there.
+        for i in 1..=3 {
+            c.on_member(at, d(i), term, 1, &members);
+        }
+        c.on_store(at, d(1), term, r.clone());
+        assert_eq!(
+            c.on_tick(at, &cfg).decisions,
+            vec![Decision {
+                to: d(1),
+                cmd: PolicyCommand::ReplaceChunk {
+                    store: StoreId(0),
+                    old: lost,
+                    device: d(3),
                 },
             }]
         );
