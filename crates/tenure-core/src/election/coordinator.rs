@@ -136,6 +136,15 @@ pub struct Coordinator {
 /// lost the chunk (a wiped disk) still gets its replacement, after the grace.
 pub const RETURN_GRACE: u32 = 2;
 
+/// Leases a chunk must have been failed before a new chunk replaces it on its own device
+/// (when no other device is free). A device that still holds the chunk has it rejoin, by
+/// patch, once the fault that cut it off ends; only a device that lost it (a wiped disk,
+/// a torn write) needs the new chunk and the store's whole state. Before this, in a
+/// 3-device cluster under a stream of faults at 100,000 locks, every chunk failed for
+/// two leases was replaced on its own device with a whole state each, the survivors
+/// stalled shipping them, and sessions expired (`tenure chaos --fill-locks`, measured).
+pub const SAME_DEVICE_AFTER: u32 = 5;
+
 /// A device holding this many more chunks than the least loaded live active device
 /// gives it one.
 pub const BALANCE_GAP: u32 = 3;
@@ -450,17 +459,27 @@ impl View<'_> {
     /// wiped disk) can hold its replacement, and when every other active member already
     /// holds a chunk it is the only place one can go (simulator seed 1352: four members,
     /// one retiring, a store's chunk lost on a device holding it — no other target, so the
-    /// store stayed on two chunks and its retiring manager was never migrated). Not while
-    /// that device is just back from silence ([`RETURN_GRACE`]): its chunk may rejoin.
-    fn replacement(&self, store: StoreId, chunks: &[ChunkId], old: ChunkId) -> Option<DeviceId> {
+    /// store stayed on two chunks and its retiring manager was never migrated). Only once
+    /// the chunk has been failed for [`SAME_DEVICE_AFTER`] leases, and not while that
+    /// device is just back from silence ([`RETURN_GRACE`]): until then its chunk may
+    /// rejoin.
+    fn replacement(
+        &self,
+        store: StoreId,
+        chunks: &[ChunkId],
+        old: ChunkId,
+        failed_for: Duration,
+    ) -> Option<DeviceId> {
         let others: BTreeSet<DeviceId> = (chunks.iter())
             .filter(|c| **c != old)
             .map(|c| c.device)
             .collect();
         let ranked = self.cfg.cluster.ranked_devices(store);
+        let own_ok = failed_for >= self.cfg.timing.lease * SAME_DEVICE_AFTER
+            && !self.returned.contains_key(&old.device);
         (ranked.iter().enumerate())
             .filter(|(_, d)| self.candidate(**d) && !others.contains(d))
-            .filter(|(_, d)| !(**d == old.device && self.returned.contains_key(*d)))
+            .filter(|(_, d)| **d != old.device || own_ok)
             .min_by_key(|(rank, d)| (**d == old.device, self.load(**d), *rank))
             .map(|(_, d)| *d)
     }
@@ -478,9 +497,9 @@ impl View<'_> {
             },
         };
         // A chunk failed for two lease lengths.
-        if let Some((old, _)) = r.failed.iter().find(|(_, age)| *age >= t.lease * 2) {
+        if let Some((old, age)) = r.failed.iter().find(|(_, age)| *age >= t.lease * 2) {
             return Some((
-                replace(*old, self.replacement(r.store, &r.chunks, *old)?),
+                replace(*old, self.replacement(r.store, &r.chunks, *old, *age)?),
                 false,
             ));
         }
@@ -600,7 +619,7 @@ mod tests {
         }
         let mut r = report(0, &[1, 2, 3]);
         let lost = r.chunks[2];
-        r.failed = vec![(lost, cfg.timing.lease * 2)];
+        r.failed = vec![(lost, cfg.timing.lease * SAME_DEVICE_AFTER)];
         c.on_store(at, d(1), term, r);
         let round = c.on_tick(at + Duration::from_millis(1), &cfg);
         assert!(
@@ -653,7 +672,8 @@ mod tests {
     }
 
     // DESIGN §6: a lost chunk is replaced even when every other active member holds one
-    // of the store's chunks — on the device that lost it (simulator seed 1352).
+    // of the store's chunks — on the device that lost it (simulator seed 1352), once it
+    // has been failed for `SAME_DEVICE_AFTER` leases (until then it may rejoin).
     #[test]
     fn coordinator_replaces_a_lost_chunk_on_its_own_device_when_no_other_is_free() {
         let cfg = DeviceConfig::new(d(1), ClusterConfig::new(4, 1, 3));
@@ -669,7 +689,16 @@ mod tests {
         }
         let mut r = report(0, &[1, 2, 3]);
         let lost = r.chunks[1];
+        // Failed for two leases: the chunk may still rejoin, its own device waits.
         r.failed = vec![(lost, cfg.timing.lease * 2)];
+        c.on_store(at, d(4), term, r.clone());
+        let round = c.on_tick(at + Duration::from_millis(1), &cfg);
+        assert_eq!(round.decisions, vec![], "not yet on its own device");
+        let at = at + cfg.timing.renewal_period;
+        for i in 1..=4 {
+            c.on_member(at, d(i), term, if i == 4 { 0 } else { 1 }, &members);
+        }
+        r.failed = vec![(lost, cfg.timing.lease * SAME_DEVICE_AFTER)];
         c.on_store(at, d(4), term, r);
         let round = c.on_tick(at + Duration::from_millis(1), &cfg);
         assert_eq!(
@@ -703,7 +732,7 @@ mod tests {
         // d3 is silent at the first rounds (crashed).
         let mut r = report(0, &[1, 2, 3]);
         let lost = r.chunks[2];
-        r.failed = vec![(lost, cfg.timing.lease * 2)];
+        r.failed = vec![(lost, cfg.timing.lease * SAME_DEVICE_AFTER)];
         for _ in 0..3 {
             for i in 1..=2 {
                 c.on_member(at, d(i), term, 1, &members);
