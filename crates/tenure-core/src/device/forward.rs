@@ -18,12 +18,6 @@
 //!   retries, with the same request id) when nothing has been heard from the manager for
 //!   `liveness_window` since it was sent, or at its deadline: a lease past the request's
 //!   own wait, or [`LONGEST_WAIT`] for a wait without one.
-//!   Nor does a forward wait for a manager this device no longer sends the store's
-//!   requests to: every [`RECHECK`] while forwards are pending, those whose store now
-//!   goes elsewhere (a new manager after a failover or a migration, or none known) end
-//!   `Unavailable` at once, and the client's retry goes where the store is managed now.
-//!   (A forward to a killed manager had waited for its silence, `liveness_window`, past
-//!   a client's attempt: the client then took this device for stuck.)
 //! - **Watches** are carried by polls, one round at a time ([`watch`]).
 //! - **Not forwarded.** Payloads above one block: answered `NotManager` with the hint,
 //!   which the client follows. Nothing is forwarded until every peer reads forwarded requests
@@ -52,10 +46,6 @@ pub(super) const MAX_HOPS: u8 = 2;
 /// place in the queue).
 pub(super) const LONGEST_WAIT: Duration = Duration::from_secs(300);
 
-/// How often the stores of pending forwards are checked for a change of where their
-/// requests go.
-pub(super) const RECHECK: Duration = Duration::from_millis(100);
-
 /// Requests forwarded from here, and those served here for another device.
 #[derive(Debug, Default)]
 pub(super) struct Forwards {
@@ -66,10 +56,6 @@ pub(super) struct Forwards {
     deadlines: BTreeSet<(Instant, u64)>,
     /// The devices forwarded to, while they have requests unanswered.
     targets: BTreeMap<DeviceId, Target>,
-    /// Requests unanswered by store and the device they went to.
-    routes: BTreeMap<(StoreId, DeviceId), usize>,
-    /// When the routes are next checked (while any forward is pending).
-    recheck: Option<Instant>,
     /// Requests served here for another device, by the client id given to each.
     served: BTreeMap<ClientId, Served>,
     next_served: u64,
@@ -136,33 +122,7 @@ impl Forwards {
             .map(|(d, t)| Self::silent_at(env, *d, t))
             .min();
         let deadline = self.deadlines.first().map(|(t, _)| *t);
-        crate::time::earliest(crate::time::earliest(silence, deadline), self.recheck)
-    }
-
-    /// The stores with pending forwards and the devices they went to, if a check of
-    /// their routes is due at `now` (the next is then [`RECHECK`] later, while any are
-    /// pending).
-    pub(super) fn routes_due(&mut self, now: Instant) -> Option<Vec<(StoreId, DeviceId)>> {
-        if self.recheck.is_none_or(|t| t > now) {
-            return None;
-        }
-        self.recheck = (!self.routes.is_empty()).then_some(now + RECHECK);
-        Some(self.routes.keys().copied().collect())
-    }
-
-    /// End with `Unavailable` the forwards of `store` sent to `to`; the polls among
-    /// them are returned, for their watches to poll again.
-    pub(super) fn end_route(
-        &mut self,
-        store: StoreId,
-        to: DeviceId,
-        out: &mut Vec<Output>,
-    ) -> Vec<(u64, Sent)> {
-        let ids: Vec<u64> = (self.sent.iter())
-            .filter(|(_, s)| s.hops == 0 && s.to == to && s.req.store() == store)
-            .map(|(id, _)| *id)
-            .collect();
-        self.end(ids, out)
+        crate::time::earliest(silence, deadline)
     }
 
     /// When `to` counts as silent if nothing more is heard from it.
@@ -192,11 +152,6 @@ impl Forwards {
                 .filter(|(_, s)| silent.contains(&s.to))
                 .map(|(id, _)| *id),
         );
-        self.end(ended, out)
-    }
-
-    /// End forwards `ids` with `Unavailable`, but polls, which are returned.
-    fn end(&mut self, ended: Vec<u64>, out: &mut Vec<Output>) -> Vec<(u64, Sent)> {
         let mut polls = Vec::new();
         for id in ended {
             if let Some(s) = self.take(id) {
@@ -234,11 +189,6 @@ impl Forwards {
             since: now,
         });
         target.pending += 1;
-        if hops == 0 {
-            // Sent where this device routes the store (a hint followed is not rechecked).
-            *self.routes.entry((req.store(), to)).or_default() += 1;
-            self.recheck.get_or_insert(now + RECHECK);
-        }
         self.sent.insert(
             id,
             Sent {
@@ -262,16 +212,6 @@ impl Forwards {
             if t.pending == 0 {
                 self.targets.remove(&s.to);
             }
-        }
-        let route = (s.req.store(), s.to);
-        if let Some(n) = self.routes.get_mut(&route).filter(|_| s.hops == 0) {
-            *n -= 1;
-            if *n == 0 {
-                self.routes.remove(&route);
-            }
-        }
-        if self.routes.is_empty() {
-            self.recheck = None;
         }
         Some(s)
     }
@@ -375,7 +315,7 @@ impl Device {
 
     /// The manager of `store` a request for it goes to from here: none while this
     /// device holds a manager role for it.
-    pub(super) fn target_of(&self, store: StoreId) -> Option<DeviceId> {
+    fn target_of(&self, store: StoreId) -> Option<DeviceId> {
         let role = self.managers.get(&store);
         if role.is_some_and(|m| m.state() != MgrState::None) {
             return None;

@@ -349,14 +349,6 @@ impl Device {
             for poll in self.forwards.on_tick(now, &self.env, out) {
                 self.on_poll_end(now, poll, None, out);
             }
-            // Forwards to a device the store's requests no longer go to end now.
-            for (store, to) in self.forwards.routes_due(now).unwrap_or_default() {
-                if self.target_of(store) != Some(to) {
-                    for poll in self.forwards.end_route(store, to, out) {
-                        self.on_poll_end(now, poll, None, out);
-                    }
-                }
-            }
         }
         self.collect_garbage();
     }

@@ -107,6 +107,24 @@ fn seeds_that_once_failed_pass() {
     }
 }
 
+// Seeds of the default sweep (`tenure sim --seeds N`, membership changes on) that once
+// failed: 1147, an object read after three epoch transitions answered "no such object"
+// for a key whose revision 2 had been acknowledged — seen with forwards that ended
+// `Unavailable` as soon as their store's route changed (3b75f67, reverted until the
+// cause is known); it passes without that change.
+#[test]
+fn default_sweep_seeds_that_once_failed_pass() {
+    for seed in [1147] {
+        let r = run(SimConfig::new(seed));
+        assert!(
+            r.outcome == Outcome::Passed,
+            "seed {seed}: {:?} {:?}",
+            r.outcome,
+            r.violations
+        );
+    }
+}
+
 // DESIGN §10: `tenure sim --seed N` replays a run exactly — same trace, same fingerprint —
 // whether or not its clients pipeline.
 #[test]
@@ -158,12 +176,7 @@ fn first_violation(planted: PlantedBugs, limit: u64) -> Option<(u64, Violation)>
 }
 
 fn first_violation_with(c: SimConfig, limit: u64) -> Option<(u64, Violation)> {
-    first_violation_from(c, 0, limit)
-}
-
-/// The first correctness violation among seeds `from..from + limit`.
-fn first_violation_from(c: SimConfig, from: u64, limit: u64) -> Option<(u64, Violation)> {
-    let s = sweep(from, limit, 2, &c, 1, |_, _| {});
+    let s = sweep(0, limit, 2, &c, 1, |_, _| {});
     s.failures
         .into_iter()
         .find(|f| f.outcome == Outcome::Correctness)
@@ -349,16 +362,14 @@ fn planted_lease_read_speculative_is_caught_by_linearizability() {
 // renewal or a partition, while another manager takes the store over: its reads show a
 // holder the new manager released. The linearizability checker must see it.
 // The window is narrow (a renewal lost or late just as the store changes hands, with a
-// read landing in it, and since forwards to a replaced manager end at once, not through
-// another device): `tenure sim`'s default world shows it at seed 686 (once at seed 1,
-// before that change moved every run's events; no other seed below 686 shows it), the
-// unit test `planted_read_lease_from_sent_renewal_is_caught` at once.
+// read landing in it): `tenure sim`'s default world shows it at seed 1, the unit test
+// `planted_read_lease_from_sent_renewal_is_caught` at once.
 #[test]
 fn planted_read_lease_from_sent_renewal_is_caught_by_linearizability() {
     let mut c = SimConfig::new(0);
     c.planted.read_lease_from_sent_renewal = true;
-    let found = first_violation_from(c, 686, 1);
-    let (seed, v) = found.expect("a read lease from sent renewals not caught at seed 686");
+    let found = first_violation_with(c, 4);
+    let (seed, v) = found.expect("a read lease from sent renewals not caught within 4 seeds");
     eprintln!("a read lease from sent renewals caught at seed {seed}: {v}");
     assert!(
         matches!(v, Violation::NotLinearizable { .. } | Violation::Objects(_)),
