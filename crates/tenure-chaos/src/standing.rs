@@ -236,14 +236,7 @@ impl Standing {
             .collect()
             .await;
         let _ = reader.close().await;
-        let unread = results.iter().filter(|r| r.is_none()).count();
-        let mut wrong = 0;
-        for e in results.into_iter().flatten().filter_map(Result::err) {
-            wrong += 1;
-            if violations.len() < LISTED {
-                violations.push(e);
-            }
-        }
+        let (unread, wrong) = tally(results, &mut violations);
         let detail = format!(
             "{} locks in {} sessions: {} read back, {wrong} not held as granted, {unread} not read in time; {expired} sessions expired",
             wanted.len(),
@@ -252,6 +245,20 @@ impl Standing {
         );
         CheckResult::new(NAME, violations, unread > 0, detail)
     }
+}
+
+/// The reads of a check: (not read in time, read but wrong); the first wrong ones (up to
+/// [`LISTED`] in all) go into `violations`.
+fn tally(results: Vec<Option<Result<(), String>>>, violations: &mut Vec<String>) -> (usize, usize) {
+    let unread = results.iter().filter(|r| r.is_none()).count();
+    let mut wrong = 0;
+    for e in results.into_iter().flatten().filter_map(Result::err) {
+        wrong += 1;
+        if violations.len() < LISTED {
+            violations.push(e);
+        }
+    }
+    (unread, wrong)
 }
 
 fn client(target: &Target, name: &str, ttl: Option<Duration>) -> anyhow::Result<Client> {
@@ -373,15 +380,8 @@ async fn check_objects(target: &Target, cfg: &StandingConfig) -> CheckResult {
         .collect()
         .await;
     let _ = reader.close().await;
-    let unread = results.iter().filter(|r| r.is_none()).count();
     let mut violations = Vec::new();
-    let mut wrong = 0;
-    for e in results.into_iter().flatten().filter_map(Result::err) {
-        wrong += 1;
-        if violations.len() < LISTED {
-            violations.push(e);
-        }
-    }
+    let (unread, wrong) = tally(results, &mut violations);
     let detail = format!(
         "{} objects: {} read back, {wrong} missing or changed, {unread} not read in time",
         cfg.objects,
